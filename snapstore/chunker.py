@@ -1,0 +1,110 @@
+"""Content-defined chunking: where byte streams are cut into chunks.
+
+Chunk boundaries are part of the storage format: if they moved, an upgraded snapstore would
+store every file again instead of deduplicating against what is there.  The parameters below are
+therefore pinned (and recorded in each store's meta); tests/test_chunker.py keeps a golden list of
+boundaries for a fixed input so that an upgrade of pyfastcdc that moves them is caught.
+
+Two chunkers exist:
+
+* file contents go through FastCDC 2020 (pyfastcdc, compiled; releases the GIL while cutting);
+* record streams (manifests, conversations) are cut *between records*, after a record whose key
+  hash meets a mask.  Every chunk then holds whole records, so two manifests that share a chunk
+  share exactly those entries and a diff can skip it without decoding it, and a change to one
+  entry's content never moves a boundary (the key is the path, not the content).
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
+
+from pyfastcdc import FastCDC
+
+#: FastCDC parameters for file contents.  Changing any of these is a format change.
+MIN_SIZE = 8 * 1024
+AVG_SIZE = 32 * 1024
+MAX_SIZE = 128 * 1024
+NORMALIZATION = 1
+SEED = 0
+
+#: Record chunker: a boundary after a record whose key's CRC-32 has these low bits clear
+#: (1 in 32 records on average), or when a chunk would exceed RECORD_MAX_BYTES.
+RECORD_MASK = 31
+RECORD_MAX_BYTES = 64 * 1024
+
+PARAMS = {
+    "fastcdc": {
+        "min": MIN_SIZE,
+        "avg": AVG_SIZE,
+        "max": MAX_SIZE,
+        "nc": NORMALIZATION,
+        "seed": SEED,
+    },
+    "records": {"mask": RECORD_MASK, "max_bytes": RECORD_MAX_BYTES},
+}
+
+_local = threading.local()
+
+
+def _fastcdc() -> FastCDC:
+    # A FastCDC object is not safe to share between threads; one per thread is cheap.
+    cdc = getattr(_local, "cdc", None)
+    if cdc is None:
+        cdc = FastCDC(
+            AVG_SIZE,
+            min_size=MIN_SIZE,
+            max_size=MAX_SIZE,
+            normalized_chunking=NORMALIZATION,
+            seed=SEED,
+        )
+        _local.cdc = cdc
+    return cdc
+
+
+def cut_buffer(data: bytes | memoryview) -> Iterator[memoryview]:
+    """Yield the chunks of an in-memory buffer (views into ``data``)."""
+    view = memoryview(data)
+    if len(view) <= MIN_SIZE:
+        yield view
+        return
+    for chunk in _fastcdc().cut_buf(view):
+        yield chunk.data
+
+
+def cut_stream(stream: BinaryIO) -> Iterator[bytes]:
+    """Yield the chunks of a readable binary stream, holding at most ~2 * MAX_SIZE in memory.
+
+    Each chunk is returned as its own ``bytes`` (the chunker reuses its buffer).
+    An empty stream yields one empty chunk, so that every stream has at least one chunk.
+    """
+    empty = True
+    for chunk in _fastcdc().cut_stream(stream):
+        empty = False
+        yield bytes(chunk.data)
+    if empty:
+        yield b""
+
+
+def cut_records(records: Iterable[tuple[bytes, bytes]]) -> Iterator[list[bytes]]:
+    """Group encoded records into chunks; each record is ``(key, encoded_bytes)``.
+
+    A chunk ends after a record whose ``crc32(key) & RECORD_MASK == 0``, or before a record that
+    would take it past RECORD_MAX_BYTES.  Yields lists of encoded records; yields nothing for no
+    records.
+    """
+    group: list[bytes] = []
+    size = 0
+    for key, encoded in records:
+        if group and size + len(encoded) > RECORD_MAX_BYTES:
+            yield group
+            group, size = [], 0
+        group.append(encoded)
+        size += len(encoded)
+        if zlib.crc32(key) & RECORD_MASK == 0:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group

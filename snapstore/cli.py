@@ -1,0 +1,358 @@
+"""The ``snapstore`` command line: a thin layer over :class:`snapstore.Store`.
+
+Each command parses its options, calls one Store method, and formats the result.  Errors are
+printed as ``snapstore: error: <one line>`` with the exit code of their class (snapstore.errors).
+Heavy modules are imported inside the commands so that ``--help`` and start-up stay cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .errors import EXIT_OK, SnapstoreError, UsageError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Ctx:
+    def __init__(self, store_dir: str | None, directory: str | None, lock_timeout: float):
+        self.store_dir = store_dir
+        self.directory = directory or "."
+        self.lock_timeout = lock_timeout
+
+    def open(self):
+        from .store import Store
+
+        return Store.find(self.directory, store=self.store_dir, lock_timeout=self.lock_timeout)
+
+
+def _echo_json(doc) -> None:
+    from .render import dump_json
+
+    click.echo(dump_json(doc))
+
+
+def _warn(message: str) -> None:
+    click.echo(f"snapstore: warning: {message}", err=True)
+
+
+@click.group(context_settings=CONTEXT)
+@click.option(
+    "--store",
+    "store_dir",
+    envvar="SNAPSTORE_STORE",
+    metavar="DIR",
+    help="Use the store in DIR (default: the nearest .snapstore at or above the current directory).",
+)
+@click.option(
+    "-C",
+    "directory",
+    metavar="DIR",
+    help="Run as if started in DIR.",
+)
+@click.option(
+    "--lock-timeout",
+    type=float,
+    default=30.0,
+    envvar="SNAPSTORE_LOCK_TIMEOUT",
+    show_default=True,
+    help="Seconds to wait for another writer before failing with exit code 5.",
+)
+@click.version_option(package_name="snapstore", prog_name="snapstore")
+@click.pass_context
+def cli(ctx, store_dir, directory, lock_timeout):
+    """Checkpoints of a directory tree, without git: snapshot, list, show, cat, verify.
+
+    Exit codes: 0 ok, 1 differences (diff), 2 usage, 3 no store / store exists, 4 unknown
+    checkpoint or path, 5 store locked, 6 store damaged, 7 unknown store format, 8 file-system
+    error, 9 conflict, 10 unsafe path, 70 internal error.
+    """
+    ctx.obj = Ctx(store_dir, directory, lock_timeout)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--store", "init_store", metavar="DIR", help="Keep the store in DIR, outside the tree.")
+@click.option(
+    "--compression",
+    type=click.IntRange(1, 22),
+    default=3,
+    show_default=True,
+    help="zstd level for new chunks.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def init(obj: Ctx, init_store, compression, quiet):
+    """Create a store for the tree in the current directory (in ./.snapstore by default)."""
+    from .store import Store
+
+    with Store.init(obj.directory, store=init_store or obj.store_dir, compression_level=compression) as store:
+        if not quiet:
+            click.echo(f"initialised an empty store in {store.store_dir} for {store.root}")
+
+
+def _parse_meta(pairs: tuple[str, ...]) -> dict[str, str]:
+    meta = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--meta takes KEY=VALUE, not {pair!r}")
+        meta[key] = value
+    return meta
+
+
+def _read_conversation(source: str | None):
+    if source is None:
+        return None
+    import json
+
+    try:
+        if source == "-":
+            text = sys.stdin.read()
+        else:
+            with open(source, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read the conversation from {source}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"the conversation in {source} is not UTF-8 text") from exc
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the conversation in {source} is not valid JSON: {exc}") from exc
+    if not isinstance(doc, list):
+        raise UsageError("the conversation must be a JSON list of messages")
+    return doc
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("-m", "--message", default="", help="What this checkpoint is.")
+@click.option("--tag", "tags", multiple=True, metavar="NAME", help="Name it (repeatable); a tag moves to the newest checkpoint that takes it.")
+@click.option("--task", metavar="NAME", help="The agent task or session it belongs to.")
+@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Free metadata, e.g. the tool call (repeatable).")
+@click.option("--conversation", "conversation_src", metavar="FILE|-", help="A JSON list of messages to keep with it.")
+@click.option("--skip-unchanged", is_flag=True, help="Record nothing (and print the parent) when nothing changed.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checkpoint as JSON.")
+@click.pass_obj
+def snapshot(obj: Ctx, message, tags, task, meta, conversation_src, skip_unchanged, quiet, as_json):
+    """Record the tree as a new checkpoint and print its id and what changed."""
+    from .render import Progress, changes_summary, size
+
+    metadata = _parse_meta(meta)
+    messages = _read_conversation(conversation_src)
+    progress = Progress("snapshot", enabled=not quiet and not as_json)
+    with obj.open() as store:
+        try:
+            cp = store.snapshot(
+                message,
+                tags=tags,
+                task=task,
+                metadata=metadata,
+                conversation=messages,
+                skip_unchanged=skip_unchanged,
+                progress=progress,
+            )
+        finally:
+            progress.close()
+    if as_json:
+        _echo_json({**cp.to_json(), "reused": cp.reused, "warnings": list(cp.warnings)})
+        return
+    if quiet:
+        return
+    for w in cp.warnings:
+        _warn(w)
+    if cp.reused:
+        click.echo(f"{cp.short_id} unchanged (no new checkpoint)")
+        return
+    st = cp.stats
+    skipped = sum(st.get("skipped", {}).values())
+    extra = f", {skipped} skipped" if skipped else ""
+    click.echo(f"{cp.short_id} {changes_summary(st)} files, {size(st.get('new_bytes', 0))} new{extra}")
+
+
+@cli.command(name="list", context_settings=CONTEXT)
+@click.option("--task", metavar="NAME", help="Only the checkpoints of this task.")
+@click.option("--all", "include_all", is_flag=True, help="Include the safety checkpoints that restores record.")
+@click.option("-n", "--limit", type=click.IntRange(min=1), help="Show at most N rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {\"checkpoints\": [...]}.")
+@click.pass_obj
+def list_(obj: Ctx, task, include_all, limit, as_json):
+    """List checkpoints, newest first; #N in the first column is a valid reference."""
+    from .render import changes_summary, local_time, one_line, table
+
+    with obj.open() as store:
+        rows = store.checkpoints(task=task, include_safety=include_all)
+    if limit:
+        rows = rows[:limit]
+    numbered = _number(rows)
+    if as_json:
+        _echo_json({"checkpoints": [{**c.to_json(), "index": n} for n, c in numbered]})
+        return
+    if not rows:
+        click.echo("no checkpoints yet")
+        return
+    lines = []
+    for n, c in numbered:
+        label = c.message if not c.tags else f"{c.message} [{', '.join(c.tags)}]"
+        lines.append(
+            [
+                f"#{n}" if n else "safety",
+                c.short_id,
+                local_time(c.time_ns),
+                one_line(label) or "-",
+                c.task or "-",
+                changes_summary(c.stats),
+            ]
+        )
+    click.echo(table(lines))
+
+
+def _number(rows):
+    """Pair rows with their ``#N`` (safety checkpoints have none: N counts visible rows)."""
+    out, n = [], 0
+    for c in rows:
+        if c.is_safety:
+            out.append((None, c))
+        else:
+            n += 1
+            out.append((n, c))
+    return out
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("ref", default="latest")
+@click.option("--conversation", "show_conversation", is_flag=True, help="Print the conversation stored with it.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def show(obj: Ctx, ref, show_conversation, as_json):
+    """Show a checkpoint and the files it changed against its parent."""
+    from .errors import RefError
+    from .render import dump_json, local_time, size
+
+    with obj.open() as store:
+        cp = store.resolve(ref)
+        if show_conversation:
+            messages = store.conversation(cp.id)
+            if messages is None:
+                raise RefError(f"no conversation stored with checkpoint {cp.short_id}")
+            click.echo(dump_json(messages))
+            return
+        changes = store.changes(cp.id)
+    if as_json:
+        _echo_json({**cp.to_json(), "changes": [c.to_json() for c in changes]})
+        return
+    st = cp.stats
+    click.echo(f"checkpoint {cp.id}")
+    click.echo(f"time:     {local_time(cp.time_ns)}")
+    click.echo(f"message:  {cp.message or '-'}")
+    if cp.task:
+        click.echo(f"task:     {cp.task}")
+    if cp.tags:
+        click.echo(f"tags:     {', '.join(cp.tags)}")
+    click.echo(f"parent:   {cp.parent[:12] if cp.parent else '-'}")
+    click.echo(f"files:    {st.get('files', 0)} ({size(st.get('bytes', 0))}), {size(st.get('new_bytes', 0))} new")
+    for key, value in cp.metadata.items():
+        click.echo(f"meta:     {key}={value}")
+    click.echo(f"conversation: {'stored' if cp.conversation else 'none'}")
+    if changes:
+        click.echo("")
+        for c in changes:
+            click.echo(f"{c.status} {c.display_path}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("ref")
+@click.argument("path")
+@click.pass_obj
+def cat(obj: Ctx, ref, path):
+    """Write the exact bytes of PATH (relative to the tree root) in checkpoint REF to stdout."""
+    out = sys.stdout.buffer
+    with obj.open() as store:
+        for data in store.iter_bytes(ref, path):
+            out.write(data)
+    out.flush()
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but problems.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def verify(obj: Ctx, quiet, as_json):
+    """Re-read and re-hash every chunk, resolve every reference; exit 6 if anything is wrong."""
+    from .errors import CorruptError
+    from .render import Progress, size
+
+    progress = Progress("verify", enabled=not quiet and not as_json, unit_bytes=False)
+    with obj.open() as store:
+        try:
+            report = store.verify(progress=progress)
+        finally:
+            progress.close()
+    if as_json:
+        _echo_json(report.to_json())
+    else:
+        for p in report.problems:
+            click.echo(f"problem: {p}")
+        if not quiet:
+            status = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+            click.echo(
+                f"verified {report.chunks} chunks ({size(report.bytes_read)}), {report.streams} streams, "
+                f"{report.checkpoints} checkpoints, {report.files} file entries: {status}"
+            )
+    if not report.ok:
+        raise _Exit(CorruptError.exit_code)
+
+
+class _Exit(Exception):
+    def __init__(self, code: int):
+        self.code = code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    try:
+        cli.main(args=argv, prog_name="snapstore", standalone_mode=False)
+        return EXIT_OK
+    except _Exit as exc:
+        return exc.code
+    except SnapstoreError as exc:
+        _fail(exc.message)
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        _fail("interrupted")
+        return 130
+    except click.ClickException as exc:
+        _fail(exc.format_message())
+        return 2
+    except KeyboardInterrupt:
+        _fail("interrupted")
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``snapstore cat ... | head``): not an error of ours.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
+    except Exception as exc:  # a bug: one line, and the traceback only on request
+        if os.environ.get("SNAPSTORE_DEBUG"):
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {exc} (set SNAPSTORE_DEBUG=1 for details)")
+        return 70
+
+
+def _fail(message: str) -> None:
+    first = " ".join(str(message).split())
+    try:
+        click.echo(f"snapstore: error: {first}", err=True)
+    except Exception:
+        pass
+
+
+def run() -> None:
+    sys.exit(main())

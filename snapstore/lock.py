@@ -1,0 +1,93 @@
+"""The store's writer lock: one writer at a time, any number of readers.
+
+An advisory ``flock`` on ``<store>/lock``.  The holder writes its pid into the file so that a
+waiter that times out can name it.  The kernel drops the lock when the holder dies (even by
+SIGKILL), so a crashed writer never leaves the store locked.  Readers take no lock: LMDB's MVCC
+gives them a consistent view while a writer works.
+
+The lock is re-entrant per :class:`WriterLock` object (a store method that calls another keeps
+it), and distinct objects conflict even within one process, because flock locks belong to open
+file descriptions.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from contextlib import contextmanager
+
+from .errors import LockedError, TreeIOError
+
+DEFAULT_TIMEOUT = 30.0
+POLL = 0.02
+
+
+class WriterLock:
+    def __init__(self, path: str, timeout: float = DEFAULT_TIMEOUT):
+        self.path = path
+        self.timeout = timeout
+        self._fd: int | None = None
+        self._depth = 0
+        self._owner: int | None = None
+        self._mutex = threading.RLock()
+
+    @contextmanager
+    def held(self):
+        """Hold the lock for the duration of the block (waiting up to ``timeout``)."""
+        with self._mutex:
+            if self._depth == 0:
+                self._acquire()
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._release()
+
+    def _acquire(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise TreeIOError(f"cannot open the store lock {self.path}: {exc.strerror}") from exc
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = _read_pid(fd)
+                    os.close(fd)
+                    who = f"process {holder}" if holder else "another process"
+                    raise LockedError(
+                        f"the store is locked by {who} (waited {self.timeout:g} s); "
+                        "try again when it finishes"
+                    ) from None
+                time.sleep(POLL)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # the pid is only informational
+        self._fd = fd
+
+    def _release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                pass
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode().strip()
+        return int(text) if text else None
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,105 @@
+"""Manifests: the sorted list of what a checkpoint holds, stored as a record stream.
+
+Each entry is one msgpack array ``[path, kind, mode, size, mtime_ns, ref]``:
+
+* ``path``: bytes, relative to the tree root, ``/``-separated, exactly as the file system names
+  it (names that are not UTF-8 are kept byte for byte);
+* ``kind``: one of :data:`FILE`, :data:`EXEC`, :data:`SYMLINK`, :data:`DIR`, :data:`UNREADABLE`;
+* ``mode``: the permission bits seen at snapshot time (informational; restore applies the exec
+  bit, not the rest);
+* ``size``, ``mtime_ns``: as seen at snapshot time (mtime is informational and not compared);
+* ``ref``: the content's stream id for files, the link target for symlinks, empty otherwise.
+
+Entries are sorted by path bytes and cut into chunks between records (chunker.cut_records, keyed
+by path), so a changed file rewrites one manifest chunk plus one index node per tree level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import msgpack
+
+from . import chunker, objects
+from .errors import CorruptError
+
+FILE = 0
+EXEC = 1
+SYMLINK = 2
+DIR = 3
+UNREADABLE = 4  # present on disk but could not be read: restore and diff leave it alone
+
+KIND_NAMES = {FILE: "file", EXEC: "exec", SYMLINK: "symlink", DIR: "dir", UNREADABLE: "unreadable"}
+
+
+class Entry(NamedTuple):
+    """One path of a checkpoint."""
+
+    path: bytes
+    kind: int
+    mode: int
+    size: int
+    mtime_ns: int
+    ref: bytes
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind in (FILE, EXEC)
+
+    def same_content(self, other: Entry) -> bool:
+        """True when restoring one over the other would change nothing (mtime is ignored)."""
+        return self.kind == other.kind and self.ref == other.ref
+
+
+def encode_entry(e: Entry) -> bytes:
+    return msgpack.packb([e.path, e.kind, e.mode, e.size, e.mtime_ns, e.ref], use_bin_type=True)
+
+
+def write_manifest(entries: Iterable[Entry], put, level: int = objects.DEFAULT_LEVEL):
+    """Store sorted ``entries`` as a stream; returns ``(stream id, size, record or None)``."""
+    records = ((e.path, encode_entry(e)) for e in entries)
+    return objects.write_stream((b"".join(g) for g in chunker.cut_records(records)), put, level)
+
+
+def _check(raw) -> Entry:
+    if not isinstance(raw, list) or len(raw) != 6:
+        raise ValueError("an entry is not a 6-item array")
+    path, kind, mode, size, mtime_ns, ref = raw
+    if not isinstance(path, bytes) or not path:
+        raise ValueError("an entry has no path")
+    if not (isinstance(kind, int) and kind in KIND_NAMES):
+        raise ValueError(f"entry {path!r} has an unknown kind")
+    if not (isinstance(mode, int) and isinstance(size, int) and isinstance(mtime_ns, int)):
+        raise ValueError(f"entry {path!r} has a non-integer field")
+    if not isinstance(ref, bytes):
+        raise ValueError(f"entry {path!r} has a bad reference")
+    if kind in (FILE, EXEC) and len(ref) != 32:
+        raise ValueError(f"entry {path!r} has a bad content id")
+    return Entry(path, kind, mode, size, mtime_ns, ref)
+
+
+def iter_entries_of_chunks(mid: bytes, chunks: Iterable[bytes]) -> Iterator[Entry]:
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=64 << 20)
+    previous = None
+    try:
+        for data in chunks:
+            unpacker.feed(data)
+            for raw in unpacker:
+                entry = _check(raw)
+                if previous is not None and entry.path <= previous:
+                    raise ValueError("entries are not sorted by path")
+                previous = entry.path
+                yield entry
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CorruptError(f"manifest {mid.hex()} is damaged: {exc}") from exc
+
+
+def iter_entries(get, mid: bytes) -> Iterator[Entry]:
+    """Yield the entries of manifest ``mid`` in path order (validating their shape)."""
+    return iter_entries_of_chunks(mid, objects.iter_stream(get, mid))
+
+
+def load(get, mid: bytes) -> dict[bytes, Entry]:
+    """The whole manifest as a dict keyed by path."""
+    return {e.path: e for e in iter_entries(get, mid)}

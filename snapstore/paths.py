@@ -1,0 +1,22 @@
+"""Paths as snapstore handles them: bytes, relative to the tree root, ``/``-separated."""
+
+from __future__ import annotations
+
+import os
+
+
+def display(rel: bytes) -> str:
+    """A printable form of a stored path: bytes that are not UTF-8 appear as ``\\xNN``."""
+    return rel.decode("utf-8", "backslashreplace")
+
+
+def to_json(rel: bytes) -> str:
+    """The JSON form of a stored path (lossless: undecodable bytes become lone surrogates)."""
+    return os.fsdecode(rel)
+
+
+def from_user(path: str | bytes) -> bytes:
+    """A root-relative path typed by a user or passed by a caller, normalised."""
+    raw = os.fsencode(path)
+    parts = [p for p in raw.replace(b"\\", b"/").split(b"/") if p and p != b"."]
+    return b"/".join(parts)

@@ -1,0 +1,78 @@
+"""Checkpoint references: how a user names a checkpoint.
+
+==============  ==============================================================
+``latest``      the newest checkpoint (safety checkpoints of restores excluded)
+``latest~N``    the N-th before it, counting the same way
+``#N``          the N-th row that ``snapstore list`` prints (``#1`` is ``latest``)
+a tag           set with ``snapshot --tag NAME``
+a hex prefix    at least 4 hex digits of an id, unique in the store; or a full id
+==============  ==============================================================
+
+With ``task``, ``latest``, ``latest~N`` and ``#N`` count only that task's checkpoints.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .checkpoint import Checkpoint
+from .errors import RefError
+
+_LATEST = re.compile(r"^latest(?:~(\d+))?$")
+_ROW = re.compile(r"^#(\d+)$")
+_HEX = re.compile(r"^[0-9a-fA-F]{4,64}$")
+
+MIN_PREFIX = 4
+
+
+def visible(checkpoints: list[Checkpoint], task: str | None = None) -> list[Checkpoint]:
+    """What ``list`` shows: newest first, no safety checkpoints, optionally one task."""
+    rows = [c for c in reversed(checkpoints) if not c.is_safety]
+    if task is not None:
+        rows = [c for c in rows if c.task == task]
+    return rows
+
+
+def resolve(
+    ref: str,
+    checkpoints: list[Checkpoint],
+    tags: dict[str, str],
+    task: str | None = None,
+) -> Checkpoint:
+    """Resolve ``ref`` among ``checkpoints`` (oldest first) and ``tags`` (name -> id)."""
+    ref = ref.strip()
+    if not ref:
+        raise RefError("empty checkpoint reference")
+    by_id = {c.id: c for c in checkpoints}
+    m = _LATEST.match(ref)
+    if m:
+        n = int(m.group(1) or 0)
+        rows = visible(checkpoints, task)
+        if not rows:
+            raise RefError("there are no checkpoints yet" + (f" in task {task!r}" if task else ""))
+        if n >= len(rows):
+            raise RefError(f"{ref}: only {len(rows)} checkpoint(s) exist")
+        return rows[n]
+    m = _ROW.match(ref)
+    if m:
+        n = int(m.group(1))
+        rows = visible(checkpoints, task)
+        if n < 1 or n > len(rows):
+            raise RefError(f"{ref}: there is no row {n} (list shows {len(rows)})")
+        return rows[n - 1]
+    if ref in tags:
+        cid = tags[ref]
+        if cid not in by_id:
+            raise RefError(f"tag {ref!r} names a checkpoint that no longer exists")
+        return by_id[cid]
+    if _HEX.match(ref):
+        prefix = ref.lower()
+        matches = [c for c in checkpoints if c.id.startswith(prefix)]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            ids = ", ".join(c.short_id for c in matches[:5])
+            raise RefError(f"{ref} is ambiguous: it matches {len(matches)} checkpoints ({ids})")
+    elif re.match(r"^[0-9a-fA-F]{1,3}$", ref):
+        raise RefError(f"{ref}: an id prefix needs at least {MIN_PREFIX} hex digits")
+    raise RefError(f"unknown checkpoint {ref!r}")

@@ -1,0 +1,149 @@
+"""Walking the working tree: what is there, what is ignored, what is skipped.
+
+The walk never follows a symlink, never enters ``.git`` or the store, and never fails on a file
+that vanishes or cannot be listed: such paths are counted and reported as warnings, and the walk
+goes on.  Paths are bytes end to end, so names that are not valid UTF-8 survive exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+
+from .paths import display
+from . import ignore
+from .manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE
+
+ALWAYS_EXCLUDED = frozenset({b".git"})
+
+
+@dataclass
+class Found:
+    """One path the walk found: its kind and its lstat result (None for unreadable dirs)."""
+
+    path: bytes
+    kind: int
+    st: os.stat_result | None
+    target: bytes = b""  # symlink target
+
+
+@dataclass
+class ScanReport:
+    """What a walk skipped, and why (shown to the user as warnings and counts)."""
+
+    special: int = 0  # FIFOs, sockets, devices
+    vanished: int = 0
+    unreadable: int = 0
+    ignored: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+
+def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Found]:
+    """Return everything below ``root`` to snapshot, sorted by path.
+
+    ``excluded`` holds root-relative paths never to enter (the store when it lives in the tree).
+    A directory appears (as DIR) only when nothing below it is recorded, so restore can
+    recreate empty directories.
+    """
+    found: list[Found] = []
+    # Each frame: (rel path of dir, rules in force there); iterative so deep trees cannot
+    # exhaust the Python stack.
+    stack: list[tuple[bytes, ignore.Rules]] = [(b"", ignore.NO_RULES)]
+    dir_index: dict[bytes, int] = {}  # rel dir -> count of entries recorded below it
+    order: list[tuple[bytes, os.stat_result]] = []
+    while stack:
+        rel_dir, parent_rules = stack.pop()
+        abs_dir = os.path.join(root, rel_dir) if rel_dir else root
+        try:
+            with os.scandir(abs_dir) as it:
+                dirents = list(it)
+        except FileNotFoundError:
+            report.vanished += 1
+            report.warn(f"directory vanished during the scan: {display(rel_dir)}")
+            continue
+        except NotADirectoryError:
+            report.vanished += 1
+            report.warn(f"directory replaced during the scan: {display(rel_dir)}")
+            continue
+        except OSError as exc:
+            report.unreadable += 1
+            report.warn(f"cannot list {display(rel_dir) or '.'}: {exc.strerror}")
+            if rel_dir:
+                found.append(Found(rel_dir, UNREADABLE, None))
+                _mark_parents(dir_index, rel_dir)
+            continue
+        names = {d.name for d in dirents}
+        rules = ignore.rules_for_dir(parent_rules, abs_dir, rel_dir, names)
+        prefix = rel_dir + b"/" if rel_dir else b""
+        for d in dirents:
+            name = d.name
+            if name in ALWAYS_EXCLUDED:
+                continue
+            rel = prefix + name
+            if rel in excluded:
+                continue
+            try:
+                st = d.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                report.vanished += 1
+                report.warn(f"vanished during the scan: {display(rel)}")
+                continue
+            except OSError as exc:
+                report.unreadable += 1
+                report.warn(f"cannot stat {display(rel)}: {exc.strerror}")
+                found.append(Found(rel, UNREADABLE, None))
+                _mark_parents(dir_index, rel)
+                continue
+            mode = st.st_mode
+            if stat.S_ISDIR(mode):
+                if rules and ignore.is_ignored(rules, rel, True):
+                    report.ignored += 1
+                    continue
+                dir_index.setdefault(rel, 0)
+                order.append((rel, st))
+                stack.append((rel, rules))
+                continue
+            if rules and ignore.is_ignored(rules, rel, False):
+                report.ignored += 1
+                continue
+            if stat.S_ISREG(mode):
+                kind = EXEC if mode & 0o100 else FILE
+                found.append(Found(rel, kind, st))
+            elif stat.S_ISLNK(mode):
+                try:
+                    target = os.readlink(os.path.join(root, rel))
+                except FileNotFoundError:
+                    report.vanished += 1
+                    report.warn(f"vanished during the scan: {display(rel)}")
+                    continue
+                except OSError as exc:
+                    report.unreadable += 1
+                    report.warn(f"cannot read link {display(rel)}: {exc.strerror}")
+                    continue
+                found.append(Found(rel, SYMLINK, st, target))
+            else:
+                report.special += 1
+                continue
+            _mark_parents(dir_index, rel)
+    for rel, st in order:
+        if dir_index.get(rel, 0) == 0:
+            found.append(Found(rel, DIR, st))
+    found.sort(key=lambda f: f.path)
+    return found
+
+
+def _mark_parents(dir_index: dict[bytes, int], rel: bytes) -> None:
+    # Walk up until a directory already marked non-empty: each directory is marked once.
+    while True:
+        cut = rel.rfind(b"/")
+        if cut < 0:
+            return
+        rel = rel[:cut]
+        if dir_index.get(rel):
+            return
+        dir_index[rel] = 1

@@ -1,0 +1,447 @@
+"""Taking a snapshot: walk, read what changed, store new chunks, write the checkpoint last.
+
+Data flow (see docs/architecture.md)::
+
+    scan.walk ──> stat cache ──hit──> entry reuses the cached stream id
+                       │miss
+                       v
+              thread pool: read ─ chunk ─ hash ─ dedup check ─ zstd  (GIL released)
+                       │ bounded queue of new chunks
+                       v
+              writer thread: batches of <= BATCH_BYTES committed to the backend
+                       │ (all chunks committed)
+                       v
+              main thread: manifest + conversation + checkpoint + log + tags + stat cache,
+                           in ONE transaction, then fsync.
+
+A snapshot killed at any moment leaves at most unreferenced chunks (garbage for gc), never a
+checkpoint that points at something missing.  Memory is bounded: a file larger than
+WHOLE_READ_MAX is streamed through the chunker in groups of GROUP_BYTES, and the queue holds at
+most QUEUE_ITEMS groups.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import stat
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any
+
+from .paths import display
+from . import chunker, conversation, manifest, objects, scan, statcache
+from .checkpoint import USER, build_record, seq_key
+from .errors import TreeIOError
+from .manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE, Entry
+
+WHOLE_READ_MAX = 4 << 20
+GROUP_BYTES = 2 << 20
+QUEUE_ITEMS = 8
+BATCH_BYTES = 32 << 20
+READ_ATTEMPTS = 3
+
+Progress = Callable[[int, int], None]
+
+
+class FileChanged(Exception):
+    """The file kept changing while it was read (after READ_ATTEMPTS tries)."""
+
+
+class FileGone(Exception):
+    """The file vanished or stopped being a regular file before it could be read."""
+
+
+@dataclass
+class SnapshotResult:
+    """What a snapshot did: the entries, the counts, the warnings."""
+
+    entries: list[Entry]
+    manifest_id: bytes
+    conversation_id: bytes | None
+    added: int = 0
+    modified: int = 0
+    deleted: int = 0
+    files_read: int = 0
+    bytes_read: int = 0
+    new_bytes: int = 0
+    reused: bool = False
+    report: scan.ScanReport = field(default_factory=scan.ScanReport)
+
+
+class _Dedup:
+    """Chunk ids claimed by this snapshot, so each new chunk is compressed and queued once."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._claimed: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def new_ids(self, ids: list[bytes]) -> set[bytes]:
+        with self._lock:
+            fresh = [i for i in dict.fromkeys(ids) if i not in self._claimed]
+            self._claimed.update(fresh)
+        if not fresh:
+            return set()
+        present = self._backend.has_many("chunks", fresh)
+        return {i for i, p in zip(fresh, present) if not p}
+
+
+class _Writer(threading.Thread):
+    """The one thread that commits chunk batches to the backend."""
+
+    def __init__(self, backend):
+        super().__init__(name="snapstore-writer", daemon=True)
+        self.backend = backend
+        self.queue: queue.Queue = queue.Queue(QUEUE_ITEMS)
+        self.error: BaseException | None = None
+        self.inserted = 0
+
+    def run(self) -> None:
+        pending: list[tuple[str, bytes, bytes]] = []
+        size = 0
+        while True:
+            item = self.queue.get()
+            if item is None:
+                break
+            if self.error is not None:
+                continue  # keep draining so producers never block on a dead writer
+            pending.extend(item)
+            size += sum(len(v) for _, _, v in item)
+            if size >= BATCH_BYTES:
+                self._commit(pending)
+                pending, size = [], 0
+        if pending and self.error is None:
+            self._commit(pending)
+
+    def _commit(self, ops) -> None:
+        try:
+            with self.backend.write() as batch:
+                for table, key, value in ops:
+                    batch.put_new(table, key, value)
+            self.inserted += batch.inserted_bytes
+        except BaseException as exc:  # reported by the main thread
+            self.error = exc
+
+
+class _Reader:
+    """Reads one file into chunks; runs in the thread pool."""
+
+    def __init__(self, root: bytes, dedup: _Dedup, writer: _Writer, level: int):
+        self.root = root
+        self.dedup = dedup
+        self.writer = writer
+        self.level = level
+
+    def _store(self, pairs: list[tuple[bytes, bytes | memoryview]]) -> None:
+        new = self.dedup.new_ids([cid for cid, _ in pairs])
+        if not new:
+            return
+        ops = []
+        for cid, data in pairs:
+            if cid in new:
+                new.discard(cid)
+                ops.append(("chunks", cid, objects.encode_chunk(data, self.level)))
+        self.writer.queue.put(ops)
+
+    def read(self, rel: bytes) -> tuple[bytes, os.stat_result, int]:
+        """Store one file; returns ``(stream id, the stat it was read under, recorded_ns)``."""
+        path = os.path.join(self.root, rel)
+        for _ in range(READ_ATTEMPTS):
+            recorded = time.time_ns()
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except FileNotFoundError as exc:
+                raise FileGone("vanished before it could be read") from exc
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # now a symlink, or parent replaced
+                    raise FileGone("was replaced before it could be read") from exc
+                raise
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise FileGone("is no longer a regular file")
+                sid, size = self._read_fd(fd, st.st_size)
+                after = os.fstat(fd)
+            finally:
+                os.close(fd)
+            if (
+                size == after.st_size
+                and after.st_mtime_ns == st.st_mtime_ns
+                and after.st_ctime_ns == st.st_ctime_ns
+            ):
+                return sid, st, recorded
+        raise FileChanged(f"kept changing while it was read ({READ_ATTEMPTS} attempts)")
+
+    def _read_fd(self, fd: int, expected: int) -> tuple[bytes, int]:
+        f = os.fdopen(fd, "rb", buffering=0, closefd=False)
+        builder = objects.StreamBuilder()
+        if expected <= WHOLE_READ_MAX:
+            data = f.read(expected + 1)
+            while True:  # a file that grew since its stat: read to the end, the check decides
+                more = f.read(1 << 20)
+                if not more:
+                    break
+                data += more
+            self._store([(builder.add(view), view) for view in chunker.cut_buffer(data)])
+        else:
+            group: list[tuple[bytes, bytes]] = []
+            group_size = 0
+            for data in chunker.cut_stream(f):
+                group.append((builder.add(data), data))
+                group_size += len(data)
+                if group_size >= GROUP_BYTES:
+                    self._store(group)
+                    group, group_size = [], 0
+            if group:
+                self._store(group)
+        nodes: list[tuple[bytes, bytes]] = []
+        sid, size, record = builder.finish(lambda nid, value: nodes.append((nid, value)), self.level)
+        if nodes:
+            new = self.dedup.new_ids([nid for nid, _ in nodes])
+            ops = [("chunks", nid, value) for nid, value in nodes if nid in new]
+            if ops:
+                self.writer.queue.put(ops)
+        if record is not None:
+            self.writer.queue.put([("streams", sid, record)])
+        return sid, size
+
+
+
+def take(
+    store,
+    *,
+    message: str = "",
+    task: str | None = None,
+    tags: list[str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    messages: Any = None,
+    kind: str = USER,
+    skip_unchanged: bool = False,
+    progress: Progress | None = None,
+    workers: int | None = None,
+):
+    """Snapshot ``store``'s tree; returns ``(Checkpoint, SnapshotResult)``.
+
+    The caller holds the writer lock.  With ``skip_unchanged`` and a tree (and conversation)
+    identical to the parent's, nothing is written and the parent is returned.
+    """
+    backend = store.backend
+    root = store.root_bytes
+    level = store.compression_level
+    report = scan.ScanReport()
+    found = scan.walk(root, store.excluded, report)
+
+    with backend.read() as view:
+        cache = dict(view.items("statcache"))
+        last = view.items("log", reverse=True)
+        last_item = next(iter(last), None)
+    parent = store._checkpoint_by_id(last_item[1]) if last_item else None
+    next_seq = (int.from_bytes(last_item[0], "big") + 1) if last_item else 1
+    parent_entries = store._manifest_dict(parent.manifest) if parent else {}
+
+    entries: dict[bytes, Entry] = {}
+    to_read: list[scan.Found] = []
+    for f in found:
+        st = f.st
+        if f.kind in (FILE, EXEC):
+            sid = statcache.lookup(cache.get(f.path), st)
+            if sid is None:
+                to_read.append(f)
+            else:
+                entries[f.path] = Entry(
+                    f.path, f.kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid
+                )
+        elif f.kind == SYMLINK:
+            entries[f.path] = Entry(
+                f.path, SYMLINK, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, f.target
+            )
+        elif f.kind == DIR:
+            entries[f.path] = Entry(f.path, DIR, stat.S_IMODE(st.st_mode), 0, st.st_mtime_ns, b"")
+        else:
+            entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
+
+    result = SnapshotResult(entries=[], manifest_id=b"", conversation_id=None, report=report)
+    cache_updates: dict[bytes, bytes] = {}
+    writer = _Writer(backend)
+    writer.start()
+    try:
+        if to_read:
+            _read_files(store, to_read, entries, cache_updates, result, writer, level, progress, workers)
+    finally:
+        writer.queue.put(None)
+        writer.join()
+    if writer.error is not None:
+        raise _as_store_error(writer.error)
+
+    ordered = [entries[p] for p in sorted(entries)]
+    result.entries = ordered
+    _count_changes(result, parent_entries, ordered)
+
+    final_objects: list[tuple[str, bytes, bytes]] = []
+
+    def put_chunk(cid: bytes, value: bytes) -> None:
+        final_objects.append(("chunks", cid, value))
+
+    mid, _, mrecord = manifest.write_manifest(ordered, put_chunk, level)
+    if mrecord is not None:
+        final_objects.append(("streams", mid, mrecord))
+    result.manifest_id = mid
+    cid_conv = None
+    if messages is not None:
+        cid_conv, _, crecord = conversation.write(messages, put_chunk, level)
+        if crecord is not None:
+            final_objects.append(("streams", cid_conv, crecord))
+    result.conversation_id = cid_conv
+
+    if (
+        skip_unchanged
+        and parent is not None
+        and parent.manifest == mid
+        and (messages is None or parent.conversation == cid_conv)
+    ):
+        _write_cache_only(backend, cache_updates, cache, found)
+        result.reused = True
+        return parent, result
+
+    stats = {
+        "files": sum(1 for e in ordered if e.is_file),
+        "bytes": sum(e.size for e in ordered if e.is_file),
+        "added": result.added,
+        "modified": result.modified,
+        "deleted": result.deleted,
+        "files_read": result.files_read,
+        "bytes_read": result.bytes_read,
+        "skipped": {
+            "special": report.special,
+            "vanished": report.vanished,
+            "unreadable": report.unreadable,
+        },
+    }
+    time_ns = time.time_ns()
+    tags = list(dict.fromkeys(tags or []))
+    result.new_bytes = writer.inserted + _new_bytes(backend, final_objects)
+    stats["new_bytes"] = result.new_bytes
+    with backend.write() as batch:
+        for table, key, value in final_objects:
+            batch.put_new(table, key, value)
+        for path, value in cache_updates.items():
+            batch.put("statcache", path, value)
+        for path in _stale_cache_keys(cache, found):
+            batch.delete("statcache", path)
+        cp_id, packed = build_record(
+            parent=parent.id if parent else None,
+            time_ns=time_ns,
+            message=message,
+            task=task,
+            tags=tags,
+            kind=kind,
+            manifest=mid,
+            conversation=cid_conv,
+            metadata=metadata or {},
+            stats=stats,
+        )
+        batch.put("checkpoints", cp_id, packed)
+        batch.put("log", seq_key(next_seq), cp_id)
+        for tag in tags:
+            batch.put("tags", tag.encode(), cp_id)
+    backend.sync()
+    return store._checkpoint_by_id(cp_id), result
+
+
+def _read_files(store, to_read, entries, cache_updates, result, writer, level, progress, workers):
+    reader = _Reader(store.root_bytes, _Dedup(store.backend), writer, level)
+    total = sum(f.st.st_size for f in to_read)
+    done = 0
+    n = workers or min(4, (os.cpu_count() or 2))
+    with ThreadPoolExecutor(n, thread_name_prefix="snapstore-read") as pool:
+        futures = {pool.submit(reader.read, f.path): f for f in to_read}
+        try:
+            for fut in as_completed(futures):
+                f = futures[fut]
+                done += f.st.st_size
+                if progress:
+                    progress(done, total)
+                if writer.error is not None:
+                    break
+                try:
+                    sid, st, recorded = fut.result()
+                except FileGone as exc:
+                    result.report.vanished += 1
+                    result.report.warn(f"{display(f.path)} {exc}; not recorded")
+                    entries.pop(f.path, None)
+                    continue
+                except FileChanged as exc:
+                    result.report.unreadable += 1
+                    result.report.warn(f"{display(f.path)} {exc}; recorded as unreadable")
+                    entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
+                    continue
+                except OSError as exc:
+                    result.report.unreadable += 1
+                    result.report.warn(f"cannot read {display(f.path)}: {exc.strerror}")
+                    entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
+                    continue
+                kind = EXEC if st.st_mode & 0o100 else FILE
+                entries[f.path] = Entry(
+                    f.path, kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid
+                )
+                result.files_read += 1
+                result.bytes_read += st.st_size
+                cache_updates[f.path] = statcache.encode(st, sid, recorded)
+        finally:
+            for fut in futures:
+                fut.cancel()
+
+
+def _count_changes(result: SnapshotResult, before: dict[bytes, Entry], after: list[Entry]) -> None:
+    seen = 0
+    for e in after:
+        old = before.get(e.path)
+        if old is None:
+            result.added += 1
+        else:
+            seen += 1
+            if not old.same_content(e) or (e.kind == DIR) != (old.kind == DIR):
+                result.modified += 1
+    result.deleted = len(before) - seen
+
+
+def _new_bytes(backend, objects_: list[tuple[str, bytes, bytes]]) -> int:
+    """Bytes that storing ``objects_`` will add (the caller holds the writer lock)."""
+    unique = {(t, k): v for t, k, v in objects_}
+    keys = list(unique)
+    total = 0
+    for table in {t for t, _ in keys}:
+        ks = [k for t, k in keys if t == table]
+        for k, present in zip(ks, backend.has_many(table, ks)):
+            if not present:
+                total += len(unique[(table, k)])
+    return total
+
+
+def _stale_cache_keys(cache: dict[bytes, bytes], found) -> list[bytes]:
+    if not cache:
+        return []
+    present = {f.path for f in found}
+    return [k for k in cache if k not in present]
+
+
+def _write_cache_only(backend, cache_updates, cache, found) -> None:
+    stale = _stale_cache_keys(cache, found)
+    if not cache_updates and not stale:
+        return
+    with backend.write() as batch:
+        for path, value in cache_updates.items():
+            batch.put("statcache", path, value)
+        for path in stale:
+            batch.delete("statcache", path)
+
+
+def _as_store_error(exc: BaseException) -> BaseException:
+    if isinstance(exc, OSError):
+        return TreeIOError(f"cannot write to the store: {exc.strerror or exc}")
+    return exc

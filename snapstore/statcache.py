@@ -1,0 +1,50 @@
+"""The stat cache: path -> what the file looked like when its content was last read.
+
+It lets a snapshot skip opening files whose stat fields have not changed.  It is an optimisation
+only: deleting the table changes no result, only speed.
+
+Racy files (git's "racy git", borg #3536): a file modified within the same timestamp tick as the
+moment its content was read would look unchanged afterwards.  An entry is therefore trusted only
+when both its mtime and its ctime are at least RACY_MARGIN_NS older than the moment the content
+was read; younger entries are re-read on the next snapshot (once, then they are old enough).
+ctime cannot be set by user programs, so "same size, same mtime (set back with utime)" is caught
+by ctime too.
+"""
+
+from __future__ import annotations
+
+import os
+
+import msgpack
+
+#: Two seconds covers the coarsest common timestamp granularity (FAT) with room to spare.
+RACY_MARGIN_NS = 2_000_000_000
+
+
+def encode(st: os.stat_result, sid: bytes, recorded_ns: int) -> bytes:
+    return msgpack.packb(
+        [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, sid, recorded_ns]
+    )
+
+
+def lookup(value: bytes | None, st: os.stat_result) -> bytes | None:
+    """The cached stream id for a file whose lstat is ``st``, or None when it must be read."""
+    if value is None:
+        return None
+    try:
+        size, mtime, ctime, ino, mode, sid, recorded = msgpack.unpackb(value)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None  # a damaged cache entry only costs a re-read
+    if (
+        size != st.st_size
+        or mtime != st.st_mtime_ns
+        or ctime != st.st_ctime_ns
+        or ino != st.st_ino
+        or mode != st.st_mode
+    ):
+        return None
+    if max(mtime, ctime) >= recorded - RACY_MARGIN_NS:
+        return None
+    if not isinstance(sid, bytes) or len(sid) != 32:
+        return None
+    return sid

@@ -1,0 +1,352 @@
+"""The Store: the one object agents, the CLI and the benchmarks talk to.
+
+A store belongs to one working tree (its *root*).  By default it lives in ``<root>/.snapstore``;
+``Store.init(root, store=DIR)`` puts it elsewhere and records the root in its meta table.
+Every method that writes holds the store's writer lock; reads take no lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import msgpack
+
+from . import chunker, conversation, manifest, objects, refs, snapshot, verify
+from .backend import MemoryBackend
+from .checkpoint import USER, Checkpoint, load_all, load_one
+from .diff import Change, compare
+from .errors import (
+    CorruptError,
+    FormatVersionError,
+    RefError,
+    StoreExistsError,
+    StoreNotFoundError,
+    TreeIOError,
+    UsageError,
+)
+from .lock import DEFAULT_TIMEOUT, WriterLock
+from .manifest import Entry
+from .paths import display, from_user
+
+STORE_DIRNAME = ".snapstore"
+FORMAT_VERSION = 1
+
+
+class _ThreadLock:
+    """The writer lock of an in-memory store (one process, so a thread lock is enough)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    @contextmanager
+    def held(self):
+        with self._lock:
+            yield
+
+
+class Store:
+    """A snapshot store for one directory tree.
+
+    Open one with :meth:`init` (creates it), :meth:`open` (a tree's store, or a store directory)
+    or :meth:`find` (search upwards from a directory, like git).  Use it as a context manager or
+    call :meth:`close`.
+    """
+
+    def __init__(self, backend, root: str, store_dir: str | None, lock, compression_level: int):
+        self.backend = backend
+        self.root = os.path.abspath(root)
+        self.root_bytes = os.fsencode(self.root)
+        self.store_dir = store_dir
+        self.compression_level = compression_level
+        self._lock = lock
+        excluded = set()
+        if store_dir is not None:
+            rel = os.path.relpath(os.path.realpath(store_dir), os.path.realpath(self.root))
+            if not rel.startswith(".."):
+                excluded.add(os.fsencode(rel).replace(os.sep.encode(), b"/"))
+        self.excluded = frozenset(excluded)
+
+    # -- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def init(
+        cls,
+        root: str | os.PathLike = ".",
+        *,
+        store: str | os.PathLike | None = None,
+        compression_level: int = objects.DEFAULT_LEVEL,
+        lock_timeout: float = DEFAULT_TIMEOUT,
+    ) -> Store:
+        """Create a store for the tree at ``root`` (in ``root/.snapstore`` unless ``store``)."""
+        from .lmdb_store import LmdbBackend
+
+        root = os.path.abspath(os.fspath(root))
+        if not os.path.isdir(root):
+            raise TreeIOError(f"{root} is not a directory")
+        inside = store is None
+        store_dir = os.path.join(root, STORE_DIRNAME) if inside else os.path.abspath(os.fspath(store))
+        if os.path.exists(os.path.join(store_dir, "data.mdb")):
+            raise StoreExistsError(f"a store already exists at {store_dir}")
+        if not 1 <= compression_level <= 22:
+            raise UsageError("the compression level must be between 1 and 22")
+        try:
+            os.makedirs(store_dir, exist_ok=True)
+        except OSError as exc:
+            raise TreeIOError(f"cannot create {store_dir}: {exc.strerror}") from exc
+        backend = LmdbBackend(store_dir, create=True)
+        with backend.write() as batch:
+            batch.put("meta", b"format", str(FORMAT_VERSION).encode())
+            batch.put("meta", b"root", os.fsencode(root))
+            batch.put("meta", b"layout", b"inside" if inside else b"outside")
+            batch.put("meta", b"chunker", msgpack.packb(chunker.PARAMS))
+            batch.put("meta", b"compression", str(compression_level).encode())
+            batch.put("meta", b"created", str(time.time_ns()).encode())
+        backend.sync()
+        lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
+        return cls(backend, root, store_dir, lock, compression_level)
+
+    @classmethod
+    def open(
+        cls,
+        root: str | os.PathLike | None = None,
+        *,
+        store: str | os.PathLike | None = None,
+        lock_timeout: float = DEFAULT_TIMEOUT,
+    ) -> Store:
+        """Open the store of the tree at ``root``, or the store directory ``store``."""
+        from .lmdb_store import LmdbBackend
+
+        if store is None:
+            if root is None:
+                raise UsageError("Store.open needs a root or a store directory")
+            store_dir = os.path.join(os.path.abspath(os.fspath(root)), STORE_DIRNAME)
+            if not os.path.exists(os.path.join(store_dir, "data.mdb")):
+                raise StoreNotFoundError(
+                    f"no store in {os.path.abspath(os.fspath(root))} (run 'snapstore init' there)"
+                )
+        else:
+            store_dir = os.path.abspath(os.fspath(store))
+            if not os.path.exists(os.path.join(store_dir, "data.mdb")):
+                raise StoreNotFoundError(f"no store at {store_dir}")
+        backend = LmdbBackend(store_dir)
+        try:
+            meta = cls._read_meta(backend)
+        except BaseException:
+            backend.close()
+            raise
+        if meta.get(b"layout") == b"inside":
+            tree = os.path.dirname(store_dir)
+        else:
+            tree = os.fsdecode(meta.get(b"root", b""))
+        if root is not None and store is not None:
+            tree = os.path.abspath(os.fspath(root))
+        lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
+        level = int(meta.get(b"compression", b"3"))
+        return cls(backend, tree, store_dir, lock, level)
+
+    @classmethod
+    def find(
+        cls,
+        start: str | os.PathLike = ".",
+        *,
+        store: str | os.PathLike | None = None,
+        lock_timeout: float = DEFAULT_TIMEOUT,
+    ) -> Store:
+        """Open ``store`` if given, else the nearest ``.snapstore`` at or above ``start``."""
+        if store is not None:
+            return cls.open(store=store, lock_timeout=lock_timeout)
+        here = os.path.abspath(os.fspath(start))
+        while True:
+            if os.path.exists(os.path.join(here, STORE_DIRNAME, "data.mdb")):
+                return cls.open(here, lock_timeout=lock_timeout)
+            parent = os.path.dirname(here)
+            if parent == here:
+                raise StoreNotFoundError(
+                    f"no store in {os.path.abspath(os.fspath(start))} or any parent "
+                    "(run 'snapstore init' in the tree's top directory)"
+                )
+            here = parent
+
+    @classmethod
+    def in_memory(cls, root: str | os.PathLike) -> Store:
+        """A store kept in memory (for tests and experiments; gone when the object is)."""
+        backend = MemoryBackend()
+        with backend.write() as batch:
+            batch.put("meta", b"format", str(FORMAT_VERSION).encode())
+            batch.put("meta", b"chunker", msgpack.packb(chunker.PARAMS))
+        return cls(backend, os.fspath(root), None, _ThreadLock(), objects.DEFAULT_LEVEL)
+
+    @staticmethod
+    def _read_meta(backend) -> dict[bytes, bytes]:
+        with backend.read() as view:
+            meta = dict(view.items("meta"))
+        fmt = meta.get(b"format")
+        if fmt is None:
+            raise CorruptError("this is not a snapstore store (no format version)")
+        if fmt != str(FORMAT_VERSION).encode():
+            raise FormatVersionError(
+                f"the store has format version {fmt.decode(errors='replace')}; this snapstore "
+                f"reads version {FORMAT_VERSION} (upgrade snapstore)"
+            )
+        try:
+            params = msgpack.unpackb(meta.get(b"chunker", b"\xc0"), strict_map_key=False)
+        except (ValueError, msgpack.UnpackException):
+            params = None
+        if params != chunker.PARAMS:
+            raise FormatVersionError("the store was written with other chunker parameters")
+        return meta
+
+    def close(self) -> None:
+        """Release the store (the LMDB environment closes with its last user)."""
+        self.backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def snapshot(
+        self,
+        message: str = "",
+        *,
+        tags: list[str] | tuple[str, ...] = (),
+        task: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        conversation: list[Any] | None = None,
+        skip_unchanged: bool = False,
+        progress=None,
+    ) -> Checkpoint:
+        """Record the tree (and optionally the agent's conversation) as a new checkpoint.
+
+        Returns the checkpoint; its ``warnings`` list what was skipped (vanished, unreadable,
+        special files).  With ``skip_unchanged`` and nothing changed since the latest checkpoint,
+        returns that one (``reused`` is True) and records nothing.
+        """
+        for tag in tags:
+            _check_tag(tag)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise UsageError("metadata must be a dict")
+        with self._lock.held():
+            cp, result = snapshot.take(
+                self,
+                message=message,
+                task=task,
+                tags=list(tags),
+                metadata=metadata,
+                messages=conversation,
+                kind=USER,
+                skip_unchanged=skip_unchanged,
+                progress=progress,
+            )
+        return dataclasses.replace(cp, warnings=tuple(result.report.warnings), reused=result.reused)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def checkpoints(self, *, task: str | None = None, include_safety: bool = False) -> list[Checkpoint]:
+        """Checkpoints newest first, as ``list`` shows them (safety ones only if asked)."""
+        all_, _ = self._load()
+        rows = list(reversed(all_))
+        if not include_safety:
+            rows = [c for c in rows if not c.is_safety]
+        if task is not None:
+            rows = [c for c in rows if c.task == task]
+        return rows
+
+    def resolve(self, ref: str, *, task: str | None = None) -> Checkpoint:
+        """The checkpoint ``ref`` names (see :mod:`snapstore.refs`)."""
+        all_, tags = self._load()
+        return refs.resolve(ref, all_, tags, task)
+
+    def entries(self, ref: str) -> list[Entry]:
+        """The manifest entries of checkpoint ``ref``, in path order."""
+        cp = self.resolve(ref)
+        with self.backend.read() as view:
+            return list(manifest.iter_entries(view.get, cp.manifest))
+
+    def changes(self, ref: str) -> list[Change]:
+        """What checkpoint ``ref`` changed against its parent."""
+        cp = self.resolve(ref)
+        new = self._manifest_dict(cp.manifest)
+        old = {}
+        if cp.parent:
+            with self.backend.read() as view:
+                parent = load_one(view, bytes.fromhex(cp.parent))
+            old = self._manifest_dict(parent.manifest)
+        return compare(old, new)
+
+    def iter_bytes(self, ref: str, path: str | bytes) -> Iterator[bytes]:
+        """The content of ``path`` in checkpoint ``ref``, chunk by chunk (each chunk verified)."""
+        cp = self.resolve(ref)
+        rel = from_user(path)
+        with self.backend.read() as view:
+            entry = _find_entry(view.get, cp, rel)
+            if not entry.is_file:
+                if entry.kind == manifest.SYMLINK:
+                    raise RefError(f"{display(rel)} is a symlink in {cp.short_id} (to {display(entry.ref)})")
+                raise RefError(f"{display(rel)} is not a file in checkpoint {cp.short_id}")
+            yield from objects.iter_stream(view.get, entry.ref)
+
+    def read_bytes(self, ref: str, path: str | bytes) -> bytes:
+        """The exact bytes of ``path`` (root-relative) in checkpoint ``ref``."""
+        return b"".join(self.iter_bytes(ref, path))
+
+    def conversation(self, ref: str) -> list[Any] | None:
+        """The conversation stored with checkpoint ``ref``, or None when it has none."""
+        cp = self.resolve(ref)
+        if cp.conversation is None:
+            return None
+        with self.backend.read() as view:
+            return conversation.read(view.get, cp.conversation)
+
+    def verify(self, progress=None) -> verify.VerifyReport:
+        """Re-read and re-hash everything; the report lists every problem found."""
+        return verify.run(self.backend, progress)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _load(self) -> tuple[list[Checkpoint], dict[str, str]]:
+        with self.backend.read() as view:
+            all_ = load_all(view)
+            tags = {k.decode("utf-8", "replace"): v.hex() for k, v in view.items("tags")}
+        by_id: dict[str, list[str]] = {}
+        for name, cid in tags.items():
+            by_id.setdefault(cid, []).append(name)
+        all_ = [dataclasses.replace(c, tags=tuple(sorted(by_id.get(c.id, ())))) for c in all_]
+        return all_, tags
+
+    def _checkpoint_by_id(self, cid: bytes) -> Checkpoint:
+        with self.backend.read() as view:
+            return load_one(view, cid)
+
+    def _manifest_dict(self, mid: bytes) -> dict[bytes, Entry]:
+        with self.backend.read() as view:
+            return manifest.load(view.get, mid)
+
+
+def _find_entry(get, cp: Checkpoint, rel: bytes) -> Entry:
+    for e in manifest.iter_entries(get, cp.manifest):
+        if e.path == rel:
+            return e
+        if e.path > rel:
+            break
+    raise RefError(f"{display(rel) or '.'} is not in checkpoint {cp.short_id}")
+
+
+def _check_tag(tag: str) -> None:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,99}", tag) or tag.startswith("latest"):
+        raise UsageError(
+            f"bad tag {tag!r}: use letters, digits, '_', '.', '-', '/' (and not 'latest...')"
+        )
+    if all(c in "0123456789abcdefABCDEF" for c in tag) and len(tag) >= 4:
+        raise UsageError(f"bad tag {tag!r}: it could be mistaken for a checkpoint id")
