@@ -306,6 +306,163 @@ def verify(obj: Ctx, quiet, as_json):
         raise _Exit(CorruptError.exit_code)
 
 
+@cli.command(context_settings=CONTEXT)
+@click.argument("refs", nargs=-1)
+@click.option("--stat", "show_stat", is_flag=True, help="Lines added and removed per file.")
+@click.option("-p", "--patch", is_flag=True, help="A unified diff (binary files are named, not shown).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {\"changes\": [...]}.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing; the exit code says (0 same, 1 different).")
+@click.pass_obj
+def diff(obj: Ctx, refs, show_stat, patch, as_json, quiet):
+    """Compare checkpoints: none = latest vs the tree, one = REF vs the tree, two = A vs B.
+
+    Paths after `--` limit the comparison (a file, or a directory and all below it).
+    Exit code 0 when there is no difference, 1 when there is (like diff(1)).
+    """
+    refs, paths = _split_paths(refs)
+    if len(refs) > 2:
+        raise UsageError("diff takes at most two checkpoints (put paths after --)")
+    a = refs[0] if refs else "latest"
+    b = refs[1] if len(refs) == 2 else None
+    with obj.open() as store:
+        changes = store.diff(a, b, paths=paths or None)
+        if not quiet:
+            _print_changes(changes, show_stat, patch, as_json)
+    if changes:
+        raise _Exit(1)
+
+
+def _split_paths(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """Split click's arguments at the first ``--`` (click drops it; we get it via sys.argv)."""
+    argv = sys.argv[1:] if _ARGV is None else _ARGV
+    if "--" in argv:
+        n_paths = len(argv) - argv.index("--") - 1
+        if n_paths:
+            return list(args[:-n_paths]), list(args[-n_paths:])
+    return list(args), []
+
+
+def _print_changes(changes, show_stat, patch, as_json) -> None:
+    from . import textdiff
+
+    if as_json:
+        docs = []
+        for c in changes:
+            doc = c.to_json()
+            if show_stat:
+                added, removed, binary = textdiff.line_counts(c)
+                doc.update(added=added, removed=removed, binary=binary)
+            docs.append(doc)
+        _echo_json({"changes": docs})
+        return
+    if show_stat:
+        rows = []
+        for c in changes:
+            added, removed, binary = textdiff.line_counts(c)
+            rows.append((c, added, removed, binary))
+        width = max((len(c.display_path) for c, *_ in rows), default=0)
+        total_a = total_r = 0
+        for c, added, removed, binary in rows:
+            detail = "Bin" if binary else f"{added + removed:5d} {'+' * min(added, 40)}{'-' * min(removed, 40)}"
+            click.echo(f" {c.display_path.ljust(width)} | {detail}")
+            total_a += added
+            total_r += removed
+        click.echo(f" {len(rows)} file(s) changed, {total_a} insertion(s)(+), {total_r} deletion(s)(-)")
+    elif not patch:
+        for c in changes:
+            click.echo(f"{c.status}\t{c.display_path}")
+    if patch:
+        out = sys.stdout.buffer
+        for c in changes:
+            out.write(textdiff.unified(c))
+        out.flush()
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("ref")
+@click.argument("paths", nargs=-1)
+@click.option("-n", "--dry-run", is_flag=True, help="Print what would change; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def restore(obj: Ctx, ref, paths, dry_run, as_json, quiet):
+    """Make the tree equal to checkpoint REF (or only PATHS, given after `--`).
+
+    The tree is first recorded as a safety checkpoint, so `snapstore undo` puts it back.
+    Ignored files, .git and the store are never touched; no prompt, ever.
+    """
+    with obj.open() as store:
+        report = store.restore(ref, list(paths) or None, dry_run=dry_run)
+    _print_report(report, as_json, quiet)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("-n", "--dry-run", is_flag=True, help="Print what would change; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def undo(obj: Ctx, dry_run, as_json, quiet):
+    """Put the tree back as it was before the last restore or undo (undo again to redo)."""
+    with obj.open() as store:
+        report = store.undo(dry_run=dry_run)
+    _print_report(report, as_json, quiet)
+
+
+def _print_report(report, as_json, quiet) -> None:
+    if as_json:
+        _echo_json(report.to_json())
+        return
+    if quiet:
+        return
+    for w in report.warnings:
+        _warn(w)
+    verb = {"A": "create", "M": "write", "D": "delete", "T": "replace", "X": "chmod"}
+    if report.dry_run:
+        for c in report.changes:
+            click.echo(f"would {verb[c.status]:7} {c.display_path}")
+        click.echo(f"{len(report.changes)} path(s) would change (dry run: nothing was changed)")
+        return
+    counts = {s: sum(1 for c in report.changes if c.status == s) for s in "AMDTX"}
+    what = "restored" if report.kind == "restore" else "undid"
+    click.echo(
+        f"{what} {report.target.short_id}: +{counts['A']} ~{counts['M'] + counts['T'] + counts['X']} "
+        f"-{counts['D']} paths; the tree before is checkpoint {report.safety.short_id} "
+        "('snapstore undo' puts it back)"
+    )
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {\"operations\": [...]}.")
+@click.pass_obj
+def oplog(obj: Ctx, as_json):
+    """List restores and undos, newest first."""
+    from .render import local_time, table
+
+    with obj.open() as store:
+        ops = store.operations()
+    if as_json:
+        _echo_json({"operations": [op.to_json() for op in ops]})
+        return
+    if not ops:
+        click.echo("no restores yet")
+        return
+    rows = [
+        [
+            f"op {op.seq}",
+            local_time(op.time_ns),
+            op.kind,
+            f"to {op.target[:12]}",
+            f"before {op.before[:12]}",
+            f"{op.changed} path(s)" + (f" in {', '.join(op.paths)}" if op.paths else ""),
+        ]
+        for op in ops
+    ]
+    click.echo(table(rows))
+
+
+_ARGV: list[str] | None = None
+
+
 class _Exit(Exception):
     def __init__(self, code: int):
         self.code = code
@@ -313,6 +470,8 @@ class _Exit(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
+    global _ARGV
+    _ARGV = list(argv) if argv is not None else None
     try:
         cli.main(args=argv, prog_name="snapstore", standalone_mode=False)
         return EXIT_OK

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
+from . import manifest, objects
 from .manifest import DIR, EXEC, FILE, KIND_NAMES, UNREADABLE, Entry
 from .paths import display, to_json
 
@@ -22,6 +24,20 @@ class Change:
     path: bytes
     old: Entry | None
     new: Entry | None
+    _old_loader: Callable[[Entry], bytes] | None = field(default=None, compare=False, repr=False)
+    _new_loader: Callable[[Entry], bytes] | None = field(default=None, compare=False, repr=False)
+
+    def old_bytes(self) -> bytes | None:
+        """The old content (files only; None when the old side is absent or not a file)."""
+        if self.old is None or not self.old.is_file or self._old_loader is None:
+            return None
+        return self._old_loader(self.old)
+
+    def new_bytes(self) -> bytes | None:
+        """The new content (files only; None when the new side is absent or not a file)."""
+        if self.new is None or not self.new.is_file or self._new_loader is None:
+            return None
+        return self._new_loader(self.new)
 
     @property
     def display_path(self) -> str:
@@ -63,3 +79,26 @@ def compare(old: dict[bytes, Entry], new: dict[bytes, Entry]) -> list[Change]:
         else:
             changes.append(Change(DELETED, path, a, None))
     return changes
+
+
+def with_loaders(changes: list[Change], old_loader, new_loader) -> list[Change]:
+    return [replace(c, _old_loader=old_loader, _new_loader=new_loader) for c in changes]
+
+
+def manifest_difference(get, mid_a: bytes, mid_b: bytes) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+    """The entries of two manifests minus those in manifest chunks both share.
+
+    Manifest chunks hold whole entries (chunker.cut_records), so a chunk present in both
+    manifests holds entries identical on both sides: it is skipped without being decoded.
+    """
+    if mid_a == mid_b:
+        return {}, {}
+    leaves_a = objects.leaf_ids(get, mid_a)
+    leaves_b = objects.leaf_ids(get, mid_b)
+    shared = set(leaves_a) & set(leaves_b)
+
+    def rest(mid: bytes, leaves: list[bytes]) -> dict[bytes, Entry]:
+        chunks = (objects.decode_chunk(c, get("chunks", c)) for c in leaves if c not in shared)
+        return {e.path: e for e in manifest.iter_entries_of_chunks(mid, chunks)}
+
+    return rest(mid_a, leaves_a), rest(mid_b, leaves_b)

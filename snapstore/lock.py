@@ -34,11 +34,12 @@ class WriterLock:
         self._mutex = threading.RLock()
 
     @contextmanager
-    def held(self):
-        """Hold the lock for the duration of the block (waiting up to ``timeout``)."""
+    def held(self, timeout: float | None = None):
+        """Hold the lock for the duration of the block (waiting up to ``timeout`` seconds,
+        the lock's own timeout by default)."""
         with self._mutex:
             if self._depth == 0:
-                self._acquire()
+                self._acquire(self.timeout if timeout is None else timeout)
             self._depth += 1
             try:
                 yield
@@ -47,12 +48,12 @@ class WriterLock:
                 if self._depth == 0:
                     self._release()
 
-    def _acquire(self) -> None:
+    def _acquire(self, timeout: float) -> None:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise TreeIOError(f"cannot open the store lock {self.path}: {exc.strerror}") from exc
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -63,7 +64,7 @@ class WriterLock:
                     os.close(fd)
                     who = f"process {holder}" if holder else "another process"
                     raise LockedError(
-                        f"the store is locked by {who} (waited {self.timeout:g} s); "
+                        f"the store is locked by {who} (waited {timeout:g} s); "
                         "try again when it finishes"
                     ) from None
                 time.sleep(POLL)

@@ -189,9 +189,13 @@ def write_stream(
     Returns ``(stream id, size, stream record or None)``; the caller stores the record.
     """
     builder = StreamBuilder()
+    empty = True
     for data in chunks:
+        empty = False
         cid = builder.add(data)
         put(cid, encode_chunk(data, level))
+    if empty:  # an empty stream is the empty chunk, which must be stored like any other
+        put(builder.add(b""), encode_chunk(b"", level))
     return builder.finish(put, level)
 
 
@@ -248,3 +252,22 @@ def stream_chunk_ids(get, sid: bytes) -> Iterator[tuple[bytes, bool]]:
 
 def read_stream(get, sid: bytes) -> bytes:
     return b"".join(iter_stream(get, sid))
+
+
+def leaf_ids(get, sid: bytes) -> list[bytes]:
+    """The data chunk ids of a stream, in order, reading only its index nodes."""
+    record = get("streams", sid)
+    if record is None:
+        return [sid]
+    _, height, root = parse_stream_record(sid, record)
+    out: list[bytes] = []
+
+    def walk(nid: bytes, h: int) -> None:
+        for cid, _ in parse_index_node(nid, decode_chunk(nid, get("chunks", nid))):
+            if h == 1:
+                out.append(cid)
+            else:
+                walk(cid, h - 1)
+
+    walk(root, height)
+    return out

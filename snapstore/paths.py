@@ -18,5 +18,7 @@ def to_json(rel: bytes) -> str:
 def from_user(path: str | bytes) -> bytes:
     """A root-relative path typed by a user or passed by a caller, normalised."""
     raw = os.fsencode(path)
-    parts = [p for p in raw.replace(b"\\", b"/").split(b"/") if p and p != b"."]
+    if os.sep != "/":  # on POSIX a backslash is an ordinary character of a file name
+        raw = raw.replace(os.sep.encode(), b"/")
+    parts = [p for p in raw.split(b"/") if p and p != b"."]
     return b"/".join(parts)

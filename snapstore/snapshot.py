@@ -70,6 +70,7 @@ class SnapshotResult:
     bytes_read: int = 0
     new_bytes: int = 0
     reused: bool = False
+    found: list[scan.Found] = field(default_factory=list)
     report: scan.ScanReport = field(default_factory=scan.ScanReport)
 
 
@@ -265,7 +266,9 @@ def take(
         else:
             entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
 
-    result = SnapshotResult(entries=[], manifest_id=b"", conversation_id=None, report=report)
+    result = SnapshotResult(
+        entries=[], manifest_id=b"", conversation_id=None, report=report, found=found
+    )
     cache_updates: dict[bytes, bytes] = {}
     writer = _Writer(backend)
     writer.start()

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgpack
 
-from . import chunker, conversation, manifest, objects, refs, snapshot, verify
+from . import chunker, conversation, manifest, objects, refs, restore, snapshot, verify
 from .backend import MemoryBackend
 from .checkpoint import USER, Checkpoint, load_all, load_one
 from .diff import Change, compare
@@ -32,7 +32,9 @@ from .errors import (
 )
 from .lock import DEFAULT_TIMEOUT, WriterLock
 from .manifest import Entry
+from .oplog import Operation
 from .paths import display, from_user
+from .restore import RestoreReport
 
 STORE_DIRNAME = ".snapstore"
 FORMAT_VERSION = 1
@@ -45,7 +47,7 @@ class _ThreadLock:
         self._lock = threading.RLock()
 
     @contextmanager
-    def held(self):
+    def held(self, timeout: float | None = None):
         with self._lock:
             yield
 
@@ -148,7 +150,13 @@ class Store:
             tree = os.path.abspath(os.fspath(root))
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
         level = int(meta.get(b"compression", b"3"))
-        return cls(backend, tree, store_dir, lock, level)
+        store = cls(backend, tree, store_dir, lock, level)
+        try:
+            store._recover_on_open()
+        except BaseException:
+            store.close()
+            raise
+        return store
 
     @classmethod
     def find(
@@ -236,6 +244,7 @@ class Store:
         if metadata is not None and not isinstance(metadata, dict):
             raise UsageError("metadata must be a dict")
         with self._lock.held():
+            self._recover()
             cp, result = snapshot.take(
                 self,
                 message=message,
@@ -249,7 +258,113 @@ class Store:
             )
         return dataclasses.replace(cp, warnings=tuple(result.report.warnings), reused=result.reused)
 
+    def restore(
+        self, ref: str, paths: list[str] | None = None, *, dry_run: bool = False
+    ) -> RestoreReport:
+        """Make the tree (or just ``paths``) equal to checkpoint ``ref``.
+
+        Records the current tree first (a safety checkpoint), so :meth:`undo` can put it back;
+        only paths that differ are touched; ignored files, ``.git`` and the store never are.
+        With ``dry_run`` nothing changes (tree or store) and the report says what would.
+        """
+        with self._lock.held():
+            self._recover()
+            target = self.resolve(ref)
+            return restore.run(
+                self,
+                target,
+                paths,
+                dry_run=dry_run,
+                kind="restore",
+                message=f"before restore of {target.short_id}",
+            )
+
+    def undo(self, *, dry_run: bool = False) -> RestoreReport:
+        """Put the tree back as it was before the last restore or undo (undo twice = redo)."""
+        with self._lock.held():
+            self._recover()
+            ops = self.operations()
+            if not ops:
+                raise RefError("nothing to undo: no restore has been done in this store")
+            last = ops[0]
+            with self.backend.read() as view:
+                before = load_one(view, bytes.fromhex(last.before))
+            return restore.run(
+                self,
+                before,
+                last.paths,
+                dry_run=dry_run,
+                kind="undo",
+                message=f"before undo of operation {last.seq}",
+            )
+
+    def operations(self) -> list[Operation]:
+        """The operation log (restores and undos), newest first."""
+        out = []
+        with self.backend.read() as view:
+            for key, value in view.items("oplog", reverse=True):
+                out.append(Operation.parse(key, value))
+        return out
+
+    def recover(self) -> bool:
+        """Finish a restore that a crash interrupted; True if there was one."""
+        with self._lock.held():
+            return self._recover()
+
+    def _recover(self) -> bool:
+        return restore.recover(self)
+
+    def _recover_on_open(self) -> None:
+        with self.backend.read() as view:
+            pending = view.get("journal", restore.JOURNAL_KEY) is not None
+        if not pending:
+            return
+        from .errors import LockedError
+
+        try:
+            with self._lock.held(timeout=0):
+                self._recover()
+        except LockedError:
+            pass  # a live restore holds the lock; it finishes its own work
+
     # -- reading ------------------------------------------------------------------------------
+
+    def diff(
+        self, a: str = "latest", b: str | None = None, paths: list[str] | None = None
+    ) -> list[Change]:
+        """Changes from checkpoint ``a`` to checkpoint ``b`` (the working tree when None).
+
+        Two checkpoints are compared through their manifests alone (shared manifest chunks are
+        skipped undecoded); the working tree through the stat cache (unchanged files are not
+        read).  Each Change gives lazy access to its old and new bytes.
+        """
+        from . import diff as diff_mod
+        from . import worktree
+
+        sel = restore.selector(paths)
+        old_cp = self.resolve(a)
+        with self.backend.read() as view:
+            if b is None:
+                old = manifest.load(view.get, old_cp.manifest)
+                new, _ = worktree.current_state(self)
+                new_loader = self._disk_loader
+            else:
+                new_cp = self.resolve(b)
+                old, new = diff_mod.manifest_difference(view.get, old_cp.manifest, new_cp.manifest)
+                new_loader = self._store_loader
+        old = {p: e for p, e in old.items() if sel(p)}
+        new = {p: e for p, e in new.items() if sel(p)}
+        return diff_mod.with_loaders(compare(old, new), self._store_loader, new_loader)
+
+    def _store_loader(self, entry: Entry) -> bytes:
+        with self.backend.read() as view:
+            return objects.read_stream(view.get, entry.ref)
+
+    def _disk_loader(self, entry: Entry) -> bytes:
+        fd = os.open(os.path.join(self.root_bytes, entry.path), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
 
     def checkpoints(self, *, task: str | None = None, include_safety: bool = False) -> list[Checkpoint]:
         """Checkpoints newest first, as ``list`` shows them (safety ones only if asked)."""

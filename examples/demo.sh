@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# A tour of snapstore on a generated sample tree: snapshot, edit (also by shell commands),
+# snapshot again, list, show, cat, verify.  Run by `make demo`; needs only `snapstore` on PATH.
+set -euo pipefail
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/snapstore-demo.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+run() { say "$*"; "$@"; }
+
+# A small project: some source files, a binary, a nested git-like folder, an ignored build dir.
+mkdir -p src docs build vendor/lib/.git
+for i in $(seq 1 40); do
+  printf 'def f%d(x):\n    return x * %d\n' "$i" "$i" > "src/mod$i.py"
+done
+printf '# Demo\n\nA sample project.\n' > docs/README.md
+head -c 200000 /dev/urandom > docs/logo.bin
+printf 'build/\n*.log\n' > .gitignore
+echo "compiled" > build/out.o
+echo "ref: refs/heads/main" > vendor/lib/.git/HEAD
+echo "vendored code" > vendor/lib/lib.py
+
+run snapstore init
+run snapstore snapshot -m "before refactor" --tag start --task demo
+
+say "... an agent edits files, a shell command deletes one, another adds one ..."
+printf 'def f1(x):\n    return x + 1\n' > src/mod1.py
+sed -i 's/return x \* 2/return 2 * x/' src/mod2.py
+rm src/mod40.py
+echo "print('new')" > src/new.py
+echo "noise" > debug.log
+
+run snapstore snapshot -m "after refactor" --task demo --meta tool=edit_file
+run snapstore list
+run snapstore show latest
+say "snapstore cat latest~1 src/mod1.py   # the file as it was"
+snapstore cat latest~1 src/mod1.py
+say "snapstore cat latest src/mod1.py     # and as it is now"
+snapstore cat latest src/mod1.py
+run snapstore snapshot -m "no change" --skip-unchanged
+run snapstore verify
+say "du -sh .snapstore"
+du -sh .snapstore
+printf '\nDone: the demo tree was in %s (removed now).\n' "$work"

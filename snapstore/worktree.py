@@ -1,0 +1,92 @@
+"""The working tree's current state as a manifest, without storing anything.
+
+Used by ``diff`` against the working tree and by ``restore --dry-run``: files whose stat cache
+entry is still valid are not read; the others are hashed (BLAKE3 of the whole content, which is
+exactly their stream id) in a thread pool.  Nothing is written to the store or the tree.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from concurrent.futures import ThreadPoolExecutor
+
+import blake3
+
+from . import scan, statcache
+from .manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE, Entry
+
+_BLOCK = 1 << 20
+
+
+def hash_file(path: bytes) -> tuple[bytes, os.stat_result] | None:
+    """``(stream id, stat)`` of a regular file, or None if it is gone or not a regular file.
+
+    The file is re-statted after reading; a file that changed while read is reported as None
+    so the caller treats it as unknown rather than trusting a torn hash.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        h = blake3.blake3()
+        while True:
+            block = os.read(fd, _BLOCK)
+            if not block:
+                break
+            h.update(block)
+        after = os.fstat(fd)
+        if (after.st_mtime_ns, after.st_ctime_ns, after.st_size) != (st.st_mtime_ns, st.st_ctime_ns, st.st_size):
+            return None
+        return h.digest(), st
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def entry_for(f: scan.Found, sid: bytes | None = None) -> Entry:
+    st = f.st
+    if f.kind in (FILE, EXEC):
+        return Entry(f.path, f.kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid or b"")
+    if f.kind == SYMLINK:
+        return Entry(f.path, SYMLINK, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, f.target)
+    if f.kind == DIR:
+        return Entry(f.path, DIR, stat.S_IMODE(st.st_mode), 0, st.st_mtime_ns, b"")
+    return Entry(f.path, UNREADABLE, 0, 0, 0, b"")
+
+
+def current_state(store, report: scan.ScanReport | None = None) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]]:
+    """Entries of the working tree now (path -> Entry) and what the walk found (path -> Found)."""
+    report = report or scan.ScanReport()
+    found = scan.walk(store.root_bytes, store.excluded, report)
+    with store.backend.read() as view:
+        cache = dict(view.items("statcache"))
+    entries: dict[bytes, Entry] = {}
+    misses: list[scan.Found] = []
+    for f in found:
+        if f.kind in (FILE, EXEC):
+            sid = statcache.lookup(cache.get(f.path), f.st)
+            if sid is None:
+                misses.append(f)
+                continue
+            entries[f.path] = entry_for(f, sid)
+        else:
+            entries[f.path] = entry_for(f)
+    if misses:
+        root = store.root_bytes
+        with ThreadPoolExecutor(min(4, os.cpu_count() or 2)) as pool:
+            results = pool.map(lambda f: hash_file(os.path.join(root, f.path)), misses)
+            for f, res in zip(misses, results):
+                if res is None:
+                    entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
+                    report.warn(f"could not read {f.path.decode('utf-8', 'backslashreplace')}")
+                else:
+                    sid, st = res
+                    kind = EXEC if st.st_mode & 0o100 else FILE
+                    entries[f.path] = Entry(f.path, kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid)
+    return entries, {f.path: f for f in found}
