@@ -236,13 +236,22 @@ class _Tree:
         parent, name = (path[:cut], path[cut + 1 :]) if cut >= 0 else (b"", path)
         return self.dir_fd(parent, create), parent, name
 
+    def split_existing(self, path: bytes) -> tuple[int | None, bytes, bytes]:
+        """Like split, but a parent that is not a real directory means "not there" (a removal
+        replayed after a crash may find its parent already replaced by a file)."""
+        try:
+            return self.split(path, create=False)
+        except ConflictError:
+            cut = path.rfind(b"/")
+            return None, path[:cut] if cut >= 0 else b"", path[cut + 1 :]
+
     def forget(self, rel_dir: bytes) -> None:
         for key in [k for k in self.fds if k == rel_dir or k.startswith(rel_dir + b"/")]:
             if key:
                 os.close(self.fds.pop(key))
 
     def lstat(self, path: bytes) -> os.stat_result | None:
-        fd, _, name = self.split(path, create=False)
+        fd, _, name = self.split_existing(path)
         if fd is None:
             return None
         try:
@@ -290,7 +299,7 @@ class Applier:
         getattr(self, "_" + step.action)(step.path)
 
     def _delete(self, path: bytes) -> None:
-        fd, parent, name = self.tree.split(path, create=False)
+        fd, parent, name = self.tree.split_existing(path)
         if fd is None:
             return
         try:
@@ -303,7 +312,7 @@ class Applier:
         self.tree.touched.add(parent)
 
     def _rmdir(self, path: bytes, quiet: bool = False) -> None:
-        fd, parent, name = self.tree.split(path, create=False)
+        fd, parent, name = self.tree.split_existing(path)
         if fd is None:
             return
         self.tree.forget(path)
@@ -382,7 +391,7 @@ class Applier:
 
     def _chmod(self, path: bytes) -> None:
         e = self.target[path]
-        fd, parent, name = self.tree.split(path, create=False)
+        fd, parent, name = self.tree.split_existing(path)
         if fd is None:
             return self._write(path)
         try:
@@ -524,7 +533,10 @@ def run(store, target: Checkpoint, paths, *, dry_run: bool, kind: str, message: 
         for i, s in enumerate(steps):
             if step_hook is not None:
                 step_hook(i)
-            check = s.action != "prune" and s.path not in touched
+            # Implicit directories (parents of entries) are not in the scan: their contents are
+            # checked one by one instead.
+            implicit = s.action in ("prune", "rmdir") and s.path not in found
+            check = not implicit and s.path not in touched
             if check and not _same_as_seen(tree.lstat(s.path), found.get(s.path)):
                 raise ConflictError(
                     f"{display(s.path)} changed while the restore ran; the restore was rolled back "
@@ -623,7 +635,10 @@ def _clean_temp_files(tree: _Tree, steps: list[Step]) -> None:
     """Remove temp files an interrupted restore left in the directories it was writing to."""
     dirs = {s.path.rpartition(b"/")[0] for s in steps}
     for rel in dirs:
-        fd = tree.dir_fd(rel, create=False)
+        try:
+            fd = tree.dir_fd(rel, create=False)
+        except ConflictError:
+            continue  # no longer a directory: nothing of ours can be in it
         if fd is None:
             continue
         for name in os.listdir(fd):

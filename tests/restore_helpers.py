@@ -1,0 +1,73 @@
+"""Small tree helpers for the restore, diff and crash tests."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+SKIP = {".snapstore", ".git"}
+
+
+def read_tree(root: Path, skip: set[str] = SKIP) -> dict[str, tuple]:
+    """Path -> ("file", bytes, exec) | ("link", target) | ("dir",) for everything below root.
+
+    Every directory is listed (so an empty one shows), except the skipped top-level names.
+    """
+    out: dict[str, tuple] = {}
+    root = Path(root)
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        if rel_dir == ".":
+            dirnames[:] = [d for d in dirnames if d not in skip]
+        for d in list(dirnames):
+            p = os.path.join(dirpath, d)
+            rel = os.path.normpath(os.path.join(rel_dir, d))
+            if os.path.islink(p):
+                out[rel] = ("link", os.readlink(p))
+                dirnames.remove(d)
+            else:
+                out[rel] = ("dir",)
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            rel = os.path.normpath(os.path.join(rel_dir, f))
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(p))
+            else:
+                out[rel] = ("file", Path(p).read_bytes(), bool(st.st_mode & 0o100))
+    return out
+
+
+def write_tree(root: Path, spec: dict[str, object]) -> None:
+    """Create files (bytes), exec files (("exec", bytes)), symlinks (("link", target)), dirs (None)."""
+    root = Path(root)
+    for rel, value in spec.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if value is None:
+            p.mkdir(exist_ok=True)
+        elif isinstance(value, tuple) and value[0] == "link":
+            os.symlink(value[1], p)
+        elif isinstance(value, tuple) and value[0] == "exec":
+            p.write_bytes(value[1])
+            p.chmod(0o755)
+        else:
+            p.write_bytes(value)  # type: ignore[arg-type]
+
+
+def sample_spec(n: int = 40, seed: int = 0) -> dict[str, object]:
+    import random
+
+    rng = random.Random(seed)
+    spec: dict[str, object] = {}
+    for i in range(n):
+        d = rng.choice(["", "src/", "src/pkg/", "docs/", "deep/a/b/c/"])
+        spec[f"{d}f{i}.txt"] = f"file {i}\n".encode() * rng.randint(1, 300)
+    spec["src/f1.txt"] = b"file 1\n" * 10
+    spec["src/f3.txt"] = b"file 3\n" * 10
+    spec["bin/tool"] = ("exec", b"#!/bin/sh\necho hi\n")
+    spec["link"] = ("link", "src/f1.txt")
+    spec["empty/dir"] = None
+    spec["big.bin"] = rng.randbytes(300_000)
+    return spec
