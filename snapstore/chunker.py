@@ -21,8 +21,6 @@ import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-from pyfastcdc import FastCDC
-
 #: FastCDC parameters for file contents.  Changing any of these is a format change.
 MIN_SIZE = 8 * 1024
 AVG_SIZE = 32 * 1024
@@ -49,10 +47,13 @@ PARAMS = {
 _local = threading.local()
 
 
-def _fastcdc() -> FastCDC:
-    # A FastCDC object is not safe to share between threads; one per thread is cheap.
+def _fastcdc():
+    # A FastCDC object is not safe to share between threads; one per thread is cheap.  The
+    # import is deferred: a snapshot that reads no file (nothing changed) never needs it.
     cdc = getattr(_local, "cdc", None)
     if cdc is None:
+        from pyfastcdc import FastCDC
+
         cdc = FastCDC(
             AVG_SIZE,
             min_size=MIN_SIZE,

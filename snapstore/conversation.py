@@ -32,10 +32,10 @@ def encode_messages(messages: Any) -> list[tuple[bytes, bytes]]:
     return records
 
 
-def write(messages: Any, put, level: int = objects.DEFAULT_LEVEL):
+def write(messages: Any, put, level: int = objects.DEFAULT_LEVEL, *, encode: bool = True):
     """Store a conversation; returns ``(stream id, size, record or None)``."""
     groups = chunker.cut_records(encode_messages(messages))
-    return objects.write_stream((b"".join(g) for g in groups), put, level)
+    return objects.write_stream((b"".join(g) for g in groups), put, level, encode=encode)
 
 
 def decode(cid: bytes, chunks: Iterable[bytes]) -> list[Any]:

@@ -56,10 +56,18 @@ def encode_entry(e: Entry) -> bytes:
     return msgpack.packb([e.path, e.kind, e.mode, e.size, e.mtime_ns, e.ref], use_bin_type=True)
 
 
-def write_manifest(entries: Iterable[Entry], put, level: int = objects.DEFAULT_LEVEL):
-    """Store sorted ``entries`` as a stream; returns ``(stream id, size, record or None)``."""
-    records = ((e.path, encode_entry(e)) for e in entries)
-    return objects.write_stream((b"".join(g) for g in chunker.cut_records(records)), put, level)
+def write_manifest(
+    entries: Iterable[Entry], put, level: int = objects.DEFAULT_LEVEL, *, encode: bool = True
+):
+    """Store sorted ``entries`` as a stream; returns ``(stream id, size, record or None)``.
+
+    ``put(id, value)`` receives each chunk, encoded (or plain when ``encode`` is False).
+    """
+    # One Packer for the whole manifest: msgpack.packb builds a new one per call.
+    pack = msgpack.Packer(use_bin_type=True).pack
+    records = ((e.path, pack([e.path, e.kind, e.mode, e.size, e.mtime_ns, e.ref])) for e in entries)
+    groups = (b"".join(g) for g in chunker.cut_records(records))
+    return objects.write_stream(groups, put, level, encode=encode)
 
 
 def _check(raw) -> Entry:

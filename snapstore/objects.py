@@ -168,35 +168,44 @@ class StreamBuilder:
         return cid
 
     def finish(
-        self, put: Callable[[bytes, bytes], None], level: int = DEFAULT_LEVEL
+        self, put: Callable[[bytes, bytes], None], level: int = DEFAULT_LEVEL, *, encode: bool = True
     ) -> tuple[bytes, int, bytes | None]:
+        """Build the index; ``put`` gets each index node (encoded, or plain if not ``encode``)."""
         if not self._leaves:
             self.add(b"")
         sid = self._hasher.digest()
         if len(self._leaves) == 1:
             return sid, self._size, None
-        height, root = build_index(
-            self._leaves, lambda nid, plain: put(nid, encode_chunk(plain, level))
-        )
+        emit = (lambda nid, plain: put(nid, encode_chunk(plain, level))) if encode else put
+        height, root = build_index(self._leaves, emit)
         return sid, self._size, stream_record(self._size, height, root)
 
 
 def write_stream(
-    chunks: Iterable[bytes], put: Callable[[bytes, bytes], None], level: int = DEFAULT_LEVEL
+    chunks: Iterable[bytes],
+    put: Callable[[bytes, bytes], None],
+    level: int = DEFAULT_LEVEL,
+    *,
+    encode: bool = True,
 ) -> tuple[bytes, int, bytes | None]:
-    """Store a stream made of ``chunks`` through ``put(id, stored value)``.
+    """Store a stream made of ``chunks`` through ``put(id, value)``.
 
-    Returns ``(stream id, size, stream record or None)``; the caller stores the record.
+    ``value`` is the stored (encoded) form, or the plain bytes when ``encode`` is False (for a
+    caller that compresses only the chunks the store lacks).  Returns ``(stream id, size,
+    stream record or None)``; the caller stores the record.
     """
     builder = StreamBuilder()
+
+    def emit(cid: bytes, data: bytes | memoryview) -> None:
+        put(cid, encode_chunk(data, level) if encode else bytes(data))
+
     empty = True
     for data in chunks:
         empty = False
-        cid = builder.add(data)
-        put(cid, encode_chunk(data, level))
+        emit(builder.add(data), data)
     if empty:  # an empty stream is the empty chunk, which must be stored like any other
-        put(builder.add(b""), encode_chunk(b"", level))
-    return builder.finish(put, level)
+        emit(builder.add(b""), b"")
+    return builder.finish(put, level, encode=encode)
 
 
 # -- reading streams ------------------------------------------------------------------------

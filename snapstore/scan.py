@@ -11,8 +11,9 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from .paths import display
 from . import ignore
+from .errors import TreeIOError
+from .paths import display
 from .manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE
 
 ALWAYS_EXCLUDED = frozenset({b".git"})
@@ -54,7 +55,8 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
     # Each frame: (rel path of dir, rules in force there); iterative so deep trees cannot
     # exhaust the Python stack.
     stack: list[tuple[bytes, ignore.Rules]] = [(b"", ignore.NO_RULES)]
-    dir_index: dict[bytes, int] = {}  # rel dir -> count of entries recorded below it
+    # rel dir -> 0 while nothing below it is recorded (then it is recorded as an empty DIR)
+    dir_index: dict[bytes, int] = {}
     order: list[tuple[bytes, os.stat_result]] = []
     while stack:
         rel_dir, parent_rules = stack.pop()
@@ -62,18 +64,20 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
         try:
             with os.scandir(abs_dir) as it:
                 dirents = list(it)
-        except FileNotFoundError:
-            report.vanished += 1
-            report.warn(f"directory vanished during the scan: {display(rel_dir)}")
-            continue
-        except NotADirectoryError:
-            report.vanished += 1
-            report.warn(f"directory replaced during the scan: {display(rel_dir)}")
-            continue
         except OSError as exc:
-            report.unreadable += 1
-            report.warn(f"cannot list {display(rel_dir) or '.'}: {exc.strerror}")
-            if rel_dir:
+            if not rel_dir:  # an unlistable root is not an empty tree
+                raise TreeIOError(f"cannot list the tree {display(root)}: {exc.strerror}") from exc
+            # Not recorded as an (empty) directory: it is gone, or its content is unknown.
+            dir_index[rel_dir] = -1
+            if isinstance(exc, FileNotFoundError):
+                report.vanished += 1
+                report.warn(f"directory vanished during the scan: {display(rel_dir)}")
+            elif isinstance(exc, NotADirectoryError):
+                report.vanished += 1
+                report.warn(f"directory replaced during the scan: {display(rel_dir)}")
+            else:
+                report.unreadable += 1
+                report.warn(f"cannot list {display(rel_dir)}: {exc.strerror}")
                 found.append(Found(rel_dir, UNREADABLE, None))
                 _mark_parents(dir_index, rel_dir)
             continue
@@ -128,11 +132,15 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
                 found.append(Found(rel, SYMLINK, st, target))
             else:
                 report.special += 1
+                report.warn(f"skipped special file (FIFO, socket or device): {display(rel)}")
                 continue
             _mark_parents(dir_index, rel)
-    for rel, st in order:
+    # Deepest first (a directory is always listed after its parent): an empty directory makes
+    # its parents non-empty, so only the leaves of a chain of empty directories are recorded.
+    for rel, st in reversed(order):
         if dir_index.get(rel, 0) == 0:
             found.append(Found(rel, DIR, st))
+            _mark_parents(dir_index, rel)
     found.sort(key=lambda f: f.path)
     return found
 
