@@ -25,6 +25,7 @@ TABLES = (
     "log",  # 8-byte big-endian sequence -> checkpoint id (creation order)
     "tags",  # tag name -> checkpoint id
     "statcache",  # path -> stat fields + stream id (an optimisation only)
+    "conversations",  # conversation id -> {base, count, depth, total, chunks}
     "journal",  # restore in progress (crash recovery)
     "oplog",  # 8-byte sequence -> restore/undo operation record
 )

@@ -33,6 +33,12 @@ SEED = 0
 RECORD_MASK = 31
 RECORD_MAX_BYTES = 64 * 1024
 
+#: Message chunker (conversations): a boundary after each message once the chunk holds at least
+#: MESSAGE_MIN_BYTES.  Conversations only grow (or are cut back on a rewind), so boundaries that
+#: depend on the bytes since the previous boundary stay put, and a conversation that grew by k
+#: messages shares every chunk but the last with its previous version.
+MESSAGE_MIN_BYTES = 1024
+
 PARAMS = {
     "fastcdc": {
         "min": MIN_SIZE,
@@ -42,6 +48,7 @@ PARAMS = {
         "seed": SEED,
     },
     "records": {"mask": RECORD_MASK, "max_bytes": RECORD_MAX_BYTES},
+    "messages": {"min_bytes": MESSAGE_MIN_BYTES},
 }
 
 _local = threading.local()
@@ -105,6 +112,20 @@ def cut_records(records: Iterable[tuple[bytes, bytes]]) -> Iterator[list[bytes]]
         group.append(encoded)
         size += len(encoded)
         if zlib.crc32(key) & RECORD_MASK == 0:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+def cut_messages(records: Iterable[bytes]) -> Iterator[list[bytes]]:
+    """Group encoded messages into chunks of at least MESSAGE_MIN_BYTES (the last may be less)."""
+    group: list[bytes] = []
+    size = 0
+    for encoded in records:
+        group.append(encoded)
+        size += len(encoded)
+        if size >= MESSAGE_MIN_BYTES:
             yield group
             group, size = [], 0
     if group:

@@ -1,23 +1,35 @@
 """Conversation state: a list of JSON-compatible messages kept with a checkpoint.
 
-Each message is stored as its compact JSON text (one msgpack string per message) in a record
-stream cut between messages, so two checkpoints of a growing conversation share every chunk but
-the last, and reading a checkpoint's conversation gives back exactly the list that was given.
+Each message is encoded as its compact JSON text (one msgpack string per message).  A
+conversation's id is the BLAKE3-256 of the concatenated encoded messages.  Messages are grouped
+into chunks (chunker.cut_messages) that go through the usual pipeline (dedup, zstd).
+
+Agents checkpoint after every tool call while the conversation only grows, so a conversation is
+stored as a *delta* on the previous checkpoint's conversation when that one is a prefix of it:
+its record in the ``conversations`` table is ``{base, count, depth, chunks}`` — the base
+conversation id, how many messages the base holds, the chain depth, and the chunks of the
+appended messages only.  A conversation that grew by k messages therefore costs the chunks of
+those k messages plus a record of about a hundred bytes.  Every MAX_DEPTH links a full record
+(no base) bounds the work of reading one back.  A rewind that cuts the conversation back simply
+stores a record on the longest stored prefix it is given, or a full one.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+import blake3
 import msgpack
 
 from . import chunker, objects
 from .errors import CorruptError, UsageError
 
+MAX_DEPTH = 32
 
-def encode_messages(messages: Any) -> list[tuple[bytes, bytes]]:
+
+def encode_messages(messages: Any) -> list[bytes]:
     """Validate and encode ``messages`` (a list of JSON-compatible values) as records."""
     if not isinstance(messages, list | tuple):
         raise UsageError("a conversation must be a JSON list of messages")
@@ -27,18 +39,116 @@ def encode_messages(messages: Any) -> list[tuple[bytes, bytes]]:
             text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"conversation message {i} is not JSON-compatible: {exc}") from exc
-        encoded = msgpack.packb(text, use_bin_type=True)
-        records.append((encoded, encoded))
+        records.append(msgpack.packb(text, use_bin_type=True))
     return records
 
 
-def write(messages: Any, put, level: int = objects.DEFAULT_LEVEL, *, encode: bool = True):
-    """Store a conversation; returns ``(stream id, size, record or None)``."""
-    groups = chunker.cut_records(encode_messages(messages))
-    return objects.write_stream((b"".join(g) for g in groups), put, level, encode=encode)
+def write(
+    messages: Any,
+    put,
+    level: int = objects.DEFAULT_LEVEL,
+    *,
+    encode: bool = True,
+    base: tuple[bytes, int, int] | None = None,
+) -> tuple[bytes, bytes | None]:
+    """Prepare a conversation for storing; returns ``(conversation id, record or None)``.
+
+    ``put(id, value)`` receives each chunk of messages (encoded, or plain if not ``encode``).
+    ``base`` is ``(id, message count, depth)`` of a stored conversation that may be a prefix of
+    this one (the previous checkpoint's); it is used only if it really is.  The record is None
+    when the conversation is already stored under its id (the caller need not write it).
+    """
+    records = encode_messages(messages)
+    hasher = blake3.blake3()
+    start = 0
+    depth = 0
+    base_id = None
+    if base is not None:
+        bid, bcount, bdepth = base
+        if bcount <= len(records) and bdepth < MAX_DEPTH:
+            for r in records[:bcount]:
+                hasher.update(r)
+            if hasher.digest() == bid:
+                start, depth, base_id = bcount, bdepth + 1, bid
+            else:
+                hasher = blake3.blake3()
+    if base_id is None:
+        hasher = blake3.blake3()
+    refs = []
+    for group in chunker.cut_messages(records[start:]):
+        data = b"".join(group)
+        hasher.update(data)
+        cid = objects.chunk_id(data)
+        put(cid, objects.encode_chunk(data, level) if encode else data)
+        refs.append([cid, len(data), len(group)])
+    cid = hasher.digest()
+    if base_id is not None and cid == base_id:
+        return cid, None  # nothing appended: the same conversation
+    record = msgpack.packb(
+        {"base": base_id, "count": start, "depth": depth, "total": len(records), "chunks": refs},
+        use_bin_type=True,
+    )
+    return cid, record
 
 
-def decode(cid: bytes, chunks: Iterable[bytes]) -> list[Any]:
+def parse_record(cid: bytes, value: bytes) -> dict:
+    try:
+        r = msgpack.unpackb(value, raw=False)
+        base = r["base"]
+        if base is not None and (not isinstance(base, bytes) or len(base) != 32):
+            raise ValueError("bad base id")
+        for ref in r["chunks"]:
+            if not (isinstance(ref[0], bytes) and len(ref[0]) == 32):
+                raise ValueError("bad chunk id")
+        int(r["count"]), int(r["depth"]), int(r["total"])
+    except (KeyError, ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
+        raise CorruptError(f"conversation {cid.hex()} has a damaged record ({exc})") from exc
+    return r
+
+
+def chain(get, cid: bytes) -> list[tuple[bytes, dict]]:
+    """The records from the full one to ``cid`` (oldest first)."""
+    out = []
+    cur: bytes | None = cid
+    while cur is not None:
+        value = get("conversations", cur)
+        if value is None:
+            raise CorruptError(f"conversation {cur.hex()} is missing from the store")
+        record = parse_record(cur, value)
+        out.append((cur, record))
+        if len(out) > MAX_DEPTH + 1:
+            raise CorruptError(f"conversation {cid.hex()} has a chain longer than {MAX_DEPTH}")
+        cur = record["base"]
+    out.reverse()
+    return out
+
+
+def chunk_refs(get, cid: bytes) -> Iterator[bytes]:
+    """Every chunk id a conversation needs (for gc and verify)."""
+    for _, record in chain(get, cid):
+        for ref in record["chunks"]:
+            yield ref[0]
+
+
+def read(get, cid: bytes) -> list[Any]:
+    """The messages of conversation ``cid``, checked against its id."""
+    hasher = blake3.blake3()
+    out: list[Any] = []
+    for rid, record in chain(get, cid):
+        if len(out) != record["count"]:
+            raise CorruptError(f"conversation {rid.hex()} does not continue its base")
+        for ref in record["chunks"]:
+            data = objects.decode_chunk(ref[0], get("chunks", ref[0]))
+            hasher.update(data)
+            out.extend(_decode(rid, [data]))
+        if len(out) != record["total"]:
+            raise CorruptError(f"conversation {rid.hex()} holds {len(out)} messages, not {record['total']}")
+    if hasher.digest() != cid:
+        raise CorruptError(f"conversation {cid.hex()} does not match its id")
+    return out
+
+
+def _decode(cid: bytes, chunks: Iterable[bytes]) -> list[Any]:
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=256 << 20)
     out = []
     try:
@@ -53,5 +163,10 @@ def decode(cid: bytes, chunks: Iterable[bytes]) -> list[Any]:
     return out
 
 
-def read(get, cid: bytes) -> list[Any]:
-    return decode(cid, objects.iter_stream(get, cid))
+def info(get, cid: bytes) -> tuple[int, int]:
+    """``(message count, depth)`` of a stored conversation, from its record alone."""
+    value = get("conversations", cid)
+    if value is None:
+        raise CorruptError(f"conversation {cid.hex()} is missing from the store")
+    r = parse_record(cid, value)
+    return int(r["total"]), int(r["depth"])

@@ -71,22 +71,59 @@ class _Env:
 
     def __init__(self, path: str, map_size: int):
         self.path = path
-        self.env = lmdb.open(
-            path,
-            map_size=map_size,
-            subdir=True,
-            max_dbs=len(TABLES) + 2,
-            metasync=False,
-            sync=True,
-            readahead=False,
-            max_readers=256,
-            create=True,
-        )
+        self.map_size = map_size
+        self._open()
         self.lock = _SharedExclusiveLock()
-        with self.env.begin(write=True) as txn:
-            self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in TABLES}
         self.refs = 0
         self.write_lock = threading.Lock()
+
+    def _open(self) -> None:
+        # The inode of data.mdb this environment maps: gc --compact replaces the file by a
+        # rename, and every writer compares this with the file's current inode (reopen_if_replaced).
+        data = os.path.join(self.path, "data.mdb")
+        for _ in range(5):
+            before = _inode(data)
+            env = lmdb.open(
+                self.path,
+                map_size=self.map_size,
+                subdir=True,
+                max_dbs=len(TABLES) + 2,
+                metasync=False,
+                sync=True,
+                readahead=False,
+                max_readers=256,
+                create=True,
+            )
+            if before is None or _inode(data) == before:
+                break
+            env.close()  # the file was swapped while we opened it: open the new one
+        self.env = env
+        self.ino = _inode(data)
+        with self.env.begin(write=True) as txn:
+            self.dbs = {name: self.env.open_db(name.encode(), txn=txn) for name in TABLES}
+
+    def replaced(self) -> bool:
+        """True when data.mdb is no longer the file this environment maps."""
+        ino = _inode(os.path.join(self.path, "data.mdb"))
+        return ino is not None and ino != self.ino
+
+    def reopen(self) -> None:
+        """Map the current data.mdb (after another process's compaction renamed a new one in).
+
+        Waits for this process's writers and readers; every Store object of the process shares
+        this environment, so all of them see the new file at once.
+        """
+        with self.write_lock, self.lock.exclusive():
+            self.map_size = max(self.map_size, self.env.info()["map_size"])
+            self.env.close()
+            self._open()
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
 
 
 _envs: dict[str, _Env] = {}
@@ -139,9 +176,93 @@ class LmdbBackend:
                 except lmdb.Error as exc:
                     raise _translate(exc, f"cannot open the store at {path}") from exc
                 _envs[real] = shared
+            elif shared.replaced():
+                shared.reopen()
             shared.refs += 1
         self._shared = shared
         self._closed = False
+
+    def reopen_if_replaced(self) -> bool:
+        """Reopen the environment if data.mdb was replaced (gc --compact in another process).
+
+        Called by every writer right after it takes the store's writer lock: the compacting
+        process held that lock while it renamed the new file in, so from then on no write can
+        go to the old, unlinked file.  Returns True if it reopened.
+        """
+        shared = self._shared
+        if not shared.replaced():
+            return False
+        try:
+            shared.reopen()
+        except lmdb.Error as exc:
+            raise _translate(exc, "cannot reopen the compacted store") from exc
+        return True
+
+    def keys(self, table: str) -> list[bytes]:
+        """Every key of ``table`` (values are not copied), in key order."""
+        with self.read() as view:
+            cursor = view._txn.cursor(db=self._shared.dbs[table])
+            return list(cursor.iternext(keys=True, values=False))
+
+    def value_sizes(self, table: str):
+        """Yield ``(key, stored value length, first 32 bytes)`` of every record of ``table``.
+
+        Reads through zero-copy buffers, so a large value is not copied to compute its size.
+        """
+        shared = self._shared
+        with shared.lock.shared():
+            try:
+                txn = shared.env.begin(buffers=True)
+            except lmdb.Error as exc:
+                raise _translate(exc, "cannot read the store") from exc
+            try:
+                for key, value in txn.cursor(db=shared.dbs[table]):
+                    yield bytes(key), len(value), bytes(value[:32])
+            finally:
+                txn.abort()
+
+    def compact(self, work_dir: str) -> tuple[int, int]:
+        """Rewrite data.mdb without free pages; returns ``(size before, size after)``.
+
+        The caller holds the store's writer lock.  Steps: ``env.copy(compact=True)`` into
+        ``work_dir`` (inside the store directory, so the rename below stays on one file
+        system); give the copy the transaction id of the live file (see _stamp_txnid); fsync;
+        check the copy opens and reads; rename it over data.mdb; fsync the directory; reopen.
+        A crash before the rename leaves the old file untouched (the work dir is removed by
+        the next compaction); after it, the new file is complete.
+        """
+        shared = self._shared
+        data = os.path.join(shared.path, "data.mdb")
+        before = os.path.getsize(data)
+        _remove_dir(work_dir)
+        os.mkdir(work_dir)
+        try:
+            self.sync()
+            with shared.write_lock:
+                txnid = shared.env.info()["last_txnid"]
+                try:
+                    shared.env.copy(work_dir, compact=True)
+                except lmdb.Error as exc:
+                    raise _translate(exc, "cannot compact the store") from exc
+                new = os.path.join(work_dir, "data.mdb")
+                _stamp_txnid(new, txnid)
+                fd = os.open(new, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                _check_copy(work_dir, txnid)
+                lock_copy = os.path.join(work_dir, "lock.mdb")
+                if os.path.exists(lock_copy):
+                    os.unlink(lock_copy)
+                if shared.env.info()["last_txnid"] != txnid:
+                    raise TreeIOError("the store changed during compaction; nothing was replaced")
+                os.rename(new, data)
+                _fsync_dir(shared.path)
+        finally:
+            _remove_dir(work_dir)
+        shared.reopen()
+        return before, os.path.getsize(data)
 
     @property
     def env(self):
@@ -248,6 +369,83 @@ class LmdbBackend:
             if shared.refs == 0:
                 _envs.pop(shared.path, None)
                 shared.env.close()
+
+
+# -- compaction helpers ------------------------------------------------------------------------
+#
+# LMDB keeps the id of the last committed transaction in the lock file (lock.mdb) as well as in
+# the two meta pages of data.mdb, and readers and writers of a process that attaches to an
+# existing lock file trust the lock file's copy to pick the current meta page.  A compacted copy
+# restarts at transaction 1, so renaming it in while another process keeps lock.mdb open would
+# make that process (and every process opening the store after it) read the wrong meta page.
+# We therefore stamp the copy with the live file's transaction id T: both meta pages get the
+# copy's (identical) root, page T % 2 with id T and the other with T - 1.  Whichever page a
+# process picks, it sees the compacted tree, and the next commit (T + 1) continues the sequence.
+# Layout (LMDB 0.9, 64-bit): a 16-byte page header, then MDB_meta: magic u32, version u32,
+# address, mapsize, two MDB_db records of 48 bytes, last_pgno u64 at 136, txnid u64 at 144.
+
+_META_MAGIC = 0xBEEFC0DE
+_META_START = 16
+_META_END = 152
+_TXNID_AT = 144
+
+
+def _stamp_txnid(path: str, txnid: int) -> None:
+    import struct
+
+    if struct.calcsize("P") != 8:
+        raise TreeIOError("compaction needs a 64-bit LMDB build")
+    with open(path, "r+b") as f:
+        head = f.read(_META_END)
+        magic, version = struct.unpack_from("<II", head, _META_START)
+        psize = struct.unpack_from("<I", head, _META_START + 24)[0]  # FREE_DBI.md_pad
+        if magic != _META_MAGIC or version != 1 or psize < 512 or psize & (psize - 1):
+            raise TreeIOError("compaction: unexpected LMDB file layout; nothing was replaced")
+        f.seek(psize)
+        meta1 = bytearray(f.read(_META_END))
+        if struct.unpack_from("<II", meta1, _META_START) != (_META_MAGIC, 1):
+            raise TreeIOError("compaction: unexpected LMDB file layout; nothing was replaced")
+        copy_txn = struct.unpack_from("<Q", meta1, _TXNID_AT)[0]
+        f.seek(0)
+        meta0 = f.read(_META_END)
+        if copy_txn < struct.unpack_from("<Q", meta0, _TXNID_AT)[0]:
+            raise TreeIOError("compaction: unexpected LMDB copy; nothing was replaced")
+        body = bytes(meta1[_META_START:_TXNID_AT])
+        for page in (0, 1):
+            stamp = txnid if page == txnid % 2 else max(txnid - 1, 0)
+            f.seek(page * psize + _META_START)
+            f.write(body + struct.pack("<Q", stamp))
+        f.flush()
+
+
+def _check_copy(work_dir: str, txnid: int) -> None:
+    """Open the stamped copy on its own (fresh lock file) and read every table's first key."""
+    try:
+        env = lmdb.open(work_dir, subdir=True, max_dbs=len(TABLES) + 2, readonly=False, create=False)
+    except lmdb.Error as exc:
+        raise TreeIOError(f"compaction: the copy does not open ({exc}); nothing was replaced") from exc
+    try:
+        if env.info()["last_txnid"] != txnid:
+            raise TreeIOError("compaction: the copy has the wrong transaction id; nothing was replaced")
+        with env.begin() as txn:
+            if txn.get(b"meta") is None:
+                raise TreeIOError("compaction: the copy has no tables; nothing was replaced")
+    finally:
+        env.close()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_dir(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _translate(exc: Exception, what: str) -> Exception:

@@ -32,6 +32,9 @@ class WriterLock:
         self._depth = 0
         self._owner: int | None = None
         self._mutex = threading.RLock()
+        #: Called right after the lock is taken (outermost level only); the store uses it to
+        #: notice a data file replaced by another process's ``gc --compact``.
+        self.on_acquire = None
 
     @contextmanager
     def held(self, timeout: float | None = None):
@@ -40,6 +43,12 @@ class WriterLock:
         with self._mutex:
             if self._depth == 0:
                 self._acquire(self.timeout if timeout is None else timeout)
+                if self.on_acquire is not None:
+                    try:
+                        self.on_acquire()
+                    except BaseException:
+                        self._release()
+                        raise
             self._depth += 1
             try:
                 yield

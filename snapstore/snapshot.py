@@ -298,9 +298,10 @@ def take(
     _count_changes(result, backend, parent, mid, plain, mrecord)
     cid_conv = None
     if messages is not None:
-        cid_conv, _, crecord = conversation.write(messages, put_chunk, level, encode=False)
+        base = _conversation_base(backend, task)
+        cid_conv, crecord = conversation.write(messages, put_chunk, level, encode=False, base=base)
         if crecord is not None:
-            final_objects.append(("streams", cid_conv, crecord))
+            final_objects.append(("conversations", cid_conv, crecord))
     ids = list(plain)
     for cid, present in zip(ids, backend.has_many("chunks", ids)):
         if not present:
@@ -404,6 +405,27 @@ def _read_files(store, to_read, entries, cache_updates, result, writer, level, p
         finally:
             for fut in futures:
                 fut.cancel()
+
+
+def _conversation_base(backend, task: str | None, look_back: int = 64):
+    """``(id, count, depth)`` of the newest conversation of this task, to store a delta on."""
+    import msgpack
+
+    with backend.read() as view:
+        for i, (_, cid) in enumerate(view.items("log", reverse=True)):
+            if i >= look_back:
+                return None
+            packed = view.get("checkpoints", cid)
+            try:
+                record = msgpack.unpackb(packed, raw=False)
+                conv = record.get("conversation")
+                if record.get("task") != task or conv is None:
+                    continue
+                count, depth = conversation.info(view.get, conv)
+            except Exception:  # a damaged record is verify's business, not a reason to fail here
+                continue
+            return conv, count, depth
+    return None
 
 
 def _count_changes(

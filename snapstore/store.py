@@ -67,6 +67,10 @@ class Store:
         self.store_dir = store_dir
         self.compression_level = compression_level
         self._lock = lock
+        if hasattr(lock, "on_acquire") and hasattr(backend, "reopen_if_replaced"):
+            # Another process's `gc --compact` may have renamed a new data.mdb in: every writer
+            # checks right after taking the lock, so no write goes to the old file.
+            lock.on_acquire = backend.reopen_if_replaced
         excluded = set()
         if store_dir is not None:
             rel = os.path.relpath(os.path.realpath(store_dir), os.path.realpath(self.root))
@@ -149,7 +153,11 @@ class Store:
         if root is not None and store is not None:
             tree = os.path.abspath(os.fspath(root))
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
-        level = int(meta.get(b"compression", b"3"))
+        try:
+            level = int(meta.get(b"compression", b"3"))
+        except ValueError:
+            backend.close()
+            raise CorruptError("the store's meta 'compression' is damaged") from None
         store = cls(backend, tree, store_dir, lock, level)
         try:
             store._recover_on_open()

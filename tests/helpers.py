@@ -1,0 +1,100 @@
+"""Helpers shared by the test files (imported as ``helpers``; tests/ is on sys.path)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SNAPSTORE_SCRIPT = Path(sys.executable).parent / "snapstore"
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: bytes
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out.decode("utf-8", "replace")
+
+
+def call_cli(monkeypatch, argv, *, cwd=None, stdin: bytes = b"", env=None) -> CliResult:
+    """Call snapstore.cli.main(argv) with captured stdio (and optionally another cwd/env)."""
+    from snapstore import cli
+
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    with monkeypatch.context() as mp:
+        mp.setattr(sys, "stdout", out)
+        mp.setattr(sys, "stderr", err)
+        mp.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+        for key, value in (env or {}).items():
+            mp.setenv(key, value)
+        if cwd is not None:
+            mp.chdir(cwd)
+        code = cli.main(argv)
+        out.flush()
+        err.flush()
+    return CliResult(code, out.buffer.getvalue(), err.buffer.getvalue().decode("utf-8", "replace"))
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """An environment for child processes that import this checkout of snapstore."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("SNAPSTORE_STORE", None)
+    env.pop("SNAPSTORE_DEBUG", None)
+    env.update(extra)
+    return env
+
+
+def run_snapstore(*args: str, cwd, input: bytes | None = None, script: bool = False, timeout=60):
+    """Run a real ``snapstore`` process (``python -m snapstore``, or the console script)."""
+    cmd = [str(SNAPSTORE_SCRIPT)] if script else [sys.executable, "-m", "snapstore"]
+    return subprocess.run(
+        cmd + list(args),
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        env=subprocess_env(),
+        timeout=timeout,
+    )
+
+
+def assert_one_line_error(err: str | bytes) -> None:
+    """stderr is exactly one line ``snapstore: error: ...`` and no traceback."""
+    if isinstance(err, bytes):
+        err = err.decode("utf-8", "replace")
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("snapstore: error: "), err
+    assert err.endswith("\n")
+
+
+def stored_bytes(backend, tables=("chunks", "streams")) -> int:
+    """Sum of the stored values of ``tables`` (what the content costs in the store)."""
+    total = 0
+    with backend.read() as view:
+        for table in tables:
+            for _, value in view.items(table):
+                total += len(value)
+    return total
+
+
+def all_stored_bytes(backend) -> int:
+    """Sum of keys and values over every table."""
+    from snapstore.backend import TABLES
+
+    total = 0
+    with backend.read() as view:
+        for table in TABLES:
+            for key, value in view.items(table):
+                total += len(key) + len(value)
+    return total

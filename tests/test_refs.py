@@ -1,0 +1,126 @@
+"""Checkpoint references: latest, latest~N, #N, tags, hex prefixes, full ids, and the errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from snapstore import refs
+from snapstore.errors import RefError, UsageError
+from snapstore.store import Store
+from snapstore.testing import build_tree
+
+
+@pytest.fixture
+def three(tree):
+    """An in-memory store with three checkpoints (oldest first), the middle one tagged."""
+    store = Store.in_memory(tree)
+    cps = []
+    for i, tags in enumerate([(), ("v1", "release/1.0"), ()]):
+        build_tree(tree, {"f": b"version %d" % i})
+        cps.append(store.snapshot(f"step {i}", tags=tags, task="t-even" if i % 2 == 0 else "t-odd"))
+    return store, cps
+
+
+def test_latest_and_latest_n(three):
+    store, (c0, c1, c2) = three
+    assert store.resolve("latest").id == c2.id
+    assert store.resolve("latest~0").id == c2.id
+    assert store.resolve("latest~1").id == c1.id
+    assert store.resolve("latest~2").id == c0.id
+    assert store.read_bytes("latest~2", "f") == b"version 0"
+
+
+def test_row_numbers_match_list(three):
+    store, (c0, c1, c2) = three
+    assert [store.resolve(f"#{n}").id for n in (1, 2, 3)] == [c2.id, c1.id, c0.id]
+    assert [c.id for c in store.checkpoints()] == [c2.id, c1.id, c0.id]
+
+
+def test_tags(three):
+    store, (_, c1, _) = three
+    assert store.resolve("v1").id == c1.id
+    assert store.resolve("release/1.0").id == c1.id
+    assert set(store.resolve("v1").tags) == {"v1", "release/1.0"}
+
+
+def test_tag_moves_to_the_newest_checkpoint(three, tree):
+    store, (_, c1, c2) = three
+    build_tree(tree, {"f": b"newer"})
+    c3 = store.snapshot("newer", tags=["v1"])
+    assert store.resolve("v1").id == c3.id
+    assert store.resolve("release/1.0").id == c1.id
+
+
+def test_hex_prefixes_and_full_ids(three):
+    store, cps = three
+    for c in cps:
+        assert store.resolve(c.id).id == c.id
+        assert store.resolve(c.id.upper()).id == c.id
+        assert store.resolve(c.short_id).id == c.id
+        unique = next(n for n in range(4, 65) if sum(o.id.startswith(c.id[:n]) for o in cps) == 1)
+        assert store.resolve(c.id[:unique]).id == c.id
+
+
+def test_task_scoped_refs(three):
+    store, (c0, c1, c2) = three
+    assert store.resolve("latest", task="t-odd").id == c1.id
+    assert store.resolve("latest~1", task="t-even").id == c0.id
+    assert store.resolve("#1", task="t-even").id == c2.id
+    with pytest.raises(RefError):
+        store.resolve("latest~1", task="t-odd")
+
+
+@pytest.mark.parametrize(
+    "ref",
+    ["", "   ", "nope", "latest~3", "latest~99", "#0", "#4", "#-1", "latest~", "abc", "a1",
+     "0000000000000000", "g123", "latest~1x"],
+)  # fmt: skip
+def test_bad_refs_raise_ref_error(three, ref):
+    store, _ = three
+    with pytest.raises(RefError) as info:
+        store.resolve(ref)
+    assert info.value.exit_code == 4
+
+
+def test_too_short_prefix_says_so(three):
+    store, (c0, _, _) = three
+    with pytest.raises(RefError, match="at least 4"):
+        store.resolve(c0.id[:3])
+
+
+def test_no_checkpoints_yet(tree):
+    store = Store.in_memory(tree)
+    with pytest.raises(RefError, match="no checkpoints"):
+        store.resolve("latest")
+
+
+def _fake(cp, hex_id: str):
+    return dataclasses.replace(cp, id=hex_id)
+
+
+def test_ambiguous_prefix(three):
+    _, (c0, c1, _) = three
+    a = _fake(c0, "abcd1" + "0" * 59)
+    b = _fake(c1, "abcd2" + "0" * 59)
+    with pytest.raises(RefError, match="ambiguous"):
+        refs.resolve("abcd", [a, b], {})
+    assert refs.resolve("abcd1", [a, b], {}) is a
+    assert refs.resolve("ABCD2", [a, b], {}) is b
+
+
+def test_tag_wins_over_hex_prefix_and_dangling_tag_is_an_error(three):
+    _, (c0, c1, _) = three
+    a = _fake(c0, "beef" + "0" * 60)
+    assert refs.resolve("release", [a], {"release": a.id}) is a
+    with pytest.raises(RefError, match="no longer exists"):
+        refs.resolve("gone", [a], {"gone": "f" * 64})
+
+
+@pytest.mark.parametrize("tag", ["latest", "latest~1", "abcd", "deadbeef", "-x", "a b", "", "x" * 101])
+def test_tags_that_would_be_ambiguous_are_refused(tree, tag):
+    store = Store.in_memory(tree)
+    with pytest.raises(UsageError):
+        store.snapshot("x", tags=[tag])
+    assert store.checkpoints() == []

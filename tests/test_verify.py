@@ -1,0 +1,143 @@
+"""Corruption is found, named and reported; damaged or unknown stores fail cleanly."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import assert_one_line_error, run_snapstore
+
+from snapstore.errors import CorruptError, FormatVersionError
+from snapstore.lmdb_store import LmdbBackend
+from snapstore.store import Store
+from snapstore.testing import build_tree, random_bytes
+
+
+def _flip_chunk_byte(store_dir, cid: bytes, offset: int = -1) -> None:
+    """Flip one byte of chunk ``cid``'s stored value, through the LMDB API."""
+    backend = LmdbBackend(str(store_dir))
+    try:
+        env = backend.env
+        db = env.open_db(b"chunks")
+        with env.begin(write=True, db=db) as txn:
+            value = bytearray(txn.get(cid))
+            value[offset] ^= 0x01
+            txn.put(cid, bytes(value))
+    finally:
+        backend.close()
+
+
+@pytest.fixture
+def damaged(tree, store):
+    """A store whose file ``victim.bin`` (one chunk) has a flipped byte; yields its chunk id."""
+    build_tree(tree, {"victim.bin": random_bytes(5000, 1), "fine.txt": b"fine\n"})
+    cp = store.snapshot("one")
+    entry = next(e for e in store.entries(cp.id) if e.path == b"victim.bin")
+    _flip_chunk_byte(store.store_dir, entry.ref)  # a one-chunk stream's id is its chunk's id
+    return entry.ref.hex()
+
+
+def test_verify_is_clean_on_a_good_store(tree, store):
+    build_tree(tree, {"a": random_bytes(300_000, 2), "b": b"x" * 100_000})
+    store.snapshot("one", conversation=[{"role": "user", "content": "hi"}])
+    report = store.verify()
+    assert report.ok and report.problems == []
+    assert report.checkpoints == 1 and report.files == 2 and report.chunks > 3
+
+
+def test_verify_names_the_chunk_and_the_file(store, damaged):
+    report = store.verify()
+    assert not report.ok
+    chunk_problems = [p for p in report.problems if p.kind == "chunk"]
+    assert [p.id for p in chunk_problems] == [damaged]
+    file_problems = [p for p in report.problems if p.kind == "file"]
+    assert [p.path for p in file_problems] == ["victim.bin"]
+    assert file_problems[0].checkpoint == store.resolve("latest").id
+
+
+def test_verify_reports_every_problem(tree, store):
+    build_tree(tree, {"a": random_bytes(4000, 3), "b": random_bytes(4000, 4)})
+    cp = store.snapshot("one")
+    for e in store.entries(cp.id):
+        _flip_chunk_byte(store.store_dir, e.ref, offset=10)
+    report = store.verify()
+    assert {p.path for p in report.problems if p.kind == "file"} == {"a", "b"}
+    assert len([p for p in report.problems if p.kind == "chunk"]) == 2
+
+
+def test_reading_a_damaged_file_raises_corrupt_error(store, damaged):
+    with pytest.raises(CorruptError) as info:
+        store.read_bytes("latest", "victim.bin")
+    assert damaged in str(info.value)
+    assert store.read_bytes("latest", "fine.txt") == b"fine\n"
+
+
+def test_cli_verify_exits_6_naming_chunk_and_file(tree, damaged):
+    proc = run_snapstore("verify", cwd=tree)
+    assert proc.returncode == 6
+    out = proc.stdout.decode()
+    assert damaged in out and "victim.bin" in out
+    assert b"Traceback" not in proc.stderr
+    as_json = run_snapstore("verify", "--json", cwd=tree)
+    assert as_json.returncode == 6
+    import json
+
+    doc = json.loads(as_json.stdout)
+    assert doc["ok"] is False
+    assert {(p["kind"], p["id"]) for p in doc["problems"]} >= {("chunk", damaged)}
+    assert "victim.bin" in {p["path"] for p in doc["problems"]}
+
+
+def test_cli_cat_of_damaged_file_exits_6_with_one_line(tree, damaged):
+    proc = run_snapstore("cat", "latest", "victim.bin", cwd=tree)
+    assert proc.returncode == 6
+    assert_one_line_error(proc.stderr)
+    assert damaged in proc.stderr.decode()
+    good = run_snapstore("cat", "latest", "fine.txt", cwd=tree)
+    assert (good.returncode, good.stdout) == (0, b"fine\n")
+
+
+def _set_meta(store_dir, key: bytes, value: bytes) -> None:
+    backend = LmdbBackend(str(store_dir))
+    try:
+        with backend.write() as batch:
+            batch.put("meta", key, value)
+    finally:
+        backend.close()
+
+
+def test_unknown_format_version_is_refused(tree, store):
+    store.snapshot("one")
+    store_dir = store.store_dir
+    store.close()
+    _set_meta(store_dir, b"format", b"999")
+    with pytest.raises(FormatVersionError):
+        Store.open(tree)
+    for args in (["list"], ["snapshot"], ["verify"], ["cat", "latest", "x"]):
+        proc = run_snapstore(*args, cwd=tree)
+        assert proc.returncode == 7, (args, proc.stderr)
+        assert_one_line_error(proc.stderr)
+        assert b"999" in proc.stderr
+
+
+def test_other_chunker_parameters_are_refused(tree, store):
+    import msgpack
+
+    from snapstore import chunker
+
+    store_dir = store.store_dir
+    store.close()
+    other = {**chunker.PARAMS, "fastcdc": {**chunker.PARAMS["fastcdc"], "avg": 65536}}
+    _set_meta(store_dir, b"chunker", msgpack.packb(other))
+    with pytest.raises(FormatVersionError):
+        Store.open(tree)
+    proc = run_snapstore("list", cwd=tree)
+    assert proc.returncode == 7
+    assert_one_line_error(proc.stderr)
+
+
+def test_damaged_meta_is_reported_as_corruption(tree, store):
+    store_dir = store.store_dir
+    store.close()
+    _set_meta(store_dir, b"compression", b"not a number")
+    proc = run_snapstore("list", cwd=tree)
+    assert_one_line_error(proc.stderr)
+    assert proc.returncode == 6
