@@ -68,7 +68,7 @@ def cli(ctx, store_dir, directory, lock_timeout):
 
     Exit codes: 0 ok, 1 differences (diff), 2 usage, 3 no store / store exists, 4 unknown
     checkpoint or path, 5 store locked, 6 store damaged, 7 unknown store format, 8 file-system
-    error, 9 conflict, 10 unsafe path, 70 internal error.
+    error, 9 conflict, 10 unsafe path, 11 refused by a hook, 70 internal error.
     """
     ctx.obj = Ctx(store_dir, directory, lock_timeout)
 
@@ -225,42 +225,90 @@ def _number(rows):
 @cli.command(context_settings=CONTEXT)
 @click.argument("ref", default="latest")
 @click.option("--conversation", "show_conversation", is_flag=True, help="Print the conversation stored with it.")
+@click.option("--task", metavar="NAME", help="Resolve REF among this task's checkpoints.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def show(obj: Ctx, ref, show_conversation, as_json):
-    """Show a checkpoint and the files it changed against its parent."""
+def show(obj: Ctx, ref, show_conversation, task, as_json):
+    """Show a checkpoint: its record, the files it changed against its parent (lines +/-),
+    and its conversation (message count, last user and assistant messages)."""
     from .errors import RefError
     from .render import dump_json, local_time, size
 
+    if task:
+        ref = f"{ref}@{task}"
     with obj.open() as store:
-        cp = store.resolve(ref)
         if show_conversation:
+            cp = store.resolve(ref)
             messages = store.conversation(cp.id)
             if messages is None:
                 raise RefError(f"no conversation stored with checkpoint {cp.short_id}")
             click.echo(dump_json(messages))
             return
-        changes = store.changes(cp.id)
+        info = store.summary(ref)
     if as_json:
-        _echo_json({**cp.to_json(), "changes": [c.to_json() for c in changes]})
+        _echo_json(info)
         return
-    st = cp.stats
-    click.echo(f"checkpoint {cp.id}")
-    click.echo(f"time:     {local_time(cp.time_ns)}")
-    click.echo(f"message:  {cp.message or '-'}")
-    if cp.task:
-        click.echo(f"task:     {cp.task}")
-    if cp.tags:
-        click.echo(f"tags:     {', '.join(cp.tags)}")
-    click.echo(f"parent:   {cp.parent[:12] if cp.parent else '-'}")
+    st = info["stats"]
+    click.echo(f"checkpoint {info['id']}")
+    click.echo(f"time:     {local_time(int(info['timestamp'] * 1e9))}")
+    click.echo(f"message:  {info['message'] or '-'}")
+    if info["task"]:
+        click.echo(f"task:     {info['task']}")
+    if info["tags"]:
+        click.echo(f"tags:     {', '.join(info['tags'])}")
+    click.echo(f"parent:   {info['parent'][:12] if info['parent'] else '-'}")
     click.echo(f"files:    {st.get('files', 0)} ({size(st.get('bytes', 0))}), {size(st.get('new_bytes', 0))} new")
-    for key, value in cp.metadata.items():
+    for key, value in info["metadata"].items():
         click.echo(f"meta:     {key}={value}")
-    click.echo(f"conversation: {'stored' if cp.conversation else 'none'}")
-    if changes:
+    convo = info["conversation"]
+    if convo is None:
+        click.echo("conversation: no conversation stored")
+    else:
+        click.echo(f"conversation: {convo['messages']} message(s)")
+        if convo["last_user"] is not None:
+            click.echo(f"  user:      {convo['last_user']}")
+        if convo["last_assistant"] is not None:
+            click.echo(f"  assistant: {convo['last_assistant']}")
+    if info["changes"]:
         click.echo("")
-        for c in changes:
-            click.echo(f"{c.status} {c.display_path}")
+        for c in info["changes"]:
+            counts = "bin" if c["binary"] else f"+{c['added']} -{c['removed']}"
+            click.echo(f"{c['status']} {counts:>12}  {_json_path(c['path'])}")
+
+
+def _json_path(path: str) -> str:
+    from .paths import display
+
+    return display(os.fsencode(path))
+
+
+@cli.command(name="log", context_settings=CONTEXT)
+@click.argument("path")
+@click.option("--task", metavar="NAME", help="Only this task's checkpoints.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {\"path\": ..., \"versions\": [...]}.")
+@click.pass_obj
+def log_(obj: Ctx, path, task, as_json):
+    """List the checkpoints in which PATH changed, oldest version first, with lines +/-.
+
+    Bring one back with `snapstore restore REF -- PATH`.
+    """
+    from .render import local_time, one_line, size, table
+
+    with obj.open() as store:
+        versions = store.history(path, task=task)
+    if as_json:
+        _echo_json({"path": path, "versions": [v.to_json() for v in versions]})
+        return
+    if not versions:
+        click.echo(f"{path} did not change in any checkpoint")
+        return
+    rows = []
+    for v in versions:
+        cp = v.checkpoint
+        counts = "bin" if v.binary else f"+{v.added} -{v.removed}"
+        what = {"A": "added", "M": "modified", "D": "deleted", "T": "replaced", "X": "mode"}[v.status]
+        rows.append([cp.short_id, local_time(cp.time_ns), what, size(v.entry.size) if v.entry else "-", counts, one_line(cp.message) or "-"])
+    click.echo(table(rows))
 
 
 @cli.command(context_settings=CONTEXT)
@@ -381,19 +429,67 @@ def _print_changes(changes, show_stat, patch, as_json) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("ref")
 @click.argument("paths", nargs=-1)
+@click.option("--files-only", "mode", flag_value="files", default=True, help="Restore the files (the default).")
+@click.option("--conversation-only", "mode", flag_value="conversation", help="Output the conversation; leave the tree untouched.")
+@click.option("--both", "mode", flag_value="both", help="Restore the files and output the conversation.")
+@click.option("-o", "--output", metavar="FILE|-", help="Write the conversation as JSON to FILE (stdout with -, the default).")
+@click.option("--task", metavar="NAME", help="Resolve REF among this task's checkpoints.")
 @click.option("-n", "--dry-run", is_flag=True, help="Print what would change; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.pass_obj
-def restore(obj: Ctx, ref, paths, dry_run, as_json, quiet):
+def restore(obj: Ctx, ref, paths, mode, output, task, dry_run, as_json, quiet):
     """Make the tree equal to checkpoint REF (or only PATHS, given after `--`).
 
     The tree is first recorded as a safety checkpoint, so `snapstore undo` puts it back.
-    Ignored files, .git and the store are never touched; no prompt, ever.
+    Ignored files, .git and the store are never touched; no prompt, ever. With
+    --conversation-only or --both, the checkpoint's conversation is written as JSON
+    (to -o FILE, or stdout; the report then goes to stderr).
     """
+    if paths and mode == "conversation":
+        raise UsageError("paths go with restoring files, not with --conversation-only")
+    if task:
+        ref = f"{ref}@{task}"
     with obj.open() as store:
-        report = store.restore(ref, list(paths) or None, dry_run=dry_run)
-    _print_report(report, as_json, quiet)
+        result = store.rewind(
+            ref,
+            files=mode in ("files", "both"),
+            conversation=mode in ("conversation", "both"),
+            paths=list(paths) or None,
+            dry_run=dry_run,
+        )
+    to_stderr = result.conversation is not None and output in (None, "-")
+    if result.conversation is not None:
+        _write_json_output(result.conversation, output)
+    if result.report is not None:
+        _print_report(result.report, as_json, quiet, err=to_stderr)
+    elif not quiet and not to_stderr:
+        click.echo(f"wrote the conversation of {result.checkpoint.short_id} ({len(result.conversation)} messages) to {output}")
+
+
+def _write_json_output(doc, output: str | None) -> None:
+    from .render import dump_json
+
+    text = dump_json(doc) + "\n"
+    if output in (None, "-"):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    tmp = f"{output}.snapstore-tmp.{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, output)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        from .errors import TreeIOError
+
+        raise TreeIOError(f"cannot write {output}: {exc.strerror}") from exc
 
 
 @cli.command(context_settings=CONTEXT)
@@ -408,9 +504,9 @@ def undo(obj: Ctx, dry_run, as_json, quiet):
     _print_report(report, as_json, quiet)
 
 
-def _print_report(report, as_json, quiet) -> None:
+def _print_report(report, as_json, quiet, err: bool = False) -> None:
     if as_json:
-        _echo_json(report.to_json())
+        click.echo(__import__("json").dumps(report.to_json(), indent=2), err=err)
         return
     if quiet:
         return
@@ -419,15 +515,16 @@ def _print_report(report, as_json, quiet) -> None:
     verb = {"A": "create", "M": "write", "D": "delete", "T": "replace", "X": "chmod"}
     if report.dry_run:
         for c in report.changes:
-            click.echo(f"would {verb[c.status]:7} {c.display_path}")
-        click.echo(f"{len(report.changes)} path(s) would change (dry run: nothing was changed)")
+            click.echo(f"would {verb[c.status]:7} {c.display_path}", err=err)
+        click.echo(f"{len(report.changes)} path(s) would change (dry run: nothing was changed)", err=err)
         return
     counts = {s: sum(1 for c in report.changes if c.status == s) for s in "AMDTX"}
     what = "restored" if report.kind == "restore" else "undid"
     click.echo(
         f"{what} {report.target.short_id}: +{counts['A']} ~{counts['M'] + counts['T'] + counts['X']} "
         f"-{counts['D']} paths; the tree before is checkpoint {report.safety.short_id} "
-        "('snapstore undo' puts it back)"
+        "('snapstore undo' puts it back)",
+        err=err,
     )
 
 
@@ -458,6 +555,142 @@ def oplog(obj: Ctx, as_json):
         for op in ops
     ]
     click.echo(table(rows))
+
+
+# -- retention and garbage collection (prune, delete, gc, stats, config) ---------------------
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--keep-last", type=int, metavar="N", help="Keep the N newest checkpoints (safety ones not counted).")
+@click.option("--keep-within", metavar="DURATION", help="Keep every checkpoint younger than DURATION (30m, 12h, 7d, 2w).")
+@click.option("--keep-tagged", is_flag=True, help="Keep every checkpoint a tag names.")
+@click.option("--task", metavar="NAME", help="Only consider (and count) the checkpoints of this task.")
+@click.option("-n", "--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def prune(obj: Ctx, keep_last, keep_within, keep_tagged, task, dry_run, as_json, quiet):
+    """Remove the checkpoints no --keep rule keeps (run `snapstore gc` to free their data).
+
+    Checkpoints that `undo` can still reach (the newest 10 operations) and those of a pending
+    restore are always kept.
+    """
+    from .render import local_time, one_line
+
+    with obj.open() as store:
+        report = store.prune(
+            keep_last=keep_last, keep_within=keep_within, keep_tagged=keep_tagged, task=task, dry_run=dry_run
+        )
+    if as_json:
+        _echo_json(report.to_json())
+        return
+    if quiet:
+        return
+    verb = "would remove" if dry_run else "removed"
+    for c in report.removed:
+        click.echo(f"{verb} {c.short_id} {local_time(c.time_ns)} {one_line(c.message) or '-'}")
+    protected = f" ({report.protected} kept because undo needs them)" if report.protected else ""
+    tail = " (dry run: nothing was changed)" if dry_run else (
+        "; run 'snapstore gc' to free their space" if report.removed else ""
+    )
+    click.echo(f"{verb} {len(report.removed)} checkpoint(s), kept {report.kept}{protected}{tail}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("ref")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def delete(obj: Ctx, ref, quiet):
+    """Remove checkpoint REF: its record, its log entry and the tags naming it.
+
+    Its data stays until `snapstore gc`. Checkpoints that `undo` can still reach are refused.
+    """
+    with obj.open() as store:
+        cp = store.delete(ref)
+    if not quiet:
+        click.echo(f"deleted {cp.short_id}; run 'snapstore gc' to free its space")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--compact", is_flag=True, help="Also rewrite the store file so the disk space comes back.")
+@click.option("-n", "--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def gc(obj: Ctx, compact, dry_run, as_json, quiet):
+    """Remove the data no checkpoint reaches (holds the writer lock while it runs)."""
+    from .render import size
+
+    with obj.open() as store:
+        report = store.gc(compact=compact, dry_run=dry_run)
+    if as_json:
+        _echo_json(report.to_json())
+        return
+    if quiet:
+        return
+    verb = "would remove" if dry_run else "removed"
+    click.echo(
+        f"{verb} {report.chunks_removed} of {report.chunks} chunks, {report.streams_removed} streams, "
+        f"{report.conversations_removed} conversation records: {size(report.bytes_removed)} logical, "
+        f"{size(report.stored_bytes_removed)} stored"
+        + (" (dry run: nothing was changed)" if dry_run else "")
+    )
+    if report.compacted:
+        click.echo(
+            f"compacted the store file: {size(report.size_before)} -> {size(report.size_after)} "
+            f"({size(report.disk_freed)} freed on disk)"
+        )
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def stats(obj: Ctx, as_json):
+    """Checkpoints, tasks, sizes, dedup and compression ratios, size on disk."""
+    from .render import size
+
+    with obj.open() as store:
+        st = store.stats()
+    if as_json:
+        _echo_json(st.to_json())
+        return
+    rows = [
+        ("checkpoints", f"{st.checkpoints} (+{st.safety_checkpoints} safety)"),
+        ("tasks", str(st.tasks)),
+        ("latest", f"{st.latest[:12] if st.latest else '-'}: {st.latest_files} files, {size(st.latest_bytes)}"),
+        ("logical bytes", f"{size(st.logical_bytes)} over all checkpoints"),
+        ("unique bytes", size(st.unique_bytes)),
+        ("stored bytes", size(st.stored_bytes)),
+        ("dedup ratio", f"{st.dedup_ratio:.2f}"),
+        ("compression", f"{st.compression_ratio:.2f}"),
+        ("chunks", f"{st.chunks} ({st.streams} multi-chunk streams)"),
+        ("on disk", size(st.disk_size)),
+    ]
+    for name, value in rows:
+        click.echo(f"{name + ':':15} {value}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("key", required=False)
+@click.argument("value", required=False)
+@click.option("--unset", is_flag=True, help="Reset KEY to its default.")
+@click.pass_obj
+def config(obj: Ctx, key, value, unset):
+    """Print all settings, print KEY, or set KEY to VALUE (e.g. retention.keep-last 100)."""
+    with obj.open() as store:
+        if key is None:
+            if unset:
+                raise UsageError("--unset needs a KEY")
+            values = store.config()
+        elif unset or value is not None:
+            values = {key: store.config_set(key, None if unset else value)}
+        else:
+            values = {key: store.config_get(key)}
+    if key is not None and not unset and value is None:
+        click.echo(values[key])
+        return
+    for k, v in values.items():
+        click.echo(f"{k} = {v}")
 
 
 _ARGV: list[str] | None = None

@@ -170,3 +170,24 @@ def info(get, cid: bytes) -> tuple[int, int]:
         raise CorruptError(f"conversation {cid.hex()} is missing from the store")
     r = parse_record(cid, value)
     return int(r["total"]), int(r["depth"])
+
+
+def preview(messages: list[Any], width: int = 200) -> dict[str, Any]:
+    """What an agent UI shows: the message count and the last user and assistant messages."""
+
+    def text_of(message: Any) -> str:
+        content = message.get("content") if isinstance(message, dict) else message
+        if isinstance(content, list):  # content blocks: keep the text ones
+            content = " ".join(
+                b.get("text", "") if isinstance(b, dict) else str(b) for b in content
+            )
+        text = " ".join(str(content).split())
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    def last(role: str) -> str | None:
+        for m in reversed(messages):
+            if isinstance(m, dict) and m.get("role") == role:
+                return text_of(m)
+        return None
+
+    return {"messages": len(messages), "last_user": last("user"), "last_assistant": last("assistant")}

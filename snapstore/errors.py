@@ -18,6 +18,7 @@ Exit codes (documented in docs/cli.md, tested in tests/test_cli_errors.py):
 8     a file-system error on the tree or the store (missing path, disk full)
 9     a conflict: the tree changed under a running restore
 10    an unsafe path in a manifest (absolute, ``..``, through a symlink)
+11    a before-hook refused the operation (hooks.HookError)
 70    an internal error (a bug): one line, no traceback unless SNAPSTORE_DEBUG=1
 ====  ===========================================================
 """

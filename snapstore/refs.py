@@ -8,7 +8,8 @@ a tag           set with ``snapshot --tag NAME``
 a hex prefix    at least 4 hex digits of an id, unique in the store; or a full id
 ==============  ==============================================================
 
-With ``task``, ``latest``, ``latest~N`` and ``#N`` count only that task's checkpoints.
+With ``task`` (or the suffix ``@TASK``, e.g. ``latest~2@fix-login``), ``latest``,
+``latest~N`` and ``#N`` count only that task's checkpoints.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ def resolve(
 ) -> Checkpoint:
     """Resolve ``ref`` among ``checkpoints`` (oldest first) and ``tags`` (name -> id)."""
     ref = ref.strip()
+    if "@" in ref:
+        ref, _, scoped = ref.rpartition("@")
+        if not scoped:
+            raise RefError(f"{ref}@: a task name must follow '@'")
+        task = scoped
     if not ref:
         raise RefError("empty checkpoint reference")
     by_id = {c.id: c for c in checkpoints}

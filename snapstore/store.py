@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
@@ -21,6 +21,7 @@ from . import chunker, conversation, manifest, objects, refs, restore, snapshot,
 from .backend import MemoryBackend
 from .checkpoint import USER, Checkpoint, load_all, load_one
 from .diff import Change, compare
+from .hooks import HookRegistry
 from .errors import (
     CorruptError,
     FormatVersionError,
@@ -36,8 +37,20 @@ from .oplog import Operation
 from .paths import display, from_user
 from .restore import RestoreReport
 
+if TYPE_CHECKING:
+    from .history import Version
+
 STORE_DIRNAME = ".snapstore"
 FORMAT_VERSION = 1
+
+
+class Rewind(NamedTuple):
+    """What :meth:`Store.rewind` did: the checkpoint, the restore report (None when files were
+    not asked for) and the conversation to reinstate (None when not asked for)."""
+
+    checkpoint: Checkpoint
+    report: RestoreReport | None
+    conversation: list[Any] | None
 
 
 class _ThreadLock:
@@ -77,6 +90,8 @@ class Store:
             if not rel.startswith(".."):
                 excluded.add(os.fsencode(rel).replace(os.sep.encode(), b"/"))
         self.excluded = frozenset(excluded)
+        #: Lifecycle hooks (see snapstore.hooks): ``store.hooks.register(event, fn)``.
+        self.hooks = HookRegistry(self)
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -251,6 +266,9 @@ class Store:
             _check_tag(tag)
         if metadata is not None and not isinstance(metadata, dict):
             raise UsageError("metadata must be a dict")
+        self.hooks.before(
+            "before_snapshot", message=message, task=task, tags=list(tags), metadata=metadata
+        )
         with self._lock.held():
             self._recover()
             cp, result = snapshot.take(
@@ -264,7 +282,11 @@ class Store:
                 skip_unchanged=skip_unchanged,
                 progress=progress,
             )
-        return dataclasses.replace(cp, warnings=tuple(result.report.warnings), reused=result.reused)
+            if not result.reused:
+                result.report.warnings.extend(self._auto_retention())
+        cp = dataclasses.replace(cp, warnings=tuple(result.report.warnings), reused=result.reused)
+        late = self.hooks.after("after_snapshot", checkpoint=cp)
+        return dataclasses.replace(cp, warnings=cp.warnings + tuple(late)) if late else cp
 
     def restore(
         self, ref: str, paths: list[str] | None = None, *, dry_run: bool = False
@@ -278,14 +300,13 @@ class Store:
         with self._lock.held():
             self._recover()
             target = self.resolve(ref)
-            return restore.run(
-                self,
-                target,
-                paths,
-                dry_run=dry_run,
-                kind="restore",
-                message=f"before restore of {target.short_id}",
-            )
+            return self._run_restore(target, paths, dry_run, "restore", f"before restore of {target.short_id}")
+
+    def _run_restore(self, target: Checkpoint, paths, dry_run: bool, kind: str, message: str) -> RestoreReport:
+        self.hooks.before("before_restore", target=target, paths=paths, dry_run=dry_run, kind=kind)
+        report = restore.run(self, target, paths, dry_run=dry_run, kind=kind, message=message)
+        report.warnings.extend(self.hooks.after("after_restore", report=report))
+        return report
 
     def undo(self, *, dry_run: bool = False) -> RestoreReport:
         """Put the tree back as it was before the last restore or undo (undo twice = redo)."""
@@ -297,14 +318,73 @@ class Store:
             last = ops[0]
             with self.backend.read() as view:
                 before = load_one(view, bytes.fromhex(last.before))
-            return restore.run(
-                self,
-                before,
-                last.paths,
-                dry_run=dry_run,
-                kind="undo",
-                message=f"before undo of operation {last.seq}",
+            return self._run_restore(
+                before, last.paths, dry_run, "undo", f"before undo of operation {last.seq}"
             )
+
+    def rewind(
+        self,
+        ref: str,
+        *,
+        files: bool = True,
+        conversation: bool = True,
+        paths: list[str] | None = None,
+        dry_run: bool = False,
+    ) -> Rewind:
+        """Go back to checkpoint ``ref``: its files (through the undoable restore), its
+        conversation (returned for the agent to reinstate), or both.
+
+        Asking for the conversation of a checkpoint that has none fails with RefError before
+        anything is touched.
+        """
+        if not files and not conversation:
+            raise UsageError("rewind needs files, conversation or both")
+        target = self.resolve(ref)
+        messages = None
+        if conversation:
+            messages = self.conversation(target.id)
+            if messages is None:
+                raise RefError(f"no conversation stored with checkpoint {target.short_id}")
+        report = self.restore(target.id, paths, dry_run=dry_run) if files else None
+        return Rewind(target, report, messages)
+
+    def snapshot_if(self, context, *, policy=None, **snapshot_args) -> Checkpoint | None:
+        """Take a checkpoint only when ``policy`` (default :class:`snapstore.policy.Policy`)
+        says ``context`` (an OperationContext) warrants one; returns it, or None."""
+        from .policy import Policy, seconds_since
+
+        latest = self.checkpoints()
+        since = seconds_since(latest[0].time_ns) if latest else None
+        decision = (policy or Policy()).decide(context, since)
+        if not decision.checkpoint:
+            return None
+        metadata = dict(snapshot_args.pop("metadata", None) or {})
+        metadata.setdefault("policy", {"score": round(decision.score, 3), "reasons": decision.reasons})
+        if context.tool and "tool" not in metadata:
+            metadata["tool"] = context.tool
+        return self.snapshot(metadata=metadata, **snapshot_args)
+
+    def history(self, path: str | bytes, *, task: str | None = None) -> list[Version]:
+        """The checkpoints in which ``path`` changed, oldest first, with lines +/-."""
+        from .history import file_history
+
+        rows = list(reversed(self.checkpoints(task=task)))
+        return file_history(self, from_user(path), rows)
+
+    def summary(self, ref: str) -> dict[str, Any]:
+        """What an agent UI shows for a checkpoint: the record, changed files with +/- counts,
+        the conversation's size and last messages (``None`` when none is stored)."""
+        from . import textdiff
+
+        cp = self.resolve(ref)
+        changes = []
+        for c in self.changes(cp.id):
+            added, removed, binary = textdiff.line_counts(c)
+            changes.append({**c.to_json(), "added": added, "removed": removed, "binary": binary})
+        convo = None
+        if cp.conversation is not None:
+            convo = conversation.preview(self.conversation(cp.id))
+        return {**cp.to_json(), "changes": changes, "conversation": convo}
 
     def operations(self) -> list[Operation]:
         """The operation log (restores and undos), newest first."""
@@ -334,6 +414,135 @@ class Store:
                 self._recover()
         except LockedError:
             pass  # a live restore holds the lock; it finishes its own work
+
+    # -- retention, deletion, gc, stats, config (see snapstore.retention, snapstore.gc) ------
+
+    def prune(
+        self,
+        *,
+        keep_last: int | None = None,
+        keep_within: str | int | None = None,
+        keep_tagged: bool = False,
+        task: str | None = None,
+        dry_run: bool = False,
+    ):
+        """Remove the checkpoints no keep rule keeps; returns a retention.PruneReport.
+
+        ``keep_within`` is a duration (``"30m"``, ``"12h"``, ``"7d"``) or seconds.  Checkpoints
+        that ``undo`` can reach (the newest retention.UNDO_DEPTH operations) and those of a
+        pending restore are never removed.  Their data stays until :meth:`gc`.
+        """
+        from . import retention
+
+        if keep_last is not None:
+            keep_last = retention.parse_count(keep_last)
+        if isinstance(keep_within, str):
+            keep_within = retention.parse_duration(keep_within)
+        elif keep_within is not None and keep_within <= 0:
+            raise UsageError("--keep-within must be longer than zero")
+        policy = retention.Policy(keep_last, keep_within, bool(keep_tagged))
+        if not policy.active:
+            raise UsageError("prune needs a rule: --keep-last, --keep-within or --keep-tagged")
+        with self._lock.held():
+            self._recover()
+            return self._prune(policy, task, dry_run)
+
+    def _prune(self, policy, task: str | None, dry_run: bool):
+        from . import retention
+
+        all_, _ = self._load()
+        with self.backend.read() as view:
+            guarded = retention.protected(view)
+        report = retention.select(all_, policy, guarded, task=task)
+        report.dry_run = dry_run
+        if not dry_run:
+            retention.remove(self.backend, report.removed)
+        return report
+
+    def _auto_retention(self) -> list[str]:
+        """Apply the store's retention policy after a snapshot (lock held); returns warnings."""
+        from . import gc, retention
+        from .errors import SnapstoreError
+
+        try:
+            values = self.config()
+            policy = retention.policy_from_config(values)
+            if policy is None:
+                return []
+            report = self._prune(policy, None, False)
+            if report.removed and values.get("retention.gc") == "true":
+                gc.run(self)
+        except SnapstoreError as exc:
+            return [f"automatic retention failed: {exc}"]
+        return []
+
+    def delete(self, ref: str) -> Checkpoint:
+        """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.
+
+        Later checkpoints keep working.  Refuses (UsageError) a checkpoint that ``undo`` or a
+        pending restore needs.
+        """
+        from . import retention
+
+        with self._lock.held():
+            self._recover()
+            cp = self.resolve(ref)
+            with self.backend.read() as view:
+                guarded = retention.protected(view)
+            if cp.id in guarded:
+                raise UsageError(f"checkpoint {cp.short_id} cannot be deleted: {guarded[cp.id]}")
+            retention.remove(self.backend, [cp])
+            return cp
+
+    def gc(self, *, compact: bool = False, dry_run: bool = False):
+        """Remove the chunks, streams and manifests no checkpoint reaches; returns a gc.GcReport.
+
+        Holds the writer lock throughout, so no snapshot can be writing meanwhile.  With
+        ``compact`` the LMDB file is rewritten so the disk space really comes back.
+        """
+        from . import gc
+
+        with self._lock.held():
+            self._recover()
+            return gc.run(self, compact=compact and not dry_run, dry_run=dry_run)
+
+    def stats(self):
+        """Counts and sizes of the store (a stats.StoreStats)."""
+        from . import stats
+
+        return stats.collect(self)
+
+    def config(self) -> dict[str, str]:
+        """Every configuration key with its value (the default when unset)."""
+        from . import retention
+
+        with self.backend.read() as view:
+            return {
+                key: (view.get("meta", retention.config_key(key)) or default.encode()).decode()
+                for key, (default, _) in retention.CONFIG_KEYS.items()
+            }
+
+    def config_get(self, key: str) -> str:
+        """The value of configuration ``key`` (UsageError for an unknown key)."""
+        from . import retention
+
+        retention.config_key(key)
+        return self.config()[key]
+
+    def config_set(self, key: str, value: str | int | None) -> str:
+        """Set configuration ``key`` (``None`` or ``"off"`` resets it); returns the new value."""
+        from . import retention
+
+        mkey = retention.config_key(key)
+        stored = None if value is None else retention.normalise(key, str(value))
+        with self._lock.held():
+            with self.backend.write() as batch:
+                if stored is None:
+                    batch.delete("meta", mkey)
+                else:
+                    batch.put("meta", mkey, stored.encode())
+            self.backend.sync()
+        return self.config_get(key)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -396,15 +605,19 @@ class Store:
             return list(manifest.iter_entries(view.get, cp.manifest))
 
     def changes(self, ref: str) -> list[Change]:
-        """What checkpoint ``ref`` changed against its parent."""
+        """What checkpoint ``ref`` changed against its parent (with lazy old/new bytes)."""
+        from . import diff as diff_mod
+
         cp = self.resolve(ref)
-        new = self._manifest_dict(cp.manifest)
-        old = {}
-        if cp.parent:
-            with self.backend.read() as view:
+        with self.backend.read() as view:
+            parent = None
+            if cp.parent and view.get("checkpoints", bytes.fromhex(cp.parent)) is not None:
                 parent = load_one(view, bytes.fromhex(cp.parent))
-            old = self._manifest_dict(parent.manifest)
-        return compare(old, new)
+            if parent is None:
+                old, new = {}, manifest.load(view.get, cp.manifest)
+            else:
+                old, new = diff_mod.manifest_difference(view.get, parent.manifest, cp.manifest)
+        return diff_mod.with_loaders(compare(old, new), self._store_loader, self._store_loader)
 
     def iter_bytes(self, ref: str, path: str | bytes) -> Iterator[bytes]:
         """The content of ``path`` in checkpoint ``ref``, chunk by chunk (each chunk verified)."""
