@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from . import ignore
 from .errors import TreeIOError
-from .paths import display
 from .manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE
+from .paths import display
 
 ALWAYS_EXCLUDED = frozenset({b".git"})
 

@@ -33,11 +33,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from .paths import display
-from . import chunker, conversation, diff, manifest, objects, scan, statcache
+from . import chunker, conversation, diff, manifest, objects, scan, statcache, worktree
 from .checkpoint import USER, build_record, seq_key
 from .errors import TreeIOError
-from .manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE, Entry
+from .manifest import UNREADABLE, Entry
+from .paths import display
 
 WHOLE_READ_MAX = 4 << 20
 GROUP_BYTES = 2 << 20
@@ -244,26 +244,7 @@ def take(
     parent = store._checkpoint_by_id(last_item[1]) if last_item else None
     next_seq = (int.from_bytes(last_item[0], "big") + 1) if last_item else 1
 
-    entries: dict[bytes, Entry] = {}
-    to_read: list[scan.Found] = []
-    for f in found:
-        st = f.st
-        if f.kind in (FILE, EXEC):
-            sid = statcache.lookup(cache.get(f.path), st)
-            if sid is None:
-                to_read.append(f)
-            else:
-                entries[f.path] = Entry(
-                    f.path, f.kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid
-                )
-        elif f.kind == SYMLINK:
-            entries[f.path] = Entry(
-                f.path, SYMLINK, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, f.target
-            )
-        elif f.kind == DIR:
-            entries[f.path] = Entry(f.path, DIR, stat.S_IMODE(st.st_mode), 0, st.st_mtime_ns, b"")
-        else:
-            entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
+    entries, to_read = worktree.classify(found, cache)
 
     result = SnapshotResult(
         entries=[], manifest_id=b"", conversation_id=None, report=report, found=found
@@ -395,10 +376,7 @@ def _read_files(store, to_read, entries, cache_updates, result, writer, level, p
                     result.report.warn(f"cannot read {display(f.path)}: {exc.strerror}")
                     entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
                     continue
-                kind = EXEC if st.st_mode & 0o100 else FILE
-                entries[f.path] = Entry(
-                    f.path, kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid
-                )
+                entries[f.path] = worktree.file_entry(f.path, st, sid)
                 result.files_read += 1
                 result.bytes_read += st.st_size
                 cache_updates[f.path] = statcache.encode(st, sid, recorded)

@@ -60,12 +60,14 @@ def entry_for(f: scan.Found, sid: bytes | None = None) -> Entry:
     return Entry(f.path, UNREADABLE, 0, 0, 0, b"")
 
 
-def current_state(store, report: scan.ScanReport | None = None) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]]:
-    """Entries of the working tree now (path -> Entry) and what the walk found (path -> Found)."""
-    report = report or scan.ScanReport()
-    found = scan.walk(store.root_bytes, store.excluded, report)
-    with store.backend.read() as view:
-        cache = dict(view.items("statcache"))
+def file_entry(path: bytes, st: os.stat_result, sid: bytes) -> Entry:
+    """The entry of a regular file read (or hashed) under ``st``."""
+    kind = EXEC if st.st_mode & 0o100 else FILE
+    return Entry(path, kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid)
+
+
+def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[bytes, Entry], list[scan.Found]]:
+    """Entries for everything the stat cache vouches for, and the files that must be read."""
     entries: dict[bytes, Entry] = {}
     misses: list[scan.Found] = []
     for f in found:
@@ -77,6 +79,16 @@ def current_state(store, report: scan.ScanReport | None = None) -> tuple[dict[by
             entries[f.path] = entry_for(f, sid)
         else:
             entries[f.path] = entry_for(f)
+    return entries, misses
+
+
+def current_state(store, report: scan.ScanReport | None = None) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]]:
+    """Entries of the working tree now (path -> Entry) and what the walk found (path -> Found)."""
+    report = report or scan.ScanReport()
+    found = scan.walk(store.root_bytes, store.excluded, report)
+    with store.backend.read() as view:
+        cache = dict(view.items("statcache"))
+    entries, misses = classify(found, cache)
     if misses:
         root = store.root_bytes
         with ThreadPoolExecutor(min(4, os.cpu_count() or 2)) as pool:
@@ -87,6 +99,5 @@ def current_state(store, report: scan.ScanReport | None = None) -> tuple[dict[by
                     report.warn(f"could not read {f.path.decode('utf-8', 'backslashreplace')}")
                 else:
                     sid, st = res
-                    kind = EXEC if st.st_mode & 0o100 else FILE
-                    entries[f.path] = Entry(f.path, kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid)
+                    entries[f.path] = file_entry(f.path, st, sid)
     return entries, {f.path: f for f in found}
