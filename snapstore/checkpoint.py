@@ -160,13 +160,20 @@ def parse_record(cid: bytes, packed: bytes, seq: int = 0) -> Checkpoint:
 
 
 def load_all(view) -> list[Checkpoint]:
-    """Every checkpoint in creation order (oldest first)."""
+    """Every readable checkpoint in creation order (oldest first).
+
+    A missing or damaged record is left out (``verify`` reports it): one bad record must not
+    make every other checkpoint unreachable.
+    """
     out = []
     for key, cid in view.items("log"):
         packed = view.get("checkpoints", cid)
         if packed is None:
-            raise CorruptError(f"log entry {key_seq(key)} names missing checkpoint {cid.hex()}")
-        out.append(parse_record(cid, packed, key_seq(key)))
+            continue
+        try:
+            out.append(parse_record(cid, packed, key_seq(key)))
+        except CorruptError:
+            continue
     return out
 
 

@@ -313,7 +313,7 @@ class LmdbBackend:
                     with shared.lock.exclusive():
                         shared.env.set_mapsize(0)
                 except lmdb.Error as exc:
-                    raise _translate(exc, "cannot write to the store") from exc
+                    raise _translate(exc, "cannot write to the store", shared.path) from exc
 
     def _apply_once(self, batch: WriteBatch) -> int:
         shared = self._shared
@@ -448,12 +448,25 @@ def _remove_dir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _translate(exc: Exception, what: str) -> Exception:
+def _translate(exc: Exception, what: str, path: str | None = None) -> Exception:
     if isinstance(exc, lmdb.CorruptedError | lmdb.InvalidError | lmdb.PageNotFoundError):
         return CorruptError(f"{what}: the LMDB file is damaged ({exc})")
-    if isinstance(exc, lmdb.DiskError) or getattr(exc, "errno", None) == errno.ENOSPC:
-        return TreeIOError(f"{what}: {exc}")
     text = str(exc)
-    if "No space left" in text:
-        return TreeIOError(f"{what}: no space left on device")
+    if "No space left" in text or getattr(exc, "errno", None) == errno.ENOSPC or (
+        # LMDB reports a short write (the disk filled up mid-commit) as EIO.
+        path is not None and isinstance(exc, lmdb.Error) and _nearly_full(path)
+    ):
+        return TreeIOError(
+            f"{what}: no space left on the device holding {path or 'the store'} "
+            "(this write was not recorded; free some space and try again)"
+        )
     return TreeIOError(f"{what}: {exc}")
+
+
+def _nearly_full(path: str, margin: int = 1 << 20) -> bool:
+    """True when the file system holding ``path`` has less than ``margin`` bytes free."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < margin

@@ -457,7 +457,7 @@ def parse_journal(value: bytes) -> tuple[dict, list[Step]]:
             check_path(s.path)
         if not isinstance(rec.get("target"), bytes):
             raise ValueError("no target")
-    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException, UnsafePathError) as exc:
         raise CorruptError(f"the restore journal is damaged ({exc})") from exc
     return rec, steps
 
@@ -548,7 +548,17 @@ def run(store, target: Checkpoint, paths, *, dry_run: bool, kind: str, message: 
     except BaseException as exc:
         applier.close()
         if isinstance(exc, ConflictError | OSError):
-            _roll_back(store, safety, done)
+            try:
+                _roll_back(store, safety, done)
+            except OSError as again:
+                # The journal stays: like after a crash, the next command finishes the restore
+                # (rolls it forward) once the cause (a full disk, say) is gone.
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise TreeIOError(
+                    f"restore failed ({why}) and could not be rolled back "
+                    f"({again.strerror or again}); the next snapstore command on this tree "
+                    "finishes the restore once that is fixed (nothing was lost)"
+                ) from exc
             with backend.write() as batch:
                 batch.delete("journal", JOURNAL_KEY)
             backend.sync()
@@ -625,6 +635,12 @@ def recover(store) -> bool:
                 raise CorruptError(f"the restore journal names {display(s.path)}, absent from its target")
             applier.apply(s)
         _clean_temp_files(applier.tree, steps)
+    except OSError as exc:
+        raise TreeIOError(
+            f"cannot finish the interrupted restore: {exc.strerror or exc}"
+            + (f" ({display(os.fsencode(exc.filename))})" if exc.filename else "")
+            + "; it is still journaled and is finished by the next command once that is fixed"
+        ) from exc
     finally:
         applier.close()
     finish(backend, op, len(steps))

@@ -241,7 +241,7 @@ def take(
         cache = dict(view.items("statcache"))
         last = view.items("log", reverse=True)
         last_item = next(iter(last), None)
-    parent = store._checkpoint_by_id(last_item[1]) if last_item else None
+    parent = _newest_readable(store, last_item[1]) if last_item else None
     next_seq = (int.from_bytes(last_item[0], "big") + 1) if last_item else 1
 
     entries, to_read = worktree.classify(found, cache)
@@ -342,6 +342,20 @@ def take(
             batch.put("tags", tag.encode(), cp_id)
     backend.sync()
     return store._checkpoint_by_id(cp_id), result
+
+
+def _newest_readable(store, latest: bytes):
+    """The newest checkpoint whose record reads back (the parent of a new one); a damaged
+    latest record (verify reports it) must not stop every later snapshot."""
+    from .checkpoint import load_all
+    from .errors import CorruptError
+
+    try:
+        return store._checkpoint_by_id(latest)
+    except CorruptError:
+        with store.backend.read() as view:
+            readable = load_all(view)
+        return readable[-1] if readable else None
 
 
 def _read_files(store, to_read, entries, cache_updates, result, writer, level, progress, workers):

@@ -21,7 +21,6 @@ from . import chunker, conversation, manifest, objects, refs, restore, snapshot,
 from .backend import MemoryBackend
 from .checkpoint import USER, Checkpoint, load_all, load_one
 from .diff import Change, compare
-from .hooks import HookRegistry
 from .errors import (
     CorruptError,
     FormatVersionError,
@@ -31,6 +30,7 @@ from .errors import (
     TreeIOError,
     UsageError,
 )
+from .hooks import HookRegistry
 from .lock import DEFAULT_TIMEOUT, WriterLock
 from .manifest import Entry
 from .oplog import Operation

@@ -1,0 +1,226 @@
+"""Retention: which checkpoints to keep, the store's retention policy, and removing checkpoints.
+
+Keep rules (``prune`` options and the ``retention.*`` config keys); a checkpoint is kept when
+any rule keeps it:
+
+* ``keep_last N``: the N newest user checkpoints (of the task, with ``task``).  Safety
+  checkpoints (recorded by restore/undo) are not counted and not kept by this rule.
+* ``keep_within D``: every checkpoint (safety ones included) younger than D.
+* ``keep_tagged``: every checkpoint a tag names.
+
+Whatever the rules say, these are **protected** and never removed by ``prune`` or ``delete``:
+
+* the ``before`` and ``target`` checkpoints of the newest :data:`UNDO_DEPTH` operations of the
+  operation log (what ``undo``, repeated, can reach);
+* the ``target`` and ``before`` checkpoints of a pending restore journal (crash recovery).
+
+Removing a checkpoint deletes its record, its ``log`` entry and the tags naming it, in one
+transaction per batch; the data it referenced stays until ``gc``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import msgpack
+
+from .checkpoint import SAFETY, Checkpoint
+from .errors import UsageError
+
+#: How many operations of the oplog keep their checkpoints (``undo`` repeated this many times).
+UNDO_DEPTH = 10
+
+#: Checkpoints removed per transaction.
+REMOVE_BATCH = 1000
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+_DURATION = re.compile(r"(\d+)([smhdwy])")
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in a duration like ``30m``, ``12h``, ``7d``, ``2w``, ``1d12h``."""
+    s = str(text).strip().lower()
+    if not s or _DURATION.sub("", s):
+        raise UsageError(
+            f"bad duration {text!r}: use a number and a unit s, m, h, d, w or y (e.g. 30m, 12h, 7d)"
+        )
+    total = sum(int(n) * _UNITS[u] for n, u in _DURATION.findall(s))
+    if total <= 0:
+        raise UsageError(f"bad duration {text!r}: it must be longer than zero")
+    return total
+
+
+def parse_count(text: str | int, what: str = "--keep-last") -> int:
+    try:
+        n = int(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} takes a whole number, not {text!r}") from None
+    if n < 1:
+        raise UsageError(f"{what} must be at least 1")
+    return n
+
+
+# -- the store's configuration (meta table) --------------------------------------------------
+
+CONFIG_PREFIX = b"config:"
+
+
+def _bool(text: str) -> str:
+    t = str(text).strip().lower()
+    if t in ("true", "yes", "on", "1"):
+        return "true"
+    if t in ("false", "no", "off", "0"):
+        return "false"
+    raise UsageError(f"expected true or false, not {text!r}")
+
+
+#: key -> (default shown when unset, normaliser of a value to store).
+CONFIG_KEYS = {
+    "retention.keep-last": ("off", lambda v: str(parse_count(v, "retention.keep-last"))),
+    "retention.keep-within": ("off", lambda v: (parse_duration(v), str(v).strip().lower())[1]),
+    "retention.keep-tagged": ("true", _bool),
+    "retention.gc": ("false", _bool),
+}
+UNSET = ("off", "none", "")
+
+
+def config_key(key: str) -> bytes:
+    if key not in CONFIG_KEYS:
+        known = ", ".join(CONFIG_KEYS)
+        raise UsageError(f"unknown config key {key!r} (known: {known})")
+    return CONFIG_PREFIX + key.encode()
+
+
+def normalise(key: str, value: str) -> str | None:
+    """The value to store for ``key`` (None: unset it, back to the default)."""
+    config_key(key)
+    if str(value).strip().lower() in UNSET and key in ("retention.keep-last", "retention.keep-within"):
+        return None
+    return CONFIG_KEYS[key][1](value)
+
+
+@dataclass(frozen=True)
+class Policy:
+    keep_last: int | None = None
+    keep_within: int | None = None  # seconds
+    keep_tagged: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.keep_last is not None or self.keep_within is not None or self.keep_tagged
+
+
+def policy_from_config(values: dict[str, str]) -> Policy | None:
+    """The automatic policy, or None when neither keep-last nor keep-within is set."""
+    last = values.get("retention.keep-last", "off")
+    within = values.get("retention.keep-within", "off")
+    if last == "off" and within == "off":
+        return None
+    return Policy(
+        keep_last=None if last == "off" else int(last),
+        keep_within=None if within == "off" else parse_duration(within),
+        keep_tagged=values.get("retention.keep-tagged", "true") == "true",
+    )
+
+
+# -- selection --------------------------------------------------------------------------------
+
+
+def protected(view) -> dict[str, str]:
+    """Checkpoint id -> why it must stay (undo reach, pending journal)."""
+    from .oplog import Operation
+
+    out: dict[str, str] = {}
+    for i, (key, value) in enumerate(view.items("oplog", reverse=True)):
+        if i >= UNDO_DEPTH:
+            break
+        op = Operation.parse(key, value)
+        out.setdefault(op.before, f"undo can reach it (operation {op.seq})")
+        out.setdefault(op.target, f"undo can reach it (operation {op.seq})")
+    journal = view.get("journal", b"current")
+    if journal is not None:
+        try:
+            rec = msgpack.unpackb(journal, raw=False)
+            for k in ("target", "before"):
+                if isinstance(rec.get(k), bytes):
+                    out[rec[k].hex()] = "a pending restore needs it"
+        except (ValueError, TypeError, msgpack.UnpackException):
+            pass
+    return out
+
+
+@dataclass
+class PruneReport:
+    """What prune removed (or, with ``dry_run``, would remove)."""
+
+    removed: list[Checkpoint] = field(default_factory=list)
+    kept: int = 0
+    protected: int = 0  # kept only because undo or a pending restore needs them
+    dry_run: bool = False
+
+    def to_json(self) -> dict:
+        return {
+            "dry_run": self.dry_run,
+            "removed": [c.to_json() for c in self.removed],
+            "kept": self.kept,
+            "protected": self.protected,
+        }
+
+
+def select(
+    checkpoints: list[Checkpoint],
+    policy: Policy,
+    guarded: dict[str, str],
+    *,
+    task: str | None = None,
+    now_ns: int | None = None,
+) -> PruneReport:
+    """Apply ``policy`` to ``checkpoints`` (oldest first, tags filled in)."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    scope = [c for c in checkpoints if task is None or c.task == task]
+    keep: set[str] = set()
+    if policy.keep_last is not None:
+        users = [c for c in reversed(scope) if c.kind != SAFETY]
+        keep.update(c.id for c in users[: policy.keep_last])
+    if policy.keep_within is not None:
+        cutoff = now_ns - policy.keep_within * 1_000_000_000
+        keep.update(c.id for c in scope if c.time_ns >= cutoff)
+    if policy.keep_tagged:
+        keep.update(c.id for c in scope if c.tags)
+    report = PruneReport()
+    for c in scope:
+        if c.id in keep:
+            report.kept += 1
+        elif c.id in guarded:
+            report.kept += 1
+            report.protected += 1
+        else:
+            report.removed.append(c)
+    return report
+
+
+def remove(backend, checkpoints: list[Checkpoint]) -> None:
+    """Delete the records, log entries and tags of ``checkpoints`` (the caller holds the lock).
+
+    A checkpoint's record, log entry and tags go in the same transaction (batches of
+    REMOVE_BATCH checkpoints), so a crash never leaves a log entry or a tag naming a missing
+    record.
+    """
+    if not checkpoints:
+        return
+    doomed: dict[bytes, list[tuple[str, bytes]]] = {bytes.fromhex(c.id): [] for c in checkpoints}
+    with backend.read() as view:
+        for table in ("log", "tags"):
+            for k, v in view.items(table):
+                if v in doomed:
+                    doomed[v].append((table, k))
+    ids = list(doomed)
+    for start in range(0, len(ids), REMOVE_BATCH):
+        with backend.write() as batch:
+            for cid in ids[start : start + REMOVE_BATCH]:
+                for table, k in doomed[cid]:
+                    batch.delete(table, k)
+                batch.delete("checkpoints", cid)
+    backend.sync()

@@ -1,0 +1,69 @@
+"""Store statistics: what the checkpoints hold, what the store keeps, and what that costs.
+
+* ``logical_bytes``: the sum over all checkpoints of the bytes of their files (what a copy of
+  every checkpoint would take);
+* ``unique_bytes``: the plain bytes of every stored chunk (data, index nodes, manifests,
+  conversations) once;
+* ``stored_bytes``: the bytes of the stored chunk values (after zstd);
+* ``dedup_ratio`` = logical / unique, ``compression_ratio`` = unique / stored;
+* ``disk_size``: the size of the LMDB file (see ``gc --compact``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class StoreStats:
+    checkpoints: int = 0
+    safety_checkpoints: int = 0
+    tasks: int = 0
+    latest: str | None = None
+    latest_files: int = 0
+    latest_bytes: int = 0
+    logical_bytes: int = 0
+    unique_bytes: int = 0
+    stored_bytes: int = 0
+    chunks: int = 0
+    streams: int = 0
+    disk_size: int = 0
+
+    @property
+    def dedup_ratio(self) -> float:
+        return self.logical_bytes / self.unique_bytes if self.unique_bytes else 0.0
+
+    @property
+    def compression_ratio(self) -> float:
+        return self.unique_bytes / self.stored_bytes if self.stored_bytes else 0.0
+
+    def to_json(self) -> dict:
+        doc = asdict(self)
+        doc["dedup_ratio"] = round(self.dedup_ratio, 3)
+        doc["compression_ratio"] = round(self.compression_ratio, 3)
+        return doc
+
+
+def collect(store) -> StoreStats:
+    from .gc import chunk_sizes
+
+    all_, _ = store._load()
+    st = StoreStats()
+    st.checkpoints = sum(1 for c in all_ if not c.is_safety)
+    st.safety_checkpoints = len(all_) - st.checkpoints
+    st.tasks = len({c.task for c in all_ if c.task is not None})
+    users = [c for c in all_ if not c.is_safety]
+    if users:
+        latest = users[-1]
+        st.latest = latest.id
+        st.latest_files = int(latest.stats.get("files", 0))
+        st.latest_bytes = int(latest.stats.get("bytes", 0))
+    st.logical_bytes = sum(int(c.stats.get("bytes", 0)) for c in all_)
+    for _, stored, plain in chunk_sizes(store.backend):
+        st.chunks += 1
+        st.stored_bytes += stored
+        st.unique_bytes += plain
+    with store.backend.read() as view:
+        st.streams = view.count("streams")
+    st.disk_size = store.backend.disk_size()
+    return st

@@ -1,0 +1,126 @@
+"""gc (with and without --compact) killed with SIGKILL at random moments leaves a valid store.
+
+A template store holds four checkpoints of ~1,200 small files and two multi-chunk files; two
+of the checkpoints are deleted, so gc has several thousand chunks to sweep (several batches) and
+a file worth compacting.  Each trial copies the store, starts a real ``snapstore gc`` process
+and kills it after a random delay spread over the time an uninterrupted run takes.  Afterwards:
+verify is clean, the surviving checkpoints read back byte-exact, and a second gc finishes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import blake3
+import pytest
+from helpers import subprocess_env
+
+from snapstore import gc as gc_mod
+from snapstore import objects
+from snapstore.store import Store
+from snapstore.testing import random_bytes
+
+TRIALS = 14  # per mode (x2)
+N_FILES = 1200
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gc-template")
+    root = base / "tree"
+    root.mkdir()
+    expected: dict[str, dict[bytes, bytes]] = {}
+    with Store.init(root) as store:
+        ids = []
+        for version in range(4):
+            for i in range(N_FILES):
+                d = root / f"d{i % 25}"
+                d.mkdir(exist_ok=True)
+                (d / f"f{i}").write_bytes(random_bytes(64 + i % 200, f"{version}-{i}"))
+            (root / "big1").write_bytes(random_bytes(600_000, f"big1-{version}"))
+            (root / "big2").write_bytes(random_bytes(400_000, f"big2-{version % 2}"))
+            cp = store.snapshot(f"v{version}")
+            ids.append(cp.id)
+        for cid in ids:
+            with store.backend.read() as view:
+                expected[cid] = {
+                    e.path: blake3.blake3(objects.read_stream(view.get, e.ref)).digest()
+                    for e in store.entries(cid)
+                    if e.is_file
+                }
+        store.delete(ids[0])
+        store.delete(ids[2])
+    survivors = {ids[1]: expected[ids[1]], ids[3]: expected[ids[3]]}
+    return root / ".snapstore", survivors
+
+
+def copy_store(src, dest_root):
+    dest_root.mkdir()
+    shutil.copytree(src, dest_root / ".snapstore")
+    return dest_root
+
+
+def gc_cmd(compact: bool) -> list[str]:
+    return [sys.executable, "-m", "snapstore", "gc"] + (["--compact"] if compact else [])
+
+
+def check_store(root, survivors) -> None:
+    with Store.open(root) as store:
+        report = store.verify()
+        assert report.ok, [str(p) for p in report.problems[:5]]
+        assert {c.id for c in store.checkpoints(include_safety=True)} == set(survivors)
+        with store.backend.read() as view:
+            for cid, files in survivors.items():
+                got = {
+                    e.path: blake3.blake3(objects.read_stream(view.get, e.ref)).digest()
+                    for e in store.entries(cid)
+                    if e.is_file
+                }
+                assert got == files, cid
+        # A later gc finishes the job and leaves no work directory behind.
+        store.gc(compact=True)
+        assert not os.path.exists(os.path.join(store.store_dir, gc_mod.COMPACT_DIR))
+        assert store.gc().chunks_removed == 0
+        assert store.verify().ok
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["gc", "gc-compact"])
+def test_gc_killed_at_random_moments_leaves_a_valid_store(template, tmp_path, compact):
+    src, survivors = template
+    # How long an uninterrupted run takes (to spread the kill times over it; not asserted).
+    probe = copy_store(src, tmp_path / "probe")
+    start = time.monotonic()
+    done = subprocess.run(gc_cmd(compact), cwd=probe, env=subprocess_env(), capture_output=True)
+    duration = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    check_store(probe, survivors)
+    # Start-up (interpreter, imports, opening the store) is most of a short run: spread the kill
+    # times over what follows it, where gc marks, sweeps and compacts.
+    start = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "snapstore", "config"], cwd=probe, env=subprocess_env(), capture_output=True
+    )
+    startup = time.monotonic() - start
+
+    rng = random.Random(7 if compact else 11)
+    killed = 0
+    for trial in range(TRIALS):
+        root = copy_store(src, tmp_path / f"t{trial}")
+        proc = subprocess.Popen(
+            gc_cmd(compact), cwd=root, env=subprocess_env(), stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(rng.uniform(startup * 0.8, max(duration, startup) * 1.05))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            killed += 1
+        proc.wait(timeout=60)
+        check_store(root, survivors)
+        shutil.rmtree(root)
+    assert killed >= 1  # at least some trials interrupted a running gc
