@@ -138,9 +138,9 @@ def test_compact_after_deleting_everything_returns_to_near_empty_size(tmp_path):
         for i in range(12):
             write(root, f"f{i % 4}", random_bytes(400_000, i))
             store.snapshot(f"s{i}", conversation=[{"i": i, "text": "x" * 2000}])
-        grown = store.backend.disk_size()
         for c in store.checkpoints(include_safety=True):
             store.delete(c.id)
+        grown = store.backend.disk_size()  # deleting records may itself grow the file a little
         report = store.gc(compact=True)
         assert report.compacted
         assert report.bytes_removed > 12 * 400_000 * 0.9 / 3  # at least the 4 last versions
