@@ -263,9 +263,9 @@ def run(store, *, compact: bool = False, dry_run: bool = False) -> GcReport:
     _delete(backend, "chunks", dead_chunks)
     backend.sync()
     if compact and store.store_dir is not None and hasattr(backend, "compact"):
-        before, after = backend.compact(os.path.join(store.store_dir, COMPACT_DIR))
+        # size_before stays the size before gc began (the sweep itself may grow the file).
+        _, report.size_after = backend.compact(os.path.join(store.store_dir, COMPACT_DIR))
         report.compacted = True
-        report.size_before, report.size_after = before, after
     else:
         report.size_after = backend.disk_size()
     return report
