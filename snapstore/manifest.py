@@ -70,7 +70,25 @@ def write_manifest(
     return objects.write_stream(groups, put, level, encode=encode)
 
 
+_KINDS = frozenset(KIND_NAMES)
+
+
 def _check(raw) -> Entry:
+    # Fast path first: exact types (msgpack yields exactly list/bytes/int), one combined test.
+    if type(raw) is list and len(raw) == 6:
+        path, kind, mode, size, mtime_ns, ref = raw
+        if (
+            type(path) is bytes
+            and path
+            and type(ref) is bytes
+            and type(mode) is int
+            and type(size) is int
+            and type(mtime_ns) is int
+            and kind in _KINDS
+            and type(kind) is int
+            and (len(ref) == 32 or kind > EXEC)
+        ):
+            return Entry(path, kind, mode, size, mtime_ns, ref)
     if not isinstance(raw, list) or len(raw) != 6:
         raise ValueError("an entry is not a 6-item array")
     path, kind, mode, size, mtime_ns, ref = raw

@@ -24,6 +24,18 @@ def line_counts(change: Change) -> tuple[int, int, bool]:
     if is_binary(old) or is_binary(new):
         return 0, 0, True
     a, b = _lines(old), _lines(new)
+    # Agents' edits are local: strip the common head and tail first (cheap), so the quadratic
+    # matcher only sees the region that changed.
+    head = 0
+    limit = min(len(a), len(b))
+    while head < limit and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
+        tail += 1
+    a, b = a[head : len(a) - tail], b[head : len(b) - tail]
+    if not a or not b:
+        return len(b), len(a), False
     added = removed = 0
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag in ("replace", "delete"):
