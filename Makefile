@@ -34,5 +34,8 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks.run --quick
 
+torture: $(STAMP)
+	$(PY) -m tests.torture
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -28,8 +28,7 @@ import queue
 import stat
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +80,8 @@ class _Dedup:
         self._backend = backend
         self._claimed: set[bytes] = set()
         self._lock = threading.Lock()
+        self._lookups = 0
+        self._release = getattr(backend, "release_memory", None)
 
     def new_ids(self, ids: list[bytes]) -> set[bytes]:
         with self._lock:
@@ -89,6 +90,9 @@ class _Dedup:
         if not fresh:
             return set()
         present = self._backend.has_many("chunks", fresh)
+        self._lookups += 1
+        if self._lookups % 32 == 0 and self._release is not None:
+            self._release()  # lookups map LMDB pages; keep them from piling up in RSS
         return {i for i, p in zip(fresh, present) if not p}
 
 
@@ -125,29 +129,77 @@ class _Writer(threading.Thread):
                 for table, key, value in ops:
                     batch.put_new(table, key, value)
             self.inserted += batch.inserted_bytes
+            release = getattr(self.backend, "release_memory", None)
+            if release is not None:
+                release(trim_heap=True)
         except BaseException as exc:  # reported by the main thread
             self.error = exc
 
 
+class _Sink:
+    """The chunks one read task produced, deduplicated and compressed in groups.
+
+    Grouping matters on small-file trees: one dedup lookup, one compression pass and one queue
+    hand-off per GROUP_BYTES instead of per file keeps the threads from ping-ponging the GIL.
+    """
+
+    def __init__(self, dedup: _Dedup, writer: _Writer, level: int):
+        self.dedup = dedup
+        self.writer = writer
+        self.level = level
+        self.pairs: list[tuple[bytes, bytes | memoryview, bool]] = []  # (id, data, encoded?)
+        self.records: list[tuple[str, bytes, bytes]] = []
+        self.size = 0
+
+    def add(self, cid: bytes, data: bytes | memoryview, encoded: bool = False) -> None:
+        self.pairs.append((cid, data, encoded))
+        self.size += len(data)
+        if self.size >= GROUP_BYTES:
+            self.flush()
+
+    def add_record(self, table: str, key: bytes, value: bytes) -> None:
+        self.records.append((table, key, value))
+
+    def flush(self) -> None:
+        ops = []
+        if self.pairs:
+            new = self.dedup.new_ids([cid for cid, _, _ in self.pairs])
+            for cid, data, encoded in self.pairs:
+                if cid in new:
+                    new.discard(cid)
+                    value = data if encoded else objects.encode_chunk(data, self.level)
+                    ops.append(("chunks", cid, value))
+        # Stream records go after their chunks (same writer batch or a later one).
+        ops.extend(self.records)
+        self.pairs, self.records, self.size = [], [], 0
+        if ops:
+            self.writer.queue.put(ops)
+
+
 class _Reader:
-    """Reads one file into chunks; runs in the thread pool."""
+    """Reads files into chunks; its read_batch runs in the thread pool."""
 
     def __init__(self, root: bytes, dedup: _Dedup, writer: _Writer, level: int):
         self.root = root
         self.dedup = dedup
         self.writer = writer
         self.level = level
+        self._local = threading.local()
 
-    def _store(self, pairs: list[tuple[bytes, bytes | memoryview]]) -> None:
-        new = self.dedup.new_ids([cid for cid, _ in pairs])
-        if not new:
-            return
-        ops = []
-        for cid, data in pairs:
-            if cid in new:
-                new.discard(cid)
-                ops.append(("chunks", cid, objects.encode_chunk(data, self.level)))
-        self.writer.queue.put(ops)
+    def read_batch(self, rels: list[bytes]) -> list[tuple[bytes, object]]:
+        """Read several files; returns ``(path, result or exception)`` for each."""
+        sink = self._local.sink = _Sink(self.dedup, self.writer, self.level)
+        out: list[tuple[bytes, object]] = []
+        try:
+            for rel in rels:
+                try:
+                    out.append((rel, self.read(rel)))
+                except (FileGone, FileChanged, OSError) as exc:
+                    out.append((rel, exc))
+            sink.flush()
+        finally:
+            self._local.sink = None
+        return out
 
     def read(self, rel: bytes) -> tuple[bytes, os.stat_result, int]:
         """Store one file; returns ``(stream id, the stat it was read under, recorded_ns)``."""
@@ -179,6 +231,9 @@ class _Reader:
         raise FileChanged(f"kept changing while it was read ({READ_ATTEMPTS} attempts)")
 
     def _read_fd(self, fd: int, expected: int) -> tuple[bytes, int]:
+        sink = getattr(self._local, "sink", None)
+        if sink is None:  # a direct call outside read_batch
+            sink = _Sink(self.dedup, self.writer, self.level)
         f = os.fdopen(fd, "rb", buffering=0, closefd=False)
         builder = objects.StreamBuilder()
         if expected <= WHOLE_READ_MAX:
@@ -188,29 +243,17 @@ class _Reader:
                 if not more:
                     break
                 data += more
-            self._store([(builder.add(view), view) for view in chunker.cut_buffer(data)])
+            for view in chunker.cut_buffer(data):
+                sink.add(builder.add(view), view)
         else:
-            group: list[tuple[bytes, bytes]] = []
-            group_size = 0
             for data in chunker.cut_stream(f):
-                group.append((builder.add(data), data))
-                group_size += len(data)
-                if group_size >= GROUP_BYTES:
-                    self._store(group)
-                    group, group_size = [], 0
-            if group:
-                self._store(group)
-        nodes: list[tuple[bytes, bytes]] = []
-        sid, size, record = builder.finish(lambda nid, value: nodes.append((nid, value)), self.level)
-        if nodes:
-            new = self.dedup.new_ids([nid for nid, _ in nodes])
-            ops = [("chunks", nid, value) for nid, value in nodes if nid in new]
-            if ops:
-                self.writer.queue.put(ops)
+                sink.add(builder.add(data), data)
+        sid, size, record = builder.finish(lambda nid, value: sink.add(nid, value, True), self.level)
         if record is not None:
-            self.writer.queue.put([("streams", sid, record)])
+            sink.add_record("streams", sid, record)
+        if getattr(self._local, "sink", None) is None:
+            sink.flush()
         return sid, size
-
 
 
 def take(
@@ -251,15 +294,15 @@ def take(
     )
     cache_updates: dict[bytes, bytes] = {}
     writer = _Writer(backend)
-    writer.start()
-    try:
-        if to_read:
+    if to_read:  # an unchanged tree needs no reader pool and no writer thread
+        writer.start()
+        try:
             _read_files(store, to_read, entries, cache_updates, result, writer, level, progress, workers)
-    finally:
-        writer.queue.put(None)
-        writer.join()
-    if writer.error is not None:
-        raise _as_store_error(writer.error)
+        finally:
+            writer.queue.put(None)
+            writer.join()
+        if writer.error is not None:
+            raise _as_store_error(writer.error)
 
     ordered = [entries[p] for p in sorted(entries)]
     result.entries = ordered
@@ -341,6 +384,9 @@ def take(
         for tag in tags:
             batch.put("tags", tag.encode(), cp_id)
     backend.sync()
+    release = getattr(backend, "release_memory", None)
+    if release is not None:
+        release()
     return store._checkpoint_by_id(cp_id), result
 
 
@@ -359,44 +405,64 @@ def _newest_readable(store, latest: bytes):
 
 
 def _read_files(store, to_read, entries, cache_updates, result, writer, level, progress, workers):
+    from concurrent.futures import ThreadPoolExecutor, as_completed  # only when files change
+
     reader = _Reader(store.root_bytes, _Dedup(store.backend), writer, level)
     total = sum(f.st.st_size for f in to_read)
     done = 0
-    n = workers or min(4, (os.cpu_count() or 2))
+    n = workers or max(2, min(4, os.cpu_count() or 2))
+    by_path = {f.path: f for f in to_read}
     with ThreadPoolExecutor(n, thread_name_prefix="snapstore-read") as pool:
-        futures = {pool.submit(reader.read, f.path): f for f in to_read}
+        futures = [pool.submit(reader.read_batch, batch) for batch in _batches(to_read)]
         try:
             for fut in as_completed(futures):
-                f = futures[fut]
-                done += f.st.st_size
-                if progress:
-                    progress(done, total)
                 if writer.error is not None:
                     break
-                try:
-                    sid, st, recorded = fut.result()
-                except FileGone as exc:
-                    result.report.vanished += 1
-                    result.report.warn(f"{display(f.path)} {exc}; not recorded")
-                    entries.pop(f.path, None)
-                    continue
-                except FileChanged as exc:
-                    result.report.unreadable += 1
-                    result.report.warn(f"{display(f.path)} {exc}; recorded as unreadable")
-                    entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
-                    continue
-                except OSError as exc:
-                    result.report.unreadable += 1
-                    result.report.warn(f"cannot read {display(f.path)}: {exc.strerror}")
-                    entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
-                    continue
-                entries[f.path] = worktree.file_entry(f.path, st, sid)
-                result.files_read += 1
-                result.bytes_read += st.st_size
-                cache_updates[f.path] = statcache.encode(st, sid, recorded)
+                for rel, outcome in fut.result():
+                    f = by_path[rel]
+                    done += f.st.st_size
+                    _record(f, outcome, entries, cache_updates, result)
+                if progress:
+                    progress(done, total)
         finally:
             for fut in futures:
                 fut.cancel()
+
+
+def _batches(files: list[scan.Found]) -> Iterator[list[bytes]]:
+    """Small files in groups (up to 64 files or GROUP_BYTES), each large file on its own."""
+    batch: list[bytes] = []
+    size = 0
+    for f in files:
+        batch.append(f.path)
+        size += f.st.st_size
+        if len(batch) >= 64 or size >= GROUP_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _record(f: scan.Found, outcome, entries, cache_updates, result) -> None:
+    """Turn one file's read outcome into its entry (or a warning)."""
+    if isinstance(outcome, FileGone):
+        result.report.vanished += 1
+        result.report.warn(f"{display(f.path)} {outcome}; not recorded")
+        entries.pop(f.path, None)
+    elif isinstance(outcome, FileChanged):
+        result.report.unreadable += 1
+        result.report.warn(f"{display(f.path)} {outcome}; recorded as unreadable")
+        entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
+    elif isinstance(outcome, OSError):
+        result.report.unreadable += 1
+        result.report.warn(f"cannot read {display(f.path)}: {outcome.strerror}")
+        entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
+    else:
+        sid, st, recorded = outcome
+        entries[f.path] = worktree.file_entry(f.path, st, sid)
+        result.files_read += 1
+        result.bytes_read += st.st_size
+        cache_updates[f.path] = statcache.encode(st, sid, recorded)
 
 
 def _conversation_base(backend, task: str | None, look_back: int = 64):

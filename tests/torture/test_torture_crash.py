@@ -1,0 +1,289 @@
+"""Crash consistency: real snapshot, restore, undo and gc processes killed with SIGKILL.
+
+Each trial copies a prepared tree and store, starts ``crash_child.py`` and kills it either at a
+seam (before or after the K-th LMDB write transaction, before restore step K, around
+compaction's rename) or on a timer spread over the time an uninterrupted run takes.  Then:
+
+* the next command (``snapstore list``, a reader) succeeds, finishing an interrupted restore;
+* the store verifies clean;
+* every checkpoint that exists reads back byte-exact and restores byte-exact;
+* snapshot: the new checkpoint is whole or absent, and a fresh snapshot records the tree exactly;
+* restore / undo: the tree is exactly its before or its after state.
+
+``make test`` runs a bounded number of trials (snapshot and gc kills, a few restore and undo
+kills; tests/test_restore_crash.py covers restore more); ``make torture`` runs >= 200.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from torture_tally import record, scaled
+
+from snapstore.store import Store
+from snapstore.testing import Exec, Symlink, build_tree, random_bytes, read_tree, tree_from_store
+
+CHILD = str(Path(__file__).with_name("crash_child.py"))
+REPO = Path(__file__).resolve().parents[2]
+CONVERSATION = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "done"}]
+
+TRIALS = {
+    "snapshot": scaled(10, 70),
+    "restore": scaled(0, 50),  # bounded runs: tests/test_restore_crash.py covers these
+    "undo": scaled(0, 30),
+    "gc": scaled(2, 25),
+    "gc-compact": scaled(2, 25),
+}
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("SNAPSTORE_STORE", None)
+    return env
+
+
+def _spec_a() -> dict:
+    spec: dict = {}
+    for i in range(120):
+        spec[f"src/m{i % 7}/f{i}.py"] = f"# module {i}\n".encode() * (1 + i % 40)
+    spec["bin/run"] = Exec(b"#!/bin/sh\necho run\n")
+    spec["link"] = Symlink("src/m0/f0.py")
+    spec["big.bin"] = random_bytes(300_000, "big-a")
+    return spec
+
+
+def _edit_to_b(root: Path) -> None:
+    for i in range(0, 120, 3):
+        (root / f"src/m{i % 7}/f{i}.py").write_bytes(random_bytes(500 + i * 37, f"b{i}"))
+    for i in range(1, 120, 10):
+        (root / f"src/m{i % 7}/f{i}.py").unlink()
+    build_tree(root, {f"new/d{i}/n{i}.txt": random_bytes(3000, f"n{i}") for i in range(12)})
+    (root / "big.bin").write_bytes(random_bytes(200_000, "big-a") + random_bytes(250_000, "big-b"))
+    (root / "bin/run").chmod(0o644)
+    os.unlink(root / "link")
+    os.symlink("new", root / "link")
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory):
+    """Prepared trees: 'snap' (checkpoint A, tree at B), 'restore' (A, B; tree at B),
+    'undo' (tree restored to A), 'gc' (A and C kept, X deleted: garbage to sweep)."""
+    base = tmp_path_factory.mktemp("crash-templates")
+    snap = base / "snap"
+    build_tree(snap, _spec_a())
+    with Store.init(snap) as store:
+        store.snapshot("A", tags=["A"])
+    spec_a = read_tree(snap)
+    _edit_to_b(snap)
+    spec_b = read_tree(snap)
+
+    rest = base / "restore"
+    shutil.copytree(snap, rest, symlinks=True)
+    with Store.open(rest) as store:
+        store.snapshot("B", tags=["B"], conversation=CONVERSATION)
+    undo = base / "undo"
+    shutil.copytree(rest, undo, symlinks=True)
+    with Store.open(undo) as store:
+        store.restore("A")
+    assert read_tree(undo) == spec_a
+
+    gct = base / "gc"
+    build_tree(gct, _spec_a())
+    with Store.init(gct) as store:
+        store.snapshot("A", tags=["A"])
+        build_tree(gct, {f"x/g{i}": random_bytes(900 + i, f"x{i}") for i in range(400)})
+        build_tree(gct, {"x/huge": random_bytes(400_000, "x-huge")})
+        x = store.snapshot("X", conversation=CONVERSATION)
+        shutil.rmtree(gct / "x")
+        _edit_to_b(gct)
+        store.snapshot("C", tags=["C"])
+        store.delete(x.id)
+    return {"snap": snap, "restore": rest, "undo": undo, "gc": gct, "A": spec_a, "B": spec_b}
+
+
+def _start(tree: Path, op: str, mode: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, CHILD, op, mode], cwd=tree, env=_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    line = proc.stdout.readline()
+    if line.strip() != b"go":
+        proc.kill()
+        raise AssertionError(f"child did not start: {proc.stderr.read()!r}")
+    return proc
+
+
+def _run(tree: Path, op: str, mode: str, kill_after: float | None):
+    proc = _start(tree, op, mode)
+    if kill_after is not None:
+        time.sleep(kill_after)
+        proc.send_signal(signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def _calibrate(template: Path, tmp: Path, op: str) -> tuple[int, float]:
+    probe = tmp / f"probe-{op}"
+    shutil.copytree(template, probe, symlinks=True)
+    code, out, err = _run(probe, op, "none", None)
+    assert code == 0, err
+    _, applies, seconds = out.split()[-3:]
+    shutil.rmtree(probe)
+    return int(applies), float(seconds)
+
+
+def _modes(op: str, applies: int, seconds: float, n: int, seed: int):
+    """n kill plans: (mode, kill_after) pairs spread over seams and over time."""
+    rng = random.Random(seed)
+    # The two ends first, whatever the timing: just before the first write transaction, and
+    # just after the last one (for a snapshot, its checkpoint record).
+    plans = [("apply:1:before", None), (f"apply:{applies}:after", None)][:n]
+    for i in range(len(plans), n):
+        kind = i % 3
+        if kind == 0:
+            plans.append((f"apply:{rng.randint(1, applies)}:{rng.choice(['before', 'after'])}", None))
+        elif kind == 1 and op in ("restore", "undo"):
+            plans.append((f"step:{rng.randrange(0, 80)}", None))
+        elif kind == 1 and op == "gc-compact":
+            plans.append((f"rename:{rng.choice(['before', 'after'])}", None))
+        else:
+            plans.append(("none", rng.uniform(0, seconds * 1.2)))
+    return plans
+
+
+def _next_command_recovers(tree: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "snapstore", "list", "--all"], cwd=tree, env=_env(),
+        capture_output=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not list(tree.rglob(".snapstore-tmp.*")), "temp files left behind"
+
+
+def _check_verify(store: Store) -> None:
+    report = store.verify()
+    assert report.ok, [str(p) for p in report.problems[:5]]
+
+
+def _run_trials(op: str, template: Path, tmp: Path, check, seed: int) -> dict[str, int]:
+    if TRIALS[op] == 0:
+        pytest.skip("full runs only (make torture); tests/test_restore_crash.py covers it here")
+    applies, seconds = _calibrate(template, tmp, op)
+    failures: list[str] = []
+    outcomes: dict[str, int] = {}
+    plans = _modes(op, applies, seconds, TRIALS[op], seed)
+    for i, (mode, kill_after) in enumerate(plans):
+        tree = tmp / f"{op}-{i}"
+        shutil.copytree(template, tree, symlinks=True)
+        try:
+            code, out, err = _run(tree, op, mode, kill_after)
+            assert b"Traceback" not in err, err
+            assert code in (0, -signal.SIGKILL), (code, err)
+            _next_command_recovers(tree)
+            outcome = check(tree, completed=code == 0)
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
+            failures.append(f"trial {i} ({mode}, {kill_after}): {type(exc).__name__}: {exc}")
+        shutil.rmtree(tree, ignore_errors=True)
+    category = "crash: gc" if op.startswith("gc") else f"crash: {op}"
+    record(category, len(plans), len(failures), **outcomes)
+    assert not failures, "\n".join(failures[:10])
+    return outcomes
+
+
+def test_snapshot_killed_at_random_moments(templates, tmp_path):
+    spec_a, spec_b = templates["A"], templates["B"]
+
+    def check(tree: Path, completed: bool) -> str:
+        with Store.open(tree) as store:
+            _check_verify(store)
+            messages = [c.message for c in store.checkpoints(include_safety=True)]
+            assert messages in (["A"], ["B", "A"]), messages
+            assert tree_from_store(store, "A") == spec_a
+            landed = messages[0] == "B"
+            if completed:
+                assert landed
+            if landed:
+                assert tree_from_store(store, "B") == spec_b
+                assert store.conversation("B") == CONVERSATION
+            assert read_tree(tree) == spec_b  # a snapshot never touches the tree
+            # The next snapshot records the tree exactly (no stale cache, no missing chunk).
+            store.snapshot("C", tags=["C"])
+            assert tree_from_store(store, "C") == spec_b
+            store.restore("A")
+            assert read_tree(tree) == spec_a
+            store.undo()
+            assert read_tree(tree) == spec_b
+            _check_verify(store)
+        return "landed" if landed else "absent"
+
+    outcomes = _run_trials("snapshot", templates["snap"], tmp_path, check, seed=101)
+    if TRIALS["snapshot"] >= 6:
+        assert outcomes.get("landed") and outcomes.get("absent"), outcomes
+
+
+def _restore_check(spec_before, spec_after):
+    def check(tree: Path, completed: bool) -> str:
+        state = read_tree(tree)
+        assert state in (spec_before, spec_after), "the tree is neither before nor after"
+        if completed:
+            assert state == spec_after
+        with Store.open(tree) as store:
+            _check_verify(store)
+            if state == spec_after:  # the operation was logged (finished or recovered)
+                assert store.operations()[0].kind in ("restore", "undo")
+            assert tree_from_store(store, "A") == spec_a_of(store)
+            store.restore("A")
+            assert read_tree(tree) == spec_a_of(store)
+            store.restore("B")
+            assert read_tree(tree) == tree_from_store(store, "B")
+        return "after" if state == spec_after else "before"
+
+    return check
+
+
+def spec_a_of(store: Store):
+    return tree_from_store(store, "A")
+
+
+def test_restore_killed_at_random_moments(templates, tmp_path):
+    check = _restore_check(templates["B"], templates["A"])
+    _run_trials("restore", templates["restore"], tmp_path, check, seed=202)
+
+
+def test_undo_killed_at_random_moments(templates, tmp_path):
+    check = _restore_check(templates["A"], templates["B"])
+    _run_trials("undo", templates["undo"], tmp_path, check, seed=303)
+
+
+@pytest.mark.parametrize("op", ["gc", "gc-compact"])
+def test_gc_killed_at_random_moments(templates, tmp_path, op):
+    if not hasattr(Store, "gc"):
+        pytest.skip("Store.gc is not there yet")
+    spec_a = templates["A"]
+    with Store.open(templates["gc"]) as store:
+        spec_c = tree_from_store(store, "C")
+
+    def check(tree: Path, completed: bool) -> str:
+        with Store.open(tree) as store:
+            _check_verify(store)
+            assert [c.message for c in store.checkpoints(include_safety=True)] == ["C", "A"]
+            assert tree_from_store(store, "A") == spec_a
+            assert tree_from_store(store, "C") == spec_c
+            report = store.gc(compact=op == "gc-compact")
+            swept = report.chunks_removed == 0
+            _check_verify(store)
+            store.restore("A")
+            assert read_tree(tree) == spec_a
+        return "finished" if swept else "resumed"
+
+    _run_trials(op, templates["gc"], tmp_path, check, seed=404 if op == "gc" else 505)
