@@ -30,6 +30,9 @@ TABLES = (
     "oplog",  # 8-byte sequence -> restore/undo operation record
 )
 
+#: The key of the journal entry of a restore in progress (table ``journal``).
+JOURNAL_KEY = b"current"
+
 _DELETED = object()
 
 

@@ -7,7 +7,6 @@ transaction as its log entry and tags: a checkpoint is either wholly there or no
 
 from __future__ import annotations
 
-import datetime as _dt
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +65,8 @@ class Checkpoint:
         return self.kind == SAFETY
 
     def iso_time(self) -> str:
+        import datetime as _dt
+
         return _dt.datetime.fromtimestamp(self.time, _dt.timezone.utc).isoformat(
             timespec="milliseconds"
         )

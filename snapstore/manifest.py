@@ -57,17 +57,46 @@ def encode_entry(e: Entry) -> bytes:
 
 
 def write_manifest(
-    entries: Iterable[Entry], put, level: int = objects.DEFAULT_LEVEL, *, encode: bool = True
+    entries: Iterable[Entry],
+    put,
+    level: int = objects.DEFAULT_LEVEL,
+    *,
+    encode: bool = True,
+    memo: dict | None = None,
 ):
     """Store sorted ``entries`` as a stream; returns ``(stream id, size, record or None)``.
 
     ``put(id, value)`` receives each chunk, encoded (or plain when ``encode`` is False).
+    ``memo`` (a dict the caller keeps between calls) remembers each entry's encoding and each
+    chunk's id, so re-writing a manifest that changed in a few entries encodes and hashes only
+    those; it is rebuilt on every call, so it never holds more than one manifest.
     """
     # One Packer for the whole manifest: msgpack.packb builds a new one per call.
     pack = msgpack.Packer(use_bin_type=True).pack
-    records = ((e.path, pack([e.path, e.kind, e.mode, e.size, e.mtime_ns, e.ref])) for e in entries)
-    groups = (b"".join(g) for g in chunker.cut_records(records))
-    return objects.write_stream(groups, put, level, encode=encode)
+    old = memo or {}
+    new: dict = {}
+
+    def encoded(e: Entry) -> tuple[bytes, bytes]:
+        data = old.get(e)
+        if data is None:
+            data = pack([e.path, e.kind, e.mode, e.size, e.mtime_ns, e.ref])
+        new[e] = data
+        return e.path, data
+
+    def groups():
+        for g in chunker.cut_records(encoded(e) for e in entries):
+            data = b"".join(g)
+            cid = old.get(data)
+            if cid is None:
+                cid = objects.chunk_id(data)
+            new[data] = cid
+            yield data, cid
+
+    result = objects.write_stream_known(groups(), put, level, encode=encode)
+    if memo is not None:
+        memo.clear()
+        memo.update(new)
+    return result
 
 
 _KINDS = frozenset(KIND_NAMES)

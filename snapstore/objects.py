@@ -208,6 +208,26 @@ def write_stream(
     return builder.finish(put, level, encode=encode)
 
 
+def write_stream_known(
+    chunks: Iterable[tuple[bytes, bytes]],
+    put: Callable[[bytes, bytes], None],
+    level: int = DEFAULT_LEVEL,
+    *,
+    encode: bool = True,
+) -> tuple[bytes, int, bytes | None]:
+    """Like :func:`write_stream`, for chunks given as ``(data, id)`` with their ids known."""
+    builder = StreamBuilder()
+    empty = True
+    for data, cid in chunks:
+        empty = False
+        builder.add(data, cid)
+        put(cid, encode_chunk(data, level) if encode else data)
+    if empty:
+        cid = builder.add(b"")
+        put(cid, encode_chunk(b"", level) if encode else b"")
+    return builder.finish(put, level, encode=encode)
+
+
 # -- reading streams ------------------------------------------------------------------------
 
 

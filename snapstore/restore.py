@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import msgpack
 
 from . import manifest, objects, worktree
+from .backend import JOURNAL_KEY
 from .checkpoint import SAFETY, Checkpoint, seq_key
 from .diff import ADDED, DELETED, MODE_CHANGED, MODIFIED, TYPE_CHANGED, Change, compare
 from .errors import ConflictError, CorruptError, TreeIOError, UnsafePathError
@@ -42,7 +43,6 @@ from .manifest import DIR, EXEC, FILE, SYMLINK, Entry
 from .paths import display
 
 TMP_PREFIX = b".snapstore-tmp."
-JOURNAL_KEY = b"current"
 
 #: Test seam: called with the op index before each step of phase 4 (crash tests kill there).
 step_hook: Callable[[int], None] | None = None

@@ -315,7 +315,16 @@ def take(
     def put_chunk(cid: bytes, data: bytes) -> None:
         plain[cid] = data
 
-    mid, _, mrecord = manifest.write_manifest(ordered, put_chunk, level, encode=False)
+    # An agent's Store lives across many snapshots: remember the last manifest, so an unchanged
+    # tree is recognised by one dict comparison and a changed one re-encodes only what changed.
+    memo = store.__dict__.setdefault("_manifest_memo", {"entries": None, "mid": None, "codec": {}})
+    if parent is not None and memo["mid"] == parent.manifest and memo["entries"] == entries:
+        mid, mrecord = parent.manifest, None
+    else:
+        mid, _, mrecord = manifest.write_manifest(
+            ordered, put_chunk, level, encode=False, memo=memo["codec"]
+        )
+        memo["entries"], memo["mid"] = None, None  # set again once this snapshot is committed
     if mrecord is not None:
         final_objects.append(("streams", mid, mrecord))
     result.manifest_id = mid
@@ -339,6 +348,7 @@ def take(
         and (messages is None or parent.conversation == cid_conv)
     ):
         _write_cache_only(backend, cache_updates, cache, found)
+        memo["entries"], memo["mid"] = entries, mid
         result.reused = True
         return parent, result
 
@@ -384,6 +394,7 @@ def take(
         for tag in tags:
             batch.put("tags", tag.encode(), cp_id)
     backend.sync()
+    memo["entries"], memo["mid"] = entries, mid
     release = getattr(backend, "release_memory", None)
     if release is not None:
         release()

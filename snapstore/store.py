@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
-from . import chunker, conversation, manifest, objects, refs, restore, snapshot, verify
-from .backend import MemoryBackend
+from . import chunker, conversation, manifest, objects, refs, snapshot
+from .backend import JOURNAL_KEY, MemoryBackend
 from .checkpoint import USER, Checkpoint, load_all, load_one
 from .diff import Change, compare
 from .errors import (
@@ -35,10 +35,11 @@ from .lock import DEFAULT_TIMEOUT, WriterLock
 from .manifest import Entry
 from .oplog import Operation
 from .paths import display, from_user
-from .restore import RestoreReport
 
 if TYPE_CHECKING:
     from .history import Version
+    from .restore import RestoreReport
+    from .verify import VerifyReport
 
 STORE_DIRNAME = ".snapstore"
 FORMAT_VERSION = 1
@@ -304,6 +305,8 @@ class Store:
 
     def _run_restore(self, target: Checkpoint, paths, dry_run: bool, kind: str, message: str) -> RestoreReport:
         self.hooks.before("before_restore", target=target, paths=paths, dry_run=dry_run, kind=kind)
+        from . import restore
+
         report = restore.run(self, target, paths, dry_run=dry_run, kind=kind, message=message)
         report.warnings.extend(self.hooks.after("after_restore", report=report))
         return report
@@ -400,11 +403,19 @@ class Store:
             return self._recover()
 
     def _recover(self) -> bool:
+        if not self._journal_pending():
+            return False
+        from . import restore
+
         return restore.recover(self)
+
+    def _journal_pending(self) -> bool:
+        with self.backend.read() as view:
+            return view.get("journal", JOURNAL_KEY) is not None
 
     def _recover_on_open(self) -> None:
         with self.backend.read() as view:
-            pending = view.get("journal", restore.JOURNAL_KEY) is not None
+            pending = view.get("journal", JOURNAL_KEY) is not None
         if not pending:
             return
         from .errors import LockedError
@@ -557,8 +568,9 @@ class Store:
         """
         from . import diff as diff_mod
         from . import worktree
+        from .restore import selector
 
-        sel = restore.selector(paths)
+        sel = selector(paths)
         old_cp = self.resolve(a)
         with self.backend.read() as view:
             if b is None:
@@ -643,8 +655,10 @@ class Store:
         with self.backend.read() as view:
             return conversation.read(view.get, cp.conversation)
 
-    def verify(self, progress=None) -> verify.VerifyReport:
+    def verify(self, progress=None) -> VerifyReport:
         """Re-read and re-hash everything; the report lists every problem found."""
+        from . import verify
+
         return verify.run(self.backend, progress)
 
     # -- internals ----------------------------------------------------------------------------

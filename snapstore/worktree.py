@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import stat
-from concurrent.futures import ThreadPoolExecutor
 
 import blake3
 
@@ -90,6 +89,8 @@ def current_state(store, report: scan.ScanReport | None = None) -> tuple[dict[by
         cache = dict(view.items("statcache"))
     entries, misses = classify(found, cache)
     if misses:
+        from concurrent.futures import ThreadPoolExecutor  # only when files must be hashed
+
         root = store.root_bytes
         with ThreadPoolExecutor(min(4, os.cpu_count() or 2)) as pool:
             results = pool.map(lambda f: hash_file(os.path.join(root, f.path)), misses)
