@@ -1,0 +1,51 @@
+"""The in-process manifest memo must never change a result, only skip work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from snapstore import manifest as manifest_mod
+from snapstore.store import Store
+
+
+def _tree(root: Path, n: int = 300) -> None:
+    for i in range(n):
+        p = root / f"d{i % 7}" / f"f{i}.txt"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(f"file {i}\n".encode() * (i % 13 + 1))
+
+
+def test_memo_gives_the_manifest_a_fresh_store_computes(tmp_path: Path, monkeypatch):
+    root = tmp_path / "t"
+    root.mkdir()
+    _tree(root)
+    agent = Store.init(root)
+    agent.snapshot("a")
+    calls = {"n": 0}
+    real = manifest_mod.write_manifest
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(manifest_mod, "write_manifest", counting)
+    unchanged = agent.snapshot("b")
+    assert calls["n"] == 0  # recognised as unchanged without encoding a manifest
+    (root / "d3" / "f3.txt").write_bytes(b"changed\n")
+    changed = agent.snapshot("c")
+    assert calls["n"] == 1
+    assert changed.stats["modified"] == 1 and unchanged.stats["modified"] == 0
+    fresh = Store.open(root)  # a second Store has no memo: it must agree
+    (root / "d3" / "f3.txt").write_bytes(b"changed again\n")
+    by_fresh = fresh.snapshot("d")
+    (root / "d3" / "f3.txt").write_bytes(b"changed\n")
+    by_agent = agent.snapshot("e")  # parent is fresh's checkpoint: the memo must not apply
+    assert by_agent.stats["modified"] == 1
+    assert by_agent.manifest != by_fresh.manifest
+    # A store that computes the manifest from scratch agrees with the agent's.
+    assert fresh.snapshot("f").manifest == by_agent.manifest
+    assert agent.snapshot("g").manifest == by_agent.manifest
+    assert agent.read_bytes(by_agent.id, "d3/f3.txt") == b"changed\n"
+    assert agent.verify().ok
+    fresh.close()
+    agent.close()
