@@ -34,11 +34,13 @@ class OpFailed(RuntimeError):
 SNAPSTORE_SRC: str | None = None
 
 
-def snap_env() -> dict[str, str] | None:
-    if SNAPSTORE_SRC is None:
-        return None
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SNAPSTORE_SRC + os.pathsep + env.get("PYTHONPATH", "")
+def snap_env() -> dict[str, str]:
+    # An installed snapstore runs from cached bytecode (pip compiles it at install time); a
+    # machine-wide PYTHONDONTWRITEBYTECODE would make every CLI process recompile every module
+    # and measure the compiler, not snapstore.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if SNAPSTORE_SRC is not None:
+        env["PYTHONPATH"] = SNAPSTORE_SRC + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
