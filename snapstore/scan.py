@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import ignore
 from .errors import TreeIOError
@@ -18,9 +19,12 @@ from .paths import display
 
 ALWAYS_EXCLUDED = frozenset({b".git"})
 
+_new = tuple.__new__  # builds a Found without the NamedTuple constructor's Python frame
+S_ISREG = stat.S_ISREG
+S_ISDIR = stat.S_ISDIR
 
-@dataclass
-class Found:
+
+class Found(NamedTuple):
     """One path the walk found: its kind and its lstat result (None for unreadable dirs)."""
 
     path: bytes
@@ -60,7 +64,7 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
     order: list[tuple[bytes, os.stat_result]] = []
     while stack:
         rel_dir, parent_rules = stack.pop()
-        abs_dir = os.path.join(root, rel_dir) if rel_dir else root
+        abs_dir = root + b"/" + rel_dir if rel_dir else root
         try:
             with os.scandir(abs_dir) as it:
                 dirents = list(it)
@@ -84,6 +88,7 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
         names = {d.name for d in dirents}
         rules = ignore.rules_for_dir(parent_rules, abs_dir, rel_dir, names)
         prefix = rel_dir + b"/" if rel_dir else b""
+        recorded = False  # anything recorded directly in this directory (it is not empty)
         for d in dirents:
             name = d.name
             if name in ALWAYS_EXCLUDED:
@@ -101,10 +106,17 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
                 report.unreadable += 1
                 report.warn(f"cannot stat {display(rel)}: {exc.strerror}")
                 found.append(Found(rel, UNREADABLE, None))
-                _mark_parents(dir_index, rel)
+                recorded = True
                 continue
             mode = st.st_mode
-            if stat.S_ISDIR(mode):
+            if S_ISREG(mode):  # the common case first
+                if rules and ignore.is_ignored(rules, rel, False):
+                    report.ignored += 1
+                    continue
+                found.append(_new(Found, (rel, EXEC if mode & 0o100 else FILE, st, b"")))
+                recorded = True
+                continue
+            if S_ISDIR(mode):
                 if rules and ignore.is_ignored(rules, rel, True):
                     report.ignored += 1
                     continue
@@ -115,10 +127,7 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
             if rules and ignore.is_ignored(rules, rel, False):
                 report.ignored += 1
                 continue
-            if stat.S_ISREG(mode):
-                kind = EXEC if mode & 0o100 else FILE
-                found.append(Found(rel, kind, st))
-            elif stat.S_ISLNK(mode):
+            if stat.S_ISLNK(mode):
                 try:
                     target = os.readlink(os.path.join(root, rel))
                 except FileNotFoundError:
@@ -134,14 +143,16 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
                 report.special += 1
                 report.warn(f"skipped special file (FIFO, socket or device): {display(rel)}")
                 continue
-            _mark_parents(dir_index, rel)
+            recorded = True
+        if recorded and rel_dir:
+            _mark_parents(dir_index, prefix)  # marks rel_dir and every directory above it
     # Deepest first (a directory is always listed after its parent): an empty directory makes
     # its parents non-empty, so only the leaves of a chain of empty directories are recorded.
     for rel, st in reversed(order):
         if dir_index.get(rel, 0) == 0:
             found.append(Found(rel, DIR, st))
             _mark_parents(dir_index, rel)
-    found.sort(key=lambda f: f.path)
+    found.sort()  # paths are unique, so tuples order by path alone
     return found
 
 

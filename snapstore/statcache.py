@@ -32,19 +32,22 @@ def lookup(value: bytes | None, st: os.stat_result) -> bytes | None:
     if value is None:
         return None
     try:
-        size, mtime, ctime, ino, mode, sid, recorded = msgpack.unpackb(value)
+        size, mtime, ctime, ino, mode, sid, recorded = _unpack(value)
     except (ValueError, TypeError, msgpack.UnpackException):
         return None  # a damaged cache entry only costs a re-read
-    if (
-        size != st.st_size
-        or mtime != st.st_mtime_ns
-        or ctime != st.st_ctime_ns
-        or ino != st.st_ino
-        or mode != st.st_mode
+    if (size, mtime, ctime, ino, mode) != (
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+        st.st_ino,
+        st.st_mode,
     ):
         return None
-    if max(mtime, ctime) >= recorded - RACY_MARGIN_NS:
+    if (mtime if mtime > ctime else ctime) >= recorded - RACY_MARGIN_NS:
         return None
-    if not isinstance(sid, bytes) or len(sid) != 32:
+    if type(sid) is not bytes or len(sid) != 32:
         return None
     return sid
+
+
+_unpack = msgpack.unpackb

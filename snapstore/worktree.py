@@ -69,15 +69,20 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
     """Entries for everything the stat cache vouches for, and the files that must be read."""
     entries: dict[bytes, Entry] = {}
     misses: list[scan.Found] = []
+    lookup = statcache.lookup
+    get = cache.get
+    imode = stat.S_IMODE
+    new = tuple.__new__  # Entry(...) without the NamedTuple constructor's Python frame
     for f in found:
-        if f.kind in (FILE, EXEC):
-            sid = statcache.lookup(cache.get(f.path), f.st)
+        path, kind, st, _ = f
+        if kind <= EXEC:  # FILE or EXEC: the hot path, once per file on every snapshot
+            sid = lookup(get(path), st)
             if sid is None:
                 misses.append(f)
                 continue
-            entries[f.path] = entry_for(f, sid)
+            entries[path] = new(Entry, (path, kind, imode(st.st_mode), st.st_size, st.st_mtime_ns, sid))
         else:
-            entries[f.path] = entry_for(f)
+            entries[path] = entry_for(f)
     return entries, misses
 
 
