@@ -134,6 +134,12 @@ class SnapCLI:
     def disk_bytes(self) -> int:
         return disk_bytes(self.store)
 
+    def retention(self, keep_last: int) -> float:
+        """`prune --keep-last N` then `gc --compact`; returns the seconds both took."""
+        a = run(self._cmd("prune", "--keep-last", str(keep_last), "-q"), cwd=self.tree, env=snap_env())
+        b = run(self._cmd("gc", "--compact", "-q"), cwd=self.tree, env=snap_env())
+        return a.seconds + b.seconds
+
     def close(self) -> None:
         pass
 

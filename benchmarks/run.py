@@ -326,6 +326,16 @@ class Bench:
             f"(snap-cli store in total: {fmt_bytes(comps['snap-cli'].disk_bytes())})"
         )
         log(f"{corpus} session: {per}")
+        snap = comps["snap-cli"]
+        before = snap.disk_bytes()
+        seconds = snap.retention(20)
+        after = snap.disk_bytes()
+        self.facts["sessions"].append(
+            f"retention on the snap-cli store after the session: `snapstore prune --keep-last 20` + "
+            f"`snapstore gc --compact` took {fmt_seconds(seconds)}; store on disk "
+            f"{fmt_bytes(before)} -> {fmt_bytes(after)}"
+        )
+        log(f"{corpus} retention: {fmt_bytes(before)} -> {fmt_bytes(after)} in {fmt_seconds(seconds)}")
 
     # -- driver -----------------------------------------------------------------------------------
 
