@@ -543,7 +543,9 @@ def run(store, target: Checkpoint, paths, *, dry_run: bool, kind: str, message: 
                 step_hook(i)
             # Implicit directories (parents of entries) are not in the scan: their contents are
             # checked one by one instead.
-            implicit = s.action in ("prune", "rmdir") and s.path not in found
+            # A directory to create may already exist implicitly (it held files that earlier
+            # steps removed); creating it is idempotent, so it is not a conflict either.
+            implicit = s.action in ("prune", "rmdir", "mkdir") and s.path not in found
             check = not implicit and s.path not in touched
             if check and not _same_as_seen(tree.lstat(s.path), found.get(s.path)):
                 raise ConflictError(
