@@ -4,6 +4,9 @@
     store = Store.open("myproject")          # Store.init("myproject") creates one
     cp = store.snapshot("edit app.py", metadata={"tool": "write_file"}, conversation=messages)
     data = store.read_bytes(cp.id, "src/app.py")
+
+Every name in ``__all__`` is importable from here; the modules behind them are imported only
+when a name is first used, so ``snapstore --help`` does not load lmdb, zstandard and friends.
 """
 
 from __future__ import annotations
@@ -11,22 +14,99 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Store", "Checkpoint", "Entry", "Change", "SnapstoreError", "__version__"]
 
 if TYPE_CHECKING:
-    from .checkpoint import Checkpoint
-    from .diff import Change
-    from .errors import SnapstoreError
-    from .manifest import Entry
-    from .store import Store
+    from snapstore.errors import (
+        ConflictError,
+        CorruptError,
+        FormatVersionError,
+        HookError,
+        InternalError,
+        Interrupted,
+        LockedError,
+        RefError,
+        SnapstoreError,
+        StoreExistsError,
+        StoreNotFoundError,
+        TreeIOError,
+        UnsafePathError,
+        UsageError,
+    )
+    from snapstore.ops.diff import Change
+    from snapstore.ops.gc import GcReport
+    from snapstore.ops.history import Version
+    from snapstore.ops.restore import RestoreReport
+    from snapstore.ops.retention import PruneReport
+    from snapstore.ops.stats import StoreStats
+    from snapstore.ops.verify import Problem, VerifyReport
+    from snapstore.records.checkpoint import Checkpoint
+    from snapstore.records.manifest import Entry
+    from snapstore.records.oplog import Operation
+    from snapstore.store import Rewind, Store
 
 _LAZY = {
-    "Store": ".store",
-    "Checkpoint": ".checkpoint",
-    "Entry": ".manifest",
-    "Change": ".diff",
-    "SnapstoreError": ".errors",
+    "Store": "snapstore.store",
+    "Rewind": "snapstore.store",
+    "Checkpoint": "snapstore.records.checkpoint",
+    "Entry": "snapstore.records.manifest",
+    "Operation": "snapstore.records.oplog",
+    "Change": "snapstore.ops.diff",
+    "GcReport": "snapstore.ops.gc",
+    "Version": "snapstore.ops.history",
+    "RestoreReport": "snapstore.ops.restore",
+    "PruneReport": "snapstore.ops.retention",
+    "StoreStats": "snapstore.ops.stats",
+    "Problem": "snapstore.ops.verify",
+    "VerifyReport": "snapstore.ops.verify",
 }
+_ERRORS = (
+    "SnapstoreError",
+    "UsageError",
+    "StoreNotFoundError",
+    "StoreExistsError",
+    "RefError",
+    "LockedError",
+    "CorruptError",
+    "FormatVersionError",
+    "TreeIOError",
+    "ConflictError",
+    "UnsafePathError",
+    "HookError",
+    "InternalError",
+    "Interrupted",
+)
+_LAZY.update({name: "snapstore.errors" for name in _ERRORS})
+
+__all__ = [
+    "Change",
+    "Checkpoint",
+    "ConflictError",
+    "CorruptError",
+    "Entry",
+    "FormatVersionError",
+    "GcReport",
+    "HookError",
+    "InternalError",
+    "Interrupted",
+    "LockedError",
+    "Operation",
+    "Problem",
+    "PruneReport",
+    "RefError",
+    "RestoreReport",
+    "Rewind",
+    "SnapstoreError",
+    "Store",
+    "StoreExistsError",
+    "StoreNotFoundError",
+    "StoreStats",
+    "TreeIOError",
+    "UnsafePathError",
+    "UsageError",
+    "VerifyReport",
+    "Version",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -36,4 +116,4 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'snapstore' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module, __name__), name)
+    return getattr(importlib.import_module(module), name)

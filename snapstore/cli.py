@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from .errors import EXIT_OK, SnapstoreError, UsageError
+from snapstore.errors import EXIT_OK, SnapstoreError, UsageError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -24,13 +24,13 @@ class Ctx:
         self.lock_timeout = lock_timeout
 
     def open(self):
-        from .store import Store
+        from snapstore.store import Store
 
         return Store.find(self.directory, store=self.store_dir, lock_timeout=self.lock_timeout)
 
 
 def _echo_json(doc) -> None:
-    from .render import dump_json
+    from snapstore.render import dump_json
 
     click.echo(dump_json(doc))
 
@@ -86,7 +86,7 @@ def cli(ctx, store_dir, directory, lock_timeout):
 @click.pass_obj
 def init(obj: Ctx, init_store, compression, quiet):
     """Create a store for the tree in the current directory (in ./.snapstore by default)."""
-    from .store import Store
+    from snapstore.store import Store
 
     with Store.init(obj.directory, store=init_store or obj.store_dir, compression_level=compression) as store:
         if not quiet:
@@ -139,7 +139,7 @@ def _read_conversation(source: str | None):
 @click.pass_obj
 def snapshot(obj: Ctx, message, tags, task, meta, conversation_src, skip_unchanged, quiet, as_json):
     """Record the tree as a new checkpoint and print its id and what changed."""
-    from .render import Progress, changes_summary, size
+    from snapstore.render import Progress, changes_summary, size
 
     metadata = _parse_meta(meta)
     messages = _read_conversation(conversation_src)
@@ -181,7 +181,7 @@ def snapshot(obj: Ctx, message, tags, task, meta, conversation_src, skip_unchang
 @click.pass_obj
 def list_(obj: Ctx, task, include_all, limit, as_json):
     """List checkpoints, newest first; #N in the first column is a valid reference."""
-    from .render import changes_summary, local_time, one_line, table
+    from snapstore.render import changes_summary, local_time, one_line, table
 
     with obj.open() as store:
         rows = store.checkpoints(task=task, include_safety=include_all)
@@ -231,8 +231,8 @@ def _number(rows):
 def show(obj: Ctx, ref, show_conversation, task, as_json):
     """Show a checkpoint: its record, the files it changed against its parent (lines +/-),
     and its conversation (message count, last user and assistant messages)."""
-    from .errors import RefError
-    from .render import dump_json, local_time, size
+    from snapstore.errors import RefError
+    from snapstore.render import dump_json, local_time, size
 
     if task:
         ref = f"{ref}@{task}"
@@ -277,7 +277,7 @@ def show(obj: Ctx, ref, show_conversation, task, as_json):
 
 
 def _json_path(path: str) -> str:
-    from .paths import display
+    from snapstore.tree.paths import display
 
     return display(os.fsencode(path))
 
@@ -292,7 +292,7 @@ def log_(obj: Ctx, path, task, as_json):
 
     Bring one back with `snapstore restore REF -- PATH`.
     """
-    from .render import local_time, one_line, size, table
+    from snapstore.render import local_time, one_line, size, table
 
     with obj.open() as store:
         versions = store.history(path, task=task)
@@ -330,8 +330,8 @@ def cat(obj: Ctx, ref, path):
 @click.pass_obj
 def verify(obj: Ctx, quiet, as_json):
     """Re-read and re-hash every chunk, resolve every reference; exit 6 if anything is wrong."""
-    from .errors import CorruptError
-    from .render import Progress, size
+    from snapstore.errors import CorruptError
+    from snapstore.render import Progress, size
 
     progress = Progress("verify", enabled=not quiet and not as_json, unit_bytes=False)
     with obj.open() as store:
@@ -391,7 +391,7 @@ def _split_paths(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
 
 
 def _print_changes(changes, show_stat, patch, as_json) -> None:
-    from . import textdiff
+    from snapstore.ops import textdiff
 
     if as_json:
         docs = []
@@ -468,7 +468,7 @@ def restore(obj: Ctx, ref, paths, mode, output, task, dry_run, as_json, quiet):
 
 
 def _write_json_output(doc, output: str | None) -> None:
-    from .render import dump_json
+    from snapstore.render import dump_json
 
     text = dump_json(doc) + "\n"
     if output in (None, "-"):
@@ -487,7 +487,7 @@ def _write_json_output(doc, output: str | None) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        from .errors import TreeIOError
+        from snapstore.errors import TreeIOError
 
         raise TreeIOError(f"cannot write {output}: {exc.strerror}") from exc
 
@@ -533,7 +533,7 @@ def _print_report(report, as_json, quiet, err: bool = False) -> None:
 @click.pass_obj
 def oplog(obj: Ctx, as_json):
     """List restores and undos, newest first."""
-    from .render import local_time, table
+    from snapstore.render import local_time, table
 
     with obj.open() as store:
         ops = store.operations()
@@ -575,7 +575,7 @@ def prune(obj: Ctx, keep_last, keep_within, keep_tagged, task, dry_run, as_json,
     Checkpoints that `undo` can still reach (the newest 10 operations) and those of a pending
     restore are always kept.
     """
-    from .render import local_time, one_line
+    from snapstore.render import local_time, one_line
 
     with obj.open() as store:
         report = store.prune(
@@ -619,7 +619,7 @@ def delete(obj: Ctx, ref, quiet):
 @click.pass_obj
 def gc(obj: Ctx, compact, dry_run, as_json, quiet):
     """Remove the data no checkpoint reaches (holds the writer lock while it runs)."""
-    from .render import size
+    from snapstore.render import size
 
     with obj.open() as store:
         report = store.gc(compact=compact, dry_run=dry_run)
@@ -647,7 +647,7 @@ def gc(obj: Ctx, compact, dry_run, as_json, quiet):
 @click.pass_obj
 def stats(obj: Ctx, as_json):
     """Checkpoints, tasks, sizes, dedup and compression ratios, size on disk."""
-    from .render import size
+    from snapstore.render import size
 
     with obj.open() as store:
         st = store.stats()

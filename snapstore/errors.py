@@ -1,26 +1,12 @@
-"""The one error hierarchy of snapstore.
+"""The one error hierarchy of snapstore, and the one table of exit codes.
 
 Every error a user can cause or meet derives from :class:`SnapstoreError` and carries the exit
 code the CLI returns for it.  The CLI prints ``snapstore: error: <message>`` and exits with
 ``exit_code``; library callers catch the class they care about.
 
-Exit codes (documented in docs/cli.md, tested in tests/test_cli_errors.py):
-
-====  ===========================================================
-0     success
-1     ``diff``: the two sides differ (not an error, like diff(1))
-2     usage error: bad option, bad argument, unreadable --conversation
-3     no store here / a store already exists
-4     unknown or ambiguous checkpoint reference, unknown path in it
-5     the store is locked by another process
-6     the store is damaged (``verify`` found problems, a chunk is corrupt)
-7     the store has a format this version does not know
-8     a file-system error on the tree or the store (missing path, disk full)
-9     a conflict: the tree changed under a running restore
-10    an unsafe path in a manifest (absolute, ``..``, through a symlink)
-11    a before-hook refused the operation (hooks.HookError)
-70    an internal error (a bug): one line, no traceback unless SNAPSTORE_DEBUG=1
-====  ===========================================================
+:data:`EXIT_CODES` is the single source of the exit-code table: the CLI's ``--help`` epilog is
+built from it, and ``tests/test_exit_codes.py`` fails when docs/cli.md disagrees with it or
+when a code is not produced by a real CLI run.
 """
 
 from __future__ import annotations
@@ -99,5 +85,64 @@ class UnsafePathError(SnapstoreError):
     exit_code = 10
 
 
+class HookError(SnapstoreError):
+    """A before-hook refused the operation; nothing was changed."""
+
+    exit_code = 11
+
+
+class InternalError(SnapstoreError):
+    """A bug in snapstore: reported as one line (a traceback with ``SNAPSTORE_DEBUG=1``)."""
+
+    exit_code = 70
+
+
+class Interrupted(SnapstoreError):
+    """The user interrupted the command (Ctrl-C); journaled work is finished by the next command."""
+
+    exit_code = 130
+
+
 EXIT_OK = 0
 EXIT_DIFFERENT = 1
+
+#: Every exit code the CLI can return, with what it means: the one source of the table.
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "success"),
+    (EXIT_DIFFERENT, "differences found (diff, like diff(1)); a restore left paths it could not record"),
+    (UsageError.exit_code, "usage error: bad option, bad argument, unreadable input"),
+    (StoreNotFoundError.exit_code, "no store here, or a store already exists"),
+    (RefError.exit_code, "unknown or ambiguous checkpoint reference, or unknown path in it"),
+    (LockedError.exit_code, "the store is locked by another process"),
+    (CorruptError.exit_code, "the store is damaged"),
+    (FormatVersionError.exit_code, "the store has a format this version does not know"),
+    (TreeIOError.exit_code, "a file-system error on the tree or the store (missing path, disk full)"),
+    (ConflictError.exit_code, "a conflict: the tree changed under an operation, or a merge conflicts"),
+    (UnsafePathError.exit_code, "an unsafe path (absolute, '..', through a symlink, outside the tree)"),
+    (HookError.exit_code, "a before-hook refused the operation"),
+    (InternalError.exit_code, "an internal error (a bug): one line, traceback with SNAPSTORE_DEBUG=1"),
+    (Interrupted.exit_code, "interrupted (Ctrl-C)"),
+)
+
+#: Every error class, for ``snapstore.__all__`` and the exit-code tests.
+ERROR_CLASSES: tuple[type[SnapstoreError], ...] = (
+    SnapstoreError,
+    UsageError,
+    StoreNotFoundError,
+    StoreExistsError,
+    RefError,
+    LockedError,
+    CorruptError,
+    FormatVersionError,
+    TreeIOError,
+    ConflictError,
+    UnsafePathError,
+    HookError,
+    InternalError,
+    Interrupted,
+)
+
+
+def exit_code_epilog() -> str:
+    """The exit-code table as plain text, for ``--help``."""
+    return "Exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES) + "."

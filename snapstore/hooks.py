@@ -31,16 +31,13 @@ import os
 import sys
 from collections.abc import Callable
 
-from .errors import SnapstoreError
+from snapstore.errors import HookError
 
 EVENTS = ("before_snapshot", "after_snapshot", "before_restore", "after_restore")
 GROUP = "snapstore.plugins"
 
 
-class HookError(SnapstoreError):
-    """A before-hook refused the operation; nothing was changed."""
-
-    exit_code = 11
+__all__ = ["EVENTS", "GROUP", "HookError", "HookRegistry"]
 
 
 _plugins_present: bool | None = None

@@ -17,11 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
-from . import chunker, conversation, manifest, objects, refs, snapshot
-from .backend import JOURNAL_KEY, MemoryBackend
-from .checkpoint import USER, Checkpoint, load_all, load_one
-from .diff import Change, compare
-from .errors import (
+from snapstore.errors import (
     CorruptError,
     FormatVersionError,
     RefError,
@@ -30,16 +26,22 @@ from .errors import (
     TreeIOError,
     UsageError,
 )
-from .hooks import HookRegistry
-from .lock import DEFAULT_TIMEOUT, WriterLock
-from .manifest import Entry
-from .oplog import Operation
-from .paths import display, from_user
+from snapstore.hooks import HookRegistry
+from snapstore.ops import snapshot
+from snapstore.ops.diff import Change, compare
+from snapstore.records import conversation, manifest, refs
+from snapstore.records.checkpoint import USER, Checkpoint, load_all, load_one
+from snapstore.records.manifest import Entry
+from snapstore.records.oplog import Operation
+from snapstore.storage import chunker, objects
+from snapstore.storage.backend import JOURNAL_KEY, MemoryBackend
+from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
+from snapstore.tree.paths import display, from_user
 
 if TYPE_CHECKING:
-    from .history import Version
-    from .restore import RestoreReport
-    from .verify import VerifyReport
+    from snapstore.ops.history import Version
+    from snapstore.ops.restore import RestoreReport
+    from snapstore.ops.verify import VerifyReport
 
 STORE_DIRNAME = ".snapstore"
 FORMAT_VERSION = 1
@@ -106,7 +108,7 @@ class Store:
         lock_timeout: float = DEFAULT_TIMEOUT,
     ) -> Store:
         """Create a store for the tree at ``root`` (in ``root/.snapstore`` unless ``store``)."""
-        from .lmdb_store import LmdbBackend
+        from snapstore.storage.lmdb_backend import LmdbBackend
 
         root = os.path.abspath(os.fspath(root))
         if not os.path.isdir(root):
@@ -142,7 +144,7 @@ class Store:
         lock_timeout: float = DEFAULT_TIMEOUT,
     ) -> Store:
         """Open the store of the tree at ``root``, or the store directory ``store``."""
-        from .lmdb_store import LmdbBackend
+        from snapstore.storage.lmdb_backend import LmdbBackend
 
         if store is None:
             if root is None:
@@ -305,7 +307,7 @@ class Store:
 
     def _run_restore(self, target: Checkpoint, paths, dry_run: bool, kind: str, message: str) -> RestoreReport:
         self.hooks.before("before_restore", target=target, paths=paths, dry_run=dry_run, kind=kind)
-        from . import restore
+        from snapstore.ops import restore
 
         report = restore.run(self, target, paths, dry_run=dry_run, kind=kind, message=message)
         report.warnings.extend(self.hooks.after("after_restore", report=report))
@@ -354,7 +356,7 @@ class Store:
     def snapshot_if(self, context, *, policy=None, **snapshot_args) -> Checkpoint | None:
         """Take a checkpoint only when ``policy`` (default :class:`snapstore.policy.Policy`)
         says ``context`` (an OperationContext) warrants one; returns it, or None."""
-        from .policy import Policy, seconds_since
+        from snapstore.policy import Policy, seconds_since
 
         latest = self.checkpoints()
         since = seconds_since(latest[0].time_ns) if latest else None
@@ -369,7 +371,7 @@ class Store:
 
     def history(self, path: str | bytes, *, task: str | None = None) -> list[Version]:
         """The checkpoints in which ``path`` changed, oldest first, with lines +/-."""
-        from .history import file_history
+        from snapstore.ops.history import file_history
 
         rows = list(reversed(self.checkpoints(task=task)))
         return file_history(self, from_user(path), rows)
@@ -377,7 +379,7 @@ class Store:
     def summary(self, ref: str) -> dict[str, Any]:
         """What an agent UI shows for a checkpoint: the record, changed files with +/- counts,
         the conversation's size and last messages (``None`` when none is stored)."""
-        from . import textdiff
+        from snapstore.ops import textdiff
 
         cp = self.resolve(ref)
         changes = []
@@ -405,7 +407,7 @@ class Store:
     def _recover(self) -> bool:
         if not self._journal_pending():
             return False
-        from . import restore
+        from snapstore.ops import restore
 
         return restore.recover(self)
 
@@ -418,7 +420,7 @@ class Store:
             pending = view.get("journal", JOURNAL_KEY) is not None
         if not pending:
             return
-        from .errors import LockedError
+        from snapstore.errors import LockedError
 
         try:
             with self._lock.held(timeout=0):
@@ -443,7 +445,7 @@ class Store:
         that ``undo`` can reach (the newest retention.UNDO_DEPTH operations) and those of a
         pending restore are never removed.  Their data stays until :meth:`gc`.
         """
-        from . import retention
+        from snapstore.ops import retention
 
         if keep_last is not None:
             keep_last = retention.parse_count(keep_last)
@@ -459,7 +461,7 @@ class Store:
             return self._prune(policy, task, dry_run)
 
     def _prune(self, policy, task: str | None, dry_run: bool):
-        from . import retention
+        from snapstore.ops import retention
 
         all_, _ = self._load()
         with self.backend.read() as view:
@@ -472,8 +474,8 @@ class Store:
 
     def _auto_retention(self) -> list[str]:
         """Apply the store's retention policy after a snapshot (lock held); returns warnings."""
-        from . import gc, retention
-        from .errors import SnapstoreError
+        from snapstore.errors import SnapstoreError
+        from snapstore.ops import gc, retention
 
         try:
             values = self.config()
@@ -493,7 +495,7 @@ class Store:
         Later checkpoints keep working.  Refuses (UsageError) a checkpoint that ``undo`` or a
         pending restore needs.
         """
-        from . import retention
+        from snapstore.ops import retention
 
         with self._lock.held():
             self._recover()
@@ -511,7 +513,7 @@ class Store:
         Holds the writer lock throughout, so no snapshot can be writing meanwhile.  With
         ``compact`` the LMDB file is rewritten so the disk space really comes back.
         """
-        from . import gc
+        from snapstore.ops import gc
 
         with self._lock.held():
             self._recover()
@@ -519,13 +521,13 @@ class Store:
 
     def stats(self):
         """Counts and sizes of the store (a stats.StoreStats)."""
-        from . import stats
+        from snapstore.ops import stats
 
         return stats.collect(self)
 
     def config(self) -> dict[str, str]:
         """Every configuration key with its value (the default when unset)."""
-        from . import retention
+        from snapstore.ops import retention
 
         with self.backend.read() as view:
             return {
@@ -535,14 +537,14 @@ class Store:
 
     def config_get(self, key: str) -> str:
         """The value of configuration ``key`` (UsageError for an unknown key)."""
-        from . import retention
+        from snapstore.ops import retention
 
         retention.config_key(key)
         return self.config()[key]
 
     def config_set(self, key: str, value: str | int | None) -> str:
         """Set configuration ``key`` (``None`` or ``"off"`` resets it); returns the new value."""
-        from . import retention
+        from snapstore.ops import retention
 
         mkey = retention.config_key(key)
         stored = None if value is None else retention.normalise(key, str(value))
@@ -566,9 +568,9 @@ class Store:
         skipped undecoded); the working tree through the stat cache (unchanged files are not
         read).  Each Change gives lazy access to its old and new bytes.
         """
-        from . import diff as diff_mod
-        from . import worktree
-        from .restore import selector
+        from snapstore.ops import diff as diff_mod
+        from snapstore.ops.restore import selector
+        from snapstore.tree import worktree
 
         sel = selector(paths)
         old_cp = self.resolve(a)
@@ -618,7 +620,7 @@ class Store:
 
     def changes(self, ref: str) -> list[Change]:
         """What checkpoint ``ref`` changed against its parent (with lazy old/new bytes)."""
-        from . import diff as diff_mod
+        from snapstore.ops import diff as diff_mod
 
         cp = self.resolve(ref)
         with self.backend.read() as view:
@@ -657,7 +659,7 @@ class Store:
 
     def verify(self, progress=None) -> VerifyReport:
         """Re-read and re-hash everything; the report lists every problem found."""
-        from . import verify
+        from snapstore.ops import verify
 
         return verify.run(self.backend, progress)
 

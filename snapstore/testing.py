@@ -197,7 +197,7 @@ def tree_from_store(store, ref: str) -> dict[bytes, Node]:
 
     Raises ValueError on an entry that a spec cannot hold (an unreadable file).
     """
-    from .manifest import DIR, EXEC, FILE, SYMLINK
+    from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK
 
     cp = store.resolve(ref)
     out: dict[bytes, Node] = {}

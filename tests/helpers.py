@@ -90,7 +90,7 @@ def stored_bytes(backend, tables=("chunks", "streams")) -> int:
 
 def all_stored_bytes(backend) -> int:
     """Sum of keys and values over every table."""
-    from snapstore.backend import TABLES
+    from snapstore.storage.backend import TABLES
 
     total = 0
     with backend.read() as view:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from snapstore import chunker
+from snapstore.storage import chunker
 from snapstore.testing import EmptyDir, Exec, Symlink, random_bytes
 
 #: Pieces of names: odd characters, spaces, newlines, backslashes, bytes that are not UTF-8.

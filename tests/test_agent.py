@@ -141,7 +141,7 @@ def test_interleaved_tasks(store: Store):
     assert store.conversation("latest@a") == conv["a"]
     assert store.conversation("latest@b") == conv["b"]
     with store.backend.read() as view:
-        from snapstore import conversation as conversation_mod
+        from snapstore.records import conversation as conversation_mod
 
         _, depth = conversation_mod.info(view.get, store.resolve("latest@a").conversation)
     assert depth == 2  # a delta on the task's own previous conversation, not on task b's

@@ -8,7 +8,7 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapstore import chunker
+from snapstore.storage import chunker
 from snapstore.testing import random_bytes
 
 GOLDEN_SEED = b"snapstore golden chunker v1"

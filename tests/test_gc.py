@@ -13,10 +13,10 @@ from helpers import assert_one_line_error, subprocess_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapstore import statcache
 from snapstore.errors import LockedError
 from snapstore.store import Store
 from snapstore.testing import random_bytes
+from snapstore.tree import statcache
 
 
 def write(root, name: str, data: bytes) -> None:
@@ -27,7 +27,7 @@ def write(root, name: str, data: bytes) -> None:
 
 
 def tables(store) -> dict[str, dict[bytes, bytes]]:
-    from snapstore.backend import TABLES
+    from snapstore.storage.backend import TABLES
 
     with store.backend.read() as view:
         return {t: dict(view.items(t)) for t in TABLES}

@@ -21,8 +21,8 @@ import blake3
 import pytest
 from helpers import subprocess_env
 
-from snapstore import gc as gc_mod
-from snapstore import objects
+from snapstore.ops import gc as gc_mod
+from snapstore.storage import objects
 from snapstore.store import Store
 from snapstore.testing import random_bytes
 

@@ -10,13 +10,13 @@ import pytest
 from helpers import assert_one_line_error, run_snapstore, subprocess_env
 
 from snapstore.errors import LockedError
-from snapstore.lock import WriterLock
+from snapstore.storage.lock import WriterLock
 from snapstore.store import Store
 from snapstore.testing import build_tree
 
 _HOLDER = r"""
 import sys
-from snapstore.lock import WriterLock
+from snapstore.storage.lock import WriterLock
 lock = WriterLock(sys.argv[1], timeout=5)
 with lock.held():
     print("locked", flush=True)

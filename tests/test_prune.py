@@ -7,10 +7,10 @@ import os
 import pytest
 from helpers import assert_one_line_error
 
-from snapstore import retention
-from snapstore.backend import TABLES
-from snapstore.checkpoint import Checkpoint
 from snapstore.errors import RefError, UsageError
+from snapstore.ops import retention
+from snapstore.records.checkpoint import Checkpoint
+from snapstore.storage.backend import TABLES
 from snapstore.store import Store
 
 

@@ -8,10 +8,11 @@ import shutil
 
 import pytest
 
-from snapstore import scan, snapshot
 from snapstore.errors import RefError
-from snapstore.manifest import FILE, UNREADABLE
+from snapstore.ops import snapshot
+from snapstore.records.manifest import FILE, UNREADABLE
 from snapstore.testing import build_tree, random_bytes
+from snapstore.tree import scan
 
 IS_ROOT = os.geteuid() == 0
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from snapstore import refs
 from snapstore.errors import RefError, UsageError
+from snapstore.records import refs
 from snapstore.store import Store
 from snapstore.testing import build_tree
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from restore_helpers import read_tree, sample_spec, write_tree
 
-from snapstore import restore as restore_mod
-from snapstore.checkpoint import build_record, seq_key
 from snapstore.errors import ConflictError, CorruptError, RefError, UnsafePathError
-from snapstore.manifest import DIR, FILE, SYMLINK, Entry, write_manifest
-from snapstore.objects import encode_chunk
+from snapstore.ops import restore as restore_mod
+from snapstore.records.checkpoint import build_record, seq_key
+from snapstore.records.manifest import DIR, FILE, SYMLINK, Entry, write_manifest
+from snapstore.storage.objects import encode_chunk
 from snapstore.store import Store
 
 
@@ -211,7 +211,7 @@ def _plant_checkpoint(store: Store, entries: list[Entry]) -> str:
     entries = sorted(entries, key=lambda e: e.path)
     mid, _, record = write_manifest(entries, lambda cid, value: objs.append((cid, value)))
     content = b"pwned\n"
-    from snapstore.objects import chunk_id
+    from snapstore.storage.objects import chunk_id
 
     cid = chunk_id(content)
     with store.backend.read() as view:
@@ -233,7 +233,7 @@ def _plant_checkpoint(store: Store, entries: list[Entry]) -> str:
 
 
 def _file(path: bytes) -> Entry:
-    from snapstore.objects import chunk_id
+    from snapstore.storage.objects import chunk_id
 
     return Entry(path, FILE, 0o644, 6, 0, chunk_id(b"pwned\n"))
 
@@ -378,8 +378,8 @@ def test_manifest_difference_skips_shared_chunks(tmp_path: Path, monkeypatch):
         store.snapshot("A")
         (root / "d3/f0150.txt").write_bytes(b"changed\n")
         store.snapshot("B")
-        from snapstore import diff as diff_mod
-        from snapstore import manifest as manifest_mod
+        from snapstore.ops import diff as diff_mod
+        from snapstore.records import manifest as manifest_mod
 
         decoded = []
         real = manifest_mod.iter_entries_of_chunks

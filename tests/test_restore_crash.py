@@ -25,7 +25,7 @@ TRIALS = int(os.environ.get("SNAPSTORE_CRASH_TRIALS", "32"))
 
 CHILD = r"""
 import os, sys, time
-from snapstore import restore
+from snapstore.ops import restore
 from snapstore.store import Store
 action, kill_step = sys.argv[1], int(sys.argv[2])
 def hook(i):

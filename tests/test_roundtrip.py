@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from strategies import trees
 
-from snapstore import snapshot
-from snapstore.manifest import DIR, EXEC, FILE, SYMLINK
+from snapstore.ops import snapshot
+from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK
 from snapstore.store import Store
 from snapstore.testing import (
     EmptyDir,

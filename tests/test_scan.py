@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import socket
 
-from snapstore import scan
-from snapstore.manifest import DIR, FILE, SYMLINK
+from snapstore.records.manifest import DIR, FILE, SYMLINK
 from snapstore.store import Store
 from snapstore.testing import EmptyDir, Exec, Symlink, build_tree
+from snapstore.tree import scan
 
 
 def _paths(store, ref="latest") -> set[bytes]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from snapstore import manifest as manifest_mod
+from snapstore.records import manifest as manifest_mod
 from snapstore.store import Store
 
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from snapstore import statcache
 from snapstore.testing import build_tree, random_bytes
+from snapstore.tree import statcache
 
 SID = bytes(range(32))
 NOW = 1_700_000_000_000_000_000  # a fixed "moment the content was read", in ns

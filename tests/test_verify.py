@@ -6,7 +6,7 @@ import pytest
 from helpers import assert_one_line_error, run_snapstore
 
 from snapstore.errors import CorruptError, FormatVersionError
-from snapstore.lmdb_store import LmdbBackend
+from snapstore.storage.lmdb_backend import LmdbBackend
 from snapstore.store import Store
 from snapstore.testing import build_tree, random_bytes
 
@@ -121,7 +121,7 @@ def test_unknown_format_version_is_refused(tree, store):
 def test_other_chunker_parameters_are_refused(tree, store):
     import msgpack
 
-    from snapstore import chunker
+    from snapstore.storage import chunker
 
     store_dir = store.store_dir
     store.close()

@@ -13,7 +13,8 @@ import os
 import sys
 import time
 
-from snapstore import gc, lmdb_store, restore, snapshot
+from snapstore.ops import gc, restore, snapshot
+from snapstore.storage import lmdb_backend
 from snapstore.store import Store
 
 CONVERSATION = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "done"}]
@@ -31,7 +32,7 @@ def main() -> None:
     gc.BATCH = 64
     store = Store.open(".")
     count = [0]
-    real_apply = lmdb_store.LmdbBackend._apply
+    real_apply = lmdb_backend.LmdbBackend._apply
     k, when = -1, ""
     if mode.startswith("apply:"):
         _, k_text, when = mode.split(":")
@@ -45,7 +46,7 @@ def main() -> None:
         if count[0] == k and when == "after":
             die()
 
-    lmdb_store.LmdbBackend._apply = apply
+    lmdb_backend.LmdbBackend._apply = apply
     if mode.startswith("step:"):
         step = int(mode[5:])
 
@@ -55,7 +56,7 @@ def main() -> None:
 
         restore.step_hook = hook
     if mode.startswith("rename:"):
-        real_rename = lmdb_store.os.rename
+        real_rename = lmdb_backend.os.rename
         where = mode[7:]
 
         def rename(src, dst, *args, **kwargs):
@@ -65,7 +66,7 @@ def main() -> None:
             if where == "after":
                 die()
 
-        lmdb_store.os.rename = rename
+        lmdb_backend.os.rename = rename
     print("go", flush=True)
     start = time.perf_counter()
     if op == "snapshot":

@@ -22,7 +22,7 @@ import blake3
 import pytest
 from torture_tally import record, scaled
 
-from snapstore.lock import WriterLock
+from snapstore.storage.lock import WriterLock
 from snapstore.store import Store
 from snapstore.testing import read_tree, tree_from_store
 

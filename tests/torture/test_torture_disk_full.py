@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from torture_tally import record
 
-from snapstore import restore as restore_mod
 from snapstore.errors import TreeIOError
+from snapstore.ops import restore as restore_mod
+from snapstore.storage import lmdb_backend
 from snapstore.store import Store
 from snapstore.testing import random_bytes, read_tree, tree_from_store
 
@@ -143,7 +144,6 @@ def test_restore_onto_a_full_tree_file_system_rolls_back(tmp_path):
 
 @CASE
 def test_injected_enospc_in_a_store_commit(tree, monkeypatch):
-    from snapstore import lmdb_store
 
     (tree / "a.txt").write_bytes(b"a\n")
     with Store.init(tree) as store:
@@ -153,9 +153,9 @@ def test_injected_enospc_in_a_store_commit(tree, monkeypatch):
 
         def full(self, batch):
             calls["n"] += 1
-            raise lmdb_store.lmdb.DiskError("mdb_txn_commit: No space left on device")
+            raise lmdb_backend.lmdb.DiskError("mdb_txn_commit: No space left on device")
 
-        monkeypatch.setattr(lmdb_store.LmdbBackend, "_apply_once", full)
+        monkeypatch.setattr(lmdb_backend.LmdbBackend, "_apply_once", full)
         with pytest.raises(TreeIOError, match="space"):
             store.snapshot("B")
         monkeypatch.undo()

@@ -15,13 +15,14 @@ import msgpack
 import pytest
 from torture_tally import FULL
 
-from snapstore import objects, scan
-from snapstore.checkpoint import build_record, seq_key
 from snapstore.errors import CorruptError, SnapstoreError, UnsafePathError
-from snapstore.manifest import FILE, SYMLINK, Entry, write_manifest
-from snapstore.objects import chunk_id, encode_chunk
+from snapstore.records.checkpoint import build_record, seq_key
+from snapstore.records.manifest import FILE, SYMLINK, Entry, write_manifest
+from snapstore.storage import objects
+from snapstore.storage.objects import chunk_id, encode_chunk
 from snapstore.store import Store
 from snapstore.testing import Symlink, build_tree, random_bytes, read_tree, tree_from_store
+from snapstore.tree import scan
 
 REPO = Path(__file__).resolve().parents[2]
 CASE = pytest.mark.torture_case("hostile input")

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import msgpack
 
-from .checkpoint import key_seq
-from .errors import CorruptError
+from snapstore.errors import CorruptError
+from snapstore.records.checkpoint import key_seq
 
 
 @dataclass(frozen=True)

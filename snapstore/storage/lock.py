@@ -18,7 +18,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from .errors import LockedError, TreeIOError
+from snapstore.errors import LockedError, TreeIOError
 
 DEFAULT_TIMEOUT = 30.0
 POLL = 0.02

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from .diff import Change
+from snapstore.ops.diff import Change
 
 BINARY_SNIFF = 8000
 

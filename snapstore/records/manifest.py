@@ -21,8 +21,8 @@ from typing import NamedTuple
 
 import msgpack
 
-from . import chunker, objects
-from .errors import CorruptError
+from snapstore.errors import CorruptError
+from snapstore.storage import chunker, objects
 
 FILE = 0
 EXEC = 1

@@ -38,10 +38,11 @@ from dataclasses import dataclass
 
 import zstandard
 
-from . import conversation, manifest, objects
-from .backend import TABLES
-from .checkpoint import parse_record
-from .errors import CorruptError
+from snapstore.errors import CorruptError
+from snapstore.records import conversation, manifest
+from snapstore.records.checkpoint import parse_record
+from snapstore.storage import objects
+from snapstore.storage.backend import TABLES
 
 BATCH = 2048
 COMPACT_DIR = "compact.tmp"

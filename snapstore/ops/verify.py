@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from . import conversation, manifest, objects
-from .checkpoint import key_seq, parse_record
-from .errors import CorruptError
-from .paths import display
+from snapstore.errors import CorruptError
+from snapstore.records import conversation, manifest
+from snapstore.records.checkpoint import key_seq, parse_record
+from snapstore.storage import objects
+from snapstore.tree.paths import display
 
 
 @dataclass

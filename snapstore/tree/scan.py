@@ -12,10 +12,10 @@ import stat
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from . import ignore
-from .errors import TreeIOError
-from .manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE
-from .paths import display
+from snapstore.errors import TreeIOError
+from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE
+from snapstore.tree import ignore
+from snapstore.tree.paths import display
 
 ALWAYS_EXCLUDED = frozenset({b".git"})
 

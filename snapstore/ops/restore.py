@@ -34,13 +34,15 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from . import manifest, objects, worktree
-from .backend import JOURNAL_KEY
-from .checkpoint import SAFETY, Checkpoint, seq_key
-from .diff import ADDED, DELETED, MODE_CHANGED, MODIFIED, TYPE_CHANGED, Change, compare
-from .errors import ConflictError, CorruptError, TreeIOError, UnsafePathError
-from .manifest import DIR, EXEC, FILE, SYMLINK, Entry
-from .paths import display
+from snapstore.errors import ConflictError, CorruptError, TreeIOError, UnsafePathError
+from snapstore.ops.diff import ADDED, DELETED, MODE_CHANGED, MODIFIED, TYPE_CHANGED, Change, compare
+from snapstore.records import manifest
+from snapstore.records.checkpoint import SAFETY, Checkpoint, seq_key
+from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, Entry
+from snapstore.storage import objects
+from snapstore.storage.backend import JOURNAL_KEY
+from snapstore.tree import worktree
+from snapstore.tree.paths import display
 
 TMP_PREFIX = b".snapstore-tmp."
 
@@ -97,7 +99,7 @@ def selector(paths: Iterable[str | bytes] | None) -> Callable[[bytes], bool]:
     """A predicate for the paths a partial restore or diff covers (exact path or directory)."""
     if not paths:
         return lambda p: True
-    from .paths import from_user
+    from snapstore.tree.paths import from_user
 
     wanted = [from_user(p) for p in paths]
     if any(w == b"" for w in wanted):
@@ -496,7 +498,7 @@ class RestoreReport:
 
 def run(store, target: Checkpoint, paths, *, dry_run: bool, kind: str, message: str) -> RestoreReport:
     """Carry out the protocol above; the caller holds the writer lock."""
-    from . import snapshot
+    from snapstore.ops import snapshot
 
     backend = store.backend
     selected = selector(paths)
@@ -632,7 +634,7 @@ def recover(store) -> bool:
     if value is None:
         return False
     op, steps = parse_journal(value)
-    from .checkpoint import load_one
+    from snapstore.records.checkpoint import load_one
 
     with backend.read() as view:
         target = load_one(view, op["target"])

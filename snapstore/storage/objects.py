@@ -20,7 +20,7 @@ import blake3
 import msgpack
 import zstandard
 
-from .errors import CorruptError
+from snapstore.errors import CorruptError
 
 FLAG_RAW = 0
 FLAG_ZSTD = 1

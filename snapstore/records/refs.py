@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 
-from .checkpoint import Checkpoint
-from .errors import RefError
+from snapstore.errors import RefError
+from snapstore.records.checkpoint import Checkpoint
 
 _LATEST = re.compile(r"^latest(?:~(\d+))?$")
 _ROW = re.compile(r"^#(\d+)$")

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from .checkpoint import SAFETY, Checkpoint
-from .errors import UsageError
+from snapstore.errors import UsageError
+from snapstore.records.checkpoint import SAFETY, Checkpoint
 
 #: How many operations of the oplog keep their checkpoints (``undo`` repeated this many times).
 UNDO_DEPTH = 10
@@ -130,7 +130,7 @@ def policy_from_config(values: dict[str, str]) -> Policy | None:
 
 def protected(view) -> dict[str, str]:
     """Checkpoint id -> why it must stay (undo reach, pending journal)."""
-    from .oplog import Operation
+    from snapstore.records.oplog import Operation
 
     out: dict[str, str] = {}
     for i, (key, value) in enumerate(view.items("oplog", reverse=True)):

@@ -12,8 +12,8 @@ import stat
 
 import blake3
 
-from . import scan, statcache
-from .manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE, Entry
+from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE, Entry
+from snapstore.tree import scan, statcache
 
 _BLOCK = 1 << 20
 

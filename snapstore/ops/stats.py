@@ -45,7 +45,7 @@ class StoreStats:
 
 
 def collect(store) -> StoreStats:
-    from .gc import chunk_sizes
+    from snapstore.ops.gc import chunk_sizes
 
     all_, _ = store._load()
     st = StoreStats()

@@ -23,8 +23,8 @@ from typing import Any
 import blake3
 import msgpack
 
-from . import chunker, objects
-from .errors import CorruptError, UsageError
+from snapstore.errors import CorruptError, UsageError
+from snapstore.storage import chunker, objects
 
 MAX_DEPTH = 32
 

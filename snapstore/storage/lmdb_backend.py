@@ -24,8 +24,8 @@ from contextlib import contextmanager
 
 import lmdb
 
-from .backend import TABLES, WriteBatch
-from .errors import CorruptError, StoreNotFoundError, TreeIOError
+from snapstore.errors import CorruptError, StoreNotFoundError, TreeIOError
+from snapstore.storage.backend import TABLES, WriteBatch
 
 INITIAL_MAP_SIZE = 1 << 30
 MAX_MAP_SIZE = 1 << 44

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import diff, manifest, objects, textdiff
-from .checkpoint import Checkpoint
-from .manifest import Entry
+from snapstore.ops import diff, textdiff
+from snapstore.records import manifest
+from snapstore.records.checkpoint import Checkpoint
+from snapstore.records.manifest import Entry
+from snapstore.storage import objects
 
 
 @dataclass

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from . import manifest, objects
-from .manifest import DIR, EXEC, FILE, KIND_NAMES, UNREADABLE, Entry
-from .paths import display, to_json
+from snapstore.records import manifest
+from snapstore.records.manifest import DIR, EXEC, FILE, KIND_NAMES, UNREADABLE, Entry
+from snapstore.storage import objects
+from snapstore.tree.paths import display, to_json
 
 ADDED = "A"
 MODIFIED = "M"

@@ -32,11 +32,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import chunker, conversation, diff, manifest, objects, scan, statcache, worktree
-from .checkpoint import USER, build_record, seq_key
-from .errors import TreeIOError
-from .manifest import UNREADABLE, Entry
-from .paths import display
+from snapstore.errors import TreeIOError
+from snapstore.ops import diff
+from snapstore.records import conversation, manifest
+from snapstore.records.checkpoint import USER, build_record, seq_key
+from snapstore.records.manifest import UNREADABLE, Entry
+from snapstore.storage import chunker, objects
+from snapstore.tree import scan, statcache, worktree
+from snapstore.tree.paths import display
 
 WHOLE_READ_MAX = 4 << 20
 GROUP_BYTES = 2 << 20
@@ -404,8 +407,8 @@ def take(
 def _newest_readable(store, latest: bytes):
     """The newest checkpoint whose record reads back (the parent of a new one); a damaged
     latest record (verify reports it) must not stop every later snapshot."""
-    from .checkpoint import load_all
-    from .errors import CorruptError
+    from snapstore.errors import CorruptError
+    from snapstore.records.checkpoint import load_all
 
     try:
         return store._checkpoint_by_id(latest)

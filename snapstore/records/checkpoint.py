@@ -13,8 +13,8 @@ from typing import Any
 
 import msgpack
 
-from .errors import CorruptError
-from .objects import chunk_id
+from snapstore.errors import CorruptError
+from snapstore.storage.objects import chunk_id
 
 USER = "checkpoint"
 SAFETY = "safety"  # recorded by restore before it changes the tree

@@ -1,0 +1,100 @@
+"""The import direction of the package (docs/architecture.md, "Layers").
+
+A module may import its own layer and the layers below it, never a layer above: storage knows
+nothing of records, records nothing of the tree, the stages in ``ops`` nothing of the Store
+facade, and nothing in the library knows the CLI.  Imports inside functions count too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "snapstore"
+
+LAYERS = {
+    "snapstore.errors": 0,
+    "snapstore.storage": 1,
+    "snapstore.records": 2,
+    "snapstore.tree": 3,
+    "snapstore.ops": 4,
+    "snapstore.store": 5,
+    "snapstore.hooks": 5,
+    "snapstore.policy": 5,
+    "snapstore.render": 6,
+    "snapstore.testing": 6,
+    "snapstore.cli": 7,
+    "snapstore.__main__": 7,
+}
+
+
+def layer_of(module: str) -> int:
+    best = None
+    for prefix, layer in LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            if best is None or len(prefix) > len(best[0]):
+                best = (prefix, layer)
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS and docs/architecture.md")
+    return best[1]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("snapstore")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                if not is_package:
+                    base = base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("snapstore"):
+                continue
+            if target in ("snapstore", "snapstore.storage", "snapstore.records", "snapstore.tree", "snapstore.ops"):
+                found += [(node.lineno, f"{target}.{a.name}") for a in node.names]
+            else:
+                found.append((node.lineno, target))
+    return found
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_a_higher_layer(path: Path):
+    module = module_name(path)
+    own = layer_of(module)
+    tree = ast.parse(path.read_text(), str(path))
+    bad = [
+        f"line {line}: {target} (layer {layer_of(target)})"
+        for line, target in imported(tree, module, path.name == "__init__.py")
+        if layer_of(target) > own
+    ]
+    assert not bad, f"{module} (layer {own}) imports a higher layer: " + "; ".join(bad)
+
+
+def test_every_module_is_in_a_layer():
+    for path in MODULES:
+        layer_of(module_name(path))
+
+
+def test_the_check_sees_a_violation(tmp_path: Path):
+    # The checker itself must be able to fail: a storage module importing the Store is caught.
+    source = "def f():\n    from snapstore.store import Store\n    return Store\n"
+    targets = imported(ast.parse(source), "snapstore.storage.objects", False)
+    assert [t for _, t in targets if layer_of(t) > layer_of("snapstore.storage.objects")]
