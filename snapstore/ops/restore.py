@@ -37,7 +37,7 @@ import msgpack
 from snapstore.errors import ConflictError, CorruptError, TreeIOError, UnsafePathError
 from snapstore.ops.diff import ADDED, DELETED, MODE_CHANGED, MODIFIED, TYPE_CHANGED, Change, compare
 from snapstore.records import manifest
-from snapstore.records.checkpoint import SAFETY, Checkpoint, seq_key
+from snapstore.records.checkpoint import SAFETY, Checkpoint, next_seq, seq_key
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, Entry
 from snapstore.storage import objects
 from snapstore.storage.backend import JOURNAL_KEY
@@ -615,7 +615,7 @@ def finish(backend, op: dict, changed: int) -> int:
     """Clear the journal and log the operation, in one transaction."""
     with backend.read() as view:
         last = next(iter(view.items("oplog", reverse=True)), None)
-    seq = int.from_bytes(last[0], "big") + 1 if last else 1
+    seq = next_seq(last[0] if last else None)
     record = {k: v for k, v in op.items() if k != "pid"}
     record["changed"] = changed
     record["done_ns"] = time.time_ns()

@@ -35,7 +35,7 @@ from typing import Any
 from snapstore.errors import TreeIOError
 from snapstore.ops import diff
 from snapstore.records import conversation, manifest
-from snapstore.records.checkpoint import USER, build_record, seq_key
+from snapstore.records.checkpoint import USER, build_record, next_seq, seq_key
 from snapstore.records.manifest import UNREADABLE, Entry
 from snapstore.storage import chunker, objects
 from snapstore.tree import scan, statcache, worktree
@@ -288,7 +288,7 @@ def take(
         last = view.items("log", reverse=True)
         last_item = next(iter(last), None)
     parent = _newest_readable(store, last_item[1]) if last_item else None
-    next_seq = (int.from_bytes(last_item[0], "big") + 1) if last_item else 1
+    seq = next_seq(last_item[0] if last_item else None)
 
     entries, to_read = worktree.classify(found, cache)
 
@@ -393,7 +393,7 @@ def take(
             stats=stats,
         )
         batch.put("checkpoints", cp_id, packed)
-        batch.put("log", seq_key(next_seq), cp_id)
+        batch.put("log", seq_key(seq), cp_id)
         for tag in tags:
             batch.put("tags", tag.encode(), cp_id)
     backend.sync()

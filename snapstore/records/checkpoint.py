@@ -30,6 +30,15 @@ def key_seq(key: bytes) -> int:
     return struct.unpack(">Q", key)[0]
 
 
+def next_seq(last_key: bytes | None) -> int:
+    """The sequence number after the table's last key (``log``, ``oplog``): 1 for an empty one.
+
+    The one rule for appending to a sequence-keyed table; callers pass the last key they read
+    under the writer lock.
+    """
+    return key_seq(last_key) + 1 if last_key is not None else 1
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """One checkpoint: a manifest of the tree plus the agent's state at that moment."""

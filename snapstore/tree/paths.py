@@ -22,3 +22,17 @@ def from_user(path: str | bytes) -> bytes:
         raw = raw.replace(os.sep.encode(), b"/")
     parts = [p for p in raw.split(b"/") if p and p != b"."]
     return b"/".join(parts)
+
+
+def parents(path: bytes) -> list[bytes]:
+    """The proper ancestors of a ``/``-separated relative path, nearest first.
+
+    ``parents(b"a/b/c") == [b"a/b", b"a"]``; a top-level path has none.  This is the one walk of
+    a path's parents: restore's planning and safety checks and the scan all use it.
+    """
+    out = []
+    cut = path.rfind(b"/")
+    while cut > 0:
+        out.append(path[:cut])
+        cut = path.rfind(b"/", 0, cut)
+    return out
