@@ -15,6 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "snapstore"
 
 LAYERS = {
+    "snapstore.__version__": 0,
     "snapstore.errors": 0,
     "snapstore.storage": 1,
     "snapstore.records": 2,
