@@ -206,6 +206,8 @@ def restore_lines(report: RestoreReport) -> list[str]:
         head = f"undid the last operation: the tree now equals checkpoint {target.short_id}{label}, {summary}"
     else:
         head = f"restored {target.short_id}{label}: {summary}"
+    if report.safety is None:
+        return [head]
     return [f"{head}; the tree before is checkpoint {report.safety.short_id} ('snapstore undo' puts it back)"]
 
 

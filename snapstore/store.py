@@ -188,22 +188,36 @@ class Store:
     @classmethod
     def find(
         cls,
-        start: str | os.PathLike = ".",
+        start: str | os.PathLike[str] = ".",
         *,
-        store: str | os.PathLike | None = None,
+        store: str | os.PathLike[str] | None = None,
         lock_timeout: float = DEFAULT_TIMEOUT,
     ) -> Store:
-        """Open ``store`` if given, else the nearest ``.snapstore`` at or above ``start``."""
+        """Open ``store`` if given, else the nearest ``.snapstore`` at or above ``start``.
+
+        With ``store``, ``start`` must be inside the store's tree (StoreNotFoundError otherwise):
+        a command acts on the tree the user is in, never on another one.
+        """
+        store_dir = cls.locate(start, store=store)
+        if store is None:
+            return cls.open(os.path.dirname(store_dir), lock_timeout=lock_timeout)
+        opened = cls.open(store=store_dir, lock_timeout=lock_timeout)
+        try:
+            opened.check_tree(start)
+        except BaseException:
+            opened.close()
+            raise
+        return opened
+
+    @staticmethod
+    def locate(start: str | os.PathLike[str] = ".", *, store: str | os.PathLike[str] | None = None) -> str:
+        """The store directory :meth:`find` would open (StoreNotFoundError when there is none)."""
         if store is not None:
-            opened = cls.open(store=store, lock_timeout=lock_timeout)
-            if not _inside(os.fspath(start), opened.root):
-                opened.close()
-                raise StoreNotFoundError(_not_this_tree(opened.store_dir or "", opened.root, os.fspath(start)))
-            return opened
+            return os.path.abspath(os.fspath(store))
         here = os.path.abspath(os.fspath(start))
         while True:
             if os.path.exists(os.path.join(here, STORE_DIRNAME, "data.mdb")):
-                return cls.open(here, lock_timeout=lock_timeout)
+                return os.path.join(here, STORE_DIRNAME)
             parent = os.path.dirname(here)
             if parent == here:
                 raise StoreNotFoundError(
@@ -212,6 +226,11 @@ class Store:
                     "is named with --store DIR or SNAPSTORE_STORE=DIR)"
                 )
             here = parent
+
+    def check_tree(self, start: str | os.PathLike[str]) -> None:
+        """Refuse (StoreNotFoundError) when ``start`` is not inside this store's tree."""
+        if not _inside(os.fspath(start), self.root):
+            raise StoreNotFoundError(_not_this_tree(self.store_dir or "", self.root, os.fspath(start)))
 
     @classmethod
     def in_memory(cls, root: str | os.PathLike) -> Store:

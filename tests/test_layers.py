@@ -28,6 +28,9 @@ LAYERS = {
     "snapstore.testing": 6,
     "snapstore.cli": 7,
     "snapstore.__main__": 7,
+    "snapstore.service": 6,  # protocol and daemon: the client side, below the CLI
+    "snapstore.service.server": 8,  # runs the CLI's commands
+    "snapstore.service.client": 8,  # falls back to the CLI
 }
 
 

@@ -9,7 +9,12 @@ relocate, recover).  Each command parses, calls one Store method and renders wit
 
 from __future__ import annotations
 
-from snapstore.cli import commands_change, commands_record, commands_upkeep  # noqa: F401 - registers the commands
+from snapstore.cli import (  # noqa: F401 - importing them registers the commands
+    commands_change,
+    commands_record,
+    commands_service,
+    commands_upkeep,
+)
 from snapstore.cli.app import cli, main
 
 __all__ = ["cli", "main"]

@@ -25,6 +25,11 @@ CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_w
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: The resident service replaces how a command opens its store (it keeps one open); None
+#: means every command opens the store itself.
+STORE_PROVIDER: Callable[[Ctx], Store] | None = None
+
+
 class Ctx:
     """What the global options say: which store, which tree, how long to wait for the lock."""
 
@@ -35,6 +40,8 @@ class Ctx:
 
     def open(self) -> Store:
         """The store of the tree the user is in (or names with -C), or the one --store names."""
+        if STORE_PROVIDER is not None:
+            return STORE_PROVIDER(self)
         from snapstore.store import Store
 
         return Store.find(self.directory, store=self.store_dir, lock_timeout=self.lock_timeout)
@@ -128,7 +135,8 @@ def command(
         if paths_after_dashdash:
             kwargs["cls"] = PathsAfterDashDash
         with_globals = global_options(f, store=not own_store_option)
-        return cli.command(name=name, **kwargs)(with_globals)  # type: ignore[no-any-return]
+        registered: Any = cli.command(name=name, **kwargs)(with_globals)
+        return registered  # type: ignore[no-any-return]  # click returns a Command; callers only need it registered
 
     return decorate
 
