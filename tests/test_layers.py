@@ -31,6 +31,8 @@ LAYERS = {
     "snapstore.service": 6,  # protocol and daemon: the client side, below the CLI
     "snapstore.service.server": 8,  # runs the CLI's commands
     "snapstore.service.client": 8,  # falls back to the CLI
+    "snapstore.integrations": 6,  # agent glue (hooks, MCP, settings): uses the Store, not the CLI
+    "snapstore.ui": 6,  # the web UI: uses the Store and render, not the CLI
 }
 
 
