@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from snapstore.errors import CorruptError
 from snapstore.records import conversation, manifest
-from snapstore.records.checkpoint import key_seq, parse_record
+from snapstore.records.checkpoint import Checkpoint, key_seq, parse_record
 from snapstore.storage import objects
+from snapstore.storage.backend import Backend, ReadView
+from snapstore.storage.objects import Getter
 from snapstore.tree.paths import display
 
 
@@ -29,7 +32,7 @@ class Problem:
     checkpoint: str | None = None
     path: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def __str__(self) -> str:
@@ -56,7 +59,7 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "chunks": self.chunks,
@@ -68,18 +71,23 @@ class VerifyReport:
         }
 
 
-def run(backend, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+Progress = Callable[[int, int], None]
+
+
+def run(backend: Backend, progress: Progress | None = None) -> VerifyReport:
+    """Read and check everything in the store; every problem found is in the report."""
     report = VerifyReport()
     with backend.read() as view:
         get = view.get
         sizes = _check_chunks(view, report, progress)
         stream_ok: dict[bytes, str | None] = {}
+        walked: dict[bytes, int] = {}
 
         def check_stream(sid: bytes) -> str | None:
             """None when stream ``sid`` is whole, else what is wrong with it."""
             if sid in stream_ok:
                 return stream_ok[sid]
-            error = _stream_problem(get, sid, sizes)
+            error = _stream_problem(get, sid, sizes, walked)
             stream_ok[sid] = error
             return error
 
@@ -115,7 +123,7 @@ def run(backend, progress: Callable[[int, int], None] | None = None) -> VerifyRe
     return report
 
 
-def _check_chunks(view, report: VerifyReport, progress) -> dict[bytes, int]:
+def _check_chunks(view: ReadView, report: VerifyReport, progress: Progress | None) -> dict[bytes, int]:
     total = view.count("chunks")
     sizes: dict[bytes, int] = {}
     for i, (cid, value) in enumerate(view.items("chunks")):
@@ -132,44 +140,32 @@ def _check_chunks(view, report: VerifyReport, progress) -> dict[bytes, int]:
     return sizes
 
 
-def _stream_problem(get, sid: bytes, sizes: dict[bytes, int]) -> str | None:
-    """Resolve a stream through good chunks only (``sizes`` holds the verified ones)."""
-    record = get("streams", sid)
-    if record is None:
-        if sid not in sizes:
-            return "its chunk is missing or damaged" if get("chunks", sid) is None else "its chunk is damaged"
-        return None
+def _stream_problem(
+    get: Getter, sid: bytes, sizes: dict[bytes, int], walked: dict[bytes, int]
+) -> str | None:
+    """Resolve a stream through good chunks only (``sizes`` holds the verified ones).
+
+    ``walked`` is shared by every stream of the run: an index node shared by many streams (or
+    repeated inside one, as in a hostile DAG) is checked once.
+    """
     try:
-        size, height, root = objects.parse_stream_record(sid, record)
-        total = _tree_size(get, root, height, sizes)
+        for cid, size, height in objects.walk_stream(get, sid, walked=walked):
+            if height:
+                continue
+            if cid not in sizes:
+                if get("chunks", cid) is None:
+                    return f"chunk {cid.hex()} is missing"
+                return f"chunk {cid.hex()} is damaged"
+            if size >= 0 and sizes[cid] != size:
+                return f"chunk {cid.hex()} has {sizes[cid]} bytes, its index says {size}"
     except CorruptError as exc:
         return str(exc)
-    if total != size:
-        return f"holds {total} bytes, its record says {size}"
     return None
 
 
-def _tree_size(get, nid: bytes, height: int, sizes: dict[bytes, int]) -> int:
-    if nid not in sizes:
-        raise CorruptError(f"index chunk {nid.hex()} is missing or damaged")
-    children = objects.parse_index_node(nid, objects.decode_chunk(nid, get("chunks", nid)))
-    total = 0
-    for cid, size in children:
-        if height == 1:
-            if cid not in sizes:
-                raise CorruptError(f"chunk {cid.hex()} is missing or damaged")
-            if sizes[cid] != size:
-                raise CorruptError(f"chunk {cid.hex()} has {sizes[cid]} bytes, its index says {size}")
-            total += size
-        else:
-            sub = _tree_size(get, cid, height - 1, sizes)
-            if sub != size:
-                raise CorruptError(f"index chunk {cid.hex()} covers {sub} bytes, its parent says {size}")
-            total += sub
-    return total
-
-
-def _check_checkpoint(get, cp, check_stream, report: VerifyReport) -> None:
+def _check_checkpoint(
+    get: Getter, cp: Checkpoint, check_stream: Callable[[bytes], str | None], report: VerifyReport
+) -> None:
     error = check_stream(cp.manifest)
     if error:
         report.problems.append(Problem("manifest", cp.manifest.hex(), error, checkpoint=cp.id))
