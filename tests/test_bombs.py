@@ -9,7 +9,6 @@ a real store and check ``cat``, ``read_bytes``, ``verify`` and restore planning.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
