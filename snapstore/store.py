@@ -663,7 +663,7 @@ class Store:
         """Re-read and re-hash everything; the report lists every problem found."""
         from snapstore.ops import verify
 
-        return verify.run(self.backend, progress)
+        return verify.run(self.backend, progress, self.excluded)
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -13,11 +13,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from snapstore.errors import CorruptError
+import msgpack
+
+from snapstore.errors import CorruptError, UnsafePathError
+from snapstore.ops import restore
 from snapstore.records import conversation, manifest
 from snapstore.records.checkpoint import Checkpoint, key_seq, parse_record
+from snapstore.records.oplog import Operation
 from snapstore.storage import objects
-from snapstore.storage.backend import Backend, ReadView
+from snapstore.storage.backend import JOURNAL_KEY, Backend, ReadView
 from snapstore.storage.objects import Getter
 from snapstore.tree.paths import display
 
@@ -74,8 +78,13 @@ class VerifyReport:
 Progress = Callable[[int, int], None]
 
 
-def run(backend: Backend, progress: Progress | None = None) -> VerifyReport:
-    """Read and check everything in the store; every problem found is in the report."""
+def run(
+    backend: Backend, progress: Progress | None = None, excluded: frozenset[bytes] = frozenset()
+) -> VerifyReport:
+    """Read and check everything in the store; every problem found is in the report.
+
+    ``excluded``: the tree-relative paths of the store itself (no manifest may name them).
+    """
     report = VerifyReport()
     with backend.read() as view:
         get = view.get
@@ -111,7 +120,7 @@ def run(backend: Backend, progress: Progress | None = None) -> VerifyReport:
                 report.problems.append(Problem("checkpoint", cid.hex(), str(exc)))
                 continue
             by_id[cp.id] = cp
-            _check_checkpoint(get, cp, check_stream, length, report)
+            _check_checkpoint(get, cp, check_stream, length, report, excluded)
 
         for key, cid in view.items("log"):
             if cid.hex() not in by_id:
@@ -123,6 +132,8 @@ def run(backend: Backend, progress: Progress | None = None) -> VerifyReport:
                 report.problems.append(
                     Problem("tag", name.decode("utf-8", "replace"), f"names missing checkpoint {cid.hex()}")
                 )
+        _check_oplog(view, report)
+        _check_journal(view, report)
         # A missing parent is not a problem: `prune` and `delete` remove checkpoints, and the
         # parent link is history only (nothing is read through it).
     return report
@@ -174,6 +185,7 @@ def _check_checkpoint(
     check_stream: Callable[[bytes], str | None],
     length: Callable[[bytes], int | None],
     report: VerifyReport,
+    excluded: frozenset[bytes],
 ) -> None:
     error = check_stream(cp.manifest)
     if error:
@@ -184,6 +196,12 @@ def _check_checkpoint(
     except CorruptError as exc:
         report.problems.append(Problem("manifest", cp.manifest.hex(), str(exc), checkpoint=cp.id))
         return
+    try:
+        # The rules every restore applies before its first write (absolute paths, '..', empty
+        # parts, NUL, '.git', a path below a file or symlink of the same manifest, the store).
+        restore.check_manifest({e.path: e for e in entries}, excluded)
+    except UnsafePathError as exc:
+        report.problems.append(Problem("manifest", cp.manifest.hex(), str(exc), checkpoint=cp.id))
     for e in entries:
         if not e.is_file:
             continue
@@ -207,3 +225,43 @@ def _check_checkpoint(
             report.problems.append(
                 Problem("conversation", cp.conversation.hex(), error, checkpoint=cp.id)
             )
+
+
+_OP_KINDS = ("restore", "undo")
+
+
+def _check_oplog(view: ReadView, report: VerifyReport) -> None:
+    """Each operation-log entry must parse as ``undo``/``oplog``/``prune`` read it."""
+    for key, value in view.items("oplog"):
+        where = str(key_seq(key)) if len(key) == 8 else key.hex()
+        try:
+            op = Operation.parse(key, value)
+            fields = msgpack.unpackb(value, raw=False)
+            for name in ("target", "before"):
+                if not isinstance(fields.get(name), bytes) or len(fields[name]) != 32:
+                    raise CorruptError(f"operation log entry {where} has no valid {name!r} id")
+            if op.kind not in _OP_KINDS:
+                raise CorruptError(f"operation log entry {where} has an unknown kind {op.kind!r}")
+            if not 0 <= op.time_ns < 1 << 63 or not 0 <= op.changed < 1 << 63:
+                raise CorruptError(f"operation log entry {where} has an impossible time or count")
+        except CorruptError as exc:
+            report.problems.append(Problem("oplog", where, str(exc)))
+        except (ValueError, TypeError, AttributeError, KeyError, msgpack.UnpackException) as exc:
+            report.problems.append(Problem("oplog", where, f"operation log entry is damaged ({exc!r})"))
+
+
+def _check_journal(view: ReadView, report: VerifyReport) -> None:
+    """A pending restore journal must parse as crash recovery reads it."""
+    value = view.get("journal", JOURNAL_KEY)
+    if value is None:
+        return
+    try:
+        op, _ = restore.parse_journal(value)
+        for name in ("target", "before"):
+            if name in op and (not isinstance(op[name], bytes) or len(op[name]) != 32):
+                raise CorruptError(f"the restore journal has no valid {name!r} id")
+    except CorruptError as exc:
+        report.problems.append(Problem("journal", JOURNAL_KEY.decode(), str(exc)))
+    except (ValueError, TypeError, AttributeError, KeyError, msgpack.UnpackException) as exc:
+        # parse_journal lets some shapes through as other exceptions: still damage, not a crash.
+        report.problems.append(Problem("journal", JOURNAL_KEY.decode(), f"the restore journal is damaged ({exc!r})"))
