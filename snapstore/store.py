@@ -34,8 +34,9 @@ from snapstore.records.checkpoint import USER, Checkpoint, load_all, load_one
 from snapstore.records.manifest import Entry
 from snapstore.records.oplog import Operation
 from snapstore.storage import chunker, objects
-from snapstore.storage.backend import JOURNAL_KEY, MemoryBackend
+from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
+from snapstore.storage.memory import MemoryBackend
 from snapstore.tree.paths import display, from_user
 
 if TYPE_CHECKING:
@@ -83,10 +84,10 @@ class Store:
         self.store_dir = store_dir
         self.compression_level = compression_level
         self._lock = lock
-        if hasattr(lock, "on_acquire") and hasattr(backend, "reopen_if_replaced"):
+        if isinstance(lock, WriterLock):
             # Another process's `gc --compact` may have renamed a new data.mdb in: every writer
             # checks right after taking the lock, so no write goes to the old file.
-            lock.on_acquire = backend.reopen_if_replaced
+            lock.on_acquire = backend.refresh
         excluded = set()
         if store_dir is not None:
             rel = os.path.relpath(os.path.realpath(store_dir), os.path.realpath(self.root))
@@ -538,7 +539,7 @@ class Store:
                 return []
             report = self._prune(policy, None, False)
             if report.removed and values.get("retention.gc") == "true":
-                gc.run(self)
+                gc.run(self.backend)
         except SnapstoreError as exc:
             return [f"automatic retention failed: {exc}"]
         return []
@@ -571,13 +572,14 @@ class Store:
 
         with self._lock.held():
             self._recover()
-            return gc.run(self, compact=compact and not dry_run, dry_run=dry_run)
+            return gc.run(self.backend, compact=compact and not dry_run, dry_run=dry_run)
 
     def stats(self):
         """Counts and sizes of the store (a stats.StoreStats)."""
         from snapstore.ops import stats
 
-        return stats.collect(self)
+        all_, _ = self._load()
+        return stats.collect(self.backend, all_)
 
     def config(self) -> dict[str, str]:
         """Every configuration key with its value (the default when unset)."""
@@ -729,7 +731,7 @@ class Store:
         """Re-read and re-hash everything; the report lists every problem found."""
         from snapstore.ops import verify
 
-        return verify.run(self.backend, progress)
+        return verify.run(self.backend, progress, self.excluded)
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -84,7 +84,6 @@ class _Dedup:
         self._claimed: set[bytes] = set()
         self._lock = threading.Lock()
         self._lookups = 0
-        self._release = getattr(backend, "release_memory", None)
 
     def new_ids(self, ids: list[bytes]) -> set[bytes]:
         with self._lock:
@@ -94,8 +93,8 @@ class _Dedup:
             return set()
         present = self._backend.has_many("chunks", fresh)
         self._lookups += 1
-        if self._lookups % 32 == 0 and self._release is not None:
-            self._release()  # lookups map LMDB pages; keep them from piling up in RSS
+        if self._lookups % 32 == 0:
+            self._backend.release_memory()  # lookups map LMDB pages; keep them from piling up in RSS
         return {i for i, p in zip(fresh, present) if not p}
 
 
@@ -132,9 +131,7 @@ class _Writer(threading.Thread):
                 for table, key, value in ops:
                     batch.put_new(table, key, value)
             self.inserted += batch.inserted_bytes
-            release = getattr(self.backend, "release_memory", None)
-            if release is not None:
-                release(trim_heap=True)
+            self.backend.release_memory(trim_heap=True)
         except BaseException as exc:  # reported by the main thread
             self.error = exc
 
@@ -398,9 +395,7 @@ def take(
             batch.put("tags", tag.encode(), cp_id)
     backend.sync()
     memo["entries"], memo["mid"] = entries, mid
-    release = getattr(backend, "release_memory", None)
-    if release is not None:
-        release()
+    backend.release_memory()
     return store._checkpoint_by_id(cp_id), result
 
 

@@ -267,8 +267,6 @@ def test_undo_killed_at_random_moments(templates, tmp_path):
 
 @pytest.mark.parametrize("op", ["gc", "gc-compact"])
 def test_gc_killed_at_random_moments(templates, tmp_path, op):
-    if not hasattr(Store, "gc"):
-        pytest.skip("Store.gc is not there yet")
     spec_a = templates["A"]
     with Store.open(templates["gc"]) as store:
         spec_c = tree_from_store(store, "C")

@@ -90,8 +90,7 @@ def test_snapshot_on_a_full_store_file_system(tmp_path, shape):
         # Once the tree fits again, snapshots work again (after a gc of what the failed one left).
         for p in root.glob("*.bin"):
             p.unlink()
-        if hasattr(Store, "gc"):
-            assert _snapstore("gc", cwd=root, store=store_dir).returncode == 0
+        assert _snapstore("gc", cwd=root, store=store_dir).returncode == 0
         (root / "a.txt").write_bytes(b"second\n")
         again = _snapstore("snapshot", "-m", "C", cwd=root, store=store_dir)
         assert again.returncode == 0, again.stderr
