@@ -122,6 +122,10 @@ class Store:
         store_dir = os.path.join(root, STORE_DIRNAME) if inside else os.path.abspath(os.fspath(store))
         if os.path.exists(os.path.join(store_dir, "data.mdb")):
             raise StoreExistsError(f"a store already exists at {store_dir}")
+        if os.path.realpath(store_dir) == os.path.realpath(root):
+            raise UsageError(  # its live files would be snapshotted and rewritten by restore
+                f"the store cannot be the tree's root ({root}): use a subdirectory or another path"
+            )
         if not 1 <= compression_level <= 22:
             raise UsageError("the compression level must be between 1 and 22")
         try:

@@ -282,7 +282,7 @@ def _record(
         entries[f.path] = worktree.file_entry(f.path, st, sid)
         result.files_read += 1
         result.bytes_read += st.st_size
-        cache_updates[f.path] = statcache.encode(st, sid, recorded)
+        cache_updates[statcache.key(f.path)] = statcache.encode(st, sid, recorded)
 
 
 def _conversation_base(
@@ -357,7 +357,8 @@ def _new_bytes(backend: Backend, objects_: list[Op]) -> int:
 def _stale_cache_keys(cache: dict[bytes, bytes], found: list[scan.Found]) -> list[bytes]:
     if not cache:
         return []
-    present = {f.path for f in found}
+    key = statcache.key
+    present = {key(f.path) for f in found}
     return [k for k in cache if k not in present]
 
 

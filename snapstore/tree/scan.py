@@ -25,9 +25,14 @@ from snapstore.tree import ignore
 from snapstore.tree.paths import display, iter_parents, open_dir
 
 ALWAYS_EXCLUDED = frozenset({b".git", b".snapstore"})
-#: A directory holding all of these is a snapstore store (LMDB's two files and the writer lock):
-#: it is excluded like ``.git`` wherever it is, so an outer store neither copies nor restores it.
-STORE_MARKERS = frozenset({b"data.mdb", b"lock.mdb", b"lock"})
+#: A directory holding the writer lock and a data file (LMDB's data.mdb, or the CURRENT file of a
+#: generational layout) is a snapstore store: it is excluded like ``.git`` wherever it is, so an
+#: outer store neither copies nor restores another project's store.  Keep in sync with the
+#: store's layout (snapstore.store, snapstore.storage).
+STORE_LOCK = b"lock"
+STORE_DATA = frozenset({b"data.mdb", b"CURRENT"})
+#: The files left out when the tree's root itself is a store (an old `init --store .`).
+STORE_MARKERS = frozenset({b"data.mdb", b"lock.mdb", b"lock", b"CURRENT"})
 
 _new = tuple.__new__  # builds a Found without the NamedTuple constructor's Python frame
 S_ISREG = stat.S_ISREG
@@ -63,7 +68,7 @@ class ScanReport:
 
 def is_store(names: set[bytes] | frozenset[bytes]) -> bool:
     """Does a directory with these entry names look like a snapstore store?"""
-    return STORE_MARKERS <= names
+    return STORE_LOCK in names and not STORE_DATA.isdisjoint(names)
 
 
 class _Dir:
