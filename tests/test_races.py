@@ -160,6 +160,14 @@ def test_file_that_keeps_changing_is_never_stored_torn(tree, store, monkeypatch,
     build_tree(tree, {"busy.log": original, "calm.txt": b"calm"})
     calls = _append_after_read(monkeypatch, tree / "busy.log", times=100)
     cp = store.snapshot("busy")
+    # Each read saw a different version (the original plus 0, 1, 2 appends).  Their chunks were
+    # handed to the writer while being read, so they are in the store; what must hold is that
+    # no checkpoint references any of them, and that gc removes them as garbage.
+    versions = [original + b"+more" * k for k in range(snapshot_io.READ_ATTEMPTS)]
+    torn_streams = {objects.chunk_id(v) for v in versions}
+    torn_chunks = {objects.chunk_id(c) for v in versions for c in chunker.cut_buffer(v)}
+    refs = {e.ref for c in store.checkpoints(include_safety=True) for e in store.entries(c.id)}
+    assert not refs & torn_streams
     assert calls["n"] == snapshot_io.READ_ATTEMPTS
     assert cp.stats["skipped"]["unreadable"] == 1
     assert any("busy.log" in w and "changing" in w for w in cp.warnings)
@@ -170,14 +178,6 @@ def test_file_that_keeps_changing_is_never_stored_torn(tree, store, monkeypatch,
     with store.backend.read() as view:
         statcache_keys = [k for k, _ in view.items("statcache")]
     assert b"busy.log" not in statcache_keys
-    # Each read saw a different version (the original plus 0, 1, 2 appends).  Their chunks were
-    # handed to the writer while being read, so they are in the store; what must hold is that
-    # no checkpoint references any of them, and that gc removes them as garbage.
-    versions = [original + b"+more" * k for k in range(snapshot_io.READ_ATTEMPTS)]
-    torn_streams = {objects.chunk_id(v) for v in versions}
-    torn_chunks = {objects.chunk_id(c) for v in versions for c in chunker.cut_buffer(v)}
-    refs = {e.ref for c in store.checkpoints(include_safety=True) for e in store.entries(c.id)}
-    assert not refs & torn_streams
     assert _present(store, torn_chunks)  # stored as orphans...
     store.gc()
     assert not _present(store, torn_chunks)  # ...and collected
