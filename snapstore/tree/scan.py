@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -41,7 +42,7 @@ S_ISDIR = stat.S_ISDIR
 # Seams for tests (patch these, not os.*, so nothing else in the process is affected).
 _scandir = os.scandir
 _open_dir = open_dir
-_fsencode = os.fsencode
+_FS_ENCODING = sys.getfilesystemencoding()  # os.fsencode's, without its Python-level frame
 
 
 class Found(NamedTuple):
@@ -229,9 +230,8 @@ def _list(fd: int) -> list[tuple[bytes, os.DirEntry[str]]]:
     scandir(fd) gives str names (decoded with surrogateescape); encoding them back is exact, so
     names that are not UTF-8 survive.
     """
-    enc = _fsencode
     with _scandir(fd) as it:
-        return [(enc(d.name), d) for d in it]
+        return [(d.name.encode(_FS_ENCODING, "surrogateescape"), d) for d in it]
 
 
 def _unlistable(
