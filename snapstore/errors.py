@@ -109,19 +109,19 @@ EXIT_DIFFERENT = 1
 #: Every exit code the CLI can return, with what it means: the one source of the table.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "success"),
-    (EXIT_DIFFERENT, "differences found (diff, like diff(1)); a restore left paths it could not record"),
-    (UsageError.exit_code, "usage error: bad option, bad argument, unreadable input"),
-    (StoreNotFoundError.exit_code, "no store here, or a store already exists"),
-    (RefError.exit_code, "unknown or ambiguous checkpoint reference, or unknown path in it"),
-    (LockedError.exit_code, "the store is locked by another process"),
-    (CorruptError.exit_code, "the store is damaged"),
-    (FormatVersionError.exit_code, "the store has a format this version does not know"),
-    (TreeIOError.exit_code, "a file-system error on the tree or the store (missing path, disk full)"),
-    (ConflictError.exit_code, "a conflict: the tree changed under an operation, or a merge conflicts"),
-    (UnsafePathError.exit_code, "an unsafe path (absolute, '..', through a symlink, outside the tree)"),
-    (HookError.exit_code, "a before-hook refused the operation"),
-    (InternalError.exit_code, "an internal error (a bug): one line, traceback with SNAPSTORE_DEBUG=1"),
-    (Interrupted.exit_code, "interrupted (Ctrl-C)"),
+    (EXIT_DIFFERENT, "`diff`: the two sides differ (like diff(1)); `restore`/`undo`: done, but some paths were left alone (listed)"),
+    (UsageError.exit_code, "usage error: bad option or argument, unreadable or invalid input (`--conversation` JSON, a tag, metadata)"),
+    (StoreNotFoundError.exit_code, "no store here (or the store belongs to another tree), or `init` where a store exists"),
+    (RefError.exit_code, "unknown or ambiguous checkpoint reference; a path not in the checkpoint; no conversation stored; nothing to undo"),
+    (LockedError.exit_code, "the store is locked by another writer (the message names its pid)"),
+    (CorruptError.exit_code, "the store is damaged: `verify` found problems, or a record or chunk read back is invalid"),
+    (FormatVersionError.exit_code, "the store has a format version (or chunker parameters) this snapstore does not know"),
+    (TreeIOError.exit_code, "a file-system error on the tree or the store (missing directory, disk full, permission)"),
+    (ConflictError.exit_code, "conflict: the tree changed under a restore or a recovery (nothing of yours was overwritten)"),
+    (UnsafePathError.exit_code, "an unsafe path in a checkpoint (absolute, `..`, `.git`, below a symlink): refused, nothing written"),
+    (HookError.exit_code, "a `before_snapshot` / `before_restore` hook (or plugin) refused the operation; nothing changed"),
+    (InternalError.exit_code, "an internal error (a bug): one line; `SNAPSTORE_DEBUG=1` shows the traceback"),
+    (Interrupted.exit_code, "interrupted (Ctrl-C); an interrupted restore is finished by the next writing command"),
 )
 
 #: Every error class, for ``snapstore.__all__`` and the exit-code tests.
@@ -143,6 +143,7 @@ ERROR_CLASSES: tuple[type[SnapstoreError], ...] = (
 )
 
 
-def exit_code_epilog() -> str:
-    """The exit-code table as plain text, for ``--help``."""
-    return "Exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES) + "."
+def exit_code_markdown() -> str:
+    """The exit-code table of docs/cli.md (a test keeps the two identical)."""
+    rows = [f"| {code} | {text} |" for code, text in EXIT_CODES]
+    return "\n".join(["| code | meaning |", "| --- | --- |", *rows])

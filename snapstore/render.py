@@ -5,7 +5,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from snapstore.ops.diff import Change
+    from snapstore.ops.gc import GcReport
+    from snapstore.ops.history import Version
+    from snapstore.ops.restore import RestoreReport
+    from snapstore.ops.retention import PruneReport
+    from snapstore.ops.stats import StoreStats
+    from snapstore.ops.verify import VerifyReport
+    from snapstore.records.checkpoint import Checkpoint
+    from snapstore.records.oplog import Operation
 
 
 def size(n: int | float) -> str:
@@ -76,3 +87,191 @@ class Progress:
         if self._shown:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
+
+
+# -- the CLI's renderings of library results (pure formatting: no store access) ------------
+
+
+def snapshot_line(cp: Checkpoint) -> str:
+    """``3f2a9c1b0d4e +2 ~5 -1 files, 14.2 KiB new`` (or ``... unchanged``)."""
+    if cp.reused:
+        return f"{cp.short_id} unchanged (no new checkpoint)"
+    st = cp.stats
+    skipped = sum(st.get("skipped", {}).values())
+    extra = f", {skipped} skipped" if skipped else ""
+    return f"{cp.short_id} {changes_summary(st)} files, {size(st.get('new_bytes', 0))} new{extra}"
+
+
+def checkpoint_rows(numbered: list[tuple[int | None, Checkpoint]]) -> list[list[str]]:
+    """Rows of ``snapstore list``: #N, id, time, message [tags], task, +/~/-."""
+    rows = []
+    for n, c in numbered:
+        label = c.message if not c.tags else f"{c.message} [{', '.join(c.tags)}]"
+        rows.append(
+            [
+                f"#{n}" if n else "safety",
+                c.short_id,
+                local_time(c.time_ns),
+                one_line(label) or "-",
+                c.task or "-",
+                changes_summary(c.stats),
+            ]
+        )
+    return rows
+
+
+def _json_path(path: str) -> str:
+    import os
+
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def summary_lines(info: dict[str, Any]) -> list[str]:
+    """``snapstore show``: the record, the conversation preview, the changed files."""
+    st = info["stats"]
+    out = [
+        f"checkpoint {info['id']}",
+        f"time:     {local_time(int(info['timestamp'] * 1e9))}",
+        f"message:  {info['message'] or '-'}",
+    ]
+    if info["task"]:
+        out.append(f"task:     {info['task']}")
+    if info["tags"]:
+        out.append(f"tags:     {', '.join(info['tags'])}")
+    out.append(f"parent:   {info['parent'][:12] if info['parent'] else '-'}")
+    out.append(f"files:    {st.get('files', 0)} ({size(st.get('bytes', 0))}), {size(st.get('new_bytes', 0))} new")
+    for key, value in info["metadata"].items():
+        out.append(f"meta:     {key}={value}")
+    convo = info["conversation"]
+    if convo is None:
+        out.append("conversation: no conversation stored")
+    else:
+        out.append(f"conversation: {convo['messages']} message(s)")
+        if convo["last_user"] is not None:
+            out.append(f"  user:      {convo['last_user']}")
+        if convo["last_assistant"] is not None:
+            out.append(f"  assistant: {convo['last_assistant']}")
+    if info["changes"]:
+        out.append("")
+        for c in info["changes"]:
+            counts = "bin" if c["binary"] else f"+{c['added']} -{c['removed']}"
+            out.append(f"{c['status']} {counts:>12}  {_json_path(c['path'])}")
+    return out
+
+
+_STATUS_WORDS = {"A": "added", "M": "modified", "D": "deleted", "T": "replaced", "X": "mode", "R": "renamed"}
+
+
+def history_rows(versions: list[Version]) -> list[list[str]]:
+    """Rows of ``snapstore log PATH``."""
+    rows = []
+    for v in versions:
+        cp = v.checkpoint
+        counts = "bin" if v.binary else f"+{v.added} -{v.removed}"
+        what = _STATUS_WORDS.get(v.status, v.status)
+        rows.append(
+            [cp.short_id, local_time(cp.time_ns), what, size(v.entry.size) if v.entry else "-", counts, one_line(cp.message) or "-"]
+        )
+    return rows
+
+
+def stat_lines(changes: list[Change], counts: list[tuple[int, int, bool]]) -> list[str]:
+    """``diff --stat``: one line per path with a +/- bar, then the totals."""
+    width = max((len(c.display_path) for c in changes), default=0)
+    out = []
+    total_a = total_r = 0
+    for c, (added, removed, binary) in zip(changes, counts):
+        detail = "Bin" if binary else f"{added + removed:5d} {'+' * min(added, 40)}{'-' * min(removed, 40)}"
+        out.append(f" {c.display_path.ljust(width)} | {detail}")
+        total_a += added
+        total_r += removed
+    out.append(f" {len(changes)} file(s) changed, {total_a} insertion(s)(+), {total_r} deletion(s)(-)")
+    return out
+
+
+_VERBS = {"A": "create", "M": "write", "D": "delete", "T": "replace", "X": "chmod", "R": "rename"}
+
+
+def restore_lines(report: RestoreReport) -> list[str]:
+    """What a restore or undo did (or would do, in a dry run), and how to take it back."""
+    if report.dry_run:
+        out = [f"would {_VERBS.get(c.status, c.status):7} {c.display_path}" for c in report.changes]
+        out.append(f"{len(report.changes)} path(s) would change (dry run: nothing was changed)")
+        return out
+    counts = {s: sum(1 for c in report.changes if c.status == s) for s in "AMDTX"}
+    summary = f"+{counts['A']} ~{counts['M'] + counts['T'] + counts['X']} -{counts['D']} paths"
+    target = report.target
+    label = f" ({one_line(target.message)})" if target.message else ""
+    if report.kind == "undo":
+        head = f"undid the last operation: the tree now equals checkpoint {target.short_id}{label}, {summary}"
+    else:
+        head = f"restored {target.short_id}{label}: {summary}"
+    if report.safety is None:
+        return [head]
+    return [f"{head}; the tree before is checkpoint {report.safety.short_id} ('snapstore undo' puts it back)"]
+
+
+def oplog_rows(ops: list[Operation]) -> list[list[str]]:
+    """Rows of ``snapstore oplog``."""
+    return [
+        [
+            f"op {op.seq}",
+            local_time(op.time_ns),
+            op.kind,
+            f"to {op.target[:12]}",
+            f"before {op.before[:12]}",
+            f"{op.changed} path(s)" + (f" in {', '.join(op.paths)}" if op.paths else ""),
+        ]
+        for op in ops
+    ]
+
+
+def verify_line(report: VerifyReport) -> str:
+    status = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+    return (
+        f"verified {report.chunks} chunks ({size(report.bytes_read)}), {report.streams} streams, "
+        f"{report.checkpoints} checkpoints, {report.files} file entries: {status}"
+    )
+
+
+def prune_lines(report: PruneReport) -> list[str]:
+    verb = "would remove" if report.dry_run else "removed"
+    out = [f"{verb} {c.short_id} {local_time(c.time_ns)} {one_line(c.message) or '-'}" for c in report.removed]
+    protected = f" ({report.protected} kept because undo needs them)" if report.protected else ""
+    if report.dry_run:
+        tail = " (dry run: nothing was changed)"
+    else:
+        tail = "; run 'snapstore gc' to free their space" if report.removed else ""
+    out.append(f"{verb} {len(report.removed)} checkpoint(s), kept {report.kept}{protected}{tail}")
+    return out
+
+
+def gc_lines(report: GcReport) -> list[str]:
+    verb = "would remove" if report.dry_run else "removed"
+    out = [
+        f"{verb} {report.chunks_removed} of {report.chunks} chunks, {report.streams_removed} streams, "
+        f"{report.conversations_removed} conversation records: {size(report.bytes_removed)} logical, "
+        f"{size(report.stored_bytes_removed)} stored" + (" (dry run: nothing was changed)" if report.dry_run else "")
+    ]
+    if report.compacted:
+        out.append(
+            f"compacted the store file: {size(report.size_before)} -> {size(report.size_after)} "
+            f"({size(report.disk_freed)} freed on disk)"
+        )
+    return out
+
+
+def stats_lines(st: StoreStats) -> list[str]:
+    rows = [
+        ("checkpoints", f"{st.checkpoints} (+{st.safety_checkpoints} safety)"),
+        ("tasks", str(st.tasks)),
+        ("latest", f"{st.latest[:12] if st.latest else '-'}: {st.latest_files} files, {size(st.latest_bytes)}"),
+        ("logical bytes", f"{size(st.logical_bytes)} over all checkpoints"),
+        ("unique bytes", size(st.unique_bytes)),
+        ("stored bytes", size(st.stored_bytes)),
+        ("dedup ratio", f"{st.dedup_ratio:.2f}"),
+        ("compression", f"{st.compression_ratio:.2f}"),
+        ("chunks", f"{st.chunks} ({st.streams} multi-chunk streams)"),
+        ("on disk", size(st.disk_size)),
+    ]
+    return [f"{name + ':':15} {value}" for name, value in rows]

@@ -177,8 +177,9 @@ class Store:
             tree = os.path.dirname(store_dir)
         else:
             tree = os.fsdecode(meta.get(b"root", b""))
-        if root is not None and store is not None:
-            tree = os.path.abspath(os.fspath(root))
+        if root is not None and store is not None and not _same_dir(os.fspath(root), tree):
+            backend.close()
+            raise StoreNotFoundError(_not_this_tree(store_dir, tree, os.fspath(root)))
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
         try:
             level = int(meta.get(b"compression", b"3"))
@@ -196,25 +197,49 @@ class Store:
     @classmethod
     def find(
         cls,
-        start: str | os.PathLike = ".",
+        start: str | os.PathLike[str] = ".",
         *,
-        store: str | os.PathLike | None = None,
+        store: str | os.PathLike[str] | None = None,
         lock_timeout: float = DEFAULT_TIMEOUT,
     ) -> Store:
-        """Open ``store`` if given, else the nearest ``.snapstore`` at or above ``start``."""
+        """Open ``store`` if given, else the nearest ``.snapstore`` at or above ``start``.
+
+        With ``store``, ``start`` must be inside the store's tree (StoreNotFoundError otherwise):
+        a command acts on the tree the user is in, never on another one.
+        """
+        store_dir = cls.locate(start, store=store)
+        if store is None:
+            return cls.open(os.path.dirname(store_dir), lock_timeout=lock_timeout)
+        opened = cls.open(store=store_dir, lock_timeout=lock_timeout)
+        try:
+            opened.check_tree(start)
+        except BaseException:
+            opened.close()
+            raise
+        return opened
+
+    @staticmethod
+    def locate(start: str | os.PathLike[str] = ".", *, store: str | os.PathLike[str] | None = None) -> str:
+        """The store directory :meth:`find` would open (StoreNotFoundError when there is none)."""
         if store is not None:
-            return cls.open(store=store, lock_timeout=lock_timeout)
+            return os.path.abspath(os.fspath(store))
         here = os.path.abspath(os.fspath(start))
         while True:
             if os.path.exists(os.path.join(here, STORE_DIRNAME, "data.mdb")):
-                return cls.open(here, lock_timeout=lock_timeout)
+                return os.path.join(here, STORE_DIRNAME)
             parent = os.path.dirname(here)
             if parent == here:
                 raise StoreNotFoundError(
-                    f"no store in {os.path.abspath(os.fspath(start))} or any parent "
-                    "(run 'snapstore init' in the tree's top directory)"
+                    f"no store in {os.path.abspath(os.fspath(start))} or any parent (run "
+                    "'snapstore init' in the tree's top directory; a store kept outside the tree "
+                    "is named with --store DIR or SNAPSTORE_STORE=DIR)"
                 )
             here = parent
+
+    def check_tree(self, start: str | os.PathLike[str]) -> None:
+        """Refuse (StoreNotFoundError) when ``start`` is not inside this store's tree."""
+        if not _inside(os.fspath(start), self.root):
+            raise StoreNotFoundError(_not_this_tree(self.store_dir or "", self.root, os.fspath(start)))
 
     @classmethod
     def in_memory(cls, root: str | os.PathLike) -> Store:
@@ -244,6 +269,35 @@ class Store:
         if params != chunker.PARAMS:
             raise FormatVersionError("the store was written with other chunker parameters")
         return meta
+
+    def relocate(self, new_root: str | os.PathLike[str]) -> str:
+        """Re-point a store kept outside its tree at the tree's new place; returns the old root.
+
+        Commands refuse a tree that is not the store's root (a copied store must never read or
+        rewrite the original tree), so a moved or copied tree is adopted explicitly.  The stat
+        cache is cleared: it describes the old tree's inodes.
+        """
+        new = os.path.abspath(os.fspath(new_root))
+        if not os.path.isdir(new):
+            raise TreeIOError(f"{new} is not a directory")
+        if self.store_dir is None:
+            raise UsageError("an in-memory store has no tree to re-point")
+        with self.backend.read() as view:
+            layout = view.get("meta", b"layout")
+        if layout == b"inside":
+            raise UsageError(f"the store {self.store_dir} lives inside its tree and moves with it")
+        old = self.root
+        with self._lock.held():
+            with self.backend.read() as view:
+                stale = [k for k, _ in view.items("statcache")]
+            with self.backend.write() as batch:
+                batch.put("meta", b"root", os.fsencode(new))
+                for key in stale:
+                    batch.delete("statcache", key)
+            self.backend.sync()
+        self.root = new
+        self.root_bytes = os.fsencode(new)
+        return old
 
     def close(self) -> None:
         """Release the store (the LMDB environment closes with its last user)."""
@@ -345,6 +399,7 @@ class Store:
         conversation: bool = True,
         paths: list[str] | None = None,
         dry_run: bool = False,
+        task: str | None = None,
     ) -> Rewind:
         """Go back to checkpoint ``ref``: its files (through the undoable restore), its
         conversation (returned for the agent to reinstate), or both.
@@ -354,7 +409,7 @@ class Store:
         """
         if not files and not conversation:
             raise UsageError("rewind needs files, conversation or both")
-        target = self.resolve(ref)
+        target = self.resolve(ref, task=task)
         messages = None
         if conversation:
             messages = self.conversation(target.id)
@@ -386,16 +441,15 @@ class Store:
         rows = list(reversed(self.checkpoints(task=task)))
         return file_history(self, from_user(path), rows)
 
-    def summary(self, ref: str) -> dict[str, Any]:
+    def summary(self, ref: str, *, task: str | None = None) -> dict[str, Any]:
         """What an agent UI shows for a checkpoint: the record, changed files with +/- counts,
         the conversation's size and last messages (``None`` when none is stored)."""
-        from snapstore.ops import textdiff
-
-        cp = self.resolve(ref)
-        changes = []
-        for c in self.changes(cp.id):
-            added, removed, binary = textdiff.line_counts(c)
-            changes.append({**c.to_json(), "added": added, "removed": removed, "binary": binary})
+        cp = self.resolve(ref, task=task)
+        found = self.changes(cp.id)
+        changes = [
+            {**c.to_json(), "added": added, "removed": removed, "binary": binary}
+            for c, (added, removed, binary) in zip(found, self.line_counts(found))
+        ]
         convo = None
         if cp.conversation is not None:
             convo = conversation.preview(self.conversation(cp.id))
@@ -617,6 +671,20 @@ class Store:
             rows = [c for c in rows if c.task == task]
         return rows
 
+    def numbered_checkpoints(
+        self, *, task: str | None = None, include_safety: bool = False
+    ) -> list[tuple[int | None, Checkpoint]]:
+        """What ``list`` shows: newest first, each with its ``#N`` reference (None for safety
+        checkpoints, which are listed only with ``include_safety``)."""
+        all_, _ = self._load()
+        return refs.numbered(all_, task, include_safety)
+
+    def line_counts(self, changes: list[Change]) -> list[tuple[int, int, bool]]:
+        """``(added, removed, binary)`` lines of each change, as ``diff --stat`` shows them."""
+        from snapstore.ops import textdiff
+
+        return [textdiff.line_counts(c) for c in changes]
+
     def resolve(self, ref: str, *, task: str | None = None) -> Checkpoint:
         """The checkpoint ``ref`` names (see :mod:`snapstore.refs`)."""
         all_, tags = self._load()
@@ -692,6 +760,24 @@ class Store:
     def _manifest_dict(self, mid: bytes) -> dict[bytes, Entry]:
         with self.backend.read() as view:
             return manifest.load(view.get, mid)
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or below it (symlinks resolved)."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def _not_this_tree(store_dir: str, root: str, asked: str) -> str:
+    return (
+        f"the store {store_dir} belongs to the tree {root}, not to {os.path.abspath(asked)}: run "
+        f"the command in {root}, or, if the tree was moved or copied, re-point the store with "
+        f"'snapstore --store {store_dir} relocate {os.path.abspath(asked)}'"
+    )
 
 
 def _find_entry(get, cp: Checkpoint, rel: bytes) -> Entry:

@@ -14,6 +14,11 @@ them with :func:`diff_trees` / :func:`assert_trees_equal`, which normalise both 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from snapstore.store import Store
+
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -122,7 +127,7 @@ def normalize(spec: Mapping[str | bytes, object]) -> dict[bytes, Node]:
     return out
 
 
-def build_tree(root: str | os.PathLike, spec: Mapping[str | bytes, object]) -> dict[bytes, Node]:
+def build_tree(root: str | os.PathLike[str], spec: Mapping[str | bytes, object]) -> dict[bytes, Node]:
     """Create the files of ``spec`` under ``root`` (created if missing); returns the normalised spec.
 
     Regular files get mode 0o644, :class:`Exec` files 0o755 (set explicitly, whatever the umask).
@@ -152,7 +157,7 @@ def build_tree(root: str | os.PathLike, spec: Mapping[str | bytes, object]) -> d
 
 
 def read_tree(
-    root: str | os.PathLike, *, exclude: Iterable[bytes | str] = DEFAULT_EXCLUDE
+    root: str | os.PathLike[str], *, exclude: Iterable[bytes | str] = DEFAULT_EXCLUDE
 ) -> dict[bytes, Node]:
     """Read the tree under ``root`` back into a spec (``bytes`` keys).
 
@@ -192,7 +197,7 @@ def read_tree(
     return out
 
 
-def tree_from_store(store, ref: str) -> dict[bytes, Node]:
+def tree_from_store(store: Store, ref: str) -> dict[bytes, Node]:
     """The spec of checkpoint ``ref`` of ``store``: its entries, file contents read back.
 
     Raises ValueError on an entry that a spec cannot hold (an unreadable file).

@@ -48,8 +48,11 @@ def test_init_with_store_outside_the_tree(tmp_path, run_cli):
     r = run_cli("init", "-q", "--store", str(store_dir), cwd=tree)
     assert (r.code, r.out, r.err) == (0, b"", "")
     assert (store_dir / "data.mdb").exists() and not (tree / ".snapstore").exists()
-    r = run_cli("--store", str(store_dir), "snapshot", "-q", "-m", "outside", cwd=tmp_path)
+    r = run_cli("--store", str(store_dir), "snapshot", "-q", "-m", "outside", cwd=tree / ".")
     assert (r.code, r.out) == (0, b"")
+    # Outside the tree the store refuses (it would act on a tree the user is not in).
+    r = run_cli("--store", str(store_dir), "snapshot", "-q", "-m", "elsewhere", cwd=tmp_path)
+    assert r.code == 3 and "belongs to the tree" in r.err
     with Store.open(store=store_dir) as s:
         assert s.read_bytes("latest", "x") == b"x"
         assert s.resolve("latest").message == "outside"
@@ -245,7 +248,7 @@ def test_internal_error_is_one_line_exit_70(inited, run_cli, monkeypatch):
     def boom(self, *args, **kwargs):
         raise ZeroDivisionError("injected bug")
 
-    monkeypatch.setattr(Store, "checkpoints", boom)
+    monkeypatch.setattr(Store, "numbered_checkpoints", boom)
     r = run_cli("list", cwd=inited)
     assert r.code == 70
     assert_one_line_error(r.err)

@@ -15,6 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "snapstore"
 
 LAYERS = {
+    "snapstore.__version__": 0,
     "snapstore.errors": 0,
     "snapstore.storage": 1,
     "snapstore.records": 2,
@@ -27,6 +28,11 @@ LAYERS = {
     "snapstore.testing": 6,
     "snapstore.cli": 7,
     "snapstore.__main__": 7,
+    "snapstore.service": 6,  # protocol and daemon: the client side, below the CLI
+    "snapstore.service.server": 8,  # runs the CLI's commands
+    "snapstore.service.client": 8,  # falls back to the CLI
+    "snapstore.integrations": 6,  # agent glue (hooks, MCP, settings): uses the Store, not the CLI
+    "snapstore.ui": 6,  # the web UI: uses the Store and render, not the CLI
 }
 
 

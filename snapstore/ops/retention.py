@@ -82,6 +82,7 @@ CONFIG_KEYS = {
     "retention.keep-within": ("off", lambda v: (parse_duration(v), str(v).strip().lower())[1]),
     "retention.keep-tagged": ("true", _bool),
     "retention.gc": ("false", _bool),
+    "service.idle-timeout": ("1800", lambda v: str(parse_count(v, "service.idle-timeout"))),
 }
 UNSET = ("off", "none", "")
 

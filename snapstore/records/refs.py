@@ -82,3 +82,25 @@ def resolve(
     elif re.match(r"^[0-9a-fA-F]{1,3}$", ref):
         raise RefError(f"{ref}: an id prefix needs at least {MIN_PREFIX} hex digits")
     raise RefError(f"unknown checkpoint {ref!r}")
+
+
+def numbered(
+    checkpoints: list[Checkpoint], task: str | None = None, include_safety: bool = False
+) -> list[tuple[int | None, Checkpoint]]:
+    """Newest first, each with the ``#N`` that names it (None for safety checkpoints).
+
+    ``#N`` counts exactly the rows :func:`visible` returns, so what ``list`` prints is always a
+    valid reference.
+    """
+    out: list[tuple[int | None, Checkpoint]] = []
+    n = 0
+    for c in reversed(checkpoints):
+        if task is not None and c.task != task:
+            continue
+        if c.is_safety:
+            if include_safety:
+                out.append((None, c))
+            continue
+        n += 1
+        out.append((n, c))
+    return out

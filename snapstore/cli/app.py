@@ -1,0 +1,219 @@
+"""The click group, the options every command shares, and the one place errors become exits.
+
+Each command module (``snapstore.cli.commands_*``) adds its commands to :data:`cli`.  A command
+parses its options, calls one :class:`snapstore.Store` method and renders the result; errors are
+printed as ``snapstore: error: <one line>`` with the exit code their class carries
+(:data:`snapstore.errors.EXIT_CODES`, which also builds the ``--help`` epilog).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from snapstore import __version__
+from snapstore.errors import EXIT_CODES, EXIT_OK, InternalError, Interrupted, SnapstoreError
+
+if TYPE_CHECKING:
+    from snapstore.store import Store
+
+CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+#: The resident service replaces how a command opens its store (it keeps one open); None
+#: means every command opens the store itself.
+STORE_PROVIDER: Callable[[Ctx], Store] | None = None
+
+
+class Ctx:
+    """What the global options say: which store, which tree, how long to wait for the lock."""
+
+    def __init__(self, store_dir: str | None, directory: str | None, lock_timeout: float):
+        self.store_dir = store_dir
+        self.directory = directory or "."
+        self.lock_timeout = lock_timeout
+
+    def open(self) -> Store:
+        """The store of the tree the user is in (or names with -C), or the one --store names."""
+        if STORE_PROVIDER is not None:
+            return STORE_PROVIDER(self)
+        from snapstore.store import Store
+
+        return Store.find(self.directory, store=self.store_dir, lock_timeout=self.lock_timeout)
+
+
+class Exit(Exception):
+    """A command's non-error exit status (diff: 1 when the sides differ)."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def echo_json(doc: Any, err: bool = False) -> None:
+    from snapstore.render import dump_json
+
+    click.echo(dump_json(doc), err=err)
+
+
+def warn(message: str) -> None:
+    click.echo(f"snapstore: warning: {message}", err=True)
+
+
+def _set_global(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    # The global options are accepted after the command too (`snapstore snapshot --store X`):
+    # a value given there overrides the one given before the command.
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is None:
+            return
+        obj = ctx.find_object(Ctx)
+        if obj is not None:
+            setattr(obj, name, value)
+
+    return callback
+
+
+def global_options(f: F, *, store: bool = True) -> F:
+    """The global options (--store, -C, --lock-timeout), also accepted after the command."""
+    f = click.option(
+        "--lock-timeout",
+        type=float,
+        expose_value=False,
+        callback=_set_global("lock_timeout"),
+        help="Seconds to wait for another writer (also accepted before the command).",
+    )(f)
+    f = click.option(
+        "-C",
+        "directory",
+        metavar="DIR",
+        expose_value=False,
+        callback=_set_global("directory"),
+        help="Run as if started in DIR (also accepted before the command).",
+    )(f)
+    if store:
+        f = click.option(
+            "--store",
+            "store_dir",
+            metavar="DIR",
+            expose_value=False,
+            callback=_set_global("store_dir"),
+            help="Use the store in DIR (also accepted before the command).",
+        )(f)
+    return f
+
+
+class PathsAfterDashDash(click.Command):
+    """A command whose operands after ``--`` are paths: they land in ``ctx.meta['paths']``.
+
+    click drops ``--`` itself, so ``diff A -- B`` could not tell a path from a checkpoint; the
+    split is made here, before click parses the rest.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["paths"] = list(args[cut + 1 :])
+            args = args[:cut]
+        else:
+            ctx.meta["paths"] = []
+        return super().parse_args(ctx, args)
+
+
+def command(
+    name: str | None = None, *, example: str, paths_after_dashdash: bool = False, own_store_option: bool = False
+) -> Callable[[F], F]:
+    """Register a subcommand with the shared options and an ``Example:`` section in its help."""
+
+    def decorate(f: F) -> F:
+        lines = "\n".join(f"  {line}" for line in example.strip().splitlines())
+        kwargs: dict[str, Any] = {"context_settings": CONTEXT, "epilog": f"\b\nExample:\n{lines}"}
+        if paths_after_dashdash:
+            kwargs["cls"] = PathsAfterDashDash
+        with_globals = global_options(f, store=not own_store_option)
+        registered: Any = cli.command(name=name, **kwargs)(with_globals)
+        return registered  # type: ignore[no-any-return]  # click returns a Command; callers only need it registered
+
+    return decorate
+
+
+def _epilog() -> str:
+    rows = "\n".join(f"{code:>3}  {text.replace('`', '')}" for code, text in EXIT_CODES)
+    return f"\b\nExit codes:\n{rows}"
+
+
+@click.group(context_settings=CONTEXT, epilog=_epilog())
+@click.option(
+    "--store",
+    "store_dir",
+    envvar="SNAPSTORE_STORE",
+    metavar="DIR",
+    help="Use the store in DIR (default: the nearest .snapstore at or above the current directory).",
+)
+@click.option("-C", "directory", metavar="DIR", help="Run as if started in DIR.")
+@click.option(
+    "--lock-timeout",
+    type=float,
+    default=30.0,
+    envvar="SNAPSTORE_LOCK_TIMEOUT",
+    show_default=True,
+    help="Seconds to wait for another writer before failing with exit code 5.",
+)
+@click.version_option(version=__version__, prog_name="snapstore", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_timeout: float) -> None:
+    """Checkpoints of a directory tree, without git.
+
+    \b
+    Record:   init, snapshot, list, show, log, cat, diff
+    Go back:  restore, undo, oplog, recover
+    Upkeep:   verify, prune, delete, gc, stats, config, relocate
+
+    Every command takes --help (with an example). References: latest, latest~N, #N, a tag,
+    an id prefix, :/TEXT (newest message containing TEXT), each optionally @TASK.
+    """
+    ctx.obj = Ctx(store_dir, directory, lock_timeout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    try:
+        cli.main(args=argv, prog_name="snapstore", standalone_mode=False)
+        return EXIT_OK
+    except Exit as exc:
+        return exc.code
+    except SnapstoreError as exc:
+        _fail(exc.message)
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        _fail("interrupted (a restore in progress is finished by the next command)")
+        return Interrupted.exit_code
+    except click.ClickException as exc:
+        _fail(exc.format_message())
+        return exc.exit_code
+    except BrokenPipeError:
+        # The reader went away (``snapstore cat ... | head``): not an error of ours.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stdout for good
+        except OSError:
+            pass
+        return EXIT_OK
+    except Exception as exc:  # a bug: one line, and the traceback only on request
+        if os.environ.get("SNAPSTORE_DEBUG"):
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {exc} (set SNAPSTORE_DEBUG=1 for details)")
+        return InternalError.exit_code
+
+
+def _fail(message: str) -> None:
+    first = " ".join(str(message).split())
+    try:
+        click.echo(f"snapstore: error: {first}", err=True)
+    except Exception:
+        pass

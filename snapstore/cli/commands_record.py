@@ -1,0 +1,192 @@
+"""Commands that record and read checkpoints: init, snapshot, list, show, log, cat."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from snapstore.cli.app import Ctx, command, echo_json, warn
+from snapstore.errors import UsageError
+
+
+@command(example="snapstore init                 # store in ./.snapstore\nsnapstore init --store ~/snaps/proj", own_store_option=True)
+@click.option("--store", "init_store", metavar="DIR", help="Keep the store in DIR, outside the tree.")
+@click.option("--compression", type=click.IntRange(1, 22), default=3, show_default=True, help="zstd level for new chunks.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def init(obj: Ctx, init_store: str | None, compression: int, quiet: bool) -> None:
+    """Create a store for the tree in the current directory (in ./.snapstore by default)."""
+    from snapstore.store import Store
+
+    with Store.init(obj.directory, store=init_store or obj.store_dir, compression_level=compression) as store:
+        if not quiet:
+            click.echo(f"initialised an empty store in {store.store_dir} for {store.root}")
+
+
+def _parse_meta(pairs: tuple[str, ...]) -> dict[str, str]:
+    meta = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--meta takes KEY=VALUE, not {pair!r}")
+        meta[key] = value
+    return meta
+
+
+def _read_conversation(source: str | None) -> list[Any] | None:
+    if source is None:
+        return None
+    import json
+
+    try:
+        if source == "-":
+            text = sys.stdin.read()
+        else:
+            with open(source, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read the conversation from {source}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"the conversation in {source} is not UTF-8 text") from exc
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the conversation in {source} is not valid JSON: {exc}") from exc
+    if not isinstance(doc, list):
+        raise UsageError("the conversation must be a JSON list of messages")
+    return doc
+
+
+@command(example='snapstore snapshot -m "before refactor" --task fix-login --meta tool=bash')
+@click.option("-m", "--message", default="", help="What this checkpoint is.")
+@click.option("--tag", "tags", multiple=True, metavar="NAME", help="Name it (repeatable); a tag moves to the newest checkpoint that takes it.")
+@click.option("--task", metavar="NAME", help="The agent task or session it belongs to.")
+@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Free metadata, e.g. the tool call (repeatable).")
+@click.option("--conversation", "conversation_src", metavar="FILE|-", help="A JSON list of messages to keep with it.")
+@click.option("--skip-unchanged", is_flag=True, help="Record nothing (and print the parent) when nothing changed.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checkpoint as JSON.")
+@click.pass_obj
+def snapshot(
+    obj: Ctx,
+    message: str,
+    tags: tuple[str, ...],
+    task: str | None,
+    meta: tuple[str, ...],
+    conversation_src: str | None,
+    skip_unchanged: bool,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Record the tree as a new checkpoint and print its id and what changed."""
+    from snapstore.render import Progress, snapshot_line
+
+    metadata = _parse_meta(meta)
+    messages = _read_conversation(conversation_src)
+    progress = Progress("snapshot", enabled=not quiet and not as_json)
+    with obj.open() as store:
+        try:
+            cp = store.snapshot(
+                message,
+                tags=tags,
+                task=task,
+                metadata=metadata,
+                conversation=messages,
+                skip_unchanged=skip_unchanged,
+                progress=progress,
+            )
+        finally:
+            progress.close()
+    if as_json:
+        echo_json({**cp.to_json(), "reused": cp.reused, "warnings": list(cp.warnings)})
+        return
+    if quiet:
+        return
+    for w in cp.warnings:
+        warn(w)
+    click.echo(snapshot_line(cp))
+
+
+@command(name="list", example="snapstore list -n 10\nsnapstore list --task fix-login --json")
+@click.option("--task", metavar="NAME", help="Only the checkpoints of this task.")
+@click.option("--all", "include_all", is_flag=True, help="Include the safety checkpoints that restores record.")
+@click.option("-n", "--limit", type=click.IntRange(min=1), help="Show at most N rows.")
+@click.option("--json", "as_json", is_flag=True, help='Print JSON: {"checkpoints": [...]}.')
+@click.pass_obj
+def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_json: bool) -> None:
+    """List checkpoints, newest first; #N in the first column is a valid reference.
+
+    The +/~/- counts are paths of every kind (files, directories, symlinks) added, changed
+    and removed against the parent checkpoint.
+    """
+    from snapstore.render import checkpoint_rows, table
+
+    with obj.open() as store:
+        numbered = store.numbered_checkpoints(task=task, include_safety=include_all)
+    if limit:
+        numbered = numbered[:limit]
+    if as_json:
+        echo_json({"checkpoints": [{**c.to_json(), "index": n} for n, c in numbered]})
+        return
+    if not numbered:
+        click.echo("no checkpoints yet")
+        return
+    click.echo(table(checkpoint_rows(numbered)))
+
+
+@command(example="snapstore show latest~1\nsnapstore show :/refactor --conversation")
+@click.argument("ref", default="latest")
+@click.option("--conversation", "show_conversation", is_flag=True, help="Print the conversation stored with it.")
+@click.option("--task", metavar="NAME", help="Resolve REF among this task's checkpoints.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def show(obj: Ctx, ref: str, show_conversation: bool, task: str | None, as_json: bool) -> None:
+    """Show a checkpoint: its record, the files it changed against its parent (lines +/-),
+    and its conversation (message count, last user and assistant messages)."""
+    from snapstore.render import dump_json, summary_lines
+
+    with obj.open() as store:
+        if show_conversation:
+            rewind = store.rewind(ref, files=False, conversation=True, task=task)
+            click.echo(dump_json(rewind.conversation))
+            return
+        info = store.summary(ref, task=task)
+    if as_json:
+        echo_json(info)
+        return
+    click.echo("\n".join(summary_lines(info)))
+
+
+@command(name="log", example="snapstore log src/app.py\nsnapstore restore <id> -- src/app.py   # bring a version back")
+@click.argument("path")
+@click.option("--task", metavar="NAME", help="Only this task's checkpoints.")
+@click.option("--json", "as_json", is_flag=True, help='Print JSON: {"path": ..., "versions": [...]}.')
+@click.pass_obj
+def log_(obj: Ctx, path: str, task: str | None, as_json: bool) -> None:
+    """List the checkpoints in which PATH changed, oldest version first, with lines +/-."""
+    from snapstore.render import history_rows, table
+
+    with obj.open() as store:
+        versions = store.history(path, task=task)
+    if as_json:
+        echo_json({"path": path, "versions": [v.to_json() for v in versions]})
+        return
+    if not versions:
+        click.echo(f"{path} did not change in any checkpoint")
+        return
+    click.echo(table(history_rows(versions)))
+
+
+@command(example="snapstore cat latest~1 src/app.py > /tmp/app.py")
+@click.argument("ref")
+@click.argument("path")
+@click.pass_obj
+def cat(obj: Ctx, ref: str, path: str) -> None:
+    """Write the exact bytes of PATH (relative to the tree root) in checkpoint REF to stdout."""
+    out = sys.stdout.buffer
+    with obj.open() as store:
+        for data in store.iter_bytes(ref, path):
+            out.write(data)
+    out.flush()

@@ -1,0 +1,176 @@
+"""Commands that keep a store healthy: verify, prune, delete, gc, stats, config, relocate, recover."""
+
+from __future__ import annotations
+
+import click
+
+from snapstore.cli.app import Ctx, Exit, command, echo_json
+from snapstore.errors import CorruptError, UsageError
+
+
+@command(example="snapstore verify --json")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but problems.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def verify(obj: Ctx, quiet: bool, as_json: bool) -> None:
+    """Re-read and re-hash every chunk, check every record and reference; exit 6 if anything is wrong."""
+    from snapstore.render import Progress, verify_line
+
+    progress = Progress("verify", enabled=not quiet and not as_json, unit_bytes=False)
+    with obj.open() as store:
+        try:
+            report = store.verify(progress=progress)
+        finally:
+            progress.close()
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        for p in report.problems:
+            click.echo(f"problem: {p}")
+        if not quiet:
+            click.echo(verify_line(report))
+    if not report.ok:
+        raise Exit(CorruptError.exit_code)
+
+
+@command(example="snapstore prune --keep-last 50 --keep-tagged --dry-run")
+@click.option("--keep-last", type=int, metavar="N", help="Keep the N newest checkpoints (safety ones not counted).")
+@click.option("--keep-within", metavar="DURATION", help="Keep every checkpoint younger than DURATION (30m, 12h, 7d, 2w).")
+@click.option("--keep-tagged", is_flag=True, help="Keep every checkpoint a tag names.")
+@click.option("--task", metavar="NAME", help="Only consider (and count) the checkpoints of this task.")
+@click.option("-n", "--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def prune(
+    obj: Ctx,
+    keep_last: int | None,
+    keep_within: str | None,
+    keep_tagged: bool,
+    task: str | None,
+    dry_run: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Remove the checkpoints no --keep rule keeps (run `snapstore gc` to free their data).
+
+    Checkpoints that `undo` can still reach (the newest 10 operations) and those of a pending
+    restore are always kept.
+    """
+    from snapstore.render import prune_lines
+
+    with obj.open() as store:
+        report = store.prune(
+            keep_last=keep_last, keep_within=keep_within, keep_tagged=keep_tagged, task=task, dry_run=dry_run
+        )
+    if as_json:
+        echo_json(report.to_json())
+    elif not quiet:
+        click.echo("\n".join(prune_lines(report)))
+
+
+@command(example="snapstore delete latest~4 && snapstore gc")
+@click.argument("ref")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def delete(obj: Ctx, ref: str, quiet: bool) -> None:
+    """Remove checkpoint REF: its record, its log entry and the tags naming it.
+
+    Its data stays until `snapstore gc`. Checkpoints that `undo` can still reach are refused.
+    """
+    with obj.open() as store:
+        cp = store.delete(ref)
+    if not quiet:
+        click.echo(f"deleted {cp.short_id}; run 'snapstore gc' to free its space")
+
+
+@command(example="snapstore gc --dry-run\nsnapstore gc --compact")
+@click.option("--compact", is_flag=True, help="Also rewrite the store file so the disk space comes back.")
+@click.option("-n", "--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def gc(obj: Ctx, compact: bool, dry_run: bool, as_json: bool, quiet: bool) -> None:
+    """Remove the data no checkpoint reaches (holds the writer lock while it runs)."""
+    from snapstore.render import gc_lines
+
+    with obj.open() as store:
+        report = store.gc(compact=compact, dry_run=dry_run)
+    if as_json:
+        echo_json(report.to_json())
+    elif not quiet:
+        click.echo("\n".join(gc_lines(report)))
+
+
+@command(example="snapstore stats --json")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def stats(obj: Ctx, as_json: bool) -> None:
+    """Checkpoints, tasks, sizes, dedup and compression ratios, size on disk.
+
+    File counts and bytes are of regular files; the +/~/- of `list` count paths of every kind.
+    """
+    from snapstore.render import stats_lines
+
+    with obj.open() as store:
+        st = store.stats()
+    if as_json:
+        echo_json(st.to_json())
+    else:
+        click.echo("\n".join(stats_lines(st)))
+
+
+@command(example="snapstore config retention.keep-last 100\nsnapstore config --unset retention.keep-last")
+@click.argument("key", required=False)
+@click.argument("value", required=False)
+@click.option("--unset", is_flag=True, help="Reset KEY to its default.")
+@click.pass_obj
+def config(obj: Ctx, key: str | None, value: str | None, unset: bool) -> None:
+    """Print all settings, print KEY, or set KEY to VALUE (e.g. retention.keep-last 100)."""
+    with obj.open() as store:
+        if key is None:
+            if unset:
+                raise UsageError("--unset needs a KEY")
+            values = store.config()
+        elif unset or value is not None:
+            values = {key: store.config_set(key, None if unset else value)}
+        else:
+            click.echo(store.config_get(key))
+            return
+    for k, v in values.items():
+        click.echo(f"{k} = {v}")
+
+
+@command(example="mv ~/proj ~/work/proj\nsnapstore --store ~/snaps/proj relocate ~/work/proj")
+@click.argument("new_root", type=click.Path(file_okay=False))
+@click.pass_obj
+def relocate(obj: Ctx, new_root: str) -> None:
+    """Re-point a store kept outside its tree (init --store) at the tree's new place.
+
+    Use it after moving or copying a tree: commands refuse to work on a tree that is not the
+    store's, so a copied store never reads or rewrites the original tree.
+    """
+    from snapstore.store import Store
+
+    if not obj.store_dir:
+        raise UsageError(
+            "relocate is for a store kept outside its tree: name it with --store DIR "
+            "(a .snapstore inside the tree moves with the tree)"
+        )
+    with Store.open(store=obj.store_dir, lock_timeout=obj.lock_timeout) as store:
+        old = store.relocate(new_root)
+        click.echo(f"the store {store.store_dir} now belongs to {store.root} (was {old})")
+
+
+@command(example="snapstore recover")
+@click.pass_obj
+def recover(obj: Ctx) -> None:
+    """Finish a restore that was interrupted (a crash, a full disk, a kill).
+
+    Writers (snapshot, restore, undo, gc, prune) do this on their own; read-only commands only
+    warn. A step whose path was changed since the crash is not overwritten: recover refuses
+    (exit 9) and names the path; move your version aside, then run recover again.
+    """
+    with obj.open() as store:
+        finished = store.recover()
+    click.echo("finished the interrupted restore" if finished else "no interrupted restore to finish")

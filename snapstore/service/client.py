@@ -1,0 +1,158 @@
+"""The console script's first module: ask a running service, else run the CLI in-process.
+
+It imports only the standard library (no click, lmdb, zstandard or msgpack): when a service
+answers, a command costs the interpreter's start plus one round trip.  Any doubt (no socket, a
+refused or silent connection, another version, a command that reads stdin, a service that died
+before it wrote anything) means the command runs in-process exactly as without a service.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from snapstore.service import protocol
+
+#: How long a service may take to accept and acknowledge a request before the client gives up
+#: on it and runs the command itself.
+CONNECT_TIMEOUT = 1.0
+#: Commands that never go through the service.
+LOCAL_COMMANDS = frozenset({"serve", "init", "relocate", "hook", "mcp", "ui", "integrate"})
+_GLOBAL_WITH_VALUE = {"--store", "-C", "--lock-timeout"}
+
+
+def parse_globals(argv: list[str]) -> tuple[str | None, str | None, str | None] | None:
+    """``(command, store, directory)`` from the argument list, or None when unsure.
+
+    Global options may stand before or after the command (the CLI accepts both); everything
+    after ``--`` is a path.  An argument ``-`` means stdin is read: such commands run locally.
+    """
+    command = store = directory = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            break
+        if arg == "-":
+            return None
+        name, eq, value = arg.partition("=")
+        if name in _GLOBAL_WITH_VALUE and arg.startswith("--") and eq:
+            pass
+        elif arg in _GLOBAL_WITH_VALUE:
+            if i + 1 >= len(argv):
+                return None
+            name, value = arg, argv[i + 1]
+            i += 1
+        elif arg.startswith("-C") and len(arg) > 2:
+            name, value = "-C", arg[2:]
+        else:
+            name = ""
+            if command is None and not arg.startswith("-"):
+                command = arg
+            elif command is None and arg in ("-h", "--help", "--version"):
+                return None
+        if name == "--store":
+            store = value
+        elif name == "-C":
+            directory = value  # the last one wins, as in the CLI
+        i += 1
+    return command, store, directory
+
+
+def try_service(argv: list[str]) -> int | None:
+    """The exit code of the command run by the store's service, or None to run it here."""
+    parsed = parse_globals(argv)
+    if parsed is None:
+        return None
+    command, store, directory = parsed
+    if command is None or command in LOCAL_COMMANDS:
+        return None
+    cwd = os.getcwd()
+    start = os.path.join(cwd, directory) if directory else cwd
+    store = store or os.environ.get("SNAPSTORE_STORE") or None
+    store_dir = protocol.find_store_dir(start, store)
+    if store_dir is None:
+        return None
+    path = protocol.owned_socket(store_dir)
+    if path is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if k.startswith(protocol.FORWARDED_ENV_PREFIXES)}
+    request = {
+        "v": protocol.version_tag(),
+        "argv": argv,
+        "cwd": cwd,
+        "env": env,
+        "store": store_dir,
+        "encoding": sys.stdout.encoding,
+        "errors": sys.stdout.errors,
+    }
+    try:
+        sock = protocol.connect(path, CONNECT_TIMEOUT)
+    except OSError:
+        return None
+    with sock:
+        try:
+            protocol.send_frame(sock, b"r", json.dumps(request).encode())
+            first = protocol.recv_frame(sock)
+        except (OSError, ValueError):
+            return None
+        if first is None or first[0] != b"a":  # not accepted (another version, another store)
+            return None
+        sock.settimeout(None)  # accepted: the command may take as long as it needs
+        return _relay(sock)
+
+
+def _relay(sock: object) -> int | None:
+    import socket as socket_mod
+
+    assert isinstance(sock, socket_mod.socket)
+    out, err = sys.stdout.buffer, sys.stderr.buffer
+    wrote = False
+    while True:
+        try:
+            frame = protocol.recv_frame(sock)
+        except (OSError, ValueError):
+            frame = None
+        if frame is None:
+            # The service died mid-command. Nothing written yet: run it here (the store's
+            # journal and atomic commits make a rerun safe); else say so.
+            if not wrote:
+                return None
+            err.write(b"snapstore: error: the service stopped in the middle of the command\n")
+            err.flush()
+            return 70
+        channel, payload = frame
+        if channel == b"o":
+            out.write(payload)
+            out.flush()
+            wrote = True
+        elif channel == b"e":
+            err.write(payload)
+            err.flush()
+            wrote = True
+        elif channel == b"x":
+            return int(json.loads(payload))
+
+
+def main() -> int:
+    """Entry point of the ``snapstore`` console script."""
+    argv = sys.argv[1:]
+    if argv == ["--version"]:
+        from snapstore import __version__
+
+        sys.stdout.write(f"snapstore {__version__}\n")
+        return 0
+    try:
+        code = try_service(argv)
+    except BrokenPipeError:
+        return 0
+    if code is not None:
+        return code
+    from snapstore.cli import main as cli_main
+
+    return cli_main(argv)
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Starting, stopping and asking the service of a store (``snapstore serve``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from snapstore.errors import SnapstoreError, TreeIOError
+from snapstore.service import protocol
+
+#: How long ``serve --detach`` waits for the new service to accept connections.
+START_TIMEOUT = 15.0
+
+
+def _ask(store_dir: str, op: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    """Send ``op`` to the store's service; its JSON answer, or None when none answers."""
+    path = protocol.owned_socket(store_dir)
+    if path is None:
+        return None
+    try:
+        sock = protocol.connect(path, timeout)
+    except OSError:
+        return None
+    with sock:
+        try:
+            protocol.send_frame(sock, b"r", json.dumps({"v": protocol.version_tag(), "op": op}).encode())
+            out = b""
+            while True:
+                frame = protocol.recv_frame(sock)
+                if frame is None or frame[0] == b"n":
+                    return None
+                if frame[0] == b"o":
+                    out += frame[1]
+                if frame[0] == b"x":
+                    return json.loads(out) if out else {}
+        except (OSError, ValueError):
+            return None
+
+
+def status(store_dir: str) -> dict[str, Any] | None:
+    """The running service's status, or None when there is none."""
+    return _ask(store_dir, "status")
+
+
+def stop(store_dir: str) -> bool:
+    """Ask the service to exit; True if one was running."""
+    answered = _ask(store_dir, "stop") is not None
+    if answered:
+        deadline = time.monotonic() + 5
+        while protocol.owned_socket(store_dir) is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return answered
+
+
+def server_command(store_dir: str, idle_timeout: float) -> list[str]:
+    """The command line of a service process for ``store_dir``."""
+    return [sys.executable, "-m", "snapstore.service.server", store_dir, str(idle_timeout)]
+
+
+def run_foreground(store_dir: str, idle_timeout: float) -> None:
+    """Become the service (exec), so signals and the exit status are the service's own."""
+    command = server_command(store_dir, idle_timeout)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
+
+
+def start_detached(store_dir: str, idle_timeout: float) -> dict[str, Any]:
+    """Start a service in the background and return its status once it answers."""
+    running = status(store_dir)
+    if running is not None:
+        return running
+    log_path = os.path.join(store_dir, "service.log")
+    try:
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise TreeIOError(f"cannot open {log_path}: {exc.strerror}") from exc
+    try:
+        child = subprocess.Popen(
+            server_command(store_dir, idle_timeout),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            cwd="/",
+            close_fds=True,
+        )
+    finally:
+        os.close(log)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        answer = status(store_dir)
+        if answer is not None:
+            return answer
+        if child.poll() is not None:
+            break
+        time.sleep(0.02)
+    raise SnapstoreError(f"the service did not start (see {log_path})")
+
+
+def ensure_running(store_dir: str, idle_timeout: float) -> None:
+    """Start the service on demand (agent hooks and the MCP server); never fails the caller."""
+    try:
+        start_detached(store_dir, idle_timeout)
+    except SnapstoreError:
+        pass

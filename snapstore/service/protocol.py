@@ -1,0 +1,110 @@
+"""The wire protocol between the thin client and the service (standard library only).
+
+A request is one frame: a JSON object ``{"v": VERSION, "argv": [...], "cwd": ..., "env": {...},
+"store": DIR}``.  The service answers with frames ``(channel, payload)``: ``o`` stdout bytes,
+``e`` stderr bytes, ``x`` the exit code (JSON), ``n`` "not served here" (the client then runs
+the command itself).  A frame is a 1-byte channel, a 4-byte big-endian length and the payload.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+#: Client and service of different versions never talk: the service answers ``n`` and the
+#: client runs in-process.  The package path is part of it, so two installations never mix.
+PROTOCOL = 1
+SOCKET_NAME = "service.sock"
+LOCK_NAME = "service.lock"
+STORE_DIRNAME = ".snapstore"
+#: Environment variables forwarded with a request (those the CLI and the store read).
+FORWARDED_ENV_PREFIXES = ("SNAPSTORE_", "TZ")
+
+_HEADER = struct.Struct(">cI")
+MAX_FRAME = 1 << 26
+
+
+def version_tag() -> str:
+    """What must be equal on both sides: the package version, protocol and install path."""
+    from snapstore import __version__
+
+    return f"{__version__}/{PROTOCOL}/{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}"
+
+
+def send_frame(sock: socket.socket, channel: bytes, payload: bytes) -> None:
+    sock.sendall(_HEADER.pack(channel, len(payload)) + payload)
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    """``n`` bytes, or None when the peer closed the connection first."""
+    parts = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def recv_frame(sock: socket.socket) -> tuple[bytes, bytes] | None:
+    header = recv_exact(sock, _HEADER.size)
+    if header is None:
+        return None
+    channel, length = _HEADER.unpack(header)
+    if length > MAX_FRAME:
+        raise ValueError("frame too large")
+    payload = recv_exact(sock, length) if length else b""
+    if payload is None:
+        return None
+    return channel, payload
+
+
+def find_store_dir(start: str, explicit: str | None) -> str | None:
+    """The store a command run in ``start`` would use: ``explicit`` (``--store``), else the
+    nearest ``.snapstore`` directory at or above ``start`` (None when there is none)."""
+    if explicit:
+        return os.path.abspath(os.path.join(start, explicit))
+    here = os.path.abspath(start)
+    while True:
+        candidate = os.path.join(here, STORE_DIRNAME)
+        if os.path.isdir(candidate):
+            return candidate
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def owned_socket(store_dir: str) -> str | None:
+    """The store's socket path if it exists, is a socket and belongs to this user."""
+    import stat
+
+    path = os.path.join(store_dir, SOCKET_NAME)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+        return None
+    return path
+
+
+def connect(path: str, timeout: float) -> socket.socket:
+    """Connect to a service socket; a long store path is reached through its directory."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        if len(os.fsencode(path)) < 100:
+            sock.connect(path)
+        else:  # sun_path holds ~108 bytes: go through /proc/self/fd of the directory
+            fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                sock.connect(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
+            finally:
+                os.close(fd)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

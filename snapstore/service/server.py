@@ -1,0 +1,286 @@
+"""The service process: one per store, keeping it open and running CLI commands for clients.
+
+A request runs the ordinary CLI (``snapstore.cli.main``) in this process with the client's
+arguments, working directory, ``SNAPSTORE_*`` environment and stdout encoding; stdout and stderr
+are streamed back as frames.  So output, JSON and exit codes are those of an in-process run by
+construction.  What the service adds is what it keeps between commands: the open store (LMDB
+environment, caches, the manifest memo) and, with the watcher, the set of paths that changed.
+
+Requests are served one at a time (the process-wide cwd, environment and stdio are switched for
+each).  Only the store's owner may connect (the socket is 0600 and the peer's uid is checked).
+The service exits after ``idle_timeout`` seconds without a request, on ``stop``, and when its
+tree disappears or is replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import select
+import socket
+import struct
+import sys
+import time
+from collections.abc import Iterator
+from typing import IO, Any, cast
+
+from snapstore.errors import LockedError, TreeIOError
+from snapstore.service import protocol
+from snapstore.store import Store
+
+log = logging.getLogger("snapstore.service")
+
+DEFAULT_IDLE_TIMEOUT = 1800.0
+#: Seconds a connected client has to send its request.
+REQUEST_TIMEOUT = 5.0
+
+
+class _FrameWriter(io.RawIOBase):
+    """A binary stream whose writes go to the client as frames of one channel."""
+
+    def __init__(self, sock: socket.socket, channel: bytes):
+        self._sock, self._channel = sock, channel
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        payload = bytes(data)
+        if payload:
+            protocol.send_frame(self._sock, self._channel, payload)
+        return len(payload)
+
+
+class _Borrowed:
+    """The resident store lent to one command: ``with`` does not close it."""
+
+    def __init__(self, store: Store):
+        self._store = store
+
+    def __enter__(self) -> Store:
+        return self._store
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class Service:
+    """Serve one store on its Unix socket until idle, stopped, or its tree is gone."""
+
+    def __init__(self, store_dir: str, *, idle_timeout: float = DEFAULT_IDLE_TIMEOUT):
+        self.store_dir = os.path.realpath(store_dir)
+        self.idle_timeout = idle_timeout
+        self.store = Store.open(store=self.store_dir)
+        self.started = time.time()
+        self.requests = 0
+        self.last_error: str | None = None
+        self._stop = False
+        self._lock_fd: int | None = None
+        self._dir_fd = os.open(self.store_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        st = os.stat(self.store.root)
+        self._tree_id = (st.st_dev, st.st_ino)
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def _take_instance_lock(self) -> None:
+        import fcntl
+
+        path = os.path.join(self.store_dir, protocol.LOCK_NAME)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise LockedError(f"a service is already running for {self.store_dir}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def _bind(self) -> socket.socket:
+        path = os.path.join(self.store_dir, protocol.SOCKET_NAME)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a stale socket of a killed service (we hold the instance lock)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)  # the socket is created 0600: only the owner connects
+        try:
+            if len(os.fsencode(path)) < 100:
+                sock.bind(path)
+            else:
+                here = os.getcwd()
+                os.chdir(self.store_dir)
+                try:
+                    sock.bind(protocol.SOCKET_NAME)
+                finally:
+                    os.chdir(here)
+        finally:
+            os.umask(old_umask)
+        sock.listen(16)
+        return sock
+
+    def serve(self, ready: IO[str] | None = None) -> None:
+        """Run until stopped; ``ready`` gets a line once the socket accepts connections."""
+        if os.stat(self.store_dir).st_uid != os.getuid():
+            raise TreeIOError(f"{self.store_dir} belongs to another user: not serving it")
+        self._take_instance_lock()
+        listener = self._bind()
+        from snapstore.cli import app
+
+        app.STORE_PROVIDER = self._provide
+        log.info("serving %s (tree %s), pid %d", self.store_dir, self.store.root, os.getpid())
+        if ready is not None:
+            ready.write("ready\n")
+            ready.flush()
+        last = time.monotonic()
+        try:
+            while not self._stop:
+                readable, _, _ = select.select([listener], [], [], 1.0)
+                if readable:
+                    conn, _ = listener.accept()
+                    served = self.requests
+                    with conn:
+                        self._handle(conn)
+                    if self.requests != served:  # status requests do not keep it alive
+                        last = time.monotonic()
+                if time.monotonic() - last > self.idle_timeout:
+                    log.info("idle for %.0f s: exiting", self.idle_timeout)
+                    break
+                if not self._tree_still_there():
+                    log.info("the tree %s is gone or was replaced: exiting", self.store.root)
+                    break
+        finally:
+            app.STORE_PROVIDER = None
+            with contextlib.suppress(OSError):  # through the directory: the tree may have moved
+                os.unlink(protocol.SOCKET_NAME, dir_fd=self._dir_fd)
+            os.close(self._dir_fd)
+            listener.close()
+            self.store.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+
+    def _tree_still_there(self) -> bool:
+        try:
+            st = os.stat(self.store.root)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._tree_id
+
+    # -- requests -------------------------------------------------------------------------
+
+    def _handle(self, conn: socket.socket) -> None:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        if uid != os.getuid():
+            log.warning("refused a connection from uid %d", uid)
+            return
+        conn.settimeout(REQUEST_TIMEOUT)
+        try:
+            frame = protocol.recv_frame(conn)
+            if frame is None:
+                return
+            request = json.loads(frame[1])
+            if request.get("v") != protocol.version_tag():
+                protocol.send_frame(conn, b"n", b"version")
+                return
+            op = request.get("op", "run")
+            if op == "status":
+                protocol.send_frame(conn, b"a", b"")
+                protocol.send_frame(conn, b"o", json.dumps(self.status()).encode())
+                protocol.send_frame(conn, b"x", b"0")
+                return
+            if op == "stop":
+                self._stop = True
+                protocol.send_frame(conn, b"a", b"")
+                protocol.send_frame(conn, b"x", b"0")
+                return
+            if os.path.realpath(str(request.get("store", ""))) != self.store_dir:
+                protocol.send_frame(conn, b"n", b"store")
+                return
+            protocol.send_frame(conn, b"a", b"")
+            conn.settimeout(None)
+            self.requests += 1
+            code = self._run(conn, request)
+            protocol.send_frame(conn, b"x", str(code).encode())
+        except (OSError, ValueError) as exc:  # the client went away or sent garbage
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("request failed: %s", self.last_error)
+
+    def _provide(self, ctx: Any) -> Store:
+        located = Store.locate(ctx.directory, store=ctx.store_dir)
+        if os.path.realpath(located) != self.store_dir:
+            return Store.find(ctx.directory, store=ctx.store_dir, lock_timeout=ctx.lock_timeout)
+        if ctx.store_dir is not None:
+            self.store.check_tree(ctx.directory)
+        self.store._lock.timeout = ctx.lock_timeout  # noqa: SLF001 - per-request --lock-timeout
+        return cast(Store, _Borrowed(self.store))
+
+    def _run(self, conn: socket.socket, request: dict[str, Any]) -> int:
+        from snapstore.cli import main as cli_main
+
+        argv = [str(a) for a in request.get("argv", [])]
+        encoding = str(request.get("encoding") or "utf-8")
+        errors = str(request.get("errors") or "strict")
+        with self._client_context(str(request["cwd"]), dict(request.get("env", {}))):
+            out = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"o"), 1 << 16), encoding=encoding, errors=errors)
+            err = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"e"), 1 << 12), encoding=encoding, errors="backslashreplace")
+            saved = sys.stdout, sys.stderr, sys.stdin
+            sys.stdout, sys.stderr = out, err
+            sys.stdin = open(os.devnull)  # noqa: SIM115 - closed below; commands reading stdin run locally
+            try:
+                code = cli_main(argv)
+            finally:
+                for stream in (out, err):
+                    with contextlib.suppress(OSError, ValueError):
+                        stream.flush()
+                sys.stdin.close()
+                sys.stdout, sys.stderr, sys.stdin = saved
+        return code
+
+    @contextlib.contextmanager
+    def _client_context(self, cwd: str, env: dict[str, str]) -> Iterator[None]:
+        here = os.getcwd()
+        saved = {k: v for k, v in os.environ.items() if k.startswith(protocol.FORWARDED_ENV_PREFIXES)}
+        for key in saved:
+            del os.environ[key]
+        os.environ.update({k: str(v) for k, v in env.items() if k.startswith(protocol.FORWARDED_ENV_PREFIXES)})
+        time.tzset()
+        try:
+            os.chdir(cwd)
+            yield
+        finally:
+            os.chdir(here)
+            for key in [k for k in os.environ if k.startswith(protocol.FORWARDED_ENV_PREFIXES)]:
+                del os.environ[key]
+            os.environ.update(saved)
+            time.tzset()
+
+    def status(self) -> dict[str, Any]:
+        """What ``serve --status`` prints."""
+        return {
+            "pid": os.getpid(),
+            "store": self.store_dir,
+            "tree": self.store.root,
+            "uptime_s": round(time.time() - self.started, 1),
+            "requests": self.requests,
+            "idle_timeout_s": self.idle_timeout,
+            "last_error": self.last_error,
+        }
+
+
+def main(argv: list[str]) -> int:
+    """``python -m snapstore.service.server STORE_DIR IDLE_TIMEOUT``: run one service."""
+    from snapstore.errors import SnapstoreError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s service[%(process)d] %(message)s")
+    try:
+        Service(argv[0], idle_timeout=float(argv[1])).serve()
+    except SnapstoreError as exc:
+        sys.stderr.write(f"snapstore: error: {exc}\n")
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

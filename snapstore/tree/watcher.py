@@ -1,0 +1,219 @@
+"""Watching a tree with inotify: which paths may have changed since the last look.
+
+Events are hints, never the truth: they only narrow which directories are listed again and
+which paths are re-examined; the stat cache (with its racy-file rule) still decides whether a
+file's content is read.  Whenever the hints cannot be trusted, :meth:`Watcher.take` says
+``full=True`` and the caller walks the whole tree:
+
+* at start, before the first complete walk;
+* after the kernel's event queue overflowed (``IN_Q_OVERFLOW``);
+* when adding a watch failed (``max_user_watches`` / ``max_user_instances`` reached);
+* on file systems whose events are unreliable (network and FUSE file systems, found with
+  ``statfs``): there the watcher is not used at all;
+* periodically (``consistency_interval``), as a check whose divergences are counted.
+
+A directory that appears is watched first and listed after (the caller lists it as a dirty
+subtree), so nothing created between the two steps is missed.
+
+inotify_simple is used (a ~100-line ctypes wrapper, maintained, no threads of its own): it
+reports events as soon as ``write()`` returns and reports queue overflow, which watchfiles did
+not (measured when the service was designed: docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+#: statfs f_type magic numbers of file systems whose inotify events are incomplete (changes
+#: made by other hosts or by a userspace daemon are not reported).
+UNRELIABLE_FS = {
+    0x6969: "nfs",
+    0xFF534D42: "cifs",
+    0xFE534D42: "smb2",
+    0x517B: "smb",
+    0x65735546: "fuse",
+    0x01021997: "9p (v9fs)",
+    0x6A656A63: "virtiofs",
+    0x73757245: "coda",
+    0x564C: "ncp",
+    0x47504653: "gpfs",
+    0x0BD00BD0: "lustre",
+    0x5346414F: "afs",
+}
+
+
+@dataclass
+class Changes:
+    """What may have changed since the last :meth:`Watcher.take`."""
+
+    full: bool
+    #: Directories whose listing may differ (an entry created, deleted or renamed in them).
+    dirs: set[bytes] = field(default_factory=set)
+    #: Directories that appeared: walk them completely.
+    subtrees: set[bytes] = field(default_factory=set)
+    #: Paths whose content, metadata or type may differ.
+    paths: set[bytes] = field(default_factory=set)
+    reason: str = ""
+
+
+class _StatFs(ctypes.Structure):
+    _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_long * 15)]
+
+
+def filesystem_type(path: str) -> int | None:
+    """The statfs f_type of the file system holding ``path`` (None when unknown)."""
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return None
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    buf = _StatFs()
+    if libc.statfs(os.fsencode(path), ctypes.byref(buf)) != 0:
+        return None
+    return int(buf.f_type) & 0xFFFFFFFF
+
+
+class Watcher:
+    """Recursive inotify watches on a tree, turned into :class:`Changes`."""
+
+    def __init__(
+        self,
+        root: str,
+        excluded: frozenset[bytes] = frozenset(),
+        *,
+        consistency_interval: float = 300.0,
+    ):
+        from inotify_simple import INotify, flags
+
+        self.root = os.fsencode(os.path.abspath(root))
+        self.excluded = excluded
+        self.consistency_interval = consistency_interval
+        self._flags = flags
+        self._mask = (
+            flags.CREATE | flags.DELETE | flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE
+            | flags.MOVED_FROM | flags.MOVED_TO | flags.DELETE_SELF | flags.MOVE_SELF
+            | flags.DONT_FOLLOW | flags.ONLYDIR | flags.EXCL_UNLINK
+        )
+        self._inotify: Any = INotify()
+        self._wd: dict[int, bytes] = {}
+        self._pending = Changes(full=True, reason="start")
+        self._last_full = 0.0
+        #: Counters for ``serve --status``.
+        self.events = 0
+        self.overflows = 0
+        self.watch_failures = 0
+        self.full_rescans = 0
+        self.last_error: str | None = None
+
+    @property
+    def watched_dirs(self) -> int:
+        return len(self._wd)
+
+    def close(self) -> None:
+        self._inotify.close()
+
+    def fileno(self) -> int:
+        return int(self._inotify.fileno())
+
+    # -- watches --------------------------------------------------------------------------
+
+    def _skip(self, rel: bytes) -> bool:
+        name = rel.rsplit(b"/", 1)[-1]
+        return name == b".git" or rel in self.excluded
+
+    def watch_tree(self, rel: bytes = b"") -> None:
+        """Watch ``rel`` and every directory below it (watch first, then list)."""
+        stack = [rel]
+        while stack:
+            current = stack.pop()
+            if current and self._skip(current):
+                continue
+            path = self.root + b"/" + current if current else self.root
+            try:
+                wd = self._inotify.add_watch(path, self._mask)
+            except OSError as exc:
+                if exc.errno in (28, 24):  # ENOSPC (max_user_watches), EMFILE
+                    self.watch_failures += 1
+                    self.last_error = f"cannot add a watch ({os.strerror(exc.errno)}): walking instead"
+                    self._pending.full = True
+                    self._pending.reason = "watch limit"
+                continue  # vanished or unreadable: the walk reports it
+            self._wd[wd] = current
+            try:
+                with os.scandir(path) as it:
+                    for entry in it:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(current + b"/" + os.fsencode(entry.name) if current else os.fsencode(entry.name))
+            except OSError:
+                continue
+
+    # -- events ---------------------------------------------------------------------------
+
+    def poll(self) -> None:
+        """Read every queued event (non-blocking) into the pending changes."""
+        flags = self._flags
+        for event in self._inotify.read(timeout=0):
+            self.events += 1
+            if event.mask & flags.Q_OVERFLOW:
+                self.overflows += 1
+                self._pending.full = True
+                self._pending.reason = "event queue overflow"
+                continue
+            base = self._wd.get(event.wd)
+            if base is None:
+                continue
+            if event.mask & flags.IGNORED:
+                self._wd.pop(event.wd, None)
+                continue
+            name = os.fsencode(event.name) if isinstance(event.name, str) else event.name
+            if not name:  # an event on the watched directory itself
+                self._pending.paths.add(base)
+                if event.mask & (flags.DELETE_SELF | flags.MOVE_SELF):
+                    parent = base.rsplit(b"/", 1)[0] if b"/" in base else b""
+                    self._pending.dirs.add(parent)
+                continue
+            rel = base + b"/" + name if base else name
+            self._pending.paths.add(rel)
+            if event.mask & (flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO):
+                self._pending.dirs.add(base)
+                if event.mask & flags.ISDIR and event.mask & (flags.CREATE | flags.MOVED_TO):
+                    self.watch_tree(rel)
+                    self._pending.subtrees.add(rel)
+
+    def take(self) -> Changes:
+        """The changes since the last call (after reading the queue), then start afresh."""
+        self.poll()
+        changes = self._pending
+        if not changes.full and time.monotonic() - self._last_full > self.consistency_interval:
+            changes.full, changes.reason = True, "periodic consistency check"
+        if changes.full:
+            self.full_rescans += 1
+            self._last_full = time.monotonic()
+        self._pending = Changes(full=False)
+        return changes
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "watched_dirs": self.watched_dirs,
+            "events": self.events,
+            "overflows": self.overflows,
+            "watch_failures": self.watch_failures,
+            "full_rescans": self.full_rescans,
+            "last_error": self.last_error,
+        }
+
+
+def watchable(root: str) -> str | None:
+    """None when ``root`` can be watched reliably, else why not (for ``serve --status``)."""
+    try:
+        import inotify_simple  # noqa: F401
+    except ImportError:
+        return "inotify_simple is not installed"
+    fs = filesystem_type(root)
+    if fs is not None and fs in UNRELIABLE_FS:
+        return f"{UNRELIABLE_FS[fs]} gives no reliable change events"
+    return None

@@ -1,0 +1,106 @@
+"""The inotify watcher: the changes it reports, and when it says "walk everything"."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from snapstore.testing import build_tree
+
+watcher_mod = pytest.importorskip("snapstore.tree.watcher")
+
+
+@pytest.fixture
+def watched(tmp_path: Path):
+    root = tmp_path / "t"
+    build_tree(root, {"a.txt": b"a", "src/b.py": b"b", "src/deep/c": b"c", ".git/HEAD": b"ref"})
+    w = watcher_mod.Watcher(str(root), consistency_interval=3600)
+    w.watch_tree()
+    first = w.take()
+    assert first.full and first.reason == "start"
+    yield root, w
+    w.close()
+
+
+def test_edits_creations_and_deletions_are_reported(watched):
+    root, w = watched
+    (root / "a.txt").write_bytes(b"changed")
+    (root / "src" / "new.py").write_bytes(b"new")
+    os.unlink(root / "src" / "deep" / "c")
+    changes = w.take()
+    assert not changes.full
+    assert {b"a.txt", b"src/new.py", b"src/deep/c"} <= changes.paths
+    assert {b"src", b"src/deep"} <= changes.dirs
+    assert w.take().paths == set()  # taken once
+
+
+def test_a_new_directory_is_watched_and_walked(watched):
+    root, w = watched
+    (root / "pkg" / "sub").mkdir(parents=True)
+    w.take()  # the creation: pkg is a new subtree
+    (root / "pkg" / "sub" / "x.py").write_bytes(b"x")
+    changes = w.take()
+    assert b"pkg/sub/x.py" in changes.paths  # the new directory's directory is watched too
+
+
+def test_renames_report_both_sides(watched):
+    root, w = watched
+    os.rename(root / "src" / "b.py", root / "b2.py")
+    changes = w.take()
+    assert {b"src/b.py", b"b2.py"} <= changes.paths
+    assert {b"src", b""} <= changes.dirs
+
+
+def test_git_and_excluded_paths_are_not_watched(watched):
+    root, w = watched
+    (root / ".git" / "HEAD").write_bytes(b"other")
+    assert w.take().paths == set()
+
+
+def test_overflow_asks_for_a_full_walk(tmp_path: Path):
+    root = tmp_path / "t"
+    build_tree(root, {"a": b"a", "b": b"b"})
+    w = watcher_mod.Watcher(str(root), consistency_interval=3600)
+    w.watch_tree()
+    w.take()
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    if limit > 200_000:
+        pytest.skip("the event queue is too large to overflow quickly here")
+    # Alternate two files: the kernel merges identical consecutive events.
+    fds = [os.open(root / name, os.O_WRONLY) for name in ("a", "b")]
+    try:
+        for i in range(limit + 10):
+            os.write(fds[i % 2], b"x")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    changes = w.take()
+    assert changes.full and changes.reason == "event queue overflow"
+    assert w.overflows >= 1
+    w.close()
+
+
+def test_a_failing_watch_add_asks_for_a_full_walk(watched, monkeypatch):
+    root, w = watched
+
+    def refuse(path: bytes, mask: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(w._inotify, "add_watch", refuse)
+    (root / "newdir").mkdir()
+    changes = w.take()
+    assert changes.full and changes.reason == "watch limit"
+    assert w.watch_failures == 1
+
+
+def test_periodic_consistency_check(watched):
+    _, w = watched
+    w.consistency_interval = 0
+    assert w.take().reason == "periodic consistency check"
+
+
+def test_unreliable_file_systems_are_named():
+    assert watcher_mod.UNRELIABLE_FS[0x6969] == "nfs"
+    assert watcher_mod.watchable("/") is None or "gives no reliable" in watcher_mod.watchable("/")
