@@ -28,9 +28,10 @@ from snapstore.errors import (
 )
 from snapstore.hooks import HookRegistry
 from snapstore.ops import snapshot
+from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change, compare
 from snapstore.records import conversation, manifest, refs
-from snapstore.records.checkpoint import USER, Checkpoint, load_all, load_one
+from snapstore.records.checkpoint import USER, Checkpoint, load_all, load_one, parse_record
 from snapstore.records.manifest import Entry
 from snapstore.records.oplog import Operation
 from snapstore.storage import chunker, objects
@@ -94,6 +95,10 @@ class Store:
             if not rel.startswith(".."):
                 excluded.add(os.fsencode(rel).replace(os.sep.encode(), b"/"))
         self.excluded = frozenset(excluded)
+        #: What the stages are given instead of the Store (its memo lives as long as the Store).
+        self.context = StageContext(
+            backend, self.root, self.excluded, compression_level, store_dir
+        )
         #: Lifecycle hooks (see snapstore.hooks): ``store.hooks.register(event, fn)``.
         self.hooks = HookRegistry(self)
 
@@ -118,6 +123,10 @@ class Store:
         store_dir = os.path.join(root, STORE_DIRNAME) if inside else os.path.abspath(os.fspath(store))
         if os.path.exists(os.path.join(store_dir, "data.mdb")):
             raise StoreExistsError(f"a store already exists at {store_dir}")
+        if os.path.realpath(store_dir) == os.path.realpath(root):
+            raise UsageError(  # its live files would be snapshotted and rewritten by restore
+                f"the store cannot be the tree's root ({root}): use a subdirectory or another path"
+            )
         if not 1 <= compression_level <= 22:
             raise UsageError("the compression level must be between 1 and 22")
         try:
@@ -329,8 +338,8 @@ class Store:
         )
         with self._lock.held():
             self._recover()
-            cp, result = snapshot.take(
-                self,
+            cp_id, packed, result = snapshot.take(
+                self.context,
                 message=message,
                 task=task,
                 tags=list(tags),
@@ -342,6 +351,7 @@ class Store:
             )
             if not result.reused:
                 result.report.warnings.extend(self._auto_retention())
+        cp = parse_record(cp_id, packed)
         cp = dataclasses.replace(cp, warnings=tuple(result.report.warnings), reused=result.reused)
         late = self.hooks.after("after_snapshot", checkpoint=cp)
         return dataclasses.replace(cp, warnings=cp.warnings + tuple(late)) if late else cp

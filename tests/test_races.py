@@ -9,8 +9,9 @@ import shutil
 import pytest
 
 from snapstore.errors import RefError
-from snapstore.ops import snapshot
+from snapstore.ops import snapshot_io
 from snapstore.records.manifest import FILE, UNREADABLE
+from snapstore.storage import chunker, objects
 from snapstore.testing import build_tree, random_bytes
 from snapstore.tree import scan
 
@@ -18,35 +19,38 @@ IS_ROOT = os.geteuid() == 0
 
 
 def _deny_open(monkeypatch, target) -> None:
-    """Make ``target`` unreadable: chmod 000, or (as root, who reads anything) fail os.open."""
+    """Make ``target`` unreadable: chmod 000, or (as root, who reads anything) fail the
+    snapshot reader's open seam for that one path (os.open itself is left alone)."""
     target = os.fsencode(target)
     if not IS_ROOT:
         os.chmod(target, 0)
         return
-    real = os.open
+    real = snapshot_io._open
 
-    def fake(path, flags, *args, **kwargs):
-        if not isinstance(path, int) and os.fsencode(path) == target:
-            raise PermissionError(errno.EACCES, "Permission denied", path)
-        return real(path, flags, *args, **kwargs)
+    def fake(root, rel, flags):
+        if root + b"/" + rel == target:
+            raise PermissionError(errno.EACCES, "Permission denied", target)
+        return real(root, rel, flags)
 
-    monkeypatch.setattr(snapshot.os, "open", fake)
+    monkeypatch.setattr(snapshot_io, "_open", fake)
 
 
 def _deny_listing(monkeypatch, target) -> None:
-    """Make directory ``target`` unlistable (no read bit, or as root a failing os.scandir)."""
-    target = os.fsencode(target)
+    """Make directory ``target`` unlistable (no read bit, or as root a failing listing through
+    the scan's seam: os.scandir itself is left alone)."""
     if not IS_ROOT:
         os.chmod(target, 0o300)  # still traversable, so a store inside it stays usable
         return
-    real = os.scandir
+    st = os.stat(target)
+    real = scan._scandir
 
-    def fake(path="."):
-        if not isinstance(path, int) and os.fsencode(path) == target:
-            raise PermissionError(errno.EACCES, "Permission denied", path)
-        return real(path)
+    def fake(fd):
+        here = os.fstat(fd)
+        if (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(fd)
 
-    monkeypatch.setattr(scan.os, "scandir", fake)
+    monkeypatch.setattr(scan, "_scandir", fake)
 
 
 def test_unreadable_file_is_recorded_warned_and_counted(tree, store, monkeypatch):
@@ -118,15 +122,14 @@ def test_file_replaced_by_symlink_between_scan_and_read(tree, store, monkeypatch
 
 def test_directory_vanishing_during_the_scan(tree, store, monkeypatch):
     build_tree(tree, {"a": b"a", "gone/x": b"x", "gone/y/z": b"z"})
-    real = os.scandir
-    target = os.fsencode(tree / "gone")
+    real = scan._open_dir
 
-    def scandir_after_delete(path="."):
-        if not isinstance(path, int) and os.fsencode(path) == target:
-            shutil.rmtree(path)
-        return real(path)
+    def open_after_delete(name, dir_fd=None):
+        if name == b"gone":
+            shutil.rmtree(tree / "gone")
+        return real(name, dir_fd)
 
-    monkeypatch.setattr(scan.os, "scandir", scandir_after_delete)
+    monkeypatch.setattr(scan, "_open_dir", open_after_delete)
     cp = store.snapshot("dir vanished")
     assert cp.stats["skipped"]["vanished"] == 1
     assert any("gone" in w for w in cp.warnings)
@@ -136,7 +139,7 @@ def test_directory_vanishing_during_the_scan(tree, store, monkeypatch):
 def _append_after_read(monkeypatch, path, times):
     """After each of the first ``times`` reads of ``path``, append to it (a concurrent writer)."""
     calls = {"n": 0}
-    real = snapshot._Reader._read_fd
+    real = snapshot_io.Reader._read_fd
     ino = os.stat(path).st_ino
 
     def read_fd(self, fd, expected):
@@ -147,30 +150,46 @@ def _append_after_read(monkeypatch, path, times):
                 f.write(b"+more")
         return result
 
-    monkeypatch.setattr(snapshot._Reader, "_read_fd", read_fd)
+    monkeypatch.setattr(snapshot_io.Reader, "_read_fd", read_fd)
     return calls
 
 
-@pytest.mark.parametrize("size", [100, snapshot.WHOLE_READ_MAX + 10], ids=["small", "streamed"])
+@pytest.mark.parametrize("size", [100, snapshot_io.WHOLE_READ_MAX + 10], ids=["small", "streamed"])
 def test_file_that_keeps_changing_is_never_stored_torn(tree, store, monkeypatch, size):
     original = random_bytes(size, 7)
     build_tree(tree, {"busy.log": original, "calm.txt": b"calm"})
     calls = _append_after_read(monkeypatch, tree / "busy.log", times=100)
     cp = store.snapshot("busy")
-    assert calls["n"] == snapshot.READ_ATTEMPTS
+    # Each read saw a different version (the original plus 0, 1, 2 appends).  Their chunks were
+    # handed to the writer while being read, so they are in the store; what must hold is that
+    # no checkpoint references any of them, and that gc removes them as garbage.
+    versions = [original + b"+more" * k for k in range(snapshot_io.READ_ATTEMPTS)]
+    torn_streams = {objects.chunk_id(v) for v in versions}
+    torn_chunks = {objects.chunk_id(c) for v in versions for c in chunker.cut_buffer(v)}
+    refs = {e.ref for c in store.checkpoints(include_safety=True) for e in store.entries(c.id)}
+    assert not refs & torn_streams
+    assert calls["n"] == snapshot_io.READ_ATTEMPTS
     assert cp.stats["skipped"]["unreadable"] == 1
     assert any("busy.log" in w and "changing" in w for w in cp.warnings)
     entries = {e.path: e for e in store.entries(cp.id)}
     assert entries[b"busy.log"].kind == UNREADABLE
     assert entries[b"busy.log"].ref == b""
     assert store.read_bytes(cp.id, "calm.txt") == b"calm"
-    # no stored file content is any of the versions the file went through
     with store.backend.read() as view:
         statcache_keys = [k for k, _ in view.items("statcache")]
     assert b"busy.log" not in statcache_keys
+    assert _present(store, torn_chunks)  # stored as orphans...
+    store.gc()
+    assert not _present(store, torn_chunks)  # ...and collected
+    assert store.read_bytes(cp.id, "calm.txt") == b"calm"
 
 
-@pytest.mark.parametrize("size", [100, snapshot.WHOLE_READ_MAX + 10], ids=["small", "streamed"])
+def _present(store, chunk_ids) -> set[bytes]:
+    ids = sorted(chunk_ids)
+    return {i for i, p in zip(ids, store.backend.has_many("chunks", ids)) if p}
+
+
+@pytest.mark.parametrize("size", [100, snapshot_io.WHOLE_READ_MAX + 10], ids=["small", "streamed"])
 def test_file_that_changes_once_is_reread_and_stored_whole(tree, store, monkeypatch, size):
     original = random_bytes(size, 8)
     build_tree(tree, {"once.log": original})

@@ -132,17 +132,18 @@ def test_snapignore_overrides_gitignore_in_the_same_directory(tree, store):
 
 def test_ignored_directory_is_not_entered(tree, store, monkeypatch):
     build_tree(tree, {".gitignore": b"big/\n!big/keep\n", "big/keep": b"k", "big/d/e": b"e"})
-    listed = []
-    real = os.scandir
+    opened = []
+    real = scan._open_dir
 
-    def spy(path):
-        listed.append(os.fsencode(path))
-        return real(path)
+    def spy(name, dir_fd=None):
+        opened.append(os.fsencode(name))
+        return real(name, dir_fd)
 
-    monkeypatch.setattr(os, "scandir", spy)
+    monkeypatch.setattr(scan, "_open_dir", spy)  # the scan's seam: os.open stays untouched
     cp = store.snapshot("x")
     assert _paths(store, cp.id) == {b".gitignore"}  # as in git: no re-include below an ignored dir
-    assert not any(p.endswith(b"/big") or b"/big/" in p for p in listed)
+    assert b"big" not in opened and b"d" not in opened
+    assert opened and os.fsencode(tree) in opened  # the spy saw the walk
 
 
 def test_symlinks_are_recorded_not_followed(tree, store):

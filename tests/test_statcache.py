@@ -98,9 +98,20 @@ def _rewrite_same_size_same_mtime(path, data: bytes) -> None:
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def test_racy_rewrite_right_after_snapshot_is_detected(tree, store):
+def _newest_change(tree, names) -> int:
+    """The latest mtime or ctime among ``names``: what the racy rule compares with."""
+    return max(max(os.stat(tree / n).st_mtime_ns, os.stat(tree / n).st_ctime_ns) for n in names)
+
+
+def _clock(monkeypatch, now_ns: int) -> None:
+    """Stamp every read at ``now_ns`` (statcache's clock seam): no dependence on machine load."""
+    monkeypatch.setattr(statcache, "now_ns", lambda: now_ns)
+
+
+def test_racy_rewrite_right_after_snapshot_is_detected(tree, store, monkeypatch):
     """New content, same size, same mtime, immediately after a snapshot: the next one sees it."""
     build_tree(tree, {"f.txt": b"A" * 1000, "other": b"x"})
+    _clock(monkeypatch, _newest_change(tree, ["f.txt"]))  # read in the tick it was written
     cp1 = store.snapshot("one")
     _rewrite_same_size_same_mtime(tree / "f.txt", b"B" * 1000)
     cp2 = store.snapshot("two")
@@ -122,12 +133,19 @@ def test_rewrite_detected_even_when_cache_entries_are_old_enough(tree, store, mo
     assert store.read_bytes(cp.id, "f.txt") == b"C" * 1000
 
 
-def test_snapshot_right_after_write_rereads_files(tree, store):
-    """Entries recorded within RACY_MARGIN_NS of the files' mtimes are re-read next time."""
+def test_snapshot_right_after_write_rereads_files(tree, store, monkeypatch):
+    """Entries recorded within RACY_MARGIN_NS of the files' mtimes are re-read next time; once
+    recorded beyond the margin they are trusted.  The clock is controlled, not the machine."""
     build_tree(tree, {"a": b"1", "b": b"2"})
+    newest = _newest_change(tree, ["a", "b"])
+    _clock(monkeypatch, newest + statcache.RACY_MARGIN_NS // 2)  # read 1 s after the last write
+    monkeypatch.setattr(statcache, "RACY_MARGIN_NS", 3600 * 10**9)  # racy however slow we are
     store.snapshot("one")
-    cp = store.snapshot("two")
-    assert cp.stats["files_read"] == 2
+    assert store.snapshot("two").stats["files_read"] == 2
+    monkeypatch.undo()
+    _clock(monkeypatch, newest + statcache.RACY_MARGIN_NS + 1)  # beyond the margin for all
+    assert store.snapshot("three").stats["files_read"] == 2  # "two" recorded racy entries
+    assert store.snapshot("four").stats["files_read"] == 0
 
 
 def _delete_statcache(backend) -> int:

@@ -37,7 +37,7 @@ import msgpack
 from snapstore.errors import ConflictError, CorruptError, TreeIOError, UnsafePathError
 from snapstore.ops.diff import ADDED, DELETED, MODE_CHANGED, MODIFIED, TYPE_CHANGED, Change, compare
 from snapstore.records import manifest
-from snapstore.records.checkpoint import SAFETY, Checkpoint, next_seq, seq_key
+from snapstore.records.checkpoint import SAFETY, Checkpoint, next_seq, parse_record, seq_key
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, Entry
 from snapstore.storage import objects
 from snapstore.storage.backend import JOURNAL_KEY
@@ -510,7 +510,10 @@ def run(store, target: Checkpoint, paths, *, dry_run: bool, kind: str, message: 
         current, found = worktree.current_state(store)
         safety = None
     else:
-        safety, result = snapshot.take(store, message=message, kind=SAFETY, skip_unchanged=True)
+        safety_id, packed, result = snapshot.take(
+            store.context, message=message, kind=SAFETY, skip_unchanged=True
+        )
+        safety = parse_record(safety_id, packed)
         current = {e.path: e for e in result.entries}
         found = {f.path: f for f in result.found}
     changes, steps = plan(current, target_entries, selected)

@@ -1,27 +1,48 @@
 """Walking the working tree: what is there, what is ignored, what is skipped.
 
-The walk never follows a symlink, never enters ``.git`` or the store, and never fails on a file
-that vanishes or cannot be listed: such paths are counted and reported as warnings, and the walk
-goes on.  Paths are bytes end to end, so names that are not valid UTF-8 survive exactly.
+The walk never follows a symlink, never enters ``.git``, the store, or any other snapstore store
+(a directory holding STORE_MARKERS, or named ``.snapstore``), and never fails on a file that
+vanishes or cannot be listed: such paths are counted and reported as warnings, and the walk goes
+on.  Paths are bytes end to end, so names that are not valid UTF-8 survive exactly.
+
+Directories are opened relative to their parent's fd (O_NOFOLLOW|O_DIRECTORY) and listed through
+that fd, so a tree deeper than PATH_MAX is walked like any other and a directory swapped for a
+symlink mid-walk is never followed.  The fds held at any moment are those of the directories on
+the current path that still have children to visit (about the tree's depth).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+import sys
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from snapstore.errors import TreeIOError
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE
 from snapstore.tree import ignore
-from snapstore.tree.paths import display
+from snapstore.tree.paths import display, iter_parents, open_dir
 
-ALWAYS_EXCLUDED = frozenset({b".git"})
+ALWAYS_EXCLUDED = frozenset({b".git", b".snapstore"})
+#: A directory holding the writer lock and a data file (LMDB's data.mdb, or the CURRENT file of a
+#: generational layout) is a snapstore store: it is excluded like ``.git`` wherever it is, so an
+#: outer store neither copies nor restores another project's store.  Keep in sync with the
+#: store's layout (snapstore.store, snapstore.storage).
+STORE_LOCK = b"lock"
+STORE_DATA = frozenset({b"data.mdb", b"CURRENT"})
+#: The files left out when the tree's root itself is a store (an old `init --store .`).
+STORE_MARKERS = frozenset({b"data.mdb", b"lock.mdb", b"lock", b"CURRENT"})
 
 _new = tuple.__new__  # builds a Found without the NamedTuple constructor's Python frame
 S_ISREG = stat.S_ISREG
 S_ISDIR = stat.S_ISDIR
+
+# Seams for tests (patch these, not os.*, so nothing else in the process is affected).
+_scandir = os.scandir
+_open_dir = open_dir
+_FS_ENCODING = sys.getfilesystemencoding()  # os.fsencode's, without its Python-level frame
 
 
 class Found(NamedTuple):
@@ -40,61 +61,106 @@ class ScanReport:
     special: int = 0  # FIFOs, sockets, devices
     vanished: int = 0
     unreadable: int = 0
-    ignored: int = 0
     warnings: list[str] = field(default_factory=list)
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
 
 
+def is_store(names: set[bytes] | frozenset[bytes]) -> bool:
+    """Does a directory with these entry names look like a snapstore store?"""
+    return STORE_LOCK in names and not STORE_DATA.isdisjoint(names)
+
+
+class _Dir:
+    """An open directory fd, closed once every subdirectory below it has been opened."""
+
+    __slots__ = ("fd", "pending")
+
+    def __init__(self, fd: int, pending: int) -> None:
+        self.fd = fd
+        self.pending = pending
+
+    def release(self) -> None:
+        self.pending -= 1
+        if self.pending == 0:
+            os.close(self.fd)
+
 
 def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Found]:
     """Return everything below ``root`` to snapshot, sorted by path.
 
     ``excluded`` holds root-relative paths never to enter (the store when it lives in the tree).
-    A directory appears (as DIR) only when nothing below it is recorded, so restore can
-    recreate empty directories.
+    A directory appears (as DIR) only when nothing below it is recorded and nothing in it was
+    left out (ignored, excluded, special), so restore can recreate empty directories.
     """
+    try:
+        root_fd = _open_dir(root)
+    except OSError as exc:
+        raise TreeIOError(f"cannot open the tree {display(root)}: {exc.strerror}") from exc
+    stack: list[tuple[bytes, ignore.Rules, _Dir | None]] = [(b"", ignore.NO_RULES, None)]
+    opened: list[_Dir] = []  # every fd we own, so an exception closes them all
+    try:
+        return _walk(root, root_fd, excluded, report, stack, opened)
+    finally:
+        for d in opened:
+            if d.pending > 0:
+                os.close(d.fd)
+
+
+def _walk(
+    root: bytes,
+    root_fd: int,
+    excluded: frozenset[bytes],
+    report: ScanReport,
+    stack: list[tuple[bytes, ignore.Rules, _Dir | None]],
+    opened: list[_Dir],
+) -> list[Found]:
     found: list[Found] = []
-    # Each frame: (rel path of dir, rules in force there); iterative so deep trees cannot
-    # exhaust the Python stack.
-    stack: list[tuple[bytes, ignore.Rules]] = [(b"", ignore.NO_RULES)]
     # rel dir -> 0 while nothing below it is recorded (then it is recorded as an empty DIR)
     dir_index: dict[bytes, int] = {}
     order: list[tuple[bytes, os.stat_result]] = []
-    while stack:
-        rel_dir, parent_rules = stack.pop()
-        abs_dir = root + b"/" + rel_dir if rel_dir else root
+    root_dir = _Dir(root_fd, 1)
+    opened.append(root_dir)
+    while stack:  # iterative, so deep trees cannot exhaust the Python stack
+        rel_dir, parent_rules, parent = stack.pop()
+        if parent is None:
+            here = root_dir
+        else:
+            try:
+                fd = _open_dir(rel_dir[rel_dir.rfind(b"/") + 1 :], parent.fd)
+            except OSError as exc:
+                _unlistable(rel_dir, exc, found, dir_index, report)
+                continue
+            finally:
+                parent.release()
+            here = _Dir(fd, 1)  # 1 = the listing below; released when it is done
+            opened.append(here)
         try:
-            with os.scandir(abs_dir) as it:
-                dirents = list(it)
+            dirents = _list(here.fd)
         except OSError as exc:
+            here.release()
             if not rel_dir:  # an unlistable root is not an empty tree
                 raise TreeIOError(f"cannot list the tree {display(root)}: {exc.strerror}") from exc
-            # Not recorded as an (empty) directory: it is gone, or its content is unknown.
-            dir_index[rel_dir] = -1
-            if isinstance(exc, FileNotFoundError):
-                report.vanished += 1
-                report.warn(f"directory vanished during the scan: {display(rel_dir)}")
-            elif isinstance(exc, NotADirectoryError):
-                report.vanished += 1
-                report.warn(f"directory replaced during the scan: {display(rel_dir)}")
-            else:
-                report.unreadable += 1
-                report.warn(f"cannot list {display(rel_dir)}: {exc.strerror}")
-                found.append(Found(rel_dir, UNREADABLE, None))
-                _mark_parents(dir_index, rel_dir)
+            _unlistable(rel_dir, exc, found, dir_index, report)
             continue
-        names = {d.name for d in dirents}
-        rules = ignore.rules_for_dir(parent_rules, abs_dir, rel_dir, names)
-        prefix = rel_dir + b"/" if rel_dir else b""
-        recorded = False  # anything recorded directly in this directory (it is not empty)
-        for d in dirents:
-            name = d.name
-            if name in ALWAYS_EXCLUDED:
+        names = {d[0] for d in dirents}
+        if is_store(names):
+            if rel_dir:  # another project's store: not ours to copy or to restore
+                here.release()
+                dir_index[rel_dir] = -1
+                _mark_parents(dir_index, rel_dir)
                 continue
+            # the tree root itself is a store: leave its files out, walk the rest
+            dirents = [d for d in dirents if d[0] not in STORE_MARKERS]
+        rules = ignore.rules_for_dir(parent_rules, here.fd, rel_dir, names, report.warn)
+        prefix = rel_dir + b"/" if rel_dir else b""
+        recorded = False  # something recorded, ignored or excluded directly in this directory
+        subdirs: list[bytes] = []
+        for name, d in dirents:
             rel = prefix + name
-            if rel in excluded:
+            if name in ALWAYS_EXCLUDED or rel in excluded:
+                recorded = True  # content we leave out: the directory is not empty
                 continue
             try:
                 st = d.stat(follow_symlinks=False)
@@ -110,26 +176,25 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
                 continue
             mode = st.st_mode
             if S_ISREG(mode):  # the common case first
+                recorded = True
                 if rules and ignore.is_ignored(rules, rel, False):
-                    report.ignored += 1
                     continue
                 found.append(_new(Found, (rel, EXEC if mode & 0o100 else FILE, st, b"")))
-                recorded = True
                 continue
             if S_ISDIR(mode):
                 if rules and ignore.is_ignored(rules, rel, True):
-                    report.ignored += 1
+                    recorded = True
                     continue
                 dir_index.setdefault(rel, 0)
                 order.append((rel, st))
-                stack.append((rel, rules))
+                subdirs.append(rel)
                 continue
             if rules and ignore.is_ignored(rules, rel, False):
-                report.ignored += 1
+                recorded = True
                 continue
             if stat.S_ISLNK(mode):
                 try:
-                    target = os.readlink(os.path.join(root, rel))
+                    target = os.readlink(name, dir_fd=here.fd)
                 except FileNotFoundError:
                     report.vanished += 1
                     report.warn(f"vanished during the scan: {display(rel)}")
@@ -139,11 +204,14 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
                     report.warn(f"cannot read link {display(rel)}: {exc.strerror}")
                     continue
                 found.append(Found(rel, SYMLINK, st, target))
-            else:
+                recorded = True
+            else:  # (a directory holding only these is recorded as empty, as before)
                 report.special += 1
                 report.warn(f"skipped special file (FIFO, socket or device): {display(rel)}")
-                continue
-            recorded = True
+        here.pending += len(subdirs)
+        for rel in subdirs:
+            stack.append((rel, rules, here))
+        here.release()  # the listing is done; the fd stays open while subdirs wait for it
         if recorded and rel_dir:
             _mark_parents(dir_index, prefix)  # marks rel_dir and every directory above it
     # Deepest first (a directory is always listed after its parent): an empty directory makes
@@ -156,13 +224,37 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
     return found
 
 
+def _list(fd: int) -> list[tuple[bytes, os.DirEntry[str]]]:
+    """``(name as bytes, entry)`` for each entry of the directory ``fd``.
+
+    scandir(fd) gives str names (decoded with surrogateescape); encoding them back is exact, so
+    names that are not UTF-8 survive.
+    """
+    with _scandir(fd) as it:
+        return [(d.name.encode(_FS_ENCODING, "surrogateescape"), d) for d in it]
+
+
+def _unlistable(
+    rel_dir: bytes, exc: OSError, found: list[Found], dir_index: dict[bytes, int], report: ScanReport
+) -> None:
+    """Record why a directory could not be opened or listed (it is not an empty directory)."""
+    dir_index[rel_dir] = -1
+    if isinstance(exc, FileNotFoundError):
+        report.vanished += 1
+        report.warn(f"directory vanished during the scan: {display(rel_dir)}")
+    elif isinstance(exc, NotADirectoryError) or exc.errno == errno.ELOOP:
+        report.vanished += 1
+        report.warn(f"directory replaced during the scan: {display(rel_dir)}")
+    else:
+        report.unreadable += 1
+        report.warn(f"cannot list {display(rel_dir)}: {exc.strerror}")
+        found.append(Found(rel_dir, UNREADABLE, None))
+        _mark_parents(dir_index, rel_dir)
+
+
 def _mark_parents(dir_index: dict[bytes, int], rel: bytes) -> None:
     # Walk up until a directory already marked non-empty: each directory is marked once.
-    while True:
-        cut = rel.rfind(b"/")
-        if cut < 0:
+    for parent in iter_parents(rel):
+        if dir_index.get(parent):
             return
-        rel = rel[:cut]
-        if dir_index.get(rel):
-            return
-        dir_index[rel] = 1
+        dir_index[parent] = 1

@@ -14,17 +14,40 @@ by ctime too.
 from __future__ import annotations
 
 import os
+import time
 
+import blake3
 import msgpack
 
 #: Two seconds covers the coarsest common timestamp granularity (FAT) with room to spare.
 RACY_MARGIN_NS = 2_000_000_000
 
+#: The clock that stamps the moment a file's content was read (the "now" the racy rule compares
+#: with).  A seam: tests replace it to control racy-ness without depending on machine load.
+now_ns = time.time_ns
+
+
+#: LMDB keys are at most 511 bytes: a longer path is keyed by a NUL (never in a path) and its
+#: BLAKE3, so a deep tree neither fails to snapshot nor loses its cache.
+MAX_KEY = 480
+
+
+def key(path: bytes) -> bytes:
+    """The table key of ``path``'s cache entry."""
+    return path if len(path) <= MAX_KEY else long_key(path)
+
+
+def long_key(path: bytes) -> bytes:
+    """The key of a path longer than MAX_KEY."""
+    return b"\x00" + blake3.blake3(path).digest()
+
 
 def encode(st: os.stat_result, sid: bytes, recorded_ns: int) -> bytes:
-    return msgpack.packb(
+    """The cache value of a file read under ``st`` at ``recorded_ns`` with stream id ``sid``."""
+    packed: bytes = msgpack.packb(
         [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, sid, recorded_ns]
     )
+    return packed
 
 
 def lookup(value: bytes | None, st: os.stat_result) -> bytes | None:

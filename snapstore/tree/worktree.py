@@ -9,23 +9,37 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Protocol
 
 import blake3
 
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE, Entry
+from snapstore.storage.backend import Backend
 from snapstore.tree import scan, statcache
+from snapstore.tree.paths import open_beneath
 
 _BLOCK = 1 << 20
 
 
-def hash_file(path: bytes) -> tuple[bytes, os.stat_result] | None:
+class Tree(Protocol):
+    """What :func:`current_state` needs: a StageContext (or the Store) satisfies it."""
+
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def root_bytes(self) -> bytes: ...
+    @property
+    def excluded(self) -> frozenset[bytes]: ...
+
+
+def hash_file(root: bytes, rel: bytes) -> tuple[bytes, os.stat_result] | None:
     """``(stream id, stat)`` of a regular file, or None if it is gone or not a regular file.
 
     The file is re-statted after reading; a file that changed while read is reported as None
     so the caller treats it as unknown rather than trusting a torn hash.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_beneath(root, rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -49,7 +63,10 @@ def hash_file(path: bytes) -> tuple[bytes, os.stat_result] | None:
 
 
 def entry_for(f: scan.Found, sid: bytes | None = None) -> Entry:
+    """The entry of something the scan found (a file's ``sid`` is its stream id)."""
     st = f.st
+    if st is None:
+        return Entry(f.path, UNREADABLE, 0, 0, 0, b"")
     if f.kind in (FILE, EXEC):
         return Entry(f.path, f.kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid or b"")
     if f.kind == SYMLINK:
@@ -71,12 +88,13 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
     misses: list[scan.Found] = []
     lookup = statcache.lookup
     get = cache.get
+    max_key, long_key = statcache.MAX_KEY, statcache.long_key
     imode = stat.S_IMODE
     new = tuple.__new__  # Entry(...) without the NamedTuple constructor's Python frame
     for f in found:
         path, kind, st, _ = f
-        if kind <= EXEC:  # FILE or EXEC: the hot path, once per file on every snapshot
-            sid = lookup(get(path), st)
+        if kind <= EXEC and st is not None:  # FILE or EXEC: the hot path, once per file
+            sid = lookup(get(path if len(path) <= max_key else long_key(path)), st)
             if sid is None:
                 misses.append(f)
                 continue
@@ -86,7 +104,9 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
     return entries, misses
 
 
-def current_state(store, report: scan.ScanReport | None = None) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]]:
+def current_state(
+    store: Tree, report: scan.ScanReport | None = None
+) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]]:
     """Entries of the working tree now (path -> Entry) and what the walk found (path -> Found)."""
     report = report or scan.ScanReport()
     found = scan.walk(store.root_bytes, store.excluded, report)
@@ -98,7 +118,7 @@ def current_state(store, report: scan.ScanReport | None = None) -> tuple[dict[by
 
         root = store.root_bytes
         with ThreadPoolExecutor(min(4, os.cpu_count() or 2)) as pool:
-            results = pool.map(lambda f: hash_file(os.path.join(root, f.path)), misses)
+            results = pool.map(lambda f: hash_file(root, f.path), misses)
             for f, res in zip(misses, results):
                 if res is None:
                     entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from snapstore.ops import gc, restore, snapshot
+from snapstore.ops import gc, restore, snapshot_io
 from snapstore.storage import lmdb_backend
 from snapstore.store import Store
 
@@ -26,9 +26,9 @@ def die() -> None:
 
 def main() -> None:
     op, mode = sys.argv[1], sys.argv[2]
-    snapshot.BATCH_BYTES = 32 << 10
-    snapshot.WHOLE_READ_MAX = 64 << 10
-    snapshot.GROUP_BYTES = 64 << 10
+    snapshot_io.BATCH_BYTES = 32 << 10
+    snapshot_io.WHOLE_READ_MAX = 64 << 10
+    snapshot_io.GROUP_BYTES = 64 << 10
     gc.BATCH = 64
     store = Store.open(".")
     count = [0]

@@ -1,0 +1,306 @@
+"""The snapshot's I/O half: the reader pool that turns changed files into chunks, and the one
+writer thread that commits them.
+
+::
+
+    thread pool (Reader.read_batch): read ─ chunk ─ hash ─ dedup check ─ zstd  (GIL released)
+                       │ bounded queue of new chunks (QUEUE_ITEMS groups of GROUP_BYTES)
+                       v
+    Writer thread: batches of <= BATCH_BYTES committed to the backend
+
+Memory is bounded: a file larger than WHOLE_READ_MAX is streamed through the chunker, and the
+queue holds at most QUEUE_ITEMS groups.  A file is read under an fstat taken before and after;
+if it changed meanwhile it is read again (READ_ATTEMPTS in all), so a torn read is never
+*referenced*, though its chunks may already be committed (unreferenced garbage for gc).
+
+The orchestration (scan, stat cache, manifest, the checkpoint's transaction) is in
+:mod:`snapstore.ops.snapshot`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Union
+
+from snapstore.storage import chunker, objects
+from snapstore.storage.backend import Backend
+from snapstore.tree import scan, statcache
+from snapstore.tree.paths import open_beneath
+
+WHOLE_READ_MAX = 4 << 20
+GROUP_BYTES = 2 << 20
+QUEUE_ITEMS = 8
+BATCH_BYTES = 8 << 20  # measured on a 1 GiB file: 32 MiB batches ~+100 MiB anonymous RSS, 8 MiB ~+50
+READ_ATTEMPTS = 3
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+Progress = Callable[[int, int], None]
+Op = tuple[str, bytes, bytes]  # (table, key, value) for WriteBatch.put_new
+#: What reading one file gave: (stream id, the stat it was read under, when), or why it failed.
+Read = tuple[bytes, os.stat_result, int]
+Outcome = Union[Read, "FileGone", "FileChanged", OSError]
+
+# Seam for tests: how a file is opened (patch this, not os.open, to fail one path).
+_open = open_beneath
+
+
+class FileChanged(Exception):
+    """The file kept changing while it was read (after READ_ATTEMPTS tries)."""
+
+
+class FileGone(Exception):
+    """The file vanished or stopped being a regular file before it could be read."""
+
+
+def release_memory(backend: Backend, trim_heap: bool = False) -> None:
+    """Ask the backend to drop mapped pages it no longer needs (a no-op where it has none)."""
+    backend.release_memory(trim_heap=trim_heap)
+
+
+class Dedup:
+    """Chunk ids claimed by this snapshot, so each new chunk is compressed and queued once."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._claimed: set[bytes] = set()
+        self._lock = threading.Lock()
+        self._lookups = 0
+
+    def new_ids(self, ids: list[bytes]) -> set[bytes]:
+        """The ids among ``ids`` that neither the store nor an earlier caller has."""
+        with self._lock:
+            fresh = [i for i in dict.fromkeys(ids) if i not in self._claimed]
+            self._claimed.update(fresh)
+        if not fresh:
+            return set()
+        present = self._backend.has_many("chunks", fresh)
+        self._lookups += 1
+        if self._lookups % 32 == 0:
+            release_memory(self._backend)  # lookups map LMDB pages; keep them from piling up
+        return {i for i, p in zip(fresh, present) if not p}
+
+
+class Writer(threading.Thread):
+    """The one thread that commits chunk batches to the backend."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(name="snapstore-writer", daemon=True)
+        self.backend = backend
+        self.queue: queue.Queue[list[Op] | None] = queue.Queue(QUEUE_ITEMS)
+        self.error: BaseException | None = None
+        self.inserted = 0
+
+    def run(self) -> None:
+        pending: list[Op] = []
+        size = 0
+        while True:
+            item = self.queue.get()
+            if item is None:
+                break
+            if self.error is not None:
+                continue  # keep draining so producers never block on a dead writer
+            pending.extend(item)
+            size += sum(len(v) for _, _, v in item)
+            if size >= BATCH_BYTES:
+                self._commit(pending)
+                pending, size = [], 0
+        if pending and self.error is None:
+            self._commit(pending)
+
+    def _commit(self, ops: list[Op]) -> None:
+        try:
+            with self.backend.write() as batch:
+                for table, key, value in ops:
+                    batch.put_new(table, key, value)
+            self.inserted += batch.inserted_bytes
+            release_memory(self.backend, trim_heap=True)
+        except BaseException as exc:  # reported by the main thread
+            self.error = exc
+
+
+class Sink:
+    """The chunks one read task produced, deduplicated and compressed in groups.
+
+    Grouping matters on small-file trees: one dedup lookup, one compression pass and one queue
+    hand-off per GROUP_BYTES instead of per file keeps the threads from ping-ponging the GIL.
+    """
+
+    def __init__(self, dedup: Dedup, writer: Writer, level: int) -> None:
+        self.dedup = dedup
+        self.writer = writer
+        self.level = level
+        self.pairs: list[tuple[bytes, bytes | memoryview, bool]] = []  # (id, data, encoded?)
+        self.records: list[Op] = []
+        self.size = 0
+
+    def add(self, cid: bytes, data: bytes | memoryview, encoded: bool = False) -> None:
+        """Queue chunk ``cid`` (plain, or already ``encoded``) unless the store has it."""
+        self.pairs.append((cid, data, encoded))
+        self.size += len(data)
+        if self.size >= GROUP_BYTES:
+            self.flush()
+
+    def add_record(self, table: str, key: bytes, value: bytes) -> None:
+        """Queue a record to be written after the chunks added so far."""
+        self.records.append((table, key, value))
+
+    def flush(self) -> None:
+        """Hand what was added to the writer thread."""
+        ops: list[Op] = []
+        if self.pairs:
+            new = self.dedup.new_ids([cid for cid, _, _ in self.pairs])
+            for cid, data, encoded in self.pairs:
+                if cid in new:
+                    new.discard(cid)
+                    value = bytes(data) if encoded else objects.encode_chunk(data, self.level)
+                    ops.append(("chunks", cid, value))
+        # Stream records go after their chunks (same writer batch or a later one).
+        ops.extend(self.records)
+        self.pairs, self.records, self.size = [], [], 0
+        if ops:
+            self.writer.queue.put(ops)
+
+
+class Reader:
+    """Reads files into chunks; its read_batch runs in the thread pool."""
+
+    def __init__(self, root: bytes, dedup: Dedup, writer: Writer, level: int) -> None:
+        self.root = root
+        self.dedup = dedup
+        self.writer = writer
+        self.level = level
+        self._local = threading.local()
+
+    def read_batch(self, rels: list[bytes]) -> list[tuple[bytes, Outcome]]:
+        """Read several files; returns ``(path, result or exception)`` for each."""
+        sink = self._local.sink = Sink(self.dedup, self.writer, self.level)
+        out: list[tuple[bytes, Outcome]] = []
+        try:
+            for rel in rels:
+                try:
+                    out.append((rel, self.read(rel)))
+                except (FileGone, FileChanged, OSError) as exc:
+                    out.append((rel, exc))
+            sink.flush()
+        finally:
+            self._local.sink = None
+        return out
+
+    def read(self, rel: bytes) -> Read:
+        """Store one file; returns ``(stream id, the stat it was read under, recorded_ns)``."""
+        for _ in range(READ_ATTEMPTS):
+            recorded = statcache.now_ns()
+            try:
+                fd = _open(self.root, rel, _READ_FLAGS)
+            except FileNotFoundError as exc:
+                raise FileGone("vanished before it could be read") from exc
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # now a symlink, or parent replaced
+                    raise FileGone("was replaced before it could be read") from exc
+                raise
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise FileGone("is no longer a regular file")
+                sid, size = self._read_fd(fd, st.st_size)
+                after = os.fstat(fd)
+            finally:
+                os.close(fd)
+            if (
+                size == after.st_size
+                and after.st_mtime_ns == st.st_mtime_ns
+                and after.st_ctime_ns == st.st_ctime_ns
+            ):
+                return sid, st, recorded
+        raise FileChanged(f"kept changing while it was read ({READ_ATTEMPTS} attempts)")
+
+    def _read_fd(self, fd: int, expected: int) -> tuple[bytes, int]:
+        sink: Sink | None = getattr(self._local, "sink", None)
+        direct = sink is None  # a direct call outside read_batch flushes its own sink
+        if sink is None:
+            sink = Sink(self.dedup, self.writer, self.level)
+        f = os.fdopen(fd, "rb", buffering=0, closefd=False)
+        builder = objects.StreamBuilder()
+        if expected <= WHOLE_READ_MAX:
+            data = f.read(expected + 1)
+            while True:  # a file that grew since its stat: read to the end, the check decides
+                more = f.read(1 << 20)
+                if not more:
+                    break
+                data += more
+            for view in chunker.cut_buffer(data):
+                sink.add(builder.add(view), view)
+        else:
+            for chunk in chunker.cut_stream(f):
+                sink.add(builder.add(chunk), chunk)
+        out = sink
+        sid, size, record = builder.finish(lambda nid, value: out.add(nid, value, True), self.level)
+        if record is not None:
+            sink.add_record("streams", sid, record)
+        if direct:
+            sink.flush()
+        return sid, size
+
+
+def read_files(
+    root: bytes,
+    backend: Backend,
+    level: int,
+    to_read: list[scan.Found],
+    writer: Writer,
+    progress: Progress | None,
+    workers: int | None,
+) -> Iterator[tuple[scan.Found, Outcome]]:
+    """Read ``to_read`` in a thread pool; yields each file with its outcome as batches finish.
+
+    Stops early (without error) once the writer thread has failed: the caller reports that.
+    """
+    from concurrent.futures import ThreadPoolExecutor, as_completed  # only when files change
+
+    reader = Reader(root, Dedup(backend), writer, level)
+    total = sum(_size(f) for f in to_read)
+    done = 0
+    n = workers or max(2, min(4, os.cpu_count() or 2))
+    by_path = {f.path: f for f in to_read}
+    with ThreadPoolExecutor(n, thread_name_prefix="snapstore-read") as pool:
+        futures: list[Future[list[tuple[bytes, Outcome]]]] = [
+            pool.submit(reader.read_batch, batch) for batch in batches(to_read)
+        ]
+        try:
+            for fut in as_completed(futures):
+                if writer.error is not None:
+                    break
+                for rel, outcome in fut.result():
+                    f = by_path[rel]
+                    done += _size(f)
+                    yield f, outcome
+                if progress:
+                    progress(done, total)
+        finally:
+            for fut in futures:
+                fut.cancel()
+
+
+def batches(files: list[scan.Found]) -> Iterator[list[bytes]]:
+    """Small files in groups (up to 64 files or GROUP_BYTES), each large file on its own."""
+    batch: list[bytes] = []
+    size = 0
+    for f in files:
+        batch.append(f.path)
+        size += _size(f)
+        if len(batch) >= 64 or size >= GROUP_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _size(f: scan.Found) -> int:
+    return f.st.st_size if f.st is not None else 0
