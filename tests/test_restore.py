@@ -13,6 +13,7 @@ from snapstore.errors import ConflictError, CorruptError, RefError, UnsafePathEr
 from snapstore.ops import restore as restore_mod
 from snapstore.records.checkpoint import build_record, seq_key
 from snapstore.records.manifest import DIR, FILE, SYMLINK, Entry, write_manifest
+from snapstore.storage import objects
 from snapstore.storage.objects import encode_chunk
 from snapstore.store import Store
 
@@ -160,7 +161,7 @@ def test_damaged_store_fails_before_touching_the_tree(tree: Path):
         (tree / "big.bin").write_bytes(b"replaced")
         edited = read_tree(tree)
         entry = next(e for e in store.entries("latest") if e.path == b"big.bin")
-        chunk = restore_mod.objects.leaf_ids(_getter(store), entry.ref)[0]
+        chunk = objects.leaf_ids(_getter(store), entry.ref)[0]
         env = store.backend.env
         with env.begin(write=True) as txn:
             db = env.open_db(b"chunks", txn=txn)

@@ -41,6 +41,8 @@ class ScanReport:
     vanished: int = 0
     unreadable: int = 0
     ignored: int = 0
+    #: Files and directories whose setuid, setgid or sticky bit was dropped (never recorded).
+    mode_bits_dropped: int = 0
     warnings: list[str] = field(default_factory=list)
 
     def warn(self, message: str) -> None:
@@ -109,6 +111,8 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
                 recorded = True
                 continue
             mode = st.st_mode
+            if mode & 0o7000:  # setuid/setgid/sticky: not recorded (manifest.MODE_KEEP)
+                report.mode_bits_dropped += 1
             if S_ISREG(mode):  # the common case first
                 if rules and ignore.is_ignored(rules, rel, False):
                     report.ignored += 1
