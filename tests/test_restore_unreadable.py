@@ -142,3 +142,30 @@ def test_an_unreadable_directory_is_left_in_place_and_does_not_fail_the_restore(
     assert out["inside"] == b"mine\n"
     assert out["x"] == b"x edited\n"  # below an unreadable directory: left alone
     assert out["a_after_undo"] == b"edited\n"
+
+
+def _replace_dir_scenario(root: Path) -> dict[str, Any]:
+    (root / "gone").write_bytes(b"a file in A\n")
+    with Store.init(root) as store:
+        store.snapshot("A", tags=["A"])
+        (root / "gone").unlink()
+        (root / "gone/locked").mkdir(parents=True)
+        (root / "gone/locked/keep.txt").write_bytes(b"mine\n")
+        (root / "gone/other.txt").write_bytes(b"other\n")
+        os.chmod(root / "gone/locked", 0)
+        report = store.restore("A")
+        os.chmod(root / "gone/locked", 0o755)
+        return {
+            "unrecorded": report.unrecorded,
+            "is_dir": (root / "gone").is_dir(),
+            "keep": (root / "gone/locked/keep.txt").read_bytes(),
+        }
+
+
+def test_a_directory_holding_an_unreadable_one_is_not_replaced(tmp_path: Path):
+    """The target puts a file where the tree has a directory that holds an unreadable one: the
+    directory stays (with what could not be recorded), the restore does not fail."""
+    out = _as_unprivileged(_replace_dir_scenario)
+    assert out["unrecorded"] == [b"gone/locked"]
+    assert out["is_dir"] is True
+    assert out["keep"] == b"mine\n"
