@@ -374,7 +374,10 @@ class Store:
         self.hooks.before("before_restore", target=target, paths=paths, dry_run=dry_run, kind=kind)
         from snapstore.ops import restore
 
-        report = restore.run(self, target, paths, dry_run=dry_run, kind=kind, message=message)
+        report = restore.run(
+            self._restore_context(), target, paths, dry_run=dry_run, kind=kind, message=message,
+            take_safety=self._take_safety,
+        )
         report.warnings.extend(self.hooks.after("after_restore", report=report))
         return report
 
@@ -464,34 +467,53 @@ class Store:
                 out.append(Operation.parse(key, value))
         return out
 
-    def recover(self) -> bool:
-        """Finish a restore that a crash interrupted; True if there was one."""
+    def recover(self, *, mode: str = "forward", dry_run: bool = False):
+        """Finish (``"forward"``), roll back (``"back"``) or drop (``"abandon"``: the tree is
+        recorded as it is first) a restore a crash interrupted; returns a restore.RecoverReport
+        (``pending`` False when there was none).  Refuses (ConflictError) when a journaled path
+        changed since the crash."""
+        from snapstore.ops import restore
+
         with self._lock.held():
-            return self._recover()
+            return restore.recover(
+                self._restore_context(), mode=mode, dry_run=dry_run,
+                record_tree=lambda message: self._take_safety(message)[0],
+            )
+
+    def pending_restore(self) -> str | None:
+        """A warning when an interrupted restore is pending (read-only commands show it)."""
+        from snapstore.ops import restore
+
+        with self.backend.read() as view:
+            return restore.pending(view)
 
     def _recover(self) -> bool:
         if not self._journal_pending():
             return False
         from snapstore.ops import restore
 
-        return restore.recover(self)
+        restore.recover(self._restore_context())
+        return True
+
+    def _restore_context(self) -> StageContext:
+        # The same context as snapshots: the safety checkpoint then uses the manifest memo.
+        return self.context
+
+    def _take_safety(self, message: str):
+        from snapstore.records.checkpoint import SAFETY
+
+        cp_id, packed, result = snapshot.take(self.context, message=message, kind=SAFETY, skip_unchanged=True)
+        cp = parse_record(cp_id, packed)
+        return cp, {e.path: e for e in result.entries}, {f.path: f for f in result.found}
 
     def _journal_pending(self) -> bool:
         with self.backend.read() as view:
             return view.get("journal", JOURNAL_KEY) is not None
 
     def _recover_on_open(self) -> None:
-        with self.backend.read() as view:
-            pending = view.get("journal", JOURNAL_KEY) is not None
-        if not pending:
-            return
-        from snapstore.errors import LockedError
-
-        try:
-            with self._lock.held(timeout=0):
-                self._recover()
-        except LockedError:
-            pass  # a live restore holds the lock; it finishes its own work
+        # Opening never replays a journal: read-only commands must not write the tree (they
+        # report it: pending_restore); writers call _recover under the lock.
+        return
 
     # -- retention, deletion, gc, stats, config (see snapstore.retention, snapstore.gc) ------
 

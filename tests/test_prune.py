@@ -223,6 +223,7 @@ def test_config_defaults_set_get_unset(tree, store):
         "retention.keep-within": "off",
         "retention.keep-tagged": "true",
         "retention.gc": "false",
+        "service.idle-timeout": "1800",
     }
     assert store.config_set("retention.keep-last", 100) == "100"
     assert store.config_set("retention.keep-within", "30D") == "30d"

@@ -24,8 +24,6 @@ import re
 import time
 from dataclasses import dataclass, field
 
-import msgpack
-
 from snapstore.errors import UsageError
 from snapstore.records.checkpoint import SAFETY, Checkpoint
 
@@ -140,15 +138,10 @@ def protected(view) -> dict[str, str]:
         op = Operation.parse(key, value)
         out.setdefault(op.before, f"undo can reach it (operation {op.seq})")
         out.setdefault(op.target, f"undo can reach it (operation {op.seq})")
-    journal = view.get("journal", b"current")
-    if journal is not None:
-        try:
-            rec = msgpack.unpackb(journal, raw=False)
-            for k in ("target", "before"):
-                if isinstance(rec.get(k), bytes):
-                    out[rec[k].hex()] = "a pending restore needs it"
-        except (ValueError, TypeError, msgpack.UnpackException):
-            pass
+    from snapstore.ops.restore.journal import pending_ids  # the one parser of the journal
+
+    for cid in pending_ids(view):
+        out[cid.hex()] = "a pending restore needs it"
     return out
 
 

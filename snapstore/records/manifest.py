@@ -5,8 +5,11 @@ Each entry is one msgpack array ``[path, kind, mode, size, mtime_ns, ref]``:
 * ``path``: bytes, relative to the tree root, ``/``-separated, exactly as the file system names
   it (names that are not UTF-8 are kept byte for byte);
 * ``kind``: one of :data:`FILE`, :data:`EXEC`, :data:`SYMLINK`, :data:`DIR`, :data:`UNREADABLE`;
-* ``mode``: the permission bits seen at snapshot time (informational; restore applies the exec
-  bit, not the rest);
+* ``mode``: the file type and permission bits, ``st_mode & 0o170777`` (e.g. ``0o100644``,
+  ``0o040700``): diff compares the permission bits of files and directories and restore applies
+  them exactly (owner, setuid, setgid and sticky are never recorded).  Entries written before
+  this rule hold only ``S_IMODE`` (no file type bits): their mode is informational, as it was
+  then, and restore applies only the exec bit (:func:`exact_mode` tells the two apart);
 * ``size``, ``mtime_ns``: as seen at snapshot time (mtime is informational and not compared);
 * ``ref``: the content's stream id for files, the link target for symlinks, empty otherwise.
 
@@ -31,6 +34,20 @@ DIR = 3
 UNREADABLE = 4  # present on disk but could not be read: restore and diff leave it alone
 
 KIND_NAMES = {FILE: "file", EXEC: "exec", SYMLINK: "symlink", DIR: "dir", UNREADABLE: "unreadable"}
+
+#: What a new entry keeps of ``st_mode``: the file type and the nine permission bits.
+MODE_KEEP = 0o170777
+#: The bits of ``st_mode`` a snapshot drops (and counts): setuid, setgid, sticky.
+MODE_DROPPED = 0o7000
+
+
+def exact_mode(mode: int) -> int | None:
+    """The permission bits restore applies exactly, or None for an old (informational) mode.
+
+    A mode recorded with its file type bits (``0o100644``) is exact; one without them (``0o644``,
+    written by older versions) is not, and restore and diff treat it as they did then.
+    """
+    return mode & 0o777 if mode & 0o170000 else None
 
 
 class Entry(NamedTuple):
