@@ -29,8 +29,8 @@ from snapstore.errors import (
 from snapstore.hooks import HookRegistry
 from snapstore.ops import snapshot
 from snapstore.ops.diff import Change, compare
-from snapstore.records import conversation, manifest, refs
-from snapstore.records.checkpoint import USER, Checkpoint, load_all, load_one
+from snapstore.records import conversation, manifest, refs, schema
+from snapstore.records.checkpoint import USER, Checkpoint, damage_of, load_all, load_one
 from snapstore.records.manifest import Entry
 from snapstore.records.oplog import Operation
 from snapstore.storage import chunker, objects
@@ -267,8 +267,7 @@ class Store:
         """
         for tag in tags:
             _check_tag(tag)
-        if metadata is not None and not isinstance(metadata, dict):
-            raise UsageError("metadata must be a dict")
+        schema.check_new_record(message, task, metadata)
         self.hooks.before(
             "before_snapshot", message=message, task=task, tags=list(tags), metadata=metadata
         )
@@ -530,10 +529,7 @@ class Store:
         from snapstore.ops import retention
 
         with self.backend.read() as view:
-            return {
-                key: (view.get("meta", retention.config_key(key)) or default.encode()).decode()
-                for key, (default, _) in retention.CONFIG_KEYS.items()
-            }
+            return retention.read_config(view)
 
     def config_get(self, key: str) -> str:
         """The value of configuration ``key`` (UsageError for an unknown key)."""
@@ -610,7 +606,11 @@ class Store:
     def resolve(self, ref: str, *, task: str | None = None) -> Checkpoint:
         """The checkpoint ``ref`` names (see :mod:`snapstore.refs`)."""
         all_, tags = self._load()
-        return refs.resolve(ref, all_, tags, task)
+        return refs.resolve(ref, all_, tags, task, damage=self._damage_of)
+
+    def _damage_of(self, cid: str) -> str | None:
+        with self.backend.read() as view:
+            return damage_of(view, bytes.fromhex(cid))
 
     def entries(self, ref: str) -> list[Entry]:
         """The manifest entries of checkpoint ``ref``, in path order."""

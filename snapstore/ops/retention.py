@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from snapstore.errors import UsageError
+from snapstore.errors import CorruptError, UsageError
 from snapstore.records.checkpoint import SAFETY, Checkpoint
+from snapstore.storage.backend import ReadView
 
 #: How many operations of the oplog keep their checkpoints (``undo`` repeated this many times).
 UNDO_DEPTH = 10
@@ -99,6 +100,29 @@ def normalise(key: str, value: str) -> str | None:
     if str(value).strip().lower() in UNSET and key in ("retention.keep-last", "retention.keep-within"):
         return None
     return CONFIG_KEYS[key][1](value)
+
+
+def read_config(view: ReadView) -> dict[str, str]:
+    """Every configuration key with its value (the default when unset), each stored value
+    checked by the rule that wrote it: a value no ``config set`` could have stored (not UTF-8,
+    not a count or a duration) is CorruptError ("damaged"), not a crash later."""
+    out: dict[str, str] = {}
+    for key, (default, _) in CONFIG_KEYS.items():
+        raw = view.get("meta", config_key(key))
+        if raw is None:
+            out[key] = default
+            continue
+        try:
+            text = raw.decode("utf-8")
+            if normalise(key, text) != text:
+                raise ValueError("not in its stored form")
+        except (UnicodeDecodeError, ValueError, UsageError) as exc:
+            raise CorruptError(
+                f"the store's configuration {key} is damaged ({exc}); "
+                f"reset it with 'snapstore config --unset {key}'"
+            ) from exc
+        out[key] = text
+    return out
 
 
 @dataclass(frozen=True)

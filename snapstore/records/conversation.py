@@ -24,6 +24,7 @@ import blake3
 import msgpack
 
 from snapstore.errors import CorruptError, UsageError
+from snapstore.records import schema
 from snapstore.storage import chunker, objects
 
 MAX_DEPTH = 32
@@ -92,16 +93,29 @@ def write(
 
 
 def parse_record(cid: bytes, value: bytes) -> dict:
+    """Decode and check a ``conversations`` record (see the module docstring for its fields)."""
     try:
         r = msgpack.unpackb(value, raw=False)
-        base = r["base"]
-        if base is not None and (not isinstance(base, bytes) or len(base) != 32):
-            raise ValueError("bad base id")
-        for ref in r["chunks"]:
-            if not (isinstance(ref[0], bytes) and len(ref[0]) == 32):
-                raise ValueError("bad chunk id")
-        int(r["count"]), int(r["depth"]), int(r["total"])
-    except (KeyError, ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
+        if not isinstance(r, dict):
+            raise ValueError("not a map")
+        base = schema.check_optional_id(r["base"], "base")
+        count = schema.check_count(r["count"], "count")
+        depth = schema.check_count(r["depth"], "depth")
+        total = schema.check_count(r["total"], "total")
+        if base is None and (count or depth):
+            raise ValueError("a full record has a count or a depth")
+        if depth > MAX_DEPTH or total < count:
+            raise ValueError("bad depth or total")
+        chunks = r["chunks"]
+        if not isinstance(chunks, list):
+            raise ValueError("chunks is not a list")
+        for ref in chunks:
+            if not (isinstance(ref, list) and len(ref) == 3):
+                raise ValueError("bad chunk reference")
+            schema.check_id(ref[0], "chunk")
+            schema.check_count(ref[1], "chunk size")
+            schema.check_count(ref[2], "chunk message count")
+    except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptError(f"conversation {cid.hex()} has a damaged record ({exc})") from exc
     return r
 
@@ -121,13 +135,6 @@ def chain(get, cid: bytes) -> list[tuple[bytes, dict]]:
         cur = record["base"]
     out.reverse()
     return out
-
-
-def chunk_refs(get, cid: bytes) -> Iterator[bytes]:
-    """Every chunk id a conversation needs (for gc and verify)."""
-    for _, record in chain(get, cid):
-        for ref in record["chunks"]:
-            yield ref[0]
 
 
 def read(get, cid: bytes) -> list[Any]:
