@@ -196,9 +196,12 @@ def load_all(view: View) -> list[Checkpoint]:
 
 
 def damage_of(view: View, cid: bytes) -> str | None:
-    """Why checkpoint ``cid`` cannot be read (missing, damaged), or None when it reads."""
+    """Why checkpoint ``cid`` cannot be read, or None when it reads or is not there at all
+    (a deleted checkpoint is not a damaged one)."""
     if len(cid) != schema.ID_BYTES:
         return f"{cid.hex() or 'an empty value'} is not a checkpoint id (the reference is damaged)"
+    if view.get("checkpoints", cid) is None:
+        return None
     try:
         load_one(view, cid)
     except CorruptError as exc:
