@@ -29,6 +29,7 @@ from snapstore.errors import (
 from snapstore.hooks import HookRegistry
 from snapstore.ops import snapshot
 from snapstore.ops.diff import Change, compare
+from snapstore.ops.renames import detect as detect_renames
 from snapstore.records import conversation, manifest, refs, schema
 from snapstore.records.checkpoint import USER, Checkpoint, damage_of, load_all, load_one
 from snapstore.records.manifest import Entry
@@ -375,16 +376,16 @@ class Store:
         rows = list(reversed(self.checkpoints(task=task)))
         return file_history(self, from_user(path), rows)
 
-    def summary(self, ref: str) -> dict[str, Any]:
-        """What an agent UI shows for a checkpoint: the record, changed files with +/- counts,
-        the conversation's size and last messages (``None`` when none is stored)."""
+    def summary(self, ref: str, *, renames: bool = False) -> dict[str, Any]:
+        """What an agent UI shows for a checkpoint: the record, changed files with +/- counts
+        (``not_counted``: the size of a file too large to count), the conversation's size and
+        last messages (``None`` when none is stored)."""
         from snapstore.ops import textdiff
 
         cp = self.resolve(ref)
         changes = []
-        for c in self.changes(cp.id):
-            added, removed, binary = textdiff.line_counts(c)
-            changes.append({**c.to_json(), "added": added, "removed": removed, "binary": binary})
+        for c in self.changes(cp.id, renames=renames):
+            changes.append({**c.to_json(), **textdiff.count(c).to_json()})
         convo = None
         if cp.conversation is not None:
             convo = conversation.preview(self.conversation(cp.id))
@@ -556,13 +557,20 @@ class Store:
     # -- reading ------------------------------------------------------------------------------
 
     def diff(
-        self, a: str = "latest", b: str | None = None, paths: list[str] | None = None
+        self,
+        a: str = "latest",
+        b: str | None = None,
+        paths: list[str] | None = None,
+        *,
+        renames: bool = False,
     ) -> list[Change]:
         """Changes from checkpoint ``a`` to checkpoint ``b`` (the working tree when None).
 
         Two checkpoints are compared through their manifests alone (shared manifest chunks are
         skipped undecoded); the working tree through the stat cache (unchanged files are not
-        read).  Each Change gives lazy access to its old and new bytes.
+        read).  Each Change gives lazy access to its old and new bytes.  With ``renames`` a
+        deleted and an added file that are the same file moved become one ``R`` change
+        (:mod:`snapstore.ops.renames`).
         """
         from snapstore.ops import diff as diff_mod
         from snapstore.ops.restore import selector
@@ -581,7 +589,8 @@ class Store:
                 new_loader = self._store_loader
         old = {p: e for p, e in old.items() if sel(p)}
         new = {p: e for p, e in new.items() if sel(p)}
-        return diff_mod.with_loaders(compare(old, new), self._store_loader, new_loader)
+        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, new_loader)
+        return detect_renames(changes) if renames else changes
 
     def _store_loader(self, entry: Entry) -> bytes:
         with self.backend.read() as view:
@@ -618,8 +627,9 @@ class Store:
         with self.backend.read() as view:
             return list(manifest.iter_entries(view.get, cp.manifest))
 
-    def changes(self, ref: str) -> list[Change]:
-        """What checkpoint ``ref`` changed against its parent (with lazy old/new bytes)."""
+    def changes(self, ref: str, *, renames: bool = False) -> list[Change]:
+        """What checkpoint ``ref`` changed against its parent (with lazy old/new bytes);
+        ``renames`` as in :meth:`diff`."""
         from snapstore.ops import diff as diff_mod
 
         cp = self.resolve(ref)
@@ -631,7 +641,8 @@ class Store:
                 old, new = {}, manifest.load(view.get, cp.manifest)
             else:
                 old, new = diff_mod.manifest_difference(view.get, parent.manifest, cp.manifest)
-        return diff_mod.with_loaders(compare(old, new), self._store_loader, self._store_loader)
+        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, self._store_loader)
+        return detect_renames(changes) if renames else changes
 
     def iter_bytes(self, ref: str, path: str | bytes) -> Iterator[bytes]:
         """The content of ``path`` in checkpoint ``ref``, chunk by chunk (each chunk verified)."""
