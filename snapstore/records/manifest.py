@@ -47,14 +47,6 @@ class Entry(NamedTuple):
     def is_file(self) -> bool:
         return self.kind in (FILE, EXEC)
 
-    def same_content(self, other: Entry) -> bool:
-        """True when restoring one over the other would change nothing (mtime is ignored)."""
-        return self.kind == other.kind and self.ref == other.ref
-
-
-def encode_entry(e: Entry) -> bytes:
-    return msgpack.packb([e.path, e.kind, e.mode, e.size, e.mtime_ns, e.ref], use_bin_type=True)
-
 
 def write_manifest(
     entries: Iterable[Entry],
