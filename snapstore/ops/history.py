@@ -18,7 +18,6 @@ from snapstore.records.manifest import Entry
 from snapstore.storage import objects
 from snapstore.storage.backend import Backend
 
-
 Getter = Callable[[str, bytes], "bytes | None"]
 
 

@@ -17,7 +17,7 @@ stores a record on the longest stored prefix it is given, or a full one.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import blake3
