@@ -8,6 +8,7 @@ grows with what changed, not with the size of the tree times the number of check
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -16,13 +17,20 @@ from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
 from snapstore.storage import objects
-from snapstore.storage.backend import Backend
+from snapstore.storage.backend import ReadView
 
 Getter = Callable[[str, bytes], "bytes | None"]
 
 
+class _Reader(Protocol):
+    def read(self) -> AbstractContextManager[ReadView]: ...
+
+
 class _HasBackend(Protocol):
-    backend: Backend
+    """What file_history needs of the Store: a backend to read from."""
+
+    @property
+    def backend(self) -> _Reader: ...
 
 
 @dataclass

@@ -22,13 +22,26 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import msgpack
 
 from snapstore.errors import CorruptError, UsageError
 from snapstore.records.checkpoint import SAFETY, Checkpoint
-from snapstore.storage.backend import ReadView
+from snapstore.storage.backend import ReadView, WriteBatch
+
+
+class Tables(Protocol):
+    """What removing checkpoints needs of a backend (storage.backend.Backend, typed)."""
+
+    def read(self) -> AbstractContextManager[ReadView]: ...
+
+    def write(self) -> AbstractContextManager[WriteBatch]: ...
+
+    def sync(self) -> None: ...
 
 #: How many operations of the oplog keep their checkpoints (``undo`` repeated this many times).
 UNDO_DEPTH = 10
@@ -78,7 +91,7 @@ def _bool(text: str) -> str:
 
 
 #: key -> (default shown when unset, normaliser of a value to store).
-CONFIG_KEYS = {
+CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "retention.keep-last": ("off", lambda v: str(parse_count(v, "retention.keep-last"))),
     "retention.keep-within": ("off", lambda v: (parse_duration(v), str(v).strip().lower())[1]),
     "retention.keep-tagged": ("true", _bool),
@@ -152,7 +165,7 @@ def policy_from_config(values: dict[str, str]) -> Policy | None:
 # -- selection --------------------------------------------------------------------------------
 
 
-def protected(view) -> dict[str, str]:
+def protected(view: ReadView) -> dict[str, str]:
     """Checkpoint id -> why it must stay (undo reach, pending journal)."""
     from snapstore.records.oplog import Operation
 
@@ -184,7 +197,7 @@ class PruneReport:
     protected: int = 0  # kept only because undo or a pending restore needs them
     dry_run: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,
             "removed": [c.to_json() for c in self.removed],
@@ -225,7 +238,7 @@ def select(
     return report
 
 
-def remove(backend, checkpoints: list[Checkpoint]) -> None:
+def remove(backend: Tables, checkpoints: list[Checkpoint]) -> None:
     """Delete the records, log entries and tags of ``checkpoints`` (the caller holds the lock).
 
     A checkpoint's record, log entry and tags go in the same transaction (batches of

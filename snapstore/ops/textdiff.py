@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from snapstore.ops.diff import Change
 from snapstore.ops.renames import Renamed
@@ -26,7 +26,7 @@ BINARY_SNIFF = 8000
 #: Larger contents (either side) are not loaded for line counts or patches.
 MAX_COUNT_BYTES = 16 << 20
 
-Opcode = tuple[str, int, int, int, int]
+Opcode = tuple[Literal["replace", "delete", "insert", "equal"], int, int, int, int]
 
 
 class LineCounts(NamedTuple):
@@ -66,7 +66,7 @@ def human_size(n: int) -> str:
 
 def is_binary(data: bytes | None) -> bool:
     """Git's rule: a NUL byte in the first 8000 bytes makes a file binary."""
-    return bool(data) and b"\x00" in data[:BINARY_SNIFF]  # type: ignore[index]
+    return data is not None and b"\x00" in data[:BINARY_SNIFF]
 
 
 def too_large(change: Change) -> int:
@@ -128,7 +128,7 @@ def opcodes(a: Sequence[bytes], b: Sequence[bytes]) -> list[Opcode]:
     for op in patience(None, a, b).get_opcodes():
         tag, i1, i2, j1, j2 = op
         if tag != "replace":
-            out.append((tag, i1, i2, j1, j2))
+            out.append(op)
             continue
         # No line unique to both sides in this region: patience matched nothing here; the
         # classic matcher still finds the common lines (blank lines, braces).
@@ -153,7 +153,7 @@ def _patience() -> Any:
     return _PATIENCE[0]
 
 
-class _Matcher(difflib.SequenceMatcher):  # type: ignore[type-arg]
+class _Matcher(difflib.SequenceMatcher[str]):
     """difflib's hunk grouping over our opcodes."""
 
     def __init__(self, ops: list[Opcode]) -> None:

@@ -30,7 +30,8 @@ def seq_key(seq: int) -> bytes:
 
 
 def key_seq(key: bytes) -> int:
-    return struct.unpack(">Q", key)[0]
+    seq: int = struct.unpack(">Q", key)[0]
+    return seq
 
 
 def next_seq(last_key: bytes | None) -> int:

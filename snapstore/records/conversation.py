@@ -25,6 +25,7 @@ import msgpack
 
 from snapstore.errors import CorruptError, UsageError
 from snapstore.records import schema
+from snapstore.records.schema import Get, Put
 from snapstore.storage import chunker, objects
 
 MAX_DEPTH = 32
@@ -46,7 +47,7 @@ def encode_messages(messages: Any) -> list[bytes]:
 
 def write(
     messages: Any,
-    put,
+    put: Put,
     level: int = objects.DEFAULT_LEVEL,
     *,
     encode: bool = True,
@@ -92,7 +93,7 @@ def write(
     return cid, record
 
 
-def parse_record(cid: bytes, value: bytes) -> dict:
+def parse_record(cid: bytes, value: bytes) -> dict[str, Any]:
     """Decode and check a ``conversations`` record (see the module docstring for its fields)."""
     try:
         r = msgpack.unpackb(value, raw=False)
@@ -120,7 +121,7 @@ def parse_record(cid: bytes, value: bytes) -> dict:
     return r
 
 
-def chain(get, cid: bytes) -> list[tuple[bytes, dict]]:
+def chain(get: Get, cid: bytes) -> list[tuple[bytes, dict[str, Any]]]:
     """The records from the full one to ``cid`` (oldest first)."""
     out = []
     cur: bytes | None = cid
@@ -137,7 +138,7 @@ def chain(get, cid: bytes) -> list[tuple[bytes, dict]]:
     return out
 
 
-def read(get, cid: bytes) -> list[Any]:
+def read(get: Get, cid: bytes) -> list[Any]:
     """The messages of conversation ``cid``, checked against its id."""
     hasher = blake3.blake3()
     out: list[Any] = []
@@ -170,7 +171,7 @@ def _decode(cid: bytes, chunks: Iterable[bytes]) -> list[Any]:
     return out
 
 
-def info(get, cid: bytes) -> tuple[int, int]:
+def info(get: Get, cid: bytes) -> tuple[int, int]:
     """``(message count, depth)`` of a stored conversation, from its record alone."""
     value = get("conversations", cid)
     if value is None:

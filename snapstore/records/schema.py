@@ -14,11 +14,17 @@ raises UsageError there.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from snapstore.errors import UsageError
 
 ID_BYTES = 32
+
+#: ``get(table, key)``: a read view's lookup (None when absent), what readers are handed.
+Get = Callable[[str, bytes], "bytes | None"]
+#: ``put(id, value)``: where a writer hands each object it made.
+Put = Callable[[bytes, bytes], None]
 
 #: A time in nanoseconds since the epoch: not before it, and below 2**63 (year 2262), which
 #: every date function handles.
