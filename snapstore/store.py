@@ -174,6 +174,8 @@ class Store:
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
         try:
             level = int(meta.get(b"compression", b"3"))
+            if not 1 <= level <= 22:  # what init accepts; zstd raises ValueError past 22
+                raise ValueError(level)
         except ValueError:
             backend.close()
             raise CorruptError("the store's meta 'compression' is damaged") from None

@@ -327,3 +327,15 @@ def test_planted_seq_keys_read_back_in_order(store, tree, good):
         keys = [key_seq(k) for k, _ in view.items("log")]
     assert keys == [1, 2]
     assert store.resolve("latest").id == cid.hex()
+
+
+@pytest.mark.parametrize("value", [b"99", b"0", b"-5", b"abc", b"\xff"])
+def test_damaged_compression_level_is_damaged(store, tree, good, run_cli, value):
+    with store.backend.write() as batch:
+        batch.put("meta", b"compression", value)
+    store.close()
+    with pytest.raises(CorruptError, match="compression"):
+        Store.open(tree)
+    r = run_cli("snapshot", "-m", "x", cwd=tree)
+    assert r.code == 6, r.err
+    assert_one_line_error(r.err)
