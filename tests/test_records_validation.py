@@ -339,3 +339,36 @@ def test_damaged_compression_level_is_damaged(store, tree, good, run_cli, value)
     r = run_cli("snapshot", "-m", "x", cwd=tree)
     assert r.code == 6, r.err
     assert_one_line_error(r.err)
+
+
+def test_conversation_message_nested_past_the_recursion_limit_is_damaged(store, tree, run_cli):
+    import msgpack as mp
+
+    from snapstore.records import conversation
+
+    build_tree(tree, {"a.txt": b"x"})
+    cp = store.snapshot("talk", conversation=[{"role": "user", "content": "hi"}])
+    # A conversation with valid ids throughout whose one message is nested 100,000 levels.
+    text = "[" * 100_000 + "]" * 100_000
+    records = [mp.packb(text, use_bin_type=True)]
+    data = b"".join(records)
+    cid = chunk_id(data)
+    record = mp.packb({"base": None, "count": 0, "depth": 0, "total": 1, "chunks": [[cid, len(data), 1]]})
+    with store.backend.write() as batch:
+        batch.put("chunks", cid, b"\x00" + data)
+        batch.put("conversations", cid, record)
+        packed = msgpack.packb(
+            {"v": 1, "parent": None, "time_ns": cp.time_ns + 1, "message": "deep", "task": None,
+             "tags": [], "kind": "checkpoint", "manifest": cp.manifest, "conversation": cid,
+             "metadata": {}, "stats": {}},
+            use_bin_type=True,
+        )
+        batch.put("checkpoints", chunk_id(packed), packed)
+    _append_log(store, chunk_id(packed))
+    with pytest.raises(CorruptError, match="damaged"):
+        store.conversation("latest")
+    with store.backend.read() as view, pytest.raises(CorruptError):
+        conversation.read(view.get, cid)
+    r = run_cli("show", "--conversation", "latest", cwd=tree)
+    assert r.code == 6, r.err
+    assert_one_line_error(r.err)

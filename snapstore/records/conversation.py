@@ -166,7 +166,8 @@ def _decode(cid: bytes, chunks: Iterable[bytes]) -> list[Any]:
                 if not isinstance(text, str):
                     raise ValueError("a message is not a JSON string")
                 out.append(json.loads(text))
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+    except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
+        # RecursionError: JSON nested past Python's recursion limit (a hostile message).
         raise CorruptError(f"conversation {cid.hex()} is damaged: {exc}") from exc
     return out
 
