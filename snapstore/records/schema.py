@@ -14,7 +14,7 @@ raises UsageError there.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from snapstore.errors import UsageError
@@ -101,46 +101,75 @@ def check_texts(value: object, what: str) -> list[str]:
     return [check_text(v, what) for v in value]
 
 
+class _Budget:
+    """What is left of the metadata bounds while one value is checked."""
+
+    __slots__ = ("chars", "items")
+
+    def __init__(self) -> None:
+        self.items = MAX_METADATA_ITEMS
+        self.chars = MAX_METADATA_CHARS
+
+
 def json_problem(value: object) -> str | None:
     """Why ``value`` is not JSON-like within the metadata bounds, or None when it is.
 
     JSON-like: None, bool, an int within msgpack's range, a finite float, a string, a list of
-    JSON-like values, a dict with string keys and JSON-like values.  Iterative (an explicit
-    stack), so a hostile depth cannot exhaust Python's recursion limit.
+    JSON-like values, a dict with string keys and JSON-like values.  Recursion stops at
+    MAX_METADATA_DEPTH, far below Python's limit, whatever the input's depth.  Kept cheap
+    (scalars tested inline, one call per container): this runs on every checkpoint record
+    every listing reads.
     """
-    items = 0
-    chars = 0
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        v, depth = stack.pop()
-        items += 1
-        if items > MAX_METADATA_ITEMS:
-            return f"more than {MAX_METADATA_ITEMS} values"
-        if v is None or isinstance(v, bool):
-            continue
-        if isinstance(v, int):
-            if not MIN_INT <= v <= MAX_INT:
-                return f"the integer {v} is out of range"
-        elif isinstance(v, float):
-            if not math.isfinite(v):
-                return f"the number {v} is not finite"
+    budget = _Budget()
+    return _container_problem(value, 0, budget) if isinstance(value, (dict, list, tuple)) else (
+        _scalar_problem(value, budget)
+    )
+
+
+def _scalar_problem(v: object, budget: _Budget) -> str | None:
+    if isinstance(v, str):
+        budget.chars -= len(v)
+    elif v is None or isinstance(v, bool):
+        pass
+    elif isinstance(v, int):
+        if not MIN_INT <= v <= MAX_INT:
+            return f"the integer {v} is out of range"
+    elif isinstance(v, float):
+        if not math.isfinite(v):
+            return f"the number {v} is not finite"
+    else:
+        return f"a value is of type {type(v).__name__}, not JSON"
+    return None
+
+
+def _container_problem(value: object, depth: int, budget: _Budget) -> str | None:
+    if depth >= MAX_METADATA_DEPTH:
+        return f"nested deeper than {MAX_METADATA_DEPTH} levels"
+    if isinstance(value, dict):
+        for k in value:
+            if not isinstance(k, str):
+                return f"a key is not a string ({type(k).__name__})"
+            budget.chars -= len(k)
+        values: Iterable[object] = value.values()
+        budget.items -= 2 * len(value)
+    else:
+        assert isinstance(value, (list, tuple))
+        values = value
+        budget.items -= len(value)
+    if budget.items < 0:
+        return f"more than {MAX_METADATA_ITEMS} values"
+    for v in values:
+        if isinstance(v, (dict, list, tuple)):
+            problem = _container_problem(v, depth + 1, budget)
         elif isinstance(v, str):
-            chars += len(v)
-        elif isinstance(v, list | tuple | dict):
-            if depth >= MAX_METADATA_DEPTH:
-                return f"nested deeper than {MAX_METADATA_DEPTH} levels"
-            if isinstance(v, dict):
-                for k, sub in v.items():
-                    if not isinstance(k, str):
-                        return f"a key is not a string ({type(k).__name__})"
-                    chars += len(k)
-                    stack.append((sub, depth + 1))
-            else:
-                stack.extend((sub, depth + 1) for sub in v)
+            budget.chars -= len(v)
+            continue
         else:
-            return f"a value is of type {type(v).__name__}, not JSON"
-        if chars > MAX_METADATA_CHARS:
-            return f"more than {MAX_METADATA_CHARS} characters of text"
+            problem = _scalar_problem(v, budget)
+        if problem:
+            return problem
+    if budget.chars < 0:
+        return f"more than {MAX_METADATA_CHARS} characters of text"
     return None
 
 
@@ -159,6 +188,8 @@ def check_stats(value: object) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("stats is not a map")
     for key, v in value.items():
+        if type(v) is int and type(key) is str and 0 <= v <= MAX_INT:
+            continue  # the common case, tested in one line
         if not isinstance(key, str):
             raise ValueError("a stats key is not a string")
         if isinstance(v, dict):
