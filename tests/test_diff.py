@@ -439,3 +439,17 @@ def test_sizes_far_apart_are_never_compared(monkeypatch):
     large = Entry(b"l", FILE, 0o644, 1000, 0, b"\x02" * 32)
     changes = [Change("D", b"s", small, None, boom, boom), Change("A", b"l", None, large, boom, boom)]
     assert renames.detect(changes) == changes
+
+
+def test_similarity_pass_gives_up_past_the_total_byte_bound(store, tree, monkeypatch):
+    from snapstore.ops import renames
+
+    body = b"".join(b"line %d\n" % i for i in range(50))
+    build_tree(tree, {"a.txt": body})
+    a = store.snapshot("a")
+    os.unlink(tree / "a.txt")
+    (tree / "b.txt").write_bytes(body + b"one more\n")
+    changes = store.diff(a.id)
+    assert [c.status for c in renames.detect(changes)] == ["R"]
+    monkeypatch.setattr(renames, "MAX_TOTAL_BYTES", 2 * len(body))
+    assert [c.status for c in renames.detect(changes)] == ["D", "A"]

@@ -6,8 +6,9 @@ from the manifests alone), then the pairs whose contents are similar enough (at 
 :data:`THRESHOLD` percent of the larger one shared, counted by lines, git's rule in spirit).
 The second pass is bounded: it looks only at added/deleted regular files of at most
 :data:`MAX_BYTES` whose sizes are within a factor of each other, and gives up (leaving the
-changes as they are) when more than :data:`MAX_CANDIDATES` pairs would have to be compared, as
-git does past ``diff.renameLimit``.
+changes as they are) when more than :data:`MAX_CANDIDATES` pairs would have to be compared or
+their files hold more than :data:`MAX_TOTAL_BYTES` together, as git does past
+``diff.renameLimit``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ MAX_BYTES = 4 << 20
 
 #: The most (deleted, added) pairs whose contents are compared.
 MAX_CANDIDATES = 10_000
+
+#: The most bytes read (all candidate files together) by the similarity pass.
+MAX_TOTAL_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,10 @@ def _similar(
                 candidates.append((d, a))
     if not candidates or len(candidates) > max_candidates:
         return
+    files = {(d.path, "old"): d.old.size for d, _ in candidates if d.old is not None}
+    files.update({(a.path, "new"): a.new.size for _, a in candidates if a.new is not None})
+    if sum(files.values()) > MAX_TOTAL_BYTES:
+        return  # bounded memory: every profile is kept until the pairs are chosen
     profiles: dict[tuple[bytes, str], tuple[Counter[bytes], int]] = {}
 
     def profile(c: Change, side: str) -> tuple[Counter[bytes], int]:
