@@ -453,3 +453,18 @@ def test_similarity_pass_gives_up_past_the_total_byte_bound(store, tree, monkeyp
     assert [c.status for c in renames.detect(changes)] == ["R"]
     monkeypatch.setattr(renames, "MAX_TOTAL_BYTES", 2 * len(body))
     assert [c.status for c in renames.detect(changes)] == ["D", "A"]
+
+
+def test_file_history_says_which_versions_were_not_counted(store, tree, monkeypatch):
+    build_tree(tree, {"f.txt": b"a\n"})
+    store.snapshot("small")
+    (tree / "f.txt").write_bytes(b"b\n" * 100)
+    store.snapshot("large")
+    monkeypatch.setattr(textdiff, "MAX_COUNT_BYTES", 50)
+    versions = store.history("f.txt")
+    assert [(v.status, v.added, v.removed, v.not_counted) for v in versions] == [
+        ("A", 1, 0, 0),
+        ("M", 0, 0, 200),
+    ]
+    assert versions[1].to_json()["not_counted"] == 200
+    assert versions[0].to_json()["not_counted"] is None
