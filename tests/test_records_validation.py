@@ -372,3 +372,17 @@ def test_conversation_message_nested_past_the_recursion_limit_is_damaged(store, 
     r = run_cli("show", "--conversation", "latest", cwd=tree)
     assert r.code == 6, r.err
     assert_one_line_error(r.err)
+
+
+def test_references_of_a_damaged_record_for_gc(store, good):
+    from snapstore.records.checkpoint import references
+
+    cid = plant_checkpoint(store, good, time_ns=math.inf, metadata=_deep(1000))
+    with store.backend.read() as view:
+        packed = view.get("checkpoints", cid)
+    assert references(cid, packed) == (good.manifest, None)
+    with pytest.raises(CorruptError, match="does not match"):
+        references(cid, packed + b"x")
+    bad_ref = plant_checkpoint(store, good, tag=b"bad2", manifest=b"\x01" * 31)
+    with store.backend.read() as view, pytest.raises(CorruptError, match="manifest"):
+        references(bad_ref, view.get("checkpoints", bad_ref))

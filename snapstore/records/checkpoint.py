@@ -167,6 +167,27 @@ def parse_record(cid: bytes, packed: bytes, seq: int = 0) -> Checkpoint:
         raise CorruptError(f"checkpoint {cid.hex()} has a damaged record ({exc})") from exc
 
 
+def references(cid: bytes, packed: bytes) -> tuple[bytes, bytes | None]:
+    """``(manifest id, conversation id or None)`` of a record whose hash matches, even when
+    its other values are damaged: what ``gc`` must keep for it.
+
+    CorruptError when the hash does not match or either reference is itself unreadable (then
+    what the record reaches cannot be known).
+    """
+    if chunk_id(packed) != cid:
+        raise CorruptError(f"checkpoint {cid.hex()} is corrupt (its record does not match its id)")
+    try:
+        r = msgpack.unpackb(packed, raw=False)
+        if not isinstance(r, dict):
+            raise ValueError("not a map")
+        return (
+            schema.check_id(r["manifest"], "manifest"),
+            schema.check_optional_id(r.get("conversation"), "conversation"),
+        )
+    except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CorruptError(f"checkpoint {cid.hex()} has a damaged record ({exc})") from exc
+
+
 def load_log(view: View) -> tuple[list[Checkpoint], dict[str, str]]:
     """Every readable checkpoint in creation order (oldest first), and the damaged ones.
 
