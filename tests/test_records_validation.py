@@ -16,7 +16,8 @@ import pytest
 from helpers import assert_one_line_error, subprocess_env
 
 from snapstore.errors import CorruptError, UsageError
-from snapstore.records import schema
+from snapstore.records import manifest, schema
+from snapstore.storage import objects
 from snapstore.records.checkpoint import key_seq, next_seq, seq_key
 from snapstore.storage.objects import chunk_id
 from snapstore.store import Store
@@ -146,7 +147,7 @@ def test_hostile_checkpoint_through_python_m_snapstore(store, tree, good, case):
         ("show", "bad"): 6,
         ("stats",): 0,
         ("verify",): 6,
-        ("gc",): 6,  # gc cannot know what a damaged record references: it removes nothing
+        ("gc",): 0,  # the damaged record's references are readable: gc keeps what they reach
         ("snapshot", "-m", "after"): 0,
         ("restore", good.id[:12]): 0,
     }
@@ -386,3 +387,18 @@ def test_references_of_a_damaged_record_for_gc(store, good):
     bad_ref = plant_checkpoint(store, good, tag=b"bad2", manifest=b"\x01" * 31)
     with store.backend.read() as view, pytest.raises(CorruptError, match="manifest"):
         references(bad_ref, view.get("checkpoints", bad_ref))
+
+
+def test_gc_keeps_what_a_hostile_record_reaches_and_stops_when_it_cannot_know(store, tree, good):
+    build_tree(tree, {"a.txt": b"only in the hostile checkpoint\n"})
+    other = store.snapshot("other")
+    cid = plant_checkpoint(store, other, time_ns=math.inf)
+    store.delete(other.id)  # now only the hostile record reaches other's manifest and content
+    store.gc()
+    with store.backend.read() as view:
+        entries = {e.path: e for e in manifest.iter_entries(view.get, other.manifest)}
+        assert objects.read_stream(view.get, entries[b"a.txt"].ref) == b"only in the hostile checkpoint\n"
+    assert cid  # still stored, still damaged
+    plant_checkpoint(store, good, tag=b"bad2", manifest=b"\x01" * 31)
+    with pytest.raises(CorruptError, match="gc stopped before removing anything"):
+        store.gc()

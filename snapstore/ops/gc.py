@@ -40,7 +40,7 @@ import zstandard
 
 from snapstore.errors import CorruptError
 from snapstore.records import conversation, manifest
-from snapstore.records.checkpoint import parse_record
+from snapstore.records.checkpoint import references
 from snapstore.storage import objects
 from snapstore.storage.backend import TABLES
 
@@ -189,11 +189,13 @@ class Marker:
             self.stream(cid)
 
     def checkpoint(self, cid: bytes, packed: bytes) -> None:
-        cp = parse_record(cid, packed)
+        # A record with hostile values but readable references (records.schema) still keeps
+        # what it reaches; only an unknowable reach stops gc.
+        mid, conv = references(cid, packed)
         self.checkpoints += 1
-        self.manifest(cp.manifest)
-        if cp.conversation is not None:
-            self.conversation(cp.conversation)
+        self.manifest(mid)
+        if conv is not None:
+            self.conversation(conv)
 
 
 def mark(view) -> Marker:
