@@ -17,8 +17,8 @@ from helpers import assert_one_line_error, subprocess_env
 
 from snapstore.errors import CorruptError, UsageError
 from snapstore.records import manifest, schema
-from snapstore.storage import objects
 from snapstore.records.checkpoint import key_seq, next_seq, seq_key
+from snapstore.storage import objects
 from snapstore.storage.objects import chunk_id
 from snapstore.store import Store
 from snapstore.testing import build_tree
