@@ -30,8 +30,16 @@ from snapstore.hooks import HookRegistry
 from snapstore.ops import snapshot
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change, compare
-from snapstore.records import conversation, manifest, refs
-from snapstore.records.checkpoint import USER, Checkpoint, load_all, load_one, parse_record
+from snapstore.ops.renames import detect as detect_renames
+from snapstore.records import conversation, manifest, refs, schema
+from snapstore.records.checkpoint import (
+    USER,
+    Checkpoint,
+    damage_of,
+    load_all,
+    load_one,
+    parse_record,
+)
 from snapstore.records.manifest import Entry
 from snapstore.records.oplog import Operation
 from snapstore.storage import chunker, objects
@@ -43,6 +51,7 @@ from snapstore.tree.paths import display, from_user
 if TYPE_CHECKING:
     from snapstore.ops.history import Version
     from snapstore.ops.restore import RestoreReport
+    from snapstore.ops.textdiff import LineCounts
     from snapstore.ops.verify import VerifyReport
 
 STORE_DIRNAME = ".snapstore"
@@ -184,6 +193,8 @@ class Store:
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
         try:
             level = int(meta.get(b"compression", b"3"))
+            if not 1 <= level <= 22:  # what init accepts; zstd raises ValueError past 22
+                raise ValueError(level)
         except ValueError:
             backend.close()
             raise CorruptError("the store's meta 'compression' is damaged") from None
@@ -331,8 +342,7 @@ class Store:
         """
         for tag in tags:
             _check_tag(tag)
-        if metadata is not None and not isinstance(metadata, dict):
-            raise UsageError("metadata must be a dict")
+        schema.check_new_record(message, task, metadata)
         self.hooks.before(
             "before_snapshot", message=message, task=task, tags=list(tags), metadata=metadata
         )
@@ -445,15 +455,13 @@ class Store:
         rows = list(reversed(self.checkpoints(task=task)))
         return file_history(self, from_user(path), rows)
 
-    def summary(self, ref: str, *, task: str | None = None) -> dict[str, Any]:
-        """What an agent UI shows for a checkpoint: the record, changed files with +/- counts,
-        the conversation's size and last messages (``None`` when none is stored)."""
+    def summary(self, ref: str, *, task: str | None = None, renames: bool = False) -> dict[str, Any]:
+        """What an agent UI shows for a checkpoint: the record, changed files with +/- counts
+        (``not_counted``: the size of a file too large to count), the conversation's size and
+        last messages (``None`` when none is stored)."""
         cp = self.resolve(ref, task=task)
-        found = self.changes(cp.id)
-        changes = [
-            {**c.to_json(), "added": added, "removed": removed, "binary": binary}
-            for c, (added, removed, binary) in zip(found, self.line_counts(found))
-        ]
+        found = self.changes(cp.id, renames=renames)
+        changes = [{**c.to_json(), **n.to_json()} for c, n in zip(found, self.line_counts(found))]
         convo = None
         if cp.conversation is not None:
             convo = conversation.preview(self.conversation(cp.id))
@@ -618,10 +626,7 @@ class Store:
         from snapstore.ops import retention
 
         with self.backend.read() as view:
-            return {
-                key: (view.get("meta", retention.config_key(key)) or default.encode()).decode()
-                for key, (default, _) in retention.CONFIG_KEYS.items()
-            }
+            return retention.read_config(view)
 
     def config_get(self, key: str) -> str:
         """The value of configuration ``key`` (UsageError for an unknown key)."""
@@ -648,13 +653,20 @@ class Store:
     # -- reading ------------------------------------------------------------------------------
 
     def diff(
-        self, a: str = "latest", b: str | None = None, paths: list[str] | None = None
+        self,
+        a: str = "latest",
+        b: str | None = None,
+        paths: list[str] | None = None,
+        *,
+        renames: bool = False,
     ) -> list[Change]:
         """Changes from checkpoint ``a`` to checkpoint ``b`` (the working tree when None).
 
         Two checkpoints are compared through their manifests alone (shared manifest chunks are
         skipped undecoded); the working tree through the stat cache (unchanged files are not
-        read).  Each Change gives lazy access to its old and new bytes.
+        read).  Each Change gives lazy access to its old and new bytes.  With ``renames`` a
+        deleted and an added file that are the same file moved become one ``R`` change
+        (:mod:`snapstore.ops.renames`).
         """
         from snapstore.ops import diff as diff_mod
         from snapstore.ops.restore import selector
@@ -673,7 +685,8 @@ class Store:
                 new_loader = self._store_loader
         old = {p: e for p, e in old.items() if sel(p)}
         new = {p: e for p, e in new.items() if sel(p)}
-        return diff_mod.with_loaders(compare(old, new), self._store_loader, new_loader)
+        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, new_loader)
+        return detect_renames(changes) if renames else changes
 
     def _store_loader(self, entry: Entry) -> bytes:
         with self.backend.read() as view:
@@ -703,16 +716,21 @@ class Store:
         all_, _ = self._load()
         return refs.numbered(all_, task, include_safety)
 
-    def line_counts(self, changes: list[Change]) -> list[tuple[int, int, bool]]:
-        """``(added, removed, binary)`` lines of each change, as ``diff --stat`` shows them."""
+    def line_counts(self, changes: list[Change]) -> list[LineCounts]:
+        """Lines added and removed by each change, as ``diff --stat`` shows them (binary files
+        and files too large to count say so instead)."""
         from snapstore.ops import textdiff
 
-        return [textdiff.line_counts(c) for c in changes]
+        return [textdiff.count(c) for c in changes]
 
     def resolve(self, ref: str, *, task: str | None = None) -> Checkpoint:
         """The checkpoint ``ref`` names (see :mod:`snapstore.refs`)."""
         all_, tags = self._load()
-        return refs.resolve(ref, all_, tags, task)
+        return refs.resolve(ref, all_, tags, task, damage=self._damage_of)
+
+    def _damage_of(self, cid: str) -> str | None:
+        with self.backend.read() as view:
+            return damage_of(view, bytes.fromhex(cid))
 
     def entries(self, ref: str) -> list[Entry]:
         """The manifest entries of checkpoint ``ref``, in path order."""
@@ -720,8 +738,9 @@ class Store:
         with self.backend.read() as view:
             return list(manifest.iter_entries(view.get, cp.manifest))
 
-    def changes(self, ref: str) -> list[Change]:
-        """What checkpoint ``ref`` changed against its parent (with lazy old/new bytes)."""
+    def changes(self, ref: str, *, renames: bool = False) -> list[Change]:
+        """What checkpoint ``ref`` changed against its parent (with lazy old/new bytes);
+        ``renames`` as in :meth:`diff`."""
         from snapstore.ops import diff as diff_mod
 
         cp = self.resolve(ref)
@@ -733,7 +752,8 @@ class Store:
                 old, new = {}, manifest.load(view.get, cp.manifest)
             else:
                 old, new = diff_mod.manifest_difference(view.get, parent.manifest, cp.manifest)
-        return diff_mod.with_loaders(compare(old, new), self._store_loader, self._store_loader)
+        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, self._store_loader)
+        return detect_renames(changes) if renames else changes
 
     def iter_bytes(self, ref: str, path: str | bytes) -> Iterator[bytes]:
         """The content of ``path`` in checkpoint ``ref``, chunk by chunk (each chunk verified)."""

@@ -39,7 +39,7 @@ import zstandard
 
 from snapstore.errors import CorruptError
 from snapstore.records import conversation, manifest
-from snapstore.records.checkpoint import parse_record
+from snapstore.records.checkpoint import references
 from snapstore.storage import objects
 from snapstore.storage.backend import Backend, ReadView
 from snapstore.storage.objects import Getter
@@ -161,12 +161,13 @@ class Marker:
             self.stream(cid)
 
     def checkpoint(self, cid: bytes, packed: bytes) -> None:
-        """Mark everything checkpoint ``cid`` (record ``packed``) reaches."""
-        cp = parse_record(cid, packed)
+        # A record with hostile values but readable references (records.schema) still keeps
+        # what it reaches; only an unknowable reach stops gc.
+        mid, conv = references(cid, packed)
         self.checkpoints += 1
-        self.manifest(cp.manifest)
-        if cp.conversation is not None:
-            self.conversation(cp.conversation)
+        self.manifest(mid)
+        if conv is not None:
+            self.conversation(conv)
 
 
 def mark(view: ReadView) -> Marker:
