@@ -126,14 +126,9 @@ def test_hostile_manifest_is_refused_before_any_write(tmp_path, case):
 @pytest.mark.parametrize(
     "what",
     [
-        # An entry whose size disagrees with its content is a damaged manifest: issue 16.3 says
-        # restore validates every field (sizes too) before the first write.  restore.py does
-        # not check sizes yet (the restore helper's item): strict, so the fix makes it fail
-        # until this mark is removed.
-        pytest.param(
-            "size",
-            marks=pytest.mark.xfail(strict=True, reason="restore does not check entry sizes yet (16.3)"),
-        ),
+        # An entry whose size disagrees with its content is a damaged manifest: restore refuses
+        # it before the first write (16.3) and verify names it.
+        "size",
         "mode",
         "count",
     ],

@@ -163,17 +163,19 @@ def skip_ignored(
 
 def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -> None:
     """Read and re-hash every chunk the steps need; raise CorruptError before any write."""
-    seen: set[bytes] = set()
+    seen: dict[bytes, int] = {}
     for s in steps:
         if s.action not in ("write", "chmod"):
             continue
-        sid = target[s.path].ref
-        if sid in seen:
-            continue
-        seen.add(sid)
+        entry = target[s.path]
+        sid = entry.ref
         try:
-            for _ in objects.iter_stream(get, sid):
-                pass
+            if sid not in seen:
+                seen[sid] = sum(len(block) for block in objects.iter_stream(get, sid))
+            if seen[sid] != entry.size:
+                # The entry's size is part of what the checkpoint says: a stream of another
+                # length means the record or the stream is not what was written.
+                raise CorruptError(f"its stream holds {seen[sid]} bytes, the checkpoint says {entry.size}")
         except CorruptError as exc:
             raise CorruptError(
                 f"cannot restore {display(s.path)}: {exc}; the tree was not touched"
