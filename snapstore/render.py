@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from snapstore.ops.gc import GcReport
     from snapstore.ops.history import Version
     from snapstore.ops.restore import RestoreReport
+    from snapstore.ops.restore.recovery import RecoverReport
     from snapstore.ops.retention import PruneReport
     from snapstore.ops.stats import StoreStats
     from snapstore.ops.textdiff import LineCounts
@@ -293,3 +294,16 @@ def stats_lines(st: StoreStats) -> list[str]:
         ("on disk", size(st.disk_size)),
     ]
     return [f"{name + ':':15} {value}" for name, value in rows]
+
+
+def recover_line(report: RecoverReport) -> str:
+    """What ``snapstore recover`` did (or would do)."""
+    if not report.pending:
+        return "no interrupted restore to finish"
+    target = (report.target or "")[:12]
+    verbs = {"forward": "finished", "back": "rolled back", "abandon": "abandoned"}
+    if report.dry_run:
+        would = {"forward": "finish", "back": "roll back", "abandon": "abandon"}[report.mode]
+        return f"would {would} the interrupted {report.kind} to {target} ({report.steps} step(s)); nothing was changed"
+    tail = f"; the tree as it was is checkpoint {report.safety[:12]}" if report.safety else ""
+    return f"{verbs[report.mode]} the interrupted {report.kind} to {target} ({report.steps} step(s)){tail}"

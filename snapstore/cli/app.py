@@ -38,13 +38,27 @@ class Ctx:
         self.directory = directory or "."
         self.lock_timeout = lock_timeout
 
-    def open(self) -> Store:
-        """The store of the tree the user is in (or names with -C), or the one --store names."""
-        if STORE_PROVIDER is not None:
-            return STORE_PROVIDER(self)
-        from snapstore.store import Store
+    def open(self, *, reading: bool = False) -> Store:
+        """The store of the tree the user is in (or names with -C), or the one --store names.
 
-        return Store.find(self.directory, store=self.store_dir, lock_timeout=self.lock_timeout)
+        A read-only command (``reading``) warns when an interrupted restore is pending: it
+        never finishes one itself (writers and ``snapstore recover`` do).
+        """
+        if STORE_PROVIDER is not None:
+            store = STORE_PROVIDER(self)
+        else:
+            from snapstore.store import Store
+
+            store = Store.find(self.directory, store=self.store_dir, lock_timeout=self.lock_timeout)
+        if reading:
+            try:
+                pending = store.pending_restore()
+            except BaseException:
+                store.close()
+                raise
+            if pending is not None:
+                warn(pending)
+        return store
 
 
 class Exit(Exception):

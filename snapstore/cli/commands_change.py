@@ -42,7 +42,7 @@ def diff(
         raise UsageError("diff takes at most two checkpoints (put paths after --)")
     a = refs[0] if refs else "latest"
     b = refs[1] if len(refs) == 2 else None
-    with obj.open() as store:
+    with obj.open(reading=True) as store:
         changes = store.diff(a, b, paths=paths or None, renames=renames)
         if not quiet:
             _print_changes(store.line_counts(changes) if show_stat else None, changes, patch, as_json)
@@ -160,7 +160,7 @@ def _print_report(report: RestoreReport, as_json: bool, quiet: bool, err: bool =
         for w in report.warnings:
             warn(w)
         click.echo("\n".join(restore_lines(report)), err=err)
-    if getattr(report, "left_alone", None):
+    if report.partial:  # unreadable paths were left as they are: say so in the exit status
         raise Exit(EXIT_DIFFERENT)
 
 
@@ -171,7 +171,7 @@ def oplog(obj: Ctx, as_json: bool) -> None:
     """List restores and undos, newest first."""
     from snapstore.render import oplog_rows, table
 
-    with obj.open() as store:
+    with obj.open(reading=True) as store:
         ops = store.operations()
     if as_json:
         echo_json({"operations": [op.to_json() for op in ops]})

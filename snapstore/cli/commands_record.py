@@ -123,7 +123,7 @@ def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_j
     """
     from snapstore.render import checkpoint_rows, table
 
-    with obj.open() as store:
+    with obj.open(reading=True) as store:
         numbered = store.numbered_checkpoints(task=task, include_safety=include_all)
     if limit:
         numbered = numbered[:limit]
@@ -148,7 +148,7 @@ def show(obj: Ctx, ref: str, show_conversation: bool, task: str | None, renames:
     and its conversation (message count, last user and assistant messages)."""
     from snapstore.render import dump_json, summary_lines
 
-    with obj.open() as store:
+    with obj.open(reading=True) as store:
         if show_conversation:
             rewind = store.rewind(ref, files=False, conversation=True, task=task)
             click.echo(dump_json(rewind.conversation))
@@ -169,7 +169,7 @@ def log_(obj: Ctx, path: str, task: str | None, as_json: bool) -> None:
     """List the checkpoints in which PATH changed, oldest version first, with lines +/-."""
     from snapstore.render import history_rows, table
 
-    with obj.open() as store:
+    with obj.open(reading=True) as store:
         versions = store.history(path, task=task)
     if as_json:
         echo_json({"path": path, "versions": [v.to_json() for v in versions]})
@@ -187,7 +187,7 @@ def log_(obj: Ctx, path: str, task: str | None, as_json: bool) -> None:
 def cat(obj: Ctx, ref: str, path: str) -> None:
     """Write the exact bytes of PATH (relative to the tree root) in checkpoint REF to stdout."""
     out = sys.stdout.buffer
-    with obj.open() as store:
+    with obj.open(reading=True) as store:
         for data in store.iter_bytes(ref, path):
             out.write(data)
     out.flush()

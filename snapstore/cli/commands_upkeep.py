@@ -17,7 +17,7 @@ def verify(obj: Ctx, quiet: bool, as_json: bool) -> None:
     from snapstore.render import Progress, verify_line
 
     progress = Progress("verify", enabled=not quiet and not as_json, unit_bytes=False)
-    with obj.open() as store:
+    with obj.open(reading=True) as store:
         try:
             report = store.verify(progress=progress)
         finally:
@@ -112,7 +112,7 @@ def stats(obj: Ctx, as_json: bool) -> None:
     """
     from snapstore.render import stats_lines
 
-    with obj.open() as store:
+    with obj.open(reading=True) as store:
         st = store.stats()
     if as_json:
         echo_json(st.to_json())
@@ -162,15 +162,24 @@ def relocate(obj: Ctx, new_root: str) -> None:
         click.echo(f"the store {store.store_dir} now belongs to {store.root} (was {old})")
 
 
-@command(example="snapstore recover")
+@command(example="snapstore recover --dry-run\nsnapstore recover            # finish it\nsnapstore recover --back     # or roll it back")
+@click.option("--back", "mode", flag_value="back", help="Roll the interrupted restore back instead of finishing it.")
+@click.option("--abandon", "mode", flag_value="abandon", help="Keep the tree as it is (recorded first) and drop the journal.")
+@click.option("-n", "--dry-run", is_flag=True, help="Say what would be done; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
-def recover(obj: Ctx) -> None:
-    """Finish a restore that was interrupted (a crash, a full disk, a kill).
+def recover(obj: Ctx, mode: str | None, dry_run: bool, as_json: bool) -> None:
+    """Finish (or roll back) a restore that was interrupted (a crash, a full disk, a kill).
 
-    Writers (snapshot, restore, undo, gc, prune) do this on their own; read-only commands only
-    warn. A step whose path was changed since the crash is not overwritten: recover refuses
-    (exit 9) and names the path; move your version aside, then run recover again.
+    Writers (snapshot, restore, undo, gc, prune) finish it by themselves; read-only commands
+    only warn. A journaled path that was changed since the crash is never overwritten: recover
+    refuses (exit 9) and names it; move your version aside (or --abandon), then run it again.
     """
+    from snapstore.render import recover_line
+
     with obj.open() as store:
-        finished = store.recover()
-    click.echo("finished the interrupted restore" if finished else "no interrupted restore to finish")
+        report = store.recover(mode=mode or "forward", dry_run=dry_run)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        click.echo(recover_line(report))
