@@ -36,7 +36,7 @@ def write_file_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o6
                 fd = os.open(tmp, _FLAGS, mode, dir_fd=dir_fd)
                 break
             except FileExistsError:
-                raise
+                continue
         try:
             view = memoryview(data)
             while view:
