@@ -57,3 +57,28 @@ def test_failure_is_one_error_and_leaves_no_temp(tmp_path: Path):
     with pytest.raises(TreeIOError, match="cannot write"):
         write_file_atomic(tmp_path / "missing/out", b"data")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir"]
+
+
+def test_restore_temp_names_planted_in_the_tree_are_never_followed(tmp_path: Path):
+    from snapstore.ops.restore.apply import TMP_PREFIX, Applier
+    from snapstore.ops.restore.plan import Step
+    from snapstore.records.manifest import FILE, Entry
+    from snapstore.storage.objects import chunk_id, encode_chunk
+
+    root = tmp_path / "tree"
+    root.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"victim\n")
+    for i in (1, 2):  # the applier's first names for tag "t"
+        os.symlink(victim, root / os.fsdecode(TMP_PREFIX + b"t." + str(i).encode()))
+    data = b"restored\n"
+    chunks = {chunk_id(data): encode_chunk(data)}
+    entry = Entry(b"f.txt", FILE, 0o100640, len(data), 0, chunk_id(data))
+    applier = Applier(os.fsencode(root), lambda table, key: chunks.get(key) if table == "chunks" else None, {b"f.txt": entry}, "t")
+    try:
+        applier.apply(Step("write", b"f.txt"))
+    finally:
+        applier.close()
+    assert victim.read_bytes() == b"victim\n"
+    assert (root / "f.txt").read_bytes() == data
+    assert stat.S_IMODE((root / "f.txt").stat().st_mode) == 0o640
