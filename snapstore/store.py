@@ -198,13 +198,9 @@ class Store:
         except ValueError:
             backend.close()
             raise CorruptError("the store's meta 'compression' is damaged") from None
-        store = cls(backend, tree, store_dir, lock, level)
-        try:
-            store._recover_on_open()
-        except BaseException:
-            store.close()
-            raise
-        return store
+        # Opening never replays a restore journal: read-only commands must not write the tree
+        # (they report it: pending_restore); writers recover under the lock (_recover).
+        return cls(backend, tree, store_dir, lock, level)
 
     @classmethod
     def find(
@@ -517,11 +513,6 @@ class Store:
     def _journal_pending(self) -> bool:
         with self.backend.read() as view:
             return view.get("journal", JOURNAL_KEY) is not None
-
-    def _recover_on_open(self) -> None:
-        # Opening never replays a journal: read-only commands must not write the tree (they
-        # report it: pending_restore); writers call _recover under the lock.
-        return
 
     # -- retention, deletion, gc, stats, config (see snapstore.retention, snapstore.gc) ------
 

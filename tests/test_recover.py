@@ -143,3 +143,34 @@ def test_a_planted_journal_does_not_make_list_delete_anything(tmp_path: Path):
         with pytest.raises(ConflictError):
             store.snapshot("a writer")
     assert (root / "precious.txt").read_bytes() == b"in no checkpoint\n"
+
+
+GOOD = {"kind": "restore", "target": b"\x01" * 32, "before": b"\x02" * 32, "paths": None,
+        "time_ns": 1, "pid": 1, "steps": [["write", b"a.txt"]]}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        5,
+        [],
+        {**GOOD, "target": b""},
+        {**GOOD, "target": "not bytes"},
+        {**GOOD, "time_ns": 1 << 63},
+        {**GOOD, "time_ns": float("inf")},
+        {**GOOD, "kind": "explode"},
+        {**GOOD, "steps": [["write"]]},
+        {**GOOD, "steps": [["write", "a.txt"]]},
+        {**GOOD, "steps": [["write", b"a/../../x"]]},
+        {**GOOD, "paths": [1]},
+    ],
+    ids=["int", "list", "empty-target", "str-target", "huge-time", "inf-time", "kind", "short-step",
+         "str-path", "unsafe-path", "bad-paths"],
+)
+def test_every_hostile_journal_is_corrupt_never_an_internal_error(value):
+    from snapstore.errors import CorruptError
+    from snapstore.ops.restore import journal
+
+    with pytest.raises(CorruptError, match="snapstore recover"):
+        journal.parse(msgpack.packb(value, use_bin_type=True))
+    assert journal.parse(msgpack.packb(GOOD, use_bin_type=True)).target == b"\x01" * 32

@@ -1,57 +1,61 @@
-"""Writing one file atomically, safely, anywhere (also outside the tree, e.g. ``-o FILE``).
+"""Writing a whole file atomically, safely, in a directory someone else may also write to.
 
-The temporary file is made by :func:`tempfile.mkstemp` in the target's directory (O_EXCL and an
-unpredictable name, so another local user cannot plant a symlink under it), fsynced, then
-renamed over the target; the target itself is replaced, never written through, so a symlink at
-the target's name is replaced rather than followed.
+The temp file is created in the target's own directory (so the rename is atomic) under an
+unpredictable name with O_CREAT|O_EXCL|O_NOFOLLOW: a name planted in advance, as a symlink or
+a file, is never followed or reused.  The data is fsynced before the rename and the directory
+after it, so a crash leaves the old file or the new one, never a torn one.  A symlink at the
+target path is replaced (not followed).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 
 from snapstore.errors import TreeIOError
 
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
-def write_file_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` in one rename; nothing half-written is ever visible."""
+
+def write_file_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o666) -> None:
+    """Replace ``path`` by a file holding ``data`` (``mode`` is filtered by the umask).
+
+    Raises TreeIOError (one line, naming the path) when it cannot; no temp file is left.
+    """
     target = os.path.abspath(os.fspath(path))
-    directory = os.path.dirname(target) or "."
+    directory, name = os.path.split(target)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".snapstore-tmp.", dir=directory)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise TreeIOError(f"cannot write {target}: {exc.strerror}") from exc
+    tmp = ""
     try:
+        while True:
+            tmp = f".{name}.snapstore-tmp.{secrets.token_hex(8)}"
+            try:
+                fd = os.open(tmp, _FLAGS, mode, dir_fd=dir_fd)
+                break
+            except FileExistsError:
+                continue
         try:
-            os.fchmod(fd, mode & ~_umask())
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, target)
-    except OSError as exc:
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        tmp = ""
         try:
-            os.unlink(tmp)
+            os.fsync(dir_fd)
         except OSError:
-            pass
-        raise TreeIOError(f"cannot write {target}: {exc.strerror}") from exc
-    try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
+            pass  # some file systems cannot fsync a directory; the rename is done
+    except OSError as exc:
+        raise TreeIOError(f"cannot write {target}: {exc.strerror or exc}") from exc
     finally:
-        os.close(dfd)
-
-
-def _umask() -> int:
-    # os.umask can only be read by setting it; do so once, restoring it at once.
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
+        if tmp:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+        os.close(dir_fd)
