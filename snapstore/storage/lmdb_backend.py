@@ -15,9 +15,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lmdb
+
+if TYPE_CHECKING:
+    from lmdb import Transaction, _Database
 
 from snapstore.errors import TreeIOError
 from snapstore.storage import lmdb_compact, lmdb_env
@@ -28,7 +31,7 @@ __all__ = ["INITIAL_MAP_SIZE", "MAX_MAP_SIZE", "LmdbBackend"]
 
 
 class _LmdbView:
-    def __init__(self, txn: Any, dbs: dict[str, Any]) -> None:
+    def __init__(self, txn: Transaction[bytes], dbs: dict[str, _Database]) -> None:
         self._txn = txn
         self._dbs = dbs
 
@@ -75,20 +78,22 @@ class LmdbBackend:
         return self._shared.path
 
     @property
-    def env(self) -> Any:
+    def env(self) -> lmdb.Environment:
         """The lmdb.Environment (a test seam: tests damage records through it)."""
         return self._shared.env
 
     # -- reading ---------------------------------------------------------------------------------
 
     @contextmanager
-    def _txn(self, *, buffers: bool = False) -> Iterator[Any]:
+    def _txn(self, *, buffers: bool = False) -> Iterator[Transaction[Any]]:
         """A read transaction held with the thread lock's shared side."""
         shared = self._shared
         while True:
             with shared.lock.shared():
                 try:
-                    txn = shared.env.begin(buffers=True) if buffers else shared.env.begin()
+                    txn: Transaction[Any] | None = (
+                        shared.env.begin(buffers=True) if buffers else shared.env.begin()
+                    )
                 except lmdb.MapResizedError:
                     txn = None
                 except lmdb.Error as exc:

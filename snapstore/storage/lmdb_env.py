@@ -29,9 +29,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import lmdb
+
+if TYPE_CHECKING:
+    from lmdb import _Database
 
 from snapstore.errors import CorruptError, StoreNotFoundError, TreeIOError, UnsafePathError
 from snapstore.storage.backend import TABLES
@@ -168,7 +171,7 @@ class Env:
         self.env = env
         self.ino = inode(data)
         with self.env.begin(write=True) as txn:
-            self.dbs: dict[str, Any] = {
+            self.dbs: dict[str, _Database] = {
                 name: self.env.open_db(name.encode(), txn=txn) for name in TABLES
             }
 
@@ -195,14 +198,6 @@ class Env:
             self.map_size = max(self.map_size, self.map_size_now())
             self.env.close()
             self._open()
-
-    def begin_read(self) -> Any:
-        """Begin a read transaction; the caller holds :attr:`lock` shared.
-
-        Raises lmdb.MapResizedError when another process grew the map: the caller must then
-        release the shared side and call :meth:`adopt_map_size`.
-        """
-        return self.env.begin(buffers=False)
 
     def adopt_map_size(self) -> None:
         """Take another process's larger map size, with no read transaction of ours open."""
