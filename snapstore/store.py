@@ -33,7 +33,7 @@ from snapstore.records import conversation, manifest, refs
 from snapstore.records.checkpoint import USER, Checkpoint, load_all, load_one
 from snapstore.records.manifest import Entry
 from snapstore.records.oplog import Operation
-from snapstore.storage import chunker, objects
+from snapstore.storage import chunker, lmdb_generations, objects
 from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.storage.memory import MemoryBackend
@@ -116,7 +116,7 @@ class Store:
             raise TreeIOError(f"{root} is not a directory")
         inside = store is None
         store_dir = os.path.join(root, STORE_DIRNAME) if inside else os.path.abspath(os.fspath(store))
-        if os.path.exists(os.path.join(store_dir, "data.mdb")):
+        if lmdb_generations.is_store(store_dir):
             raise StoreExistsError(f"a store already exists at {store_dir}")
         if not 1 <= compression_level <= 22:
             raise UsageError("the compression level must be between 1 and 22")
@@ -151,13 +151,13 @@ class Store:
             if root is None:
                 raise UsageError("Store.open needs a root or a store directory")
             store_dir = os.path.join(os.path.abspath(os.fspath(root)), STORE_DIRNAME)
-            if not os.path.exists(os.path.join(store_dir, "data.mdb")):
+            if not lmdb_generations.is_store(store_dir):
                 raise StoreNotFoundError(
                     f"no store in {os.path.abspath(os.fspath(root))} (run 'snapstore init' there)"
                 )
         else:
             store_dir = os.path.abspath(os.fspath(store))
-            if not os.path.exists(os.path.join(store_dir, "data.mdb")):
+            if not lmdb_generations.is_store(store_dir):
                 raise StoreNotFoundError(f"no store at {store_dir}")
         backend = LmdbBackend(store_dir)
         try:
@@ -198,7 +198,7 @@ class Store:
             return cls.open(store=store, lock_timeout=lock_timeout)
         here = os.path.abspath(os.fspath(start))
         while True:
-            if os.path.exists(os.path.join(here, STORE_DIRNAME, "data.mdb")):
+            if lmdb_generations.is_store(os.path.join(here, STORE_DIRNAME)):
                 return cls.open(here, lock_timeout=lock_timeout)
             parent = os.path.dirname(here)
             if parent == here:

@@ -22,7 +22,7 @@ import blake3
 import pytest
 from helpers import subprocess_env
 
-from snapstore.storage import lmdb_compact, objects
+from snapstore.storage import lmdb_generations, objects
 from snapstore.store import Store
 from snapstore.testing import random_bytes
 
@@ -97,9 +97,10 @@ def check_store(root, survivors) -> None:
                     if e.is_file
                 }
                 assert got == files, cid
-        # A later gc finishes the job and leaves no work directory behind.
+        # A later gc finishes the job and leaves only the current generation behind.
         store.gc(compact=True)
-        assert not os.path.exists(os.path.join(store.store_dir, lmdb_compact.COMPACT_DIR))
+        gens = [e for e in os.listdir(store.store_dir) if e.startswith("gen-")]
+        assert gens == [lmdb_generations.read_current(store.store_dir)[1]]
         assert store.gc().chunks_removed == 0
         assert store.verify().ok
 
