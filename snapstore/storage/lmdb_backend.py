@@ -93,31 +93,42 @@ class LmdbBackend:
     @contextmanager
     def _txn(self, *, buffers: bool = False) -> Iterator[tuple[Transaction[Any], Env]]:
         """A read transaction on the current generation (and that generation's environment),
-        with its thread lock held shared."""
+        with its thread lock held shared.  The hot path: one lstat, no nested context managers."""
         gens = self._gens
         while True:
-            with gens.use() as shared, shared.lock.shared():
+            shared = gens.enter()
+            txn: Transaction[Any] | None = None
+            try:
+                shared.lock.acquire_shared()
                 try:
-                    txn: Transaction[Any] | None = (
-                        shared.env.begin(buffers=True) if buffers else shared.env.begin()
-                    )
-                except lmdb.MapResizedError:
-                    txn = None
-                except lmdb.Error as exc:
-                    raise translate(exc, "cannot read the store") from exc
-                if txn is not None and gens.changed():
-                    # A compaction named a new generation after we chose this one: what this
-                    # transaction sees may already be stale.
-                    txn.abort()
-                    continue
-                if txn is not None:
                     try:
-                        yield txn, shared
-                    finally:
+                        txn = shared.env.begin(buffers=True) if buffers else shared.env.begin()
+                    except lmdb.MapResizedError:
+                        txn = None
+                    except lmdb.Error as exc:
+                        raise translate(exc, "cannot read the store") from exc
+                    if txn is not None and gens.changed():
+                        # A compaction named a new generation: this transaction may be stale.
                         txn.abort()
-                    return
-            # Another process grew the map: adopt its size once no thread of ours reads.
-            shared.adopt_map_size()
+                        txn = None
+                        stale = True
+                    else:
+                        stale = False
+                    if txn is not None:
+                        try:
+                            yield txn, shared
+                        finally:
+                            txn.abort()
+                        return
+                finally:
+                    shared.lock.release_shared()
+            finally:
+                gens.leave(shared)
+            if stale:
+                gens.follow()
+            else:
+                # Another process grew the map: adopt its size once no thread of ours reads.
+                shared.adopt_map_size()
 
     @contextmanager
     def read(self) -> Iterator[ReadView]:

@@ -59,19 +59,28 @@ class SharedExclusiveLock:
         #: Threads waiting for the exclusive side (a test seam: it shows a resize is queued).
         self.exclusive_waiters = 0
 
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        """Hold the shared side (a read transaction may be open) for the block."""
+    def acquire_shared(self) -> None:
+        """Take the shared side (a read transaction may be open until release_shared)."""
         with self.cond:
             while self._exclusive:
                 self.cond.wait()
             self._readers += 1
+
+    def release_shared(self) -> None:
+        """Drop the shared side taken by acquire_shared."""
+        with self.cond:
+            self._readers -= 1
+            if not self._readers:
+                self.cond.notify_all()
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """Hold the shared side (a read transaction may be open) for the block."""
+        self.acquire_shared()
         try:
             yield
         finally:
-            with self.cond:
-                self._readers -= 1
-                self.cond.notify_all()
+            self.release_shared()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:

@@ -52,9 +52,9 @@ def is_store(path: str) -> bool:
     )
 
 
-def _stat_key(store_dir: str) -> StatKey:
+def _stat_key(current_path: str) -> StatKey:
     try:
-        st = os.lstat(os.path.join(store_dir, CURRENT))
+        st = os.lstat(current_path)
     except FileNotFoundError:
         return None
     return st.st_ino, st.st_size, st.st_mtime_ns
@@ -112,6 +112,7 @@ class Generations:
 
     def __init__(self, store_dir: str, map_size: int, *, create: bool) -> None:
         self.store_dir = store_dir
+        self._current_path = os.path.join(store_dir, CURRENT)
         self.map_size = map_size
         self.refs = 0
         self._mutex = threading.Lock()
@@ -145,7 +146,7 @@ class Generations:
 
     def follow(self) -> bool:
         """Switch to the generation CURRENT names if it changed; True if it switched."""
-        if _stat_key(self.store_dir) == self.key:
+        if _stat_key(self._current_path) == self.key:
             return False
         with self._mutex:
             key, name = read_current(self.store_dir)
@@ -162,22 +163,35 @@ class Generations:
 
     def changed(self) -> bool:
         """True when CURRENT is no longer the version this process last followed."""
-        return _stat_key(self.store_dir) != self.key
+        return _stat_key(self._current_path) != self.key
 
-    @contextmanager
-    def use(self) -> Iterator[Env]:
-        """The current environment, counted as in use for the block (it is not closed under it)."""
-        self.follow()
+    def enter(self) -> Env:
+        """The current environment, counted as in use until :meth:`leave` (not closed under it).
+
+        Does not look at CURRENT: a reader checks :meth:`changed` once its transaction has begun
+        (one lstat per transaction) and follows then.
+        """
         with self._mutex:
             env = self.current
             env.active += 1
+        return env
+
+    def leave(self, env: Env) -> None:
+        """End a use begun by :meth:`enter`; a retired environment closes with its last use."""
+        with self._mutex:
+            env.active -= 1
+            if env.retired and env.active == 0:
+                env.close()
+
+    @contextmanager
+    def use(self) -> Iterator[Env]:
+        """The current environment (after following CURRENT), in use for the block."""
+        self.follow()
+        env = self.enter()
         try:
             yield env
         finally:
-            with self._mutex:
-                env.active -= 1
-                if env.retired and env.active == 0:
-                    env.close()
+            self.leave(env)
 
     def remove_old(self) -> None:
         """Delete every generation but the current one that no process has open (writer lock held)."""
