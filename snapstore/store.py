@@ -42,7 +42,7 @@ from snapstore.records.checkpoint import (
 )
 from snapstore.records.manifest import Entry
 from snapstore.records.oplog import Operation
-from snapstore.storage import chunker, objects
+from snapstore.storage import chunker, lmdb_generations, objects
 from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.storage.memory import MemoryBackend
@@ -130,7 +130,7 @@ class Store:
             raise TreeIOError(f"{root} is not a directory")
         inside = store is None
         store_dir = os.path.join(root, STORE_DIRNAME) if inside else os.path.abspath(os.fspath(store))
-        if os.path.exists(os.path.join(store_dir, "data.mdb")):
+        if lmdb_generations.is_store(store_dir):
             raise StoreExistsError(f"a store already exists at {store_dir}")
         if os.path.realpath(store_dir) == os.path.realpath(root):
             raise UsageError(  # its live files would be snapshotted and rewritten by restore
@@ -169,13 +169,13 @@ class Store:
             if root is None:
                 raise UsageError("Store.open needs a root or a store directory")
             store_dir = os.path.join(os.path.abspath(os.fspath(root)), STORE_DIRNAME)
-            if not os.path.exists(os.path.join(store_dir, "data.mdb")):
+            if not lmdb_generations.is_store(store_dir):
                 raise StoreNotFoundError(
                     f"no store in {os.path.abspath(os.fspath(root))} (run 'snapstore init' there)"
                 )
         else:
             store_dir = os.path.abspath(os.fspath(store))
-            if not os.path.exists(os.path.join(store_dir, "data.mdb")):
+            if not lmdb_generations.is_store(store_dir):
                 raise StoreNotFoundError(f"no store at {store_dir}")
         backend = LmdbBackend(store_dir)
         try:
@@ -233,7 +233,7 @@ class Store:
             return os.path.abspath(os.fspath(store))
         here = os.path.abspath(os.fspath(start))
         while True:
-            if os.path.exists(os.path.join(here, STORE_DIRNAME, "data.mdb")):
+            if lmdb_generations.is_store(os.path.join(here, STORE_DIRNAME)):
                 return os.path.join(here, STORE_DIRNAME)
             parent = os.path.dirname(here)
             if parent == here:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snapstore.errors import LockedError
+from snapstore.storage import lmdb_generations
 from snapstore.store import Store
 from snapstore.testing import random_bytes
 from snapstore.tree import statcache
@@ -148,7 +149,8 @@ def test_compact_after_deleting_everything_returns_to_near_empty_size(tmp_path):
         assert report.size_after == store.backend.disk_size()
         assert report.size_after <= empty_size + 64 * 1024, (empty_size, grown, report.size_after)
         assert report.disk_freed == grown - report.size_after
-        assert not os.path.exists(os.path.join(store.store_dir, "compact.tmp"))
+        current = lmdb_generations.read_current(store.store_dir)[1]
+        assert [e for e in os.listdir(store.store_dir) if e.startswith("gen-")] == [current]
         assert store.verify().ok
         # The store works after compaction: write, read, verify, compact again.
         write(root, "new", b"after compaction")
@@ -166,9 +168,9 @@ def test_two_store_objects_in_one_process_follow_compaction(tree, store):
     other = Store.open(tree)
     try:
         store.prune(keep_last=1)
-        ino = os.stat(os.path.join(store.store_dir, "data.mdb")).st_ino
+        gen = lmdb_generations.read_current(store.store_dir)[1]
         store.gc(compact=True)
-        assert os.stat(os.path.join(store.store_dir, "data.mdb")).st_ino != ino
+        assert lmdb_generations.read_current(store.store_dir)[1] != gen  # a new generation
         snap(other, tree, "from other", {"g": b"other"}, expected)
         assert [c.message for c in store.checkpoints()] == ["from other", "s3"]
         assert_readable(store, expected)

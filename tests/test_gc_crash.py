@@ -22,7 +22,7 @@ import blake3
 import pytest
 from helpers import subprocess_env
 
-from snapstore.storage import lmdb_compact, objects
+from snapstore.storage import lmdb_generations, objects
 from snapstore.store import Store
 from snapstore.testing import random_bytes
 
@@ -97,9 +97,10 @@ def check_store(root, survivors) -> None:
                     if e.is_file
                 }
                 assert got == files, cid
-        # A later gc finishes the job and leaves no work directory behind.
+        # A later gc finishes the job and leaves only the current generation behind.
         store.gc(compact=True)
-        assert not os.path.exists(os.path.join(store.store_dir, lmdb_compact.COMPACT_DIR))
+        gens = [e for e in os.listdir(store.store_dir) if e.startswith("gen-")]
+        assert gens == [lmdb_generations.read_current(store.store_dir)[1]]
         assert store.gc().chunks_removed == 0
         assert store.verify().ok
 
@@ -129,9 +130,11 @@ def test_gc_killed_at_random_moments_leaves_a_valid_store(template, tmp_path, co
         time.sleep(rng.uniform(0, duration * 1.05))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
-            killed += 1
         proc.wait(timeout=60)
+        # Counted only if gc had not returned (the child prints its duration when it has).
+        if proc.returncode == -signal.SIGKILL and not proc.stdout.read().strip():
+            killed += 1
         check_store(root, survivors)
         shutil.rmtree(root)
-    # Most kills must land inside gc, or the test checks little.
-    assert killed >= TRIALS // 2, killed
+    # Many kills must land inside gc, or the test checks little.
+    assert killed >= TRIALS // 3, killed

@@ -24,9 +24,9 @@ snapshot can be writing chunks that the mark did not see (a snapshot checks chun
 under the same lock and rewrites whatever is missing).
 
 **Compaction** (``compact=True``): LMDB never shrinks its file; the free pages are reused but
-the size stays.  ``Backend.compact`` rewrites it (see :mod:`snapstore.storage.lmdb_compact`:
-a copy renamed over data.mdb, so a crash leaves either file whole; other processes pick the new
-file up through ``Backend.refresh`` when they next take the writer lock).
+the size stays.  ``Backend.compact`` rewrites it as a new store generation (see
+:mod:`snapstore.storage.lmdb_compact` and :mod:`snapstore.storage.lmdb_generations`): a crash
+leaves either generation whole, and every process follows the new one at its next transaction.
 """
 
 from __future__ import annotations

@@ -15,20 +15,23 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lmdb
 
+if TYPE_CHECKING:
+    from lmdb import Transaction, _Database
+
 from snapstore.errors import TreeIOError
-from snapstore.storage import lmdb_compact, lmdb_env
+from snapstore.storage import lmdb_compact, lmdb_generations
 from snapstore.storage.backend import ReadView, WriteBatch
-from snapstore.storage.lmdb_env import INITIAL_MAP_SIZE, MAX_MAP_SIZE, translate
+from snapstore.storage.lmdb_env import INITIAL_MAP_SIZE, MAX_MAP_SIZE, Env, translate
 
 __all__ = ["INITIAL_MAP_SIZE", "MAX_MAP_SIZE", "LmdbBackend"]
 
 
 class _LmdbView:
-    def __init__(self, txn: Any, dbs: dict[str, Any]) -> None:
+    def __init__(self, txn: Transaction[bytes], dbs: dict[str, _Database]) -> None:
         self._txn = txn
         self._dbs = dbs
 
@@ -66,52 +69,77 @@ class LmdbBackend:
     """A :class:`~snapstore.storage.backend.Backend` on the LMDB environment in ``path``."""
 
     def __init__(self, path: str, *, create: bool = False, map_size: int = INITIAL_MAP_SIZE) -> None:
-        self._shared = lmdb_env.acquire(path, create=create, map_size=map_size)
+        self._gens = lmdb_generations.acquire(path, create=create, map_size=map_size)
         self._closed = False
+        self._applying = self._gens.current
 
     @property
     def path(self) -> str:
         """The (real) store directory."""
-        return self._shared.path
+        return self._gens.store_dir
 
     @property
-    def env(self) -> Any:
+    def _shared(self) -> Env:
+        """The environment of the current generation."""
+        return self._gens.current
+
+    @property
+    def env(self) -> lmdb.Environment:
         """The lmdb.Environment (a test seam: tests damage records through it)."""
-        return self._shared.env
+        return self._gens.current.env
 
     # -- reading ---------------------------------------------------------------------------------
 
     @contextmanager
-    def _txn(self, *, buffers: bool = False) -> Iterator[Any]:
-        """A read transaction held with the thread lock's shared side."""
-        shared = self._shared
+    def _txn(self, *, buffers: bool = False) -> Iterator[tuple[Transaction[Any], Env]]:
+        """A read transaction on the current generation (and that generation's environment),
+        with its thread lock held shared.  The hot path: one lstat, no nested context managers."""
+        gens = self._gens
         while True:
-            with shared.lock.shared():
+            shared = gens.enter()
+            txn: Transaction[Any] | None = None
+            try:
+                shared.lock.acquire_shared()
                 try:
-                    txn = shared.env.begin(buffers=True) if buffers else shared.env.begin()
-                except lmdb.MapResizedError:
-                    txn = None
-                except lmdb.Error as exc:
-                    raise translate(exc, "cannot read the store") from exc
-                if txn is not None:
                     try:
-                        yield txn
-                    finally:
+                        txn = shared.env.begin(buffers=True) if buffers else shared.env.begin()
+                    except lmdb.MapResizedError:
+                        txn = None
+                    except lmdb.Error as exc:
+                        raise translate(exc, "cannot read the store") from exc
+                    if txn is not None and gens.changed():
+                        # A compaction named a new generation: this transaction may be stale.
                         txn.abort()
-                    return
-            # Another process grew the map: adopt its size once no thread of ours reads.
-            shared.adopt_map_size()
+                        txn = None
+                        stale = True
+                    else:
+                        stale = False
+                    if txn is not None:
+                        try:
+                            yield txn, shared
+                        finally:
+                            txn.abort()
+                        return
+                finally:
+                    shared.lock.release_shared()
+            finally:
+                gens.leave(shared)
+            if stale:
+                gens.follow()
+            else:
+                # Another process grew the map: adopt its size once no thread of ours reads.
+                shared.adopt_map_size()
 
     @contextmanager
     def read(self) -> Iterator[ReadView]:
         """A consistent view of every table (one read transaction)."""
-        with self._txn() as txn:
-            yield _LmdbView(txn, self._shared.dbs)
+        with self._txn() as (txn, shared):
+            yield _LmdbView(txn, shared.dbs)
 
     def has_many(self, table: str, keys: Iterable[bytes]) -> list[bool]:
         """For each key, whether ``table`` holds it."""
-        db = self._shared.dbs[table]
-        with self._txn() as txn:
+        with self._txn() as (txn, shared):
+            db = shared.dbs[table]
             return [txn.get(k, db=db) is not None for k in keys]
 
     def value_sizes(self, table: str) -> Iterator[tuple[bytes, int, bytes]]:
@@ -119,8 +147,9 @@ class LmdbBackend:
 
         Reads through zero-copy buffers, so a large value is not copied to compute its size.
         """
-        with self._txn(buffers=True) as txn:
-            for key, value in txn.cursor(db=self._shared.dbs[table]):
+        with self._txn(buffers=True) as (txn, shared):
+            db = shared.dbs[table]
+            for key, value in txn.cursor(db=db):
                 yield bytes(key), len(value), bytes(value[:32])
 
     # -- writing ---------------------------------------------------------------------------------
@@ -134,21 +163,23 @@ class LmdbBackend:
             self._apply(batch)
 
     def _apply(self, batch: WriteBatch) -> None:
-        shared = self._shared
-        with shared.write_lock:
+        with self._gens.use() as shared, shared.write_lock:
             while True:
                 try:
+                    self._applying = shared
                     batch.inserted_bytes = self._apply_once(batch)
                     return
                 except lmdb.MapFullError:
-                    self._grow()
+                    self._grow(shared)
                 except lmdb.MapResizedError:
                     shared.adopt_map_size()
                 except lmdb.Error as exc:
                     raise translate(exc, "cannot write to the store", shared.path) from exc
 
     def _apply_once(self, batch: WriteBatch) -> int:
-        shared = self._shared
+        # The environment _apply chose and holds the write lock of (set just before the call:
+        # this signature is a test seam that injects failures).
+        shared = self._applying
         dbs = shared.dbs
         inserted = 0
         with shared.env.begin(write=True) as txn:
@@ -165,8 +196,7 @@ class LmdbBackend:
                     txn.put(key, value, db=db)
         return inserted
 
-    def _grow(self) -> None:
-        shared = self._shared
+    def _grow(self, shared: Env) -> None:
         with shared.lock.exclusive():
             size = shared.map_size_now()
             if size >= MAX_MAP_SIZE:
@@ -203,24 +233,25 @@ class LmdbBackend:
             _malloc_trim()
 
     def compact(self) -> tuple[int, int] | None:
-        """Rewrite data.mdb without free pages (see :mod:`snapstore.storage.lmdb_compact`)."""
-        return lmdb_compact.compact(self._shared, self.sync)
+        """Write a new generation without free pages (see :mod:`snapstore.storage.lmdb_compact`)."""
+        self.sync()
+        return lmdb_compact.compact(self._gens)
 
     def refresh(self) -> bool:
-        """Reopen the environment if data.mdb was replaced (gc --compact in another process).
+        """Follow CURRENT to a generation written by another process's compaction.
 
         Called by every writer right after it takes the store's writer lock: the compacting
-        process held that lock while it renamed the new file in, so from then on no write can
-        go to the old, unlinked file.  Returns True if it reopened.
+        process held that lock while it renamed CURRENT, so from then on no write can go to an
+        old generation.  Also deletes old generations no process has open.  True if it switched.
         """
-        shared = self._shared
-        if not shared.replaced():
-            return False
         try:
-            shared.reopen()
+            switched = self._gens.follow()
+            self._gens.remove_old()
         except lmdb.Error as exc:
-            raise translate(exc, "cannot reopen the compacted store") from exc
-        return True
+            raise translate(exc, "cannot open the compacted store") from exc
+        except OSError as exc:
+            raise TreeIOError(f"cannot follow the compacted store: {exc}") from exc
+        return switched
 
     def sync(self) -> None:
         """Flush the meta page (data pages are flushed by every commit)."""
@@ -241,7 +272,7 @@ class LmdbBackend:
         if self._closed:
             return
         self._closed = True
-        lmdb_env.release(self._shared)
+        lmdb_generations.release(self._gens)
 
 
 # -- memory trimming (Linux) -----------------------------------------------------------------------

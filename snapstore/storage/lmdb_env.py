@@ -1,8 +1,8 @@
 """The LMDB environment of a store directory: opening it safely, its map, its thread lock.
 
-One environment per store directory, shared by every Store object of the process that opens it
-(LMDB forbids opening one environment twice in a process): :func:`acquire` / :func:`release`
-count its users.  Named databases hold the tables of ``backend.TABLES``.
+One :class:`Env` per generation of a store (see :mod:`snapstore.storage.lmdb_generations`),
+shared by every Store object of the process (LMDB forbids opening one environment twice in a
+process).  Named databases hold the tables of ``backend.TABLES``.
 
 **Store files are never followed through symlinks.**  A store directory can come from an
 archive; LMDB opens ``lock.mdb`` (and ``data.mdb``) with ``O_CREAT`` and would follow a planted
@@ -29,15 +29,18 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import lmdb
+
+if TYPE_CHECKING:
+    from lmdb import _Database
 
 from snapstore.errors import CorruptError, StoreNotFoundError, TreeIOError, UnsafePathError
 from snapstore.storage.backend import TABLES
 
-#: Files LMDB and the store keep in a store directory (none may be a symlink).
-STORE_FILES = ("data.mdb", "lock.mdb", "lock")
+#: Files LMDB and the store keep in a store or generation directory (none may be a symlink).
+STORE_FILES = ("data.mdb", "lock.mdb", "lock", "CURRENT")
 
 SMALL_MAP_SIZE = 1 << 30
 #: A sparse reservation of address space (64-bit): growth is never needed in practice.
@@ -56,19 +59,28 @@ class SharedExclusiveLock:
         #: Threads waiting for the exclusive side (a test seam: it shows a resize is queued).
         self.exclusive_waiters = 0
 
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        """Hold the shared side (a read transaction may be open) for the block."""
+    def acquire_shared(self) -> None:
+        """Take the shared side (a read transaction may be open until release_shared)."""
         with self.cond:
             while self._exclusive:
                 self.cond.wait()
             self._readers += 1
+
+    def release_shared(self) -> None:
+        """Drop the shared side taken by acquire_shared."""
+        with self.cond:
+            self._readers -= 1
+            if not self._readers:
+                self.cond.notify_all()
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """Hold the shared side (a read transaction may be open) for the block."""
+        self.acquire_shared()
         try:
             yield
         finally:
-            with self.cond:
-                self._readers -= 1
-                self.cond.notify_all()
+            self.release_shared()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -121,56 +133,49 @@ def check_store_files(path: str) -> None:
             raise UnsafePathError(f"refusing the store at {path}: {name} is {what}")
 
 
-def inode(path: str) -> int | None:
-    """The inode of ``path`` (not following a symlink), or None if it does not exist."""
-    try:
-        return os.lstat(path).st_ino
-    except OSError:
-        return None
-
-
 class Env:
-    """One open LMDB environment, reference-counted per process."""
+    """One open LMDB environment: the store's data of one generation (see lmdb_generations).
 
-    def __init__(self, path: str, map_size: int) -> None:
+    ``path`` is the directory holding data.mdb and lock.mdb: the store directory itself for
+    generation 0 (the original layout), ``gen-N`` below it after a compaction.  ``dir_fd`` holds
+    a shared flock on that directory for as long as the environment is open, so no other process
+    deletes the generation under this one.
+    """
+
+    def __init__(self, path: str, dir_fd: int, map_size: int, *, create: bool) -> None:
         self.path = path
+        self.dir_fd = dir_fd
         self.map_size = map_size
         self.lock = SharedExclusiveLock()
-        self.refs = 0
         #: Serialises this process's write transactions (LMDB allows one per environment).
         self.write_lock = threading.Lock()
+        #: Transactions of this process open on this environment, and whether a newer
+        #: generation replaced it (it closes when both say so).
+        self.active = 0
+        self.retired = False
         #: Cache of release_memory: (env id, map size) -> mapped address ranges.
         self.map_key: tuple[int, int] | None = None
         self.map_ranges: list[tuple[int, int]] = []
-        self._open()
-
-    def _open(self) -> None:
-        # The inode of data.mdb this environment maps: gc --compact replaces the file by a
-        # rename, and every writer compares this with the file's current inode (replaced()).
-        data = os.path.join(self.path, "data.mdb")
-        for _ in range(5):
-            check_store_files(self.path)
-            before = inode(data)
-            env = lmdb.open(
-                self.path,
-                map_size=self.map_size,
-                subdir=True,
-                max_dbs=len(TABLES) + 2,
-                metasync=False,
-                sync=True,
-                readahead=False,
-                max_readers=256,
-                create=True,
-            )
-            if before is None or inode(data) == before:
-                break
-            env.close()  # the file was swapped while we opened it: open the new one
-        self.env = env
-        self.ino = inode(data)
-        with self.env.begin(write=True) as txn:
-            self.dbs: dict[str, Any] = {
-                name: self.env.open_db(name.encode(), txn=txn) for name in TABLES
-            }
+        check_store_files(path)
+        self.env = lmdb.open(
+            path,
+            map_size=map_size,
+            subdir=True,
+            max_dbs=len(TABLES) + 2,
+            metasync=False,
+            sync=True,
+            readahead=False,
+            max_readers=256,
+            create=create,
+        )
+        try:
+            with self.env.begin(write=True) as txn:
+                self.dbs: dict[str, _Database] = {
+                    name: self.env.open_db(name.encode(), txn=txn) for name in TABLES
+                }
+        except BaseException:
+            self.env.close()
+            raise
 
     def map_size_now(self) -> int:
         """The size of this process's map of the file."""
@@ -180,67 +185,15 @@ class Env:
         """The id of the last committed transaction."""
         return self.env.info()["last_txnid"]
 
-    def replaced(self) -> bool:
-        """True when data.mdb is no longer the file this environment maps."""
-        ino = inode(os.path.join(self.path, "data.mdb"))
-        return ino is not None and ino != self.ino
-
-    def reopen(self) -> None:
-        """Map the current data.mdb (after another process's compaction renamed a new one in).
-
-        Waits for this process's writers and readers; every Store object of the process shares
-        this environment, so all of them see the new file at once.
-        """
-        with self.write_lock, self.lock.exclusive():
-            self.map_size = max(self.map_size, self.map_size_now())
-            self.env.close()
-            self._open()
-
-    def begin_read(self) -> Any:
-        """Begin a read transaction; the caller holds :attr:`lock` shared.
-
-        Raises lmdb.MapResizedError when another process grew the map: the caller must then
-        release the shared side and call :meth:`adopt_map_size`.
-        """
-        return self.env.begin(buffers=False)
-
     def adopt_map_size(self) -> None:
         """Take another process's larger map size, with no read transaction of ours open."""
         with self.lock.exclusive():
             self.env.set_mapsize(0)
 
-
-_envs: dict[str, Env] = {}
-_envs_lock = threading.Lock()
-
-
-def acquire(path: str, *, create: bool, map_size: int) -> Env:
-    """The shared environment of store directory ``path`` (opened on first use)."""
-    real = os.path.realpath(path)
-    if not create and not os.path.lexists(os.path.join(real, "data.mdb")):
-        raise StoreNotFoundError(f"no store at {path}")
-    check_store_files(real)
-    with _envs_lock:
-        shared = _envs.get(real)
-        if shared is None:
-            try:
-                shared = Env(real, map_size)
-            except lmdb.Error as exc:
-                raise translate(exc, f"cannot open the store at {path}") from exc
-            _envs[real] = shared
-        elif shared.replaced():
-            shared.reopen()
-        shared.refs += 1
-    return shared
-
-
-def release(shared: Env) -> None:
-    """Drop one user of ``shared``; the last one closes the environment."""
-    with _envs_lock:
-        shared.refs -= 1
-        if shared.refs == 0:
-            _envs.pop(shared.path, None)
-            shared.env.close()
+    def close(self) -> None:
+        """Close the environment and drop the generation's shared flock."""
+        self.env.close()
+        os.close(self.dir_fd)
 
 
 def translate(exc: Exception, what: str, path: str | None = None) -> Exception:

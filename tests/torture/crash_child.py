@@ -4,7 +4,7 @@
 
 OP: snapshot | restore | undo | gc | gc-compact.  MODE: ``none`` (the parent may kill it on a
 timer), ``apply:K:before|after`` (SIGKILL just before / after the K-th LMDB write transaction),
-``step:K`` (before restore step K), ``rename:before|after`` (around compaction's rename).
+``step:K`` (before restore step K), ``rename:before|after`` (around compaction's rename of CURRENT).
 Prints ``go`` when the store is open, then ``done APPLIES SECONDS``.  Small batch sizes push
 small inputs through the paths large ones take (many transactions, streamed files).
 """
@@ -14,7 +14,7 @@ import sys
 import time
 
 from snapstore.ops import gc, restore, snapshot_io
-from snapstore.storage import lmdb_backend
+from snapstore.storage import lmdb_backend, lmdb_compact
 from snapstore.store import Store
 
 CONVERSATION = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "done"}]
@@ -56,7 +56,7 @@ def main() -> None:
 
         restore.step_hook = hook
     if mode.startswith("rename:"):
-        real_rename = lmdb_backend.os.rename
+        real_rename = lmdb_compact.os.rename
         where = mode[7:]
 
         def rename(src, dst, *args, **kwargs):
@@ -66,7 +66,7 @@ def main() -> None:
             if where == "after":
                 die()
 
-        lmdb_backend.os.rename = rename
+        lmdb_compact.os.rename = rename
     print("go", flush=True)
     start = time.perf_counter()
     if op == "snapshot":
