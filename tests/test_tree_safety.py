@@ -144,6 +144,13 @@ def test_store_as_tree_root_is_refused(tmp_path):
     assert not (root / "data.mdb").exists()
 
 
+def test_cli_init_store_dot_is_refused(tree, run_cli):
+    result = run_cli("init", "--store", ".", cwd=tree)
+    assert result.code == UsageError.exit_code
+    assert "cannot be the tree's root" in result.err and "Traceback" not in result.err
+    assert os.listdir(tree) == []
+
+
 def test_store_files_at_the_tree_root_are_left_out(tmp_path):
     """An existing store whose directory is the tree (made before the refusal) is not copied."""
     root = tmp_path / "t"
