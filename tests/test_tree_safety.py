@@ -260,3 +260,32 @@ def test_tree_deeper_than_path_max_snapshots_and_round_trips(tree, store, monkey
     monkeypatch.setattr(statcache, "RACY_MARGIN_NS", 0)
     store.snapshot("cache filled")
     assert store.snapshot("cache used").stats["files_read"] == 0
+
+
+def test_walk_holds_a_bounded_number_of_directory_fds(tree, monkeypatch):
+    parts = [f"level{i:02d}" for i in range(40)]
+    make_deep(tree, parts, "bottom", b"b")
+    for i in range(1, 40):  # a sibling at every level keeps each parent's fd waiting for it
+        make_deep(tree, [*parts[:i], "sibling"], "s", b"s")
+    make_deep(tree, [f"{i:03d}" + "x" * 60 for i in range(70)], "far", b"f")  # > PATH_MAX
+    build_tree(tree, {"level00/side/file": b"s", "top": b"t"})
+    expected = [f.path for f in scan.walk(os.fsencode(tree), frozenset(), scan.ScanReport())]
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    baseline = open_fds()
+    counts: list[int] = []
+    real = scan._scandir
+
+    def counting(fd):
+        counts.append(open_fds())
+        return real(fd)
+
+    monkeypatch.setattr(scan, "_scandir", counting)
+    monkeypatch.setattr(scan, "MAX_HELD_FDS", 4)
+    report = scan.ScanReport()
+    assert [f.path for f in scan.walk(os.fsencode(tree), frozenset(), report)] == expected
+    assert report.warnings == []
+    assert len(counts) > 100  # every directory was listed
+    assert max(counts) - baseline <= 4 + 2  # the cap, plus the one being listed (and its dup)
