@@ -277,14 +277,27 @@ def test_walk_holds_a_bounded_number_of_directory_fds(tree, monkeypatch):
     baseline = open_fds()
     counts: list[int] = []
     real = scan._scandir
+    monkeypatch.setattr(scan, "MAX_HELD_FDS", 10_000)
 
-    def counting(fd):
-        counts.append(open_fds())
-        return real(fd)
+    class SiblingsFirst:
+        """List 'sibling' first, so it is visited last and every parent's fd waits for it."""
 
-    monkeypatch.setattr(scan, "_scandir", counting)
-    monkeypatch.setattr(scan, "MAX_HELD_FDS", 4)
+        def __init__(self, fd):
+            counts.append(open_fds())
+            self.it = real(fd)
+
+        def __enter__(self):
+            return sorted(self.it.__enter__(), key=lambda d: d.name != "sibling")
+
+        def __exit__(self, *exc):
+            return self.it.__exit__(*exc)
+
+    monkeypatch.setattr(scan, "_scandir", SiblingsFirst)
     report = scan.ScanReport()
+    assert [f.path for f in scan.walk(os.fsencode(tree), frozenset(), report)] == expected
+    assert max(counts) - baseline > 30  # without a cap: one fd per level
+    counts.clear()
+    monkeypatch.setattr(scan, "MAX_HELD_FDS", 4)
     assert [f.path for f in scan.walk(os.fsencode(tree), frozenset(), report)] == expected
     assert report.warnings == []
     assert len(counts) > 100  # every directory was listed
