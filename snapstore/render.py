@@ -7,6 +7,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from snapstore.tree.paths import display
+
 if TYPE_CHECKING:
     from snapstore.ops.diff import Change
     from snapstore.ops.gc import GcReport
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     from snapstore.ops.restore import RestoreReport
     from snapstore.ops.retention import PruneReport
     from snapstore.ops.stats import StoreStats
+    from snapstore.ops.textdiff import LineCounts
     from snapstore.ops.verify import VerifyReport
     from snapstore.records.checkpoint import Checkpoint
     from snapstore.records.oplog import Operation
@@ -175,16 +178,31 @@ def history_rows(versions: list[Version]) -> list[list[str]]:
     return rows
 
 
-def stat_lines(changes: list[Change], counts: list[tuple[int, int, bool]]) -> list[str]:
-    """``diff --stat``: one line per path with a +/- bar, then the totals."""
-    width = max((len(c.display_path) for c in changes), default=0)
+def name_status_lines(changes: list[Change]) -> list[str]:
+    """``diff``'s default output: status and path (git's ``R<similarity>`` with both paths)."""
+    from snapstore.ops.renames import Renamed
+
+    out = []
+    for c in changes:
+        if isinstance(c, Renamed):
+            old, new = display(c.old_path), display(c.path)
+            out.append(f"R{c.similarity:03d}\t{old}\t{new}")
+        else:
+            out.append(f"{c.status}\t{c.display_path}")
+    return out
+
+
+def stat_lines(changes: list[Change], counts: list[LineCounts]) -> list[str]:
+    """``diff --stat``: one line per path with a +/- bar (or why it has none), then totals."""
+    labels = [c.display_path for c in changes]
+    width = max((len(label) for label in labels), default=0)
     out = []
     total_a = total_r = 0
-    for c, (added, removed, binary) in zip(changes, counts):
-        detail = "Bin" if binary else f"{added + removed:5d} {'+' * min(added, 40)}{'-' * min(removed, 40)}"
-        out.append(f" {c.display_path.ljust(width)} | {detail}")
-        total_a += added
-        total_r += removed
+    for label, n in zip(labels, counts):
+        detail = n.note or f"{n.added + n.removed:5d} {'+' * min(n.added, 40)}{'-' * min(n.removed, 40)}"
+        out.append(f" {label.ljust(width)} | {detail}")
+        total_a += n.added
+        total_r += n.removed
     out.append(f" {len(changes)} file(s) changed, {total_a} insertion(s)(+), {total_r} deletion(s)(-)")
     return out
 

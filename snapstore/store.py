@@ -30,18 +30,28 @@ from snapstore.hooks import HookRegistry
 from snapstore.ops import snapshot
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change, compare
-from snapstore.records import conversation, manifest, refs
-from snapstore.records.checkpoint import USER, Checkpoint, load_all, load_one, parse_record
+from snapstore.ops.renames import detect as detect_renames
+from snapstore.records import conversation, manifest, refs, schema
+from snapstore.records.checkpoint import (
+    USER,
+    Checkpoint,
+    damage_of,
+    load_all,
+    load_one,
+    parse_record,
+)
 from snapstore.records.manifest import Entry
 from snapstore.records.oplog import Operation
 from snapstore.storage import chunker, objects
-from snapstore.storage.backend import JOURNAL_KEY, MemoryBackend
+from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
+from snapstore.storage.memory import MemoryBackend
 from snapstore.tree.paths import display, from_user
 
 if TYPE_CHECKING:
     from snapstore.ops.history import Version
     from snapstore.ops.restore import RestoreReport
+    from snapstore.ops.textdiff import LineCounts
     from snapstore.ops.verify import VerifyReport
 
 STORE_DIRNAME = ".snapstore"
@@ -84,10 +94,10 @@ class Store:
         self.store_dir = store_dir
         self.compression_level = compression_level
         self._lock = lock
-        if hasattr(lock, "on_acquire") and hasattr(backend, "reopen_if_replaced"):
+        if isinstance(lock, WriterLock):
             # Another process's `gc --compact` may have renamed a new data.mdb in: every writer
             # checks right after taking the lock, so no write goes to the old file.
-            lock.on_acquire = backend.reopen_if_replaced
+            lock.on_acquire = backend.refresh
         excluded = set()
         if store_dir is not None:
             rel = os.path.relpath(os.path.realpath(store_dir), os.path.realpath(self.root))
@@ -183,6 +193,8 @@ class Store:
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
         try:
             level = int(meta.get(b"compression", b"3"))
+            if not 1 <= level <= 22:  # what init accepts; zstd raises ValueError past 22
+                raise ValueError(level)
         except ValueError:
             backend.close()
             raise CorruptError("the store's meta 'compression' is damaged") from None
@@ -331,8 +343,7 @@ class Store:
         """
         for tag in tags:
             _check_tag(tag)
-        if metadata is not None and not isinstance(metadata, dict):
-            raise UsageError("metadata must be a dict")
+        schema.check_new_record(message, task, metadata)
         self.hooks.before(
             "before_snapshot", message=message, task=task, tags=list(tags), metadata=metadata
         )
@@ -374,7 +385,10 @@ class Store:
         self.hooks.before("before_restore", target=target, paths=paths, dry_run=dry_run, kind=kind)
         from snapstore.ops import restore
 
-        report = restore.run(self, target, paths, dry_run=dry_run, kind=kind, message=message)
+        report = restore.run(
+            self._restore_context(), target, paths, dry_run=dry_run, kind=kind, message=message,
+            take_safety=self._take_safety,
+        )
         report.warnings.extend(self.hooks.after("after_restore", report=report))
         return report
 
@@ -442,15 +456,13 @@ class Store:
         rows = list(reversed(self.checkpoints(task=task)))
         return file_history(self, from_user(path), rows)
 
-    def summary(self, ref: str, *, task: str | None = None) -> dict[str, Any]:
-        """What an agent UI shows for a checkpoint: the record, changed files with +/- counts,
-        the conversation's size and last messages (``None`` when none is stored)."""
+    def summary(self, ref: str, *, task: str | None = None, renames: bool = False) -> dict[str, Any]:
+        """What an agent UI shows for a checkpoint: the record, changed files with +/- counts
+        (``not_counted``: the size of a file too large to count), the conversation's size and
+        last messages (``None`` when none is stored)."""
         cp = self.resolve(ref, task=task)
-        found = self.changes(cp.id)
-        changes = [
-            {**c.to_json(), "added": added, "removed": removed, "binary": binary}
-            for c, (added, removed, binary) in zip(found, self.line_counts(found))
-        ]
+        found = self.changes(cp.id, renames=renames)
+        changes = [{**c.to_json(), **n.to_json()} for c, n in zip(found, self.line_counts(found))]
         convo = None
         if cp.conversation is not None:
             convo = conversation.preview(self.conversation(cp.id))
@@ -464,34 +476,53 @@ class Store:
                 out.append(Operation.parse(key, value))
         return out
 
-    def recover(self) -> bool:
-        """Finish a restore that a crash interrupted; True if there was one."""
+    def recover(self, *, mode: str = "forward", dry_run: bool = False):
+        """Finish (``"forward"``), roll back (``"back"``) or drop (``"abandon"``: the tree is
+        recorded as it is first) a restore a crash interrupted; returns a restore.RecoverReport
+        (``pending`` False when there was none).  Refuses (ConflictError) when a journaled path
+        changed since the crash."""
+        from snapstore.ops import restore
+
         with self._lock.held():
-            return self._recover()
+            return restore.recover(
+                self._restore_context(), mode=mode, dry_run=dry_run,
+                record_tree=lambda message: self._take_safety(message)[0],
+            )
+
+    def pending_restore(self) -> str | None:
+        """A warning when an interrupted restore is pending (read-only commands show it)."""
+        from snapstore.ops import restore
+
+        with self.backend.read() as view:
+            return restore.pending(view)
 
     def _recover(self) -> bool:
         if not self._journal_pending():
             return False
         from snapstore.ops import restore
 
-        return restore.recover(self)
+        restore.recover(self._restore_context())
+        return True
+
+    def _restore_context(self) -> StageContext:
+        # The same context as snapshots: the safety checkpoint then uses the manifest memo.
+        return self.context
+
+    def _take_safety(self, message: str):
+        from snapstore.records.checkpoint import SAFETY
+
+        cp_id, packed, result = snapshot.take(self.context, message=message, kind=SAFETY, skip_unchanged=True)
+        cp = parse_record(cp_id, packed)
+        return cp, {e.path: e for e in result.entries}, {f.path: f for f in result.found}
 
     def _journal_pending(self) -> bool:
         with self.backend.read() as view:
             return view.get("journal", JOURNAL_KEY) is not None
 
     def _recover_on_open(self) -> None:
-        with self.backend.read() as view:
-            pending = view.get("journal", JOURNAL_KEY) is not None
-        if not pending:
-            return
-        from snapstore.errors import LockedError
-
-        try:
-            with self._lock.held(timeout=0):
-                self._recover()
-        except LockedError:
-            pass  # a live restore holds the lock; it finishes its own work
+        # Opening never replays a journal: read-only commands must not write the tree (they
+        # report it: pending_restore); writers call _recover under the lock.
+        return
 
     # -- retention, deletion, gc, stats, config (see snapstore.retention, snapstore.gc) ------
 
@@ -549,7 +580,7 @@ class Store:
                 return []
             report = self._prune(policy, None, False)
             if report.removed and values.get("retention.gc") == "true":
-                gc.run(self)
+                gc.run(self.backend)
         except SnapstoreError as exc:
             return [f"automatic retention failed: {exc}"]
         return []
@@ -582,23 +613,21 @@ class Store:
 
         with self._lock.held():
             self._recover()
-            return gc.run(self, compact=compact and not dry_run, dry_run=dry_run)
+            return gc.run(self.backend, compact=compact and not dry_run, dry_run=dry_run)
 
     def stats(self):
         """Counts and sizes of the store (a stats.StoreStats)."""
         from snapstore.ops import stats
 
-        return stats.collect(self)
+        all_, _ = self._load()
+        return stats.collect(self.backend, all_)
 
     def config(self) -> dict[str, str]:
         """Every configuration key with its value (the default when unset)."""
         from snapstore.ops import retention
 
         with self.backend.read() as view:
-            return {
-                key: (view.get("meta", retention.config_key(key)) or default.encode()).decode()
-                for key, (default, _) in retention.CONFIG_KEYS.items()
-            }
+            return retention.read_config(view)
 
     def config_get(self, key: str) -> str:
         """The value of configuration ``key`` (UsageError for an unknown key)."""
@@ -625,13 +654,20 @@ class Store:
     # -- reading ------------------------------------------------------------------------------
 
     def diff(
-        self, a: str = "latest", b: str | None = None, paths: list[str] | None = None
+        self,
+        a: str = "latest",
+        b: str | None = None,
+        paths: list[str] | None = None,
+        *,
+        renames: bool = False,
     ) -> list[Change]:
         """Changes from checkpoint ``a`` to checkpoint ``b`` (the working tree when None).
 
         Two checkpoints are compared through their manifests alone (shared manifest chunks are
         skipped undecoded); the working tree through the stat cache (unchanged files are not
-        read).  Each Change gives lazy access to its old and new bytes.
+        read).  Each Change gives lazy access to its old and new bytes.  With ``renames`` a
+        deleted and an added file that are the same file moved become one ``R`` change
+        (:mod:`snapstore.ops.renames`).
         """
         from snapstore.ops import diff as diff_mod
         from snapstore.ops.restore import selector
@@ -650,7 +686,8 @@ class Store:
                 new_loader = self._store_loader
         old = {p: e for p, e in old.items() if sel(p)}
         new = {p: e for p, e in new.items() if sel(p)}
-        return diff_mod.with_loaders(compare(old, new), self._store_loader, new_loader)
+        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, new_loader)
+        return detect_renames(changes) if renames else changes
 
     def _store_loader(self, entry: Entry) -> bytes:
         with self.backend.read() as view:
@@ -680,16 +717,21 @@ class Store:
         all_, _ = self._load()
         return refs.numbered(all_, task, include_safety)
 
-    def line_counts(self, changes: list[Change]) -> list[tuple[int, int, bool]]:
-        """``(added, removed, binary)`` lines of each change, as ``diff --stat`` shows them."""
+    def line_counts(self, changes: list[Change]) -> list[LineCounts]:
+        """Lines added and removed by each change, as ``diff --stat`` shows them (binary files
+        and files too large to count say so instead)."""
         from snapstore.ops import textdiff
 
-        return [textdiff.line_counts(c) for c in changes]
+        return [textdiff.count(c) for c in changes]
 
     def resolve(self, ref: str, *, task: str | None = None) -> Checkpoint:
         """The checkpoint ``ref`` names (see :mod:`snapstore.refs`)."""
         all_, tags = self._load()
-        return refs.resolve(ref, all_, tags, task)
+        return refs.resolve(ref, all_, tags, task, damage=self._damage_of)
+
+    def _damage_of(self, cid: str) -> str | None:
+        with self.backend.read() as view:
+            return damage_of(view, bytes.fromhex(cid))
 
     def entries(self, ref: str) -> list[Entry]:
         """The manifest entries of checkpoint ``ref``, in path order."""
@@ -697,8 +739,9 @@ class Store:
         with self.backend.read() as view:
             return list(manifest.iter_entries(view.get, cp.manifest))
 
-    def changes(self, ref: str) -> list[Change]:
-        """What checkpoint ``ref`` changed against its parent (with lazy old/new bytes)."""
+    def changes(self, ref: str, *, renames: bool = False) -> list[Change]:
+        """What checkpoint ``ref`` changed against its parent (with lazy old/new bytes);
+        ``renames`` as in :meth:`diff`."""
         from snapstore.ops import diff as diff_mod
 
         cp = self.resolve(ref)
@@ -710,7 +753,8 @@ class Store:
                 old, new = {}, manifest.load(view.get, cp.manifest)
             else:
                 old, new = diff_mod.manifest_difference(view.get, parent.manifest, cp.manifest)
-        return diff_mod.with_loaders(compare(old, new), self._store_loader, self._store_loader)
+        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, self._store_loader)
+        return detect_renames(changes) if renames else changes
 
     def iter_bytes(self, ref: str, path: str | bytes) -> Iterator[bytes]:
         """The content of ``path`` in checkpoint ``ref``, chunk by chunk (each chunk verified)."""
@@ -740,7 +784,7 @@ class Store:
         """Re-read and re-hash everything; the report lists every problem found."""
         from snapstore.ops import verify
 
-        return verify.run(self.backend, progress)
+        return verify.run(self.backend, progress, self.excluded)
 
     # -- internals ----------------------------------------------------------------------------
 

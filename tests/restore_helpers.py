@@ -71,3 +71,33 @@ def sample_spec(n: int = 40, seed: int = 0) -> dict[str, object]:
     spec["empty/dir"] = None
     spec["big.bin"] = rng.randbytes(300_000)
     return spec
+
+
+def plant_checkpoint(store, entries: list, content: bytes = b"pwned\n") -> str:
+    """Write a checkpoint with arbitrary (hostile) entries through the internal API; ``content``
+    is stored as a chunk, so a file entry whose ref is ``chunk_id(content)`` restores."""
+    from snapstore.records.checkpoint import build_record, seq_key
+    from snapstore.records.manifest import write_manifest
+    from snapstore.storage.objects import chunk_id, encode_chunk
+
+    objs = []
+    entries = sorted(entries, key=lambda e: e.path)
+    mid, _, record = write_manifest(entries, lambda cid, value: objs.append((cid, value)))
+
+    cid = chunk_id(content)
+    with store.backend.read() as view:
+        last = next(iter(view.items("log", reverse=True)), None)
+    seq = int.from_bytes(last[0], "big") + 1 if last else 1
+    rec_id, packed = build_record(
+        parent=None, time_ns=1, message="hostile", task=None, tags=[], kind="checkpoint",
+        manifest=mid, conversation=None, metadata={}, stats={},
+    )
+    with store.backend.write() as batch:
+        for k, v in objs:
+            batch.put_new("chunks", k, v)
+        if record:
+            batch.put("streams", mid, record)
+        batch.put_new("chunks", cid, encode_chunk(content))
+        batch.put("checkpoints", rec_id, packed)
+        batch.put("log", seq_key(seq), rec_id)
+    return rec_id.hex()

@@ -167,12 +167,22 @@ def test_checkpoints_undo_can_reach_are_protected(tree, store):
 def test_only_the_newest_operations_are_protected(tree, store):
     cps = make(store, tree, 2)
     for i in range(retention.UNDO_DEPTH + 1):
+        write(tree, "g", f"edit {i}".encode())  # each safety checkpoint holds a unique tree
         store.restore(cps[i % 2].id)
+    ops = store.operations()  # newest first
+    assert len(ops) == retention.UNDO_DEPTH + 1
+    assert len({op.before for op in ops}) == len(ops)
     with store.backend.read() as view:
         guarded = retention.protected(view)
-    ops = store.operations()
-    assert {ops[0].before, ops[0].target} <= set(guarded)
-    assert len(ops) == retention.UNDO_DEPTH + 1
+    for op in ops[: retention.UNDO_DEPTH]:
+        assert {op.before, op.target} <= set(guarded)
+    oldest = ops[-1]
+    assert oldest.before not in guarded  # the 11th-newest operation is beyond undo's reach
+    assert set(guarded) == {op.before for op in ops[:-1]} | {cps[0].id, cps[1].id}
+    store.prune(keep_last=2)
+    alive = {c.id for c in store.checkpoints(include_safety=True)}
+    assert oldest.before not in alive
+    assert {op.before for op in ops[:-1]} <= alive
 
 
 def test_pending_journal_checkpoints_are_protected(tree, store):
@@ -208,7 +218,8 @@ def test_delete_removes_record_log_entry_and_tags(tree, store):
         store.resolve("x")
     with pytest.raises(RefError):
         store.delete("nope")
-    assert store.changes("latest") is not None  # parent gone: still shows
+    # Its parent is gone: the checkpoint still shows, as a whole tree added against nothing.
+    assert [(c.status, c.path) for c in store.changes("latest")] == [("A", b"f")]
     assert store.verify().ok
     store.delete(cps[0].id[:8])
     assert messages(store) == ["after", "s2", "s1"]
@@ -223,6 +234,7 @@ def test_config_defaults_set_get_unset(tree, store):
         "retention.keep-within": "off",
         "retention.keep-tagged": "true",
         "retention.gc": "false",
+        "service.idle-timeout": "1800",
     }
     assert store.config_set("retention.keep-last", 100) == "100"
     assert store.config_set("retention.keep-within", "30D") == "30d"

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from snapstore.errors import RefError, UsageError
+from snapstore.errors import CorruptError, RefError, UsageError
 from snapstore.records import refs
 from snapstore.store import Store
 from snapstore.testing import build_tree
@@ -113,7 +113,11 @@ def test_ambiguous_prefix(three):
 def test_tag_wins_over_hex_prefix_and_dangling_tag_is_an_error(three):
     _, (c0, c1, _) = three
     a = _fake(c0, "beef" + "0" * 60)
-    assert refs.resolve("release", [a], {"release": a.id}) is a
+    b = _fake(c1, "cafe" + "0" * 60)
+    # "beef" is a valid hex prefix of a's id and a tag naming b: the tag wins.  (The store
+    # refuses such tags on write; a store written by another tool may still hold one.)
+    assert refs.resolve("beef", [a, b], {"beef": b.id}) is b
+    assert refs.resolve("beef", [a, b], {}) is a
     with pytest.raises(RefError, match="no longer exists"):
         refs.resolve("gone", [a], {"gone": "f" * 64})
 
@@ -124,3 +128,48 @@ def test_tags_that_would_be_ambiguous_are_refused(tree, tag):
     with pytest.raises(UsageError):
         store.snapshot("x", tags=[tag])
     assert store.checkpoints() == []
+
+
+def test_search_ref_names_the_newest_matching_message(three):
+    store, (c0, c1, c2) = three
+    assert store.resolve(":/step").id == c2.id
+    assert store.resolve(":/step 1").id == c1.id
+    assert store.resolve(":/ep 0").id == c0.id  # a substring, anywhere in the message
+    with pytest.raises(RefError, match="no checkpoint has a message containing 'Step'"):
+        store.resolve(":/Step")  # case-sensitive, like git
+    with pytest.raises(RefError, match="give the text"):
+        store.resolve(":/")
+
+
+def test_search_ref_is_scoped_by_task(three):
+    store, (c0, c1, c2) = three
+    assert store.resolve(":/step@t-odd").id == c1.id
+    assert store.resolve(":/step", task="t-even").id == c2.id
+    assert store.resolve(":/step 0@t-even").id == c0.id
+    with pytest.raises(RefError, match="in task 't-odd'"):
+        store.resolve(":/step 2@t-odd")
+
+
+def test_search_ref_skips_safety_checkpoints_and_allows_at_with_a_task(tree):
+    store = Store.in_memory(tree)
+    build_tree(tree, {"f": b"1"})
+    first = store.snapshot("mail user@host", task="t")
+    build_tree(tree, {"f": b"2"})
+    store.snapshot("other", task="t")
+    store.restore(first.id)  # records a safety checkpoint "before restore of ..."
+    assert store.resolve(":/mail user@host@t").id == first.id
+    with pytest.raises(RefError, match="no checkpoint"):
+        store.resolve(":/before restore")
+
+
+def test_damaged_target_of_a_tag_is_corrupt_not_missing(three):
+    _, (c0, _, _) = three
+    a = _fake(c0, "beef" + "0" * 60)
+    gone = "f" * 64
+    why = {gone: "checkpoint ffff is damaged"}.get
+    with pytest.raises(CorruptError, match="names a damaged checkpoint"):
+        refs.resolve("t", [a], {"t": gone}, damage=why)
+    with pytest.raises(CorruptError, match="damaged"):
+        refs.resolve(gone, [a], {}, damage=why)
+    with pytest.raises(RefError, match="no longer exists"):
+        refs.resolve("t", [a], {"t": "e" * 64}, damage=why)

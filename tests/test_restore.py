@@ -7,13 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from restore_helpers import read_tree, sample_spec, write_tree
+from restore_helpers import plant_checkpoint, read_tree, sample_spec, write_tree
 
 from snapstore.errors import ConflictError, CorruptError, RefError, UnsafePathError
 from snapstore.ops import restore as restore_mod
-from snapstore.records.checkpoint import build_record, seq_key
-from snapstore.records.manifest import DIR, FILE, SYMLINK, Entry, write_manifest
-from snapstore.storage.objects import encode_chunk
+from snapstore.records.manifest import DIR, FILE, SYMLINK, Entry
+from snapstore.storage import objects
 from snapstore.store import Store
 
 
@@ -140,6 +139,7 @@ def test_restore_with_no_terminal_and_closed_stdin(tree: Path):
     import subprocess
     import sys
 
+    original = (tree / "src/f1.txt").read_bytes()
     with Store.init(tree) as store:
         store.snapshot("A")
     (tree / "src/f1.txt").write_bytes(b"changed")
@@ -151,7 +151,7 @@ def test_restore_with_no_terminal_and_closed_stdin(tree: Path):
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert (tree / "src/f1.txt").read_bytes() != b"changed"
+    assert (tree / "src/f1.txt").read_bytes() == original == b"file 1\n" * 10
 
 
 def test_damaged_store_fails_before_touching_the_tree(tree: Path):
@@ -160,7 +160,7 @@ def test_damaged_store_fails_before_touching_the_tree(tree: Path):
         (tree / "big.bin").write_bytes(b"replaced")
         edited = read_tree(tree)
         entry = next(e for e in store.entries("latest") if e.path == b"big.bin")
-        chunk = restore_mod.objects.leaf_ids(_getter(store), entry.ref)[0]
+        chunk = objects.leaf_ids(_getter(store), entry.ref)[0]
         env = store.backend.env
         with env.begin(write=True) as txn:
             db = env.open_db(b"chunks", txn=txn)
@@ -205,33 +205,6 @@ def test_concurrent_edit_stops_rolls_back_and_names_the_file(tree: Path, monkeyp
         assert store.operations() == []
 
 
-def _plant_checkpoint(store: Store, entries: list[Entry]) -> str:
-    """Write a checkpoint with arbitrary (hostile) entries through the internal API."""
-    objs = []
-    entries = sorted(entries, key=lambda e: e.path)
-    mid, _, record = write_manifest(entries, lambda cid, value: objs.append((cid, value)))
-    content = b"pwned\n"
-    from snapstore.storage.objects import chunk_id
-
-    cid = chunk_id(content)
-    with store.backend.read() as view:
-        last = next(iter(view.items("log", reverse=True)), None)
-    seq = int.from_bytes(last[0], "big") + 1 if last else 1
-    rec_id, packed = build_record(
-        parent=None, time_ns=1, message="hostile", task=None, tags=[], kind="checkpoint",
-        manifest=mid, conversation=None, metadata={}, stats={},
-    )
-    with store.backend.write() as batch:
-        for k, v in objs:
-            batch.put_new("chunks", k, v)
-        if record:
-            batch.put("streams", mid, record)
-        batch.put_new("chunks", cid, encode_chunk(content))
-        batch.put("checkpoints", rec_id, packed)
-        batch.put("log", seq_key(seq), rec_id)
-    return rec_id.hex()
-
-
 def _file(path: bytes) -> Entry:
     from snapstore.storage.objects import chunk_id
 
@@ -265,7 +238,7 @@ def test_hostile_manifests_are_refused_and_nothing_is_written(tmp_path: Path, en
         store.snapshot("honest")
         outside_before = read_tree(tmp_path, skip={"sandbox"})
         tree_before = read_tree(root)
-        ref = _plant_checkpoint(store, entries)
+        ref = plant_checkpoint(store, entries)
         with pytest.raises(UnsafePathError):
             store.restore(ref)
         assert read_tree(root) == tree_before

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 from helpers import assert_one_line_error, run_snapstore
 
-from snapstore.errors import CorruptError, FormatVersionError
+from snapstore.errors import CorruptError, FormatVersionError, UnsafePathError
+from snapstore.records.checkpoint import build_record, seq_key
+from snapstore.records.manifest import FILE, SYMLINK, Entry, write_manifest
+from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.storage.lmdb_backend import LmdbBackend
+from snapstore.storage.objects import chunk_id, encode_chunk
 from snapstore.store import Store
 from snapstore.testing import build_tree, random_bytes
 
@@ -141,3 +146,105 @@ def test_damaged_meta_is_reported_as_corruption(tree, store):
     proc = run_snapstore("list", cwd=tree)
     assert_one_line_error(proc.stderr)
     assert proc.returncode == 6
+
+
+# -- verify applies every reader's validation --------------------------------------------------
+
+
+_CONTENT = b"planted\n"
+
+
+def _plant(store: Store, entries: list[Entry]) -> str:
+    """A checkpoint with arbitrary entries (valid hashes, hostile paths)."""
+    objs: list[tuple[bytes, bytes]] = []
+    mid, _, rec = write_manifest(sorted(entries), lambda cid, value: objs.append((cid, value)))
+    rid, packed = build_record(
+        parent=None, time_ns=1, message="hostile", task=None, tags=[], kind="checkpoint",
+        manifest=mid, conversation=None, metadata={}, stats={},
+    )
+    with store.backend.write() as batch:
+        for k, v in objs:
+            batch.put_new("chunks", k, v)
+        if rec:
+            batch.put("streams", mid, rec)
+        batch.put_new("chunks", chunk_id(_CONTENT), encode_chunk(_CONTENT))
+        batch.put("checkpoints", rid, packed)
+        batch.put("log", seq_key(99), rid)
+    return rid.hex()
+
+
+def _file(path: bytes) -> Entry:
+    return Entry(path, FILE, 0o644, len(_CONTENT), 0, chunk_id(_CONTENT))
+
+
+UNSAFE = {
+    "traversal": [_file(b"../escape.txt")],
+    "absolute": [_file(b"/tmp/x")],
+    "empty part": [_file(b"a//b")],
+    "NUL": [_file(b"ok\x00x")],
+    ".git": [_file(b".git/hooks/post-checkout")],
+    "the store": [_file(b".snapstore/data.mdb")],
+    "below a symlink": [Entry(b"evil", SYMLINK, 0o777, 0, 0, b"../outside"), _file(b"evil/passwd")],
+    "below a file": [_file(b"f"), _file(b"f/under")],
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSAFE))
+def test_verify_reports_a_manifest_that_restore_refuses(tree, store, case):
+    store.snapshot("good")
+    cid = _plant(store, UNSAFE[case])
+    problems = [p for p in store.verify().problems if p.checkpoint == cid]
+    assert [p.kind for p in problems] == ["manifest"], store.verify().problems
+    with pytest.raises(UnsafePathError):
+        store.restore(cid)  # the reader refuses the same manifest
+
+
+def test_verify_cli_fails_on_an_unsafe_manifest(tree, store):
+    _plant(store, UNSAFE["traversal"])
+    store.close()
+    done = run_snapstore("verify", cwd=tree)
+    assert done.returncode == CorruptError.exit_code, done.stdout
+    assert b"escape.txt" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        msgpack.packb({"kind": "restore", "target": 5, "before": b"", "time_ns": 1}),
+        msgpack.packb({"kind": "restore", "target": b"\1" * 32, "before": b"\2" * 32, "time_ns": 1e300}),
+        msgpack.packb({"kind": "teleport", "target": b"\1" * 32, "before": b"\2" * 32, "time_ns": 1}),
+        msgpack.packb([1, 2, 3]),
+        b"\xc1 not msgpack",
+    ],
+    ids=["empty-before", "huge-time", "unknown-kind", "not-a-map", "garbage"],
+)
+def test_verify_reports_a_damaged_oplog_entry(tree, store, value):
+    store.snapshot("one")
+    with store.backend.write() as batch:
+        batch.put("oplog", seq_key(1), value)
+    problems = store.verify().problems
+    assert [p.kind for p in problems] == ["oplog"], problems
+
+
+def test_verify_accepts_real_oplog_entries(tree, store):
+    (tree / "a").write_bytes(b"1")
+    store.snapshot("one")
+    (tree / "a").write_bytes(b"2")
+    store.snapshot("two")
+    store.restore("latest~1")
+    store.undo()
+    assert len(store.operations()) == 2
+    assert store.verify().ok, store.verify().problems
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"\x05", msgpack.packb({"target": b"\1" * 32, "steps": [["write", b"../x"]]})],
+    ids=["an-int", "unsafe-step"],
+)
+def test_verify_reports_a_damaged_journal(tree, store, value):
+    store.snapshot("one")
+    with store.backend.write() as batch:
+        batch.put("journal", JOURNAL_KEY, value)
+    problems = store.verify().problems
+    assert [p.kind for p in problems] == ["journal"], problems

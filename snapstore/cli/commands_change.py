@@ -13,6 +13,7 @@ from snapstore.errors import EXIT_DIFFERENT, UsageError
 if TYPE_CHECKING:
     from snapstore.ops.diff import Change
     from snapstore.ops.restore import RestoreReport
+    from snapstore.ops.textdiff import LineCounts
 
 
 @command(
@@ -22,11 +23,14 @@ if TYPE_CHECKING:
 )
 @click.argument("refs", nargs=-1)
 @click.option("--stat", "show_stat", is_flag=True, help="Lines added and removed per file.")
+@click.option("-M", "--find-renames", "renames", is_flag=True, help="Pair a removed and an added file as a rename (R): same content or >= 50% of lines.")
 @click.option("-p", "--patch", is_flag=True, help="A unified diff (binary files are named, not shown).")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"changes": [...]}.')
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing; the exit code says (0 same, 1 different).")
 @click.pass_context
-def diff(ctx: click.Context, refs: tuple[str, ...], show_stat: bool, patch: bool, as_json: bool, quiet: bool) -> None:
+def diff(
+    ctx: click.Context, refs: tuple[str, ...], show_stat: bool, renames: bool, patch: bool, as_json: bool, quiet: bool
+) -> None:
     """Compare checkpoints: none = latest vs the tree, one = REF vs the tree, two = A vs B.
 
     Paths after `--` limit the comparison (a file, or a directory and all below it).
@@ -39,34 +43,31 @@ def diff(ctx: click.Context, refs: tuple[str, ...], show_stat: bool, patch: bool
     a = refs[0] if refs else "latest"
     b = refs[1] if len(refs) == 2 else None
     with obj.open() as store:
-        changes = store.diff(a, b, paths=paths or None)
+        changes = store.diff(a, b, paths=paths or None, renames=renames)
         if not quiet:
             _print_changes(store.line_counts(changes) if show_stat else None, changes, patch, as_json)
     if changes:
         raise Exit(EXIT_DIFFERENT)
 
 
-def _print_changes(
-    counts: list[tuple[int, int, bool]] | None, changes: list[Change], patch: bool, as_json: bool
-) -> None:
+def _print_changes(counts: list[LineCounts] | None, changes: list[Change], patch: bool, as_json: bool) -> None:
     from snapstore.ops import textdiff
-    from snapstore.render import stat_lines
+    from snapstore.render import name_status_lines, stat_lines
 
     if as_json:
         docs: list[dict[str, Any]] = []
         for i, c in enumerate(changes):
             doc = c.to_json()
             if counts is not None:
-                added, removed, binary = counts[i]
-                doc.update(added=added, removed=removed, binary=binary)
+                doc.update(counts[i].to_json())
             docs.append(doc)
         echo_json({"changes": docs})
         return
     if counts is not None:
         click.echo("\n".join(stat_lines(changes, counts)))
     elif not patch:
-        for c in changes:
-            click.echo(f"{c.status}\t{c.display_path}")
+        for line in name_status_lines(changes):
+            click.echo(line)
     if patch:
         out = sys.stdout.buffer
         for c in changes:

@@ -140,9 +140,10 @@ def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_j
 @click.argument("ref", default="latest")
 @click.option("--conversation", "show_conversation", is_flag=True, help="Print the conversation stored with it.")
 @click.option("--task", metavar="NAME", help="Resolve REF among this task's checkpoints.")
+@click.option("-M", "--find-renames", "renames", is_flag=True, help="Show a removed and an added file as a rename (R).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def show(obj: Ctx, ref: str, show_conversation: bool, task: str | None, as_json: bool) -> None:
+def show(obj: Ctx, ref: str, show_conversation: bool, task: str | None, renames: bool, as_json: bool) -> None:
     """Show a checkpoint: its record, the files it changed against its parent (lines +/-),
     and its conversation (message count, last user and assistant messages)."""
     from snapstore.render import dump_json, summary_lines
@@ -152,7 +153,7 @@ def show(obj: Ctx, ref: str, show_conversation: bool, task: str | None, as_json:
             rewind = store.rewind(ref, files=False, conversation=True, task=task)
             click.echo(dump_json(rewind.conversation))
             return
-        info = store.summary(ref, task=task)
+        info = store.summary(ref, task=task, renames=renames)
     if as_json:
         echo_json(info)
         return

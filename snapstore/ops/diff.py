@@ -4,17 +4,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from snapstore.records import manifest
-from snapstore.records.manifest import DIR, EXEC, FILE, KIND_NAMES, UNREADABLE, Entry
+from snapstore.records.manifest import DIR, EXEC, FILE, KIND_NAMES, UNREADABLE, Entry, exact_mode
 from snapstore.storage import objects
 from snapstore.tree.paths import display, to_json
 
 ADDED = "A"
-MODIFIED = "M"
+MODIFIED = "M"  # content changed, or (exact modes on both sides) the permission bits
 DELETED = "D"
 TYPE_CHANGED = "T"
 MODE_CHANGED = "X"  # exec bit flipped, content unchanged
+
+#: Reads an entry's content (from the store or the working tree).
+Loader = Callable[[Entry], bytes]
+#: ``get(table, key)``: one value of the store, or None.
+Getter = Callable[[str, bytes], bytes | None]
+
+
+def mode_change(old: Entry | None, new: Entry | None) -> str | None:
+    """``"mode 100644 -> 100600"`` when both sides record exact, different permission bits."""
+    if old is None or new is None:
+        return None
+    a, b = exact_mode(old.mode), exact_mode(new.mode)
+    if a is None or b is None or a == b:
+        return None
+    return f"mode {old.mode:o} -> {new.mode:o}"
 
 
 @dataclass(frozen=True)
@@ -25,8 +41,8 @@ class Change:
     path: bytes
     old: Entry | None
     new: Entry | None
-    _old_loader: Callable[[Entry], bytes] | None = field(default=None, compare=False, repr=False)
-    _new_loader: Callable[[Entry], bytes] | None = field(default=None, compare=False, repr=False)
+    _old_loader: Loader | None = field(default=None, compare=False, repr=False)
+    _new_loader: Loader | None = field(default=None, compare=False, repr=False)
 
     def old_bytes(self) -> bytes | None:
         """The old content (files only; None when the old side is absent or not a file)."""
@@ -42,10 +58,18 @@ class Change:
 
     @property
     def display_path(self) -> str:
+        """The path, printable."""
         return display(self.path)
 
-    def to_json(self) -> dict:
-        def side(e: Entry | None):
+    @property
+    def description(self) -> str | None:
+        """What changed besides the content, e.g. ``"mode 100644 -> 100600"`` (or None)."""
+        return mode_change(self.old, self.new)
+
+    def to_json(self) -> dict[str, Any]:
+        """The change as JSON-ready data (paths lossless, content ids in hex)."""
+
+        def side(e: Entry | None) -> dict[str, Any] | None:
             if e is None:
                 return None
             return {
@@ -56,11 +80,21 @@ class Change:
                 "target": to_json(e.ref) if e.kind not in (FILE, EXEC, DIR, UNREADABLE) else None,
             }
 
-        return {"status": self.status, "path": to_json(self.path), "old": side(self.old), "new": side(self.new)}
+        return {
+            "status": self.status,
+            "path": to_json(self.path),
+            "old": side(self.old),
+            "new": side(self.new),
+            "description": self.description,
+        }
 
 
 def compare(old: dict[bytes, Entry], new: dict[bytes, Entry]) -> list[Change]:
-    """Changes from ``old`` to ``new``, sorted by path.  Unreadable entries never differ."""
+    """Changes from ``old`` to ``new``, sorted by path.  Unreadable entries never differ.
+
+    Same kind and content with different exact permission bits is a modification (``M``, its
+    ``description`` names the modes); an exec-bit flip with the same content is ``X``.
+    """
     changes = []
     for path in sorted(old.keys() | new.keys()):
         a, b = old.get(path), new.get(path)
@@ -68,7 +102,7 @@ def compare(old: dict[bytes, Entry], new: dict[bytes, Entry]) -> list[Change]:
             if a.kind == UNREADABLE or b.kind == UNREADABLE:
                 continue
             if a.kind == b.kind:
-                if a.ref != b.ref:
+                if a.ref != b.ref or (a.mode != b.mode and mode_change(a, b) is not None):
                     changes.append(Change(MODIFIED, path, a, b))
             elif a.is_file and b.is_file:
                 status = MODE_CHANGED if a.ref == b.ref else MODIFIED
@@ -82,11 +116,12 @@ def compare(old: dict[bytes, Entry], new: dict[bytes, Entry]) -> list[Change]:
     return changes
 
 
-def with_loaders(changes: list[Change], old_loader, new_loader) -> list[Change]:
+def with_loaders(changes: list[Change], old_loader: Loader | None, new_loader: Loader | None) -> list[Change]:
+    """The changes with content loaders for each side."""
     return [replace(c, _old_loader=old_loader, _new_loader=new_loader) for c in changes]
 
 
-def manifest_difference(get, mid_a: bytes, mid_b: bytes) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+def manifest_difference(get: Getter, mid_a: bytes, mid_b: bytes) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
     """The entries of two manifests minus those in manifest chunks both share.
 
     Manifest chunks hold whole entries (chunker.cut_records), so a chunk present in both
@@ -103,3 +138,4 @@ def manifest_difference(get, mid_a: bytes, mid_b: bytes) -> tuple[dict[bytes, En
         return {e.path: e for e in manifest.iter_entries_of_chunks(mid, chunks)}
 
     return rest(mid_a, leaves_a), rest(mid_b, leaves_b)
+

@@ -24,28 +24,28 @@ snapshot can be writing chunks that the mark did not see (a snapshot checks chun
 under the same lock and rewrites whatever is missing).
 
 **Compaction** (``compact=True``): LMDB never shrinks its file; the free pages are reused but
-the size stays.  ``LmdbBackend.compact`` writes a compact copy in a work directory inside the
-store, fsyncs it, and renames it over data.mdb (atomic: a crash leaves either file whole).
-Other processes still map the old, unlinked file; every writer compares data.mdb's inode after
-taking the writer lock and reopens when it changed.
+the size stays.  ``Backend.compact`` rewrites it (see :mod:`snapstore.storage.lmdb_compact`:
+a copy renamed over data.mdb, so a crash leaves either file whole; other processes pick the new
+file up through ``Backend.refresh`` when they next take the writer lock).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import zstandard
 
 from snapstore.errors import CorruptError
 from snapstore.records import conversation, manifest
-from snapstore.records.checkpoint import parse_record
+from snapstore.records.checkpoint import references
 from snapstore.storage import objects
-from snapstore.storage.backend import TABLES
+from snapstore.storage.backend import Backend, ReadView
+from snapstore.storage.objects import Getter
+from snapstore.tree import statcache
 
 BATCH = 2048
-COMPACT_DIR = "compact.tmp"
 
 
 @dataclass
@@ -69,7 +69,7 @@ class GcReport:
     def disk_freed(self) -> int:
         return max(self.size_before - self.size_after, 0) if self.compacted else 0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,
             "checkpoints": self.checkpoints,
@@ -103,24 +103,10 @@ def plain_size(stored_len: int, head: bytes) -> int:
     return stored_len - 1
 
 
-def chunk_sizes(backend) -> Iterator[tuple[bytes, int, int]]:
+def chunk_sizes(backend: Backend) -> Iterator[tuple[bytes, int, int]]:
     """Yield ``(chunk id, stored bytes, plain bytes)`` for every chunk."""
-    sizes = getattr(backend, "value_sizes", None)
-    if sizes is not None:
-        for key, stored, head in sizes("chunks"):
-            yield key, stored, plain_size(stored, head)
-        return
-    with backend.read() as view:
-        for key, value in view.items("chunks"):
-            yield key, len(value), plain_size(len(value), bytes(value[:32]))
-
-
-def _keys(backend, table: str) -> list[bytes]:
-    keys = getattr(backend, "keys", None)
-    if keys is not None:
-        return keys(table)
-    with backend.read() as view:
-        return [k for k, _ in view.items(table)]
+    for key, stored, head in backend.value_sizes("chunks"):
+        yield key, stored, plain_size(stored, head)
 
 
 # -- mark --------------------------------------------------------------------------------------
@@ -129,44 +115,29 @@ def _keys(backend, table: str) -> list[bytes]:
 class Marker:
     """The live sets: chunk ids, stream records, conversation records, whole streams."""
 
-    def __init__(self, get):
+    def __init__(self, get: Getter) -> None:
         self.get = get
         self.chunks: set[bytes] = set()
         self.streams: set[bytes] = set()  # keys of live `streams` records
         self.conversations: set[bytes] = set()  # keys of live `conversations` records
         self.whole: set[bytes] = set()  # stream ids marked with all they reference
-        self._index: set[bytes] = set()  # index nodes already walked
+        self._walked: dict[bytes, int] = {}  # index nodes already walked (shared by all streams)
         self._manifest_leaves: set[bytes] = set()
         self.checkpoints = 0
 
-    def stream(self, sid: bytes) -> None:
+    def stream(self, sid: bytes, *, distinct: bool = False) -> None:
+        """Mark stream ``sid``: its record, its index nodes and its data chunks."""
         if sid in self.whole:
             return
-        record = self.get("streams", sid)
-        if record is None:
-            self.chunks.add(sid)
-        else:
-            _, height, root = objects.parse_stream_record(sid, record)
+        for nid, _, _ in objects.walk_stream(self.get, sid, walked=self._walked, distinct=distinct):
+            self.chunks.add(nid)
+        if self.get("streams", sid) is not None:
             self.streams.add(sid)
-            self._walk(root, height)
         self.whole.add(sid)
 
-    def _walk(self, root: bytes, height: int) -> None:
-        stack = [(root, height)]
-        while stack:
-            nid, h = stack.pop()
-            if nid in self._index:
-                continue
-            self._index.add(nid)
-            self.chunks.add(nid)
-            for cid, _ in objects.parse_index_node(nid, objects.decode_chunk(nid, self.get("chunks", nid))):
-                if h == 1:
-                    self.chunks.add(cid)
-                else:
-                    stack.append((cid, h - 1))
-
     def manifest(self, mid: bytes) -> None:
-        self.stream(mid)
+        """Mark a manifest stream and the content of every file entry it lists."""
+        self.stream(mid, distinct=True)
         for leaf in objects.leaf_ids(self.get, mid):
             if leaf in self._manifest_leaves:
                 continue
@@ -177,9 +148,10 @@ class Marker:
                     self.stream(e.ref)
 
     def conversation(self, cid: bytes) -> None:
+        """Mark a conversation: its chain of delta records and their chunks."""
         if cid in self.whole:
             return
-        if "conversations" in TABLES and self.get("conversations", cid) is not None:
+        if self.get("conversations", cid) is not None:
             for rid, record in conversation.chain(self.get, cid):
                 self.conversations.add(rid)
                 self.whole.add(rid)
@@ -189,14 +161,16 @@ class Marker:
             self.stream(cid)
 
     def checkpoint(self, cid: bytes, packed: bytes) -> None:
-        cp = parse_record(cid, packed)
+        # A record with hostile values but readable references (records.schema) still keeps
+        # what it reaches; only an unknowable reach stops gc.
+        mid, conv = references(cid, packed)
         self.checkpoints += 1
-        self.manifest(cp.manifest)
-        if cp.conversation is not None:
-            self.conversation(cp.conversation)
+        self.manifest(mid)
+        if conv is not None:
+            self.conversation(conv)
 
 
-def mark(view) -> Marker:
+def mark(view: ReadView) -> Marker:
     """Mark everything the checkpoints reach; raises CorruptError if that cannot be known."""
     m = Marker(view.get)
     try:
@@ -213,36 +187,25 @@ def mark(view) -> Marker:
 # -- sweep -------------------------------------------------------------------------------------
 
 
-def _delete(backend, table: str, keys: list[bytes]) -> None:
+def _delete(backend: Backend, table: str, keys: list[bytes]) -> None:
     for start in range(0, len(keys), BATCH):
         with backend.write() as batch:
             for k in keys[start : start + BATCH]:
                 batch.delete(table, k)
 
 
-def _cache_sid(value: bytes) -> bytes | None:
-    import msgpack
-
-    try:
-        sid = msgpack.unpackb(value)[5]
-    except (ValueError, TypeError, IndexError, msgpack.UnpackException):
-        return None
-    return sid if isinstance(sid, bytes) else None
-
-
-def run(store, *, compact: bool = False, dry_run: bool = False) -> GcReport:
-    """Mark and sweep (and compact) ``store``; the caller holds the writer lock."""
-    backend = store.backend
+def run(backend: Backend, *, compact: bool = False, dry_run: bool = False) -> GcReport:
+    """Mark and sweep (and compact) the store of ``backend``; the caller holds the writer lock."""
     report = GcReport(dry_run=dry_run)
     with backend.read() as view:
         marker = mark(view)
-        stale_cache = [k for k, v in view.items("statcache") if _cache_sid(v) not in marker.whole]
+        stale_cache = [
+            k for k, v in view.items("statcache") if statcache.stream_id(v) not in marker.whole
+        ]
         dead_streams = [k for k, _ in view.items("streams") if k not in marker.streams]
-        dead_convs = []
-        if "conversations" in TABLES:
-            dead_convs = [k for k, _ in view.items("conversations") if k not in marker.conversations]
+        dead_convs = [k for k, _ in view.items("conversations") if k not in marker.conversations]
     report.checkpoints = marker.checkpoints
-    dead_chunks = []
+    dead_chunks: list[bytes] = []
     for key, stored, plain in chunk_sizes(backend):
         report.chunks += 1
         if key not in marker.chunks:
@@ -259,13 +222,13 @@ def run(store, *, compact: bool = False, dry_run: bool = False) -> GcReport:
     # Order matters for crash safety: nothing may name a removed object when its chunks go.
     _delete(backend, "statcache", stale_cache)
     _delete(backend, "streams", dead_streams)
-    if dead_convs:
-        _delete(backend, "conversations", dead_convs)
+    _delete(backend, "conversations", dead_convs)
     _delete(backend, "chunks", dead_chunks)
     backend.sync()
-    if compact and store.store_dir is not None and hasattr(backend, "compact"):
+    sizes = backend.compact() if compact else None
+    if sizes is not None:
         # size_before stays the size before gc began (the sweep itself may grow the file).
-        _, report.size_after = backend.compact(os.path.join(store.store_dir, COMPACT_DIR))
+        report.size_after = sizes[1]
         report.compacted = True
     else:
         report.size_after = backend.disk_size()

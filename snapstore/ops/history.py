@@ -7,13 +7,30 @@ grows with what changed, not with the size of the tree times the number of check
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from snapstore.ops import diff, textdiff
 from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
 from snapstore.storage import objects
+from snapstore.storage.backend import ReadView
+
+Getter = Callable[[str, bytes], "bytes | None"]
+
+
+class _Reader(Protocol):
+    def read(self) -> AbstractContextManager[ReadView]: ...
+
+
+class _HasBackend(Protocol):
+    """What file_history needs of the Store: a backend to read from."""
+
+    @property
+    def backend(self) -> _Reader: ...
 
 
 @dataclass
@@ -27,8 +44,10 @@ class Version:
     added: int = 0
     removed: int = 0
     binary: bool = False
+    #: The size (bytes) of a version too large to count lines of (textdiff.MAX_COUNT_BYTES).
+    not_counted: int = 0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         e = self.entry
         return {
             "checkpoint": self.checkpoint.to_json(),
@@ -39,14 +58,19 @@ class Version:
             "added": self.added,
             "removed": self.removed,
             "binary": self.binary,
+            "not_counted": self.not_counted or None,
         }
 
 
-def file_history(store, rel: bytes, checkpoints: list[Checkpoint]) -> list[Version]:
+def file_history(store: _HasBackend, rel: bytes, checkpoints: list[Checkpoint]) -> list[Version]:
     """Versions of ``rel`` over ``checkpoints`` (oldest first)."""
     out: list[Version] = []
     with store.backend.read() as view:
         get = view.get
+
+        def load(e: Entry) -> bytes:
+            return objects.read_stream(get, e.ref)
+
         prev_mid: bytes | None = None
         prev_entry: Entry | None = None
         for cp in checkpoints:
@@ -60,16 +84,14 @@ def file_history(store, rel: bytes, checkpoints: list[Checkpoint]) -> list[Versi
             prev_mid = cp.manifest
             before = {rel: prev_entry} if prev_entry is not None else {}
             after = {rel: entry} if entry is not None else {}
-            for change in diff.compare(before, after):
-                loader = lambda e, g=get: objects.read_stream(g, e.ref)  # noqa: E731
-                change = diff.with_loaders([change], loader, loader)[0]
-                added, removed, binary = textdiff.line_counts(change)
-                out.append(Version(cp, change.status, entry, added, removed, binary))
+            for change in diff.with_loaders(diff.compare(before, after), load, load):
+                n = textdiff.count(change)
+                out.append(Version(cp, change.status, entry, *n))
             prev_entry = entry
     return out
 
 
-def _lookup(get, mid: bytes, rel: bytes) -> Entry | None:
+def _lookup(get: Getter, mid: bytes, rel: bytes) -> Entry | None:
     for e in manifest.iter_entries(get, mid):
         if e.path == rel:
             return e

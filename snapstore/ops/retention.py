@@ -22,12 +22,24 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-import msgpack
-
-from snapstore.errors import UsageError
+from snapstore.errors import CorruptError, UsageError
 from snapstore.records.checkpoint import SAFETY, Checkpoint
+from snapstore.storage.backend import ReadView, WriteBatch
+
+
+class Tables(Protocol):
+    """What removing checkpoints needs of a backend (storage.backend.Backend, typed)."""
+
+    def read(self) -> AbstractContextManager[ReadView]: ...
+
+    def write(self) -> AbstractContextManager[WriteBatch]: ...
+
+    def sync(self) -> None: ...
 
 #: How many operations of the oplog keep their checkpoints (``undo`` repeated this many times).
 UNDO_DEPTH = 10
@@ -77,7 +89,7 @@ def _bool(text: str) -> str:
 
 
 #: key -> (default shown when unset, normaliser of a value to store).
-CONFIG_KEYS = {
+CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "retention.keep-last": ("off", lambda v: str(parse_count(v, "retention.keep-last"))),
     "retention.keep-within": ("off", lambda v: (parse_duration(v), str(v).strip().lower())[1]),
     "retention.keep-tagged": ("true", _bool),
@@ -100,6 +112,29 @@ def normalise(key: str, value: str) -> str | None:
     if str(value).strip().lower() in UNSET and key in ("retention.keep-last", "retention.keep-within"):
         return None
     return CONFIG_KEYS[key][1](value)
+
+
+def read_config(view: ReadView) -> dict[str, str]:
+    """Every configuration key with its value (the default when unset), each stored value
+    checked by the rule that wrote it: a value no ``config set`` could have stored (not UTF-8,
+    not a count or a duration) is CorruptError ("damaged"), not a crash later."""
+    out: dict[str, str] = {}
+    for key, (default, _) in CONFIG_KEYS.items():
+        raw = view.get("meta", config_key(key))
+        if raw is None:
+            out[key] = default
+            continue
+        try:
+            text = raw.decode("utf-8")
+            if normalise(key, text) != text:
+                raise ValueError("not in its stored form")
+        except (UnicodeDecodeError, ValueError, UsageError) as exc:
+            raise CorruptError(
+                f"the store's configuration {key} is damaged ({exc}); "
+                f"reset it with 'snapstore config --unset {key}'"
+            ) from exc
+        out[key] = text
+    return out
 
 
 @dataclass(frozen=True)
@@ -129,7 +164,7 @@ def policy_from_config(values: dict[str, str]) -> Policy | None:
 # -- selection --------------------------------------------------------------------------------
 
 
-def protected(view) -> dict[str, str]:
+def protected(view: ReadView) -> dict[str, str]:
     """Checkpoint id -> why it must stay (undo reach, pending journal)."""
     from snapstore.records.oplog import Operation
 
@@ -140,15 +175,10 @@ def protected(view) -> dict[str, str]:
         op = Operation.parse(key, value)
         out.setdefault(op.before, f"undo can reach it (operation {op.seq})")
         out.setdefault(op.target, f"undo can reach it (operation {op.seq})")
-    journal = view.get("journal", b"current")
-    if journal is not None:
-        try:
-            rec = msgpack.unpackb(journal, raw=False)
-            for k in ("target", "before"):
-                if isinstance(rec.get(k), bytes):
-                    out[rec[k].hex()] = "a pending restore needs it"
-        except (ValueError, TypeError, msgpack.UnpackException):
-            pass
+    from snapstore.ops.restore.journal import pending_ids  # the one parser of the journal
+
+    for cid in pending_ids(view):
+        out[cid.hex()] = "a pending restore needs it"
     return out
 
 
@@ -161,7 +191,7 @@ class PruneReport:
     protected: int = 0  # kept only because undo or a pending restore needs them
     dry_run: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,
             "removed": [c.to_json() for c in self.removed],
@@ -202,7 +232,7 @@ def select(
     return report
 
 
-def remove(backend, checkpoints: list[Checkpoint]) -> None:
+def remove(backend: Tables, checkpoints: list[Checkpoint]) -> None:
     """Delete the records, log entries and tags of ``checkpoints`` (the caller holds the lock).
 
     A checkpoint's record, log entry and tags go in the same transaction (batches of

@@ -61,9 +61,7 @@ class FileGone(Exception):
 
 def release_memory(backend: Backend, trim_heap: bool = False) -> None:
     """Ask the backend to drop mapped pages it no longer needs (a no-op where it has none)."""
-    release: Callable[..., None] | None = getattr(backend, "release_memory", None)
-    if release is not None:
-        release(trim_heap=trim_heap) if trim_heap else release()
+    backend.release_memory(trim_heap=trim_heap)
 
 
 class Dedup:

@@ -11,11 +11,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
+
+from snapstore.records.checkpoint import Checkpoint
+from snapstore.storage.backend import Backend
 
 
 @dataclass
 class StoreStats:
+    """Counts and sizes of a store (see the module docstring)."""
+
     checkpoints: int = 0
     safety_checkpoints: int = 0
     tasks: int = 0
@@ -37,17 +44,18 @@ class StoreStats:
     def compression_ratio(self) -> float:
         return self.unique_bytes / self.stored_bytes if self.stored_bytes else 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["dedup_ratio"] = round(self.dedup_ratio, 3)
         doc["compression_ratio"] = round(self.compression_ratio, 3)
         return doc
 
 
-def collect(store) -> StoreStats:
+def collect(backend: Backend, checkpoints: Sequence[Checkpoint]) -> StoreStats:
+    """The statistics of the store of ``backend`` holding ``checkpoints`` (oldest first)."""
     from snapstore.ops.gc import chunk_sizes
 
-    all_, _ = store._load()
+    all_ = list(checkpoints)
     st = StoreStats()
     st.checkpoints = sum(1 for c in all_ if not c.is_safety)
     st.safety_checkpoints = len(all_) - st.checkpoints
@@ -59,11 +67,11 @@ def collect(store) -> StoreStats:
         st.latest_files = int(latest.stats.get("files", 0))
         st.latest_bytes = int(latest.stats.get("bytes", 0))
     st.logical_bytes = sum(int(c.stats.get("bytes", 0)) for c in all_)
-    for _, stored, plain in chunk_sizes(store.backend):
+    for _, stored, plain in chunk_sizes(backend):
         st.chunks += 1
         st.stored_bytes += stored
         st.unique_bytes += plain
-    with store.backend.read() as view:
+    with backend.read() as view:
         st.streams = view.count("streams")
-    st.disk_size = store.backend.disk_size()
+    st.disk_size = backend.disk_size()
     return st

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from snapstore.errors import CorruptError
+import msgpack
+
+from snapstore.errors import CorruptError, UnsafePathError
+from snapstore.ops import restore
+from snapstore.ops.restore import journal
 from snapstore.records import conversation, manifest
-from snapstore.records.checkpoint import key_seq, parse_record
+from snapstore.records.checkpoint import Checkpoint, key_seq, parse_record
+from snapstore.records.oplog import Operation
 from snapstore.storage import objects
+from snapstore.storage.backend import JOURNAL_KEY, Backend, ReadView
+from snapstore.storage.objects import Getter
 from snapstore.tree.paths import display
 
 
@@ -29,7 +37,7 @@ class Problem:
     checkpoint: str | None = None
     path: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def __str__(self) -> str:
@@ -56,7 +64,7 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "chunks": self.chunks,
@@ -68,20 +76,35 @@ class VerifyReport:
         }
 
 
-def run(backend, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+Progress = Callable[[int, int], None]
+
+
+def run(
+    backend: Backend, progress: Progress | None = None, excluded: frozenset[bytes] = frozenset()
+) -> VerifyReport:
+    """Read and check everything in the store; every problem found is in the report.
+
+    ``excluded``: the tree-relative paths of the store itself (no manifest may name them).
+    """
     report = VerifyReport()
     with backend.read() as view:
         get = view.get
         sizes = _check_chunks(view, report, progress)
         stream_ok: dict[bytes, str | None] = {}
+        walked: dict[bytes, int] = {}
 
         def check_stream(sid: bytes) -> str | None:
             """None when stream ``sid`` is whole, else what is wrong with it."""
             if sid in stream_ok:
                 return stream_ok[sid]
-            error = _stream_problem(get, sid, sizes)
+            error = _stream_problem(get, sid, sizes, walked)
             stream_ok[sid] = error
             return error
+
+        def length(sid: bytes) -> int | None:
+            """The size of a whole stream (its record's, or its one chunk's)."""
+            size = objects.stream_size(get, sid)
+            return sizes.get(sid) if size is None else size
 
         for sid, _ in view.items("streams"):
             report.streams += 1
@@ -98,7 +121,7 @@ def run(backend, progress: Callable[[int, int], None] | None = None) -> VerifyRe
                 report.problems.append(Problem("checkpoint", cid.hex(), str(exc)))
                 continue
             by_id[cp.id] = cp
-            _check_checkpoint(get, cp, check_stream, report)
+            _check_checkpoint(get, cp, check_stream, length, report, excluded)
 
         for key, cid in view.items("log"):
             if cid.hex() not in by_id:
@@ -110,12 +133,14 @@ def run(backend, progress: Callable[[int, int], None] | None = None) -> VerifyRe
                 report.problems.append(
                     Problem("tag", name.decode("utf-8", "replace"), f"names missing checkpoint {cid.hex()}")
                 )
+        _check_oplog(view, report)
+        _check_journal(view, report)
         # A missing parent is not a problem: `prune` and `delete` remove checkpoints, and the
         # parent link is history only (nothing is read through it).
     return report
 
 
-def _check_chunks(view, report: VerifyReport, progress) -> dict[bytes, int]:
+def _check_chunks(view: ReadView, report: VerifyReport, progress: Progress | None) -> dict[bytes, int]:
     total = view.count("chunks")
     sizes: dict[bytes, int] = {}
     for i, (cid, value) in enumerate(view.items("chunks")):
@@ -132,44 +157,37 @@ def _check_chunks(view, report: VerifyReport, progress) -> dict[bytes, int]:
     return sizes
 
 
-def _stream_problem(get, sid: bytes, sizes: dict[bytes, int]) -> str | None:
-    """Resolve a stream through good chunks only (``sizes`` holds the verified ones)."""
-    record = get("streams", sid)
-    if record is None:
-        if sid not in sizes:
-            return "its chunk is missing or damaged" if get("chunks", sid) is None else "its chunk is damaged"
-        return None
+def _stream_problem(
+    get: Getter, sid: bytes, sizes: dict[bytes, int], walked: dict[bytes, int]
+) -> str | None:
+    """Resolve a stream through good chunks only (``sizes`` holds the verified ones).
+
+    ``walked`` is shared by every stream of the run: an index node shared by many streams (or
+    repeated inside one, as in a hostile DAG) is checked once.
+    """
     try:
-        size, height, root = objects.parse_stream_record(sid, record)
-        total = _tree_size(get, root, height, sizes)
+        for cid, size, height in objects.walk_stream(get, sid, walked=walked):
+            if height:
+                continue
+            if cid not in sizes:
+                if get("chunks", cid) is None:
+                    return f"chunk {cid.hex()} is missing"
+                return f"chunk {cid.hex()} is damaged"
+            if size >= 0 and sizes[cid] != size:
+                return f"chunk {cid.hex()} has {sizes[cid]} bytes, its index says {size}"
     except CorruptError as exc:
         return str(exc)
-    if total != size:
-        return f"holds {total} bytes, its record says {size}"
     return None
 
 
-def _tree_size(get, nid: bytes, height: int, sizes: dict[bytes, int]) -> int:
-    if nid not in sizes:
-        raise CorruptError(f"index chunk {nid.hex()} is missing or damaged")
-    children = objects.parse_index_node(nid, objects.decode_chunk(nid, get("chunks", nid)))
-    total = 0
-    for cid, size in children:
-        if height == 1:
-            if cid not in sizes:
-                raise CorruptError(f"chunk {cid.hex()} is missing or damaged")
-            if sizes[cid] != size:
-                raise CorruptError(f"chunk {cid.hex()} has {sizes[cid]} bytes, its index says {size}")
-            total += size
-        else:
-            sub = _tree_size(get, cid, height - 1, sizes)
-            if sub != size:
-                raise CorruptError(f"index chunk {cid.hex()} covers {sub} bytes, its parent says {size}")
-            total += sub
-    return total
-
-
-def _check_checkpoint(get, cp, check_stream, report: VerifyReport) -> None:
+def _check_checkpoint(
+    get: Getter,
+    cp: Checkpoint,
+    check_stream: Callable[[bytes], str | None],
+    length: Callable[[bytes], int | None],
+    report: VerifyReport,
+    excluded: frozenset[bytes],
+) -> None:
     error = check_stream(cp.manifest)
     if error:
         report.problems.append(Problem("manifest", cp.manifest.hex(), error, checkpoint=cp.id))
@@ -179,11 +197,21 @@ def _check_checkpoint(get, cp, check_stream, report: VerifyReport) -> None:
     except CorruptError as exc:
         report.problems.append(Problem("manifest", cp.manifest.hex(), str(exc), checkpoint=cp.id))
         return
+    try:
+        # The rules every restore applies before its first write (absolute paths, '..', empty
+        # parts, NUL, '.git', a path below a file or symlink of the same manifest, the store).
+        restore.check_manifest({e.path: e for e in entries}, excluded)
+    except UnsafePathError as exc:
+        report.problems.append(Problem("manifest", cp.manifest.hex(), str(exc), checkpoint=cp.id))
     for e in entries:
         if not e.is_file:
             continue
         report.files += 1
         error = check_stream(e.ref)
+        if error is None and length(e.ref) not in (None, e.size):
+            # A stream can describe far more bytes than it stores (a repeated index node):
+            # the entry's own size is what a restore of it may write.
+            error = f"its stream holds {length(e.ref)} bytes, the entry says {e.size}"
         if error:
             report.problems.append(
                 Problem("file", e.ref.hex(), error, checkpoint=cp.id, path=display(e.path))
@@ -198,3 +226,37 @@ def _check_checkpoint(get, cp, check_stream, report: VerifyReport) -> None:
             report.problems.append(
                 Problem("conversation", cp.conversation.hex(), error, checkpoint=cp.id)
             )
+
+
+_OP_KINDS = ("restore", "undo")
+
+
+def _check_oplog(view: ReadView, report: VerifyReport) -> None:
+    """Each operation-log entry must parse as ``undo``/``oplog``/``prune`` read it."""
+    for key, value in view.items("oplog"):
+        where = str(key_seq(key)) if len(key) == 8 else key.hex()
+        try:
+            op = Operation.parse(key, value)
+            fields = msgpack.unpackb(value, raw=False)
+            for name in ("target", "before"):
+                if not isinstance(fields.get(name), bytes) or len(fields[name]) != 32:
+                    raise CorruptError(f"operation log entry {where} has no valid {name!r} id")
+            if op.kind not in _OP_KINDS:
+                raise CorruptError(f"operation log entry {where} has an unknown kind {op.kind!r}")
+            if not 0 <= op.time_ns < 1 << 63 or not 0 <= op.changed < 1 << 63:
+                raise CorruptError(f"operation log entry {where} has an impossible time or count")
+        except CorruptError as exc:
+            report.problems.append(Problem("oplog", where, str(exc)))
+        except (ValueError, TypeError, AttributeError, KeyError, msgpack.UnpackException) as exc:
+            report.problems.append(Problem("oplog", where, f"operation log entry is damaged ({exc!r})"))
+
+
+def _check_journal(view: ReadView, report: VerifyReport) -> None:
+    """A pending restore journal must parse as crash recovery reads it."""
+    value = view.get("journal", JOURNAL_KEY)
+    if value is None:
+        return
+    try:
+        journal.parse(value)  # exactly what recovery reads: every field validated
+    except CorruptError as exc:
+        report.problems.append(Problem("journal", JOURNAL_KEY.decode(), str(exc)))

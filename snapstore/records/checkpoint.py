@@ -14,10 +14,13 @@ from typing import Any
 import msgpack
 
 from snapstore.errors import CorruptError
+from snapstore.records import schema
+from snapstore.storage.backend import ReadView as View
 from snapstore.storage.objects import chunk_id
 
 USER = "checkpoint"
 SAFETY = "safety"  # recorded by restore before it changes the tree
+KINDS = (USER, SAFETY)
 
 SHORT = 12  # hex digits shown for an id
 
@@ -27,7 +30,8 @@ def seq_key(seq: int) -> bytes:
 
 
 def key_seq(key: bytes) -> int:
-    return struct.unpack(">Q", key)[0]
+    seq: int = struct.unpack(">Q", key)[0]
+    return seq
 
 
 def next_seq(last_key: bytes | None) -> int:
@@ -130,64 +134,107 @@ def build_record(
 
 
 def parse_record(cid: bytes, packed: bytes, seq: int = 0) -> Checkpoint:
-    """Decode and check a stored record (its hash and its field types)."""
+    """Decode and check a stored record: its hash, then every field against records.schema.
+
+    A record that fails either check raises CorruptError ("damaged"); callers that list
+    checkpoints leave it out, like a record whose hash does not match.
+    """
     if chunk_id(packed) != cid:
         raise CorruptError(f"checkpoint {cid.hex()} is corrupt (its record does not match its id)")
     try:
         r = msgpack.unpackb(packed, raw=False)
         if not isinstance(r, dict) or r.get("v") != 1:
             raise ValueError("unknown record version")
-        parent = r["parent"]
-        manifest = r["manifest"]
-        conversation = r["conversation"]
-        if not isinstance(manifest, bytes) or len(manifest) != 32:
-            raise ValueError("bad manifest id")
-        if conversation is not None and (not isinstance(conversation, bytes) or len(conversation) != 32):
-            raise ValueError("bad conversation id")
-        if parent is not None and (not isinstance(parent, bytes) or len(parent) != 32):
-            raise ValueError("bad parent id")
-        tags = r["tags"]
-        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-            raise ValueError("bad tags")
-        metadata = r["metadata"] if isinstance(r["metadata"], dict) else {}
-        stats = r["stats"] if isinstance(r["stats"], dict) else {}
+        parent = schema.check_optional_id(r["parent"], "parent")
+        kind = r["kind"]
+        if kind not in KINDS:
+            raise ValueError("unknown kind")
         return Checkpoint(
             id=cid.hex(),
             parent=parent.hex() if parent else None,
-            time_ns=int(r["time_ns"]),
-            message=str(r["message"]),
-            task=r["task"] if isinstance(r["task"], str) else None,
-            tags=tuple(tags),
-            kind=str(r["kind"]),
-            manifest=manifest,
-            conversation=conversation,
-            metadata=metadata,
-            stats=stats,
+            time_ns=schema.check_time(r["time_ns"]),
+            message=schema.check_text(r["message"], "message"),
+            task=schema.check_optional_text(r["task"], "task"),
+            tags=tuple(schema.check_texts(r["tags"], "tags")),
+            kind=kind,
+            manifest=schema.check_id(r["manifest"], "manifest"),
+            conversation=schema.check_optional_id(r["conversation"], "conversation"),
+            metadata=schema.check_json_map(r["metadata"], "metadata"),
+            stats=schema.check_stats(r["stats"]),
             seq=seq,
         )
     except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptError(f"checkpoint {cid.hex()} has a damaged record ({exc})") from exc
 
 
-def load_all(view) -> list[Checkpoint]:
-    """Every readable checkpoint in creation order (oldest first).
+def references(cid: bytes, packed: bytes) -> tuple[bytes, bytes | None]:
+    """``(manifest id, conversation id or None)`` of a record whose hash matches, even when
+    its other values are damaged: what ``gc`` must keep for it.
 
-    A missing or damaged record is left out (``verify`` reports it): one bad record must not
-    make every other checkpoint unreachable.
+    CorruptError when the hash does not match or either reference is itself unreadable (then
+    what the record reaches cannot be known).
+    """
+    if chunk_id(packed) != cid:
+        raise CorruptError(f"checkpoint {cid.hex()} is corrupt (its record does not match its id)")
+    try:
+        r = msgpack.unpackb(packed, raw=False)
+        if not isinstance(r, dict):
+            raise ValueError("not a map")
+        return (
+            schema.check_id(r["manifest"], "manifest"),
+            schema.check_optional_id(r.get("conversation"), "conversation"),
+        )
+    except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CorruptError(f"checkpoint {cid.hex()} has a damaged record ({exc})") from exc
+
+
+def load_log(view: View) -> tuple[list[Checkpoint], dict[str, str]]:
+    """Every readable checkpoint in creation order (oldest first), and the damaged ones.
+
+    The second value maps the id (hex) of each checkpoint the log names whose record is missing
+    or damaged to the reason.  One bad record must not make every other checkpoint unreachable.
     """
     out = []
+    damaged: dict[str, str] = {}
     for key, cid in view.items("log"):
+        if len(cid) != schema.ID_BYTES:
+            damaged[cid.hex()] = f"log entry {key_seq(key)} is damaged (not a checkpoint id)"
+            continue
         packed = view.get("checkpoints", cid)
         if packed is None:
+            damaged[cid.hex()] = f"checkpoint {cid.hex()} is missing"
             continue
         try:
             out.append(parse_record(cid, packed, key_seq(key)))
-        except CorruptError:
-            continue
-    return out
+        except CorruptError as exc:
+            damaged[cid.hex()] = str(exc)
+    return out, damaged
 
 
-def load_one(view, cid: bytes) -> Checkpoint:
+def load_all(view: View) -> list[Checkpoint]:
+    """Every readable checkpoint in creation order (oldest first); damaged ones left out
+    (``verify`` reports them)."""
+    return load_log(view)[0]
+
+
+def damage_of(view: View, cid: bytes) -> str | None:
+    """Why checkpoint ``cid`` cannot be read, or None when it reads or is not there at all
+    (a deleted checkpoint is not a damaged one)."""
+    if len(cid) != schema.ID_BYTES:
+        return f"{cid.hex() or 'an empty value'} is not a checkpoint id (the reference is damaged)"
+    if view.get("checkpoints", cid) is None:
+        return None
+    try:
+        load_one(view, cid)
+    except CorruptError as exc:
+        return str(exc)
+    return None
+
+
+def load_one(view: View, cid: bytes) -> Checkpoint:
+    """The checkpoint ``cid``; CorruptError when it is missing or damaged."""
+    if len(cid) != schema.ID_BYTES:
+        raise CorruptError(f"{cid.hex() or 'an empty value'} is not a checkpoint id")
     packed = view.get("checkpoints", cid)
     if packed is None:
         raise CorruptError(f"checkpoint {cid.hex()} is missing")

@@ -17,13 +17,15 @@ stores a record on the longest stored prefix it is given, or a full one.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import blake3
 import msgpack
 
 from snapstore.errors import CorruptError, UsageError
+from snapstore.records import schema
+from snapstore.records.schema import Get, Put
 from snapstore.storage import chunker, objects
 
 MAX_DEPTH = 32
@@ -45,7 +47,7 @@ def encode_messages(messages: Any) -> list[bytes]:
 
 def write(
     messages: Any,
-    put,
+    put: Put,
     level: int = objects.DEFAULT_LEVEL,
     *,
     encode: bool = True,
@@ -91,22 +93,35 @@ def write(
     return cid, record
 
 
-def parse_record(cid: bytes, value: bytes) -> dict:
+def parse_record(cid: bytes, value: bytes) -> dict[str, Any]:
+    """Decode and check a ``conversations`` record (see the module docstring for its fields)."""
     try:
         r = msgpack.unpackb(value, raw=False)
-        base = r["base"]
-        if base is not None and (not isinstance(base, bytes) or len(base) != 32):
-            raise ValueError("bad base id")
-        for ref in r["chunks"]:
-            if not (isinstance(ref[0], bytes) and len(ref[0]) == 32):
-                raise ValueError("bad chunk id")
-        int(r["count"]), int(r["depth"]), int(r["total"])
-    except (KeyError, ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
+        if not isinstance(r, dict):
+            raise ValueError("not a map")
+        base = schema.check_optional_id(r["base"], "base")
+        count = schema.check_count(r["count"], "count")
+        depth = schema.check_count(r["depth"], "depth")
+        total = schema.check_count(r["total"], "total")
+        if base is None and (count or depth):
+            raise ValueError("a full record has a count or a depth")
+        if depth > MAX_DEPTH or total < count:
+            raise ValueError("bad depth or total")
+        chunks = r["chunks"]
+        if not isinstance(chunks, list):
+            raise ValueError("chunks is not a list")
+        for ref in chunks:
+            if not (isinstance(ref, list) and len(ref) == 3):
+                raise ValueError("bad chunk reference")
+            schema.check_id(ref[0], "chunk")
+            schema.check_count(ref[1], "chunk size")
+            schema.check_count(ref[2], "chunk message count")
+    except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptError(f"conversation {cid.hex()} has a damaged record ({exc})") from exc
     return r
 
 
-def chain(get, cid: bytes) -> list[tuple[bytes, dict]]:
+def chain(get: Get, cid: bytes) -> list[tuple[bytes, dict[str, Any]]]:
     """The records from the full one to ``cid`` (oldest first)."""
     out = []
     cur: bytes | None = cid
@@ -123,14 +138,7 @@ def chain(get, cid: bytes) -> list[tuple[bytes, dict]]:
     return out
 
 
-def chunk_refs(get, cid: bytes) -> Iterator[bytes]:
-    """Every chunk id a conversation needs (for gc and verify)."""
-    for _, record in chain(get, cid):
-        for ref in record["chunks"]:
-            yield ref[0]
-
-
-def read(get, cid: bytes) -> list[Any]:
+def read(get: Get, cid: bytes) -> list[Any]:
     """The messages of conversation ``cid``, checked against its id."""
     hasher = blake3.blake3()
     out: list[Any] = []
@@ -158,12 +166,13 @@ def _decode(cid: bytes, chunks: Iterable[bytes]) -> list[Any]:
                 if not isinstance(text, str):
                     raise ValueError("a message is not a JSON string")
                 out.append(json.loads(text))
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+    except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
+        # RecursionError: JSON nested past Python's recursion limit (a hostile message).
         raise CorruptError(f"conversation {cid.hex()} is damaged: {exc}") from exc
     return out
 
 
-def info(get, cid: bytes) -> tuple[int, int]:
+def info(get: Get, cid: bytes) -> tuple[int, int]:
     """``(message count, depth)`` of a stored conversation, from its record alone."""
     value = get("conversations", cid)
     if value is None:

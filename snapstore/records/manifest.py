@@ -5,8 +5,11 @@ Each entry is one msgpack array ``[path, kind, mode, size, mtime_ns, ref]``:
 * ``path``: bytes, relative to the tree root, ``/``-separated, exactly as the file system names
   it (names that are not UTF-8 are kept byte for byte);
 * ``kind``: one of :data:`FILE`, :data:`EXEC`, :data:`SYMLINK`, :data:`DIR`, :data:`UNREADABLE`;
-* ``mode``: the permission bits seen at snapshot time (informational; restore applies the exec
-  bit, not the rest);
+* ``mode``: the file type and permission bits, ``st_mode & 0o170777`` (e.g. ``0o100644``,
+  ``0o040700``): diff compares the permission bits of files and directories and restore applies
+  them exactly (owner, setuid, setgid and sticky are never recorded).  Entries written before
+  this rule hold only ``S_IMODE`` (no file type bits): their mode is informational, as it was
+  then, and restore applies only the exec bit (:func:`exact_mode` tells the two apart);
 * ``size``, ``mtime_ns``: as seen at snapshot time (mtime is informational and not compared);
 * ``ref``: the content's stream id for files, the link target for symlinks, empty otherwise.
 
@@ -17,11 +20,12 @@ by path), so a changed file rewrites one manifest chunk plus one index node per 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgpack
 
 from snapstore.errors import CorruptError
+from snapstore.records.schema import Get, Put
 from snapstore.storage import chunker, objects
 
 FILE = 0
@@ -31,6 +35,20 @@ DIR = 3
 UNREADABLE = 4  # present on disk but could not be read: restore and diff leave it alone
 
 KIND_NAMES = {FILE: "file", EXEC: "exec", SYMLINK: "symlink", DIR: "dir", UNREADABLE: "unreadable"}
+
+#: What a new entry keeps of ``st_mode``: the file type and the nine permission bits.
+MODE_KEEP = 0o170777
+#: The bits of ``st_mode`` a snapshot drops (and counts): setuid, setgid, sticky.
+MODE_DROPPED = 0o7000
+
+
+def exact_mode(mode: int) -> int | None:
+    """The permission bits restore applies exactly, or None for an old (informational) mode.
+
+    A mode recorded with its file type bits (``0o100644``) is exact; one without them (``0o644``,
+    written by older versions) is not, and restore and diff treat it as they did then.
+    """
+    return mode & 0o777 if mode & 0o170000 else None
 
 
 class Entry(NamedTuple):
@@ -47,23 +65,15 @@ class Entry(NamedTuple):
     def is_file(self) -> bool:
         return self.kind in (FILE, EXEC)
 
-    def same_content(self, other: Entry) -> bool:
-        """True when restoring one over the other would change nothing (mtime is ignored)."""
-        return self.kind == other.kind and self.ref == other.ref
-
-
-def encode_entry(e: Entry) -> bytes:
-    return msgpack.packb([e.path, e.kind, e.mode, e.size, e.mtime_ns, e.ref], use_bin_type=True)
-
 
 def write_manifest(
     entries: Iterable[Entry],
-    put,
+    put: Put,
     level: int = objects.DEFAULT_LEVEL,
     *,
     encode: bool = True,
-    memo: dict | None = None,
-):
+    memo: dict[Entry | bytes, bytes] | None = None,
+) -> tuple[bytes, int, bytes | None]:
     """Store sorted ``entries`` as a stream; returns ``(stream id, size, record or None)``.
 
     ``put(id, value)`` receives each chunk, encoded (or plain when ``encode`` is False).
@@ -74,7 +84,7 @@ def write_manifest(
     # One Packer for the whole manifest: msgpack.packb builds a new one per call.
     pack = msgpack.Packer(use_bin_type=True).pack
     old = memo or {}
-    new: dict = {}
+    new: dict[Entry | bytes, bytes] = {}
 
     def encoded(e: Entry) -> tuple[bytes, bytes]:
         data = old.get(e)
@@ -83,7 +93,7 @@ def write_manifest(
         new[e] = data
         return e.path, data
 
-    def groups():
+    def groups() -> Iterator[tuple[bytes, bytes]]:
         for g in chunker.cut_records(encoded(e) for e in entries):
             data = b"".join(g)
             cid = old.get(data)
@@ -102,7 +112,7 @@ def write_manifest(
 _KINDS = frozenset(KIND_NAMES)
 
 
-def _check(raw) -> Entry:
+def _check(raw: Any) -> Entry:
     # Fast path first: exact types (msgpack yields exactly list/bytes/int), one combined test.
     if type(raw) is list and len(raw) == 6:
         path, kind, mode, size, mtime_ns, ref = raw
@@ -150,11 +160,11 @@ def iter_entries_of_chunks(mid: bytes, chunks: Iterable[bytes]) -> Iterator[Entr
         raise CorruptError(f"manifest {mid.hex()} is damaged: {exc}") from exc
 
 
-def iter_entries(get, mid: bytes) -> Iterator[Entry]:
+def iter_entries(get: Get, mid: bytes) -> Iterator[Entry]:
     """Yield the entries of manifest ``mid`` in path order (validating their shape)."""
     return iter_entries_of_chunks(mid, objects.iter_stream(get, mid))
 
 
-def load(get, mid: bytes) -> dict[bytes, Entry]:
+def load(get: Get, mid: bytes) -> dict[bytes, Entry]:
     """The whole manifest as a dict keyed by path."""
     return {e.path: e for e in iter_entries(get, mid)}

@@ -1,8 +1,9 @@
-"""The key-value layer under the store: a narrow protocol, and an in-memory implementation.
+"""The key-value layer under the store: the narrow protocol every stage goes through.
 
 Everything snapstore keeps is a key-value pair in one of a few named tables (see
-docs/format.md).  The store talks to a :class:`Backend`; ``lmdb_store.LmdbBackend`` is the real
-one, :class:`MemoryBackend` serves tests that want no disk.  Both run through the same tests.
+docs/format.md).  Stages talk to a :class:`Backend`; :class:`~snapstore.storage.lmdb_backend.
+LmdbBackend` is the real one, :class:`~snapstore.storage.memory.MemoryBackend` serves tests that
+want no disk.  Both run through the one suite in tests/test_backend.py.
 
 Writes are collected in a :class:`WriteBatch` and applied in one atomic transaction when the
 ``with backend.write() as batch`` block exits without an exception; an exception discards the
@@ -12,9 +13,8 @@ whole batch.  Keeping the batch in Python until commit keeps the real write tran
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 TABLES = (
@@ -33,26 +33,37 @@ TABLES = (
 #: The key of the journal entry of a restore in progress (table ``journal``).
 JOURNAL_KEY = b"current"
 
-_DELETED = object()
+
+class _Deleted:
+    """The marker of a pending delete in a :class:`WriteBatch`."""
+
+
+_DELETED = _Deleted()
 
 
 class ReadView(Protocol):
     """A consistent read-only view of all tables (one LMDB read transaction)."""
 
-    def get(self, table: str, key: bytes) -> bytes | None: ...
+    def get(self, table: str, key: bytes) -> bytes | None:
+        """The value of ``key`` in ``table``, or None."""
+        ...
 
     def items(
         self, table: str, *, reverse: bool = False, prefix: bytes = b""
-    ) -> Iterator[tuple[bytes, bytes]]: ...
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Key-value pairs of ``table`` in key order (or reversed), optionally under ``prefix``."""
+        ...
 
-    def count(self, table: str) -> int: ...
+    def count(self, table: str) -> int:
+        """The number of records in ``table``."""
+        ...
 
 
 class WriteBatch:
     """Puts and deletes to apply atomically; reads see the batch's own writes first."""
 
-    def __init__(self, view_factory):
-        self._ops: dict[str, dict[bytes, object]] = {}
+    def __init__(self, view_factory: Callable[[], AbstractContextManager[ReadView]]) -> None:
+        self._ops: dict[str, dict[bytes, bytes | _Deleted]] = {}
         self._new: dict[str, set[bytes]] = {}
         self._view_factory = view_factory
         self.pending_bytes = 0
@@ -75,14 +86,16 @@ class WriteBatch:
         self.pending_bytes += len(key) + len(value)
 
     def delete(self, table: str, key: bytes) -> None:
+        """Remove ``key`` (nothing happens if it has no value)."""
         self._ops.setdefault(table, {})[key] = _DELETED
         self._new.get(table, set()).discard(key)
 
     def get(self, table: str, key: bytes) -> bytes | None:
+        """The value ``key`` will have after this batch (pending writes first, then the store)."""
         ops = self._ops.get(table)
         if ops is not None and key in ops:
             value = ops[key]
-            return None if value is _DELETED else value  # type: ignore[return-value]
+            return None if isinstance(value, _Deleted) else value
         with self._view_factory() as view:
             return view.get(table, key)
 
@@ -92,87 +105,56 @@ class WriteBatch:
     def operations(self) -> Iterator[tuple[str, bytes, bytes | None, bool]]:
         """Yield ``(table, key, value or None for delete, only_if_new)``."""
         for table, ops in self._ops.items():
-            new = self._new.get(table, ())
+            new = self._new.get(table, set())
             for key, value in ops.items():
-                yield table, key, (None if value is _DELETED else value), key in new  # type: ignore[misc]
+                yield table, key, (None if isinstance(value, _Deleted) else value), key in new
 
 
 class Backend(Protocol):
-    """What the store needs from a key-value engine."""
+    """What the stages need from a key-value engine (both backends implement all of it)."""
 
-    def read(self): ...  # context manager yielding a ReadView
+    def read(self) -> AbstractContextManager[ReadView]:
+        """A consistent view of every table for the duration of the ``with`` block."""
+        ...
 
-    def has_many(self, table: str, keys: Iterable[bytes]) -> list[bool]: ...
-
-    def write(self): ...  # context manager yielding a WriteBatch, applied on clean exit
-
-    def sync(self) -> None: ...
-
-    def disk_size(self) -> int: ...
-
-    def close(self) -> None: ...
-
-
-class _MemoryView:
-    def __init__(self, tables: dict[str, dict[bytes, bytes]]):
-        # Copy-on-read: a view must not change under its reader, like an LMDB read transaction.
-        self._tables = {name: dict(t) for name, t in tables.items()}
-
-    def get(self, table: str, key: bytes) -> bytes | None:
-        return self._tables[table].get(key)
-
-    def items(self, table: str, *, reverse: bool = False, prefix: bytes = b""):
-        keys = sorted(k for k in self._tables[table] if k.startswith(prefix))
-        if reverse:
-            keys.reverse()
-        for key in keys:
-            yield key, self._tables[table][key]
-
-    def count(self, table: str) -> int:
-        return len(self._tables[table])
-
-
-class MemoryBackend:
-    """An in-memory backend with the same semantics as the LMDB one (for tests)."""
-
-    def __init__(self) -> None:
-        self.tables: dict[str, dict[bytes, bytes]] = {name: {} for name in TABLES}
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def read(self):
-        with self._lock:
-            view = _MemoryView(self.tables)
-        yield view
+    def write(self) -> AbstractContextManager[WriteBatch]:
+        """A batch applied atomically when the ``with`` block exits cleanly, else discarded."""
+        ...
 
     def has_many(self, table: str, keys: Iterable[bytes]) -> list[bool]:
-        with self._lock:
-            t = self.tables[table]
-            return [k in t for k in keys]
+        """For each key, whether ``table`` holds it (one read transaction)."""
+        ...
 
-    @contextmanager
-    def write(self):
-        batch = WriteBatch(self.read)
-        yield batch
-        with self._lock:
-            inserted = 0
-            for table, key, value, only_new in batch.operations():
-                t = self.tables[table]
-                if value is None:
-                    t.pop(key, None)
-                elif only_new:
-                    if key not in t:
-                        t[key] = value
-                        inserted += len(value)
-                else:
-                    t[key] = value
-            batch.inserted_bytes = inserted
+    def value_sizes(self, table: str) -> Iterator[tuple[bytes, int, bytes]]:
+        """``(key, stored value length, first 32 bytes)`` of every record, without copying values."""
+        ...
 
     def sync(self) -> None:
-        pass
+        """Make every committed write durable."""
+        ...
 
     def disk_size(self) -> int:
-        return sum(len(k) + len(v) for t in self.tables.values() for k, v in t.items())
+        """Bytes the store takes on disk (its data file; an estimate for memory)."""
+        ...
+
+    def release_memory(self, trim_heap: bool = False) -> None:
+        """Drop mappings the process no longer needs (an optimisation; may do nothing)."""
+        ...
+
+    def compact(self) -> tuple[int, int] | None:
+        """Rewrite the store without free space: ``(size before, after)``, None if nothing to do.
+
+        The caller holds the store's writer lock.
+        """
+        ...
+
+    def refresh(self) -> bool:
+        """Pick up a store file replaced by another process's compaction; True if it did.
+
+        Called right after the writer lock is taken, so no write reaches a replaced file.
+        """
+        ...
 
     def close(self) -> None:
-        pass
+        """Release the backend (idempotent)."""
+        ...

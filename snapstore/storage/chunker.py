@@ -19,13 +19,16 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Iterable, Iterator
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Literal
+
+if TYPE_CHECKING:
+    from pyfastcdc import FastCDC
 
 #: FastCDC parameters for file contents.  Changing any of these is a format change.
 MIN_SIZE = 8 * 1024
 AVG_SIZE = 32 * 1024
 MAX_SIZE = 128 * 1024
-NORMALIZATION = 1
+NORMALIZATION: Literal[0, 1, 2, 3] = 1
 SEED = 0
 
 #: Record chunker: a boundary after a record whose key's CRC-32 has these low bits clear
@@ -54,10 +57,10 @@ PARAMS = {
 _local = threading.local()
 
 
-def _fastcdc():
+def _fastcdc() -> FastCDC:
     # A FastCDC object is not safe to share between threads; one per thread is cheap.  The
     # import is deferred: a snapshot that reads no file (nothing changed) never needs it.
-    cdc = getattr(_local, "cdc", None)
+    cdc: FastCDC | None = getattr(_local, "cdc", None)
     if cdc is None:
         from pyfastcdc import FastCDC
 

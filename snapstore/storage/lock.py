@@ -12,32 +12,35 @@ file descriptions.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from snapstore.errors import LockedError, TreeIOError
+from snapstore.errors import LockedError, TreeIOError, UnsafePathError
 
 DEFAULT_TIMEOUT = 30.0
 POLL = 0.02
 
 
 class WriterLock:
-    def __init__(self, path: str, timeout: float = DEFAULT_TIMEOUT):
+    """The flock on ``path``; :meth:`held` takes it (re-entrant per object)."""
+
+    def __init__(self, path: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.path = path
         self.timeout = timeout
         self._fd: int | None = None
         self._depth = 0
-        self._owner: int | None = None
         self._mutex = threading.RLock()
         #: Called right after the lock is taken (outermost level only); the store uses it to
         #: notice a data file replaced by another process's ``gc --compact``.
-        self.on_acquire = None
+        self.on_acquire: Callable[[], object] | None = None
 
     @contextmanager
-    def held(self, timeout: float | None = None):
+    def held(self, timeout: float | None = None) -> Iterator[None]:
         """Hold the lock for the duration of the block (waiting up to ``timeout`` seconds,
         the lock's own timeout by default)."""
         with self._mutex:
@@ -59,8 +62,11 @@ class WriterLock:
 
     def _acquire(self, timeout: float) -> None:
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # Never through a symlink: a planted `lock` link would have us truncate its target.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafePathError(f"refusing the store lock {self.path}: it is a symlink") from exc
             raise TreeIOError(f"cannot open the store lock {self.path}: {exc.strerror}") from exc
         deadline = time.monotonic() + timeout
         while True:

@@ -32,6 +32,16 @@ DEFAULT_LEVEL = 3
 NODE_MASK = 0x0F
 NODE_MAX = 64
 
+#: No chunk's plain bytes may exceed this (data chunks are at most chunker.MAX_SIZE, manifest and
+#: conversation chunks hold whole records): a hard cap on what one decompression allocates.
+MAX_CHUNK_BYTES = 64 << 20
+
+#: No stream may claim more (a hard cap on the work of walking a damaged or hostile index).
+MAX_STREAM_BYTES = 1 << 42
+
+#: An index node lists at most NODE_MAX children of ~44 packed bytes: far below this bound.
+INDEX_NODE_MAX_BYTES = 1 << 20
+
 _local = threading.local()
 
 Ref = tuple[bytes, int]  # (id, plain size)
@@ -39,7 +49,8 @@ Ref = tuple[bytes, int]  # (id, plain size)
 
 def chunk_id(data: bytes | memoryview) -> bytes:
     """The BLAKE3-256 of ``data``: the id of a chunk (and of a stream) holding it."""
-    return blake3.blake3(data).digest()
+    digest: bytes = blake3.blake3(data).digest()
+    return digest
 
 
 def _compressor(level: int) -> zstandard.ZstdCompressor:
@@ -68,24 +79,46 @@ def encode_chunk(data: bytes | memoryview, level: int = DEFAULT_LEVEL) -> bytes:
     return bytes((FLAG_RAW,)) + bytes(data)
 
 
-def decode_chunk(cid: bytes, value: bytes | None, *, check: bool = True) -> bytes:
-    """Plain bytes of a stored chunk value; raises CorruptError if missing or damaged."""
+def decode_chunk(
+    cid: bytes, value: bytes | None, *, check: bool = True, max_size: int = MAX_CHUNK_BYTES
+) -> bytes:
+    """Plain bytes of a stored chunk value; raises CorruptError if missing or damaged.
+
+    Decompression is bounded by ``max_size`` (the size the index records for the chunk when the
+    caller knows it, else :data:`MAX_CHUNK_BYTES`): a frame whose header claims more, or that
+    inflates past it, is damage, and no more than ``max_size`` bytes are ever allocated.
+    """
     if value is None:
         raise CorruptError(f"chunk {cid.hex()} is missing from the store")
     if not value:
         raise CorruptError(f"chunk {cid.hex()} is empty in the store")
+    max_size = min(max_size, MAX_CHUNK_BYTES)
     flag = value[0]
     if flag == FLAG_RAW:
         data = bytes(value[1:])
     elif flag == FLAG_ZSTD:
-        try:
-            data = _decompressor().decompress(value[1:])
-        except zstandard.ZstdError as exc:
-            raise CorruptError(f"chunk {cid.hex()} does not decompress ({exc})") from exc
+        data = _inflate(cid, value[1:], max_size)
     else:
         raise CorruptError(f"chunk {cid.hex()} has an unknown flag {flag}")
+    if len(data) > max_size:
+        raise CorruptError(f"chunk {cid.hex()} holds {len(data)} bytes, more than the {max_size} expected")
     if check and chunk_id(data) != cid:
         raise CorruptError(f"chunk {cid.hex()} is corrupt (its content does not match its hash)")
+    return data
+
+
+def _inflate(cid: bytes, frame: bytes, max_size: int) -> bytes:
+    try:
+        claimed = zstandard.frame_content_size(frame)
+        if claimed > max_size:
+            # zstandard allocates what the header claims: refuse before it does.
+            raise CorruptError(
+                f"chunk {cid.hex()} claims {claimed} bytes, more than the {max_size} expected"
+            )
+        # Without a size in the header, max_output_size bounds the output buffer.
+        data: bytes = _decompressor().decompress(frame, max_output_size=max(max_size, 1))
+    except zstandard.ZstdError as exc:
+        raise CorruptError(f"chunk {cid.hex()} does not decompress ({exc})") from exc
     return data
 
 
@@ -119,7 +152,9 @@ def build_index(
 
 
 def stream_record(size: int, height: int, root: bytes) -> bytes:
-    return msgpack.packb([size, height, root])
+    """The ``streams`` table value of a stream of more than one chunk."""
+    packed: bytes = msgpack.packb([size, height, root])
+    return packed
 
 
 def parse_stream_record(sid: bytes, value: bytes) -> tuple[int, int, bytes]:
@@ -181,33 +216,6 @@ class StreamBuilder:
         return sid, self._size, stream_record(self._size, height, root)
 
 
-def write_stream(
-    chunks: Iterable[bytes],
-    put: Callable[[bytes, bytes], None],
-    level: int = DEFAULT_LEVEL,
-    *,
-    encode: bool = True,
-) -> tuple[bytes, int, bytes | None]:
-    """Store a stream made of ``chunks`` through ``put(id, value)``.
-
-    ``value`` is the stored (encoded) form, or the plain bytes when ``encode`` is False (for a
-    caller that compresses only the chunks the store lacks).  Returns ``(stream id, size,
-    stream record or None)``; the caller stores the record.
-    """
-    builder = StreamBuilder()
-
-    def emit(cid: bytes, data: bytes | memoryview) -> None:
-        put(cid, encode_chunk(data, level) if encode else bytes(data))
-
-    empty = True
-    for data in chunks:
-        empty = False
-        emit(builder.add(data), data)
-    if empty:  # an empty stream is the empty chunk, which must be stored like any other
-        emit(builder.add(b""), b"")
-    return builder.finish(put, level, encode=encode)
-
-
 def write_stream_known(
     chunks: Iterable[tuple[bytes, bytes]],
     put: Callable[[bytes, bytes], None],
@@ -215,7 +223,12 @@ def write_stream_known(
     *,
     encode: bool = True,
 ) -> tuple[bytes, int, bytes | None]:
-    """Like :func:`write_stream`, for chunks given as ``(data, id)`` with their ids known."""
+    """Store a stream made of chunks given as ``(data, id)`` through ``put(id, value)``.
+
+    ``value`` is the stored (encoded) form, or the plain bytes when ``encode`` is False (for a
+    caller that compresses only the chunks the store lacks).  Returns ``(stream id, size,
+    stream record or None)``; the caller stores the record.
+    """
     builder = StreamBuilder()
     empty = True
     for data, cid in chunks:
@@ -230,73 +243,107 @@ def write_stream_known(
 
 # -- reading streams ------------------------------------------------------------------------
 
+Getter = Callable[[str, bytes], "bytes | None"]
 
-def iter_stream(get: Callable[[str, bytes], bytes | None], sid: bytes) -> Iterator[bytes]:
-    """Yield the plain chunks of stream ``sid``; ``get(table, key)`` reads the store.
+#: ``(id, size, height)`` of one node of a stream's tree: height 0 is a data chunk.
+Node = tuple[bytes, int, int]
 
-    Every chunk is checked against its hash; a missing or damaged object raises CorruptError.
+
+def stream_size(get: Getter, sid: bytes) -> int | None:
+    """The size a stream's record gives, or None for a one-chunk stream (no record)."""
+    record = get("streams", sid)
+    if record is None:
+        return None
+    return parse_stream_record(sid, record)[0]
+
+
+def walk_stream(
+    get: Getter, sid: bytes, *, walked: dict[bytes, int] | None = None, distinct: bool = False
+) -> Iterator[Node]:
+    """Yield every node of stream ``sid`` in order: each index node before its children.
+
+    The one walk of a stream's index tree.  A one-chunk stream yields ``(sid, -1, 0)`` (its size
+    is known only by decoding it).  Each index node is decoded (bounded by
+    :data:`INDEX_NODE_MAX_BYTES`) and checked before its children are visited: its children's
+    sizes must add up to the size its parent (or the stream record) gives it.  So a tree that
+    claims more than its record is damage found at its first inconsistent node, and the walk
+    never yields more data chunks than the record's size covers.
+
+    ``walked``: index nodes already checked, with the size they cover (gc and verify share it
+    across every stream they walk): such a node is yielded, its size compared, and not descended,
+    so a DAG that repeats nodes costs one visit per distinct node.  ``distinct``: a node seen
+    twice in this stream is damage (a manifest's chunks hold sorted, unique entries).
+    Raises CorruptError.
     """
     record = get("streams", sid)
     if record is None:
-        yield decode_chunk(sid, get("chunks", sid))
+        yield sid, -1, 0
         return
     size, height, root = parse_stream_record(sid, record)
-    total = 0
-    for data in _iter_node(get, root, height):
-        total += len(data)
-        yield data
-    if total != size:
-        raise CorruptError(f"stream {sid.hex()} has {total} bytes, its record says {size}")
-
-
-def _iter_node(get, nid: bytes, height: int) -> Iterator[bytes]:
-    children = parse_index_node(nid, decode_chunk(nid, get("chunks", nid)))
-    for cid, size in children:
-        if height == 1:
-            data = decode_chunk(cid, get("chunks", cid))
-            if len(data) != size:
-                raise CorruptError(f"chunk {cid.hex()} has {len(data)} bytes, its index says {size}")
-            yield data
-        else:
-            yield from _iter_node(get, cid, height - 1)
-
-
-def stream_chunk_ids(get, sid: bytes) -> Iterator[tuple[bytes, bool]]:
-    """Yield ``(id, is_index)`` of every chunk a stream references (without reading leaves)."""
-    record = get("streams", sid)
-    if record is None:
-        yield sid, False
-        return
-    _, height, root = parse_stream_record(sid, record)
-    stack = [(root, height)]
+    if size > MAX_STREAM_BYTES:
+        raise CorruptError(f"stream {sid.hex()} claims {size} bytes, more than any stream may hold")
+    seen: set[bytes] = set()
+    stack: list[Node] = [(root, size, height)]
     while stack:
-        nid, h = stack.pop()
-        yield nid, True
-        for cid, _ in parse_index_node(nid, decode_chunk(nid, get("chunks", nid))):
-            if h == 1:
-                yield cid, False
-            else:
-                stack.append((cid, h - 1))
+        nid, nsize, h = stack.pop()
+        if distinct:
+            if nid in seen:
+                raise CorruptError(f"stream {sid.hex()} repeats chunk {nid.hex()}")
+            seen.add(nid)
+        yield nid, nsize, h
+        if h == 0:
+            continue
+        if walked is not None and nid in walked:
+            if walked[nid] != nsize:
+                raise CorruptError(
+                    f"index chunk {nid.hex()} covers {walked[nid]} bytes, its parent says {nsize}"
+                )
+            continue
+        value = get("chunks", nid)
+        children = parse_index_node(nid, decode_chunk(nid, value, max_size=INDEX_NODE_MAX_BYTES))
+        total = sum(s for _, s in children)
+        if any(s < 1 for _, s in children):
+            # Only the empty stream has an empty chunk, and it has no index: a child of zero
+            # bytes would let a tree of any size claim nothing.
+            raise CorruptError(f"index chunk {nid.hex()} lists an empty child")
+        if total != nsize:
+            if not stack and h == height and nid == root:
+                raise CorruptError(f"stream {sid.hex()} has {total} bytes, its record says {nsize}")
+            raise CorruptError(
+                f"index chunk {nid.hex()} covers {total} bytes, its parent says {nsize}"
+            )
+        if walked is not None:
+            walked[nid] = total
+        stack.extend((cid, csize, h - 1) for cid, csize in reversed(children))
 
 
-def read_stream(get, sid: bytes) -> bytes:
+def iter_stream(get: Getter, sid: bytes) -> Iterator[bytes]:
+    """Yield the plain chunks of stream ``sid``; ``get(table, key)`` reads the store.
+
+    Every chunk is checked against its hash and against the size its index gives it (which
+    bounds its decompression); a missing or damaged object raises CorruptError.
+    """
+    for cid, size, height in walk_stream(get, sid):
+        if height:
+            continue
+        if size < 0:
+            yield decode_chunk(cid, get("chunks", cid))
+            continue
+        data = decode_chunk(cid, get("chunks", cid), max_size=size)
+        if len(data) != size:
+            raise CorruptError(f"chunk {cid.hex()} has {len(data)} bytes, its index says {size}")
+        yield data
+
+
+def read_stream(get: Getter, sid: bytes) -> bytes:
+    """The whole content of stream ``sid`` (for small streams: it is held in memory)."""
     return b"".join(iter_stream(get, sid))
 
 
-def leaf_ids(get, sid: bytes) -> list[bytes]:
-    """The data chunk ids of a stream, in order, reading only its index nodes."""
-    record = get("streams", sid)
-    if record is None:
-        return [sid]
-    _, height, root = parse_stream_record(sid, record)
-    out: list[bytes] = []
+def leaf_ids(get: Getter, sid: bytes, *, distinct: bool = True) -> list[bytes]:
+    """The data chunk ids of a stream, in order, reading only its index nodes.
 
-    def walk(nid: bytes, h: int) -> None:
-        for cid, _ in parse_index_node(nid, decode_chunk(nid, get("chunks", nid))):
-            if h == 1:
-                out.append(cid)
-            else:
-                walk(cid, h - 1)
-
-    walk(root, height)
-    return out
+    With ``distinct`` (for manifests, whose chunks never repeat) a repeated chunk is damage, so
+    the list is never longer than the store has chunks.
+    """
+    return [cid for cid, _, height in walk_stream(get, sid, distinct=distinct) if height == 0]

@@ -61,6 +61,8 @@ class ScanReport:
     special: int = 0  # FIFOs, sockets, devices
     vanished: int = 0
     unreadable: int = 0
+    #: Files and directories whose setuid, setgid or sticky bit was dropped (never recorded).
+    mode_bits_dropped: int = 0
     warnings: list[str] = field(default_factory=list)
 
     def warn(self, message: str) -> None:
@@ -190,6 +192,8 @@ def _walk(
                 recorded = True
                 continue
             mode = st.st_mode
+            if mode & 0o7000:  # setuid/setgid/sticky: not recorded (manifest.MODE_KEEP)
+                report.mode_bits_dropped += 1
             if S_ISREG(mode):  # the common case first
                 recorded = True
                 if rules and ignore.is_ignored(rules, rel, False):

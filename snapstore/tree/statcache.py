@@ -74,3 +74,15 @@ def lookup(value: bytes | None, st: os.stat_result) -> bytes | None:
 
 
 _unpack = msgpack.unpackb
+
+
+def stream_id(value: bytes) -> bytes | None:
+    """The stream id a cache value names (whatever its age), or None if the value is damaged.
+
+    gc uses it to drop entries whose stream it removes, without knowing the value's layout.
+    """
+    try:
+        sid = _unpack(value)[5]
+    except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException):
+        return None
+    return sid if type(sid) is bytes else None

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import blake3
 
-from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE, Entry
+from snapstore.records.manifest import DIR, EXEC, FILE, MODE_KEEP, SYMLINK, UNREADABLE, Entry
 from snapstore.storage.backend import Backend
 from snapstore.tree import scan, statcache
 from snapstore.tree.paths import open_beneath
@@ -68,18 +68,18 @@ def entry_for(f: scan.Found, sid: bytes | None = None) -> Entry:
     if st is None:
         return Entry(f.path, UNREADABLE, 0, 0, 0, b"")
     if f.kind in (FILE, EXEC):
-        return Entry(f.path, f.kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid or b"")
+        return Entry(f.path, f.kind, st.st_mode & MODE_KEEP, st.st_size, st.st_mtime_ns, sid or b"")
     if f.kind == SYMLINK:
-        return Entry(f.path, SYMLINK, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, f.target)
+        return Entry(f.path, SYMLINK, st.st_mode & MODE_KEEP, st.st_size, st.st_mtime_ns, f.target)
     if f.kind == DIR:
-        return Entry(f.path, DIR, stat.S_IMODE(st.st_mode), 0, st.st_mtime_ns, b"")
+        return Entry(f.path, DIR, st.st_mode & MODE_KEEP, 0, st.st_mtime_ns, b"")
     return Entry(f.path, UNREADABLE, 0, 0, 0, b"")
 
 
 def file_entry(path: bytes, st: os.stat_result, sid: bytes) -> Entry:
     """The entry of a regular file read (or hashed) under ``st``."""
     kind = EXEC if st.st_mode & 0o100 else FILE
-    return Entry(path, kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sid)
+    return Entry(path, kind, st.st_mode & MODE_KEEP, st.st_size, st.st_mtime_ns, sid)
 
 
 def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[bytes, Entry], list[scan.Found]]:
@@ -89,7 +89,6 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
     lookup = statcache.lookup
     get = cache.get
     max_key = statcache.MAX_KEY
-    imode = stat.S_IMODE
     new = tuple.__new__  # Entry(...) without the NamedTuple constructor's Python frame
     for f in found:
         path, kind, st, _ = f
@@ -101,7 +100,7 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
             if sid is None:
                 misses.append(f)
                 continue
-            entries[path] = new(Entry, (path, kind, imode(st.st_mode), st.st_size, st.st_mtime_ns, sid))
+            entries[path] = new(Entry, (path, kind, st.st_mode & MODE_KEEP, st.st_size, st.st_mtime_ns, sid))
         else:
             entries[path] = entry_for(f)
     return entries, misses

@@ -15,7 +15,7 @@ import msgpack
 import pytest
 from torture_tally import FULL
 
-from snapstore.errors import CorruptError, SnapstoreError, UnsafePathError
+from snapstore.errors import ConflictError, CorruptError, TreeIOError, UnsafePathError
 from snapstore.records.checkpoint import build_record, seq_key
 from snapstore.records.manifest import FILE, SYMLINK, Entry, write_manifest
 from snapstore.storage import objects
@@ -110,7 +110,8 @@ def test_hostile_manifest_is_refused_before_any_write(tmp_path, case):
         before, outside_before = read_tree(root), read_tree(outside)
         ref = plant(store, HOSTILE[case])
     done = snapstore("restore", ref, cwd=root)
-    assert done.returncode in (UnsafePathError.exit_code, CorruptError.exit_code), done.stderr
+    # Every case is a path restore must not write: UnsafePathError (exit 10), before any write.
+    assert done.returncode == UnsafePathError.exit_code, done.stderr
     one_line(done.stderr)
     assert read_tree(root) == before
     assert read_tree(outside) == outside_before
@@ -122,7 +123,21 @@ def test_hostile_manifest_is_refused_before_any_write(tmp_path, case):
 
 
 @CASE
-@pytest.mark.parametrize("what", ["size", "mode", "count"])
+@pytest.mark.parametrize(
+    "what",
+    [
+        # An entry whose size disagrees with its content is a damaged manifest: issue 16.3 says
+        # restore validates every field (sizes too) before the first write.  restore.py does
+        # not check sizes yet (the restore helper's item): strict, so the fix makes it fail
+        # until this mark is removed.
+        pytest.param(
+            "size",
+            marks=pytest.mark.xfail(strict=True, reason="restore does not check entry sizes yet (16.3)"),
+        ),
+        "mode",
+        "count",
+    ],
+)
 def test_absurd_sizes_and_counts(tmp_path, what):
     root = tmp_path / "tree"
     build_tree(root, {"keep.txt": b"keep\n"})
@@ -137,20 +152,26 @@ def test_absurd_sizes_and_counts(tmp_path, what):
             # (restore fsyncs every file: ~3 ms each here, so the bounded run uses fewer)
             entries = [pwned(b"d/f%05d" % i) for i in range(20_000 if FULL else 1000)]
         ref = plant(store, entries)
-        try:
-            store.restore(ref)
-        except SnapstoreError:
-            assert read_tree(root) == before  # refused: untouched
+        if what == "size":
+            # Refused before any write: the size is not the content's.
+            with pytest.raises(CorruptError):
+                store.restore(ref)
+            assert read_tree(root) == before
         else:
-            # Accepted: the stored bytes are written (a recorded size is only informational),
-            # with no set-id bits, and nothing else changed.
+            # Accepted: an odd mode is applied without its set-id/sticky bits (issue 10.10) and
+            # a large count is only large; the stored bytes are written.
+            store.restore(ref)
             for e in entries:
                 p = root / os.fsdecode(e.path)
                 assert p.read_bytes() == PWNED
                 assert p.stat().st_mode & 0o7000 == 0
         store.restore("good")
         assert read_tree(root) == before
-        assert store.verify().ok
+        report = store.verify()
+        if what == "size":  # the planted entry's size disagrees with its stream: damage, named
+            assert [p.path for p in report.problems] == ["huge.bin"]
+        else:
+            assert report.ok
 
 
 # -- corrupted and truncated records -------------------------------------------------------------
@@ -230,7 +251,9 @@ def test_damaged_record_is_reported_and_the_rest_is_not_lost(damaged_setup, targ
     assert read_tree(root) == spec_a
     # the damaged one fails clean (exit 6) and leaves the tree untouched
     bad = snapstore("restore", "bad", "--both", cwd=root)
-    assert bad.returncode in (CorruptError.exit_code, 4), bad.stderr  # 4: record unreadable
+    # Damaged, whatever was damaged: a checkpoint named by its tag whose record cannot be read
+    # is exit 6 like the rest (issue 16.25), not "no longer exists" (4).
+    assert bad.returncode == CorruptError.exit_code, bad.stderr
     one_line(bad.stderr)
     assert read_tree(root) == spec_a
     del before
@@ -257,12 +280,24 @@ def test_damaged_journal_is_a_clear_error(tmp_path, how):
         with store.backend.write() as batch:
             batch.put("journal", b"current", value)
     before = read_tree(root)
-    for argv in (["list"], ["verify"], ["snapshot"]):
-        done = snapstore(*argv, cwd=root)
-        assert done.returncode == CorruptError.exit_code, (argv, done.stderr)
-        assert "journal" in one_line(done.stderr)
+    # Readers work and leave the tree alone (16.21); writers refuse with one line naming the
+    # journal and 'snapstore recover' (16.3: a damaged journal never bricks the store).
+    done = snapstore("list", cwd=root)
+    assert done.returncode == 0, done.stderr
+    # verify reports the damaged journal like any other damage (16.6), without touching the tree.
+    done = snapstore("verify", cwd=root)
+    assert done.returncode == CorruptError.exit_code and b"journal" in done.stdout, done.stdout
+    done = snapstore("snapshot", cwd=root)
+    assert done.returncode == CorruptError.exit_code, done.stderr
+    line = one_line(done.stderr)
+    assert "journal" in line and "snapstore recover" in line, line
     assert read_tree(root) == before
     assert not (tmp_path / "xx").exists()
+    with Store.open(root) as store:  # the way out: keep the tree, drop the journal
+        assert store.recover(mode="abandon").pending
+        assert store.pending_restore() is None
+    assert snapstore("snapshot", cwd=root).returncode == 0
+    assert read_tree(root) == before
 
 
 @CASE
@@ -310,10 +345,17 @@ def test_odd_names_round_trip_byte_exact(tmp_path):
         assert read_tree(root) == spec
         store.undo()
         assert (root / os.fsdecode(b"extra\xfe")).exists()
-    for argv in (["list"], ["diff", "A"], ["diff", "A", "--stat"], ["show", "A", "--json"],
-                 ["log", os.fsdecode(b"latin1-\xe9\xff.txt")], ["verify"]):
+    # After the undo the tree differs from A (edited files, extra\xfe): diff says so (1).
+    for argv, code in (
+        (["list"], 0),
+        (["diff", "A"], 1),
+        (["diff", "A", "--stat"], 1),
+        (["show", "A", "--json"], 0),
+        (["log", os.fsdecode(b"latin1-\xe9\xff.txt")], 0),
+        (["verify"], 0),
+    ):
         done = snapstore(*argv, cwd=root)
-        assert done.returncode in (0, 1), (argv, done.stderr)
+        assert done.returncode == code, (argv, done.stderr)
         assert b"Traceback" not in done.stderr
 
 
@@ -441,8 +483,13 @@ def _permission_case(root: Path) -> None:
     (root / "ro").chmod(0o555)
     before = read_tree(root, exclude={".snapstore", "locked", "secret.txt"})
     denied = snapstore("restore", "A", cwd=root, user="65534")
-    assert denied.returncode in (8, 9), denied.stderr
     one_line(denied.stderr)
     assert read_tree(root, exclude={".snapstore", "locked", "secret.txt"}) == before
     ver = snapstore("verify", cwd=root, user="65534")
     assert ver.returncode == 0, ver.stdout + ver.stderr
+    # The right answer is a file-system error (8: ro/ is not writable).  Today the unreadable
+    # `locked` directory is taken for a concurrent change first (9, "changed while the restore
+    # ran"): issue 16.2, the restore helper's.  Only that known answer is let through, marked.
+    if denied.returncode == ConflictError.exit_code and b"locked changed" in denied.stderr:
+        pytest.xfail("issue 16.2: an unreadable directory reads as a concurrent change")
+    assert denied.returncode == TreeIOError.exit_code, denied.stderr

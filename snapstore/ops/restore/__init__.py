@@ -1,0 +1,219 @@
+"""Restore: make the tree equal to a checkpoint, atomically, safely, undoably.
+
+The protocol (docs/architecture.md, "Restore"):
+
+1. Under the writer lock, record the tree as it is now (a *safety* checkpoint; the latest
+   checkpoint is reused when the tree has not changed since), so nothing the user had is lost.
+2. Plan (:mod:`.plan`): compare the tree's manifest with the target's (restricted to the
+   selected paths).  Every field of every target entry is validated first (:mod:`.safety`) and
+   every chunk the plan needs is read and re-hashed: a damaged store fails here, before the tree
+   is touched.  Paths the safety checkpoint could not record (unreadable) are left in place and
+   reported (:attr:`RestoreReport.unrecorded`).
+3. Journal the plan in the store (:mod:`.journal`; one transaction, flushed to disk).
+4. Apply (:mod:`.apply`): deletions deepest first, then writes shallowest first, then directory
+   modes.  Before each path is touched its lstat is compared with what the plan saw; a
+   difference means someone else changed it: the restore rolls back what it did and raises
+   ConflictError naming the file.
+5. Fsync the touched directories, then clear the journal and append to the operation log in one
+   transaction.
+
+A process killed in 4-5 leaves the journal.  Read-only commands leave it alone (they report it:
+:func:`pending`); the next writer, or ``snapstore recover``, checks every journaled path against
+the journal and finishes (or rolls back) the restore (:func:`recover`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from snapstore.errors import ConflictError, TreeIOError
+from snapstore.ops.context import StageContext
+from snapstore.ops.diff import Change
+from snapstore.ops.restore import journal
+from snapstore.ops.restore.apply import Applier, getter
+from snapstore.ops.restore.journal import tables
+from snapstore.ops.restore.plan import Plan, Step, plan, skip_ignored, verify_sources
+from snapstore.ops.restore.recovery import RecoverReport, pending, recover
+from snapstore.ops.restore.safety import check_manifest, same_as_seen, selector, under
+from snapstore.records import manifest
+from snapstore.records.checkpoint import Checkpoint
+from snapstore.records.manifest import Entry
+from snapstore.tree import scan, worktree
+from snapstore.tree.paths import display, to_json
+
+__all__ = [
+    "RecoverReport",
+    "RestoreReport",
+    "Step",
+    "pending",
+    "plan",
+    "recover",
+    "run",
+    "selector",
+    "step_hook",
+]
+
+#: Test seam: called with the op index before each step of phase 4 (crash tests kill there).
+step_hook: Callable[[int], None] | None = None
+
+#: Records the tree as a safety checkpoint: ``take_safety(message)`` -> (checkpoint, entries,
+#: what the scan found).  The Store provides it (the snapshot stage and its memo are its own).
+TakeSafety = Callable[[str], tuple[Checkpoint, dict[bytes, Entry], dict[bytes, scan.Found]]]
+
+
+@dataclass
+class RestoreReport:
+    """What a restore (or undo) did, or would do with ``dry_run``."""
+
+    kind: str  # "restore" or "undo"
+    target: Checkpoint
+    safety: Checkpoint | None
+    changes: list[Change]
+    dry_run: bool
+    warnings: list[str] = field(default_factory=list)
+    op_seq: int | None = None
+    #: Paths that could not be read, so could not be recorded: left in place, untouched.  A
+    #: restore that leaves any is partial (the CLI exits 1).
+    unrecorded: list[bytes] = field(default_factory=list)
+
+    @property
+    def partial(self) -> bool:
+        """True when some paths were left as they are because they could not be recorded."""
+        return bool(self.unrecorded)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        return {
+            "kind": self.kind,
+            "target": self.target.id,
+            "safety_checkpoint": self.safety.id if self.safety else None,
+            "dry_run": self.dry_run,
+            "op": self.op_seq,
+            "changes": [c.to_json() for c in self.changes],
+            "warnings": self.warnings,
+            "unrecorded": [to_json(p) for p in self.unrecorded],
+            "partial": self.partial,
+        }
+
+
+def _unrecorded_warning(p: Plan) -> list[str]:
+    if not p.unrecorded:
+        return []
+    shown = ", ".join(display(x) for x in p.unrecorded[:5]) + (" ..." if len(p.unrecorded) > 5 else "")
+    return [f"left {len(p.unrecorded)} unreadable path(s) as they are (they could not be recorded): {shown}"]
+
+
+def run(
+    ctx: StageContext,
+    target: Checkpoint,
+    paths: Sequence[str | bytes] | None,
+    *,
+    dry_run: bool,
+    kind: str,
+    message: str,
+    take_safety: TakeSafety,
+) -> RestoreReport:
+    """Carry out the protocol above; the caller holds the writer lock."""
+    backend = ctx.backend
+    with tables(backend).read() as view:
+        target_entries = manifest.load(view.get, target.manifest)
+    check_manifest(target_entries, ctx.excluded)
+
+    safety: Checkpoint | None = None
+    if dry_run:
+        current, found = worktree.current_state(ctx)
+    else:
+        safety, current, found = take_safety(message)
+    p = plan(current, target_entries, selector(paths))
+    warnings = p.warnings + _unrecorded_warning(p)
+    steps = skip_ignored(ctx.root_bytes, p.steps, found, warnings.append)
+    kept_paths = {s.path for s in steps}
+    changes = [c for c in p.changes if c.path in kept_paths]
+    if dry_run or safety is None:
+        return RestoreReport(kind, target, None, changes, True, warnings, unrecorded=p.unrecorded)
+
+    with tables(backend).read() as view:
+        verify_sources(view.get, target_entries, steps)
+    op = {
+        "kind": kind,
+        "target": bytes.fromhex(target.id),
+        "before": bytes.fromhex(safety.id),
+        "paths": [os.fsencode(x) for x in paths] if paths else None,
+        "time_ns": time.time_ns(),
+        "pid": os.getpid(),
+    }
+    with tables(backend).write() as batch:
+        batch.put("journal", journal.JOURNAL_KEY, journal.record(op, steps))
+    backend.sync()
+
+    applier = Applier(ctx.root_bytes, getter(ctx), target_entries, f"{os.getpid()}")
+    done: list[Step] = []
+    touched: set[bytes] = set()
+    try:
+        tree = applier.tree
+        for i, s in enumerate(steps):
+            if step_hook is not None:
+                step_hook(i)
+            # Implicit directories (parents of entries) are not in the scan: their contents are
+            # checked one by one instead.  A directory to create may already exist implicitly
+            # (it held files that earlier steps removed): creating it is idempotent.
+            implicit = s.action in ("prune", "rmdir", "mkdir", "dirmode") and s.path not in found
+            check = not implicit and s.path not in touched
+            if check and not same_as_seen(tree.lstat(s.path), found.get(s.path)):
+                raise ConflictError(
+                    f"{display(s.path)} changed while the restore ran; the restore was rolled back "
+                    "(nothing was lost)"
+                )
+            applier.apply(s)
+            done.append(s)
+            touched.add(s.path)
+    except BaseException as exc:
+        applier.close()
+        if isinstance(exc, ConflictError | OSError):
+            _roll_back_or_keep_journal(ctx, safety, done, exc)
+            journal.clear(backend)
+            if isinstance(exc, OSError):
+                raise TreeIOError(
+                    f"restore failed and was rolled back: {exc.strerror or exc}"
+                    + (f" ({display(os.fsencode(exc.filename))})" if exc.filename else "")
+                ) from exc
+        raise
+    applier.close()
+    warnings.extend(applier.warnings)
+    seq = journal.finish(backend, op, len(changes))
+    return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
+
+
+def _roll_back_or_keep_journal(ctx: StageContext, safety: Checkpoint, done: list[Step], exc: BaseException) -> None:
+    try:
+        roll_back(ctx, safety, done)
+    except OSError as again:
+        # The journal stays: like after a crash, the next writer (or 'snapstore recover')
+        # finishes the restore once the cause (a full disk, say) is gone.
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise TreeIOError(
+            f"restore failed ({why}) and could not be rolled back ({again.strerror or again}); "
+            "run 'snapstore recover' once that is fixed (nothing was lost)"
+        ) from exc
+
+
+def roll_back(ctx: StageContext, safety: Checkpoint, done: list[Step]) -> None:
+    """Put the paths already touched back as the safety checkpoint has them."""
+    if not done:
+        return
+    with tables(ctx.backend).read() as view:
+        before = manifest.load(view.get, safety.manifest)
+    touched = {s.path for s in done}
+    current, _ = worktree.current_state(ctx)
+    steps = plan(current, before, under(touched)).steps
+    applier = Applier(ctx.root_bytes, getter(ctx), before, f"{os.getpid()}r")
+    try:
+        for s in steps:
+            applier.apply(s)
+    finally:
+        applier.close()
+

@@ -1,0 +1,180 @@
+"""Planning a restore: the steps that turn the tree's manifest into the target's.
+
+A plan is a list of idempotent :class:`Step` s (so a journal of them can be replayed after a
+crash): removals deepest first, then writes shallowest first, then directory modes deepest
+first (a directory that loses its write bit does so after everything inside it is written).
+
+Restore never removes or replaces what it could not record: a path the safety checkpoint holds
+as UNREADABLE (no content), anything below it and any directory above it that would have to go
+are left alone and reported in :attr:`Plan.unrecorded`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from snapstore.errors import CorruptError
+from snapstore.ops.diff import (
+    ADDED,
+    DELETED,
+    MODE_CHANGED,
+    MODIFIED,
+    TYPE_CHANGED,
+    Change,
+    Getter,
+    compare,
+)
+from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE, Entry, exact_mode
+from snapstore.storage import objects
+from snapstore.tree.paths import display, parents
+from snapstore.tree.scan import Found
+
+#: Every action a step may have.  ``chmod`` is only read from journals of older versions (it
+#: is carried out as ``write``: a file's mode is never changed in place).
+ACTIONS = frozenset({"delete", "rmdir", "prune", "write", "symlink", "mkdir", "dirmode", "chmod"})
+#: Actions that remove what is at their path.
+REMOVALS = frozenset({"delete", "rmdir", "prune"})
+_WRITE_ACTION = {FILE: "write", EXEC: "write", SYMLINK: "symlink", DIR: "mkdir"}
+
+
+@dataclass
+class Step:
+    """One idempotent action on one path (see :data:`ACTIONS`)."""
+
+    action: str
+    path: bytes
+
+
+@dataclass
+class Plan:
+    """The changes a restore makes, the steps that make them, and what it must leave alone."""
+
+    changes: list[Change]
+    steps: list[Step]
+    #: Paths in the tree that could not be recorded (unreadable), left in place.
+    unrecorded: list[bytes] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def plan(
+    current: dict[bytes, Entry], target: dict[bytes, Entry], selected: Callable[[bytes], bool]
+) -> Plan:
+    """The plan that makes the selected paths of ``current`` equal to ``target``."""
+    cur = {p: e for p, e in current.items() if selected(p)}
+    tgt = {p: e for p, e in target.items() if selected(p)}
+    blocked = {p for p, e in current.items() if e.kind == UNREADABLE}
+    above_blocked: dict[bytes, bytes] = {}
+    for b in sorted(blocked, reverse=True):
+        for d in parents(b):
+            above_blocked[d] = b
+    left: set[bytes] = set()
+    warnings: list[str] = []
+
+    def blocker(path: bytes, keeps_dir: bool) -> bytes | None:
+        # The unreadable path that forbids touching ``path``, if any.
+        if path in blocked:
+            return path
+        for d in parents(path):
+            if d in blocked:
+                return d
+        if not keeps_dir and path in above_blocked:
+            return above_blocked[path]
+        return None
+
+    changes: list[Change] = []
+    removals: list[Step] = []
+    writes: list[Step] = []
+    dir_modes: list[Step] = []
+    removed_parents: set[bytes] = set()
+    for c in compare(cur, tgt):
+        new, old = c.new, c.old
+        if new is not None and new.kind == UNREADABLE:
+            warnings.append(f"not restored: {display(c.path)} was unreadable when checkpointed")
+            continue
+        why = blocker(c.path, new is not None and new.kind == DIR)
+        if why is not None:
+            left.add(why)
+            continue
+        changes.append(c)
+        if old is not None and c.status in (DELETED, TYPE_CHANGED):
+            removals.append(Step("rmdir" if old.kind == DIR else "delete", c.path))
+            removed_parents.update(parents(c.path))
+        if new is not None and c.status in (ADDED, MODIFIED, TYPE_CHANGED, MODE_CHANGED):
+            if new.kind == DIR:
+                if c.status != MODIFIED:  # MODIFIED: the directory is there, its mode differs
+                    writes.append(Step("mkdir", c.path))
+                if exact_mode(new.mode) is not None:
+                    dir_modes.append(Step("dirmode", c.path))
+            else:
+                writes.append(Step(_WRITE_ACTION[new.kind], c.path))
+    needed: set[bytes] = set()
+    for p, e in target.items():
+        if e.kind == DIR:
+            needed.add(p)
+        needed.update(parents(p))
+    for d in removed_parents:
+        if d in needed:
+            continue
+        if d in above_blocked:
+            left.add(above_blocked[d])
+            continue
+        # A directory left empty by the removals goes too; one the target puts a file or
+        # symlink at must go (an error if it still holds ignored files).
+        removals.append(Step("rmdir" if d in tgt else "prune", d))
+    removals.sort(key=lambda s: s.path, reverse=True)
+    writes.sort(key=lambda s: s.path)
+    dir_modes.sort(key=lambda s: s.path, reverse=True)
+    return Plan(changes, removals + writes + dir_modes, sorted(left), warnings)
+
+
+def skip_ignored(
+    root: bytes, steps: list[Step], found: dict[bytes, Found], warn: Callable[[str], None]
+) -> list[Step]:
+    """Drop steps that would touch a path the scan did not see (ignored, .git, the store)."""
+    known_dirs = {b""}
+    for p, f in found.items():
+        if f.kind == DIR:
+            known_dirs.add(p)
+        known_dirs.update(parents(p))
+    hidden_cache: dict[bytes, bool] = {}
+
+    def hidden(rel: bytes) -> bool:
+        # Exists on disk but the scan did not report it: ignored or excluded.
+        if rel in hidden_cache:
+            return hidden_cache[rel]
+        result = rel not in known_dirs and rel not in found and os.path.lexists(os.path.join(root, rel))
+        hidden_cache[rel] = result
+        return result
+
+    kept = []
+    for s in steps:
+        p = s.path
+        blocked = next((d for d in reversed(parents(p)) if hidden(d)), None)
+        if blocked is None and s.action in ("write", "symlink", "mkdir") and hidden(p):
+            blocked = p
+        if blocked is not None:
+            warn(f"left {display(p)} alone: {display(blocked)} is ignored")
+            continue
+        kept.append(s)
+    return kept
+
+
+def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -> None:
+    """Read and re-hash every chunk the steps need; raise CorruptError before any write."""
+    seen: set[bytes] = set()
+    for s in steps:
+        if s.action not in ("write", "chmod"):
+            continue
+        sid = target[s.path].ref
+        if sid in seen:
+            continue
+        seen.add(sid)
+        try:
+            for _ in objects.iter_stream(get, sid):
+                pass
+        except CorruptError as exc:
+            raise CorruptError(
+                f"cannot restore {display(s.path)}: {exc}; the tree was not touched"
+            ) from exc

@@ -1,0 +1,234 @@
+"""Selective revert: take back what some checkpoints changed, keep what happened since.
+
+A *step* is one change to take back: the entries of the paths it changed before it (``a``) and
+after it (``b``).  Steps are applied newest first onto the tree as it is now (``ours``), path by
+path, so reverting several non-adjacent changes (every tool call of the agent in a session) is a
+composition of single reverts.  For each path:
+
+==========================================  ==============================================
+the tree now ...                            result
+==========================================  ==============================================
+equals ``b`` (untouched since)              goes back to ``a`` (a file added is removed,
+                                            a file removed comes back)
+equals ``a`` (already back)                 left alone ("untouched")
+differs, all three are text files           three-way merge (ours over base b with theirs
+                                            a): merged, or a conflict
+differs otherwise (binary, a kind change,   a conflict
+removed and re-created differently, ...)
+==========================================  ==============================================
+
+Permission bits follow the same rule on their own: changed back when the tree's mode is the
+step's ``b`` mode.  A path the step renamed (same content id, removed at X and added at Y) is
+followed: the content found at Y goes back to X.  Nothing here touches the tree or the store:
+the plan is a list of :class:`PathOutcome`, which the Store turns into a restore (journaled,
+atomic per file, safety checkpoint first, undoable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from snapstore.ops.merge import Conflict, Prefer, is_binary, merge
+from snapstore.records.manifest import EXEC, FILE, SYMLINK, Entry
+from snapstore.storage.objects import chunk_id
+
+Status = Literal["reverted", "merged", "conflict", "untouched"]
+PERM = 0o777
+
+
+@dataclass(frozen=True)
+class Step:
+    """One change to take back: the changed paths' entries before (``a``) and after (``b``)."""
+
+    label: str
+    a: dict[bytes, Entry]
+    b: dict[bytes, Entry]
+
+
+@dataclass
+class State:
+    """What a path holds while steps are applied: an entry and, for a new content, its bytes."""
+
+    entry: Entry | None
+    data: bytes | None = None
+
+
+@dataclass
+class PathOutcome:
+    """What the revert does to one path."""
+
+    path: bytes
+    status: Status
+    #: The path's final entry (None: removed) and, for merged or re-created content, the bytes.
+    final: State
+    conflicts: list[Conflict] = field(default_factory=list)
+    note: str = ""
+
+
+def _perm(e: Entry) -> int:
+    return e.mode & PERM
+
+
+def same(x: Entry | None, y: Entry | None) -> bool:
+    """Equal for a revert: kind, content and permission bits (times do not matter)."""
+    if x is None or y is None:
+        return x is y
+    if x.kind != y.kind or x.ref != y.ref:
+        return False
+    return x.kind == SYMLINK or _perm(x) == _perm(y) or not (x.mode and y.mode)
+
+
+def _with_content(e: Entry, data: bytes, mode: int) -> Entry:
+    kind = EXEC if mode & 0o100 else FILE
+    return Entry(e.path, kind, mode, len(data), e.mtime_ns, chunk_id(data))
+
+
+class Planner:
+    """Applies steps newest first to the current tree's entries and records each path's fate."""
+
+    def __init__(
+        self,
+        current: dict[bytes, Entry],
+        read: Callable[[Entry], bytes],
+        *,
+        prefer: Prefer = None,
+        markers: bool = False,
+    ):
+        self._read = read
+        self._prefer = prefer
+        self._markers = markers
+        self.state: dict[bytes, State] = {}
+        self._current = current
+        self.outcomes: dict[bytes, PathOutcome] = {}
+
+    def _ours(self, path: bytes) -> State:
+        if path not in self.state:
+            self.state[path] = State(self._current.get(path))
+        return self.state[path]
+
+    def _bytes(self, s: State) -> bytes:
+        assert s.entry is not None
+        return s.data if s.data is not None else self._read(s.entry)
+
+    def apply(self, step: Step) -> None:
+        """Take back ``step`` on top of what earlier (newer) steps left."""
+        renames = _renames(step)
+        for path in sorted(set(step.a) | set(step.b)):
+            if path in renames.values():
+                continue  # handled with its source below
+            a, b = step.a.get(path), step.b.get(path)
+            moved_to = renames.get(path)
+            if moved_to is not None:
+                self._revert_rename(path, moved_to, step)
+                continue
+            self._revert_path(path, a, b, self._ours(path))
+
+    def _record(self, path: bytes, status: Status, final: State, conflicts: list[Conflict] | None = None, note: str = "") -> None:
+        self.state[path] = final
+        previous = self.outcomes.get(path)
+        if previous is not None and previous.status == "conflict" and status != "conflict":
+            status, conflicts = "conflict", previous.conflicts + (conflicts or [])
+        self.outcomes[path] = PathOutcome(path, status, final, conflicts or [], note)
+
+    def _revert_path(self, path: bytes, a: Entry | None, b: Entry | None, ours: State) -> None:
+        o = ours.entry
+        if same(o, b):
+            self._record(path, "reverted", State(a))
+            return
+        if same(o, a):
+            self._record(path, "untouched", ours, note="already as before the change")
+            return
+        if o is not None and a is not None and b is not None and o.is_file and a.is_file and b.is_file:
+            self._merge(path, a, b, ours)
+            return
+        why = _conflict_reason(o, a, b)
+        if self._prefer == "theirs":
+            self._record(path, "reverted", State(a), note=why + "; --theirs: taken back anyway")
+        elif self._prefer == "ours":
+            self._record(path, "untouched", ours, note=why + "; --ours: kept")
+        else:
+            self._record(path, "conflict", ours, [Conflict(1, 0)], note=why)
+
+    def _merge(self, path: bytes, a: Entry, b: Entry, ours: State) -> None:
+        assert ours.entry is not None
+        o = ours.entry
+        mode = _perm(a) if _perm(o) == _perm(b) else _perm(o)
+        base, mine, theirs = self._read(b), self._bytes(ours), self._read(a)
+        if is_binary(base) or is_binary(mine) or is_binary(theirs):
+            if self._prefer == "theirs":
+                self._record(path, "reverted", State(a), note="binary; --theirs: taken back")
+            elif self._prefer == "ours":
+                self._record(path, "untouched", ours, note="binary; --ours: kept")
+            else:
+                self._record(path, "conflict", ours, [Conflict(1, 0)], note="binary file changed since")
+            return
+        result = merge(base, mine, theirs, prefer=self._prefer)
+        if result.conflicts and result.markers and not self._markers:
+            self._record(path, "conflict", ours, result.conflicts, note="both changed the same lines")
+            return
+        final = State(_with_content(o, result.data, mode), result.data)
+        status: Status = "conflict" if result.markers else "merged"
+        note = "conflict markers written" if result.markers else ""
+        self._record(path, status, final, result.conflicts, note)
+
+    def _revert_rename(self, src: bytes, dst: bytes, step: Step) -> None:
+        # The step moved src to dst (same content id). Take back whatever dst holds now.
+        a, b = step.a[src], step.b[dst]
+        ours_dst = self._ours(dst)
+        if self._ours(src).entry is not None:
+            # src was re-created since: treat both paths on their own.
+            self._revert_path(src, a, None, self._ours(src))
+            self._revert_path(dst, None, b, ours_dst)
+            return
+        if ours_dst.entry is None:
+            self._record(src, "untouched", State(None), note=f"renamed to {dst!r} and removed since")
+            return
+        moved = Entry(src, *ours_dst.entry[1:])
+        self._revert_path(src, a, Entry(src, *b[1:]), State(moved, ours_dst.data))
+        if self.outcomes[src].status != "conflict":
+            self._record(dst, "reverted", State(None), note="rename taken back")
+
+    def result(self) -> list[PathOutcome]:
+        return [self.outcomes[p] for p in sorted(self.outcomes)]
+
+
+def _renames(step: Step) -> dict[bytes, bytes]:
+    """src -> dst for paths the step removed at src and added at dst with the same content."""
+    removed = {e.ref: p for p, e in step.a.items() if p not in step.b and e.is_file}
+    out = {}
+    for p, e in step.b.items():
+        if p in step.a or not e.is_file:
+            continue
+        src = removed.pop(e.ref, None)
+        if src is not None:
+            out[src] = p
+    return out
+
+
+def _conflict_reason(o: Entry | None, a: Entry | None, b: Entry | None) -> str:
+    if o is None:
+        return "removed since the change"
+    if b is None:
+        return "added by the change and edited since"
+    if a is None:
+        return "changed since the change added it"
+    if o.kind != b.kind:
+        return "its type changed since"
+    return "changed since"
+
+
+def plan(
+    steps: list[Step],
+    current: dict[bytes, Entry],
+    read: Callable[[Entry], bytes],
+    *,
+    prefer: Prefer = None,
+    markers: bool = False,
+) -> list[PathOutcome]:
+    """Each touched path's outcome after taking back ``steps`` (oldest first) from ``current``."""
+    planner = Planner(current, read, prefer=prefer, markers=markers)
+    for step in reversed(steps):
+        planner.apply(step)
+    return planner.result()

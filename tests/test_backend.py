@@ -1,0 +1,207 @@
+"""One suite for every backend (dulwich's ObjectStoreTests style).
+
+``BackendTests`` holds the contract of :class:`snapstore.storage.backend.Backend`; the
+``backend`` fixture runs each test against the in-memory backend and against an LMDB backend on
+disk, so a difference between them fails here instead of hiding behind ``Store.in_memory``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from snapstore.storage.backend import TABLES, Backend
+from snapstore.storage.lmdb_backend import LmdbBackend
+from snapstore.storage.memory import MemoryBackend
+
+
+@pytest.fixture(params=["memory", "lmdb"])
+def backend(request, tmp_path) -> Iterator[Backend]:
+    b: Backend
+    if request.param == "memory":
+        b = MemoryBackend()
+    else:
+        os.mkdir(tmp_path / "store")
+        b = LmdbBackend(str(tmp_path / "store"), create=True)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+class Boom(Exception):
+    pass
+
+
+def _put(backend: Backend, table: str, pairs: dict[bytes, bytes]) -> None:
+    with backend.write() as batch:
+        for k, v in pairs.items():
+            batch.put(table, k, v)
+
+
+class TestBackend:
+    def test_every_table_exists_and_starts_empty(self, backend):
+        with backend.read() as view:
+            for table in TABLES:
+                assert view.count(table) == 0
+                assert list(view.items(table)) == []
+
+    def test_put_then_get(self, backend):
+        _put(backend, "meta", {b"a": b"1", b"b": b""})
+        with backend.read() as view:
+            assert view.get("meta", b"a") == b"1"
+            assert view.get("meta", b"b") == b""
+            assert view.get("meta", b"c") is None
+            assert view.get("tags", b"a") is None  # tables are separate
+
+    def test_put_replaces_and_put_new_does_not(self, backend):
+        _put(backend, "chunks", {b"k": b"old"})
+        with backend.write() as batch:
+            batch.put_new("chunks", b"k", b"new")
+            batch.put_new("chunks", b"fresh", b"12345")
+        assert batch.inserted_bytes == 5  # only the value that was really inserted
+        with backend.write() as batch:
+            batch.put("chunks", b"fresh", b"replaced")
+        with backend.read() as view:
+            assert view.get("chunks", b"k") == b"old"
+            assert view.get("chunks", b"fresh") == b"replaced"
+
+    def test_put_new_twice_in_one_batch_keeps_the_first(self, backend):
+        with backend.write() as batch:
+            batch.put_new("chunks", b"k", b"first")
+            batch.put_new("chunks", b"k", b"second")
+        assert batch.inserted_bytes == len(b"first")
+        with backend.read() as view:
+            assert view.get("chunks", b"k") == b"first"
+
+    def test_delete(self, backend):
+        _put(backend, "tags", {b"a": b"1", b"b": b"2"})
+        with backend.write() as batch:
+            batch.delete("tags", b"a")
+            batch.delete("tags", b"never-there")
+            assert batch.get("tags", b"a") is None  # the batch sees its own delete
+            assert batch.get("tags", b"b") == b"2"  # and the store behind it
+        with backend.read() as view:
+            assert view.get("tags", b"a") is None
+            assert view.count("tags") == 1
+
+    def test_a_view_does_not_see_later_writes(self, backend):
+        _put(backend, "log", {b"1": b"one"})
+        with backend.read() as view:
+            _put(backend, "log", {b"1": b"changed", b"2": b"two"})
+            assert view.get("log", b"1") == b"one"
+            assert view.get("log", b"2") is None
+            assert view.count("log") == 1
+            assert list(view.items("log")) == [(b"1", b"one")]
+        with backend.read() as view:
+            assert view.get("log", b"1") == b"changed"
+
+    def test_items_in_key_order_reverse_and_prefix(self, backend):
+        pairs = {b"b/2": b"x", b"a": b"y", b"b/1": b"z", b"c": b"w", b"b": b"v"}
+        _put(backend, "statcache", pairs)
+        with backend.read() as view:
+            assert [k for k, _ in view.items("statcache")] == sorted(pairs)
+            assert [k for k, _ in view.items("statcache", reverse=True)] == sorted(pairs, reverse=True)
+            assert list(view.items("statcache", prefix=b"b/")) == [(b"b/1", b"z"), (b"b/2", b"x")]
+            assert list(view.items("statcache", prefix=b"zz")) == []
+            assert dict(view.items("statcache")) == pairs
+
+    def test_has_many(self, backend):
+        _put(backend, "chunks", {b"a": b"1", b"c": b"3"})
+        assert backend.has_many("chunks", [b"a", b"b", b"c", b"a"]) == [True, False, True, True]
+        assert backend.has_many("streams", [b"a"]) == [False]
+        assert backend.has_many("chunks", []) == []
+
+    def test_an_exception_in_the_batch_discards_all_of_it(self, backend):
+        _put(backend, "meta", {b"keep": b"1"})
+        with pytest.raises(Boom):
+            with backend.write() as batch:
+                batch.put("meta", b"new", b"2")
+                batch.delete("meta", b"keep")
+                batch.put_new("chunks", b"c", b"3")
+                raise Boom
+        with backend.read() as view:
+            assert view.get("meta", b"keep") == b"1"
+            assert view.get("meta", b"new") is None
+            assert view.count("chunks") == 0
+
+    def test_value_sizes(self, backend):
+        big = bytes(range(256)) * 10
+        _put(backend, "chunks", {b"big": big, b"empty": b"", b"small": b"abc"})
+        rows = list(backend.value_sizes("chunks"))
+        assert rows == [(b"big", len(big), big[:32]), (b"empty", 0, b""), (b"small", 3, b"abc")]
+        assert list(backend.value_sizes("streams")) == []
+
+    def test_disk_size_grows_with_content(self, backend):
+        before = backend.disk_size()
+        assert before >= 0
+        _put(backend, "chunks", {os.urandom(32): os.urandom(4096) for _ in range(400)})
+        backend.sync()
+        assert backend.disk_size() > before
+
+    def test_release_memory_keeps_data_readable(self, backend):
+        _put(backend, "chunks", {b"k": b"v" * 5000})
+        with backend.read() as view:
+            backend.release_memory()
+            assert view.get("chunks", b"k") == b"v" * 5000  # an open view survives it
+        backend.release_memory(trim_heap=True)
+        with backend.read() as view:
+            assert view.get("chunks", b"k") == b"v" * 5000
+
+    def test_refresh_without_a_compaction_does_nothing(self, backend):
+        _put(backend, "meta", {b"a": b"1"})
+        assert backend.refresh() is False
+        with backend.read() as view:
+            assert view.get("meta", b"a") == b"1"
+
+    def test_compact_keeps_every_record(self, backend):
+        pairs = {os.urandom(32): os.urandom(2000) for _ in range(300)}
+        _put(backend, "chunks", pairs)
+        with backend.write() as batch:
+            for k in list(pairs)[:250]:
+                batch.delete("chunks", k)
+        sizes = backend.compact()
+        if sizes is not None:  # memory has nothing to compact
+            before, after = sizes
+            assert after < before
+            assert after == backend.disk_size()
+        with backend.read() as view:
+            assert dict(view.items("chunks")) == {k: v for k, v in list(pairs.items())[250:]}
+
+    def test_close_is_idempotent(self, backend):
+        backend.close()
+        backend.close()
+
+
+def test_lmdb_data_survives_close_and_reopen(tmp_path):
+    path = str(tmp_path / "s")
+    os.mkdir(path)
+    b = LmdbBackend(path, create=True)
+    _put(b, "meta", {b"k": b"v"})
+    b.sync()
+    b.close()
+    again = LmdbBackend(path)
+    try:
+        with again.read() as view:
+            assert view.get("meta", b"k") == b"v"
+    finally:
+        again.close()
+
+
+def test_two_lmdb_backends_of_one_directory_share_what_they_write(tmp_path):
+    path = str(tmp_path / "s")
+    os.mkdir(path)
+    a = LmdbBackend(path, create=True)
+    b = LmdbBackend(path)
+    try:
+        _put(a, "meta", {b"k": b"v"})
+        with b.read() as view:
+            assert view.get("meta", b"k") == b"v"
+        a.close()  # b keeps the shared environment open
+        with b.read() as view:
+            assert view.get("meta", b"k") == b"v"
+    finally:
+        a.close()
+        b.close()
