@@ -305,6 +305,7 @@ class Store:
             self.backend.sync()
         self.root = new
         self.root_bytes = os.fsencode(new)
+        self.context.root = new  # the stages' view of the tree follows
         return old
 
     def close(self) -> None:

@@ -49,3 +49,33 @@ def test_memo_gives_the_manifest_a_fresh_store_computes(tmp_path: Path, monkeypa
     assert agent.verify().ok
     fresh.close()
     agent.close()
+
+
+def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch):
+    """snapshot.take needs only a StageContext: its memo lives in ctx.memo, not on a Store."""
+    from snapstore.ops import snapshot
+    from snapstore.ops.context import StageContext
+    from snapstore.records.checkpoint import parse_record
+    from snapstore.storage.backend import MemoryBackend
+
+    root = tmp_path / "t"
+    root.mkdir()
+    _tree(root, 40)
+    ctx = StageContext(MemoryBackend(), str(root))
+    first_id, packed, first = snapshot.take(ctx, message="one")
+    assert parse_record(first_id, packed).manifest == first.manifest_id
+    assert ctx.memo  # the manifest memo is kept in the context
+    calls = {"n": 0}
+    real = manifest_mod.write_manifest
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(manifest_mod, "write_manifest", counting)
+    again_id, again_packed, again = snapshot.take(ctx, message="two", skip_unchanged=True)
+    assert again.reused and (again_id, again_packed) == (first_id, packed)
+    assert calls["n"] == 0  # one dict comparison, no manifest encoded
+    fresh = StageContext(ctx.backend, str(root))  # same store, no memo: same answer the long way
+    fresh_id, _, fresh_result = snapshot.take(fresh, message="three", skip_unchanged=True)
+    assert fresh_result.reused and fresh_id == first_id and calls["n"] == 1

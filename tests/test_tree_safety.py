@@ -144,6 +144,13 @@ def test_store_as_tree_root_is_refused(tmp_path):
     assert not (root / "data.mdb").exists()
 
 
+def test_cli_init_store_dot_is_refused(tree, run_cli):
+    result = run_cli("init", "--store", ".", cwd=tree)
+    assert result.code == UsageError.exit_code
+    assert "cannot be the tree's root" in result.err and "Traceback" not in result.err
+    assert os.listdir(tree) == []
+
+
 def test_store_files_at_the_tree_root_are_left_out(tmp_path):
     """An existing store whose directory is the tree (made before the refusal) is not copied."""
     root = tmp_path / "t"
@@ -253,3 +260,45 @@ def test_tree_deeper_than_path_max_snapshots_and_round_trips(tree, store, monkey
     monkeypatch.setattr(statcache, "RACY_MARGIN_NS", 0)
     store.snapshot("cache filled")
     assert store.snapshot("cache used").stats["files_read"] == 0
+
+
+def test_walk_holds_a_bounded_number_of_directory_fds(tree, monkeypatch):
+    parts = [f"level{i:02d}" for i in range(40)]
+    make_deep(tree, parts, "bottom", b"b")
+    for i in range(1, 40):  # a sibling at every level keeps each parent's fd waiting for it
+        make_deep(tree, [*parts[:i], "sibling"], "s", b"s")
+    make_deep(tree, [f"{i:03d}" + "x" * 60 for i in range(70)], "far", b"f")  # > PATH_MAX
+    build_tree(tree, {"level00/side/file": b"s", "top": b"t"})
+    expected = [f.path for f in scan.walk(os.fsencode(tree), frozenset(), scan.ScanReport())]
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    baseline = open_fds()
+    counts: list[int] = []
+    real = scan._scandir
+    monkeypatch.setattr(scan, "MAX_HELD_FDS", 10_000)
+
+    class SiblingsFirst:
+        """List 'sibling' first, so it is visited last and every parent's fd waits for it."""
+
+        def __init__(self, fd):
+            counts.append(open_fds())
+            self.it = real(fd)
+
+        def __enter__(self):
+            return sorted(self.it.__enter__(), key=lambda d: d.name != "sibling")
+
+        def __exit__(self, *exc):
+            return self.it.__exit__(*exc)
+
+    monkeypatch.setattr(scan, "_scandir", SiblingsFirst)
+    report = scan.ScanReport()
+    assert [f.path for f in scan.walk(os.fsencode(tree), frozenset(), report)] == expected
+    assert max(counts) - baseline > 30  # without a cap: one fd per level
+    counts.clear()
+    monkeypatch.setattr(scan, "MAX_HELD_FDS", 4)
+    assert [f.path for f in scan.walk(os.fsencode(tree), frozenset(), report)] == expected
+    assert report.warnings == []
+    assert len(counts) > 100  # every directory was listed
+    assert max(counts) - baseline <= 4 + 2  # the cap, plus the one being listed (and its dup)

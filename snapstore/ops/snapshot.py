@@ -357,9 +357,13 @@ def _new_bytes(backend: Backend, objects_: list[Op]) -> int:
 def _stale_cache_keys(cache: dict[bytes, bytes], found: list[scan.Found]) -> list[bytes]:
     if not cache:
         return []
-    key = statcache.key
-    present = {key(f.path) for f in found}
-    return [k for k in cache if k not in present]
+    present = {f.path for f in found}
+    stale = [k for k in cache if k not in present]
+    if stale and any(k[:1] == b"\x00" for k in stale):  # hashed keys of long paths (rare)
+        key = statcache.key
+        hashed = {key(p) for p in present if len(p) > statcache.MAX_KEY}
+        stale = [k for k in stale if k not in hashed]
+    return stale
 
 
 def _write_cache_only(

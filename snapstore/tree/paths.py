@@ -47,7 +47,8 @@ def iter_parents(path: bytes) -> Iterator[bytes]:
 #: can still be read.  Well below PATH_MAX so the root's own length never tips it over.
 SHORT_PATH = 3072
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Flags that open a directory for listing without following a symlink in its last component.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_PATH = getattr(os, "O_PATH", 0)  # Linux: traverse a directory without needing its read bit
 _WALK_FLAGS = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | (_O_PATH or os.O_RDONLY)
 
@@ -55,7 +56,7 @@ _WALK_FLAGS = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | (_O_PATH or os.O_R
 def open_dir(name: bytes, dir_fd: int | None = None) -> int:
     """Open directory ``name`` (relative to ``dir_fd`` when given) for listing, never following
     a symlink in its last component."""
-    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
 
 
 def open_beneath(root: bytes, rel: bytes, flags: int) -> int:

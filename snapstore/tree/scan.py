@@ -23,7 +23,7 @@ from typing import NamedTuple
 from snapstore.errors import TreeIOError
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE
 from snapstore.tree import ignore
-from snapstore.tree.paths import display, iter_parents, open_dir
+from snapstore.tree.paths import DIR_FLAGS, display, iter_parents, open_beneath, open_dir
 
 ALWAYS_EXCLUDED = frozenset({b".git", b".snapstore"})
 #: A directory holding the writer lock and a data file (LMDB's data.mdb, or the CURRENT file of a
@@ -74,19 +74,29 @@ def is_store(names: set[bytes] | frozenset[bytes]) -> bool:
     return STORE_LOCK in names and not STORE_DATA.isdisjoint(names)
 
 
+#: At most this many directory fds are held for subdirectories still to visit (at most the
+#: depth of the walk).  Below that, subdirectories are opened from the root with
+#: paths.open_beneath instead (slower, only in trees hundreds of levels deep), so the walk never
+#: runs into the process's open-file limit.
+MAX_HELD_FDS = 256
+
+
 class _Dir:
     """An open directory fd, closed once every subdirectory below it has been opened."""
 
-    __slots__ = ("fd", "pending")
+    __slots__ = ("fd", "pending", "held")
 
-    def __init__(self, fd: int, pending: int) -> None:
+    def __init__(self, fd: int, pending: int, held: list[int]) -> None:
         self.fd = fd
         self.pending = pending
+        self.held = held  # shared one-element counter of the fds open now
+        held[0] += 1
 
     def release(self) -> None:
         self.pending -= 1
         if self.pending == 0:
             os.close(self.fd)
+            self.held[0] -= 1
 
 
 def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Found]:
@@ -122,21 +132,26 @@ def _walk(
     # rel dir -> 0 while nothing below it is recorded (then it is recorded as an empty DIR)
     dir_index: dict[bytes, int] = {}
     order: list[tuple[bytes, os.stat_result]] = []
-    root_dir = _Dir(root_fd, 1)
+    held = [0]
+    root_dir = _Dir(root_fd, 1, held)
     opened.append(root_dir)
     while stack:  # iterative, so deep trees cannot exhaust the Python stack
         rel_dir, parent_rules, parent = stack.pop()
-        if parent is None:
+        if not rel_dir:
             here = root_dir
         else:
             try:
-                fd = _open_dir(rel_dir[rel_dir.rfind(b"/") + 1 :], parent.fd)
+                if parent is not None:
+                    fd = _open_dir(rel_dir[rel_dir.rfind(b"/") + 1 :], parent.fd)
+                else:  # too deep to hold every ancestor's fd: walk down from the root
+                    fd = open_beneath(root, rel_dir, DIR_FLAGS)
             except OSError as exc:
                 _unlistable(rel_dir, exc, found, dir_index, report)
                 continue
             finally:
-                parent.release()
-            here = _Dir(fd, 1)  # 1 = the listing below; released when it is done
+                if parent is not None:
+                    parent.release()
+            here = _Dir(fd, 1, held)  # 1 = the listing below; released when it is done
             opened.append(here)
         try:
             dirents = _list(here.fd)
@@ -212,9 +227,11 @@ def _walk(
             else:  # (a directory holding only these is recorded as empty, as before)
                 report.special += 1
                 report.warn(f"skipped special file (FIFO, socket or device): {display(rel)}")
-        here.pending += len(subdirs)
+        holder = here if held[0] < MAX_HELD_FDS else None
+        if holder is not None:
+            here.pending += len(subdirs)
         for rel in subdirs:
-            stack.append((rel, rules, here))
+            stack.append((rel, rules, holder))
         here.release()  # the listing is done; the fd stays open while subdirs wait for it
         if recorded and rel_dir:
             _mark_parents(dir_index, prefix)  # marks rel_dir and every directory above it

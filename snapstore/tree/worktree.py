@@ -88,12 +88,15 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
     misses: list[scan.Found] = []
     lookup = statcache.lookup
     get = cache.get
-    max_key, long_key = statcache.MAX_KEY, statcache.long_key
+    max_key = statcache.MAX_KEY
     new = tuple.__new__  # Entry(...) without the NamedTuple constructor's Python frame
     for f in found:
         path, kind, st, _ = f
         if kind <= EXEC and st is not None:  # FILE or EXEC: the hot path, once per file
-            sid = lookup(get(path if len(path) <= max_key else long_key(path)), st)
+            value = get(path)
+            if value is None and len(path) > max_key:  # rare: keyed by its hash
+                value = get(statcache.long_key(path))
+            sid = lookup(value, st)
             if sid is None:
                 misses.append(f)
                 continue
