@@ -55,10 +55,17 @@ class _FrameWriter(io.RawIOBase):
 
 
 class _Borrowed:
-    """The resident store lent to one command: ``with`` does not close it."""
+    """The resident store lent to one command: ``with`` and ``close`` do not close it; every
+    other attribute is the store's."""
 
     def __init__(self, store: Store):
         self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def close(self) -> None:
+        return None
 
     def __enter__(self) -> Store:
         return self._store
