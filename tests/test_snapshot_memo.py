@@ -56,7 +56,7 @@ def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch
     from snapstore.ops import snapshot
     from snapstore.ops.context import StageContext
     from snapstore.records.checkpoint import parse_record
-    from snapstore.storage.backend import MemoryBackend
+    from snapstore.storage.memory import MemoryBackend
 
     root = tmp_path / "t"
     root.mkdir()
