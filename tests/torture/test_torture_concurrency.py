@@ -1,5 +1,6 @@
-"""Concurrency: 4 processes snapshotting, restoring, undoing, editing, listing, diffing and
-verifying one tree and store at once (~5 s in ``make test``, 60 s in ``make torture``).
+"""Concurrency: 4 processes snapshotting, restoring, undoing, compacting (``gc --compact``),
+editing, listing, diffing and verifying one tree and store at once, each also holding one
+long-lived Store that must never read stale data (~5 s in ``make test``, 60 s in ``make torture``).
 
 Every command's outcome is classified.  Allowed: success; a writer refused with exit 5 and a
 "locked" message; a restore or undo stopped with exit 9 (ConflictError) because another process
@@ -55,7 +56,7 @@ def _classify(cmd: str, code: int, err: str) -> str:
         return "failure"
     if code == 0 or (cmd == "diff" and code == 1):
         return "ok"
-    if code == 5 and cmd in ("snapshot", "restore", "undo") and "locked" in err:
+    if code == 5 and cmd in ("snapshot", "restore", "undo", "gc") and "locked" in err:
         return "refused (locked)"
     if code == 9 and cmd in ("restore", "undo"):
         return "conflict (tree edited under a restore)"
@@ -80,6 +81,7 @@ def test_four_processes_on_one_tree_and_store(tmp_path):
         cmd = [sys.executable, WORKER, str(root), str(SECONDS), str(w + 1), str(out)]
         procs.append((subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE), out))
     counts: dict[str, int] = {}
+    ok_by_cmd: dict[str, int] = {}
     failures: list[str] = []
     for proc, out in procs:
         try:
@@ -95,6 +97,8 @@ def test_four_processes_on_one_tree_and_store(tmp_path):
         for cmd, code, text in json.loads(out.read_text()):
             verdict = _classify(cmd, code, text)
             counts[verdict] = counts.get(verdict, 0) + 1
+            if verdict == "ok":
+                ok_by_cmd[cmd] = ok_by_cmd.get(cmd, 0) + 1
             if verdict == "failure":
                 failures.append(f"{cmd} exited {code}: {text.strip()[:300]}")
 
@@ -129,6 +133,8 @@ def test_four_processes_on_one_tree_and_store(tmp_path):
     )
     assert not failures, "\n".join(failures[:15])
     assert counts.get("ok", 0) > 0
+    # Compactions ran under the long-lived readers, and those were checked.
+    assert ok_by_cmd.get("gc", 0) > 0 and ok_by_cmd.get("held-reader", 0) > 0, ok_by_cmd
 
 
 @pytest.mark.torture_case("concurrency")
