@@ -42,11 +42,12 @@ if TYPE_CHECKING:
     from snapstore.records.checkpoint import Checkpoint
     from snapstore.records.manifest import Entry
     from snapstore.records.oplog import Operation
-    from snapstore.store import Rewind, Store
+    from snapstore.facade.going_back import Rewind
+    from snapstore.store import Store
 
 _LAZY = {
     "Store": "snapstore.store",
-    "Rewind": "snapstore.store",
+    "Rewind": "snapstore.facade.going_back",
     "Checkpoint": "snapstore.records.checkpoint",
     "Entry": "snapstore.records.manifest",
     "Operation": "snapstore.records.oplog",

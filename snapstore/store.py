@@ -11,60 +11,40 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from snapstore.errors import (
     CorruptError,
     FormatVersionError,
-    RefError,
     StoreExistsError,
     StoreNotFoundError,
     TreeIOError,
     UsageError,
 )
+from snapstore.facade.upkeep import UpkeepMixin
 from snapstore.hooks import HookRegistry
 from snapstore.ops import snapshot
 from snapstore.ops.context import StageContext
-from snapstore.ops.diff import Change, compare
-from snapstore.ops.renames import detect as detect_renames
-from snapstore.records import conversation, manifest, refs, schema
+from snapstore.records import schema
 from snapstore.records.checkpoint import (
     USER,
     Checkpoint,
-    damage_of,
-    load_all,
-    load_one,
     parse_record,
 )
-from snapstore.records.manifest import Entry
-from snapstore.records.oplog import Operation
 from snapstore.storage import chunker, lmdb_generations, objects
-from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.storage.memory import MemoryBackend
-from snapstore.tree.paths import display, from_user
 
 if TYPE_CHECKING:
-    from snapstore.ops.history import Version
-    from snapstore.ops.restore import RestoreReport
-    from snapstore.ops.textdiff import LineCounts
-    from snapstore.ops.verify import VerifyReport
+    pass
 
 STORE_DIRNAME = ".snapstore"
 FORMAT_VERSION = 1
 
 
-class Rewind(NamedTuple):
-    """What :meth:`Store.rewind` did: the checkpoint, the restore report (None when files were
-    not asked for) and the conversation to reinstate (None when not asked for)."""
-
-    checkpoint: Checkpoint
-    report: RestoreReport | None
-    conversation: list[Any] | None
 
 
 class _ThreadLock:
@@ -79,7 +59,7 @@ class _ThreadLock:
             yield
 
 
-class Store:
+class Store(UpkeepMixin):
     """A snapshot store for one directory tree.
 
     Open one with :meth:`init` (creates it), :meth:`open` (a tree's store, or a store directory)
@@ -278,35 +258,6 @@ class Store:
             raise FormatVersionError("the store was written with other chunker parameters")
         return meta
 
-    def relocate(self, new_root: str | os.PathLike[str]) -> str:
-        """Re-point a store kept outside its tree at the tree's new place; returns the old root.
-
-        Commands refuse a tree that is not the store's root (a copied store must never read or
-        rewrite the original tree), so a moved or copied tree is adopted explicitly.  The stat
-        cache is cleared: it describes the old tree's inodes.
-        """
-        new = os.path.abspath(os.fspath(new_root))
-        if not os.path.isdir(new):
-            raise TreeIOError(f"{new} is not a directory")
-        if self.store_dir is None:
-            raise UsageError("an in-memory store has no tree to re-point")
-        with self.backend.read() as view:
-            layout = view.get("meta", b"layout")
-        if layout == b"inside":
-            raise UsageError(f"the store {self.store_dir} lives inside its tree and moves with it")
-        old = self.root
-        with self._lock.held():
-            with self.backend.read() as view:
-                stale = [k for k, _ in view.items("statcache")]
-            with self.backend.write() as batch:
-                batch.put("meta", b"root", os.fsencode(new))
-                for key in stale:
-                    batch.delete("statcache", key)
-            self.backend.sync()
-        self.root = new
-        self.root_bytes = os.fsencode(new)
-        self.context.root = new  # the stages' view of the tree follows
-        return old
 
     def close(self) -> None:
         """Release the store (the LMDB environment closes with its last user)."""
@@ -363,71 +314,9 @@ class Store:
         late = self.hooks.after("after_snapshot", checkpoint=cp)
         return dataclasses.replace(cp, warnings=cp.warnings + tuple(late)) if late else cp
 
-    def restore(
-        self, ref: str, paths: list[str] | None = None, *, dry_run: bool = False
-    ) -> RestoreReport:
-        """Make the tree (or just ``paths``) equal to checkpoint ``ref``.
 
-        Records the current tree first (a safety checkpoint), so :meth:`undo` can put it back;
-        only paths that differ are touched; ignored files, ``.git`` and the store never are.
-        With ``dry_run`` nothing changes (tree or store) and the report says what would.
-        """
-        with self._lock.held():
-            self._recover()
-            target = self.resolve(ref)
-            return self._run_restore(target, paths, dry_run, "restore", f"before restore of {target.short_id}")
 
-    def _run_restore(self, target: Checkpoint, paths, dry_run: bool, kind: str, message: str) -> RestoreReport:
-        self.hooks.before("before_restore", target=target, paths=paths, dry_run=dry_run, kind=kind)
-        from snapstore.ops import restore
 
-        report = restore.run(
-            self._restore_context(), target, paths, dry_run=dry_run, kind=kind, message=message,
-            take_safety=self._take_safety,
-        )
-        report.warnings.extend(self.hooks.after("after_restore", report=report))
-        return report
-
-    def undo(self, *, dry_run: bool = False) -> RestoreReport:
-        """Put the tree back as it was before the last restore or undo (undo twice = redo)."""
-        with self._lock.held():
-            self._recover()
-            ops = self.operations()
-            if not ops:
-                raise RefError("nothing to undo: no restore has been done in this store")
-            last = ops[0]
-            with self.backend.read() as view:
-                before = load_one(view, bytes.fromhex(last.before))
-            return self._run_restore(
-                before, last.paths, dry_run, "undo", f"before undo of operation {last.seq}"
-            )
-
-    def rewind(
-        self,
-        ref: str,
-        *,
-        files: bool = True,
-        conversation: bool = True,
-        paths: list[str] | None = None,
-        dry_run: bool = False,
-        task: str | None = None,
-    ) -> Rewind:
-        """Go back to checkpoint ``ref``: its files (through the undoable restore), its
-        conversation (returned for the agent to reinstate), or both.
-
-        Asking for the conversation of a checkpoint that has none fails with RefError before
-        anything is touched.
-        """
-        if not files and not conversation:
-            raise UsageError("rewind needs files, conversation or both")
-        target = self.resolve(ref, task=task)
-        messages = None
-        if conversation:
-            messages = self.conversation(target.id)
-            if messages is None:
-                raise RefError(f"no conversation stored with checkpoint {target.short_id}")
-        report = self.restore(target.id, paths, dry_run=dry_run) if files else None
-        return Rewind(target, report, messages)
 
     def snapshot_if(self, context, *, policy=None, **snapshot_args) -> Checkpoint | None:
         """Take a checkpoint only when ``policy`` (default :class:`snapstore.policy.Policy`)
@@ -445,357 +334,14 @@ class Store:
             metadata["tool"] = context.tool
         return self.snapshot(metadata=metadata, **snapshot_args)
 
-    def history(self, path: str | bytes, *, task: str | None = None) -> list[Version]:
-        """The checkpoints in which ``path`` changed, oldest first, with lines +/-."""
-        from snapstore.ops.history import file_history
-
-        rows = list(reversed(self.checkpoints(task=task)))
-        return file_history(self, from_user(path), rows)
-
-    def summary(self, ref: str, *, task: str | None = None, renames: bool = False) -> dict[str, Any]:
-        """What an agent UI shows for a checkpoint: the record, changed files with +/- counts
-        (``not_counted``: the size of a file too large to count), the conversation's size and
-        last messages (``None`` when none is stored)."""
-        cp = self.resolve(ref, task=task)
-        found = self.changes(cp.id, renames=renames)
-        changes = [{**c.to_json(), **n.to_json()} for c, n in zip(found, self.line_counts(found))]
-        convo = None
-        if cp.conversation is not None:
-            convo = conversation.preview(self.conversation(cp.id))
-        return {**cp.to_json(), "changes": changes, "conversation": convo}
-
-    def operations(self) -> list[Operation]:
-        """The operation log (restores and undos), newest first."""
-        out = []
-        with self.backend.read() as view:
-            for key, value in view.items("oplog", reverse=True):
-                out.append(Operation.parse(key, value))
-        return out
-
-    def recover(self, *, mode: str = "forward", dry_run: bool = False):
-        """Finish (``"forward"``), roll back (``"back"``) or drop (``"abandon"``: the tree is
-        recorded as it is first) a restore a crash interrupted; returns a restore.RecoverReport
-        (``pending`` False when there was none).  Refuses (ConflictError) when a journaled path
-        changed since the crash."""
-        from snapstore.ops import restore
-
-        with self._lock.held():
-            return restore.recover(
-                self._restore_context(), mode=mode, dry_run=dry_run,
-                record_tree=lambda message: self._take_safety(message)[0],
-            )
-
-    def pending_restore(self) -> str | None:
-        """A warning when an interrupted restore is pending (read-only commands show it)."""
-        from snapstore.ops import restore
-
-        with self.backend.read() as view:
-            return restore.pending(view)
-
-    def _recover(self) -> bool:
-        if not self._journal_pending():
-            return False
-        from snapstore.ops import restore
-
-        restore.recover(self._restore_context())
-        return True
-
-    def _restore_context(self) -> StageContext:
-        # The same context as snapshots: the safety checkpoint then uses the manifest memo.
-        return self.context
-
-    def _take_safety(self, message: str):
-        from snapstore.records.checkpoint import SAFETY
-
-        cp_id, packed, result = snapshot.take(self.context, message=message, kind=SAFETY, skip_unchanged=True)
-        cp = parse_record(cp_id, packed)
-        return cp, {e.path: e for e in result.entries}, {f.path: f for f in result.found}
-
-    def _journal_pending(self) -> bool:
-        with self.backend.read() as view:
-            return view.get("journal", JOURNAL_KEY) is not None
-
     # -- retention, deletion, gc, stats, config (see snapstore.retention, snapstore.gc) ------
-
-    def prune(
-        self,
-        *,
-        keep_last: int | None = None,
-        keep_within: str | int | None = None,
-        keep_tagged: bool = False,
-        task: str | None = None,
-        dry_run: bool = False,
-    ):
-        """Remove the checkpoints no keep rule keeps; returns a retention.PruneReport.
-
-        ``keep_within`` is a duration (``"30m"``, ``"12h"``, ``"7d"``) or seconds.  Checkpoints
-        that ``undo`` can reach (the newest retention.UNDO_DEPTH operations) and those of a
-        pending restore are never removed.  Their data stays until :meth:`gc`.
-        """
-        from snapstore.ops import retention
-
-        if keep_last is not None:
-            keep_last = retention.parse_count(keep_last)
-        if isinstance(keep_within, str):
-            keep_within = retention.parse_duration(keep_within)
-        elif keep_within is not None and keep_within <= 0:
-            raise UsageError("--keep-within must be longer than zero")
-        policy = retention.Policy(keep_last, keep_within, bool(keep_tagged))
-        if not policy.active:
-            raise UsageError("prune needs a rule: --keep-last, --keep-within or --keep-tagged")
-        with self._lock.held():
-            self._recover()
-            return self._prune(policy, task, dry_run)
-
-    def _prune(self, policy, task: str | None, dry_run: bool):
-        from snapstore.ops import retention
-
-        all_, _ = self._load()
-        with self.backend.read() as view:
-            guarded = retention.protected(view)
-        report = retention.select(all_, policy, guarded, task=task)
-        report.dry_run = dry_run
-        if not dry_run:
-            retention.remove(self.backend, report.removed)
-        return report
-
-    def _auto_retention(self) -> list[str]:
-        """Apply the store's retention policy after a snapshot (lock held); returns warnings."""
-        from snapstore.errors import SnapstoreError
-        from snapstore.ops import gc, retention
-
-        try:
-            values = self.config()
-            policy = retention.policy_from_config(values)
-            if policy is None:
-                return []
-            report = self._prune(policy, None, False)
-            if report.removed and values.get("retention.gc") == "true":
-                gc.run(self.backend)
-        except SnapstoreError as exc:
-            return [f"automatic retention failed: {exc}"]
-        return []
-
-    def delete(self, ref: str) -> Checkpoint:
-        """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.
-
-        Later checkpoints keep working.  Refuses (UsageError) a checkpoint that ``undo`` or a
-        pending restore needs.
-        """
-        from snapstore.ops import retention
-
-        with self._lock.held():
-            self._recover()
-            cp = self.resolve(ref)
-            with self.backend.read() as view:
-                guarded = retention.protected(view)
-            if cp.id in guarded:
-                raise UsageError(f"checkpoint {cp.short_id} cannot be deleted: {guarded[cp.id]}")
-            retention.remove(self.backend, [cp])
-            return cp
-
-    def gc(self, *, compact: bool = False, dry_run: bool = False):
-        """Remove the chunks, streams and manifests no checkpoint reaches; returns a gc.GcReport.
-
-        Holds the writer lock throughout, so no snapshot can be writing meanwhile.  With
-        ``compact`` the LMDB file is rewritten so the disk space really comes back.
-        """
-        from snapstore.ops import gc
-
-        with self._lock.held():
-            self._recover()
-            return gc.run(self.backend, compact=compact and not dry_run, dry_run=dry_run)
-
-    def stats(self):
-        """Counts and sizes of the store (a stats.StoreStats)."""
-        from snapstore.ops import stats
-
-        all_, _ = self._load()
-        return stats.collect(self.backend, all_)
-
-    def config(self) -> dict[str, str]:
-        """Every configuration key with its value (the default when unset)."""
-        from snapstore.ops import retention
-
-        with self.backend.read() as view:
-            return retention.read_config(view)
-
-    def config_get(self, key: str) -> str:
-        """The value of configuration ``key`` (UsageError for an unknown key)."""
-        from snapstore.ops import retention
-
-        retention.config_key(key)
-        return self.config()[key]
-
-    def config_set(self, key: str, value: str | int | None) -> str:
-        """Set configuration ``key`` (``None`` or ``"off"`` resets it); returns the new value."""
-        from snapstore.ops import retention
-
-        mkey = retention.config_key(key)
-        stored = None if value is None else retention.normalise(key, str(value))
-        with self._lock.held():
-            with self.backend.write() as batch:
-                if stored is None:
-                    batch.delete("meta", mkey)
-                else:
-                    batch.put("meta", mkey, stored.encode())
-            self.backend.sync()
-        return self.config_get(key)
 
     # -- reading ------------------------------------------------------------------------------
 
-    def diff(
-        self,
-        a: str = "latest",
-        b: str | None = None,
-        paths: list[str] | None = None,
-        *,
-        renames: bool = False,
-    ) -> list[Change]:
-        """Changes from checkpoint ``a`` to checkpoint ``b`` (the working tree when None).
-
-        Two checkpoints are compared through their manifests alone (shared manifest chunks are
-        skipped undecoded); the working tree through the stat cache (unchanged files are not
-        read).  Each Change gives lazy access to its old and new bytes.  With ``renames`` a
-        deleted and an added file that are the same file moved become one ``R`` change
-        (:mod:`snapstore.ops.renames`).
-        """
-        from snapstore.ops import diff as diff_mod
-        from snapstore.ops.restore import selector
-        from snapstore.tree import worktree
-
-        sel = selector(paths)
-        old_cp = self.resolve(a)
-        with self.backend.read() as view:
-            if b is None:
-                old = manifest.load(view.get, old_cp.manifest)
-                new, _ = worktree.current_state(self)
-                new_loader = self._disk_loader
-            else:
-                new_cp = self.resolve(b)
-                old, new = diff_mod.manifest_difference(view.get, old_cp.manifest, new_cp.manifest)
-                new_loader = self._store_loader
-        old = {p: e for p, e in old.items() if sel(p)}
-        new = {p: e for p, e in new.items() if sel(p)}
-        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, new_loader)
-        return detect_renames(changes) if renames else changes
-
-    def _store_loader(self, entry: Entry) -> bytes:
-        with self.backend.read() as view:
-            return objects.read_stream(view.get, entry.ref)
-
-    def _disk_loader(self, entry: Entry) -> bytes:
-        fd = os.open(os.path.join(self.root_bytes, entry.path), os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
-
-
-    def checkpoints(self, *, task: str | None = None, include_safety: bool = False) -> list[Checkpoint]:
-        """Checkpoints newest first, as ``list`` shows them (safety ones only if asked)."""
-        all_, _ = self._load()
-        rows = list(reversed(all_))
-        if not include_safety:
-            rows = [c for c in rows if not c.is_safety]
-        if task is not None:
-            rows = [c for c in rows if c.task == task]
-        return rows
-
-    def numbered_checkpoints(
-        self, *, task: str | None = None, include_safety: bool = False
-    ) -> list[tuple[int | None, Checkpoint]]:
-        """What ``list`` shows: newest first, each with its ``#N`` reference (None for safety
-        checkpoints, which are listed only with ``include_safety``)."""
-        all_, _ = self._load()
-        return refs.numbered(all_, task, include_safety)
-
-    def line_counts(self, changes: list[Change]) -> list[LineCounts]:
-        """Lines added and removed by each change, as ``diff --stat`` shows them (binary files
-        and files too large to count say so instead)."""
-        from snapstore.ops import textdiff
-
-        return [textdiff.count(c) for c in changes]
-
-    def resolve(self, ref: str, *, task: str | None = None) -> Checkpoint:
-        """The checkpoint ``ref`` names (see :mod:`snapstore.refs`)."""
-        all_, tags = self._load()
-        return refs.resolve(ref, all_, tags, task, damage=self._damage_of)
-
-    def _damage_of(self, cid: str) -> str | None:
-        with self.backend.read() as view:
-            return damage_of(view, bytes.fromhex(cid))
-
-    def entries(self, ref: str) -> list[Entry]:
-        """The manifest entries of checkpoint ``ref``, in path order."""
-        cp = self.resolve(ref)
-        with self.backend.read() as view:
-            return list(manifest.iter_entries(view.get, cp.manifest))
-
-    def changes(self, ref: str, *, renames: bool = False) -> list[Change]:
-        """What checkpoint ``ref`` changed against its parent (with lazy old/new bytes);
-        ``renames`` as in :meth:`diff`."""
-        from snapstore.ops import diff as diff_mod
-
-        cp = self.resolve(ref)
-        with self.backend.read() as view:
-            parent = None
-            if cp.parent and view.get("checkpoints", bytes.fromhex(cp.parent)) is not None:
-                parent = load_one(view, bytes.fromhex(cp.parent))
-            if parent is None:
-                old, new = {}, manifest.load(view.get, cp.manifest)
-            else:
-                old, new = diff_mod.manifest_difference(view.get, parent.manifest, cp.manifest)
-        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, self._store_loader)
-        return detect_renames(changes) if renames else changes
-
-    def iter_bytes(self, ref: str, path: str | bytes) -> Iterator[bytes]:
-        """The content of ``path`` in checkpoint ``ref``, chunk by chunk (each chunk verified)."""
-        cp = self.resolve(ref)
-        rel = from_user(path)
-        with self.backend.read() as view:
-            entry = _find_entry(view.get, cp, rel)
-            if not entry.is_file:
-                if entry.kind == manifest.SYMLINK:
-                    raise RefError(f"{display(rel)} is a symlink in {cp.short_id} (to {display(entry.ref)})")
-                raise RefError(f"{display(rel)} is not a file in checkpoint {cp.short_id}")
-            yield from objects.iter_stream(view.get, entry.ref)
-
-    def read_bytes(self, ref: str, path: str | bytes) -> bytes:
-        """The exact bytes of ``path`` (root-relative) in checkpoint ``ref``."""
-        return b"".join(self.iter_bytes(ref, path))
-
-    def conversation(self, ref: str) -> list[Any] | None:
-        """The conversation stored with checkpoint ``ref``, or None when it has none."""
-        cp = self.resolve(ref)
-        if cp.conversation is None:
-            return None
-        with self.backend.read() as view:
-            return conversation.read(view.get, cp.conversation)
-
-    def verify(self, progress=None) -> VerifyReport:
-        """Re-read and re-hash everything; the report lists every problem found."""
-        from snapstore.ops import verify
-
-        return verify.run(self.backend, progress, self.excluded)
-
     # -- internals ----------------------------------------------------------------------------
 
-    def _load(self) -> tuple[list[Checkpoint], dict[str, str]]:
-        with self.backend.read() as view:
-            all_ = load_all(view)
-            tags = {k.decode("utf-8", "replace"): v.hex() for k, v in view.items("tags")}
-        by_id: dict[str, list[str]] = {}
-        for name, cid in tags.items():
-            by_id.setdefault(cid, []).append(name)
-        all_ = [dataclasses.replace(c, tags=tuple(sorted(by_id.get(c.id, ())))) for c in all_]
-        return all_, tags
 
-    def _checkpoint_by_id(self, cid: bytes) -> Checkpoint:
-        with self.backend.read() as view:
-            return load_one(view, cid)
 
-    def _manifest_dict(self, mid: bytes) -> dict[bytes, Entry]:
-        with self.backend.read() as view:
-            return manifest.load(view.get, mid)
 
 
 def _same_dir(a: str, b: str) -> bool:
@@ -816,13 +362,6 @@ def _not_this_tree(store_dir: str, root: str, asked: str) -> str:
     )
 
 
-def _find_entry(get, cp: Checkpoint, rel: bytes) -> Entry:
-    for e in manifest.iter_entries(get, cp.manifest):
-        if e.path == rel:
-            return e
-        if e.path > rel:
-            break
-    raise RefError(f"{display(rel) or '.'} is not in checkpoint {cp.short_id}")
 
 
 def _check_tag(tag: str) -> None:

@@ -22,6 +22,7 @@ LAYERS = {
     "snapstore.tree": 3,
     "snapstore.ops": 4,
     "snapstore.store": 5,
+    "snapstore.facade": 5,
     "snapstore.hooks": 5,
     "snapstore.policy": 5,
     "snapstore.render": 6,

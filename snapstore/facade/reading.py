@@ -1,0 +1,186 @@
+"""Reading a store: listing, resolving, diffs, file contents, conversations, verify."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from snapstore.errors import (
+    RefError,
+)
+from snapstore.ops.diff import Change, compare
+from snapstore.ops.renames import detect as detect_renames
+from snapstore.records import conversation, manifest, refs
+from snapstore.records.checkpoint import Checkpoint, load_one
+from snapstore.records.manifest import Entry
+from snapstore.records.oplog import Operation
+from snapstore.storage import objects
+from snapstore.tree.paths import display, from_user
+
+if TYPE_CHECKING:
+    from snapstore.ops.history import Version
+    from snapstore.ops.textdiff import LineCounts
+    from snapstore.ops.verify import VerifyReport
+
+from snapstore.facade.base import StoreBase
+
+
+class ReadingMixin(StoreBase):
+    """The read-only methods (no writer lock)."""
+
+    def history(self, path: str | bytes, *, task: str | None = None) -> list[Version]:
+        """The checkpoints in which ``path`` changed, oldest first, with lines +/-."""
+        from snapstore.ops.history import file_history
+
+        rows = list(reversed(self.checkpoints(task=task)))
+        return file_history(self, from_user(path), rows)
+
+    def summary(self, ref: str, *, task: str | None = None, renames: bool = False) -> dict[str, Any]:
+        """What an agent UI shows for a checkpoint: the record, changed files with +/- counts
+        (``not_counted``: the size of a file too large to count), the conversation's size and
+        last messages (``None`` when none is stored)."""
+        cp = self.resolve(ref, task=task)
+        found = self.changes(cp.id, renames=renames)
+        changes = [{**c.to_json(), **n.to_json()} for c, n in zip(found, self.line_counts(found))]
+        convo = None
+        if cp.conversation is not None:
+            convo = conversation.preview(self.conversation(cp.id))
+        return {**cp.to_json(), "changes": changes, "conversation": convo}
+
+    def operations(self) -> list[Operation]:
+        """The operation log (restores and undos), newest first."""
+        out = []
+        with self.backend.read() as view:
+            for key, value in view.items("oplog", reverse=True):
+                out.append(Operation.parse(key, value))
+        return out
+
+    def pending_restore(self) -> str | None:
+        """A warning when an interrupted restore is pending (read-only commands show it)."""
+        from snapstore.ops import restore
+
+        with self.backend.read() as view:
+            return restore.pending(view)
+
+    def diff(
+        self,
+        a: str = "latest",
+        b: str | None = None,
+        paths: list[str] | None = None,
+        *,
+        renames: bool = False,
+    ) -> list[Change]:
+        """Changes from checkpoint ``a`` to checkpoint ``b`` (the working tree when None).
+
+        Two checkpoints are compared through their manifests alone (shared manifest chunks are
+        skipped undecoded); the working tree through the stat cache (unchanged files are not
+        read).  Each Change gives lazy access to its old and new bytes.  With ``renames`` a
+        deleted and an added file that are the same file moved become one ``R`` change
+        (:mod:`snapstore.ops.renames`).
+        """
+        from snapstore.ops import diff as diff_mod
+        from snapstore.ops.restore import selector
+        from snapstore.tree import worktree
+
+        sel = selector(paths)
+        old_cp = self.resolve(a)
+        with self.backend.read() as view:
+            if b is None:
+                old = manifest.load(view.get, old_cp.manifest)
+                new, _ = worktree.current_state(self)
+                new_loader = self._disk_loader
+            else:
+                new_cp = self.resolve(b)
+                old, new = diff_mod.manifest_difference(view.get, old_cp.manifest, new_cp.manifest)
+                new_loader = self._store_loader
+        old = {p: e for p, e in old.items() if sel(p)}
+        new = {p: e for p, e in new.items() if sel(p)}
+        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, new_loader)
+        return detect_renames(changes) if renames else changes
+
+    def _store_loader(self, entry: Entry) -> bytes:
+        with self.backend.read() as view:
+            return objects.read_stream(view.get, entry.ref)
+
+    def _disk_loader(self, entry: Entry) -> bytes:
+        fd = os.open(os.path.join(self.root_bytes, entry.path), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
+    def numbered_checkpoints(
+        self, *, task: str | None = None, include_safety: bool = False
+    ) -> list[tuple[int | None, Checkpoint]]:
+        """What ``list`` shows: newest first, each with its ``#N`` reference (None for safety
+        checkpoints, which are listed only with ``include_safety``)."""
+        all_, _ = self._load()
+        return refs.numbered(all_, task, include_safety)
+
+    def line_counts(self, changes: list[Change]) -> list[LineCounts]:
+        """Lines added and removed by each change, as ``diff --stat`` shows them (binary files
+        and files too large to count say so instead)."""
+        from snapstore.ops import textdiff
+
+        return [textdiff.count(c) for c in changes]
+
+    def entries(self, ref: str) -> list[Entry]:
+        """The manifest entries of checkpoint ``ref``, in path order."""
+        cp = self.resolve(ref)
+        with self.backend.read() as view:
+            return list(manifest.iter_entries(view.get, cp.manifest))
+
+    def changes(self, ref: str, *, renames: bool = False) -> list[Change]:
+        """What checkpoint ``ref`` changed against its parent (with lazy old/new bytes);
+        ``renames`` as in :meth:`diff`."""
+        from snapstore.ops import diff as diff_mod
+
+        cp = self.resolve(ref)
+        with self.backend.read() as view:
+            parent = None
+            if cp.parent and view.get("checkpoints", bytes.fromhex(cp.parent)) is not None:
+                parent = load_one(view, bytes.fromhex(cp.parent))
+            if parent is None:
+                old, new = {}, manifest.load(view.get, cp.manifest)
+            else:
+                old, new = diff_mod.manifest_difference(view.get, parent.manifest, cp.manifest)
+        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, self._store_loader)
+        return detect_renames(changes) if renames else changes
+
+    def iter_bytes(self, ref: str, path: str | bytes) -> Iterator[bytes]:
+        """The content of ``path`` in checkpoint ``ref``, chunk by chunk (each chunk verified)."""
+        cp = self.resolve(ref)
+        rel = from_user(path)
+        with self.backend.read() as view:
+            entry = _find_entry(view.get, cp, rel)
+            if not entry.is_file:
+                if entry.kind == manifest.SYMLINK:
+                    raise RefError(f"{display(rel)} is a symlink in {cp.short_id} (to {display(entry.ref)})")
+                raise RefError(f"{display(rel)} is not a file in checkpoint {cp.short_id}")
+            yield from objects.iter_stream(view.get, entry.ref)
+
+    def read_bytes(self, ref: str, path: str | bytes) -> bytes:
+        """The exact bytes of ``path`` (root-relative) in checkpoint ``ref``."""
+        return b"".join(self.iter_bytes(ref, path))
+
+    def conversation(self, ref: str) -> list[Any] | None:
+        """The conversation stored with checkpoint ``ref``, or None when it has none."""
+        cp = self.resolve(ref)
+        if cp.conversation is None:
+            return None
+        with self.backend.read() as view:
+            return conversation.read(view.get, cp.conversation)
+
+    def verify(self, progress=None) -> VerifyReport:
+        """Re-read and re-hash everything; the report lists every problem found."""
+        from snapstore.ops import verify
+
+        return verify.run(self.backend, progress, self.excluded)
+
+
+def _find_entry(get, cp: Checkpoint, rel: bytes) -> Entry:
+    for e in manifest.iter_entries(get, cp.manifest):
+        if e.path == rel:
+            return e
+        if e.path > rel:
+            break
+    raise RefError(f"{display(rel) or '.'} is not in checkpoint {cp.short_id}")

@@ -1,0 +1,176 @@
+"""Keeping a store: retention (prune, delete), gc, stats, configuration, relocation."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from snapstore.errors import (
+    TreeIOError,
+    UsageError,
+)
+from snapstore.records.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    pass
+
+from snapstore.facade.going_back import GoingBackMixin
+
+
+class UpkeepMixin(GoingBackMixin):
+    """prune, delete, gc, stats, config, relocate."""
+
+    def prune(
+        self,
+        *,
+        keep_last: int | None = None,
+        keep_within: str | int | None = None,
+        keep_tagged: bool = False,
+        task: str | None = None,
+        dry_run: bool = False,
+    ):
+        """Remove the checkpoints no keep rule keeps; returns a retention.PruneReport.
+
+        ``keep_within`` is a duration (``"30m"``, ``"12h"``, ``"7d"``) or seconds.  Checkpoints
+        that ``undo`` can reach (the newest retention.UNDO_DEPTH operations) and those of a
+        pending restore are never removed.  Their data stays until :meth:`gc`.
+        """
+        from snapstore.ops import retention
+
+        if keep_last is not None:
+            keep_last = retention.parse_count(keep_last)
+        if isinstance(keep_within, str):
+            keep_within = retention.parse_duration(keep_within)
+        elif keep_within is not None and keep_within <= 0:
+            raise UsageError("--keep-within must be longer than zero")
+        policy = retention.Policy(keep_last, keep_within, bool(keep_tagged))
+        if not policy.active:
+            raise UsageError("prune needs a rule: --keep-last, --keep-within or --keep-tagged")
+        with self._lock.held():
+            self._recover()
+            return self._prune(policy, task, dry_run)
+
+    def _prune(self, policy, task: str | None, dry_run: bool):
+        from snapstore.ops import retention
+
+        all_, _ = self._load()
+        with self.backend.read() as view:
+            guarded = retention.protected(view)
+        report = retention.select(all_, policy, guarded, task=task)
+        report.dry_run = dry_run
+        if not dry_run:
+            retention.remove(self.backend, report.removed)
+        return report
+
+    def _auto_retention(self) -> list[str]:
+        """Apply the store's retention policy after a snapshot (lock held); returns warnings."""
+        from snapstore.errors import SnapstoreError
+        from snapstore.ops import gc, retention
+
+        try:
+            values = self.config()
+            policy = retention.policy_from_config(values)
+            if policy is None:
+                return []
+            report = self._prune(policy, None, False)
+            if report.removed and values.get("retention.gc") == "true":
+                gc.run(self.backend)
+        except SnapstoreError as exc:
+            return [f"automatic retention failed: {exc}"]
+        return []
+
+    def delete(self, ref: str) -> Checkpoint:
+        """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.
+
+        Later checkpoints keep working.  Refuses (UsageError) a checkpoint that ``undo`` or a
+        pending restore needs.
+        """
+        from snapstore.ops import retention
+
+        with self._lock.held():
+            self._recover()
+            cp = self.resolve(ref)
+            with self.backend.read() as view:
+                guarded = retention.protected(view)
+            if cp.id in guarded:
+                raise UsageError(f"checkpoint {cp.short_id} cannot be deleted: {guarded[cp.id]}")
+            retention.remove(self.backend, [cp])
+            return cp
+
+    def gc(self, *, compact: bool = False, dry_run: bool = False):
+        """Remove the chunks, streams and manifests no checkpoint reaches; returns a gc.GcReport.
+
+        Holds the writer lock throughout, so no snapshot can be writing meanwhile.  With
+        ``compact`` the LMDB file is rewritten so the disk space really comes back.
+        """
+        from snapstore.ops import gc
+
+        with self._lock.held():
+            self._recover()
+            return gc.run(self.backend, compact=compact and not dry_run, dry_run=dry_run)
+
+    def stats(self):
+        """Counts and sizes of the store (a stats.StoreStats)."""
+        from snapstore.ops import stats
+
+        all_, _ = self._load()
+        return stats.collect(self.backend, all_)
+
+    def config(self) -> dict[str, str]:
+        """Every configuration key with its value (the default when unset)."""
+        from snapstore.ops import retention
+
+        with self.backend.read() as view:
+            return retention.read_config(view)
+
+    def config_get(self, key: str) -> str:
+        """The value of configuration ``key`` (UsageError for an unknown key)."""
+        from snapstore.ops import retention
+
+        retention.config_key(key)
+        return self.config()[key]
+
+    def config_set(self, key: str, value: str | int | None) -> str:
+        """Set configuration ``key`` (``None`` or ``"off"`` resets it); returns the new value."""
+        from snapstore.ops import retention
+
+        mkey = retention.config_key(key)
+        stored = None if value is None else retention.normalise(key, str(value))
+        with self._lock.held():
+            with self.backend.write() as batch:
+                if stored is None:
+                    batch.delete("meta", mkey)
+                else:
+                    batch.put("meta", mkey, stored.encode())
+            self.backend.sync()
+        return self.config_get(key)
+
+    def relocate(self, new_root: str | os.PathLike[str]) -> str:
+        """Re-point a store kept outside its tree at the tree's new place; returns the old root.
+
+        Commands refuse a tree that is not the store's root (a copied store must never read or
+        rewrite the original tree), so a moved or copied tree is adopted explicitly.  The stat
+        cache is cleared: it describes the old tree's inodes.
+        """
+        new = os.path.abspath(os.fspath(new_root))
+        if not os.path.isdir(new):
+            raise TreeIOError(f"{new} is not a directory")
+        if self.store_dir is None:
+            raise UsageError("an in-memory store has no tree to re-point")
+        with self.backend.read() as view:
+            layout = view.get("meta", b"layout")
+        if layout == b"inside":
+            raise UsageError(f"the store {self.store_dir} lives inside its tree and moves with it")
+        old = self.root
+        with self._lock.held():
+            with self.backend.read() as view:
+                stale = [k for k, _ in view.items("statcache")]
+            with self.backend.write() as batch:
+                batch.put("meta", b"root", os.fsencode(new))
+                for key in stale:
+                    batch.delete("statcache", key)
+            self.backend.sync()
+        self.root = new
+        self.root_bytes = os.fsencode(new)
+        self.context.root = new  # the stages' view of the tree follows
+        return old
