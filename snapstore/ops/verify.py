@@ -31,7 +31,7 @@ from snapstore.tree.paths import display
 class Problem:
     """One thing wrong with the store."""
 
-    kind: str  # chunk | stream | manifest | conversation | checkpoint | file | log | tag | meta
+    kind: str  # chunk | stream | manifest | conversation | checkpoint | file | log | tag | oplog | journal
     id: str  # the object's id (hex) or key
     message: str
     checkpoint: str | None = None
