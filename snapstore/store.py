@@ -39,6 +39,7 @@ from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.tree.paths import display, from_user
 
 if TYPE_CHECKING:
+    from snapstore.ops.edit import EditReport
     from snapstore.ops.history import Version
     from snapstore.ops.restore import RestoreReport
     from snapstore.ops.verify import VerifyReport
@@ -750,6 +751,59 @@ class Store:
     def _manifest_dict(self, mid: bytes) -> dict[bytes, Entry]:
         with self.backend.read() as view:
             return manifest.load(view.get, mid)
+
+    # -- agents -------------------------------------------------------------------------------
+
+    def edit(
+        self,
+        path: str,
+        edits: Any,
+        *,
+        expected: str | None = None,
+        dry_run: bool = False,
+        replace_all: bool = False,
+        task: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> EditReport:
+        """Replace text in the tree's file ``path`` (see :mod:`snapstore.ops.edit`).
+
+        ``edits`` is a list of ``{"old_text", "new_text"}`` applied in order; ``expected`` is the
+        content hash a previous read returned (ConflictError, nothing written, when the file is
+        another version).  Unless ``dry_run``, the tree is checkpointed first (skip-unchanged),
+        then the file is replaced atomically with its mode, line endings and other bytes kept.
+        Returns an :class:`~snapstore.ops.edit.EditReport` with the unified diff.
+        """
+        from snapstore.ops import edit as edit_mod
+
+        real, rel = edit_mod.resolve_target(self.root, os.fspath(path), self.store_dir)
+        parsed = edit_mod.parse_edits(edits)
+        with self._lock.held():
+            data = edit_mod.read_file(real)
+            edit_mod.check_expected(data, expected, rel)
+            new, matches, diff = edit_mod.plan(data, parsed, replace_all=replace_all, path=rel)
+            report = edit_mod.EditReport(
+                rel, matches, diff, edit_mod.content_hash(data), edit_mod.content_hash(new), dry_run
+            )
+            if dry_run:
+                return report
+            # The checkpoint records what changed before this edit: not the editor's work.
+            meta = {"tool_name": "snapstore edit", "path": rel, **(metadata or {}), "actor": "user"}
+            cp = self.snapshot(f"before edit: {rel}", task=task, metadata=meta, skip_unchanged=True)
+            report.checkpoint = cp.id
+            report.warnings.extend(cp.warnings)
+            # The file may have changed while the checkpoint was taken: never write over that.
+            edit_mod.check_expected(edit_mod.read_file(real), report.old_hash, rel)
+            edit_mod.write_keeping_mode(real, new)
+            report.written = True
+        return report
+
+    def file_version(self, path: str) -> tuple[str, bytes]:
+        """``(root-relative path, bytes)`` of a file of the working tree, with the same checks
+        as :meth:`edit` (for a read that returns the ``expected`` hash of a later edit)."""
+        from snapstore.ops import edit as edit_mod
+
+        real, rel = edit_mod.resolve_target(self.root, os.fspath(path), self.store_dir)
+        return rel, edit_mod.read_file(real)
 
 
 def _same_dir(a: str, b: str) -> bool:
