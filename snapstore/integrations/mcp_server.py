@@ -219,8 +219,8 @@ def build_server(root: str) -> MCPServer:
             "Checkpoints of this project's files. checkpoint_create before a risky change; "
             "checkpoint_list / checkpoint_show / checkpoint_diff / file_at / file_history to look "
             "back; checkpoint_restore (a dry run unless dry_run=false) and undo to go back; "
-            "edit_file for safe text replacement. References: latest, latest~N, #N, a tag, an id "
-            "prefix, :/TEXT."
+            "edit_file for safe text replacement. References: latest, latest~N, #N, a tag, an "
+            "id prefix."
         ),
     )
 
