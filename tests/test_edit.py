@@ -110,7 +110,8 @@ def test_version_conflict_writes_nothing(tree: Path, store: Store) -> None:
 def test_crlf_stays_crlf_and_other_bytes_are_untouched(tree: Path, store: Store) -> None:
     raw = b"first\r\nlatin-1 \xe9t\xe9\r\nkeep  me \r\nlast"
     (tree / "w.txt").write_bytes(raw)
-    store.edit("w.txt", one("keep  me \nlast", "kept\nand more\nlast"))
+    report = store.edit("w.txt", one("keep  me \nlast", "kept\nand more\nlast"))
+    assert report.matches[0].level == "exact"  # the LF of old_text matches the file's CRLF
     assert (tree / "w.txt").read_bytes() == b"first\r\nlatin-1 \xe9t\xe9\r\nkept\r\nand more\r\nlast"
 
 
@@ -125,9 +126,9 @@ def test_dry_run_prints_the_diff_and_changes_nothing(tree: Path, store: Store) -
 
 def test_mode_is_kept(tree: Path, store: Store) -> None:
     (tree / "run.sh").write_text("#!/bin/sh\necho hi\n")
-    os.chmod(tree / "run.sh", 0o750)
+    os.chmod(tree / "run.sh", 0o775)  # group-writable: a umask of 022 would take that away
     store.edit("run.sh", one("echo hi", "echo hello"))
-    assert stat.S_IMODE((tree / "run.sh").stat().st_mode) == 0o750
+    assert stat.S_IMODE((tree / "run.sh").stat().st_mode) == 0o775
     assert (tree / "run.sh").read_text() == "#!/bin/sh\necho hello\n"
 
 
