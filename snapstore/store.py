@@ -797,14 +797,6 @@ class Store:
             report.written = True
         return report
 
-    def file_version(self, path: str) -> tuple[str, bytes]:
-        """``(root-relative path, bytes)`` of a file of the working tree, with the same checks
-        as :meth:`edit` (for a read that returns the ``expected`` hash of a later edit)."""
-        from snapstore.ops import edit as edit_mod
-
-        real, rel = edit_mod.resolve_target(self.root, os.fspath(path), self.store_dir)
-        return rel, edit_mod.read_file(real)
-
 
 def _same_dir(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)

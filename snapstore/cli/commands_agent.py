@@ -29,7 +29,8 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
 
     raw = sys.stdin.read()
     if agent != "claude-code":
-        click.echo(f'{{"systemMessage": "snapstore: unknown agent {agent!r} in the hook command"}}')
+        if not any(f'"{name}"' in raw for name in claude_code.SILENT_EVENTS):
+            echo_json({"systemMessage": f"snapstore: unknown agent {agent!r} in the hook command (use claude-code)"})
         raise Exit(0)
     in_service = app.STORE_PROVIDER is not None
     # In the service the client has already moved to $CLAUDE_PROJECT_DIR (the service's own
