@@ -43,10 +43,19 @@ def time_events(tree: str, runs: int, env: dict[str, str]) -> list[float]:
     return out
 
 
+def time_command(tree: str, runs: int, env: dict[str, str], *argv: str) -> list[float]:
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([*CLIENT, *argv], cwd=tree, env=env, check=True, capture_output=True)
+        out.append(time.perf_counter() - start)
+    return out
+
+
 def report(name: str, samples: list[float]) -> str:
     ordered = sorted(samples)
     p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
-    return f"{name:<22} median {statistics.median(samples) * 1000:7.1f} ms   p90 {p90 * 1000:7.1f} ms   (n={len(samples)})"
+    return f"{name:<30} median {statistics.median(samples) * 1000:7.1f} ms   p90 {p90 * 1000:7.1f} ms   (n={len(samples)})"
 
 
 def main() -> None:
@@ -70,6 +79,9 @@ def main() -> None:
             time_events(tree, 3, env)  # warm the service's caches
             served = time_events(tree, args.runs, env)
             print(report("with the service", served))
+            # What the hook costs beyond the service's own snapshot and a bare round trip.
+            print(report("  snapshot --skip-unchanged", time_command(tree, args.runs, env, "snapshot", "-q", "--skip-unchanged")))
+            print(report("  list -n 1 (round trip)", time_command(tree, args.runs, env, "list", "-n", "1")))
         finally:
             subprocess.run([*CLIENT, "serve", "--stop"], cwd=tree, env=env, capture_output=True)
         python_only = [time.perf_counter()]
