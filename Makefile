@@ -11,7 +11,7 @@ all: test
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,bench]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[dev,bench,agents]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         UnsafePathError,
         UsageError,
     )
+    from snapstore.facade.going_back import Rewind
     from snapstore.ops.diff import Change
     from snapstore.ops.gc import GcReport
     from snapstore.ops.history import Version
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from snapstore.records.checkpoint import Checkpoint
     from snapstore.records.manifest import Entry
     from snapstore.records.oplog import Operation
-    from snapstore.facade.going_back import Rewind
     from snapstore.store import Store
 
 _LAZY = {

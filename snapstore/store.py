@@ -39,7 +39,7 @@ from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.storage.memory import MemoryBackend
 
 if TYPE_CHECKING:
-    pass
+    from snapstore.ops.edit import EditReport
 
 STORE_DIRNAME = ".snapstore"
 FORMAT_VERSION = 1
@@ -334,6 +334,7 @@ class Store(UpkeepMixin):
             metadata["tool"] = context.tool
         return self.snapshot(metadata=metadata, **snapshot_args)
 
+
     # -- retention, deletion, gc, stats, config (see snapstore.retention, snapstore.gc) ------
 
     # -- reading ------------------------------------------------------------------------------
@@ -342,6 +343,51 @@ class Store(UpkeepMixin):
 
 
 
+
+    # -- agents -------------------------------------------------------------------------------
+
+    def edit(
+        self,
+        path: str,
+        edits: Any,
+        *,
+        expected: str | None = None,
+        dry_run: bool = False,
+        replace_all: bool = False,
+        task: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> EditReport:
+        """Replace text in the tree's file ``path`` (see :mod:`snapstore.ops.edit`).
+
+        ``edits`` is a list of ``{"old_text", "new_text"}`` applied in order; ``expected`` is the
+        content hash a previous read returned (ConflictError, nothing written, when the file is
+        another version).  Unless ``dry_run``, the tree is checkpointed first (skip-unchanged),
+        then the file is replaced atomically with its mode, line endings and other bytes kept.
+        Returns an :class:`~snapstore.ops.edit.EditReport` with the unified diff.
+        """
+        from snapstore.ops import edit as edit_mod
+
+        real, rel = edit_mod.resolve_target(self.root, os.fspath(path), self.store_dir)
+        parsed = edit_mod.parse_edits(edits)
+        with self._lock.held():
+            data = edit_mod.read_file(real)
+            edit_mod.check_expected(data, expected, rel)
+            new, matches, diff = edit_mod.plan(data, parsed, replace_all=replace_all, path=rel)
+            report = edit_mod.EditReport(
+                rel, matches, diff, edit_mod.content_hash(data), edit_mod.content_hash(new), dry_run
+            )
+            if dry_run:
+                return report
+            # The checkpoint records what changed before this edit: not the editor's work.
+            meta = {"tool_name": "snapstore edit", "path": rel, **(metadata or {}), "actor": "user"}
+            cp = self.snapshot(f"before edit: {rel}", task=task, metadata=meta, skip_unchanged=True)
+            report.checkpoint = cp.id
+            report.warnings.extend(cp.warnings)
+            # The file may have changed while the checkpoint was taken: never write over that.
+            edit_mod.check_expected(edit_mod.read_file(real), report.old_hash, rel)
+            edit_mod.write_keeping_mode(real, new)
+            report.written = True
+        return report
 
 
 def _same_dir(a: str, b: str) -> bool:

@@ -10,6 +10,7 @@ relocate, recover).  Each command parses, calls one Store method and renders wit
 from __future__ import annotations
 
 from snapstore.cli import (  # noqa: F401 - importing them registers the commands
+    commands_agent,
     commands_change,
     commands_record,
     commands_service,

@@ -18,7 +18,12 @@ from snapstore.service import protocol
 #: on it and runs the command itself.
 CONNECT_TIMEOUT = 1.0
 #: Commands that never go through the service.
-LOCAL_COMMANDS = frozenset({"serve", "init", "relocate", "hook", "mcp", "ui", "integrate"})
+LOCAL_COMMANDS = frozenset({"serve", "init", "relocate", "mcp", "ui", "integrate"})
+#: Commands whose stdin is read whole here and sent with the request (an agent hook's event:
+#: Claude Code closes stdin after writing it); the service gives it to the command as stdin.
+STDIN_COMMANDS = frozenset({"hook"})
+#: stdin already read for the service, replayed to an in-process run when none answered.
+_read_stdin: bytes | None = None
 _GLOBAL_WITH_VALUE = {"--store", "-C", "--lock-timeout"}
 
 
@@ -69,6 +74,9 @@ def try_service(argv: list[str]) -> int | None:
     if command is None or command in LOCAL_COMMANDS:
         return None
     cwd = os.getcwd()
+    if command in STDIN_COMMANDS:
+        # A hook runs wherever the agent is (`cwd` follows `cd`): its project is the store's tree.
+        cwd = os.environ.get("CLAUDE_PROJECT_DIR") or cwd
     start = os.path.join(cwd, directory) if directory else cwd
     store = store or os.environ.get("SNAPSTORE_STORE") or None
     store_dir = protocol.find_store_dir(start, store)
@@ -87,6 +95,10 @@ def try_service(argv: list[str]) -> int | None:
         "encoding": sys.stdout.encoding,
         "errors": sys.stdout.errors,
     }
+    if command in STDIN_COMMANDS:
+        global _read_stdin
+        _read_stdin = sys.stdin.buffer.read()
+        request["stdin"] = _read_stdin.decode("utf-8", "surrogateescape")
     try:
         sock = protocol.connect(path, CONNECT_TIMEOUT)
     except OSError:
@@ -149,6 +161,10 @@ def main() -> int:
         return 0
     if code is not None:
         return code
+    if _read_stdin is not None:
+        import io
+
+        sys.stdin = io.TextIOWrapper(io.BytesIO(_read_stdin), encoding="utf-8", errors="surrogateescape")
     from snapstore.cli import main as cli_main
 
     return cli_main(argv)

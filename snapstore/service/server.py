@@ -234,7 +234,10 @@ class Service:
             err = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"e"), 1 << 12), encoding=encoding, errors="backslashreplace")
             saved = sys.stdout, sys.stderr, sys.stdin
             sys.stdout, sys.stderr = out, err
-            sys.stdin = open(os.devnull)  # noqa: SIM115 - closed below; commands reading stdin run locally
+            if isinstance(request.get("stdin"), str):  # a hook's event, read by the client
+                sys.stdin = io.StringIO(request["stdin"])
+            else:
+                sys.stdin = open(os.devnull)  # noqa: SIM115 - closed below; commands reading stdin run locally
             try:
                 code = cli_main(argv)
             finally:

@@ -1,0 +1,150 @@
+"""Commands for coding agents: hook, integrate, mcp, edit."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from snapstore.cli import app
+from snapstore.cli.app import Ctx, Exit, command, echo_json
+from snapstore.errors import UsageError
+
+#: The writer-lock wait of a hook: well inside the 20 s Claude Code gives it.
+HOOK_LOCK_TIMEOUT = 10.0
+
+
+@command(example="echo '{...event...}' | snapstore hook claude-code   # as Claude Code runs it")
+@click.argument("agent")
+@click.option("--no-service", is_flag=True, envvar="SNAPSTORE_NO_SERVICE", help="Do not start the resident service (also SNAPSTORE_NO_SERVICE=1).")
+@click.pass_obj
+def hook(obj: Ctx, agent: str, no_service: bool) -> None:
+    """Record checkpoints for one agent hook event read on stdin (agent: claude-code).
+
+    Always exits 0 (exit 2 would block the agent's tool call): a failure is logged in the
+    store's hook.log and shown once per session as a systemMessage.
+    """
+    from snapstore.integrations import claude_code
+
+    raw = sys.stdin.read()
+    if agent != "claude-code":
+        if not any(f'"{name}"' in raw for name in claude_code.SILENT_EVENTS):
+            echo_json({"systemMessage": f"snapstore: unknown agent {agent!r} in the hook command (use claude-code)"})
+        raise Exit(0)
+    in_service = app.STORE_PROVIDER is not None
+    # In the service the client has already moved to $CLAUDE_PROJECT_DIR (the service's own
+    # environment is that of whoever started it).
+    project = os.getcwd() if in_service else (os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd())
+    obj.directory = os.path.join(project, obj.directory) if obj.directory != "." else project
+    obj.lock_timeout = min(obj.lock_timeout, HOOK_LOCK_TIMEOUT)
+    out = claude_code.run(raw, project, obj.open, start_service=not (in_service or no_service))
+    if out:
+        click.echo(out)
+
+
+@command(example="snapstore integrate claude-code --mcp\nsnapstore integrate claude-code --remove\nsnapstore integrate --print cursor > .cursor/mcp.json")
+@click.argument("agent", required=False)
+@click.option("--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True, help="Which settings file: .claude/settings.json, .claude/settings.local.json or ~/.claude/settings.json.")
+@click.option("--mcp", is_flag=True, help="Also register the MCP server (.mcp.json, or ~/.claude.json for local/user).")
+@click.option("--remove", is_flag=True, help="Take snapstore's entries (only those) out again.")
+@click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
+@click.option("--print", "print_for", type=click.Choice(["cursor", "cline", "generic"]), help="Print the MCP server JSON for another agent instead.")
+@click.pass_obj
+def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, dry_run: bool, print_for: str | None) -> None:
+    """Add snapstore's hooks (and MCP server) to an agent's settings, keeping everything else.
+
+    Idempotent; the previous file is kept as FILE.bak; prints each change.
+    """
+    from snapstore.integrations import settings
+
+    if print_for is not None:
+        if agent is not None:
+            raise UsageError("--print takes the agent itself: snapstore integrate --print cursor")
+        click.echo(settings.printable_config(print_for))
+        return
+    if agent != "claude-code":
+        raise UsageError("integrate what? snapstore integrate claude-code, or --print cursor|cline|generic")
+    project = os.environ.get("CLAUDE_PROJECT_DIR") or obj.directory
+    lines = settings.integrate_claude_code(project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
+    prefix = "would change " if dry_run else ""
+    for line in lines:
+        click.echo(prefix + line)
+    if not lines:
+        click.echo("nothing to change: " + ("no snapstore entries found" if remove else "already integrated"))
+
+
+@command(name="mcp", example='snapstore mcp   # registered as {"command": "snapstore", "args": ["mcp"]}')
+@click.pass_obj
+def mcp_(obj: Ctx) -> None:
+    """Run the MCP server (stdio) for the tree in the current directory."""
+    try:
+        from snapstore.integrations import mcp_server
+    except ImportError as exc:
+        raise UsageError(f"the MCP server needs the mcp package: pip install 'snapstore[agents]' ({exc})") from exc
+    mcp_server.serve(os.path.abspath(obj.directory))
+
+
+@command(example="snapstore edit src/app.py --old 'return 1' --new 'return 2'\nsnapstore edit src/app.py --edits edits.json --dry-run")
+@click.argument("path")
+@click.option("--old", "old_text", metavar="TEXT", help="The text to replace.")
+@click.option("--new", "new_text", metavar="TEXT", help="What replaces it.")
+@click.option("--edits", "edits_src", metavar="FILE|-", help='A JSON list of {"old_text", "new_text"} applied in order.')
+@click.option("--replace-all", is_flag=True, help="Replace every match (else two matches are an error).")
+@click.option("--expected", metavar="HASH", help="Refuse (exit 9) unless the file is still this version.")
+@click.option("--dry-run", is_flag=True, help="Print the diff; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def edit(
+    obj: Ctx,
+    path: str,
+    old_text: str | None,
+    new_text: str | None,
+    edits_src: str | None,
+    replace_all: bool,
+    expected: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Replace text in PATH safely: exact match, then whitespace-insensitive, then similar
+    (the level and lines are reported); checkpoint first; atomic write; prints the diff."""
+    edits = _edits(old_text, new_text, edits_src)
+    target = os.path.abspath(os.path.join(obj.directory, path))
+    with obj.open() as store:
+        report = store.edit(target, edits, expected=expected, dry_run=dry_run, replace_all=replace_all)
+    if as_json:
+        echo_json(report.to_json())
+        return
+    click.echo(report.diff, nl=False)
+    for m in report.matches:
+        where = f"line {m.start_line}" if m.start_line == m.end_line else f"lines {m.start_line}-{m.end_line}"
+        score = "" if m.level == "exact" else f", similarity {m.similarity:.2f}"
+        click.echo(f"edit {m.edit}: {m.level} match at {where}{score}", err=True)
+    if dry_run:
+        click.echo("dry run: nothing written", err=True)
+    else:
+        click.echo(f"wrote {report.path} (version {report.new_hash[:12]}; checkpoint {str(report.checkpoint)[:12]} before)", err=True)
+
+
+def _edits(old_text: str | None, new_text: str | None, source: str | None) -> list[dict[str, str]]:
+    import json
+
+    if source is not None:
+        if old_text is not None or new_text is not None:
+            raise UsageError("give --old/--new or --edits, not both")
+        try:
+            text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()  # noqa: SIM115
+        except OSError as exc:
+            raise UsageError(f"cannot read the edits from {source}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"the edits in {source} are not UTF-8 text") from exc
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"the edits in {source} are not valid JSON: {exc}") from exc
+        if not isinstance(doc, list):
+            raise UsageError("the edits must be a JSON list of {old_text, new_text} objects")
+        return doc
+    if old_text is None or new_text is None:
+        raise UsageError("give --old TEXT and --new TEXT (or --edits FILE|-)")
+    return [{"old_text": old_text, "new_text": new_text}]

@@ -1,0 +1,224 @@
+"""``snapstore hook claude-code``: one Claude Code hook event in, checkpoints out.
+
+Every event arrives as one JSON object on stdin (``session_id``, ``hook_event_name``,
+``transcript_path``, ``cwd`` and the event's own fields).  What each event records:
+
+============================  =====================================================================
+``UserPromptSubmit``          a checkpoint labelled with the prompt's first line, with the transcript
+``PreToolUse``                "before <tool>: <command or file>", only when the tree changed since the
+                              last checkpoint: those are the user's changes (``actor=user``)
+``PostToolUse``               "after <tool>: ...": the tool's changes, shell commands included
+                              (``actor=agent``); nothing when the tool changed nothing
+``Stop`` / ``SubagentStop``   "end of turn" / "end of subagent turn", with the transcript
+``PreCompact``                "before compaction", with the transcript (compaction loses context)
+``SessionStart``/``SessionEnd`` nothing (no tree change to attribute; SessionEnd has ~1.5 s)
+============================  =====================================================================
+
+Every checkpoint has task = the session id and metadata ``actor`` ("user" or "agent"),
+``event``, ``session_id`` and, for tool events, ``tool_name`` and ``tool_use_id``: the contract
+other tools (selective revert) rely on.  The hook never exits 2 (that would block the tool
+call) and never prints on ``UserPromptSubmit``/``SessionStart`` (plain output there goes into
+the model's context).  When snapstore fails, the error goes to ``hook.log`` in the store and,
+once per session, to a ``{"systemMessage": ...}`` the user sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError
+from snapstore.store import Store
+
+#: The tools whose calls change files; the hook entries' matcher (also snapstore's own MCP edit).
+TOOLS = ("Bash", "Write", "Edit", "MultiEdit", "NotebookEdit", "mcp__snapstore__edit_file")
+MATCHER = "|".join(TOOLS)
+#: Events the settings entries subscribe to (SessionStart and SessionEnd record nothing).
+EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SubagentStop", "PreCompact")
+TOOL_EVENTS = ("PreToolUse", "PostToolUse")
+SILENT_EVENTS = ("UserPromptSubmit", "SessionStart")
+LOG_NAME = "hook.log"
+WARNED_NAME = "hook-warned-sessions"
+#: Idle timeout of a service the hook starts (seconds) when the store's config has none.
+SERVICE_IDLE_TIMEOUT = 1800.0
+LABEL_WIDTH = 120
+
+
+def read_transcript(path: str | None) -> list[Any] | None:
+    """The transcript's messages (JSONL), tolerating a missing file, a file still being written
+    and a partial or damaged line (skipped); None when there is no readable transcript."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    messages = []
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            messages.append(json.loads(line))
+        except ValueError:  # the partial last line of a transcript being written, or damage
+            continue
+    return messages
+
+
+def _one_line(text: str, width: int = LABEL_WIDTH) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            line = " ".join(line.split())
+            return line if len(line) <= width else line[: width - 1] + "\u2026"
+    return ""
+
+
+def tool_subject(tool: str, tool_input: Any, project: str) -> str:
+    """What a tool call is about: the command of a Bash call, else the file (relative)."""
+    if not isinstance(tool_input, dict):
+        return ""
+    if tool == "Bash":
+        return _one_line(str(tool_input.get("command", "")))
+    for key in ("file_path", "notebook_path", "path"):
+        value = tool_input.get(key)
+        if isinstance(value, str) and value:
+            rel = os.path.relpath(value, project) if os.path.isabs(value) else value
+            return value if rel.startswith(os.pardir) else rel
+    return ""
+
+
+def plan(event: dict[str, Any], project: str) -> dict[str, Any] | None:
+    """The snapshot arguments an event calls for, or None when it records nothing."""
+    name = str(event.get("hook_event_name", ""))
+    session = str(event.get("session_id") or "") or None
+    meta: dict[str, Any] = {"event": name, "session_id": session or ""}
+    args: dict[str, Any] = {"task": session, "metadata": meta}
+    transcript = event.get("transcript_path")
+    if name == "UserPromptSubmit":
+        meta["actor"] = "user"
+        args["message"] = _one_line(str(event.get("prompt", ""))) or "prompt"
+        args["conversation_from"] = transcript
+    elif name in TOOL_EVENTS:
+        tool = str(event.get("tool_name", ""))
+        subject = tool_subject(tool, event.get("tool_input"), project)
+        when = "before" if name == "PreToolUse" else "after"
+        meta.update(actor="user" if when == "before" else "agent", tool_name=tool, tool_use_id=str(event.get("tool_use_id", "")))
+        args["message"] = f"{when} {tool}: {subject}" if subject else f"{when} {tool}"
+        args["skip_unchanged"] = True
+    elif name in ("Stop", "SubagentStop", "PreCompact"):
+        meta["actor"] = "agent"
+        args["message"] = {"Stop": "end of turn", "SubagentStop": "end of subagent turn", "PreCompact": "before compaction"}[name]
+        args["conversation_from"] = transcript
+    else:
+        return None
+    return args
+
+
+def run(
+    raw: str,
+    project: str,
+    open_store: Callable[[], Store],
+    *,
+    start_service: bool = True,
+) -> str:
+    """Handle one event (the JSON text ``raw``); returns what to print (often nothing).
+
+    Never raises: a failure is logged in the store and reported once per session as a
+    ``systemMessage`` (never on an event whose output would reach the model).
+    """
+    event: dict[str, Any] = {}
+    store_dir: str | None = None
+    try:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            raise ValueError("the event is not a JSON object")
+        event = doc
+        args = plan(event, project)
+        if args is None:
+            return ""
+        # ``with``: a store lent by the resident service is not closed, an own one is.
+        with _open_or_create(open_store, project) as store:
+            store_dir = store.store_dir
+            _record(store, args)
+            idle = _idle_timeout(store)
+        if start_service and store_dir is not None:
+            from snapstore.service import daemon
+
+            daemon.ensure_running(store_dir, idle)
+        return ""
+    except Exception as exc:  # noqa: BLE001 - the hook must never fail the agent's tool call
+        return _report(exc, event, project, store_dir)
+
+
+def _open_or_create(open_store: Callable[[], Store], project: str) -> Store:
+    try:
+        return open_store()
+    except StoreNotFoundError:
+        pass
+    try:
+        return Store.init(project)
+    except StoreExistsError:  # another hook created it meanwhile
+        return open_store()
+
+
+def _idle_timeout(store: Store) -> float:
+    try:
+        return float(store.config_get("service.idle-timeout"))
+    except (SnapstoreError, ValueError):
+        return SERVICE_IDLE_TIMEOUT
+
+
+def _record(store: Store, args: dict[str, Any]) -> None:
+    source = args.pop("conversation_from", None)
+    if source is not None:
+        args["conversation"] = read_transcript(str(source))
+    store.snapshot(**args)
+
+
+def _report(exc: Exception, event: dict[str, Any], project: str, store_dir: str | None) -> str:
+    message = exc.message if isinstance(exc, SnapstoreError) else f"{type(exc).__name__}: {exc}"
+    message = " ".join(message.split())
+    if store_dir is None:
+        candidate = os.path.join(project, ".snapstore")
+        store_dir = candidate if os.path.isdir(candidate) else None
+    log_path = os.path.join(store_dir, LOG_NAME) if store_dir else None
+    if log_path is not None:
+        detail = "" if isinstance(exc, SnapstoreError) else traceback.format_exc()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        name = event.get("hook_event_name", "?")
+        _append(log_path, f"{stamp} {name} session={event.get('session_id', '?')}: {message}\n{detail}")
+    if event.get("hook_event_name") in SILENT_EVENTS:
+        return ""
+    session = str(event.get("session_id", ""))
+    if store_dir is not None and not _first_warning(store_dir, session):
+        return ""
+    where = f" (details in {log_path})" if log_path else ""
+    return json.dumps({"systemMessage": f"snapstore could not record a checkpoint: {message}{where}"})
+
+
+def _append(path: str, text: str) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, text.encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _first_warning(store_dir: str, session: str) -> bool:
+    """True the first time a session's failure is reported (then remembered in the store)."""
+    path = os.path.join(store_dir, WARNED_NAME)
+    try:
+        with open(path, encoding="utf-8") as f:
+            if session in f.read().split("\n"):
+                return False
+    except OSError:
+        pass
+    _append(path, session + "\n")
+    return True

@@ -1,0 +1,344 @@
+"""``snapstore mcp``: the store as MCP tools, over stdio, on the ``mcp`` SDK.
+
+The server keeps the store of its tree open for its whole life (a resident store in its own
+process).  Tools that only read are annotated read-only; ``checkpoint_restore``, ``undo`` and
+``edit_file`` destructive.  ``checkpoint_restore`` is a dry run unless asked otherwise, and a real
+one returns the reference that undoes it.  Every snapstore error reaches the model as a
+``ToolError`` carrying the CLI's one-line message.  There is deliberately no tool that rewinds
+the conversation: that stays with people (CLI and library).
+
+(No ``from __future__ import annotations`` here: the SDK reads the tools' annotations at run
+time to build their schemas, and the TypedDicts must be real classes for structured results.)
+"""
+
+import base64
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from typing_extensions import TypedDict
+
+from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError
+from snapstore.ops.edit import content_hash
+from snapstore.records.checkpoint import Checkpoint
+from snapstore.store import Store
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
+
+
+class CheckpointInfo(TypedDict):
+    id: str
+    short_id: str
+    index: int | None
+    time: str
+    message: str
+    task: str | None
+    kind: str
+    tags: list[str]
+    metadata: dict[str, Any]
+    has_conversation: bool
+
+
+class CreateResult(TypedDict):
+    checkpoint: CheckpointInfo
+    reused: bool
+    warnings: list[str]
+
+
+class ListResult(TypedDict):
+    checkpoints: list[CheckpointInfo]
+
+
+class ChangeInfo(TypedDict):
+    path: str
+    status: str
+    added: int
+    removed: int
+    binary: bool
+
+
+class ShowResult(TypedDict):
+    checkpoint: CheckpointInfo
+    changes: list[ChangeInfo]
+    conversation_messages: int | None
+
+
+class DiffResult(TypedDict):
+    source: str
+    target: str
+    changes: list[ChangeInfo]
+    patch: str | None
+
+
+class FileContent(TypedDict):
+    path: str
+    checkpoint: str
+    encoding: str
+    content: str
+    size: int
+    hash: str
+
+
+class FileVersion(TypedDict):
+    checkpoint: CheckpointInfo
+    status: str
+    size: int | None
+    added: int
+    removed: int
+
+
+class HistoryResult(TypedDict):
+    path: str
+    versions: list[FileVersion]
+
+
+class RestoreResult(TypedDict):
+    kind: str
+    dry_run: bool
+    target: str
+    changes: list[ChangeInfo]
+    undo_ref: str | None
+    operation: int | None
+    warnings: list[str]
+
+
+class EditItem(TypedDict):
+    old_text: str
+    new_text: str
+
+
+class EditMatch(TypedDict):
+    edit: int
+    level: str
+    start_line: int
+    end_line: int
+    similarity: float
+
+
+class EditResult(TypedDict):
+    path: str
+    dry_run: bool
+    written: bool
+    matches: list[EditMatch]
+    diff: str
+    hash: str
+    previous_hash: str
+    checkpoint: str | None
+
+
+def _info(cp: Checkpoint, index: int | None = None) -> CheckpointInfo:
+    return CheckpointInfo(
+        id=cp.id,
+        short_id=cp.short_id,
+        index=index,
+        time=cp.iso_time(),
+        message=cp.message,
+        task=cp.task,
+        kind=cp.kind,
+        tags=list(cp.tags),
+        metadata=dict(cp.metadata),
+        has_conversation=cp.conversation is not None,
+    )
+
+
+@contextlib.contextmanager
+def _tool_errors() -> Iterator[None]:
+    try:
+        yield
+    except ToolError:
+        raise
+    except SnapstoreError as exc:
+        raise ToolError(" ".join(exc.message.split())) from exc
+    except Exception as exc:  # a bug: still one line for the model, not "Error executing tool"
+        raise ToolError(f"internal error: {type(exc).__name__}: {exc}") from exc
+
+
+class Tools:
+    """The store behind the tools, opened on first use (created by the tools that write)."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        self._store: Store | None = None
+
+    def store(self, create: bool = False) -> Store:
+        if self._store is None:
+            try:
+                self._store = Store.find(self.root)
+            except StoreNotFoundError:
+                if not create:
+                    raise
+                try:
+                    self._store = Store.init(self.root)
+                except StoreExistsError:
+                    self._store = Store.find(self.root)
+        return self._store
+
+    def rel(self, path: str) -> str:
+        """A tree-relative path from what an agent passes (often absolute)."""
+        if os.path.isabs(path):
+            rel = os.path.relpath(path, self.store().root)
+            if rel.startswith(os.pardir):
+                raise ToolError(f"{path} is outside the tree {self.store().root}")
+            return rel
+        return path
+
+    def changes(self, found: list[Any]) -> list[ChangeInfo]:
+        counts = self.store().line_counts(found)
+        return [
+            ChangeInfo(path=c.to_json()["path"], status=c.status, added=a, removed=r, binary=b)
+            for c, (a, r, b) in zip(found, counts)
+        ]
+
+    def restore_result(self, report: Any) -> RestoreResult:
+        return RestoreResult(
+            kind=report.kind,
+            dry_run=report.dry_run,
+            target=report.target.id,
+            changes=[ChangeInfo(path=c.to_json()["path"], status=c.status, added=0, removed=0, binary=False) for c in report.changes],
+            undo_ref=report.safety.id if report.safety is not None else None,
+            operation=report.op_seq,
+            warnings=list(report.warnings),
+        )
+
+
+def build_server(root: str) -> MCPServer:
+    """The MCP server for the tree at ``root`` (its store is opened on first use)."""
+    from snapstore import __version__
+
+    tools = Tools(root)
+    server = MCPServer(
+        "snapstore",
+        version=__version__,
+        instructions=(
+            "Checkpoints of this project's files. checkpoint_create before a risky change; "
+            "checkpoint_list / checkpoint_show / checkpoint_diff / file_at / file_history to look "
+            "back; checkpoint_restore (a dry run unless dry_run=false) and undo to go back; "
+            "edit_file for safe text replacement. References: latest, latest~N, #N, a tag, an "
+            "id prefix."
+        ),
+    )
+
+    @server.tool(annotations=ADDITIVE)
+    def checkpoint_create(message: str, task: str | None = None) -> CreateResult:
+        """Record the project's files now as a checkpoint labelled ``message``."""
+        with _tool_errors():
+            cp = tools.store(create=True).snapshot(message, task=task, metadata={"actor": "agent", "tool_name": "checkpoint_create"})
+            return CreateResult(checkpoint=_info(cp), reused=cp.reused, warnings=list(cp.warnings))
+
+    @server.tool(annotations=READ_ONLY)
+    def checkpoint_list(limit: int = 20, task: str | None = None) -> ListResult:
+        """Checkpoints, newest first (at most ``limit``); ``#N`` (``index``) is a reference."""
+        with _tool_errors():
+            rows = tools.store().numbered_checkpoints(task=task)[: max(1, limit)]
+            return ListResult(checkpoints=[_info(cp, n) for n, cp in rows])
+
+    @server.tool(annotations=READ_ONLY)
+    def checkpoint_show(ref: str) -> ShowResult:
+        """One checkpoint: its record and the files it changed against its parent."""
+        with _tool_errors():
+            store = tools.store()
+            cp = store.resolve(ref)
+            count = None
+            if cp.conversation is not None:
+                count = len(store.conversation(cp.id) or [])
+            return ShowResult(checkpoint=_info(cp), changes=tools.changes(store.changes(cp.id)), conversation_messages=count)
+
+    @server.tool(annotations=READ_ONLY)
+    def checkpoint_diff(ref: str, against: str | None = None, paths: list[str] | None = None, patch: bool = False) -> DiffResult:
+        """What changed from checkpoint ``ref`` to ``against`` (default: the files now);
+        with ``patch``, the unified diff too."""
+        with _tool_errors():
+            from snapstore.ops.textdiff import unified
+
+            store = tools.store()
+            found = store.diff(ref, against, [tools.rel(p) for p in paths] if paths else None)
+            text = b"".join(unified(c) for c in found).decode("utf-8", "replace") if patch else None
+            target = store.resolve(against).id if against is not None else "working tree"
+            return DiffResult(source=store.resolve(ref).id, target=target, changes=tools.changes(found), patch=text)
+
+    @server.tool(annotations=READ_ONLY)
+    def file_at(ref: str, path: str) -> FileContent:
+        """The content of ``path`` in checkpoint ``ref`` (text, or base64 when not UTF-8),
+        with its ``hash`` (pass it as ``expected`` to edit_file)."""
+        with _tool_errors():
+            store = tools.store()
+            cp = store.resolve(ref)
+            data = store.read_bytes(cp.id, tools.rel(path))
+            try:
+                content, encoding = data.decode("utf-8"), "utf-8"
+            except UnicodeDecodeError:
+                content, encoding = base64.b64encode(data).decode("ascii"), "base64"
+            return FileContent(path=tools.rel(path), checkpoint=cp.id, encoding=encoding, content=content, size=len(data), hash=content_hash(data))
+
+    @server.tool(annotations=READ_ONLY)
+    def file_history(path: str) -> HistoryResult:
+        """The checkpoints in which ``path`` changed, oldest first, with lines added/removed."""
+        with _tool_errors():
+            versions = tools.store().history(tools.rel(path))
+            rows = []
+            for v in versions:
+                doc = v.to_json()
+                rows.append(FileVersion(checkpoint=_info(v.checkpoint), status=doc["status"], size=doc["size"], added=doc["added"] or 0, removed=doc["removed"] or 0))
+            return HistoryResult(path=tools.rel(path), versions=rows)
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def checkpoint_restore(ref: str, paths: list[str] | None = None, dry_run: bool = True) -> RestoreResult:
+        """Make the files (or just ``paths``) equal to checkpoint ``ref``.  A dry run unless
+        ``dry_run`` is false; the real one first records the files as they are and returns
+        ``undo_ref`` (``undo`` puts them back)."""
+        with _tool_errors():
+            rel = [tools.rel(p) for p in paths] if paths else None
+            return tools.restore_result(tools.store().restore(ref, rel, dry_run=dry_run))
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def undo() -> RestoreResult:
+        """Put the files back as they were before the last restore or undo."""
+        with _tool_errors():
+            return tools.restore_result(tools.store().undo())
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def edit_file(
+        path: str,
+        edits: list[EditItem] | None = None,
+        old_text: str | None = None,
+        new_text: str | None = None,
+        expected: str | None = None,
+        replace_all: bool = False,
+        dry_run: bool = False,
+    ) -> EditResult:
+        """Replace ``old_text`` by ``new_text`` in ``path`` (or apply ``edits`` in order):
+        exact match first, then ignoring whitespace, then by similarity; a checkpoint is taken
+        before writing.  ``expected``: the hash from a previous read (refused if it changed)."""
+        with _tool_errors():
+            items = [{"old_text": e["old_text"], "new_text": e["new_text"]} for e in edits or []]
+            if old_text is not None or new_text is not None:
+                items.append({"old_text": old_text or "", "new_text": new_text or ""})
+            report = tools.store(create=True).edit(
+                path, items, expected=expected, dry_run=dry_run, replace_all=replace_all, metadata={"tool_name": "edit_file"}
+            )
+            return EditResult(
+                path=report.path,
+                dry_run=report.dry_run,
+                written=report.written,
+                matches=[
+                    EditMatch(edit=m.edit, level=m.level, start_line=m.start_line, end_line=m.end_line, similarity=round(m.similarity, 4))
+                    for m in report.matches
+                ],
+                diff=report.diff,
+                hash=report.new_hash,
+                previous_hash=report.old_hash,
+                checkpoint=report.checkpoint,
+            )
+
+    return server
+
+
+def serve(root: str) -> None:
+    """Run the MCP server for ``root`` on stdin/stdout until the client closes it."""
+    build_server(root).run()

@@ -1,0 +1,223 @@
+"""``snapstore integrate``: put snapstore's entries into an agent's settings, and take them out.
+
+Claude Code reads hooks from ``.claude/settings.json`` (scope ``project``),
+``.claude/settings.local.json`` (``local``) or ``~/.claude/settings.json`` (``user``), and MCP
+servers from ``.mcp.json`` (project) or ``~/.claude.json`` (user: top level; local: under the
+project's entry).  The merge keeps every other setting and hook, is idempotent (a second run
+changes nothing), writes atomically after saving the old file as ``<file>.bak``, and returns
+one line per change.  Only entries snapstore made are removed by ``--remove``: a hook whose
+command is ``snapstore hook claude-code`` (any path to snapstore) and the ``snapstore`` server.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from typing import Any
+
+from snapstore.errors import TreeIOError, UsageError
+from snapstore.integrations.claude_code import EVENTS, MATCHER, TOOL_EVENTS
+from snapstore.tree.atomic import write_file_atomic
+
+HOOK_COMMAND = "snapstore hook claude-code"
+#: Seconds Claude Code gives the hook (the first event may create the store and start the
+#: service; later ones take milliseconds).
+HOOK_TIMEOUT = 20
+SERVER_NAME = "snapstore"
+MCP_ENTRY: dict[str, Any] = {"type": "stdio", "command": "snapstore", "args": ["mcp"]}
+SCOPES = ("project", "local", "user")
+PRINTABLE = ("cursor", "cline", "generic")
+
+
+def settings_path(scope: str, project: str, home: str) -> str:
+    """The Claude Code settings file of ``scope``."""
+    if scope == "project":
+        return os.path.join(project, ".claude", "settings.json")
+    if scope == "local":
+        return os.path.join(project, ".claude", "settings.local.json")
+    if scope == "user":
+        return os.path.join(home, ".claude", "settings.json")
+    raise UsageError(f"unknown scope {scope!r} (use {', '.join(SCOPES)})")
+
+
+def mcp_location(scope: str, project: str, home: str) -> tuple[str, list[str]]:
+    """``(file, key path of the servers object)`` where Claude Code keeps MCP servers."""
+    if scope == "project":
+        return os.path.join(project, ".mcp.json"), ["mcpServers"]
+    if scope == "user":
+        return os.path.join(home, ".claude.json"), ["mcpServers"]
+    if scope == "local":
+        return os.path.join(home, ".claude.json"), ["projects", os.path.abspath(project), "mcpServers"]
+    raise UsageError(f"unknown scope {scope!r} (use {', '.join(SCOPES)})")
+
+
+def is_own_hook(hook: Any) -> bool:
+    """Whether a hook entry is snapstore's (``[/path/to/]snapstore hook claude-code ...``)."""
+    if not isinstance(hook, dict) or not isinstance(hook.get("command"), str):
+        return False
+    words = hook["command"].split()
+    return len(words) >= 3 and os.path.basename(words[0]) == "snapstore" and words[1:3] == ["hook", "claude-code"]
+
+
+def add_hooks(doc: dict[str, Any]) -> list[str]:
+    """Merge snapstore's hook entries into a settings document; the changes made."""
+    hooks = doc.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise UsageError("the settings' \"hooks\" is not a JSON object: not touching it")
+    changes = []
+    for event in EVENTS:
+        groups = hooks.setdefault(event, [])
+        if not isinstance(groups, list):
+            raise UsageError(f"the settings' hooks.{event} is not a JSON list: not touching it")
+        if any(is_own_hook(h) for g in groups if isinstance(g, dict) for h in g.get("hooks", []) or []):
+            continue
+        group: dict[str, Any] = {"hooks": [{"type": "command", "command": HOOK_COMMAND, "timeout": HOOK_TIMEOUT}]}
+        if event in TOOL_EVENTS:
+            group = {"matcher": MATCHER, **group}
+        groups.append(group)
+        where = f" (matcher {MATCHER})" if event in TOOL_EVENTS else ""
+        changes.append(f"added hook {event}: {HOOK_COMMAND}{where}")
+    return changes
+
+
+def remove_hooks(doc: dict[str, Any]) -> list[str]:
+    """Take snapstore's hook entries (only those) out of a settings document."""
+    hooks = doc.get("hooks")
+    if not isinstance(hooks, dict):
+        return []
+    changes = []
+    for event in list(hooks):
+        groups = hooks[event]
+        if not isinstance(groups, list):
+            continue
+        kept_groups = []
+        for group in groups:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            if not isinstance(inner, list) or not any(is_own_hook(h) for h in inner):
+                kept_groups.append(group)
+                continue
+            for h in inner:
+                if is_own_hook(h):
+                    changes.append(f"removed hook {event}: {h['command']}")
+            rest = [h for h in inner if not is_own_hook(h)]
+            if rest:
+                kept_groups.append({**group, "hooks": rest})
+        if kept_groups:
+            hooks[event] = kept_groups
+        else:
+            del hooks[event]
+    if not hooks:
+        del doc["hooks"]
+    return changes
+
+
+def _servers(doc: dict[str, Any], keys: list[str], create: bool) -> dict[str, Any] | None:
+    node: Any = doc
+    for key in keys:
+        if not isinstance(node, dict):
+            raise UsageError(f"the MCP settings at {'.'.join(keys)} are not a JSON object: not touching them")
+        if key not in node:
+            if not create:
+                return None
+            node[key] = {}
+        node = node[key]
+    if not isinstance(node, dict):
+        raise UsageError(f"the MCP settings at {'.'.join(keys)} are not a JSON object: not touching them")
+    return node
+
+
+def add_server(doc: dict[str, Any], keys: list[str]) -> list[str]:
+    servers = _servers(doc, keys, create=True)
+    assert servers is not None
+    if servers.get(SERVER_NAME) == MCP_ENTRY:
+        return []
+    verb = "updated" if SERVER_NAME in servers else "added"
+    servers[SERVER_NAME] = copy.deepcopy(MCP_ENTRY)
+    return [f"{verb} MCP server {SERVER_NAME}: snapstore mcp"]
+
+
+def remove_server(doc: dict[str, Any], keys: list[str]) -> list[str]:
+    servers = _servers(doc, keys, create=False)
+    entry = servers.get(SERVER_NAME) if servers is not None else None
+    if servers is None or not isinstance(entry, dict):
+        return []
+    if os.path.basename(str(entry.get("command", ""))) != "snapstore":
+        return []  # a server of that name that is not ours
+    del servers[SERVER_NAME]
+    return [f"removed MCP server {SERVER_NAME}"]
+
+
+def load(path: str) -> tuple[dict[str, Any], bytes | None]:
+    """A settings file's JSON object and its bytes (``{}`` and None when it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        raise TreeIOError(f"cannot read {path}: {exc.strerror}") from exc
+    if not raw.strip():
+        return {}, raw
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise UsageError(f"{path} is not valid JSON ({exc}): nothing changed") from exc
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path} does not hold a JSON object: nothing changed")
+    return doc, raw
+
+
+def update_file(path: str, change: Any, dry_run: bool) -> list[str]:
+    """Apply ``change(doc) -> [lines]`` to the JSON file ``path``; write only if it changed."""
+    doc, raw = load(path)
+    changes: list[str] = change(doc)
+    if not changes or dry_run:
+        return [f"{path}: {line}" for line in changes]
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError as exc:
+        raise TreeIOError(f"cannot create {os.path.dirname(path)}: {exc.strerror}") from exc
+    mode = 0o600 if os.path.basename(path) == ".claude.json" else 0o644
+    if raw is not None:
+        mode = os.stat(path).st_mode & 0o777
+        write_file_atomic(path + ".bak", raw, mode)
+    write_file_atomic(path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode(), mode)
+    lines = [f"{path}: {line}" for line in changes]
+    if raw is not None:
+        lines.append(f"{path}: the previous version is in {path}.bak")
+    return lines
+
+
+def integrate_claude_code(
+    project: str,
+    *,
+    scope: str = "project",
+    mcp: bool = False,
+    remove: bool = False,
+    dry_run: bool = False,
+    home: str | None = None,
+) -> list[str]:
+    """Add (or ``remove``) snapstore's hooks, and with ``mcp`` its MCP server; the changes."""
+    home = home if home is not None else os.path.expanduser("~")
+    project = os.path.abspath(project)
+    out = update_file(settings_path(scope, project, home), remove_hooks if remove else add_hooks, dry_run)
+    if mcp:
+        path, keys = mcp_location(scope, project, home)
+
+        def server_change(doc: dict[str, Any]) -> list[str]:
+            return remove_server(doc, keys) if remove else add_server(doc, keys)
+
+        out += update_file(path, server_change, dry_run)
+    return out
+
+
+def printable_config(agent: str) -> str:
+    """The MCP server JSON for Cursor (``.cursor/mcp.json``), Cline
+    (``cline_mcp_settings.json``) or any other client that reads ``mcpServers``."""
+    entry: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
+    if agent == "cline":
+        entry.update(disabled=False, autoApprove=[])
+    elif agent not in PRINTABLE:
+        raise UsageError(f"unknown agent {agent!r} for --print (use {', '.join(PRINTABLE)})")
+    return json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)
