@@ -185,7 +185,8 @@ def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_t
     \b
     Record:   init, snapshot, list, show, log, cat, diff
     Go back:  restore, undo, oplog, recover
-    Upkeep:   verify, prune, delete, gc, stats, config, relocate
+    Upkeep:   verify, prune, delete, gc, stats, config, relocate, serve
+    Agents:   hook, integrate, mcp, edit
 
     Every command takes --help (with an example). References: latest, latest~N, #N, a tag,
     an id prefix, :/TEXT (newest message containing TEXT), each optionally @TASK.

@@ -191,8 +191,8 @@ class Tools:
     def changes(self, found: list[Any]) -> list[ChangeInfo]:
         counts = self.store().line_counts(found)
         return [
-            ChangeInfo(path=c.to_json()["path"], status=c.status, added=a, removed=r, binary=b)
-            for c, (a, r, b) in zip(found, counts)
+            ChangeInfo(path=c.to_json()["path"], status=c.status, added=n.added, removed=n.removed, binary=n.binary)
+            for c, n in zip(found, counts)
         ]
 
     def restore_result(self, report: Any) -> RestoreResult:
