@@ -19,7 +19,7 @@ setup: $(STAMP)
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash examples/demo.sh
 
-test: $(STAMP)
+test: $(STAMP) lint
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP)

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -35,11 +36,13 @@ from snapstore.records.checkpoint import (
     parse_record,
 )
 from snapstore.storage import chunker, lmdb_generations, objects
+from snapstore.storage.backend import Backend
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.storage.memory import MemoryBackend
 
 if TYPE_CHECKING:
     from snapstore.ops.edit import EditReport
+    from snapstore.policy import OperationContext, Policy
 
 STORE_DIRNAME = ".snapstore"
 FORMAT_VERSION = 1
@@ -54,7 +57,7 @@ class _ThreadLock:
         self._lock = threading.RLock()
 
     @contextmanager
-    def held(self, timeout: float | None = None):
+    def held(self, timeout: float | None = None) -> Iterator[None]:
         with self._lock:
             yield
 
@@ -67,7 +70,9 @@ class Store(UpkeepMixin):
     call :meth:`close`.
     """
 
-    def __init__(self, backend, root: str, store_dir: str | None, lock, compression_level: int):
+    def __init__(
+        self, backend: Backend, root: str, store_dir: str | None, lock: WriterLock | _ThreadLock, compression_level: int
+    ):
         self.backend = backend
         self.root = os.path.abspath(root)
         self.root_bytes = os.fsencode(self.root)
@@ -96,9 +101,9 @@ class Store(UpkeepMixin):
     @classmethod
     def init(
         cls,
-        root: str | os.PathLike = ".",
+        root: str | os.PathLike[str] = ".",
         *,
-        store: str | os.PathLike | None = None,
+        store: str | os.PathLike[str] | None = None,
         compression_level: int = objects.DEFAULT_LEVEL,
         lock_timeout: float = DEFAULT_TIMEOUT,
     ) -> Store:
@@ -109,7 +114,7 @@ class Store(UpkeepMixin):
         if not os.path.isdir(root):
             raise TreeIOError(f"{root} is not a directory")
         inside = store is None
-        store_dir = os.path.join(root, STORE_DIRNAME) if inside else os.path.abspath(os.fspath(store))
+        store_dir = os.path.join(root, STORE_DIRNAME) if store is None else os.path.abspath(os.fspath(store))
         if lmdb_generations.is_store(store_dir):
             raise StoreExistsError(f"a store already exists at {store_dir}")
         if os.path.realpath(store_dir) == os.path.realpath(root):
@@ -137,9 +142,9 @@ class Store(UpkeepMixin):
     @classmethod
     def open(
         cls,
-        root: str | os.PathLike | None = None,
+        root: str | os.PathLike[str] | None = None,
         *,
-        store: str | os.PathLike | None = None,
+        store: str | os.PathLike[str] | None = None,
         lock_timeout: float = DEFAULT_TIMEOUT,
     ) -> Store:
         """Open the store of the tree at ``root``, or the store directory ``store``."""
@@ -230,7 +235,7 @@ class Store(UpkeepMixin):
             raise StoreNotFoundError(_not_this_tree(self.store_dir or "", self.root, os.fspath(start)))
 
     @classmethod
-    def in_memory(cls, root: str | os.PathLike) -> Store:
+    def in_memory(cls, root: str | os.PathLike[str]) -> Store:
         """A store kept in memory (for tests and experiments; gone when the object is)."""
         backend = MemoryBackend()
         with backend.write() as batch:
@@ -239,7 +244,7 @@ class Store(UpkeepMixin):
         return cls(backend, os.fspath(root), None, _ThreadLock(), objects.DEFAULT_LEVEL)
 
     @staticmethod
-    def _read_meta(backend) -> dict[bytes, bytes]:
+    def _read_meta(backend: Backend) -> dict[bytes, bytes]:
         with backend.read() as view:
             meta = dict(view.items("meta"))
         fmt = meta.get(b"format")
@@ -266,7 +271,7 @@ class Store(UpkeepMixin):
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- writing ------------------------------------------------------------------------------
@@ -280,7 +285,7 @@ class Store(UpkeepMixin):
         metadata: dict[str, Any] | None = None,
         conversation: list[Any] | None = None,
         skip_unchanged: bool = False,
-        progress=None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> Checkpoint:
         """Record the tree (and optionally the agent's conversation) as a new checkpoint.
 
@@ -318,14 +323,17 @@ class Store(UpkeepMixin):
 
 
 
-    def snapshot_if(self, context, *, policy=None, **snapshot_args) -> Checkpoint | None:
+    def snapshot_if(
+        self, context: OperationContext, *, policy: Policy | None = None, **snapshot_args: Any
+    ) -> Checkpoint | None:
         """Take a checkpoint only when ``policy`` (default :class:`snapstore.policy.Policy`)
         says ``context`` (an OperationContext) warrants one; returns it, or None."""
-        from snapstore.policy import Policy, seconds_since
+        from snapstore.policy import Policy as DefaultPolicy
+        from snapstore.policy import seconds_since
 
         latest = self.checkpoints()
         since = seconds_since(latest[0].time_ns) if latest else None
-        decision = (policy or Policy()).decide(context, since)
+        decision = (policy or DefaultPolicy()).decide(context, since)
         if not decision.checkpoint:
             return None
         metadata = dict(snapshot_args.pop("metadata", None) or {})

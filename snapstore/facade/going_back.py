@@ -15,6 +15,9 @@ from snapstore.storage.backend import JOURNAL_KEY
 
 if TYPE_CHECKING:
     from snapstore.ops.restore import RestoreReport
+    from snapstore.ops.restore.recovery import RecoverReport
+    from snapstore.records.manifest import Entry
+    from snapstore.tree.scan import Found
 
 from snapstore.facade.reading import ReadingMixin
 
@@ -45,7 +48,9 @@ class GoingBackMixin(ReadingMixin):
             target = self.resolve(ref)
             return self._run_restore(target, paths, dry_run, "restore", f"before restore of {target.short_id}")
 
-    def _run_restore(self, target: Checkpoint, paths, dry_run: bool, kind: str, message: str) -> RestoreReport:
+    def _run_restore(
+        self, target: Checkpoint, paths: list[str] | None, dry_run: bool, kind: str, message: str
+    ) -> RestoreReport:
         self.hooks.before("before_restore", target=target, paths=paths, dry_run=dry_run, kind=kind)
         from snapstore.ops import restore
 
@@ -97,7 +102,7 @@ class GoingBackMixin(ReadingMixin):
         report = self.restore(target.id, paths, dry_run=dry_run) if files else None
         return Rewind(target, report, messages)
 
-    def recover(self, *, mode: str = "forward", dry_run: bool = False):
+    def recover(self, *, mode: str = "forward", dry_run: bool = False) -> RecoverReport:
         """Finish (``"forward"``), roll back (``"back"``) or drop (``"abandon"``: the tree is
         recorded as it is first) a restore a crash interrupted; returns a restore.RecoverReport
         (``pending`` False when there was none).  Refuses (ConflictError) when a journaled path
@@ -122,7 +127,7 @@ class GoingBackMixin(ReadingMixin):
         # The same context as snapshots: the safety checkpoint then uses the manifest memo.
         return self.context
 
-    def _take_safety(self, message: str):
+    def _take_safety(self, message: str) -> tuple[Checkpoint, dict[bytes, Entry], dict[bytes, Found]]:
         from snapstore.records.checkpoint import SAFETY
 
         cp_id, packed, result = snapshot.take(self.context, message=message, kind=SAFETY, skip_unchanged=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import (
@@ -45,7 +45,7 @@ class ReadingMixin(StoreBase):
         changes = [{**c.to_json(), **n.to_json()} for c, n in zip(found, self.line_counts(found))]
         convo = None
         if cp.conversation is not None:
-            convo = conversation.preview(self.conversation(cp.id))
+            convo = conversation.preview(self.conversation(cp.id) or [])
         return {**cp.to_json(), "changes": changes, "conversation": convo}
 
     def operations(self) -> list[Operation]:
@@ -139,6 +139,7 @@ class ReadingMixin(StoreBase):
             parent = None
             if cp.parent and view.get("checkpoints", bytes.fromhex(cp.parent)) is not None:
                 parent = load_one(view, bytes.fromhex(cp.parent))
+            old: dict[bytes, Entry]
             if parent is None:
                 old, new = {}, manifest.load(view.get, cp.manifest)
             else:
@@ -170,14 +171,14 @@ class ReadingMixin(StoreBase):
         with self.backend.read() as view:
             return conversation.read(view.get, cp.conversation)
 
-    def verify(self, progress=None) -> VerifyReport:
+    def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Re-read and re-hash everything; the report lists every problem found."""
         from snapstore.ops import verify
 
         return verify.run(self.backend, progress, self.excluded)
 
 
-def _find_entry(get, cp: Checkpoint, rel: bytes) -> Entry:
+def _find_entry(get: Callable[[str, bytes], bytes | None], cp: Checkpoint, rel: bytes) -> Entry:
     for e in manifest.iter_entries(get, cp.manifest):
         if e.path == rel:
             return e

@@ -12,6 +12,10 @@ from snapstore.errors import (
 from snapstore.records.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
+    from snapstore.ops.gc import GcReport
+    from snapstore.ops.retention import Policy as RetentionPolicy
+    from snapstore.ops.retention import PruneReport
+    from snapstore.ops.stats import StoreStats
     pass
 
 from snapstore.facade.going_back import GoingBackMixin
@@ -28,7 +32,7 @@ class UpkeepMixin(GoingBackMixin):
         keep_tagged: bool = False,
         task: str | None = None,
         dry_run: bool = False,
-    ):
+    ) -> PruneReport:
         """Remove the checkpoints no keep rule keeps; returns a retention.PruneReport.
 
         ``keep_within`` is a duration (``"30m"``, ``"12h"``, ``"7d"``) or seconds.  Checkpoints
@@ -50,7 +54,7 @@ class UpkeepMixin(GoingBackMixin):
             self._recover()
             return self._prune(policy, task, dry_run)
 
-    def _prune(self, policy, task: str | None, dry_run: bool):
+    def _prune(self, policy: RetentionPolicy, task: str | None, dry_run: bool) -> PruneReport:
         from snapstore.ops import retention
 
         all_, _ = self._load()
@@ -97,7 +101,7 @@ class UpkeepMixin(GoingBackMixin):
             retention.remove(self.backend, [cp])
             return cp
 
-    def gc(self, *, compact: bool = False, dry_run: bool = False):
+    def gc(self, *, compact: bool = False, dry_run: bool = False) -> GcReport:
         """Remove the chunks, streams and manifests no checkpoint reaches; returns a gc.GcReport.
 
         Holds the writer lock throughout, so no snapshot can be writing meanwhile.  With
@@ -109,7 +113,7 @@ class UpkeepMixin(GoingBackMixin):
             self._recover()
             return gc.run(self.backend, compact=compact and not dry_run, dry_run=dry_run)
 
-    def stats(self):
+    def stats(self) -> StoreStats:
         """Counts and sizes of the store (a stats.StoreStats)."""
         from snapstore.ops import stats
 

@@ -16,8 +16,8 @@ from typing import Any
 import msgpack
 
 from snapstore.errors import CorruptError, UnsafePathError
-from snapstore.ops import restore
 from snapstore.ops.restore import journal
+from snapstore.ops.restore.safety import check_manifest
 from snapstore.records import conversation, manifest
 from snapstore.records.checkpoint import Checkpoint, key_seq, parse_record
 from snapstore.records.oplog import Operation
@@ -200,7 +200,7 @@ def _check_checkpoint(
     try:
         # The rules every restore applies before its first write (absolute paths, '..', empty
         # parts, NUL, '.git', a path below a file or symlink of the same manifest, the store).
-        restore.check_manifest({e.path: e for e in entries}, excluded)
+        check_manifest({e.path: e for e in entries}, excluded)
     except UnsafePathError as exc:
         report.problems.append(Problem("manifest", cp.manifest.hex(), str(exc), checkpoint=cp.id))
     for e in entries:
