@@ -146,8 +146,13 @@ class Store(UpkeepMixin):
         *,
         store: str | os.PathLike[str] | None = None,
         lock_timeout: float = DEFAULT_TIMEOUT,
+        watch: bool = False,
     ) -> Store:
-        """Open the store of the tree at ``root``, or the store directory ``store``."""
+        """Open the store of the tree at ``root``, or the store directory ``store``.
+
+        With ``watch``, the tree is watched (inotify) for as long as the Store is open, so each
+        snapshot re-examines only what changed (see :meth:`watch`).
+        """
         from snapstore.storage.lmdb_backend import LmdbBackend
 
         if store is None:
@@ -185,7 +190,10 @@ class Store(UpkeepMixin):
             raise CorruptError("the store's meta 'compression' is damaged") from None
         # Opening never replays a restore journal: read-only commands must not write the tree
         # (they report it: pending_restore); writers recover under the lock (_recover).
-        return cls(backend, tree, store_dir, lock, level)
+        opened = cls(backend, tree, store_dir, lock, level)
+        if watch:
+            opened.watch()
+        return opened
 
     @classmethod
     def find(
@@ -264,8 +272,41 @@ class Store(UpkeepMixin):
         return meta
 
 
+    def watch(self) -> str | None:
+        """Watch the tree so snapshots cost O(changed); returns why not when it cannot.
+
+        Events are hints: a snapshot re-examines the paths they name and walks the whole tree
+        whenever they cannot be trusted (at start, after an overflow, when a directory's
+        listing changed, periodically).  Not available on file systems without reliable
+        events (NFS, FUSE, ...): then every snapshot walks, as without ``watch``.
+        """
+        from snapstore.ops import incremental
+        from snapstore.tree import watcher
+
+        if incremental.WATCHER in self.context.memo:
+            return None
+        why = watcher.watchable(self.root)
+        if why is not None:
+            return why
+        w = watcher.Watcher(self.root, self.excluded)
+        w.watch_tree()
+        self.context.memo[incremental.WATCHER] = w
+        return None
+
+    def watch_status(self) -> dict[str, Any] | None:
+        """The watcher's counters (events, overflows, full walks, ...), None when not watching."""
+        from snapstore.ops import incremental
+
+        w = self.context.memo.get(incremental.WATCHER)
+        return None if w is None else dict(w.status())
+
     def close(self) -> None:
         """Release the store (the LMDB environment closes with its last user)."""
+        from snapstore.ops import incremental
+
+        w = self.context.memo.pop(incremental.WATCHER, None)
+        if w is not None:
+            w.close()
         self.backend.close()
 
     def __enter__(self) -> Store:

@@ -80,7 +80,7 @@ class Service:
     def __init__(self, store_dir: str, *, idle_timeout: float = DEFAULT_IDLE_TIMEOUT):
         self.store_dir = os.path.realpath(store_dir)
         self.idle_timeout = idle_timeout
-        self.store = Store.open(store=self.store_dir)
+        self.store = Store.open(store=self.store_dir, watch=True)
         self.started = time.time()
         self.requests = 0
         self.last_error: str | None = None
@@ -276,6 +276,7 @@ class Service:
             "requests": self.requests,
             "idle_timeout_s": self.idle_timeout,
             "last_error": self.last_error,
+            "watcher": self.store.watch_status(),
         }
 
 

@@ -1,0 +1,114 @@
+"""Snapshots in O(changed) when a watcher vouches for the rest of the tree.
+
+A Store opened with ``watch=True`` (the resident service always is) keeps an inotify
+:class:`~snapstore.tree.watcher.Watcher` in its context and, after each snapshot it commits, a
+:class:`TreeState`: what the walk found, the stat cache and the entries.  The next snapshot then
+re-examines only the paths the watcher names, instead of walking the tree and loading the whole
+stat cache.  The state is used only when nothing else can have changed the store in between
+(the newest log and oplog keys are still the ones this context wrote) and only for changes it
+can patch exactly: content or metadata changes of files it already knows.  A directory whose
+listing changed, a new subtree, a path that is not a known regular file, an overflow, a periodic
+consistency check or any doubt means a full walk, whose result becomes the new state.  Events
+narrow what is looked at; the stat cache (with its racy-file rule) still decides what is read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+from snapstore.ops.context import StageContext
+from snapstore.records.manifest import EXEC, FILE, Entry
+from snapstore.tree import scan, worktree
+
+KEY = "snapshot.incremental"
+WATCHER = "watcher"
+
+Keys = tuple[bytes | None, bytes | None]
+
+
+@dataclass
+class TreeState:
+    """What a watching context knows of the tree since its last committed snapshot."""
+
+    found: dict[bytes, scan.Found]
+    cache: dict[bytes, bytes]
+    entries: dict[bytes, Entry]
+    #: The newest ``log`` and ``oplog`` keys right after that snapshot.
+    keys: Keys
+
+
+@dataclass
+class Patched:
+    """The inputs of a snapshot, derived from the state instead of a walk."""
+
+    found: list[scan.Found]
+    cache: dict[bytes, bytes]
+    entries: dict[bytes, Entry]
+    to_read: list[scan.Found]
+    #: Paths re-examined (for the report and the tests).
+    examined: int
+
+
+def prepare(ctx: StageContext, keys: Keys) -> Patched | None:
+    """The snapshot's inputs from the watcher's hints, or None when a full walk is needed.
+
+    Always drains the watcher first, so a full walk that follows covers every event so far.
+    """
+    watcher = ctx.memo.get(WATCHER)
+    if watcher is None:
+        return None
+    changes = watcher.take()
+    state = ctx.memo.get(KEY)
+    if not isinstance(state, TreeState) or state.keys != keys:
+        return None
+    if changes.full or changes.dirs or changes.subtrees:
+        return None
+    changed: list[scan.Found] = []
+    for path in changes.paths:
+        known = state.found.get(path)
+        if known is None:
+            continue  # an ignored or excluded file (a new one would have changed its directory)
+        if known.kind not in (FILE, EXEC):
+            return None
+        try:
+            st = os.lstat(os.path.join(ctx.root_bytes, path))
+        except OSError:
+            return None  # gone (the directory event may still be queued) or too deep: walk
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        f = scan.Found(path, EXEC if st.st_mode & 0o100 else FILE, st, b"")
+        state.found[path] = f
+        changed.append(f)
+    entries = dict(state.entries)
+    if changed:
+        fresh, to_read = worktree.classify(changed, state.cache)
+        entries.update(fresh)
+    else:
+        to_read = []
+    return Patched(list(state.found.values()), state.cache, entries, to_read, len(changed))
+
+
+def remember(
+    ctx: StageContext,
+    found: list[scan.Found],
+    cache: dict[bytes, bytes],
+    updates: dict[bytes, bytes],
+    stale: list[bytes],
+    entries: dict[bytes, Entry],
+    keys: Keys,
+) -> None:
+    """Keep what this snapshot committed for the next one (only when a watcher runs)."""
+    if ctx.memo.get(WATCHER) is None:
+        return
+    for key in stale:
+        cache.pop(key, None)
+    cache.update(updates)
+    by_path = found if isinstance(found, dict) else {f.path: f for f in found}
+    ctx.memo[KEY] = TreeState(by_path, cache, entries, keys)
+
+
+def forget(ctx: StageContext) -> None:
+    """Drop the state (after anything this context cannot account for)."""
+    ctx.memo.pop(KEY, None)

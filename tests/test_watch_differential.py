@@ -1,0 +1,145 @@
+"""Snapshots through the watcher equal full walks of the same quiescent tree (issue 11.10).
+
+A Store opened with ``watch=True`` re-examines only what inotify names; a second, non-watching
+Store walks everything.  After every random edit and watched snapshot, the working tree must
+show no difference from the watched checkpoint when compared by a full walk.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from snapstore.store import Store
+from snapstore.testing import build_tree
+
+pytest.importorskip("inotify_simple")
+
+
+def _files(root: Path) -> list[Path]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".snapstore"]
+        out += [Path(dirpath) / f for f in filenames if not os.path.islink(Path(dirpath) / f)]
+    return sorted(out)
+
+
+def _dirs(root: Path) -> list[Path]:
+    out = []
+    for dirpath, dirnames, _ in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".snapstore"]
+        out += [Path(dirpath) / d for d in dirnames]
+    return sorted(out)
+
+
+def edit(root: Path, rng: random.Random, i: int) -> str:
+    files, dirs = _files(root), _dirs(root)
+    op = rng.choice(
+        ["write", "append", "same-size", "rename", "rmtree", "mkdir", "symlink", "chmod",
+         "file-to-dir", "new-file", "new-file", "write", "same-size"]
+    )
+    if op in ("write", "append", "same-size", "rename", "chmod", "file-to-dir") and not files:
+        op = "new-file"
+    if op == "write":
+        rng.choice(files).write_bytes(b"w%d\n" % i * rng.randint(1, 50))
+    elif op == "append":
+        with open(rng.choice(files), "ab") as f:
+            f.write(b"more %d\n" % i)
+    elif op == "same-size":  # same size, same second: only the watcher (or ctime) can tell
+        f = rng.choice(files)
+        data = f.read_bytes()
+        st = f.stat()
+        f.write_bytes(bytes((b + 1) % 256 for b in data) if data else b"")
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif op == "rename":
+        f = rng.choice(files)
+        target = rng.choice([root, *dirs])
+        f.rename(target / f"moved{i}.txt")
+    elif op == "rmtree" and dirs:
+        shutil.rmtree(rng.choice(dirs))
+    elif op == "mkdir":
+        base = rng.choice([root, *dirs])
+        (base / f"d{i}").mkdir()
+        if rng.random() < 0.5:
+            (base / f"d{i}" / "inner.txt").write_bytes(b"inner %d\n" % i)
+    elif op == "symlink":
+        link = root / "link"
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(f"target{i}")
+    elif op == "chmod":
+        f = rng.choice(files)
+        f.chmod(0o755 if f.stat().st_mode & 0o100 == 0 else 0o644)
+    elif op == "file-to-dir":
+        f = rng.choice(files)
+        f.unlink()
+        f.mkdir()
+        (f / "x").write_bytes(b"x")
+    else:
+        base = rng.choice([root, *dirs])
+        (base / f"n{i}.py").write_bytes(b"print(%d)\n" % i)
+    return op
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_watched_snapshots_equal_full_walks(tmp_path: Path, seed: int):
+    rng = random.Random(seed)
+    root = tmp_path / "t"
+    build_tree(root, {"a.txt": b"a\n", "src/b.py": b"b\n", "src/pkg/c.py": b"c\n", "docs/r.md": b"r\n"})
+    Store.init(root).close()
+    watched = Store.open(root, watch=True)
+    plain = Store.open(root)
+    try:
+        watched.snapshot("start")
+        for i in range(25):
+            op = edit(root, rng, i)
+            cp = watched.snapshot(f"step {i} {op}")
+            diff = plain.diff(cp.id)
+            assert diff == [], (i, op, [(c.status, c.path) for c in diff])
+    finally:
+        watched.close()
+        plain.close()
+
+
+def test_modifications_do_not_walk_the_tree(tmp_path: Path, monkeypatch):
+    from snapstore.tree import scan
+
+    root = tmp_path / "t"
+    build_tree(root, {f"src/m{i}.py": b"x = %d\n" % i for i in range(30)})
+    Store.init(root).close()
+    with Store.open(root, watch=True) as s:
+        s.snapshot("start")  # the first snapshot walks
+        walks = []
+        real = scan.walk
+        monkeypatch.setattr(scan, "walk", lambda *a, **k: walks.append(1) or real(*a, **k))
+        for i in range(5):
+            (root / "src" / f"m{i}.py").write_bytes(b"x = 'changed %d'\n" % i)
+            cp = s.snapshot(f"edit {i}")
+            assert s.read_bytes(cp.id, f"src/m{i}.py") == b"x = 'changed %d'\n" % i
+        nothing = s.snapshot("no change", skip_unchanged=True)
+        assert nothing.reused
+        assert walks == []  # every one of them was answered from the watcher's hints
+        (root / "src" / "new.py").write_bytes(b"new\n")  # a directory listing changed: walk
+        s.snapshot("new file")
+        assert walks == [1]
+
+
+def test_another_writer_in_between_forces_a_walk(tmp_path: Path, monkeypatch):
+    from snapstore.tree import scan
+
+    root = tmp_path / "t"
+    build_tree(root, {"a.txt": b"a\n"})
+    Store.init(root).close()
+    with Store.open(root, watch=True) as s:
+        s.snapshot("start")
+        with Store.open(root) as other:
+            other.snapshot("someone else")
+        walks = []
+        real = scan.walk
+        monkeypatch.setattr(scan, "walk", lambda *a, **k: walks.append(1) or real(*a, **k))
+        s.snapshot("after the other writer")
+        assert walks == [1]
