@@ -156,6 +156,7 @@ def changes_section(
     file_link: Any,
     restore_ref: str | None = None,
     more_link: Any = None,
+    view_link: Any = None,
 ) -> Html:
     """The list of changed files (with checkboxes to restore a selection) and their diffs."""
     if not changes:
@@ -179,10 +180,13 @@ def changes_section(
             "Preview restoring the selected files…</button></p></form>",
             restore_ref, table,
         )
+    link = view_link or (lambda v: f"?view={v}")
     toggle = fmt(
-        '<p class="toggle">Diffs: <a href="?view=unified" id="view-unified"{}>unified</a> · '
-        '<a href="?view=split" id="view-split"{}>side by side</a></p>',
+        '<p class="toggle">Diffs: <a href="{}" id="view-unified"{}>unified</a> · '
+        '<a href="{}" id="view-split"{}>side by side</a></p>',
+        link("unified"),
         Html(' aria-current="true"') if view != "split" else Html(""),
+        link("split"),
         Html(' aria-current="true"') if view == "split" else Html(""),
     )
     diffs = []
@@ -261,7 +265,11 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None) -> 
         actions.tag_forms(cp), meta,
     )
     file_link = _checkpoint_file_link(cp)
-    section = changes_section(changes, counts, view, file_link=file_link, restore_ref=cp.id, more_link=lambda c: url(f"/c/{cp.id}", p=path_token(c.path)))
+    section = changes_section(
+        changes, counts, view, file_link=file_link, restore_ref=cp.id,
+        more_link=lambda c: url(f"/c/{cp.id}", p=path_token(c.path)),
+        view_link=lambda v: url(f"/c/{cp.id}", p=path_token(only) if only else None, view=v),
+    )
     if messages is None:
         convo = Html('<p class="empty">No conversation is stored with this checkpoint.</p>')
     else:
@@ -361,7 +369,11 @@ def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None) 
             return fmt('<a href="{}">file</a>', url(f"/c/{side}/file", p=path_token(c.path)))
         return fmt('<a href="{}">history</a>', url("/history", p=path_token(c.path)))
 
-    section = changes_section(changes, counts, view, file_link=file_link, more_link=lambda c: url("/compare", a=a, b=b, p=path_token(c.path)))
+    section = changes_section(
+        changes, counts, view, file_link=file_link,
+        more_link=lambda c: url("/compare", a=a, b=b, p=path_token(c.path)),
+        view_link=lambda v: url("/compare", a=a, b=b, p=path_token(only) if only else None, view=v),
+    )
     body = fmt(
         '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} path(s) differ.</p>{}',
         form, old.id, old.short_id, old.message, right, len(changes), section,
