@@ -772,7 +772,7 @@ class Store:
         """Remove tag ``name`` (RefError if there is none); returns the id it named."""
         with self._lock.held():
             with self.backend.read() as view:
-                before = view.get("tags", name.encode())
+                before: bytes | None = view.get("tags", name.encode())
             if before is None:
                 raise RefError(f"no tag {name!r}")
             with self.backend.write() as batch:

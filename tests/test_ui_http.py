@@ -8,7 +8,6 @@ LMDB store on disk; the last tests run `snapstore ui` as a process and talk to i
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys

@@ -46,7 +46,7 @@ def _css_class(ttype: object) -> str:
 
     t = ttype
     while t is not None:
-        cls = STANDARD_TYPES.get(t)  # type: ignore[call-overload]  # token types are hashable tuples
+        cls: str | None = STANDARD_TYPES.get(t)
         if cls is not None:
             return cls
         t = getattr(t, "parent", None)
