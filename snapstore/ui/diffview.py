@@ -73,7 +73,8 @@ def grouped(codes: list[Opcode], n: int = CONTEXT) -> Iterator[list[Opcode]]:
 
 def _hunk_header(group: list[Opcode]) -> str:
     i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
-    return f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@"
+    # as in `diff -u`: an empty side is numbered by the line before it
+    return f"@@ -{i1 + 1 if i2 > i1 else i1},{i2 - i1} +{j1 + 1 if j2 > j1 else j1},{j2 - j1} @@"
 
 
 def _row(cls: str, marker: str, old_no: int | None, new_no: int | None, code: Html) -> Html:

@@ -9,8 +9,8 @@
   cookie.  Anything else gets 403.
 * **Methods.** Only GET, HEAD and POST; a POST must carry an ``Origin`` equal to the origin
   served (no cross-site form posts).  Every route that changes something is POST-only.
-* **Headers.** Every response forbids framing, sniffing, referrers, caching, and any script or
-  style that is not one of the UI's own files (Content-Security-Policy).
+* **Headers.** Every response forbids framing, sniffing, referrers to other sites, caching, and
+  any script or style that is not one of the UI's own files (Content-Security-Policy).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    # Not "no-referrer": with it a browser sends "Origin: null" on the page's own form posts.
+    (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
