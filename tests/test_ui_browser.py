@@ -211,8 +211,8 @@ def test_screenshots(page: Page, tmp_path: Path, tree: Path):
     with Store.init(tree) as store, background(store) as running:
         _demo_history(store, tree)
         open_ui(page, running)
-        page.keyboard.press("j")
-        page.keyboard.press("j")
+        for _ in range(3):
+            page.keyboard.press("j")
         page.screenshot(path=str(out / "timeline.png"))
         page.keyboard.press("Enter")
         page.wait_for_url(re.compile(r"/c/"))
@@ -227,6 +227,7 @@ def test_screenshots(page: Page, tmp_path: Path, tree: Path):
 
 def _demo_history(store: Store, tree: Path) -> None:
     """A short agent session on a small project, for the screenshots."""
+    (tree / ".gitignore").write_text(".venv/\n")
     write(tree, "src/auth.py", AUTH_V1)
     write(tree, "tests/test_auth.py", "from src.auth import check\n\n\ndef test_ok():\n    assert check('a', 'a')\n")
     store.snapshot("initial import", task="fix-login", tags=["baseline"], metadata={"actor": "user"})
