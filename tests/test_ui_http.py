@@ -8,6 +8,7 @@ LMDB store on disk; the last tests run `snapstore ui` as a process and talk to i
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -444,6 +445,7 @@ def test_snapstore_ui_serves_its_printed_url_on_loopback(ui_store: Store, tree: 
         assert first.startswith("snapstore ui for ") and url.startswith("open http://127.0.0.1:")
         url = url.removeprefix("open ")
         port = int(url.split(":")[2].split("/")[0])
+        assert _listening(port) == ["127.0.0.1"]  # loopback only, by default
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
             assert http.get("/").status_code == 403
             assert http.get(url).status_code == 200
@@ -454,3 +456,23 @@ def test_snapstore_ui_serves_its_printed_url_on_loopback(ui_store: Store, tree: 
         proc.terminate()
         proc.wait(30)
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+def _listening(port: int) -> list[str]:
+    """The local addresses listening on TCP ``port`` (from /proc/net/tcp and tcp6)."""
+    import ipaddress
+
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, hexport = local.split(":")
+                if state == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                    raw = bytes.fromhex(addr)
+                    # /proc stores each 32-bit word in host (little-endian) order
+                    raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                    found.append(str(ipaddress.ip_address(raw)))
+    return found
