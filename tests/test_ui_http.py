@@ -326,6 +326,19 @@ def test_compare_two_checkpoints_and_a_checkpoint_with_the_working_tree(client: 
     assert "0 path(s) differ" in client.get("/compare?a=%231&b=%231").text
 
 
+def test_a_path_that_is_not_utf8_round_trips_through_links(client: TestClient, ui_store: Store, tree: Path):
+    name = b"caf\xe9 & <b>.txt"
+    with open(os.path.join(os.fsencode(tree), name), "wb") as f:
+        f.write(b"latin-1 name\n")
+    cp = ui_store.snapshot("odd name")
+    html = client.get(f"/c/{cp.id}").text
+    link = re.search(r'href="(/c/[0-9a-f]+/file\?p=[^"]+)"', html)
+    assert link and "caf\\xe9 &amp; &lt;b&gt;.txt" in html
+    page = client.get(link.group(1).replace("&amp;", "&"))
+    assert page.status_code == 200 and "latin-1 name" in page.text
+    assert client.get(link.group(1).replace("&amp;", "&").replace("/file?", "/raw?")).content == b"latin-1 name\n"
+
+
 def test_the_conversation_download_is_rewinds_conversation(client: TestClient, ui_store: Store):
     two = cid(ui_store, "#2")
     r = client.get(f"/c/{two}/conversation.json")
@@ -351,6 +364,7 @@ def test_restore_the_whole_tree_preview_confirm_then_undo(client: TestClient, ui
     assert (tree / "src/app.py").read_text() == APP_V1 and not (tree / "src/util.py").exists()
     undo = post(client, "/undo/preview")
     assert "would create</span> <code>src/util.py</code>" in undo.text
+    assert "no checkpoint holds" not in undo.text  # the tree equals the restored checkpoint
     assert not (tree / "src/util.py").exists()
     assert post(client, "/undo", {"plan": plan_of(undo.text), "confirm": "yes"}).status_code == 200
     assert (tree / "src/app.py").read_text() == APP_V2 and (tree / "src/util.py").read_text() == "X = 1\n"

@@ -94,9 +94,18 @@ def _plan_list(report: RestoreReport, unsaved: set[bytes]) -> Html:
 
 
 def _unsaved(store: Store) -> set[bytes]:
-    """Paths whose working-tree state differs from the latest checkpoint (unsaved work)."""
+    """Paths whose working-tree state no checkpoint records: the tree against the checkpoint it
+    last equalled (the newest checkpoint, or the target of a restore or undo done since)."""
     try:
-        return {c.path for c in store.diff("latest", None)}
+        rows = store.checkpoints(include_safety=True)
+        ops = store.operations()
+        if ops and (not rows or ops[0].time_ns > rows[0].time_ns):
+            reference = ops[0].target
+        elif rows:
+            reference = rows[0].id
+        else:
+            return set()
+        return {c.path for c in store.diff(reference, None)}
     except SnapstoreError:
         return set()
 
