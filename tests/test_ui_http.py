@@ -298,6 +298,21 @@ def test_a_checkpoint_page_shows_record_files_diffs_and_conversation(client: Tes
     assert "type greet &lt;script&gt;" in html
 
 
+def test_a_change_deep_in_a_long_file_is_shown_highlighted(client: TestClient, ui_store: Store, tree: Path):
+    # Only the lines a diff shows are lexed (from a little above): they must be the right ones.
+    body = "".join(f"def f{i}(x):\n    return {i}\n" for i in range(300))
+    write(tree, "long.py", body)
+    ui_store.snapshot("long")
+    write(tree, "long.py", body.replace("    return 280\n", "    return 'changed'\n"))
+    cp = ui_store.snapshot("changed")
+    html = client.get(f"/c/{cp.id}").text
+    added = re.findall(r'<tr class="add"><td class="ln"></td><td class="ln">(\d+)</td><td class="mk">\+</td><td class="code">(.*?)</td></tr>', html)
+    assert [(n, text_of(code)) for n, code in added] == [("562", "    return 'changed'")]
+    assert added[0][1].startswith('    <span class="k">return</span>')
+    context = re.findall(r'<tr class="ctx"><td class="ln">(\d+)</td><td class="ln">\d+</td><td class="mk"> </td><td class="code">(.*?)</td></tr>', html)
+    assert ("561", "def f280(x):") in [(n, text_of(code)) for n, code in context]
+
+
 def test_the_file_at_a_checkpoint_and_its_raw_download(client: TestClient, ui_store: Store):
     one = cid(ui_store, "#3")
     html = client.get(f"/c/{one}/file?path=src/app.py").text

@@ -160,7 +160,9 @@ def change_body(change: Change, view: str) -> Html:
     codes = opcodes(a, b)
     if not any(c[0] != "equal" for c in codes):
         return Html('<p class="note">Only the line endings at the end of the file differ.</p>')
-    old_h, new_h = highlight(change.path, a), highlight(change.path, b)
+    groups = list(grouped(codes))
+    old_h = highlight(change.path, a, [(g[0][1], g[-1][2]) for g in groups])
+    new_h = highlight(change.path, b, [(g[0][3], g[-1][4]) for g in groups])
     table = split_table(old_h, new_h, codes) if view == "split" else unified_table(old_h, new_h, codes)
     notes = []
     if old_e is not None and not a_nl:
