@@ -194,6 +194,7 @@ def test_host_rules():
     assert "127.0.0.1:8765" in hosts and "localhost:8765" in hosts
     assert "127.0.0.1" not in hosts and "evil.example:8765" not in hosts
     assert "10.0.0.7:8765" in allowed_hosts("10.0.0.7", 8765)
+    assert "[fd00::5]:8765" in allowed_hosts("fd00::5", 8765)
 
 
 # -- escaping and paths -----------------------------------------------------------------------
@@ -505,3 +506,41 @@ def _listening(port: int) -> list[str]:
                     raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
                     found.append(str(ipaddress.ip_address(raw)))
     return found
+
+
+def test_another_host_than_loopback_is_served_with_a_warning(ui_store: Store, monkeypatch):
+    from snapstore.ui import server
+
+    class Stop(Exception):
+        pass
+
+    def no_server(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(server, "_prepare", no_server)  # stop right after the checks: bind nothing
+    said: list[str] = []
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost", "0.0.0.0", "192.168.1.5"):
+        with pytest.raises(Stop):
+            server.serve(ui_store, host=host, open_browser=False, echo=said.append, warn=said.append)
+    assert len(said) == 2
+    assert said[0].startswith("listening on 0.0.0.0: other machines") and said[1].startswith("listening on 192.168.1.5:")
+
+
+def test_ipv6_loopback(ui_store: Store):
+    import httpx
+
+    from snapstore.errors import UsageError
+    from snapstore.ui.server import background
+
+    try:
+        running = background(ui_store, host="::1")
+        served = running.__enter__()
+    except UsageError as exc:  # no IPv6 on this machine
+        pytest.skip(f"cannot listen on [::1]: {exc}")
+    try:
+        assert served.url.startswith(f"http://[::1]:{served.port}/?token=")
+        with httpx.Client(timeout=30) as http:
+            assert http.get(served.url).status_code == 200
+            assert "initial import" in http.get(f"http://[::1]:{served.port}/").text
+    finally:
+        running.__exit__(None, None, None)
