@@ -15,7 +15,7 @@ from snapstore.ops.textdiff import is_binary
 from snapstore.records.manifest import KIND_NAMES, SYMLINK, Entry
 from snapstore.tree.paths import display
 from snapstore.ui.highlight import highlight, split_lines
-from snapstore.ui.html import Html, esc, fmt, join, size_el
+from snapstore.ui.html import Html, fmt, join, size_el
 
 #: A side larger than this is not diffed in the page (the file view still shows it).
 MAX_DIFF_BYTES = 2 * 1024 * 1024
@@ -189,4 +189,4 @@ def file_table(path: bytes, data: bytes) -> Html:
     )
 
 
-__all__ = ["STATUS_WORDS", "change_body", "esc", "file_table", "grouped", "opcodes"]
+__all__ = ["STATUS_WORDS", "change_body", "file_table", "grouped", "opcodes"]

@@ -18,7 +18,6 @@ from snapstore.ui import diffview
 from snapstore.ui.html import (
     Html,
     counts_el,
-    esc,
     fmt,
     group_key,
     join,
@@ -404,4 +403,4 @@ def operations(store: Store) -> Page:
     return "Operations", body
 
 
-__all__ = ["Filters", "checkpoint", "compare", "esc", "file_at", "history", "operations", "timeline", "timeline_list"]
+__all__ = ["Filters", "checkpoint", "compare", "file_at", "history", "operations", "timeline", "timeline_list"]
