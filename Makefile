@@ -4,14 +4,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all setup demo test test-fast lint bench bench-quick torture clean
+.PHONY: all setup chromium demo test test-fast lint bench bench-quick torture clean
 
 all: test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,bench,agents]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[dev,bench,agents,ui]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -19,7 +19,20 @@ setup: $(STAMP)
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash examples/demo.sh
 
-test: $(STAMP) lint
+# The UI's browser tests drive Debian's chromium (Playwright downloads no browser here): install
+# it when it is missing and we are root with apt-get; otherwise say why those tests will skip.
+chromium:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium for the browser tests (apt-get)"; \
+	  ( DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    ( apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 ) ) || \
+	  echo "make: could not install chromium: the browser tests (tests/test_ui_browser.py) will be skipped"; \
+	else \
+	  echo "make: no /usr/bin/chromium and not root with apt-get: the browser tests (tests/test_ui_browser.py) will be skipped"; \
+	fi
+
+test: $(STAMP) lint chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP)

@@ -43,4 +43,12 @@ run snapstore snapshot -m "no change" --skip-unchanged
 run snapstore verify
 say "du -sh .snapstore"
 du -sh .snapstore
-printf '\nDone: the demo tree was in %s (removed now).\n' "$work"
+# The checkpoint browser (snapstore ui) on this tree: keep the tree to open it.
+ui_cmd="$(command -v snapstore) -C $work ui"
+if [ -n "${SNAPSTORE_DEMO_KEEP:-}" ]; then
+  trap - EXIT
+  printf '\nDone: the demo tree stays in %s. Browse its checkpoints in a web page with:\n  %s\n' "$work" "$ui_cmd"
+else
+  printf '\nDone: the demo tree was in %s (removed now).\n' "$work"
+  printf 'To browse its checkpoints in a web page, keep it and open the UI:\n  SNAPSTORE_DEMO_KEEP=1 make demo   # then run the "snapstore ... ui" line it prints\n'
+fi

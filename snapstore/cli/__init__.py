@@ -14,6 +14,7 @@ from snapstore.cli import (  # noqa: F401 - importing them registers the command
     commands_change,
     commands_record,
     commands_service,
+    commands_ui,
     commands_upkeep,
 )
 from snapstore.cli.app import cli, main

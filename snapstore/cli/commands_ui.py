@@ -1,0 +1,29 @@
+"""``snapstore ui``: the checkpoint browser, a local web page (needs the ``ui`` extra)."""
+
+from __future__ import annotations
+
+import click
+
+from snapstore.cli.app import Ctx, command, warn
+from snapstore.errors import UsageError
+
+
+@command(example="snapstore ui                          # prints the URL; opens a browser if there is one\nsnapstore ui --port 8765 --no-browser")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default="a free port", help="The port to listen on.")
+@click.option("--host", metavar="ADDR", default="127.0.0.1", show_default=True, help="The address to listen on; anything but loopback lets other machines reach the page (a warning says so).")
+@click.option("--no-browser", is_flag=True, help="Only print the URL (no browser is opened under CI or without a display anyway).")
+@click.pass_obj
+def ui(obj: Ctx, port: int, host: str, no_browser: bool) -> None:
+    """Browse checkpoints in a local web page: timeline, diffs, file history, compare, and
+    restore / undo / tag with a preview first.
+
+    The page is served on 127.0.0.1 only, to the browser that opens the printed URL (it holds
+    a random token); Ctrl-C stops it.
+    """
+    from snapstore.ui.server import missing_dependencies, serve
+
+    missing = missing_dependencies()
+    if missing:
+        raise UsageError(f"snapstore ui needs {', '.join(missing)}: pip install 'snapstore[ui]'")
+    with obj.open() as store:
+        serve(store, host=host, port=port, open_browser=not no_browser, echo=click.echo, warn=warn)

@@ -1,0 +1,225 @@
+"""The pages that change things: restore (whole tree or files), undo, tags, and the rewind download.
+
+Every action that changes files goes in two steps: a *preview* (the Store call with
+``dry_run=True``: what would change, and which of those paths hold work that no checkpoint has
+yet) and a *confirmation* (a POST carrying a digest of the previewed plan).  The confirmation
+runs the same dry run again and refuses, showing the new preview, when the plan is no longer
+the one the user saw; otherwise it makes the one Store call and shows the result with an Undo
+button.  The routes that reach these functions accept only same-origin POSTs (see security).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING
+
+from snapstore import render
+from snapstore.errors import SnapstoreError, UsageError
+from snapstore.records.checkpoint import Checkpoint
+from snapstore.tree.paths import display
+from snapstore.ui.diffview import STATUS_WORDS
+from snapstore.ui.html import Html, fmt, join, path_token, tags_el
+
+if TYPE_CHECKING:
+    from snapstore.ops.restore import RestoreReport
+    from snapstore.store import Store
+
+Page = tuple[str, Html]
+
+_VERBS = {"A": "create", "M": "overwrite", "D": "delete", "T": "replace", "X": "change the mode of"}
+
+
+def plan_digest(report: RestoreReport) -> str:
+    """What a confirmation must match: the target and every (status, path) the dry run planned."""
+    h = hashlib.sha256(report.target.id.encode())
+    for c in report.changes:
+        h.update(b"\0" + c.status.encode() + b"\0" + c.path)
+    return h.hexdigest()[:32]
+
+
+# -- pieces other pages show ------------------------------------------------------------------
+
+
+def tag_forms(cp: Checkpoint) -> Html:
+    """The checkpoint's tags, each with a Remove button, and a form to add one."""
+    existing = join(
+        fmt(
+            '<form class="inline" method="post" action="/c/{}/untag"><input type="hidden" name="name" value="{}">'
+            '{} <button type="submit" class="small" aria-label="remove tag {}">remove</button></form> ',
+            cp.id, t, tags_el([t]), t,
+        )
+        for t in cp.tags
+    )
+    add = fmt(
+        '<form class="inline" method="post" action="/c/{}/tag"><label>New tag <input name="name" required size="14"></label> <button type="submit" class="small">Add tag</button></form>',
+        cp.id,
+    )
+    return fmt("{}{}", existing, add)
+
+
+def checkpoint_actions(cp: Checkpoint) -> Html:
+    """The checkpoint page's action bar (each button leads to a preview first)."""
+    parent = fmt(' · <a href="/compare?a={}&amp;b={}">Compare with its parent</a>', cp.parent[:12], cp.short_id) if cp.parent else Html("")
+    # REVERT (issue 14): when Store.revert exists, add here a form POSTing to
+    # /c/{id}/revert/preview (taking back just this checkpoint's changes) and the two routes in
+    # app.py next to the restore ones, built like restore_preview/restore_confirm below.
+    return fmt(
+        '<div class="actions"><form class="inline" method="post" action="/c/{}/restore/preview">'
+        '<button type="submit" class="action" id="restore-all">Preview restoring the whole tree to this checkpoint…</button></form>'
+        ' <a href="/compare?a={}">Compare with the working tree</a>{}</div>',
+        cp.id, cp.short_id, parent,
+    )
+
+
+def undo_button() -> Html:
+    """A form leading to the preview of undoing the last restore or undo."""
+    return Html(
+        '<form class="inline" method="post" action="/undo/preview"><button type="submit" class="action" id="undo">'
+        "Undo the last operation…</button></form>"
+    )
+
+
+# -- restore ----------------------------------------------------------------------------------
+
+
+def _plan_list(report: RestoreReport, unsaved: set[bytes]) -> Html:
+    if not report.changes:
+        return Html('<p class="empty">Nothing would change: the tree already matches.</p>')
+    rows = []
+    for c in report.changes:
+        warn = Html(' <strong class="warn">(has changes no checkpoint holds: kept in the safety checkpoint)</strong>') if c.path in unsaved else Html("")
+        rows.append(fmt('<li><span class="st st-{}">would {}</span> <code>{}</code>{}</li>', c.status, _VERBS.get(c.status, c.status), c.display_path, warn))
+    return fmt('<ul class="plan">{}</ul>', join(rows))
+
+
+def _unsaved(store: Store) -> set[bytes]:
+    """Paths whose working-tree state no checkpoint records: the tree against the checkpoint it
+    last equalled (the newest checkpoint, or the target of a restore or undo done since)."""
+    try:
+        rows = store.checkpoints(include_safety=True)
+        ops = store.operations()
+        if ops and (not rows or ops[0].time_ns > rows[0].time_ns):
+            reference = ops[0].target
+        elif rows:
+            reference = rows[0].id
+        else:
+            return set()
+        return {c.path for c in store.diff(reference, None)}
+    except SnapstoreError:
+        return set()
+
+
+def _hidden_paths(paths: list[bytes]) -> Html:
+    return join(fmt('<input type="hidden" name="p" value="{}">', path_token(p)) for p in paths)
+
+
+def _user_paths(paths: list[bytes]) -> list[str] | None:
+    return [p.decode("utf-8", "surrogateescape") for p in paths] or None
+
+
+def restore_preview(store: Store, ref: str, paths: list[bytes], notice: str = "") -> Page:
+    """What restoring ``ref`` (all of it, or ``paths``) would do, and the Confirm button."""
+    report = store.restore(ref, _user_paths(paths), dry_run=True)
+    target = report.target
+    scope = join((fmt("<code>{}</code>", display(p)) for p in paths), ", ") if paths else Html("the whole tree")
+    unsaved = _unsaved(store)
+    at_risk = sum(1 for c in report.changes if c.path in unsaved)
+    note = fmt('<p class="notice" role="alert">{}</p>', notice) if notice else Html("")
+    risk = fmt(
+        '<p class="warn">{} of these path(s) hold work that no checkpoint has yet. The restore records the '
+        "tree first (a safety checkpoint), so Undo brings them back.</p>",
+        at_risk,
+    ) if at_risk else Html("")
+    confirm = fmt(
+        '<form method="post" action="/c/{}/restore">{}<input type="hidden" name="plan" value="{}">'
+        '<input type="hidden" name="confirm" value="yes"><button type="submit" class="action danger" id="confirm"{}>'
+        "Restore now ({} path(s))</button> <a href=\"/c/{}\">Cancel</a></form>",
+        target.id, _hidden_paths(paths), plan_digest(report), Html(" disabled") if not report.changes else Html(""),
+        len(report.changes), target.id,
+    )
+    warnings = join(fmt('<p class="warn">{}</p>', w) for w in report.warnings)
+    body = fmt(
+        '<h1>Preview: restore {} to checkpoint <a href="/c/{}">{}</a></h1><p class="message">{}</p>{}'
+        "<p>Dry run: nothing has changed yet. Restoring would:</p>{}{}{}{}",
+        scope, target.id, target.short_id, target.message or "(no message)", note, _plan_list(report, unsaved), risk, warnings, confirm,
+    )
+    return "Preview restore", body
+
+
+def restore_confirm(store: Store, ref: str, paths: list[bytes], plan: str, confirm: str) -> Page:
+    """Restore, if the user confirmed the plan that is still the plan; else the new preview."""
+    if confirm != "yes":
+        raise UsageError("a restore needs an explicit confirmation (the Restore now button)")
+    check = store.restore(ref, _user_paths(paths), dry_run=True)
+    if plan_digest(check) != plan:
+        return restore_preview(store, ref, paths, "The tree or the store changed since the preview: check the new plan.")
+    report = store.restore(check.target.id, _user_paths(paths))
+    return "Restored", _result(report)
+
+
+# -- undo -------------------------------------------------------------------------------------
+
+
+def undo_preview(store: Store, notice: str = "") -> Page:
+    """What undoing the last operation would do, and the Confirm button."""
+    report = store.undo(dry_run=True)
+    note = fmt('<p class="notice" role="alert">{}</p>', notice) if notice else Html("")
+    confirm = fmt(
+        '<form method="post" action="/undo"><input type="hidden" name="plan" value="{}"><input type="hidden" name="confirm" value="yes">'
+        '<button type="submit" class="action danger" id="confirm">Undo now ({} path(s))</button> <a href="/ops">Cancel</a></form>',
+        plan_digest(report), len(report.changes),
+    )
+    body = fmt(
+        '<h1>Preview: undo the last operation</h1><p>The tree would go back to checkpoint <a href="/c/{}">{}</a> '
+        "(as it was before the last restore or undo).</p>{}<p>Dry run: nothing has changed yet. Undoing would:</p>{}{}",
+        report.target.id, report.target.short_id, note, _plan_list(report, _unsaved(store)), confirm,
+    )
+    return "Preview undo", body
+
+
+def undo_confirm(store: Store, plan: str, confirm: str) -> Page:
+    """Undo, if the user confirmed the plan that is still the plan; else the new preview."""
+    if confirm != "yes":
+        raise UsageError("an undo needs an explicit confirmation (the Undo now button)")
+    if plan_digest(store.undo(dry_run=True)) != plan:
+        return undo_preview(store, "The tree or the store changed since the preview: check the new plan.")
+    return "Undone", _result(store.undo())
+
+
+def _result(report: RestoreReport) -> Html:
+    lines = join(fmt("<li>{}</li>", line) for line in render.restore_lines(report))
+    changed = join(
+        fmt('<li><span class="st st-{}">{}</span> <code>{}</code></li>', c.status, STATUS_WORDS.get(c.status, c.status), c.display_path)
+        for c in report.changes
+    )
+    warnings = join(fmt('<p class="warn">{}</p>', w) for w in report.warnings)
+    verb = "Undone" if report.kind == "undo" else "Restored"
+    return fmt(
+        '<h1 id="result">{}</h1><ul class="result">{}</ul>{}<ul class="plan">{}</ul><p>{} <a href="/">Back to the timeline</a></p>',
+        verb, lines, warnings, changed, undo_button(),
+    )
+
+
+# -- tags and the conversation ----------------------------------------------------------------
+
+
+def tag(store: Store, ref: str, name: str) -> str:
+    """Tag checkpoint ``ref``; returns the note to show."""
+    cp = store.resolve(ref)
+    before = store.tag(cp.id, name.strip())
+    moved = f" (moved from {before[:12]})" if before and before != cp.id else ""
+    return f"tagged {cp.short_id} '{name.strip()}'{moved}"
+
+
+def untag(store: Store, name: str) -> str:
+    """Remove tag ``name``; returns the note to show."""
+    was = store.untag(name)
+    return f"removed tag '{name}' from {was[:12]}"
+
+
+def conversation_json(store: Store, ref: str) -> tuple[str, bytes]:
+    """Rewind's conversation half: ``(file name, JSON)`` of the conversation up to ``ref``."""
+    rewind = store.rewind(ref, files=False, conversation=True)
+    data = json.dumps(rewind.conversation, ensure_ascii=False, indent=2).encode()
+    return f"conversation-{rewind.checkpoint.short_id}.json", data

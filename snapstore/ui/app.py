@@ -1,0 +1,317 @@
+"""The UI's routes: each parses its request, calls one page function under a lock, answers.
+
+The Store is used from one request at a time (``UiApp.lock``): pages are quick, and a restore
+must not interleave with a page that reads the tree.  Nothing from a request reaches the file
+system but through Store methods (paths travel as tokens of their bytes, see
+:func:`snapstore.ui.html.path_token`, and go to ``read_bytes``, ``history``, ``restore``...).
+Static files are a fixed set read from the package.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qsl, quote
+
+from snapstore.errors import (
+    ConflictError,
+    LockedError,
+    RefError,
+    SnapstoreError,
+    StoreNotFoundError,
+    UnsafePathError,
+    UsageError,
+)
+from snapstore.ui import actions, views
+from snapstore.ui.highlight import stylesheet
+from snapstore.ui.html import Html, error_body, page, path_from_token
+from snapstore.ui.security import Guard, allowed_hosts
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from snapstore.store import Store
+
+T = TypeVar("T")
+#: The largest form body accepted (a restore of many selected paths fits easily).
+MAX_FORM = 4 * 1024 * 1024
+
+STATUS = [
+    (RefError, 404),
+    (StoreNotFoundError, 404),
+    (UsageError, 400),
+    (UnsafePathError, 400),
+    (ConflictError, 409),
+    (LockedError, 503),
+]
+
+
+def _status(exc: SnapstoreError) -> int:
+    for cls, status in STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+class UiApp:
+    """The page handlers around one open Store."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.lock = threading.Lock()
+        self.root = store.root
+        self.static: dict[str, tuple[bytes, str]] = {
+            "ui.css": (_resource("ui.css"), "text/css; charset=utf-8"),
+            "ui.js": (_resource("ui.js"), "text/javascript; charset=utf-8"),
+            "pygments.css": (stylesheet().encode(), "text/css; charset=utf-8"),
+        }
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """``fn()`` in a worker thread, one at a time."""
+        from starlette.concurrency import run_in_threadpool
+
+        def locked() -> T:
+            with self.lock:
+                return fn()
+
+        return await run_in_threadpool(locked)
+
+    async def page(self, fn: Callable[[], tuple[str, Html]], active: str = "") -> Response:
+        """A whole page from ``fn() -> (title, body)``; a Store error becomes an error page."""
+        from starlette.responses import HTMLResponse
+
+        def build() -> tuple[str, Html, str]:
+            title, body = fn()
+            return title, body, self.store.revision()
+
+        try:
+            title, body, revision = await self.run(build)
+        except SnapstoreError as exc:
+            return self.error_page(exc)
+        except Exception as exc:  # a bug: say so in one line, keep the server up
+            print(f"snapstore ui: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            body = error_body(500, f"internal error: {type(exc).__name__} (see the terminal running snapstore ui)")
+            return HTMLResponse(page("Error 500", body, root=self.root), status_code=500)
+        return HTMLResponse(page(title, body, active=active, root=self.root, revision=revision))
+
+    def error_page(self, exc: SnapstoreError) -> Response:
+        """The page for a Store error (its one-line message, the status its class maps to)."""
+        from starlette.responses import HTMLResponse
+
+        status = _status(exc)
+        html = page(f"Error {status}", error_body(status, exc.message), root=self.root)
+        return HTMLResponse(html, status_code=status)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def timeline(self, request: Request) -> Response:
+        f, limit = _filters(request)
+        return await self.page(lambda: views.timeline(self.store, f, limit), "timeline")
+
+    async def timeline_fragment(self, request: Request) -> Response:
+        from starlette.responses import HTMLResponse
+
+        f, limit = _filters(request)
+        try:
+            html = await self.run(lambda: views.timeline_list(self.store, f, limit))
+        except SnapstoreError as exc:
+            return HTMLResponse(error_body(_status(exc), exc.message), status_code=_status(exc))
+        return HTMLResponse(html)
+
+    async def revision(self, request: Request) -> Response:
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"revision": await self.run(self.store.revision)})
+
+    async def checkpoint(self, request: Request) -> Response:
+        ref, view, only = request.path_params["cid"], _view(request), _path(request)
+        return await self.page(lambda: views.checkpoint(self.store, ref, view, only))
+
+    async def file(self, request: Request) -> Response:
+        ref, path = request.path_params["cid"], _path(request) or b""
+        return await self.page(lambda: views.file_at(self.store, ref, path))
+
+    async def raw(self, request: Request) -> Response:
+        ref, path = request.path_params["cid"], _path(request) or b""
+        name = path.rsplit(b"/", 1)[-1].decode("utf-8", "replace") or "file"
+        return await self.download(lambda: (name, self.store.read_bytes(ref, path)), "application/octet-stream")
+
+    async def conversation(self, request: Request) -> Response:
+        ref = request.path_params["cid"]
+        return await self.download(lambda: actions.conversation_json(self.store, ref), "application/json")
+
+    async def download(self, fn: Callable[[], tuple[str, bytes]], media_type: str) -> Response:
+        """An attachment (never rendered by the browser), or the error page."""
+        from starlette.responses import Response
+
+        try:
+            name, data = await self.run(fn)
+        except SnapstoreError as exc:
+            return self.error_page(exc)
+        disposition = f"attachment; filename*=UTF-8''{quote(name, safe='')}"
+        return Response(data, media_type=media_type, headers={"content-disposition": disposition})
+
+    async def history(self, request: Request) -> Response:
+        path = _path(request)
+        return await self.page(lambda: views.history(self.store, path))
+
+    async def compare(self, request: Request) -> Response:
+        q = request.query_params
+        a, b, view, only = q.get("a", "").strip(), q.get("b", "").strip(), _view(request), _path(request)
+        return await self.page(lambda: views.compare(self.store, a, b, view, only), "compare")
+
+    async def operations(self, request: Request) -> Response:
+        return await self.page(lambda: views.operations(self.store), "ops")
+
+    async def static_file(self, request: Request) -> Response:
+        from starlette.responses import PlainTextResponse, Response
+
+        found = self.static.get(request.path_params["name"])
+        if found is None:
+            return PlainTextResponse("not found", status_code=404)
+        return Response(found[0], media_type=found[1])
+
+    # -- changing (POST only; security.Guard checked the Origin) -------------------------------
+
+    async def restore_preview(self, request: Request) -> Response:
+        ref, form = request.path_params["cid"], await _form(request)
+        paths = _form_paths(form)
+        return await self.page(lambda: actions.restore_preview(self.store, ref, paths))
+
+    async def restore(self, request: Request) -> Response:
+        ref, form = request.path_params["cid"], await _form(request)
+        paths, plan, confirm = _form_paths(form), _one(form, "plan"), _one(form, "confirm")
+        return await self.page(lambda: actions.restore_confirm(self.store, ref, paths, plan, confirm))
+
+    async def undo_preview(self, request: Request) -> Response:
+        await _form(request)
+        return await self.page(lambda: actions.undo_preview(self.store), "ops")
+
+    async def undo(self, request: Request) -> Response:
+        form = await _form(request)
+        plan, confirm = _one(form, "plan"), _one(form, "confirm")
+        return await self.page(lambda: actions.undo_confirm(self.store, plan, confirm), "ops")
+
+    async def tag(self, request: Request) -> Response:
+        ref, form = request.path_params["cid"], await _form(request)
+        return await self.after_change(ref, lambda: actions.tag(self.store, ref, _one(form, "name")))
+
+    async def untag(self, request: Request) -> Response:
+        ref, form = request.path_params["cid"], await _form(request)
+        return await self.after_change(ref, lambda: actions.untag(self.store, _one(form, "name")))
+
+    async def after_change(self, ref: str, fn: Callable[[], str]) -> Response:
+        """Run a change that needs no preview, then go back to the checkpoint (POST-redirect-GET)."""
+        from starlette.responses import RedirectResponse
+
+        try:
+            await self.run(fn)
+        except SnapstoreError as exc:
+            return self.error_page(exc)
+        return RedirectResponse(f"/c/{quote(ref, safe='')}", status_code=303)
+
+
+def _resource(name: str) -> bytes:
+    return resources.files("snapstore.ui").joinpath("static", name).read_bytes()
+
+
+def _filters(request: Request) -> tuple[views.Filters, int]:
+    q = request.query_params
+    f = views.Filters(
+        q=q.get("q", "").strip(),
+        path=q.get("path", "").strip(),
+        task=q.get("task", "").strip(),
+        tag=q.get("tag", "").strip(),
+        safety=q.get("safety", "") == "1",
+    )
+    try:
+        limit = max(1, min(100_000, int(q.get("limit", views.PAGE))))
+    except ValueError:
+        limit = views.PAGE
+    return f, limit
+
+
+def _view(request: Request) -> str:
+    return "split" if request.query_params.get("view") == "split" else "unified"
+
+
+def _path(request: Request) -> bytes | None:
+    """The path a request names: ``p`` (a token of its bytes, from links) or ``path`` (typed)."""
+    q = request.query_params
+    if q.get("p"):
+        return path_from_token(q["p"])
+    if q.get("path", "").strip():
+        return q["path"].strip().encode("utf-8", "surrogateescape")
+    return None
+
+
+async def _form(request: Request) -> list[tuple[str, str]]:
+    """The fields of an urlencoded form body (no multipart: no extra dependency, no files)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = b""
+    async for piece in request.stream():
+        body += piece
+        if len(body) > MAX_FORM:
+            raise _TooLarge()
+    if body and kind != "application/x-www-form-urlencoded":
+        raise _BadForm()
+    return parse_qsl(body.decode("latin-1"), keep_blank_values=True, encoding="utf-8")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _BadForm(Exception):
+    pass
+
+
+def _one(form: list[tuple[str, str]], name: str) -> str:
+    values = [v for k, v in form if k == name]
+    return values[-1] if values else ""
+
+
+def _form_paths(form: list[tuple[str, str]]) -> list[bytes]:
+    return [path_from_token(v) for k, v in form if k == "p" and v]
+
+
+def create_app(store: Store, *, token: str, host: str, port: int) -> Any:
+    """The ASGI application: the routes behind :class:`snapstore.ui.security.Guard`."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    ui = UiApp(store)
+
+    async def too_large(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse("the form is too large", status_code=413)
+
+    async def bad_form(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse("forms must be application/x-www-form-urlencoded", status_code=415)
+
+    routes = [
+        Route("/", ui.timeline),
+        Route("/timeline.frag", ui.timeline_fragment),
+        Route("/api/revision", ui.revision),
+        Route("/c/{cid}", ui.checkpoint),
+        Route("/c/{cid}/file", ui.file),
+        Route("/c/{cid}/raw", ui.raw),
+        Route("/c/{cid}/conversation.json", ui.conversation),
+        Route("/history", ui.history),
+        Route("/compare", ui.compare),
+        Route("/ops", ui.operations),
+        Route("/static/{name}", ui.static_file),
+        Route("/c/{cid}/restore/preview", ui.restore_preview, methods=["POST"]),
+        Route("/c/{cid}/restore", ui.restore, methods=["POST"]),
+        Route("/undo/preview", ui.undo_preview, methods=["POST"]),
+        Route("/undo", ui.undo, methods=["POST"]),
+        Route("/c/{cid}/tag", ui.tag, methods=["POST"]),
+        Route("/c/{cid}/untag", ui.untag, methods=["POST"]),
+    ]
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {_TooLarge: too_large, _BadForm: bad_form}
+    app = Starlette(routes=routes, exception_handlers=handlers)
+    return Guard(app, token=token, hosts=allowed_hosts(host, port), port=port)

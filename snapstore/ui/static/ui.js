@@ -1,0 +1,96 @@
+// snapstore ui: locale formatting, keyboard navigation and live updates. No dependencies.
+"use strict";
+
+(function () {
+  const UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
+  const number = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
+  const dateTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+
+  // Times and sizes arrive in the server's format; show them in the reader's locale.
+  function localise(root) {
+    root.querySelectorAll("time[datetime]").forEach(function (el) {
+      const d = new Date(el.getAttribute("datetime"));
+      if (!isNaN(d)) { el.title = el.textContent; el.textContent = dateTime.format(d); }
+    });
+    root.querySelectorAll("data.size[value]").forEach(function (el) {
+      let n = Number(el.getAttribute("value")), u = 0;
+      while (Math.abs(n) >= 1024 && u < UNITS.length - 1) { n /= 1024; u++; }
+      el.textContent = (u ? number.format(n) : String(n)) + " " + UNITS[u];
+    });
+  }
+
+  // j/k move through the rows of the page (checkpoints, files), Enter opens the selected one.
+  let selected = null;
+  function rows() { return Array.from(document.querySelectorAll("main .cp[data-href]")); }
+  function select(row) {
+    if (selected) { selected.classList.remove("selected"); selected.removeAttribute("aria-selected"); }
+    selected = row;
+    if (row) {
+      row.classList.add("selected");
+      row.setAttribute("aria-selected", "true");
+      row.scrollIntoView({ block: "nearest" });
+    }
+  }
+  function move(step) {
+    const all = rows();
+    if (!all.length) return;
+    const i = all.indexOf(selected);
+    select(all[i < 0 ? (step > 0 ? 0 : all.length - 1) : Math.min(all.length - 1, Math.max(0, i + step))]);
+  }
+  document.addEventListener("keydown", function (e) {
+    if (e.altKey || e.ctrlKey || e.metaKey) return;
+    const t = e.target;
+    if (t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" || t.isContentEditable)) return;
+    if (e.key === "j") { move(1); e.preventDefault(); }
+    else if (e.key === "k") { move(-1); e.preventDefault(); }
+    else if (e.key === "Enter" && selected && (!t || t === document.body || t.classList.contains("cp"))) {
+      window.location.href = selected.getAttribute("data-href"); e.preventDefault();
+    }
+    else if (e.key === "/") { const q = document.getElementById("filter-q"); if (q) { q.focus(); e.preventDefault(); } }
+    else if (e.key === "u" || e.key === "s") {
+      const link = document.getElementById(e.key === "u" ? "view-unified" : "view-split");
+      if (link) { link.click(); e.preventDefault(); }
+    }
+  });
+
+  // A confirmation is sent once: the button is disabled as the form goes.
+  document.addEventListener("submit", function (e) {
+    const b = e.target.querySelector("button[type=submit]");
+    if (b) setTimeout(function () { b.disabled = true; }, 0);
+  });
+
+  // Live: the timeline asks for the store's revision every 2 s (only while visible) and
+  // reloads its list when it changed.
+  function live() {
+    const box = document.getElementById("timeline");
+    if (!box || !box.dataset.src) return;
+    let revision = document.body.dataset.revision;
+    let busy = false;
+    async function poll() {
+      if (busy || document.visibilityState !== "visible") return;
+      busy = true;
+      try {
+        const r = await fetch("/api/revision", { credentials: "same-origin", cache: "no-store" });
+        if (!r.ok) return;
+        const now = (await r.json()).revision;
+        if (now === revision) return;
+        const page = await fetch(box.dataset.src, { credentials: "same-origin", cache: "no-store" });
+        if (!page.ok) return;
+        const keep = selected ? selected.getAttribute("data-href") : null;
+        box.innerHTML = await page.text();  // server-rendered, escaped HTML from this origin
+        localise(box);
+        revision = now;
+        document.body.dataset.revision = now;
+        if (keep) select(box.querySelector('.cp[data-href="' + CSS.escape(keep) + '"]'));
+      } catch (err) {
+        // the server stopped: keep the page as it is
+      } finally {
+        busy = false;
+      }
+    }
+    setInterval(poll, 2000);
+  }
+
+  localise(document);
+  live();
+})();

@@ -1,0 +1,406 @@
+"""The pages that only read: the timeline, a checkpoint, a file, a file's history, a comparison.
+
+Each function takes the open :class:`Store` and plain arguments (no web framework here) and
+returns ``(title, body)``; :mod:`snapstore.ui.app` wraps the body in the page frame.  Errors are
+the Store's own (RefError for an unknown checkpoint or path, ...), shown by the app.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from snapstore.ops.diff import Change
+from snapstore.records.checkpoint import Checkpoint
+from snapstore.tree.paths import display
+from snapstore.ui import diffview
+from snapstore.ui.html import (
+    Html,
+    counts_el,
+    fmt,
+    group_key,
+    join,
+    path_token,
+    size_el,
+    tags_el,
+    time_el,
+    url,
+    who,
+)
+
+if TYPE_CHECKING:
+    from snapstore.store import Store
+
+#: Diffs shown inline on one page; the rest are listed with a link to their own diff.
+MAX_INLINE_DIFFS = 40
+#: Timeline rows per page (a "more" link shows the next ones).
+PAGE = 200
+#: A conversation message longer than this (characters or lines) is collapsed.
+LONG_MESSAGE = 600
+LONG_LINES = 12
+
+Page = tuple[str, Html]
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The timeline's filters (each empty when unused)."""
+
+    q: str = ""
+    path: str = ""
+    task: str = ""
+    tag: str = ""
+    safety: bool = False
+
+    def query(self) -> dict[str, str | int | None]:
+        return {"q": self.q, "path": self.path, "task": self.task, "tag": self.tag, "safety": 1 if self.safety else None}
+
+
+# -- the timeline -----------------------------------------------------------------------------
+
+
+def timeline(store: Store, f: Filters, limit: int = PAGE) -> Page:
+    """The filter form and the grouped list of checkpoints."""
+    everything = store.numbered_checkpoints(include_safety=True)
+    tasks = sorted({c.task for _, c in everything if c.task})
+    tags = sorted({t for _, c in everything for t in c.tags})
+    options = join(fmt('<option value="{}">', t) for t in tasks)
+    tag_options = join(fmt('<option value="{}">', t) for t in tags)
+    form = fmt(
+        '<form class="filters" method="get" action="/" role="search">'
+        '<label>Message <input name="q" value="{}" placeholder="text in the message" id="filter-q"></label>'
+        '<label>Path <input name="path" value="{}" placeholder="src/app.py"></label>'
+        '<label>Task <input name="task" value="{}" list="tasks"></label><datalist id="tasks">{}</datalist>'
+        '<label>Tag <input name="tag" value="{}" list="tags"></label><datalist id="tags">{}</datalist>'
+        '<label class="check"><input type="checkbox" name="safety" value="1"{}> safety checkpoints</label>'
+        '<button type="submit">Filter</button> <a href="/">Clear</a></form>',
+        f.q, f.path, f.task, options, f.tag, tag_options, Html(" checked") if f.safety else Html(""),
+    )
+    src = url("/timeline.frag", **f.query(), limit=limit if limit != PAGE else None)
+    body = fmt(
+        '<h1>Checkpoints</h1>{}<div id="timeline" data-src="{}" aria-live="polite">{}</div>',
+        form, src, timeline_list(store, f, limit, everything),
+    )
+    return "Timeline", body
+
+
+def timeline_list(
+    store: Store, f: Filters, limit: int = PAGE, everything: list[tuple[int | None, Checkpoint]] | None = None
+) -> Html:
+    """The list part of the timeline (also served alone, for live updates)."""
+    rows = everything if everything is not None else store.numbered_checkpoints(include_safety=True)
+    if not f.safety:
+        rows = [(n, c) for n, c in rows if not c.is_safety]
+    if f.task:
+        rows = [(n, c) for n, c in rows if c.task == f.task]
+    if f.tag:
+        rows = [(n, c) for n, c in rows if f.tag in c.tags]
+    if f.q:
+        needle = f.q.casefold()
+        rows = [(n, c) for n, c in rows if needle in c.message.casefold()]
+    if f.path:
+        touched = {v.checkpoint.id for v in store.history(f.path)}
+        rows = [(n, c) for n, c in rows if c.id in touched]
+    if not rows:
+        return Html('<p class="empty">No checkpoint matches.</p>' if any(f.query().values()) else '<p class="empty">No checkpoints yet: run <code>snapstore snapshot</code>.</p>')
+    shown, more = rows[:limit], len(rows) - limit
+    groups: list[tuple[tuple[str, str], list[tuple[int | None, Checkpoint]]]] = []
+    for n, c in shown:
+        key = group_key(c)
+        if groups and groups[-1][0] == key:
+            groups[-1][1].append((n, c))
+        else:
+            groups.append((key, [(n, c)]))
+    parts = [_group(key, members) for key, members in groups]
+    if more > 0:
+        parts.append(fmt('<p><a href="{}">Show {} more</a></p>', url("/", **f.query(), limit=limit + PAGE), more))
+    return join(parts)
+
+
+def _group(key: tuple[str, str], members: list[tuple[int | None, Checkpoint]]) -> Html:
+    kind, name = key
+    title = fmt("{}: <strong>{}</strong>", kind, name) if kind else Html("No task")
+    oldest, newest = members[-1][1], members[0][1]
+    span = fmt("{} checkpoint(s), {} – {}", len(members), time_el(oldest.time_ns), time_el(newest.time_ns))
+    rows = join(_row(n, c) for n, c in members)
+    return fmt(
+        '<section class="group"><h2>{} <small>{}</small></h2><table class="timeline"><thead><tr>'
+        "<th>#</th><th>Time</th><th>Message</th><th>Changes</th><th>Who</th><th>Id</th></tr></thead>"
+        "<tbody>{}</tbody></table></section>",
+        title, span, rows,
+    )
+
+
+def _row(n: int | None, c: Checkpoint) -> Html:
+    href = f"/c/{c.id}"
+    label = f"#{n}" if n else "safety"
+    message = c.message or "(no message)"
+    return fmt(
+        '<tr class="cp{}" data-href="{}"><td class="ref">{}</td><td>{}</td>'
+        '<td class="msg"><a href="{}">{}</a> {}</td><td>{}</td><td class="who">{}</td><td class="id"><code>{}</code></td></tr>',
+        " safety" if c.is_safety else "", href, label, time_el(c.time_ns), href, message, tags_el(c.tags),
+        counts_el(c.stats), who(c) or "–", c.short_id,
+    )
+
+
+# -- changes (a checkpoint's, or a comparison's) ----------------------------------------------
+
+
+def changes_section(
+    changes: list[Change],
+    counts: list[tuple[int, int, bool]],
+    view: str,
+    *,
+    file_link: Any,
+    restore_ref: str | None = None,
+    more_link: Any = None,
+    view_link: Any = None,
+) -> Html:
+    """The list of changed files (with checkboxes to restore a selection) and their diffs."""
+    if not changes:
+        return Html('<p class="empty">No file changed.</p>')
+    rows = []
+    for i, (c, (added, removed, binary)) in enumerate(zip(changes, counts)):
+        lines = "binary" if binary else f"+{added} -{removed}"
+        box = fmt('<td><input type="checkbox" name="p" value="{}" aria-label="select {}"></td>', path_token(c.path), c.display_path) if restore_ref else Html("")
+        target = f"#f-{i}" if i < MAX_INLINE_DIFFS else (more_link(c) if more_link else "#")
+        rows.append(
+            fmt(
+                '<tr class="cp" data-href="{}">{}<td class="st st-{}">{} {}</td><td><a href="{}">{}</a></td><td class="lines">{}</td><td>{}</td></tr>',
+                target, box, c.status, c.status, diffview.STATUS_WORDS.get(c.status, c.status), target,
+                c.display_path, lines, file_link(c),
+            )
+        )
+    table = fmt('<table class="files changes"><tbody>{}</tbody></table>', join(rows))
+    if restore_ref:
+        table = fmt(
+            '<form method="post" action="/c/{}/restore/preview">{}<p><button type="submit" class="action">'
+            "Preview restoring the selected files…</button></p></form>",
+            restore_ref, table,
+        )
+    link = view_link or (lambda v: f"?view={v}")
+    toggle = fmt(
+        '<p class="toggle">Diffs: <a href="{}" id="view-unified"{}>unified</a> · '
+        '<a href="{}" id="view-split"{}>side by side</a></p>',
+        link("unified"),
+        Html(' aria-current="true"') if view != "split" else Html(""),
+        link("split"),
+        Html(' aria-current="true"') if view == "split" else Html(""),
+    )
+    diffs = []
+    for i, (c, (added, removed, binary)) in enumerate(zip(changes[:MAX_INLINE_DIFFS], counts)):
+        lines = "binary" if binary else f"+{added} -{removed}"
+        diffs.append(
+            fmt(
+                '<section class="filediff" id="f-{}"><h3><span class="st st-{}">{}</span> {} <small>{}</small></h3>{}</section>',
+                i, c.status, diffview.STATUS_WORDS.get(c.status, c.status), c.display_path, lines,
+                diffview.change_body(c, view),
+            )
+        )
+    if len(changes) > MAX_INLINE_DIFFS:
+        diffs.append(fmt('<p class="note">{} more file(s): open each from the list above.</p>', len(changes) - MAX_INLINE_DIFFS))
+    return fmt("{}{}{}", table, toggle, join(diffs))
+
+
+def _conversation(messages: list[Any]) -> Html:
+    items = []
+    for i, m in enumerate(messages):
+        role = str(m.get("role", "?")) if isinstance(m, dict) else "?"
+        text = _message_text(m)
+        long = len(text) > LONG_MESSAGE or text.count("\n") >= LONG_LINES
+        if long:
+            first = " ".join(text[:200].split())
+            content = fmt("<details><summary>{}… <small>({} characters)</small></summary><pre>{}</pre></details>", first, len(text), text)
+        else:
+            content = fmt("<pre>{}</pre>", text)
+        items.append(fmt('<li class="msg role-{}"><span class="role">{}</span> <small>#{}</small>{}</li>', role, role, i + 1, content))
+    return fmt('<ol class="conversation">{}</ol>', join(items))
+
+
+def _message_text(m: Any) -> str:
+    """The readable text of a message: plain text, text blocks, tool calls as JSON."""
+    content = m.get("content") if isinstance(m, dict) else m
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+            elif isinstance(block, dict) and block.get("type") == "tool_use":
+                parts.append(f"[tool call {block.get('name', '?')}] {json.dumps(block.get('input'), ensure_ascii=False)}")
+            else:
+                parts.append(json.dumps(block, ensure_ascii=False))
+        return "\n".join(parts)
+    return json.dumps(content, ensure_ascii=False, indent=1)
+
+
+# -- a checkpoint -----------------------------------------------------------------------------
+
+
+def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None) -> Page:
+    """A checkpoint's record, actions, changed files with diffs, and conversation."""
+    from snapstore.ui import actions
+
+    cp = store.resolve(ref)
+    number = dict((c.id, n) for n, c in store.numbered_checkpoints(include_safety=True)).get(cp.id)
+    changes = store.changes(cp.id)
+    if only is not None:
+        changes = [c for c in changes if c.path == only]
+    counts = store.line_counts(changes)
+    messages = store.conversation(cp.id) if cp.conversation is not None else None
+    st = cp.stats
+    meta = join(fmt('<tr class="meta"><th><code>{}</code></th><td><code>{}</code></td></tr>', k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) for k, v in sorted(cp.metadata.items()))
+    parent = fmt('<a href="/c/{}">{}</a>', cp.parent, cp.parent[:12]) if cp.parent else Html("none (the first checkpoint)")
+    record = fmt(
+        '<table class="record"><tr><th>Id</th><td><code>{}</code></td></tr>'
+        "<tr><th>Time</th><td>{}</td></tr><tr><th>Task</th><td>{}</td></tr><tr><th>Who</th><td>{}</td></tr>"
+        "<tr><th>Kind</th><td>{}</td></tr><tr><th>Parent</th><td>{}</td></tr>"
+        "<tr><th>Files</th><td>{} files, {}, {} new; changes {}</td></tr>"
+        "<tr><th>Tags</th><td>{}</td></tr>{}</table>",
+        cp.id, time_el(cp.time_ns), cp.task or "–", who(cp) or "–", cp.kind, parent,
+        st.get("files", 0), size_el(st.get("bytes", 0)), size_el(st.get("new_bytes", 0)), counts_el(st),
+        actions.tag_forms(cp), meta,
+    )
+    file_link = _checkpoint_file_link(cp)
+    section = changes_section(
+        changes, counts, view, file_link=file_link, restore_ref=cp.id,
+        more_link=lambda c: url(f"/c/{cp.id}", p=path_token(c.path)),
+        view_link=lambda v: url(f"/c/{cp.id}", p=path_token(only) if only else None, view=v),
+    )
+    if messages is None:
+        convo = Html('<p class="empty">No conversation is stored with this checkpoint.</p>')
+    else:
+        convo = fmt(
+            '<p><a class="action" href="/c/{}/conversation.json" download>Rewind: download the conversation up to here (JSON, {} messages)</a></p>{}',
+            cp.id, len(messages), _conversation(messages),
+        )
+    label = f"#{number}" if number else ("safety" if cp.is_safety else "")
+    body = fmt(
+        '<h1>Checkpoint {} <code>{}</code></h1><p class="message">{}</p>{}{}'
+        "<h2>Changed files <small>against its parent</small></h2>{}<h2 id=\"conversation\">Conversation</h2>{}",
+        label, cp.short_id, cp.message or "(no message)", record, actions.checkpoint_actions(cp), section, convo,
+    )
+    return f"{label} {cp.message or cp.short_id}", body
+
+
+def _checkpoint_file_link(cp: Checkpoint) -> Any:
+    def link(c: Change) -> Html:
+        hist = url("/history", p=path_token(c.path))
+        if c.new is not None and c.new.is_file:
+            return fmt('<a href="{}">file</a> · <a href="{}">history</a>', url(f"/c/{cp.id}/file", p=path_token(c.path)), hist)
+        if c.old is not None and c.old.is_file and cp.parent:
+            return fmt('<a href="{}">file before</a> · <a href="{}">history</a>', url(f"/c/{cp.parent}/file", p=path_token(c.path)), hist)
+        return fmt('<a href="{}">history</a>', hist)
+
+    return link
+
+
+def file_at(store: Store, ref: str, path: bytes) -> Page:
+    """The file ``path`` as checkpoint ``ref`` holds it."""
+    cp = store.resolve(ref)
+    data = store.read_bytes(cp.id, path)
+    token = path_token(path)
+    body = fmt(
+        '<h1><code>{}</code> <small>at checkpoint <a href="/c/{}">{}</a></small></h1><p>{} · '
+        '<a href="{}" download>download</a> · <a href="{}">history</a></p>'
+        '<form method="post" action="/c/{}/restore/preview"><input type="hidden" name="p" value="{}">'
+        '<button type="submit" class="action">Preview restoring this file…</button></form>{}',
+        display(path), cp.id, cp.short_id, size_el(len(data)), url(f"/c/{cp.id}/raw", p=token),
+        url("/history", p=token), cp.id, token, diffview.file_table(path, data),
+    )
+    return display(path), body
+
+
+def history(store: Store, path: bytes | None) -> Page:
+    """The checkpoints in which ``path`` changed, newest first."""
+    shown = display(path) if path else ""
+    form = fmt('<form method="get" action="/history"><label>Path <input name="path" value="{}" required></label> <button type="submit">Show history</button></form>', shown)
+    if not path:
+        return "History", fmt("<h1>A file's history</h1>{}", form)
+    versions = list(reversed(store.history(path)))
+    token = path_token(path)
+    rows = []
+    for v in versions:
+        cp = v.checkpoint
+        lines = "binary" if v.binary else f"+{v.added} -{v.removed}"
+        see = url(f"/c/{cp.id}/file", p=token) if v.entry is not None and v.entry.is_file else url(f"/c/{cp.id}", p=token)
+        rows.append(
+            fmt(
+                '<tr class="cp" data-href="{}"><td>{}</td><td class="st st-{}">{}</td><td>{}</td><td class="lines">{}</td>'
+                '<td><a href="{}">{}</a></td><td><a href="{}">diff</a> · <a href="{}">file</a></td></tr>',
+                see, time_el(cp.time_ns), v.status, diffview.STATUS_WORDS.get(v.status, v.status),
+                size_el(v.entry.size) if v.entry else "–", lines, f"/c/{cp.id}", cp.message or cp.short_id,
+                url(f"/c/{cp.id}", p=token), see,
+            )
+        )
+    table = join(rows) if rows else Html('<tr><td colspan="6" class="empty">This path changed in no checkpoint.</td></tr>')
+    body = fmt(
+        '<h1>History of <code>{}</code></h1>{}<table class="files"><thead><tr><th>Time</th><th>Change</th><th>Size</th>'
+        "<th>Lines</th><th>Checkpoint</th><th></th></tr></thead><tbody>{}</tbody></table>",
+        shown, form, table,
+    )
+    return f"History of {shown}", body
+
+
+def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None) -> Page:
+    """Two checkpoints compared (``b`` empty: checkpoint ``a`` against the working tree)."""
+    recent = store.numbered_checkpoints()[:100]
+    options = join(fmt('<option value="{}">{} {}</option>', c.short_id, f"#{n}", c.message[:60]) for n, c in recent)
+    form = fmt(
+        '<form class="filters" method="get" action="/compare"><label>From <input name="a" value="{}" list="cps" required placeholder="#2, a tag, an id"></label>'
+        '<label>To <input name="b" value="{}" list="cps" placeholder="empty: the working tree"></label><datalist id="cps">{}</datalist>'
+        '<input type="hidden" name="view" value="{}"><button type="submit">Compare</button></form>',
+        a, b, options, view,
+    )
+    if not a:
+        return "Compare", fmt("<h1>Compare</h1>{}", form)
+    old = store.resolve(a)
+    new = store.resolve(b) if b else None
+    changes = store.diff(old.id, new.id if new else None, [only.decode("utf-8", "surrogateescape")] if only else None)
+    counts = store.line_counts(changes)
+    right = fmt('<a href="/c/{}">{}</a> {}', new.id, new.short_id, new.message) if new else Html("the working tree")
+
+    def file_link(c: Change) -> Html:
+        side = new.id if new else None
+        if side and c.new is not None and c.new.is_file:
+            return fmt('<a href="{}">file</a>', url(f"/c/{side}/file", p=path_token(c.path)))
+        return fmt('<a href="{}">history</a>', url("/history", p=path_token(c.path)))
+
+    section = changes_section(
+        changes, counts, view, file_link=file_link,
+        more_link=lambda c: url("/compare", a=a, b=b, p=path_token(c.path)),
+        view_link=lambda v: url("/compare", a=a, b=b, p=path_token(only) if only else None, view=v),
+    )
+    body = fmt(
+        '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} path(s) differ.</p>{}',
+        form, old.id, old.short_id, old.message, right, len(changes), section,
+    )
+    return "Compare", body
+
+
+def operations(store: Store) -> Page:
+    """The operation log (restores and undos), newest first, with the Undo button."""
+    from snapstore.ui import actions
+
+    ops = store.operations()
+    rows = join(
+        fmt(
+            "<tr><td>op {}</td><td>{}</td><td>{}</td><td>to <a href=\"/c/{}\">{}</a></td><td>before <a href=\"/c/{}\">{}</a></td><td>{} path(s){}</td></tr>",
+            op.seq, time_el(op.time_ns), op.kind, op.target, op.target[:12], op.before, op.before[:12], op.changed,
+            (" in " + ", ".join(op.paths)) if op.paths else "",
+        )
+        for op in ops
+    )
+    if not ops:
+        return "Operations", Html('<h1>Operations</h1><p class="empty">No restore has been done in this store.</p>')
+    body = fmt(
+        '<h1>Operations</h1>{}<table class="files"><thead><tr><th>Op</th><th>Time</th><th>Kind</th><th>Target</th>'
+        "<th>Tree before</th><th>Changed</th></tr></thead><tbody>{}</tbody></table>",
+        actions.undo_button(), rows,
+    )
+    return "Operations", body
+
+
+__all__ = ["Filters", "checkpoint", "compare", "file_at", "history", "operations", "timeline", "timeline_list"]
