@@ -20,6 +20,7 @@ import msgpack
 from snapstore.errors import (
     CorruptError,
     FormatVersionError,
+    RefError,
     StoreExistsError,
     StoreNotFoundError,
     TreeIOError,

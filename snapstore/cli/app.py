@@ -187,6 +187,7 @@ def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_t
     Go back:  restore, undo, oplog, recover
     Upkeep:   verify, prune, delete, gc, stats, config, relocate, serve
     Agents:   hook, integrate, mcp, edit
+    Browse:   ui
 
     Every command takes --help (with an example). References: latest, latest~N, #N, a tag,
     an id prefix, :/TEXT (newest message containing TEXT), each optionally @TASK.

@@ -30,6 +30,7 @@ from snapstore.ui.html import (
 )
 
 if TYPE_CHECKING:
+    from snapstore.ops.textdiff import LineCounts
     from snapstore.store import Store
 
 #: Diffs shown inline on one page; the rest are listed with a link to their own diff.
@@ -149,7 +150,7 @@ def _row(n: int | None, c: Checkpoint) -> Html:
 
 def changes_section(
     changes: list[Change],
-    counts: list[tuple[int, int, bool]],
+    counts: list[LineCounts],
     view: str,
     *,
     file_link: Any,
@@ -161,7 +162,8 @@ def changes_section(
     if not changes:
         return Html('<p class="empty">No file changed.</p>')
     rows = []
-    for i, (c, (added, removed, binary)) in enumerate(zip(changes, counts)):
+    for i, (c, n) in enumerate(zip(changes, counts)):
+        added, removed, binary = n.added, n.removed, n.binary or bool(n.not_counted)
         lines = "binary" if binary else f"+{added} -{removed}"
         box = fmt('<td><input type="checkbox" name="p" value="{}" aria-label="select {}"></td>', path_token(c.path), c.display_path) if restore_ref else Html("")
         target = f"#f-{i}" if i < MAX_INLINE_DIFFS else (more_link(c) if more_link else "#")
@@ -189,8 +191,8 @@ def changes_section(
         Html(' aria-current="true"') if view == "split" else Html(""),
     )
     diffs = []
-    for i, (c, (added, removed, binary)) in enumerate(zip(changes[:MAX_INLINE_DIFFS], counts)):
-        lines = "binary" if binary else f"+{added} -{removed}"
+    for i, (c, n) in enumerate(zip(changes[:MAX_INLINE_DIFFS], counts)):
+        lines = n.note or f"+{n.added} -{n.removed}"
         diffs.append(
             fmt(
                 '<section class="filediff" id="f-{}"><h3><span class="st st-{}">{}</span> {} <small>{}</small></h3>{}</section>',
