@@ -124,9 +124,7 @@ def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_j
     from snapstore.render import checkpoint_rows, table
 
     with obj.open(reading=True) as store:
-        numbered = store.numbered_checkpoints(task=task, include_safety=include_all)
-    if limit:
-        numbered = numbered[:limit]
+        numbered = store.numbered_checkpoints(task=task, include_safety=include_all, limit=limit)
     if as_json:
         echo_json({"checkpoints": [{**c.to_json(), "index": n} for n, c in numbered]})
         return

@@ -6,7 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from snapstore.ops.context import StageContext
-from snapstore.records import manifest, refs
+from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint, damage_of, load_all, load_one
 from snapstore.records.manifest import Entry
 
@@ -45,9 +45,18 @@ class StoreBase:
         return rows
 
     def resolve(self, ref: str, *, task: str | None = None) -> Checkpoint:
-        """The checkpoint ``ref`` names (see :mod:`snapstore.refs`)."""
-        all_, tags = self._load()
-        return refs.resolve(ref, all_, tags, task, damage=self._damage_of)
+        """The checkpoint ``ref`` names (see :mod:`snapstore.records.refs`).
+
+        Reads only the records the reference reaches (``latest~N`` reads N+1 of them, a tag or
+        an id one), so resolving costs the same at 10 and at 10,000 checkpoints.
+        """
+        from snapstore.records.history import History
+
+        with self.backend.read() as view:
+            history = History(view)
+            cp = history.resolve(ref, task)
+            tags = history.tags_of({cp.id})
+        return dataclasses.replace(cp, tags=tags.get(cp.id, ()))
 
     def _damage_of(self, cid: str) -> str | None:
         with self.backend.read() as view:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ from snapstore.errors import (
 )
 from snapstore.ops.diff import Change, compare
 from snapstore.ops.renames import detect as detect_renames
-from snapstore.records import conversation, manifest, refs
+from snapstore.records import conversation, manifest
 from snapstore.records.checkpoint import Checkpoint, load_one
 from snapstore.records.manifest import Entry
 from snapstore.records.oplog import Operation
@@ -109,12 +110,30 @@ class ReadingMixin(StoreBase):
             return f.read()
 
     def numbered_checkpoints(
-        self, *, task: str | None = None, include_safety: bool = False
+        self, *, task: str | None = None, include_safety: bool = False, limit: int | None = None
     ) -> list[tuple[int | None, Checkpoint]]:
         """What ``list`` shows: newest first, each with its ``#N`` reference (None for safety
-        checkpoints, which are listed only with ``include_safety``)."""
-        all_, _ = self._load()
-        return refs.numbered(all_, task, include_safety)
+        checkpoints, which are listed only with ``include_safety``).  With ``limit`` only the
+        records of the rows shown are read."""
+        from snapstore.records.history import History
+
+        out: list[tuple[int | None, Checkpoint]] = []
+        n = 0
+        with self.backend.read() as view:
+            history = History(view)
+            for c in history.newest():
+                if task is not None and c.task != task:
+                    continue
+                if c.is_safety:
+                    if include_safety:
+                        out.append((None, c))
+                else:
+                    n += 1
+                    out.append((n, c))
+                if limit is not None and len(out) >= limit:
+                    break
+            tags = history.tags_of({c.id for _, c in out})
+        return [(i, dataclasses.replace(c, tags=tags.get(c.id, ()))) for i, c in out]
 
     def line_counts(self, changes: list[Change]) -> list[LineCounts]:
         """Lines added and removed by each change, as ``diff --stat`` shows them (binary files
