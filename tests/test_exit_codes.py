@@ -227,3 +227,14 @@ def test_every_command_help_has_an_example(run_cli):
         r = run_cli(name, "--help")
         assert r.code == 0, name
         assert "Example:" in r.text, f"`snapstore {name} --help` has no example"
+
+
+def test_cat_json_gives_the_hash_edit_compares_with(inited, run_cli):
+    import json
+
+    from snapstore.ops.edit import content_hash
+
+    r = run_cli("cat", "latest", "a.txt", "--json", cwd=inited)
+    assert r.code == 0
+    info = json.loads(r.out)
+    assert info["hash"] == content_hash(b"alpha\n") and info["size"] == 6 and info["kind"] == "file"

@@ -178,12 +178,17 @@ def log_(obj: Ctx, path: str, task: str | None, as_json: bool) -> None:
     click.echo(table(history_rows(versions)))
 
 
-@command(example="snapstore cat latest~1 src/app.py > /tmp/app.py")
+@command(example="snapstore cat latest~1 src/app.py > /tmp/app.py\nsnapstore cat latest src/app.py --json   # size and content hash")
 @click.argument("ref")
 @click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Print what the checkpoint records (kind, mode, size, content hash) instead of the bytes.")
 @click.pass_obj
-def cat(obj: Ctx, ref: str, path: str) -> None:
+def cat(obj: Ctx, ref: str, path: str, as_json: bool) -> None:
     """Write the exact bytes of PATH (relative to the tree root) in checkpoint REF to stdout."""
+    if as_json:
+        with obj.open(reading=True) as store:
+            echo_json(store.file_info(ref, path))
+        return
     out = sys.stdout.buffer
     with obj.open(reading=True) as store:
         for data in store.iter_bytes(ref, path):

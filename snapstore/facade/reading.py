@@ -178,6 +178,26 @@ class ReadingMixin(StoreBase):
                 raise RefError(f"{display(rel)} is not a file in checkpoint {cp.short_id}")
             yield from objects.iter_stream(view.get, entry.ref)
 
+    def file_info(self, ref: str, path: str | bytes) -> dict[str, Any]:
+        """What checkpoint ``ref`` records for ``path``: kind, mode, size and content hash (the
+        BLAKE3 of its bytes, which ``edit(expected=...)`` compares with), without reading it."""
+        cp = self.resolve(ref)
+        rel = from_user(path)
+        with self.backend.read() as view:
+            entry = _find_entry(view.get, cp, rel)
+        info: dict[str, Any] = {
+            "checkpoint": cp.id,
+            "path": os.fsdecode(rel),
+            "kind": manifest.KIND_NAMES.get(entry.kind, str(entry.kind)),
+            "mode": f"{entry.mode:o}",
+            "size": entry.size,
+        }
+        if entry.is_file:
+            info["hash"] = entry.ref.hex()
+        elif entry.kind == manifest.SYMLINK:
+            info["target"] = os.fsdecode(entry.ref)
+        return info
+
     def read_bytes(self, ref: str, path: str | bytes) -> bytes:
         """The exact bytes of ``path`` (root-relative) in checkpoint ``ref``."""
         return b"".join(self.iter_bytes(ref, path))
