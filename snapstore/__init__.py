@@ -34,11 +34,15 @@ if TYPE_CHECKING:
     )
     from snapstore.facade.going_back import Rewind
     from snapstore.ops.diff import Change
+    from snapstore.ops.edit import EditReport
     from snapstore.ops.gc import GcReport
     from snapstore.ops.history import Version
+    from snapstore.ops.renames import Renamed
     from snapstore.ops.restore import RestoreReport
+    from snapstore.ops.restore.recovery import RecoverReport
     from snapstore.ops.retention import PruneReport
     from snapstore.ops.stats import StoreStats
+    from snapstore.ops.textdiff import LineCounts
     from snapstore.ops.verify import Problem, VerifyReport
     from snapstore.records.checkpoint import Checkpoint
     from snapstore.records.manifest import Entry
@@ -58,6 +62,10 @@ _LAZY = {
     "PruneReport": "snapstore.ops.retention",
     "StoreStats": "snapstore.ops.stats",
     "Problem": "snapstore.ops.verify",
+    "RecoverReport": "snapstore.ops.restore.recovery",
+    "LineCounts": "snapstore.ops.textdiff",
+    "Renamed": "snapstore.ops.renames",
+    "EditReport": "snapstore.ops.edit",
     "VerifyReport": "snapstore.ops.verify",
 }
 _ERRORS = (
@@ -83,17 +91,21 @@ __all__ = [
     "Checkpoint",
     "ConflictError",
     "CorruptError",
+    "EditReport",
     "Entry",
     "FormatVersionError",
     "GcReport",
     "HookError",
     "InternalError",
     "Interrupted",
+    "LineCounts",
     "LockedError",
     "Operation",
     "Problem",
     "PruneReport",
+    "RecoverReport",
     "RefError",
+    "Renamed",
     "RestoreReport",
     "Rewind",
     "SnapstoreError",
