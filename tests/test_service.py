@@ -123,9 +123,8 @@ def test_writes_through_the_service_are_the_store_s_writes(project: Path):
 def test_socket_is_owner_only_and_a_foreign_version_is_not_served(project: Path):
     sock = project / ".snapstore" / protocol.SOCKET_NAME
     assert stat.S_IMODE(os.lstat(sock).st_mode) == 0o600
-    conn = protocol.connect(str(sock), 2)
-    with conn:
-        protocol.send_frame(conn, b"r", json.dumps({"v": "0.0.0/0/elsewhere", "argv": ["list"]}).encode())
+    with protocol.connect(str(sock), 2) as conn:
+        protocol.send_frame(conn, b"r", protocol.encode_request({"v": "0.0.0/0/elsewhere", "argv": ["list"]}))
         frame = protocol.recv_frame(conn)
     assert frame is not None and frame[0] == b"n"
 
@@ -197,7 +196,7 @@ def test_client_version_flag_reads_no_package_metadata():
         "import sys\nsys.argv=['snapstore','list']\n"
         "import snapstore.service.client as c\n"
         "c.try_service(['list'])\n"
-        "heavy=[m for m in ('click','lmdb','zstandard','msgpack','blake3') if m in sys.modules]\n"
+        "heavy=[m for m in ('click','lmdb','zstandard','msgpack','blake3','json','typing','socket') if m in sys.modules]\n"
         "print(','.join(heavy))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=subprocess_env(), timeout=60, cwd="/")

@@ -8,11 +8,14 @@ before it wrote anything) means the command runs in-process exactly as without a
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 from snapstore.service import protocol
+
+TYPE_CHECKING = False  # no `typing` at run time: the client's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 #: How long a service may take to accept and acknowledge a request before the client gives up
 #: on it and runs the command itself.
@@ -100,12 +103,12 @@ def try_service(argv: list[str]) -> int | None:
         _read_stdin = sys.stdin.buffer.read()
         request["stdin"] = _read_stdin.decode("utf-8", "surrogateescape")
     try:
-        sock = protocol.connect(path, CONNECT_TIMEOUT)
+        conn = protocol.connect(path, CONNECT_TIMEOUT)
     except OSError:
         return None
-    with sock:
+    with conn as sock:
         try:
-            protocol.send_frame(sock, b"r", json.dumps(request).encode())
+            protocol.send_frame(sock, b"r", protocol.encode_request(request))
             first = protocol.recv_frame(sock)
         except (OSError, ValueError):
             return None
@@ -115,10 +118,7 @@ def try_service(argv: list[str]) -> int | None:
         return _relay(sock)
 
 
-def _relay(sock: object) -> int | None:
-    import socket as socket_mod
-
-    assert isinstance(sock, socket_mod.socket)
+def _relay(sock: Any) -> int | None:
     out, err = sys.stdout.buffer, sys.stderr.buffer
     wrote = False
     while True:
@@ -144,7 +144,7 @@ def _relay(sock: object) -> int | None:
             err.flush()
             wrote = True
         elif channel == b"x":
-            return int(json.loads(payload))
+            return int(payload)
 
 
 def main() -> int:

@@ -22,12 +22,12 @@ def _ask(store_dir: str, op: str, timeout: float = 2.0) -> dict[str, Any] | None
     if path is None:
         return None
     try:
-        sock = protocol.connect(path, timeout)
+        conn = protocol.connect(path, timeout)
     except OSError:
         return None
-    with sock:
+    with conn as sock:
         try:
-            protocol.send_frame(sock, b"r", json.dumps({"v": protocol.version_tag(), "op": op}).encode())
+            protocol.send_frame(sock, b"r", protocol.encode_request({"v": protocol.version_tag(), "op": op}))
             out = b""
             while True:
                 frame = protocol.recv_frame(sock)

@@ -1,16 +1,21 @@
 """The wire protocol between the thin client and the service (standard library only).
 
-A request is one frame: a JSON object ``{"v": VERSION, "argv": [...], "cwd": ..., "env": {...},
-"store": DIR}``.  The service answers with frames ``(channel, payload)``: ``o`` stdout bytes,
+A request is one frame: a dict ``{"v": VERSION, "argv": [...], "cwd": ..., "env": {...},
+"store": DIR}`` in :mod:`marshal` format (built in: the client imports neither json nor re; the
+service accepts it only from a peer with its own uid, checked with SO_PEERCRED).  The service answers with frames ``(channel, payload)``: ``o`` stdout bytes,
 ``e`` stderr bytes, ``x`` the exit code (JSON), ``n`` "not served here" (the client then runs
 the command itself).  A frame is a 1-byte channel, a 4-byte big-endian length and the payload.
 """
 
 from __future__ import annotations
 
+import _socket
+import marshal
 import os
-import socket
-import struct
+
+TYPE_CHECKING = False  # no `typing` at run time: the client's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Client and service of different versions never talk: the service answers ``n`` and the
 #: client runs in-process.  The package path is part of it, so two installations never mix.
@@ -21,7 +26,7 @@ STORE_DIRNAME = ".snapstore"
 #: Environment variables forwarded with a request (those the CLI and the store read).
 FORWARDED_ENV_PREFIXES = ("SNAPSTORE_", "TZ")
 
-_HEADER = struct.Struct(">cI")
+_HEADER_SIZE = 5  # 1-byte channel, 4-byte big-endian length
 MAX_FRAME = 1 << 26
 
 
@@ -32,11 +37,23 @@ def version_tag() -> str:
     return f"{__version__}/{PROTOCOL}/{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}"
 
 
-def send_frame(sock: socket.socket, channel: bytes, payload: bytes) -> None:
-    sock.sendall(_HEADER.pack(channel, len(payload)) + payload)
+def encode_request(request: dict[str, Any]) -> bytes:
+    return marshal.dumps(request)
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes | None:
+def decode_request(data: bytes) -> dict[str, Any]:
+    """The request dict; ValueError for anything else."""
+    value = marshal.loads(data)
+    if not isinstance(value, dict):
+        raise ValueError("a request is a dict")
+    return value
+
+
+def send_frame(sock: Any, channel: bytes, payload: bytes) -> None:
+    sock.sendall(channel + len(payload).to_bytes(4, "big") + payload)
+
+
+def recv_exact(sock: Any, n: int) -> bytes | None:
     """``n`` bytes, or None when the peer closed the connection first."""
     parts = []
     while n:
@@ -48,11 +65,11 @@ def recv_exact(sock: socket.socket, n: int) -> bytes | None:
     return b"".join(parts)
 
 
-def recv_frame(sock: socket.socket) -> tuple[bytes, bytes] | None:
-    header = recv_exact(sock, _HEADER.size)
+def recv_frame(sock: Any) -> tuple[bytes, bytes] | None:
+    header = recv_exact(sock, _HEADER_SIZE)
     if header is None:
         return None
-    channel, length = _HEADER.unpack(header)
+    channel, length = header[:1], int.from_bytes(header[1:], "big")
     if length > MAX_FRAME:
         raise ValueError("frame too large")
     payload = recv_exact(sock, length) if length else b""
@@ -91,9 +108,26 @@ def owned_socket(store_dir: str) -> str | None:
     return path
 
 
-def connect(path: str, timeout: float) -> socket.socket:
-    """Connect to a service socket; a long store path is reached through its directory."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+class Connection:
+    """A connected socket that closes with ``with`` (``_socket.socket`` itself does not)."""
+
+    def __init__(self, sock: Any):
+        self.sock = sock
+
+    def __enter__(self) -> Any:
+        return self.sock
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+def connect(path: str, timeout: float) -> Connection:
+    """Connect to a service socket; a long store path is reached through its directory.
+
+    The C-level ``_socket`` is used: the ``socket`` module imports enum and selectors, which
+    cost a client more than the round trip does.
+    """
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         if len(os.fsencode(path)) < 100:
@@ -107,4 +141,4 @@ def connect(path: str, timeout: float) -> socket.socket:
     except BaseException:
         sock.close()
         raise
-    return sock
+    return Connection(sock)

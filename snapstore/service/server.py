@@ -187,7 +187,7 @@ class Service:
             frame = protocol.recv_frame(conn)
             if frame is None:
                 return
-            request = json.loads(frame[1])
+            request = protocol.decode_request(frame[1])
             if request.get("v") != protocol.version_tag():
                 protocol.send_frame(conn, b"n", b"version")
                 return
