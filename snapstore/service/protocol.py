@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 #: Client and service of different versions never talk: the service answers ``n`` and the
 #: client runs in-process.  The package path is part of it, so two installations never mix.
-PROTOCOL = 1
+PROTOCOL = 2
 SOCKET_NAME = "service.sock"
 LOCK_NAME = "service.lock"
 STORE_DIRNAME = ".snapstore"
