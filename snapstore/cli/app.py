@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from snapstore import __version__
-from snapstore.errors import EXIT_CODES, EXIT_OK, InternalError, Interrupted, SnapstoreError
+from snapstore.errors import (
+    EXIT_CODES,
+    EXIT_OK,
+    InternalError,
+    Interrupted,
+    SnapstoreError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     from snapstore.store import Store
@@ -73,6 +80,29 @@ def echo_json(doc: Any, err: bool = False) -> None:
     from snapstore.render import dump_json
 
     click.echo(dump_json(doc), err=err)
+
+
+def read_json_list(source: str, what: str, shape: str) -> list[Any]:
+    """A JSON list read from FILE or ``-`` (stdin); UsageError naming ``what`` otherwise."""
+    import json
+
+    try:
+        if source == "-":
+            text = sys.stdin.read()
+        else:
+            with open(source, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} from {source}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} in {source} is not UTF-8 text") from exc
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{what} in {source} is not valid JSON: {exc}") from exc
+    if not isinstance(doc, list):
+        raise UsageError(f"{what} must be a JSON list of {shape}")
+    return doc
 
 
 def warn(message: str) -> None:

@@ -8,7 +8,7 @@ import sys
 import click
 
 from snapstore.cli import app
-from snapstore.cli.app import Ctx, Exit, command, echo_json
+from snapstore.cli.app import Ctx, Exit, command, echo_json, read_json_list
 from snapstore.errors import UsageError
 
 #: The writer-lock wait of a hook: well inside the 20 s Claude Code gives it.
@@ -127,24 +127,11 @@ def edit(
 
 
 def _edits(old_text: str | None, new_text: str | None, source: str | None) -> list[dict[str, str]]:
-    import json
 
     if source is not None:
         if old_text is not None or new_text is not None:
             raise UsageError("give --old/--new or --edits, not both")
-        try:
-            text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()  # noqa: SIM115
-        except OSError as exc:
-            raise UsageError(f"cannot read the edits from {source}: {exc.strerror}") from exc
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"the edits in {source} are not UTF-8 text") from exc
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise UsageError(f"the edits in {source} are not valid JSON: {exc}") from exc
-        if not isinstance(doc, list):
-            raise UsageError("the edits must be a JSON list of {old_text, new_text} objects")
-        return doc
+        return read_json_list(source, "the edits", "{old_text, new_text} objects")
     if old_text is None or new_text is None:
         raise UsageError("give --old TEXT and --new TEXT (or --edits FILE|-)")
     return [{"old_text": old_text, "new_text": new_text}]

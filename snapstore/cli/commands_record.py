@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from snapstore.cli.app import Ctx, command, echo_json, warn
+from snapstore.cli.app import Ctx, command, echo_json, read_json_list, warn
 from snapstore.errors import UsageError
 
 
@@ -38,25 +38,7 @@ def _parse_meta(pairs: tuple[str, ...]) -> dict[str, str]:
 def _read_conversation(source: str | None) -> list[Any] | None:
     if source is None:
         return None
-    import json
-
-    try:
-        if source == "-":
-            text = sys.stdin.read()
-        else:
-            with open(source, encoding="utf-8") as f:
-                text = f.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read the conversation from {source}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"the conversation in {source} is not UTF-8 text") from exc
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"the conversation in {source} is not valid JSON: {exc}") from exc
-    if not isinstance(doc, list):
-        raise UsageError("the conversation must be a JSON list of messages")
-    return doc
+    return read_json_list(source, "the conversation", "messages")
 
 
 @command(example='snapstore snapshot -m "before refactor" --task fix-login --meta tool=bash')

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from snapstore.ops.diff import Change
 from snapstore.ops.renames import Renamed
+
+T = TypeVar("T")
 
 BINARY_SNIFF = 8000
 
@@ -52,6 +54,18 @@ class LineCounts(NamedTuple):
             "binary": self.binary,
             "not_counted": self.not_counted or None,
         }
+
+
+def common_ends(a: Sequence[T], b: Sequence[T]) -> tuple[int, int]:
+    """How many items ``a`` and ``b`` share at the start and (after that) at the end."""
+    head = 0
+    limit = min(len(a), len(b))
+    while head < limit and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
+        tail += 1
+    return head, tail
 
 
 def human_size(n: int) -> str:
@@ -92,13 +106,7 @@ def count(change: Change) -> LineCounts:
     a, b = _lines(old), _lines(new)
     # Agents' edits are local: strip the common head and tail first (cheap), so the matcher
     # only sees the region that changed.
-    head = 0
-    limit = min(len(a), len(b))
-    while head < limit and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
-        tail += 1
+    head, tail = common_ends(a, b)
     a, b = a[head : len(a) - tail], b[head : len(b) - tail]
     if not a or not b:
         return LineCounts(len(b), len(a), False)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from itertools import islice
 
 from snapstore.errors import CorruptError, RefError
 from snapstore.records import refs, schema
@@ -43,12 +42,6 @@ class History:
             except CorruptError:
                 continue
 
-    def visible(self, task: str | None = None) -> Iterator[Checkpoint]:
-        """What ``list`` shows, newest first: no safety checkpoints, optionally one task."""
-        for c in self.newest():
-            if not c.is_safety and (task is None or c.task == task):
-                yield c
-
     def tags_of(self, cids: set[str]) -> dict[str, tuple[str, ...]]:
         """The tag names of each of ``cids`` (a scan of the small ``tags`` table)."""
         out: dict[str, list[str]] = {}
@@ -60,45 +53,10 @@ class History:
 
     def resolve(self, ref: str, task: str | None = None) -> Checkpoint:
         """The checkpoint ``ref`` names (the grammar of :mod:`snapstore.records.refs`)."""
-        ref = ref.strip()
-        if "@" in ref:
-            ref, _, scoped = ref.rpartition("@")
-            if not scoped:
-                raise RefError(f"{ref}@: a task name must follow '@'")
-            task = scoped
-        if not ref:
-            raise RefError("empty checkpoint reference")
-        if ref.startswith(":/"):
-            text = ref[2:]
-            if not text:
-                raise RefError(f"{ref}: give the text to search for after ':/'")
-            for c in self.visible(task):
-                if text in c.message:
-                    return c
-            where = f" in task {task!r}" if task else ""
-            raise RefError(f"no checkpoint{where} has a message containing {text!r}")
-        m = _LATEST.match(ref) or _ROW.match(ref)
-        if m:
-            n = int(m.group(1) or 0)
-            row = n if ref.startswith("latest") else n - 1
-            if row >= 0:
-                found = next(islice(self.visible(task), row, None), None)
-                if found is not None:
-                    return found
-            count = sum(1 for _ in self.visible(task))
-            if ref.startswith("latest"):
-                if count == 0:
-                    raise RefError("there are no checkpoints yet" + (f" in task {task!r}" if task else ""))
-                raise RefError(f"{ref}: only {count} checkpoint(s) exist")
-            raise RefError(f"{ref}: there is no row {n} (list shows {count})")
-        tagged = self._view.get("tags", ref.encode())
-        if tagged is not None:
-            return self._by_id(tagged, f"tag {ref!r}")
-        if _HEX.match(ref):
-            return self._by_prefix(ref.lower())
-        if re.match(r"^[0-9a-fA-F]{1,3}$", ref):
-            raise RefError(f"{ref}: an id prefix needs at least {refs.MIN_PREFIX} hex digits")
-        raise RefError(f"unknown checkpoint {ref!r}")
+        return refs.Resolver(self.newest, self._tag, self._by_id, self._by_prefix).resolve(ref, task)
+
+    def _tag(self, name: str) -> bytes | None:
+        return self._view.get("tags", name.encode())
 
     def _by_id(self, cid: bytes, what: str) -> Checkpoint:
         why = damage_of(self._view, cid)
@@ -109,7 +67,7 @@ class History:
             raise RefError(f"{what} names a checkpoint that no longer exists")
         return parse_record(cid, packed)
 
-    def _by_prefix(self, prefix: str) -> Checkpoint:
+    def _by_prefix(self, prefix: str) -> tuple[list[Checkpoint], list[str]]:
         # Keys are raw ids: scan the range that starts with the prefix's whole bytes.
         whole = bytes.fromhex(prefix[: len(prefix) // 2 * 2])
         matches: list[Checkpoint] = []
@@ -118,18 +76,9 @@ class History:
             if not cid.hex().startswith(prefix):
                 continue
             try:
-                c = parse_record(cid, packed)
+                matches.append(parse_record(cid, packed))
             except CorruptError as exc:
                 damaged.append(str(exc))
-                continue
-            matches.append(c)
-            if len(matches) > 5:
+            if len(matches) + len(damaged) > 5:
                 break
-        if len(matches) == 1 and not damaged:
-            return matches[0]
-        if len(matches) + len(damaged) > 1:
-            ids = ", ".join(c.short_id for c in matches[:5])
-            raise RefError(f"{prefix} is ambiguous: it matches {len(matches) + len(damaged)} checkpoints ({ids})")
-        if damaged:
-            raise CorruptError(damaged[0])
-        raise RefError(f"unknown checkpoint {prefix!r}")
+        return matches, damaged

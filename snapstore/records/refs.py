@@ -22,7 +22,8 @@ store is damaged"), not RefError: the checkpoint exists, it cannot be read.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 
 from snapstore.errors import CorruptError, RefError
 from snapstore.records.checkpoint import Checkpoint
@@ -36,10 +37,94 @@ MIN_PREFIX = 4
 
 def visible(checkpoints: list[Checkpoint], task: str | None = None) -> list[Checkpoint]:
     """What ``list`` shows: newest first, no safety checkpoints, optionally one task."""
-    rows = [c for c in reversed(checkpoints) if not c.is_safety]
-    if task is not None:
-        rows = [c for c in rows if c.task == task]
-    return rows
+    return list(_visible(reversed(checkpoints), task))
+
+
+def _visible(newest: Iterable[Checkpoint], task: str | None) -> Iterator[Checkpoint]:
+    for c in newest:
+        if not c.is_safety and (task is None or c.task == task):
+            yield c
+
+
+class Resolver:
+    """The reference grammar over a source of checkpoints; reads only what a reference reaches.
+
+    ``newest()`` yields readable checkpoints newest first (safety ones included); ``tag(name)``
+    gives the id a tag names (None: no such tag); ``by_id(id, what)`` gives a checkpoint or
+    raises (CorruptError when damaged, RefError when gone); ``by_prefix(prefix)`` gives the
+    checkpoints whose hex id starts with ``prefix`` (at most a few) and the damage found.
+    """
+
+    def __init__(
+        self,
+        newest: Callable[[], Iterable[Checkpoint]],
+        tag: Callable[[str], bytes | None],
+        by_id: Callable[[bytes, str], Checkpoint],
+        by_prefix: Callable[[str], tuple[list[Checkpoint], list[str]]],
+    ):
+        self.newest, self.tag, self.by_id, self.by_prefix = newest, tag, by_id, by_prefix
+
+    def visible(self, task: str | None = None) -> Iterator[Checkpoint]:
+        return _visible(self.newest(), task)
+
+    def resolve(self, ref: str, task: str | None = None) -> Checkpoint:
+        """The checkpoint ``ref`` names (the table in this module's docstring)."""
+        ref = ref.strip()
+        if "@" in ref:
+            ref, _, scoped = ref.rpartition("@")
+            if not scoped:
+                raise RefError(f"{ref}@: a task name must follow '@'")
+            task = scoped
+        if not ref:
+            raise RefError("empty checkpoint reference")
+        if ref.startswith(":/"):
+            return self._search(ref, task)
+        m = _LATEST.match(ref) or _ROW.match(ref)
+        if m:
+            return self._row(ref, int(m.group(1) or 0), task)
+        tagged = self.tag(ref)
+        if tagged is not None:
+            return self.by_id(tagged, f"tag {ref!r}")
+        if _HEX.match(ref):
+            prefix = ref.lower()
+            matches, damaged = self.by_prefix(prefix)
+            if len(matches) == 1 and not damaged:
+                return matches[0]
+            if len(matches) + len(damaged) > 1:
+                ids = ", ".join(c.short_id for c in matches[:5])
+                raise RefError(
+                    f"{ref} is ambiguous: it matches {len(matches) + len(damaged)} checkpoints ({ids})"
+                )
+            if damaged:
+                raise CorruptError(damaged[0])
+        elif re.match(r"^[0-9a-fA-F]{1,3}$", ref):
+            raise RefError(f"{ref}: an id prefix needs at least {MIN_PREFIX} hex digits")
+        raise RefError(f"unknown checkpoint {ref!r}")
+
+    def _row(self, ref: str, n: int, task: str | None) -> Checkpoint:
+        latest = ref.startswith("latest")
+        row = n if latest else n - 1
+        if row >= 0:
+            found = next(islice(self.visible(task), row, None), None)
+            if found is not None:
+                return found
+        count = sum(1 for _ in self.visible(task))
+        if latest:
+            if count == 0:
+                raise RefError("there are no checkpoints yet" + (f" in task {task!r}" if task else ""))
+            raise RefError(f"{ref}: only {count} checkpoint(s) exist")
+        raise RefError(f"{ref}: there is no row {n} (list shows {count})")
+
+    def _search(self, ref: str, task: str | None) -> Checkpoint:
+        """``:/TEXT``: the newest visible checkpoint whose message contains TEXT."""
+        text = ref[2:]
+        if not text:
+            raise RefError(f"{ref}: give the text to search for after ':/'")
+        for c in self.visible(task):
+            if text in c.message:
+                return c
+        where = f" in task {task!r}" if task else ""
+        raise RefError(f"no checkpoint{where} has a message containing {text!r}")
 
 
 def resolve(
@@ -49,61 +134,32 @@ def resolve(
     task: str | None = None,
     damage: Callable[[str], str | None] | None = None,
 ) -> Checkpoint:
-    """Resolve ``ref`` among ``checkpoints`` (oldest first) and ``tags`` (name -> id).
+    """Resolve ``ref`` among ``checkpoints`` (oldest first) and ``tags`` (name -> hex id).
 
-    ``damage(id)`` says why a checkpoint that is not among ``checkpoints`` cannot be read
-    (None: it does not exist); it is asked only when a tag or a full id names such a one.
+    ``damage(id)`` says why a checkpoint that is not among ``checkpoints`` cannot be read (None:
+    it does not exist).  The Store resolves from the store itself
+    (:class:`snapstore.records.history.History`); this form serves lists already loaded.
     """
-    ref = ref.strip()
-    if "@" in ref:
-        ref, _, scoped = ref.rpartition("@")
-        if not scoped:
-            raise RefError(f"{ref}@: a task name must follow '@'")
-        task = scoped
-    if not ref:
-        raise RefError("empty checkpoint reference")
-    by_id = {c.id: c for c in checkpoints}
-    if ref.startswith(":/"):
-        return _search(ref, visible(checkpoints, task), task)
-    m = _LATEST.match(ref)
-    if m:
-        n = int(m.group(1) or 0)
-        rows = visible(checkpoints, task)
-        if not rows:
-            raise RefError("there are no checkpoints yet" + (f" in task {task!r}" if task else ""))
-        if n >= len(rows):
-            raise RefError(f"{ref}: only {len(rows)} checkpoint(s) exist")
-        return rows[n]
-    m = _ROW.match(ref)
-    if m:
-        n = int(m.group(1))
-        rows = visible(checkpoints, task)
-        if n < 1 or n > len(rows):
-            raise RefError(f"{ref}: there is no row {n} (list shows {len(rows)})")
-        return rows[n - 1]
-    if ref in tags:
-        cid = tags[ref]
-        if cid not in by_id:
-            why = damage(cid) if damage is not None else None
-            if why is not None:
-                raise CorruptError(f"tag {ref!r} names a damaged checkpoint: {why}")
-            raise RefError(f"tag {ref!r} names a checkpoint that no longer exists")
-        return by_id[cid]
-    if _HEX.match(ref):
-        prefix = ref.lower()
+    by_hex = {c.id: c for c in checkpoints}
+
+    def by_id(cid: bytes, what: str) -> Checkpoint:
+        found = by_hex.get(cid.hex())
+        if found is not None:
+            return found
+        why = damage(cid.hex()) if damage is not None else None
+        if why is not None:
+            raise CorruptError(f"{what} names a damaged checkpoint: {why}")
+        raise RefError(f"{what} names a checkpoint that no longer exists")
+
+    def by_prefix(prefix: str) -> tuple[list[Checkpoint], list[str]]:
         matches = [c for c in checkpoints if c.id.startswith(prefix)]
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            ids = ", ".join(c.short_id for c in matches[:5])
-            raise RefError(f"{ref} is ambiguous: it matches {len(matches)} checkpoints ({ids})")
-        if len(prefix) == 64 and damage is not None:
-            why = damage(prefix)
-            if why is not None:
-                raise CorruptError(why)
-    elif re.match(r"^[0-9a-fA-F]{1,3}$", ref):
-        raise RefError(f"{ref}: an id prefix needs at least {MIN_PREFIX} hex digits")
-    raise RefError(f"unknown checkpoint {ref!r}")
+        why = damage(prefix) if not matches and len(prefix) == 64 and damage is not None else None
+        return matches, [why] if why else []
+
+    def tag(name: str) -> bytes | None:
+        return bytes.fromhex(tags[name]) if name in tags else None
+
+    return Resolver(lambda: reversed(checkpoints), tag, by_id, by_prefix).resolve(ref, task)
 
 
 def numbered(
@@ -126,15 +182,3 @@ def numbered(
         n += 1
         out.append((n, c))
     return out
-
-
-def _search(ref: str, rows: list[Checkpoint], task: str | None) -> Checkpoint:
-    """``:/TEXT``: the first of ``rows`` (newest first) whose message contains TEXT."""
-    text = ref[2:]
-    if not text:
-        raise RefError(f"{ref}: give the text to search for after ':/'")
-    for c in rows:
-        if text in c.message:
-            return c
-    where = f" in task {task!r}" if task else ""
-    raise RefError(f"no checkpoint{where} has a message containing {text!r}")

@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Iterator
 
 from snapstore.ops.diff import Change
-from snapstore.ops.textdiff import is_binary
+from snapstore.ops.textdiff import common_ends, is_binary
 from snapstore.records.manifest import KIND_NAMES, SYMLINK, Entry
 from snapstore.tree.paths import display
 from snapstore.ui.highlight import highlight, split_lines
@@ -28,13 +28,7 @@ Opcode = tuple[str, int, int, int, int]
 
 def opcodes(a: list[str], b: list[str]) -> list[Opcode]:
     """difflib's opcodes for ``a`` -> ``b``, computed on the part between the common head and tail."""
-    head = 0
-    limit = min(len(a), len(b))
-    while head < limit and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
-        tail += 1
+    head, tail = common_ends(a, b)
     out: list[Opcode] = []
     if head:
         out.append(("equal", 0, head, 0, head))
