@@ -165,30 +165,15 @@ def test_9_conflict_tree_changed_during_restore(inited, monkeypatch):
 
 
 def test_10_unsafe_path_in_a_manifest(inited, run_cli):
-    from snapstore.records.checkpoint import build_record, next_seq, seq_key
-    from snapstore.records.manifest import FILE, Entry, write_manifest
-    from snapstore.storage.objects import chunk_id, encode_chunk
+    from restore_helpers import plant_checkpoint
+
+    from snapstore.records.manifest import FILE, Entry
+    from snapstore.storage.objects import chunk_id
 
     content = b"pwned\n"
-    objs: list[tuple[bytes, bytes]] = []
-    entry = Entry(b"../escape", FILE, 0o644, len(content), 0, chunk_id(content))
-    mid, _, record = write_manifest([entry], lambda cid, value: objs.append((cid, value)))
     with Store.open(inited) as s:
-        with s.backend.read() as view:
-            last = next(iter(view.items("log", reverse=True)), None)
-        rec_id, packed = build_record(
-            parent=None, time_ns=1, message="hostile", task=None, tags=[], kind="checkpoint",
-            manifest=mid, conversation=None, metadata={}, stats={},
-        )
-        with s.backend.write() as batch:
-            for k, v in objs:
-                batch.put_new("chunks", k, v)
-            if record:
-                batch.put("streams", mid, record)
-            batch.put_new("chunks", chunk_id(content), encode_chunk(content))
-            batch.put("checkpoints", rec_id, packed)
-            batch.put("log", seq_key(next_seq(last[0] if last else None)), rec_id)
-    r = run_cli("restore", rec_id.hex(), cwd=inited)
+        ref = plant_checkpoint(s, [Entry(b"../escape", FILE, 0o644, len(content), 0, chunk_id(content))], content)
+    r = run_cli("restore", ref, cwd=inited)
     assert r.code == 10
     assert_one_line_error(r.err)
     assert not (inited.parent / "escape").exists()
