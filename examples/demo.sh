@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A tour of snapstore on a generated sample tree: snapshot, edit (also by shell commands),
-# snapshot again, list, show, cat, verify.  Run by `make demo`; needs only `snapstore` on PATH.
+# snapshot again, list, show, cat, diff, restore, undo, the resident service, verify.
+# Run by `make demo`; needs only `snapstore` on PATH.
 set -euo pipefail
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/snapstore-demo.XXXXXX")
@@ -40,6 +41,24 @@ snapstore cat latest~1 src/mod1.py
 say "snapstore cat latest src/mod1.py     # and as it is now"
 snapstore cat latest src/mod1.py
 run snapstore snapshot -m "no change" --skip-unchanged
+
+say "... you edit a file by hand; then the whole tree goes back to before the refactor ..."
+printf '# Demo\n\nA sample project, edited by hand.\n' > docs/README.md
+say "snapstore diff --stat   # exit status 1: there are differences, like diff(1)"
+snapstore diff --stat || true
+run snapstore restore start
+say "ls src/mod40.py   # the deleted file is back"
+ls src/mod40.py
+run snapstore undo
+say "cat docs/README.md   # undo brought your hand edit back too (it was recorded first)"
+cat docs/README.md
+run snapstore oplog
+
+run snapstore serve --detach
+say "... every command now goes through the service, which watches the tree ..."
+echo "# touched" >> src/mod3.py
+run snapstore snapshot -m "through the service" --task demo
+run snapstore serve --stop
 run snapstore verify
 say "du -sh .snapstore"
 du -sh .snapstore
