@@ -82,7 +82,11 @@ def same(x: Entry | None, y: Entry | None) -> bool:
 
 def _with_content(e: Entry, data: bytes, mode: int) -> Entry:
     kind = EXEC if mode & 0o100 else FILE
-    return Entry(e.path, kind, mode, len(data), e.mtime_ns, chunk_id(data))
+    # Keep the file type bits when the tree's entry has them: without them the mode is an
+    # old-style "informational" one (manifest.exact_mode) and restore would apply only the
+    # exec bit, losing e.g. a 0o600 the user set.
+    full = (e.mode & ~PERM) | mode if e.mode & 0o170000 else mode
+    return Entry(e.path, kind, full, len(data), e.mtime_ns, chunk_id(data))
 
 
 class Planner:
@@ -217,6 +221,22 @@ def _conflict_reason(o: Entry | None, a: Entry | None, b: Entry | None) -> str:
     if o.kind != b.kind:
         return "its type changed since"
     return "changed since"
+
+
+def step_between(label: str, old: dict[bytes, Entry], new: dict[bytes, Entry], selected: Callable[[bytes], bool]) -> Step:
+    """The step that took ``old`` to ``new`` (entries of two manifests, possibly just the parts
+    that differ), restricted to the selected paths that really changed (times do not count)."""
+    a: dict[bytes, Entry] = {}
+    b: dict[bytes, Entry] = {}
+    for path in old.keys() | new.keys():
+        x, y = old.get(path), new.get(path)
+        if not selected(path) or same(x, y):
+            continue
+        if x is not None:
+            a[path] = x
+        if y is not None:
+            b[path] = y
+    return Step(label, a, b)
 
 
 def plan(
