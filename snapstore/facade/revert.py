@@ -111,11 +111,12 @@ class RevertMixin(UpkeepMixin):
 
         current, _ = worktree.current_state(self.context)
 
+        # By content id, not path: a followed rename reads the content found at the new name.
+        on_disk = {e.ref: e for e in current.values() if e.is_file}
+
         def read(e: Entry) -> bytes:
-            now = current.get(e.path)
-            if now is not None and now.ref == e.ref and now.is_file:
-                return self._disk_loader(e)
-            return self._store_loader(e)
+            now = on_disk.get(e.ref)
+            return self._disk_loader(now) if now is not None else self._store_loader(e)
 
         return plan(steps, current, read, prefer=prefer, markers=markers), current, read
 

@@ -86,24 +86,24 @@ class RevertReport:
         }
 
 
-def describe_conflicts(outcomes: list[PathOutcome]) -> str:
-    """One line per conflicted path: its name, the line ranges and why."""
+def describe_conflicts(outcomes: list[PathOutcome]) -> list[str]:
+    """One item per conflicted path: its name, the line ranges (or "whole file") and why."""
     rows = []
     for o in outcomes:
         if o.status != "conflict":
             continue
         where = ", ".join(c.describe() for c in o.conflicts if c.last_line >= c.first_line)
-        rows.append(f"  {display(o.path)}: {where or 'whole file'}" + (f" ({o.note})" if o.note else ""))
-    return "\n".join(rows)
+        rows.append(f"{display(o.path)}: {where or 'whole file'}" + (f" ({o.note})" if o.note else ""))
+    return rows
 
 
 def refuse(outcomes: list[PathOutcome], what: str) -> ConflictError:
-    """The error a revert with conflicts (and no way chosen to settle them) raises."""
-    listing = describe_conflicts(outcomes)
-    count = listing.count("\n") + 1
+    """The error a revert with conflicts (and no way chosen to settle them) raises: one line
+    (the CLI's error format) naming every conflict."""
+    rows = describe_conflicts(outcomes)
     return ConflictError(
-        f"cannot revert {what}: {count} conflict(s), nothing was changed (use --conflicts=markers, "
-        f"--ours or --theirs to go on)\n{listing}"
+        f"cannot revert {what}: {len(rows)} conflict(s), nothing was changed: {'; '.join(rows)} "
+        "(use --conflicts=markers, --ours or --theirs to go on)"
     )
 
 
