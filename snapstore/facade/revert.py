@@ -81,15 +81,15 @@ class RevertMixin(UpkeepMixin):
             outcomes = plan(steps, current, self._store_loader, prefer=prefer, markers=markers)
             _check(outcomes, what, markers, "the tree changed while the revert was prepared; ")
             report = RevertReport(what, outcomes, False, safety)
-            if not report.changed:
-                return report
             entries = target_entries(current, outcomes)
+            touched = sorted(p for p in entries.keys() | current.keys() if entries.get(p) != current.get(p))
+            if not touched:
+                return report
             target = record_target(
                 self.context, current, entries, outcomes, parent=safety, message=f"revert of {what}",
                 task=task, metadata={"revert_of": revert_of, "actor": "user", "tool_name": "snapstore revert"},
             )
             report.target = target
-            touched = sorted(p for p in entries.keys() | current.keys() if entries.get(p) != current.get(p))
             from snapstore.ops import restore
 
             self.hooks.before("before_restore", target=target, paths=touched, dry_run=False, kind="restore")

@@ -172,6 +172,11 @@ class Planner:
         if result.conflicts and result.markers and not self._markers:
             self._record(path, "conflict", ours, result.conflicts, note="both changed the same lines")
             return
+        if result.data == mine and mode == _perm(o):
+            # Nothing to take back in this file (the change is already undone, or --ours kept
+            # every conflicting line): say so rather than "merged".
+            self._record(path, "untouched", ours, result.conflicts, "kept as it is" if result.conflicts else "nothing left to take back")
+            return
         final = State(_with_content(o, result.data, mode), result.data)
         status: Status = "conflict" if result.markers else "merged"
         note = "conflict markers written" if result.markers else ""

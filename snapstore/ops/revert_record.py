@@ -57,9 +57,9 @@ class RevertReport:
         return [o for o in self.outcomes if o.status == "conflict"]
 
     @property
-    def changed(self) -> bool:
-        """Whether the revert changes (or, dry, would change) any path."""
-        return any(o.status in ("reverted", "merged") or (o.status == "conflict" and o.final.data is not None) for o in self.outcomes)
+    def changed(self) -> int:
+        """How many paths the revert changes (or, dry, would change)."""
+        return sum(1 for o in self.outcomes if o.status in ("reverted", "merged") or (o.status == "conflict" and o.final.data is not None))
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready data (paths as ``tree.paths.to_json`` gives them)."""
