@@ -79,6 +79,10 @@ def sessions(draw):
             groups.append((owners[i], [i]))  # type: ignore[arg-type]
     newline = draw(st.sampled_from([b"\n", b"\r\n"]))
     final_newline = draw(st.booleans())
+    if not final_newline and kinds[-1] == "delete":
+        # Deleting the last line of a file without a final newline takes the newline off the
+        # line before: an edit of that line too (git sees it so as well), adjacent to others.
+        kinds[-1] = "replace"
     unrecorded_tail = draw(st.booleans())  # the user's last edits never checkpointed
     return n, owners, kinds, groups, newline, final_newline, unrecorded_tail
 

@@ -87,7 +87,9 @@ class RevertMixin(UpkeepMixin):
                 return report
             target = record_target(
                 self.context, current, entries, outcomes, parent=safety, message=f"revert of {what}",
-                task=task, metadata={"revert_of": revert_of, "actor": "user", "tool_name": "snapstore revert"},
+                # No task and no actor: the revert is not one of the session's changes, so a
+                # later revert of the session's (or the user's) changes never takes it back.
+                task=None, metadata={"revert_of": revert_of, "tool_name": "snapstore revert"},
             )
             report.target = target
             from snapstore.ops import restore
@@ -146,7 +148,12 @@ class RevertMixin(UpkeepMixin):
             # checkpoints would report a conflict there if the user edited that line since).
             step = step_between(f"{a.short_id}..{b.short_id}", *self._entries_pair(a.manifest, b.manifest), sel)
             return [step], f"{a.short_id}..{b.short_id}", {"range": [a.id, b.id]}
-        rows = [c for c in reversed(self.checkpoints(task=task)) if actor is None or c.metadata.get("actor") == actor]
+        # A checkpoint without a parent records the tree the history starts from, not a change:
+        # "what the user did" never includes the project's files as first recorded.
+        rows = [
+            c for c in reversed(self.checkpoints(task=task))
+            if c.parent is not None and (actor is None or c.metadata.get("actor") == actor)
+        ]
         if not rows:
             who = f" by the {actor}" if actor else ""
             raise RefError(f"no checkpoint{who} in task {task!r}")
