@@ -141,8 +141,9 @@ def test_reverting_the_agent_keeps_exactly_the_user_s_edits_and_undo_gives_the_t
     n=st.integers(min_value=2, max_value=12),
     data=st.data(),
     user_first=st.booleans(),
+    record_user=st.booleans(),
 )
-def test_overlapping_or_adjacent_edits_since_are_conflicts_and_nothing_changes(n, data, user_first):
+def test_overlapping_or_adjacent_edits_since_are_conflicts_and_nothing_changes(n, data, user_first, record_user):
     agent_line = data.draw(st.integers(min_value=0, max_value=n - 1))
     user_line = data.draw(st.integers(min_value=max(0, agent_line - 1), max_value=min(n - 1, agent_line + 1)))
     base = [b"line %d\n" % i for i in range(n)]
@@ -157,7 +158,8 @@ def test_overlapping_or_adjacent_edits_since_are_conflicts_and_nothing_changes(n
                 i = user_line if who == "user" else agent_line
                 lines[i] = b"%s %d\n" % (who.encode(), i)
                 f.write_bytes(b"".join(lines))
-                snap(store, who, who)
+                if who == "agent" or record_user or user_first:  # (only the last edit may be unrecorded)
+                    snap(store, who, who)
             before, records = tree_state(root), store_state(store)
             if user_first:
                 # The agent's checkpoint is the newest and nothing changed since: it simply goes
@@ -221,7 +223,10 @@ def test_added_file_removed_deleted_file_back_unless_recreated(tree: Path, store
     (tree / "again.txt").write_text("original\n")
     (tree / "dir").mkdir()
     (tree / "dir" / "inner.txt").write_text("inner\n")
+    (tree / "empty_dir").mkdir()
     snap(store, "base", "user")
+    (tree / "empty_dir").rmdir()
+    (tree / "new_empty_dir").mkdir()
     (tree / "gone.txt").unlink()
     (tree / "again.txt").unlink()
     (tree / "dir" / "inner.txt").unlink()
@@ -238,6 +243,7 @@ def test_added_file_removed_deleted_file_back_unless_recreated(tree: Path, store
     assert (tree / "dir" / "inner.txt").read_text() == "inner\n"
     assert (tree / "again.txt").read_text() == "the user's own\n"
     assert not (tree / "new.txt").exists() and not (tree / "newdir").exists()
+    assert (tree / "empty_dir").is_dir() and not (tree / "new_empty_dir").exists()
     assert b"again.txt" in report.paths("untouched")
 
 
@@ -252,7 +258,8 @@ def test_added_file_edited_since_is_a_conflict_and_a_dir_with_user_files_stays(t
     (tree / "pkg" / "user.py").write_text("mine\n")
     with pytest.raises(ConflictError, match="made.txt: whole file"):
         store.revert(cp.id)
-    store.revert(cp.id, paths=["pkg"])
+    report = store.revert(cp.id, paths=["pkg"])
+    assert not report.warnings  # the directory stays because the target keeps it, not by luck
     assert not (tree / "pkg" / "mod.py").exists()
     assert (tree / "pkg" / "user.py").read_text() == "mine\n"
 
@@ -273,6 +280,8 @@ def test_rename_is_followed_with_the_user_s_edits(tree: Path, store: Store):
 
 
 def test_mode_changes_revert_too_and_the_user_s_mode_stays(tree: Path, store: Store):
+    (tree / "tool.sh").write_text("echo 1\necho 2\necho 3\necho 4\n")
+    os.chmod(tree / "tool.sh", 0o744)  # exec for the owner only: kept exactly through a merge
     for name in ("run.sh", "both.sh", "private.txt"):
         (tree / name).write_text("echo 1\necho 2\necho 3\necho 4\n")
         os.chmod(tree / name, 0o644)
@@ -280,7 +289,9 @@ def test_mode_changes_revert_too_and_the_user_s_mode_stays(tree: Path, store: St
     os.chmod(tree / "run.sh", 0o755)
     os.chmod(tree / "both.sh", 0o755)
     (tree / "private.txt").write_text("echo 1\nagent\necho 3\necho 4\n")
+    (tree / "tool.sh").write_text("agent\necho 2\necho 3\necho 4\n")
     cp = snap(store, "agent", "agent")
+    (tree / "tool.sh").write_text("agent\necho 2\necho 3\nuser\n")
     (tree / "both.sh").write_text("echo 1\necho 2\necho 3\nuser\n")  # content by the user: mode still the agent's
     os.chmod(tree / "private.txt", 0o600)  # the user's mode, the agent's content
     store.revert(cp.id)
@@ -288,6 +299,8 @@ def test_mode_changes_revert_too_and_the_user_s_mode_stays(tree: Path, store: St
     assert stat.S_IMODE(os.stat(tree / "both.sh").st_mode) == 0o644
     assert (tree / "both.sh").read_text() == "echo 1\necho 2\necho 3\nuser\n"
     assert stat.S_IMODE(os.stat(tree / "private.txt").st_mode) == 0o600
+    assert (tree / "tool.sh").read_text() == "echo 1\necho 2\necho 3\nuser\n"
+    assert stat.S_IMODE(os.stat(tree / "tool.sh").st_mode) == 0o744
     assert (tree / "private.txt").read_text() == "echo 1\necho 2\necho 3\necho 4\n"
 
 
@@ -335,6 +348,7 @@ def test_dry_run_changes_nothing_and_shows_the_diff(tree: Path, store: Store):
     (tree / "d.txt").write_text("1\nagent\n3\n4\n")
     (tree / "added.txt").write_text("x\n")
     cp = snap(store, "agent", "agent")
+    (tree / "user.txt").write_text("not checkpointed yet\n")
     before, records = tree_state(tree), store_state(store)
     report = store.revert(cp.id, dry_run=True)
     assert tree_state(tree) == before and store_state(store) == records
@@ -426,3 +440,20 @@ def test_bad_arguments_are_usage_errors(tree: Path, store: Store):
         store.revert("latest", actor="agent")
     with pytest.raises(RefError):
         store.revert(task="no-such-session", actor="agent")
+
+
+def test_a_change_after_the_merge_was_computed_is_never_overwritten(tree: Path, store: Store):
+    # The merge is computed from the safety checkpoint; a file changed after it (here by a
+    # before_restore hook, which runs between the two) must stop the revert, not be replaced.
+    (tree / "h.txt").write_text("1\n2\n3\n")
+    snap(store, "base", "user")
+    (tree / "h.txt").write_text("agent\n2\n3\n")
+    cp = snap(store, "agent", "agent")
+
+    def editor_saves(_store, **_kw):
+        (tree / "h.txt").write_text("agent\n2\n3\nsaved by an editor\n")
+
+    store.hooks.register("before_restore", editor_saves)
+    with pytest.raises(ConflictError, match="h.txt changed while"):
+        store.revert(cp.id)
+    assert (tree / "h.txt").read_text() == "agent\n2\n3\nsaved by an editor\n"

@@ -74,6 +74,14 @@ def test_reverting_the_agent_s_session_keeps_exactly_the_user_s_changes(tmp_path
     text = (project / "app.py").read_text()
     assert "agent 1\n" in text and "agent 10\n" in text and "user" not in text
     assert not (project / "util.txt").exists() and (project / "generated.txt").exists()
+    # Both, one after the other: the session's start.  The first revert's own checkpoint is not
+    # one of the user's changes, so the second does not take it back.
+    with Store.open(project) as store:
+        store.undo()
+        store.revert(task=SESSION, actor="agent")
+        store.revert(task=SESSION, actor="user")
+    assert (project / "app.py").read_text() == "".join(f"line {i}\n" for i in range(12))
+    assert sorted(p.name for p in project.iterdir() if p.name != ".snapstore") == ["app.py", "notes.txt"]
 
 
 def test_cli_revert_dry_run_conflicts_exit_codes_and_json(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
@@ -117,3 +125,21 @@ def test_cli_revert_dry_run_conflicts_exit_codes_and_json(tmp_path: Path, run_cl
     assert run_cli("revert", "--actor", "agent", cwd=tree).code == 2
     help_ = run_cli("revert", "--help", cwd=tree)
     assert help_.code == 0 and "Example:" in help_.text and "--task S --actor agent" in help_.text
+
+
+def test_cli_refused_revert_is_one_error_line_naming_every_conflict(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    tree = tmp_path / "t"
+    tree.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (tree / name).write_text("1\n2\n3\n")
+    assert run_cli("init", cwd=tree).code == 0
+    assert run_cli("snapshot", "-m", "base", cwd=tree).code == 0
+    for name in ("a.txt", "b.txt"):
+        (tree / name).write_text("1\nagent\n3\n")
+    assert run_cli("snapshot", "-m", "agent", cwd=tree).code == 0
+    for name in ("a.txt", "b.txt"):
+        (tree / name).write_text("1\nuser\n3\n")
+    refused = run_cli("revert", "latest", cwd=tree)
+    assert refused.code == 9
+    assert_one_line_error(refused.err)
+    assert "2 conflict(s)" in refused.err and "a.txt: line 2" in refused.err and "b.txt: line 2" in refused.err

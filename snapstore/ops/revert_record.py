@@ -25,9 +25,9 @@ from snapstore.records.checkpoint import (
     parse_record,
     seq_key,
 )
-from snapstore.records.manifest import DIR, Entry
+from snapstore.records.manifest import Entry
 from snapstore.storage import chunker, objects
-from snapstore.tree.paths import display, parents, to_json
+from snapstore.tree.paths import display, to_json
 
 
 @dataclass
@@ -115,12 +115,8 @@ def target_entries(current: dict[bytes, Entry], outcomes: list[PathOutcome]) -> 
             out.pop(o.path, None)
         else:
             out[o.path] = Entry(o.path, *o.final.entry[1:])
-    # A directory the revert removes stays while anything remains below it (the user's files
-    # added since): restore must never remove what the target still holds.
-    kept_dirs = {d for p in out for d in parents(p)}
-    for o in outcomes:
-        if o.final.entry is None and o.path in kept_dirs and o.path in current and current[o.path].kind == DIR:
-            out[o.path] = current[o.path]
+    # Directories: manifests hold only empty ones, and restore removes a directory only once
+    # it is empty and creates the parents of what it writes, so nothing more is needed here.
     return out
 
 
