@@ -75,6 +75,9 @@ class RevertMixin(UpkeepMixin):
                 _check(outcomes, what, markers)
                 if dry_run:
                     report = RevertReport(what, outcomes, True)
+                    pending = self.pending_restore()  # a dry run writes nothing, not even that
+                    if pending:
+                        report.warnings.append(pending)
                     report.diffs = _diffs(outcomes, current, read)
                     return report
             safety, current, found = self._take_safety(f"before revert of {what}")
