@@ -457,3 +457,16 @@ def test_a_change_after_the_merge_was_computed_is_never_overwritten(tree: Path, 
     with pytest.raises(ConflictError, match="h.txt changed while"):
         store.revert(cp.id)
     assert (tree / "h.txt").read_text() == "agent\n2\n3\nsaved by an editor\n"
+
+
+def test_a_conflict_where_the_tree_removed_the_lines_names_its_place(tree: Path, store: Store):
+    (tree / "g.txt").write_text("1\n2\n3\n4\n5\n")
+    snap(store, "base", "user")
+    (tree / "g.txt").write_text("1\n2\nagent\n4\n5\n")
+    cp = snap(store, "agent", "agent")
+    (tree / "g.txt").write_text("1\n2\n4\n5\n")  # the user deleted the line the agent changed
+    with pytest.raises(ConflictError) as err:
+        store.revert(cp.id)
+    assert "g.txt: at line 3 (both changed the same lines)" in str(err.value)
+    report = store.revert(cp.id, conflicts="markers")
+    assert report.to_json()["conflicted"][0]["lines"] == [[3, 2]]

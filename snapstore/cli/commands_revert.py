@@ -91,7 +91,7 @@ def _summary(report: RevertReport) -> list[str]:
     for o in report.outcomes:
         text = f"{o.status:<9} {display(o.path)}"
         if o.conflicts and o.status == "conflict":
-            ranges = ", ".join(c.describe() for c in o.conflicts if c.last_line >= c.first_line)
+            ranges = ", ".join(c.describe() for c in o.conflicts)
             text += f": {ranges or 'whole file'}"
         if o.note:
             text += f" ({o.note})"

@@ -36,6 +36,9 @@ from snapstore.storage.objects import chunk_id
 
 Status = Literal["reverted", "merged", "conflict", "untouched"]
 PERM = 0o777
+#: The conflict of a path that cannot be merged line by line (binary, a type change, ...);
+#: line 0 never occurs in a merge's conflicts (1-based).
+WHOLE_FILE = Conflict(0, 0)
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ class Planner:
         elif self._prefer == "ours":
             self._record(path, "untouched", ours, note=why + "; --ours: kept")
         else:
-            self._record(path, "conflict", ours, [Conflict(1, 0)], note=why)
+            self._record(path, "conflict", ours, [WHOLE_FILE], note=why)
 
     def _merge(self, path: bytes, a: Entry, b: Entry, ours: State) -> None:
         assert ours.entry is not None
@@ -166,7 +169,7 @@ class Planner:
             elif self._prefer == "ours":
                 self._record(path, "untouched", ours, note="binary; --ours: kept")
             else:
-                self._record(path, "conflict", ours, [Conflict(1, 0)], note="binary file changed since")
+                self._record(path, "conflict", ours, [WHOLE_FILE], note="binary file changed since")
             return
         result = merge(base, mine, theirs, prefer=self._prefer)
         if result.conflicts and result.markers and not self._markers:

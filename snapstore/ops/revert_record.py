@@ -92,7 +92,7 @@ def describe_conflicts(outcomes: list[PathOutcome]) -> list[str]:
     for o in outcomes:
         if o.status != "conflict":
             continue
-        where = ", ".join(c.describe() for c in o.conflicts if c.last_line >= c.first_line)
+        where = ", ".join(c.describe() for c in o.conflicts)
         rows.append(f"{display(o.path)}: {where or 'whole file'}" + (f" ({o.note})" if o.note else ""))
     return rows
 
