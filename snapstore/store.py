@@ -26,7 +26,7 @@ from snapstore.errors import (
     TreeIOError,
     UsageError,
 )
-from snapstore.facade.upkeep import UpkeepMixin
+from snapstore.facade.revert import RevertMixin
 from snapstore.hooks import HookRegistry
 from snapstore.ops import snapshot
 from snapstore.ops.context import StageContext
@@ -63,7 +63,7 @@ class _ThreadLock:
             yield
 
 
-class Store(UpkeepMixin):
+class Store(RevertMixin):
     """A snapshot store for one directory tree.
 
     Open one with :meth:`init` (creates it), :meth:`open` (a tree's store, or a store directory)

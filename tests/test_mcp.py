@@ -19,7 +19,7 @@ from snapstore import Store  # noqa: E402
 from snapstore.ops.edit import content_hash  # noqa: E402
 
 READ_ONLY = {"checkpoint_list", "checkpoint_show", "checkpoint_diff", "file_at", "file_history"}
-DESTRUCTIVE = {"checkpoint_restore", "undo", "edit_file"}
+DESTRUCTIVE = {"checkpoint_restore", "checkpoint_revert", "undo", "edit_file"}
 
 
 class Call:
@@ -119,6 +119,23 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert undone["kind"] == "undo"
         assert (tmp_path / "app.py").read_text().endswith("return 2\n")
         assert (tmp_path / "notes.txt").read_text() == "changed\n"
+
+        # Revert what "two" changed (app.py: return 1 -> 2), keeping the later notes.txt edit.
+        two = listed["checkpoints"][0]["id"]
+        dry = await call.ok("checkpoint_revert", ref=two)
+        assert dry["dry_run"] and dry["reverted"] == ["app.py"] and dry["undo_ref"] is None
+        assert "-    return 2\n+    return 1" in dry["diff"]
+        assert (tmp_path / "app.py").read_text().endswith("return 2\n")  # a dry run by default
+        real = await call.ok("checkpoint_revert", ref=two, dry_run=False)
+        assert not real["dry_run"] and real["undo_ref"] and real["operation"]
+        assert (tmp_path / "app.py").read_text().endswith("return 1\n")
+        assert (tmp_path / "notes.txt").read_text() == "changed\n"
+        await call.ok("undo")
+        assert (tmp_path / "app.py").read_text().endswith("return 2\n")
+        (tmp_path / "app.py").write_text("def main():\n    return 5\n")  # the same line, since
+        refused = await call.error("checkpoint_revert", ref=two, dry_run=False)
+        assert "app.py: line 2" in refused and "nothing was changed" in refused
+        assert (tmp_path / "app.py").read_text().endswith("return 5\n")
 
     drive(tmp_path, scenario)
     with Store.open(tmp_path) as store:

@@ -13,6 +13,7 @@ from snapstore.cli import (  # noqa: F401 - importing them registers the command
     commands_agent,
     commands_change,
     commands_record,
+    commands_revert,
     commands_service,
     commands_ui,
     commands_upkeep,

@@ -1,8 +1,8 @@
 """``snapstore mcp``: the store as MCP tools, over stdio, on the ``mcp`` SDK.
 
 The server keeps the store of its tree open for its whole life (a resident store in its own
-process).  Tools that only read are annotated read-only; ``checkpoint_restore``, ``undo`` and
-``edit_file`` destructive.  ``checkpoint_restore`` is a dry run unless asked otherwise, and a real
+process).  Tools that only read are annotated read-only; ``checkpoint_restore``,
+``checkpoint_revert``, ``undo`` and ``edit_file`` destructive.  ``checkpoint_restore`` is a dry run unless asked otherwise, and a real
 one returns the reference that undoes it.  Every snapstore error reaches the model as a
 ``ToolError`` carrying the CLI's one-line message.  There is deliberately no tool that rewinds
 the conversation: that stays with people (CLI and library).
@@ -103,6 +103,25 @@ class RestoreResult(TypedDict):
     dry_run: bool
     target: str
     changes: list[ChangeInfo]
+    undo_ref: str | None
+    operation: int | None
+    warnings: list[str]
+
+
+class RevertConflict(TypedDict):
+    path: str
+    lines: list[list[int]]
+    note: str
+
+
+class RevertResult(TypedDict):
+    dry_run: bool
+    what: str
+    reverted: list[str]
+    merged: list[str]
+    conflicted: list[RevertConflict]
+    untouched: list[str]
+    diff: str
     undo_ref: str | None
     operation: int | None
     warnings: list[str]
@@ -219,6 +238,8 @@ def build_server(root: str) -> MCPServer:
             "Checkpoints of this project's files. checkpoint_create before a risky change; "
             "checkpoint_list / checkpoint_show / checkpoint_diff / file_at / file_history to look "
             "back; checkpoint_restore (a dry run unless dry_run=false) and undo to go back; "
+            "checkpoint_revert (also a dry run by default) to take back one checkpoint's or one "
+            "actor's changes while keeping every later edit; "
             "edit_file for safe text replacement. References: latest, latest~N, #N, a tag, an "
             "id prefix."
         ),
@@ -295,6 +316,41 @@ def build_server(root: str) -> MCPServer:
         with _tool_errors():
             rel = [tools.rel(p) for p in paths] if paths else None
             return tools.restore_result(tools.store().restore(ref, rel, dry_run=dry_run))
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def checkpoint_revert(
+        ref: str | None = None,
+        task: str | None = None,
+        actor: str | None = None,
+        paths: list[str] | None = None,
+        conflicts: str = "refuse",
+        dry_run: bool = True,
+    ) -> RevertResult:
+        """Take back what checkpoint ``ref`` changed (or a range ``"A..B"``, or every change of
+        ``task``, only the ``actor``'s: "agent" or "user"), keeping every change made since.
+        A dry run unless ``dry_run`` is false (``diff`` shows the result).  Conflicting changes
+        fail with the list of conflicts unless ``conflicts`` is "markers", "ours" or "theirs";
+        ``undo`` takes a real revert back."""
+        with _tool_errors():
+            rel = [tools.rel(p) for p in paths] if paths else None
+            ranged = ref is not None and ".." in ref
+            report = tools.store().revert(
+                None if ranged else ref, range=ref if ranged else None, task=task, actor=actor,
+                paths=rel, conflicts=conflicts, dry_run=dry_run,
+            )
+            doc = report.to_json()
+            return RevertResult(
+                dry_run=report.dry_run,
+                what=report.what,
+                reverted=doc["reverted"],
+                merged=doc["merged"],
+                conflicted=[RevertConflict(path=c["path"], lines=c["lines"], note=c["note"]) for c in doc["conflicted"]],
+                untouched=doc["untouched"],
+                diff="".join(doc["diffs"][p] for p in sorted(doc["diffs"])),
+                undo_ref=report.safety.id if report.safety is not None and report.op_seq is not None else None,
+                operation=report.op_seq,
+                warnings=list(report.warnings),
+            )
 
     @server.tool(annotations=DESTRUCTIVE)
     def undo() -> RestoreResult:

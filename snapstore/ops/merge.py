@@ -39,7 +39,9 @@ class Conflict:
     last_line: int
 
     def describe(self) -> str:
-        if self.last_line < self.first_line:
+        if self.first_line == 0:
+            return "whole file"
+        if self.last_line < self.first_line:  # the tree has no lines there (it removed them)
             return f"at line {self.first_line}"
         if self.first_line == self.last_line:
             return f"line {self.first_line}"

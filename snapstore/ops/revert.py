@@ -36,6 +36,9 @@ from snapstore.storage.objects import chunk_id
 
 Status = Literal["reverted", "merged", "conflict", "untouched"]
 PERM = 0o777
+#: The conflict of a path that cannot be merged line by line (binary, a type change, ...);
+#: line 0 never occurs in a merge's conflicts (1-based).
+WHOLE_FILE = Conflict(0, 0)
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,11 @@ def same(x: Entry | None, y: Entry | None) -> bool:
 
 def _with_content(e: Entry, data: bytes, mode: int) -> Entry:
     kind = EXEC if mode & 0o100 else FILE
-    return Entry(e.path, kind, mode, len(data), e.mtime_ns, chunk_id(data))
+    # Keep the file type bits when the tree's entry has them: without them the mode is an
+    # old-style "informational" one (manifest.exact_mode) and restore would apply only the
+    # exec bit, losing e.g. a 0o600 the user set.
+    full = (e.mode & ~PERM) | mode if e.mode & 0o170000 else mode
+    return Entry(e.path, kind, full, len(data), e.mtime_ns, chunk_id(data))
 
 
 class Planner:
@@ -149,7 +156,7 @@ class Planner:
         elif self._prefer == "ours":
             self._record(path, "untouched", ours, note=why + "; --ours: kept")
         else:
-            self._record(path, "conflict", ours, [Conflict(1, 0)], note=why)
+            self._record(path, "conflict", ours, [WHOLE_FILE], note=why)
 
     def _merge(self, path: bytes, a: Entry, b: Entry, ours: State) -> None:
         assert ours.entry is not None
@@ -162,11 +169,16 @@ class Planner:
             elif self._prefer == "ours":
                 self._record(path, "untouched", ours, note="binary; --ours: kept")
             else:
-                self._record(path, "conflict", ours, [Conflict(1, 0)], note="binary file changed since")
+                self._record(path, "conflict", ours, [WHOLE_FILE], note="binary file changed since")
             return
         result = merge(base, mine, theirs, prefer=self._prefer)
         if result.conflicts and result.markers and not self._markers:
             self._record(path, "conflict", ours, result.conflicts, note="both changed the same lines")
+            return
+        if result.data == mine and mode == _perm(o):
+            # Nothing to take back in this file (the change is already undone, or --ours kept
+            # every conflicting line): say so rather than "merged".
+            self._record(path, "untouched", ours, result.conflicts, "kept as it is" if result.conflicts else "nothing left to take back")
             return
         final = State(_with_content(o, result.data, mode), result.data)
         status: Status = "conflict" if result.markers else "merged"
@@ -217,6 +229,22 @@ def _conflict_reason(o: Entry | None, a: Entry | None, b: Entry | None) -> str:
     if o.kind != b.kind:
         return "its type changed since"
     return "changed since"
+
+
+def step_between(label: str, old: dict[bytes, Entry], new: dict[bytes, Entry], selected: Callable[[bytes], bool]) -> Step:
+    """The step that took ``old`` to ``new`` (entries of two manifests, possibly just the parts
+    that differ), restricted to the selected paths that really changed (times do not count)."""
+    a: dict[bytes, Entry] = {}
+    b: dict[bytes, Entry] = {}
+    for path in old.keys() | new.keys():
+        x, y = old.get(path), new.get(path)
+        if not selected(path) or same(x, y):
+            continue
+        if x is not None:
+            a[path] = x
+        if y is not None:
+            b[path] = y
+    return Step(label, a, b)
 
 
 def plan(
