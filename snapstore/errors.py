@@ -109,7 +109,7 @@ EXIT_DIFFERENT = 1
 #: Every exit code the CLI can return, with what it means: the one source of the table.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "success"),
-    (EXIT_DIFFERENT, "`diff`: the two sides differ (like diff(1)); `restore`/`undo`: done, but some paths were left alone (listed)"),
+    (EXIT_DIFFERENT, "`diff`: the two sides differ (like diff(1)); `restore`/`undo`: done, but some paths were left alone (listed); `revert`: conflict markers were written"),
     (UsageError.exit_code, "usage error: bad option or argument, unreadable or invalid input (`--conversation` JSON, a tag, metadata)"),
     (StoreNotFoundError.exit_code, "no store here (or the store belongs to another tree), or `init` where a store exists"),
     (RefError.exit_code, "unknown or ambiguous checkpoint reference; a path not in the checkpoint; no conversation stored; nothing to undo"),
@@ -117,7 +117,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (CorruptError.exit_code, "the store is damaged: `verify` found problems, or a record or chunk read back is invalid"),
     (FormatVersionError.exit_code, "the store has a format version (or chunker parameters) this snapstore does not know"),
     (TreeIOError.exit_code, "a file-system error on the tree or the store (missing directory, disk full, permission)"),
-    (ConflictError.exit_code, "conflict: the tree changed under a restore or a recovery (nothing of yours was overwritten)"),
+    (ConflictError.exit_code, "conflict: the tree changed under a restore or a recovery (nothing of yours was overwritten); `revert`: conflicting changes, listed, nothing changed"),
     (UnsafePathError.exit_code, "an unsafe path in a checkpoint (absolute, `..`, `.git`, below a symlink): refused, nothing written"),
     (HookError.exit_code, "a `before_snapshot` / `before_restore` hook (or plugin) refused the operation; nothing changed"),
     (InternalError.exit_code, "an internal error (a bug): one line; `SNAPSTORE_DEBUG=1` shows the traceback"),

@@ -144,7 +144,8 @@ class RevertMixin(UpkeepMixin):
             if not sep or not a_ref or not b_ref:
                 raise UsageError(f"bad range {range_!r}: write A..B (two checkpoint references)")
             a, b = self.resolve(a_ref), self.resolve(b_ref)
-            if a.seq > b.seq:
+            order = self._log_positions({a.id, b.id})
+            if order.get(a.id, 0) > order.get(b.id, 0):
                 raise UsageError(f"bad range {range_!r}: {a.short_id} is newer than {b.short_id}")
             # One step from A's tree to B's, not one per checkpoint between: a line changed and
             # changed back inside the range is no change to take back (composing the single
@@ -182,6 +183,20 @@ class RevertMixin(UpkeepMixin):
             return manifest_difference(view.get, old, new)
 
 
+    def _log_positions(self, ids: set[str]) -> dict[str, int]:
+        """The log sequence number of each of ``ids`` (one pass over the log's keys and ids;
+        references resolve without it, a range needs the order)."""
+        from snapstore.records.checkpoint import key_seq
+
+        wanted = {bytes.fromhex(i) for i in ids}
+        out: dict[str, int] = {}
+        with self.backend.read() as view:
+            for key, cid in view.items("log"):
+                if cid in wanted:
+                    out[cid.hex()] = key_seq(key)
+        return out
+
+
 def _check(outcomes: list[PathOutcome], what: str, markers: bool, why: str = "") -> None:
     """Refuse when a conflict is left that neither markers nor a preferred side settles."""
     # With markers, a conflict that cannot hold markers (a binary file, a type change) leaves
@@ -209,4 +224,3 @@ def _diffs(outcomes: list[PathOutcome], current: dict[bytes, Entry], read: Calla
         for change in with_loaders(compare({o.path: old} if old else {}, {o.path: new} if new else {}), read, new_loader):
             out[o.path] = unified(change)
     return out
-

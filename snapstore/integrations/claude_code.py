@@ -9,7 +9,8 @@ Every event arrives as one JSON object on stdin (``session_id``, ``hook_event_na
                               last checkpoint: those are the user's changes (``actor=user``)
 ``PostToolUse``               "after <tool>: ...": the tool's changes, shell commands included
                               (``actor=agent``); nothing when the tool changed nothing
-``Stop`` / ``SubagentStop``   "end of turn" / "end of subagent turn", with the transcript
+``Stop`` / ``SubagentStop``   "end of turn" / "end of subagent turn", with the transcript; any
+                              change since the last tool call is the user's (``actor=user``)
 ``PreCompact``                "before compaction", with the transcript (compaction loses context)
 ``SessionStart``/``SessionEnd`` nothing (no tree change to attribute; SessionEnd has ~1.5 s)
 ============================  =====================================================================
@@ -110,7 +111,9 @@ def plan(event: dict[str, Any], project: str) -> dict[str, Any] | None:
         args["message"] = f"{when} {tool}: {subject}" if subject else f"{when} {tool}"
         args["skip_unchanged"] = True
     elif name in ("Stop", "SubagentStop", "PreCompact"):
-        meta["actor"] = "agent"
+        # The agent changes files only through tools (recorded by PostToolUse): whatever else
+        # changed since the last checkpoint was done by someone else, i.e. the user.
+        meta["actor"] = "user"
         args["message"] = {"Stop": "end of turn", "SubagentStop": "end of subagent turn", "PreCompact": "before compaction"}[name]
         args["conversation_from"] = transcript
     else:
