@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A tour of snapstore on a generated sample tree: snapshot, edit (also by shell commands),
-# snapshot again, list, show, cat, diff, restore, undo, the resident service, verify.
+# snapshot again, list, show, cat, diff, restore, undo, revert, the resident service, verify.
 # Run by `make demo`; needs only `snapstore` on PATH.
 set -euo pipefail
 
@@ -53,6 +53,17 @@ run snapstore undo
 say "cat docs/README.md   # undo brought your hand edit back too (it was recorded first)"
 cat docs/README.md
 run snapstore oplog
+
+say "... an agent edits the top of a file; later you edit its bottom ..."
+printf 'def f5(x):\n    return x * 5\n\n\ndef g5(x):\n    return x - 5\n' > src/mod5.py
+snapstore snapshot -q -m "mod5 as it was"
+sed -i 's/return x \* 5/return 5 * x  # agent/' src/mod5.py
+snapstore snapshot -q -m "agent rewrote f5" --meta actor=agent
+sed -i 's/return x - 5/return x - 5  # mine/' src/mod5.py
+run snapstore revert latest --dry-run
+run snapstore revert latest
+say "cat src/mod5.py   # the agent's line is back as it was, yours stays"
+cat src/mod5.py
 
 run snapstore serve --detach
 say "... every command now goes through the service, which watches the tree ..."
