@@ -104,7 +104,8 @@ Details: *landed / absent* = the killed snapshot's checkpoint was there whole / 
 *finished / resumed* = the second gc found nothing left / finished what the killed one began;
 *refused (locked)* = a writer that gave up waiting for the lock (exit 5), *conflict* = a restore
 stopped and rolled back because another process edited the tree under it (exit 9),
-*held-reader* = a check that a process's long-lived Store saw the newest checkpoint a fresh one saw.
+*held-reader* = checks that a process's long-lived Store saw the newest checkpoint a fresh one
+saw (none may fail), *compactions* = `gc --compact` runs that succeeded during the concurrency run.
 
 ## What each category guarantees
 
