@@ -130,6 +130,7 @@ def test_four_processes_on_one_tree_and_store(tmp_path):
     record(
         "concurrency", commands + 1, len(failures),
         commands=commands, checkpoints=len(cps), **{k: v for k, v in counts.items() if k != "failure"},
+        **{"held-reader": ok_by_cmd.get("held-reader", 0), "compactions": ok_by_cmd.get("gc", 0)},
     )
     assert not failures, "\n".join(failures[:15])
     assert counts.get("ok", 0) > 0

@@ -309,6 +309,35 @@ def test_newer_format_is_refused_with_exit_7(tmp_path):
     assert (root / ".snapstore/data.mdb").read_bytes() == data  # nothing written
 
 
+@CASE
+@pytest.mark.parametrize("planted", ["CURRENT", "generation"])
+def test_current_planted_as_a_symlink_is_refused(tmp_path, planted):
+    """A compacted store's CURRENT, or the generation it names, planted as a symlink to a
+    directory outside the store: refused (exit 10), never followed, nothing written there."""
+    root = tmp_path / "tree"
+    build_tree(root, {"a.txt": b"A\n"})
+    with Store.init(root) as store:
+        store.snapshot("A")
+        store.gc(compact=True)
+    store_dir = root / ".snapstore"
+    gen = (store_dir / "CURRENT").read_text().strip()
+    outside = tmp_path / "outside"
+    shutil.copytree(store_dir / gen, outside / gen)  # a store LMDB could open, outside
+    (outside / "CURRENT").write_text(f"{gen}\n")
+    if planted == "CURRENT":
+        (store_dir / "CURRENT").unlink()
+        (store_dir / "CURRENT").symlink_to(outside / "CURRENT")
+    else:
+        shutil.rmtree(store_dir / gen)
+        (store_dir / gen).symlink_to(outside / gen)
+    before = {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    for argv in (["list"], ["snapshot"], ["gc", "--compact"]):
+        done = snapstore(*argv, cwd=root)
+        assert done.returncode == 10, (argv, done.stderr)
+        assert "symlink" in one_line(done.stderr) or "not a directory" in one_line(done.stderr)
+    assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
+
+
 # -- odd names, symlink loops, files changing under the scan -------------------------------------
 
 
