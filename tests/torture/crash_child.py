@@ -2,7 +2,7 @@
 
     python crash_child.py OP MODE
 
-OP: snapshot | restore | undo | gc | gc-compact.  MODE: ``none`` (the parent may kill it on a
+OP: snapshot | restore | undo | gc | gc-compact | revert.  MODE: ``none`` (the parent may kill it on a
 timer), ``apply:K:before|after`` (SIGKILL just before / after the K-th LMDB write transaction),
 ``step:K`` (before restore step K), ``rename:before|after`` (around compaction's rename of CURRENT).
 Prints ``go`` when the store is open, then ``done APPLIES SECONDS``.  Small batch sizes push
@@ -77,6 +77,8 @@ def main() -> None:
         store.undo()
     elif op in ("gc", "gc-compact"):
         store.gc(compact=op == "gc-compact")
+    elif op == "revert":
+        store.revert("B")
     else:
         raise SystemExit(f"unknown op {op}")
     print(f"done {count[0]} {time.perf_counter() - start:.6f}", flush=True)

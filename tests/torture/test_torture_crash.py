@@ -15,8 +15,8 @@ compaction's rename) or on a timer spread over the time an uninterrupted run tak
 ``make test`` runs a bounded number of trials (snapshot and gc kills; tests/test_restore_crash.py
 covers restore there); ``make torture`` runs 1,000 (every operation's trials are cut into shards of
 at most 50, each its own test with its own seed, so that pytest-xdist spreads them over the cores).
-``snapstore revert`` has no crash trials yet: the command does not exist (the figures list it as
-pending).
+``snapstore revert`` (of checkpoint B, with an unrecorded user edit elsewhere in the tree) is
+killed the same way: the tree is exactly its before state or the merged after state.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ TRIALS = {
     "undo": scaled(0, 150),
     "gc": scaled(2, 150),
     "gc-compact": scaled(2, 150),
+    "revert": scaled(0, 150),  # bounded runs: tests/test_revert_safety.py covers the apply
 }
 #: Trials per test: a full run's trials are cut into shards (one test each) so that xdist can
 #: run them on every core; a bounded run has one shard per operation.
@@ -123,7 +124,20 @@ def templates(tmp_path_factory):
         _edit_to_b(gct)
         store.snapshot("C", tags=["C"])
         store.delete(x.id)
-    return {"snap": snap, "restore": rest, "undo": undo, "gc": gct, "A": spec_a, "B": spec_b}
+    rev = base / "revert"
+    shutil.copytree(rest, rev, symlinks=True)
+    with open(rev / "src/m2/f2.py", "ab") as f:  # B did not touch f2: the user's edit stays
+        f.write(b"# the user's own line\n")
+    probe = base / "revert-probe"
+    shutil.copytree(rev, probe, symlinks=True)
+    with Store.open(probe) as store:
+        store.revert("B")
+    spec_reverted = read_tree(probe)
+    assert (probe / "src/m2/f2.py").read_bytes().endswith(b"# the user's own line\n")
+    return {
+        "snap": snap, "restore": rest, "undo": undo, "gc": gct, "revert": rev,
+        "A": spec_a, "B": spec_b, "revert-before": read_tree(rev), "revert-after": spec_reverted,
+    }
 
 
 def _start(tree: Path, op: str, mode: str) -> subprocess.Popen:
@@ -167,7 +181,7 @@ def _modes(op: str, applies: int, seconds: float, n: int, seed: int, ends: bool 
         kind = i % 3
         if kind == 0:
             plans.append((f"apply:{rng.randint(1, applies)}:{rng.choice(['before', 'after'])}", None))
-        elif kind == 1 and op in ("restore", "undo"):
+        elif kind == 1 and op in ("restore", "undo", "revert"):
             plans.append((f"step:{rng.randrange(0, 80)}", None))
         elif kind == 1 and op == "gc-compact":
             plans.append((f"rename:{rng.choice(['before', 'after'])}", None))
@@ -315,3 +329,25 @@ def test_gc_killed_at_random_moments(templates, tmp_path, op, shard):
 
     seed = 404 if op == "gc" else 505
     _run_trials(op, templates["gc"], tmp_path, check, seed=seed, shard=shard)
+
+
+@pytest.mark.parametrize("shard", _shards("revert"))
+def test_revert_killed_at_random_moments(templates, tmp_path, shard):
+    before, after = templates["revert-before"], templates["revert-after"]
+
+    def check(tree: Path, completed: bool) -> str:
+        state = read_tree(tree)
+        assert state in (before, after), "the tree is neither before nor after the revert"
+        if completed:
+            assert state == after
+        with Store.open(tree) as store:
+            _check_verify(store)
+            if state == after:
+                store.undo()  # the revert is undoable like a restore, back to the user's tree
+                assert read_tree(tree) == before
+            store.restore("A")
+            assert read_tree(tree) == templates["A"]
+        return "after" if state == after else "before"
+
+    _run_trials("revert", templates["revert"], tmp_path, check, seed=606, shard=shard)
+
