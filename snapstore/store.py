@@ -125,7 +125,12 @@ class Store(RevertMixin):
         if not 1 <= compression_level <= 22:
             raise UsageError("the compression level must be between 1 and 22")
         try:
+            created = not os.path.exists(store_dir)
             os.makedirs(store_dir, exist_ok=True)
+            if created:
+                # Owner-only: the store holds every file's content, including files the owner
+                # made unreadable to others (mode 0600 in the tree).
+                os.chmod(store_dir, 0o700)
         except OSError as exc:
             raise TreeIOError(f"cannot create {store_dir}: {exc.strerror}") from exc
         backend = LmdbBackend(store_dir, create=True)

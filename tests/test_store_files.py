@@ -147,3 +147,14 @@ def test_map_growth_by_another_process_never_invalidates_an_open_read_view(tmp_p
         assert backend.map_size() == int(grown.stdout)
     finally:
         backend.close()
+
+
+def test_a_new_store_directory_is_owner_only(tmp_path):
+    import stat as stat_mod
+
+    from snapstore.store import Store
+
+    root = tmp_path / "t"
+    root.mkdir()
+    Store.init(root).close()
+    assert stat_mod.S_IMODE((root / ".snapstore").stat().st_mode) == 0o700

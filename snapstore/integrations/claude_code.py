@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 import traceback
 from collections.abc import Callable
@@ -217,10 +218,15 @@ def _append(path: str, text: str) -> None:
 def _first_warning(store_dir: str, session: str) -> bool:
     """True the first time a session's failure is reported (then remembered in the store)."""
     path = os.path.join(store_dir, WARNED_NAME)
-    try:
-        with open(path, encoding="utf-8") as f:
-            if session in f.read().split("\n"):
-                return False
+    try:  # never through a planted symlink, never blocked by a FIFO, never more than 1 MiB
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                seen = os.read(fd, 1 << 20).decode("utf-8", "replace")
+                if session in seen.split("\n"):
+                    return False
+        finally:
+            os.close(fd)
     except OSError:
         pass
     _append(path, session + "\n")

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 
 import lmdb
 
-from snapstore.errors import StoreNotFoundError, TreeIOError, UnsafePathError
+from snapstore.errors import CorruptError, StoreNotFoundError, TreeIOError, UnsafePathError
 from snapstore.storage.lmdb_env import Env, check_store_files, translate
 
 CURRENT = "CURRENT"
@@ -79,7 +79,7 @@ def read_current(store_dir: str) -> tuple[StatKey, str]:
     finally:
         os.close(fd)
     if not _GEN.fullmatch(text):
-        raise TreeIOError(f"the store's CURRENT file is damaged ({text[:20]!r})")
+        raise CorruptError(f"the store's CURRENT file is damaged ({text[:20]!r})")
     return (st.st_ino, st.st_size, st.st_mtime_ns), text
 
 
