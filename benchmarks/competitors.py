@@ -43,8 +43,32 @@ def snap_env() -> dict[str, str]:
     # and measure the compiler, not snapstore.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if SNAPSTORE_SRC is not None:
-        env["PYTHONPATH"] = SNAPSTORE_SRC + os.pathsep + env.get("PYTHONPATH", "")
+        # No empty entry: an empty PYTHONPATH element is the cwd (the tree, a stdlib copy that
+        # the edits change), which -P does not remove.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (SNAPSTORE_SRC, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def _package_dir() -> str:
+    if SNAPSTORE_SRC is not None:
+        return os.path.join(SNAPSTORE_SRC, "snapstore")
+    import snapstore
+
+    return os.path.dirname(snapstore.__file__)
+
+
+def has_service() -> bool:
+    """Whether the snapstore under test has the resident service (``snapstore serve``)."""
+    return os.path.exists(os.path.join(_package_dir(), "service", "client.py"))
+
+
+def has_watch() -> bool:
+    """Whether the snapstore under test has ``Store.open(..., watch=True)``."""
+    try:
+        with open(os.path.join(_package_dir(), "store.py")) as f:
+            return "watch: bool" in f.read()
+    except OSError:
+        return False
 
 
 def snapstore_argv() -> list[str]:

@@ -30,6 +30,7 @@ class Bench(ServiceScenarios):
         self.facts: dict = {"sessions": [], "bytes": []}
         self.notes: list[str] = []
         self.corpora_meta: dict[str, str] = {}
+        self.notes_seen: set[str] = set()
 
     # -- contestants ------------------------------------------------------------------------------
 
@@ -37,12 +38,20 @@ class Bench(ServiceScenarios):
         comps = {
             "snap-cli": SnapCLI(tree, os.path.join(state, "snap-cli")),
             "git-cli": GitCLI(tree, os.path.join(state, "git-cli")),
-            "snap-svc": SnapSvc(tree, os.path.join(state, "snap-svc")),
         }
+        if competitors.has_service():
+            comps["snap-svc"] = SnapSvc(tree, os.path.join(state, "snap-svc"))
+        elif "no-service" not in self.notes_seen:
+            self.notes_seen.add("no-service")
+            self.notes.append("This snapstore has no resident service: no snap-svc rows.")
         if with_lib:
             comps["snap-lib"] = LibWorker("snap", tree, os.path.join(state, "snap-lib"))
             comps["pygit2"] = LibWorker("pygit2", tree, os.path.join(state, "pygit2"))
-            comps["snap-watch"] = LibWorker("snapwatch", tree, os.path.join(state, "snap-watch"))
+            if competitors.has_watch():
+                comps["snap-watch"] = LibWorker("snapwatch", tree, os.path.join(state, "snap-watch"))
+            elif "no-watch" not in self.notes_seen:
+                self.notes_seen.add("no-watch")
+                self.notes.append("This snapstore has no `Store.open(watch=True)`: no snap-watch rows.")
         return comps
 
     @staticmethod
@@ -245,7 +254,7 @@ class Bench(ServiceScenarios):
             if isinstance(c, LibWorker):
                 c.start()
         if self.args.quick:
-            comps = {n: comps[n] for n in ("snap-cli", "git-cli", "snap-svc")}
+            comps = {n: comps[n] for n in ("snap-cli", "git-cli", "snap-svc") if n in comps}
         self.checkpoint_all(comps, "bigfile added")
         for c in comps.values():
             c.close()
