@@ -378,6 +378,9 @@ class Bench(ServiceScenarios):
             self.corpora_meta["stdlib"] = f"{n} files, {fmt_bytes(size)} (from {corpora.stdlib_dir()})"
             if not a.quick:  # (the copy just written is in the page cache anyway)
                 corpora.warm(tree)
+            if a.heavy_only:  # (the stdlib tree is the x10 corpora's source)
+                self.heavy(work, tree)
+                return
             comps = self.make(tree, os.path.join(work, "state-stdlib"))
             editor = corpora.Editor(tree, a.seed)
             init_runs = a.initial_runs if a.initial_runs else runs
@@ -447,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heavy-runs", type=int, default=3, help="initial-checkpoint runs on x10 corpora")
     p.add_argument("--heavy-cli-only", action="store_true", help="x10 corpora: CLI contestants only")
     p.add_argument("--no-heavy", action="store_true", help="skip stdlib-x10 and stdlib-x10u")
+    p.add_argument("--heavy-only", action="store_true", help="only stdlib-x10 and stdlib-x10u")
     p.add_argument("--session-steps", type=int, help="checkpoints in the agent session (200; 20 quick)")
     p.add_argument("--replay-steps", type=int, default=150, help="steps of the edit-history replay")
     p.add_argument("--resolve-checkpoints", type=int, default=10_000,

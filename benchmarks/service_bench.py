@@ -64,7 +64,7 @@ class ServiceScenarios:
         self.facts["resolve"] = doc
         if not doc["service_ok"]:
             self.notes.append(f"SERVICE CHECK FAILED: show latest: {doc['service_requests']} requests")
-        log("resolve: " + ", ".join(f"{k} {fmt_seconds(v['median_s'])}" for k, v in doc["library"].items())
+        log("resolve: " + ", ".join(f"{k} {fmt_seconds(v.get('median_s'))}" for k, v in doc["library"].items())
             + f"; show latest CLI {fmt_seconds(doc['cli_show_latest'])}, with service "
             f"{fmt_seconds(doc['cli_show_latest_service'])}")
 
