@@ -37,9 +37,11 @@ def _ratio_target(rows: list[Row], floors: dict, name: str, key: tuple[str, str,
                      f"service's own work is the other {fmt_seconds(max(snap - f, 0))}")
         elif key[2] == "watch" and floors.get("fsync_s"):
             f = floors["fsync_s"]
-            bound = (f"snapstore syncs each checkpoint (one fsync here {fmt_seconds(f)} = "
-                     f"{f / other:.2f}x {r.other_name}, which does not sync); the rest is the "
-                     f"snapshot's fixed work")
+            floor = limit * other
+            bound = (f"the target allows {fmt_seconds(floor)}; snapstore's durable commit (one "
+                     f"fsync here {fmt_seconds(f)}; {r.other_name} does not sync) explains "
+                     f"{min(f / snap, 1):.0%} of its {fmt_seconds(snap)}, the rest is the "
+                     f"snapshot's own work in Python (not profiled here)")
         elif floors.get("python_start_s"):
             f = floors["python_start_s"]
             bound = f"interpreter start alone {fmt_seconds(f)} = {f / other:.2f}x {r.other_name}"
