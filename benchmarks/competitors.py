@@ -4,6 +4,9 @@
 - ``git-cli``: a shadow git driven as Cline drives it: a separate GIT_DIR whose core.worktree is
   the tree; checkpoint = ``git add -A`` + ``git commit -q --allow-empty --no-verify``.
 - ``snap-lib``: ``snapstore.Store`` calls in a child Python process (benchmarks.worker).
+- ``snap-svc``: the ``snap-cli`` commands with the store's resident service running
+  (``snapstore serve --detach``), so each command is a thin client's round trip.
+- ``snap-watch``: ``snap-lib`` with ``Store.open(..., watch=True)`` (the inotify watcher).
 - ``pygit2``: libgit2 calls in a child Python process (benchmarks.worker).
 
 Every operation returns ``(seconds, peak RSS KiB)`` or raises :class:`NotBuilt`.
@@ -40,12 +43,39 @@ def snap_env() -> dict[str, str]:
     # and measure the compiler, not snapstore.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if SNAPSTORE_SRC is not None:
-        env["PYTHONPATH"] = SNAPSTORE_SRC + os.pathsep + env.get("PYTHONPATH", "")
+        # No empty entry: an empty PYTHONPATH element is the cwd (the tree, a stdlib copy that
+        # the edits change), which -P does not remove.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (SNAPSTORE_SRC, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def _package_dir() -> str:
+    if SNAPSTORE_SRC is not None:
+        return os.path.join(SNAPSTORE_SRC, "snapstore")
+    import snapstore
+
+    return os.path.dirname(snapstore.__file__)
+
+
+def has_service() -> bool:
+    """Whether the snapstore under test has the resident service (``snapstore serve``)."""
+    return os.path.exists(os.path.join(_package_dir(), "service", "client.py"))
+
+
+def has_watch() -> bool:
+    """Whether the snapstore under test has ``Store.open(..., watch=True)``."""
+    try:
+        with open(os.path.join(_package_dir(), "store.py")) as f:
+            return "watch: bool" in f.read()
+    except OSError:
+        return False
 
 
 def snapstore_argv() -> list[str]:
     if SNAPSTORE_SRC is not None:  # -P: the cwd (the tree, a stdlib copy) must not go on sys.path
+        if os.path.exists(os.path.join(SNAPSTORE_SRC, "snapstore", "service", "client.py")):
+            # what the console script runs: the thin client, which asks a running service
+            return [sys.executable, "-P", "-c", "from snapstore.service.client import run; run()"]
         return [sys.executable, "-P", "-m", "snapstore"]
     exe = os.path.join(os.path.dirname(sys.executable), "snapstore")
     return [exe] if os.path.exists(exe) else [sys.executable, "-m", "snapstore"]
@@ -144,6 +174,79 @@ class SnapCLI:
         pass
 
 
+class SnapSvc(SnapCLI):
+    """``snapstore`` processes answered by the store's resident service.
+
+    The service is started after the initial checkpoint (``start_service``) and stopped at the
+    end; ``requests()`` reads ``serve --status`` so the harness can check the commands really
+    went through it (a client silently falling back would measure snap-cli twice).
+    """
+
+    name = "snap-svc"
+
+    def __init__(self, tree: str, store: str):
+        super().__init__(tree, store)
+        self.pid: int | None = None
+        self.supported: bool | None = None
+
+    def start_service(self) -> None:
+        if self.help_text("serve") is None:
+            self.supported = False
+            return
+        run(self._cmd("serve", "--detach", "--idle-timeout", "7200"), cwd=self.tree, env=snap_env())
+        self.supported = True
+        self.pid = self.service_status().get("pid")
+
+    def service_status(self) -> dict:
+        if not self.supported:
+            return {}
+        res = subprocess.run(self._cmd("serve", "--status"), cwd=self.tree, env=snap_env(),
+                             capture_output=True, text=True)
+        return json.loads(res.stdout) if res.returncode == 0 and res.stdout.strip() else {}
+
+    def requests(self) -> int | None:
+        doc = self.service_status()
+        return int(doc["requests"]) if "requests" in doc else None
+
+    def service_peak_rss_kib(self) -> int | None:
+        """VmHWM of the service process (the clients' RSS is only the thin client's)."""
+        if self.pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
+        return None
+
+    def _require(self) -> None:
+        if self.supported is False:  # (None: before start_service, e.g. the initial checkpoint)
+            raise NotBuilt("snapstore serve")
+
+    def checkpoint(self, msg: str):
+        self._require()
+        return super().checkpoint(msg)
+
+    def restore(self, ref: str):
+        self._require()
+        return super().restore(ref)
+
+    def diff(self, a: str, b: str):
+        self._require()
+        return super().diff(a, b)
+
+    def status(self):
+        self._require()
+        return super().status()
+
+    def stop_service(self) -> None:
+        if self.supported:
+            subprocess.run(self._cmd("serve", "--stop"), cwd=self.tree, env=snap_env(), capture_output=True)
+        self.pid = None
+
+
 class GitCLI:
     name = "git-cli"
     family = "git"
@@ -200,15 +303,15 @@ class LibWorker:
 
     def __init__(self, kind: str, tree: str, store: str):
         self.kind, self.tree, self.store = kind, tree, store
-        self.name = "snap-lib" if kind == "snap" else "pygit2"
-        self.family = "snapstore" if kind == "snap" else "git"
+        self.name = {"snap": "snap-lib", "snapwatch": "snap-watch"}.get(kind, "pygit2")
+        self.family = "git" if kind == "pygit2" else "snapstore"
         self.proc: subprocess.Popen | None = None
         self._caps: dict | None = None
         self.last: dict = {}
 
     def setup(self) -> None:
         self.close()
-        if self.kind == "snap":
+        if self.kind != "pygit2":
             shutil.rmtree(self.store, ignore_errors=True)
             run([*snapstore_argv(), "init", "--store", self.store, "-q"], cwd=self.tree, env=snap_env())
         else:
@@ -272,7 +375,7 @@ class LibWorker:
         return self._call(op="status")["t"], None
 
     def disk_bytes(self) -> int:
-        return disk_bytes(self.store if self.kind == "snap" else os.path.join(self.store, "objects"))
+        return disk_bytes(os.path.join(self.store, "objects") if self.kind == "pygit2" else self.store)
 
     def close(self) -> None:
         if self.proc is not None:

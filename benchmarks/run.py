@@ -15,26 +15,22 @@ import subprocess
 import sys
 import time
 
-from . import competitors, corpora
-from .competitors import GitCLI, LibWorker, NotBuilt, OpFailed, SnapCLI
+from . import competitors, corpora, replay
+from .common import ORDER, PAIRS, expand, floors, log
+from .competitors import GitCLI, LibWorker, NotBuilt, OpFailed, SnapCLI, SnapSvc
 from .measure import CommandFailed, Series, fmt_bytes, fmt_seconds
 from .report import Row, machine, render_markdown, render_text, to_json
+from .service_bench import ServiceScenarios
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PAIRS = {"cli": ("snap-cli", "git-cli"), "lib": ("snap-lib", "pygit2")}
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-class Bench:
+class Bench(ServiceScenarios):
     def __init__(self, args):
         self.args = args
         self.rows: list[Row] = []
         self.facts: dict = {"sessions": [], "bytes": []}
         self.notes: list[str] = []
         self.corpora_meta: dict[str, str] = {}
+        self.notes_seen: set[str] = set()
 
     # -- contestants ------------------------------------------------------------------------------
 
@@ -43,22 +39,32 @@ class Bench:
             "snap-cli": SnapCLI(tree, os.path.join(state, "snap-cli")),
             "git-cli": GitCLI(tree, os.path.join(state, "git-cli")),
         }
+        if competitors.has_service():
+            comps["snap-svc"] = SnapSvc(tree, os.path.join(state, "snap-svc"))
+        elif "no-service" not in self.notes_seen:
+            self.notes_seen.add("no-service")
+            self.notes.append("This snapstore has no resident service: no snap-svc rows.")
         if with_lib:
             comps["snap-lib"] = LibWorker("snap", tree, os.path.join(state, "snap-lib"))
             comps["pygit2"] = LibWorker("pygit2", tree, os.path.join(state, "pygit2"))
+            if competitors.has_watch():
+                comps["snap-watch"] = LibWorker("snapwatch", tree, os.path.join(state, "snap-watch"))
+            elif "no-watch" not in self.notes_seen:
+                self.notes_seen.add("no-watch")
+                self.notes.append("This snapstore has no `Store.open(watch=True)`: no snap-watch rows.")
         return comps
 
     @staticmethod
     def order(comps: dict, i: int) -> list[str]:
-        names = []
-        for a, b in PAIRS.values():
-            if a in comps:
-                names += [a, b] if i % 2 == 0 else [b, a]
-        return names
+        names = [n for n in ORDER if n in comps]
+        return names if i % 2 == 0 else names[::-1]
 
     def measure(self, comps, corpus, scenario, label, op, *, runs, warmup=True, before=None,
                 after=None, pairs=("cli", "lib")) -> dict[str, Series]:
         """Run ``op(comp, i)`` for every contestant, interleaved, ``runs`` times (+ warm-up)."""
+        pairs = expand(pairs)
+        svc = comps.get("snap-svc")
+        requests0 = svc.requests() if svc is not None and "svc" in pairs else None
         active = {n: c for n, c in comps.items() if any(n in PAIRS[p] for p in pairs)}
         series = {n: Series() for n in active}
         for c in active.values():
@@ -84,6 +90,8 @@ class Bench:
                     s.add(seconds, rss or 0, nbytes)
             if after:
                 after(i, ctx)
+        if requests0 is not None and svc is not None:
+            self.check_service(svc, corpus, label, requests0, runs + warmup)
         for name, c in active.items():
             if isinstance(c, LibWorker) and c.proc is not None:
                 series[name].rss_kib = [c.rss_kib()] if series[name].seconds else []
@@ -246,7 +254,7 @@ class Bench:
             if isinstance(c, LibWorker):
                 c.start()
         if self.args.quick:
-            comps = {n: comps[n] for n in PAIRS["cli"]}
+            comps = {n: comps[n] for n in ("snap-cli", "git-cli", "snap-svc") if n in comps}
         self.checkpoint_all(comps, "bigfile added")
         for c in comps.values():
             c.close()
@@ -287,6 +295,7 @@ class Bench:
             if isinstance(c, LibWorker):
                 c.start()
         totals = {n: Series() for n in comps}
+        svc_req0 = comps["snap-svc"].requests() if "snap-svc" in comps else None
         for step in range(1, steps + 1):
             if step % 50 == 0:
                 editor.bulk()
@@ -305,6 +314,8 @@ class Bench:
             if isinstance(c, LibWorker):
                 totals[name].rss_kib = [c.rss_kib()]
                 c.close()
+        if svc_req0 is not None:
+            self.check_service(comps["snap-svc"], corpus, "agent session", svc_req0, steps)
         grown = {n: c.disk_bytes() - before_bytes[n] for n, c in comps.items()}
         gc_bytes = None if self.args.quick else comps["git-cli"].gc_bytes()[0]
         for pair, (a, b) in PAIRS.items():
@@ -367,22 +378,33 @@ class Bench:
             self.corpora_meta["stdlib"] = f"{n} files, {fmt_bytes(size)} (from {corpora.stdlib_dir()})"
             if not a.quick:  # (the copy just written is in the page cache anyway)
                 corpora.warm(tree)
+            if a.heavy_only:  # (the stdlib tree is the x10 corpora's source)
+                self.heavy(work, tree)
+                return
             comps = self.make(tree, os.path.join(work, "state-stdlib"))
             editor = corpora.Editor(tree, a.seed)
             init_runs = a.initial_runs if a.initial_runs else runs
             self.initial(comps, "stdlib", init_runs, warmup=not a.quick,
                          pairs=("cli",) if a.quick else ("cli", "lib"))
-            self.no_change(comps, "stdlib", runs)
-            for n in (1, 10, 100):
-                self.edits(comps, "stdlib", editor, n, runs)
-            self.status(comps, "stdlib", editor, runs)
-            self.diff_and_restore(comps, "stdlib", editor, runs)
-            if a.session_steps:
-                self.session(comps, "stdlib", editor, a.session_steps)
-            self.corpora_meta["bigfile"] = "stdlib + one 200 MB file of seeded random bytes"
-            self.bigfile(comps, editor, runs)
-            for c in comps.values():
-                c.close()
+            self.start_service(comps, "stdlib")
+            try:
+                self.no_change(comps, "stdlib", runs)
+                for n in (1, 10, 100):
+                    self.edits(comps, "stdlib", editor, n, runs)
+                self.status(comps, "stdlib", editor, runs)
+                self.diff_and_restore(comps, "stdlib", editor, runs)
+                if a.session_steps:
+                    self.session(comps, "stdlib", editor, a.session_steps)
+                if a.replay_steps:
+                    replay.run_replay(self, comps, "stdlib", tree, a.replay_steps, a.seed)
+                self.corpora_meta["bigfile"] = "stdlib + one 200 MB file of seeded random bytes"
+                self.bigfile(comps, editor, runs)
+            finally:
+                self.stop_service(comps, "stdlib")
+                for c in comps.values():
+                    c.close()
+            if a.resolve_checkpoints:
+                self.resolve(work)
             if not a.quick and not a.no_heavy:
                 self.heavy(work, tree)
         finally:
@@ -401,9 +423,13 @@ class Bench:
             comps = self.make(tree, os.path.join(work, f"state-{corpus}"), with_lib=not a.heavy_cli_only)
             pairs = ("cli",) if a.heavy_cli_only else ("cli", "lib")
             self.initial(comps, corpus, a.heavy_runs, warmup=False, pairs=pairs)
-            self.no_change(comps, corpus, max(a.heavy_runs, 5), pairs=pairs)
-            for c in comps.values():
-                c.close()
+            self.start_service(comps, corpus)
+            try:
+                self.no_change(comps, corpus, max(a.heavy_runs, 5), pairs=pairs)
+            finally:
+                self.stop_service(comps, corpus)
+                for c in comps.values():
+                    c.close()
             shutil.rmtree(tree, ignore_errors=True)
             shutil.rmtree(os.path.join(work, f"state-{corpus}"), ignore_errors=True)
         self.notes.append(
@@ -424,7 +450,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heavy-runs", type=int, default=3, help="initial-checkpoint runs on x10 corpora")
     p.add_argument("--heavy-cli-only", action="store_true", help="x10 corpora: CLI contestants only")
     p.add_argument("--no-heavy", action="store_true", help="skip stdlib-x10 and stdlib-x10u")
+    p.add_argument("--heavy-only", action="store_true", help="only stdlib-x10 and stdlib-x10u")
     p.add_argument("--session-steps", type=int, help="checkpoints in the agent session (200; 20 quick)")
+    p.add_argument("--replay-steps", type=int, default=150, help="steps of the edit-history replay")
+    p.add_argument("--resolve-checkpoints", type=int, default=10_000,
+                   help="checkpoints in the store whose resolve latency is measured")
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--snapstore-at", metavar="REV",
                    help="measure snapstore as of git revision REV (exported), not the working tree")
@@ -444,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.perf_counter()
     load_start = os.getloadavg()
+    floor_times = floors(os.path.dirname(os.path.abspath(args.workdir)))
     bench.run()
     meta = {
         "started": started,
@@ -453,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": time.perf_counter() - t0,
         "machine": machine(),
         "load_average": {"start": load_start, "end": os.getloadavg()},
+        "floors": floor_times,
         "corpora": bench.corpora_meta,
         "notes": bench.notes,
     }
@@ -463,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
             f"only, no `git gc` at all), a "
             f"{args.session_steps}-checkpoint session."
         )
-    print(render_text(bench.rows, bench.facts))
+    print(render_text(bench.rows, bench.facts, meta["floors"]))
     for note in bench.notes:
         print(f"note: {note}")
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

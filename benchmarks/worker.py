@@ -1,6 +1,7 @@
 """In-process library calls, run in a child process so peak RSS is per scenario.
 
-``python -m benchmarks.worker snap|pygit2 TREE STORE`` reads one JSON request per line on stdin
+``python -m benchmarks.worker snap|snapwatch|pygit2 TREE STORE`` (``snapwatch``: ``Store.open(...,
+watch=True)``) reads one JSON request per line on stdin
 and answers one JSON line on stdout: ``{"op": "checkpoint"|"restore"|"diff"|"status"|"rss"|
 "caps"|"quit", ...}``.  Only the library call itself is inside the timer; the store or repository
 is opened once, as an agent keeps it open.
@@ -20,11 +21,14 @@ class NotBuilt(Exception):
 
 
 class SnapLib:
-    def __init__(self, tree: str, store: str):
+    def __init__(self, tree: str, store: str, watch: bool = False):
         from snapstore.store import Store
 
         self.Store = Store
-        self.store = Store.open(tree, store=store)
+        if watch:  # the inotify watcher: snapshots re-examine only what changed
+            self.store = Store.open(tree, store=store, watch=True)
+        else:
+            self.store = Store.open(tree, store=store)
 
     def caps(self) -> dict:
         return {
@@ -122,7 +126,11 @@ class Pygit2Lib:
 
 def main() -> None:
     kind, tree, store = sys.argv[1:4]
-    lib = SnapLib(tree, store) if kind == "snap" else Pygit2Lib(tree, store)
+    lib: SnapLib | Pygit2Lib
+    if kind in ("snap", "snapwatch"):
+        lib = SnapLib(tree, store, watch=kind == "snapwatch")
+    else:
+        lib = Pygit2Lib(tree, store)
     out = sys.stdout
     for line in sys.stdin:
         req = json.loads(line)
