@@ -28,7 +28,6 @@ from snapstore.errors import (
 )
 from snapstore.facade.revert import RevertMixin
 from snapstore.hooks import HookRegistry
-from snapstore.ops import snapshot
 from snapstore.ops.context import StageContext
 from snapstore.records import schema
 from snapstore.records.checkpoint import (
@@ -348,6 +347,8 @@ class Store(RevertMixin):
         )
         with self._lock.held():
             self._recover()
+            from snapstore.ops import snapshot
+
             cp_id, packed, result = snapshot.take(
                 self.context,
                 message=message,

@@ -8,7 +8,6 @@ from snapstore.errors import (
     RefError,
     UsageError,
 )
-from snapstore.ops import snapshot
 from snapstore.ops.context import StageContext
 from snapstore.records.checkpoint import Checkpoint, load_one, parse_record
 from snapstore.storage.backend import JOURNAL_KEY
@@ -129,6 +128,8 @@ class GoingBackMixin(ReadingMixin):
 
     def _take_safety(self, message: str) -> tuple[Checkpoint, dict[bytes, Entry], dict[bytes, Found]]:
         from snapstore.records.checkpoint import SAFETY
+
+        from snapstore.ops import snapshot
 
         cp_id, packed, result = snapshot.take(self.context, message=message, kind=SAFETY, skip_unchanged=True)
         cp = parse_record(cp_id, packed)

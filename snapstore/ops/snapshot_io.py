@@ -25,10 +25,12 @@ import queue
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from snapstore.storage import chunker, objects
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 from snapstore.storage.backend import Backend
 from snapstore.tree import scan, statcache
 from snapstore.tree.paths import open_beneath

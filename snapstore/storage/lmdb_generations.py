@@ -27,7 +27,6 @@ import errno
 import fcntl
 import os
 import re
-import shutil
 import stat
 import threading
 from collections.abc import Iterator
@@ -203,6 +202,8 @@ class Generations:
                 fd = _open_dir_locked(full, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 if fd is not None:
                     try:
+                        import shutil  # only when an old generation is deleted
+
                         shutil.rmtree(full, ignore_errors=True)
                     finally:
                         os.close(fd)
