@@ -127,9 +127,8 @@ class GoingBackMixin(ReadingMixin):
         return self.context
 
     def _take_safety(self, message: str) -> tuple[Checkpoint, dict[bytes, Entry], dict[bytes, Found]]:
-        from snapstore.records.checkpoint import SAFETY
-
         from snapstore.ops import snapshot
+        from snapstore.records.checkpoint import SAFETY
 
         cp_id, packed, result = snapshot.take(self.context, message=message, kind=SAFETY, skip_unchanged=True)
         cp = parse_record(cp_id, packed)
