@@ -75,7 +75,8 @@ def sample_spec(n: int = 40, seed: int = 0) -> dict[str, object]:
 
 def plant_checkpoint(store, entries: list, content: bytes = b"pwned\n") -> str:
     """Write a checkpoint with arbitrary (hostile) entries through the internal API; ``content``
-    is stored as a chunk, so a file entry whose ref is ``chunk_id(content)`` restores."""
+    is stored as a chunk, so a file entry whose ref is ``chunk_id(content)`` restores.  Each
+    planted checkpoint gets the next log sequence (and that as its time, so two are distinct)."""
     from snapstore.records.checkpoint import build_record, seq_key
     from snapstore.records.manifest import write_manifest
     from snapstore.storage.objects import chunk_id, encode_chunk
@@ -89,7 +90,7 @@ def plant_checkpoint(store, entries: list, content: bytes = b"pwned\n") -> str:
         last = next(iter(view.items("log", reverse=True)), None)
     seq = int.from_bytes(last[0], "big") + 1 if last else 1
     rec_id, packed = build_record(
-        parent=None, time_ns=1, message="hostile", task=None, tags=[], kind="checkpoint",
+        parent=None, time_ns=seq, message="hostile", task=None, tags=[], kind="checkpoint",
         manifest=mid, conversation=None, metadata={}, stats={},
     )
     with store.backend.write() as batch:

@@ -7,11 +7,11 @@ import pytest
 from helpers import assert_one_line_error, run_snapstore
 
 from snapstore.errors import CorruptError, FormatVersionError, UnsafePathError
-from snapstore.records.checkpoint import build_record, seq_key
-from snapstore.records.manifest import FILE, SYMLINK, Entry, write_manifest
+from snapstore.records.checkpoint import seq_key
+from snapstore.records.manifest import FILE, SYMLINK, Entry
 from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.storage.lmdb_backend import LmdbBackend
-from snapstore.storage.objects import chunk_id, encode_chunk
+from snapstore.storage.objects import chunk_id
 from snapstore.store import Store
 from snapstore.testing import build_tree, random_bytes
 
@@ -156,21 +156,9 @@ _CONTENT = b"planted\n"
 
 def _plant(store: Store, entries: list[Entry]) -> str:
     """A checkpoint with arbitrary entries (valid hashes, hostile paths)."""
-    objs: list[tuple[bytes, bytes]] = []
-    mid, _, rec = write_manifest(sorted(entries), lambda cid, value: objs.append((cid, value)))
-    rid, packed = build_record(
-        parent=None, time_ns=1, message="hostile", task=None, tags=[], kind="checkpoint",
-        manifest=mid, conversation=None, metadata={}, stats={},
-    )
-    with store.backend.write() as batch:
-        for k, v in objs:
-            batch.put_new("chunks", k, v)
-        if rec:
-            batch.put("streams", mid, rec)
-        batch.put_new("chunks", chunk_id(_CONTENT), encode_chunk(_CONTENT))
-        batch.put("checkpoints", rid, packed)
-        batch.put("log", seq_key(99), rid)
-    return rid.hex()
+    from restore_helpers import plant_checkpoint
+
+    return plant_checkpoint(store, entries, _CONTENT)
 
 
 def _file(path: bytes) -> Entry:

@@ -12,7 +12,7 @@ from snapstore.errors import (
 )
 from snapstore.ops.diff import Change, compare
 from snapstore.ops.renames import detect as detect_renames
-from snapstore.records import conversation, manifest
+from snapstore.records import conversation, manifest, refs
 from snapstore.records.checkpoint import Checkpoint, load_one
 from snapstore.records.manifest import Entry
 from snapstore.records.oplog import Operation
@@ -117,21 +117,9 @@ class ReadingMixin(StoreBase):
         records of the rows shown are read."""
         from snapstore.records.history import History
 
-        out: list[tuple[int | None, Checkpoint]] = []
-        n = 0
         with self.backend.read() as view:
             history = History(view)
-            for c in history.newest():
-                if task is not None and c.task != task:
-                    continue
-                if c.is_safety:
-                    if include_safety:
-                        out.append((None, c))
-                else:
-                    n += 1
-                    out.append((n, c))
-                if limit is not None and len(out) >= limit:
-                    break
+            out = refs.numbered(history.newest(), task, include_safety, limit)
             tags = history.tags_of({c.id for _, c in out})
         return [(i, dataclasses.replace(c, tags=tags.get(c.id, ()))) for i, c in out]
 

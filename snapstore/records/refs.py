@@ -35,11 +35,6 @@ _HEX = re.compile(r"^[0-9a-fA-F]{4,64}$")
 MIN_PREFIX = 4
 
 
-def visible(checkpoints: list[Checkpoint], task: str | None = None) -> list[Checkpoint]:
-    """What ``list`` shows: newest first, no safety checkpoints, optionally one task."""
-    return list(_visible(reversed(checkpoints), task))
-
-
 def _visible(newest: Iterable[Checkpoint], task: str | None) -> Iterator[Checkpoint]:
     for c in newest:
         if not c.is_safety and (task is None or c.task == task):
@@ -163,22 +158,30 @@ def resolve(
 
 
 def numbered(
-    checkpoints: list[Checkpoint], task: str | None = None, include_safety: bool = False
+    newest: Iterable[Checkpoint],
+    task: str | None = None,
+    include_safety: bool = False,
+    limit: int | None = None,
 ) -> list[tuple[int | None, Checkpoint]]:
-    """Newest first, each with the ``#N`` that names it (None for safety checkpoints).
+    """What ``list`` shows, from checkpoints newest first: each with the ``#N`` that names it
+    (None for safety checkpoints, listed only with ``include_safety``).
 
-    ``#N`` counts exactly the rows :func:`visible` returns, so what ``list`` prints is always a
-    valid reference.
+    ``#N`` counts exactly the checkpoints :class:`Resolver` counts for ``#N``, so what ``list``
+    prints is always a valid reference.  With ``limit``, ``newest`` is read no further than the
+    rows returned.
     """
     out: list[tuple[int | None, Checkpoint]] = []
     n = 0
-    for c in reversed(checkpoints):
+    for c in newest:
         if task is not None and c.task != task:
             continue
         if c.is_safety:
-            if include_safety:
-                out.append((None, c))
-            continue
-        n += 1
-        out.append((n, c))
+            if not include_safety:
+                continue
+            out.append((None, c))
+        else:
+            n += 1
+            out.append((n, c))
+        if limit is not None and len(out) >= limit:
+            break
     return out

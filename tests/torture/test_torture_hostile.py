@@ -16,10 +16,9 @@ import pytest
 from torture_tally import FULL
 
 from snapstore.errors import ConflictError, CorruptError, TreeIOError, UnsafePathError
-from snapstore.records.checkpoint import build_record, seq_key
-from snapstore.records.manifest import FILE, SYMLINK, Entry, write_manifest
+from snapstore.records.manifest import FILE, SYMLINK, Entry
 from snapstore.storage import objects
-from snapstore.storage.objects import chunk_id, encode_chunk
+from snapstore.storage.objects import chunk_id
 from snapstore.store import Store
 from snapstore.testing import Symlink, build_tree, random_bytes, read_tree, tree_from_store
 from snapstore.tree import scan
@@ -56,25 +55,9 @@ def one_line(err: bytes) -> str:
 
 def plant(store: Store, entries: list[Entry], *, content: bytes = PWNED) -> str:
     """A checkpoint with arbitrary entries, written through the internal API."""
-    objs: list[tuple[bytes, bytes]] = []
-    entries = sorted(entries, key=lambda e: e.path)
-    mid, _, rec = write_manifest(entries, lambda cid, value: objs.append((cid, value)))
-    with store.backend.read() as view:
-        last = next(iter(view.items("log", reverse=True)), None)
-    seq = int.from_bytes(last[0], "big") + 1 if last else 1
-    rid, packed = build_record(
-        parent=None, time_ns=seq, message="hostile", task=None, tags=[], kind="checkpoint",
-        manifest=mid, conversation=None, metadata={}, stats={},
-    )
-    with store.backend.write() as batch:
-        for k, v in objs:
-            batch.put_new("chunks", k, v)
-        if rec:
-            batch.put("streams", mid, rec)
-        batch.put_new("chunks", chunk_id(content), encode_chunk(content))
-        batch.put("checkpoints", rid, packed)
-        batch.put("log", seq_key(seq), rid)
-    return rid.hex()
+    from restore_helpers import plant_checkpoint
+
+    return plant_checkpoint(store, entries, content)
 
 
 def pwned(path: bytes, size: int = len(PWNED)) -> Entry:
