@@ -24,13 +24,10 @@ if TYPE_CHECKING:
 
 
 def size(n: int | float) -> str:
-    """``14.2 KiB``-style sizes."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+    """``14.2 KiB``-style sizes (one formatter for the CLI and the ops: textdiff.human_size)."""
+    from snapstore.ops.textdiff import human_size
+
+    return human_size(n)
 
 
 def local_time(time_ns: int) -> str:

@@ -68,12 +68,13 @@ def common_ends(a: Sequence[T], b: Sequence[T]) -> tuple[int, int]:
     return head, tail
 
 
-def human_size(n: int) -> str:
-    """``768.0 MiB``-style sizes (render.size's format; ops may not import render)."""
+def human_size(n: int | float) -> str:
+    """``768.0 MiB``-style sizes: the one formatter (``render.size`` is this; ops may not import
+    render)."""
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024:
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
 
