@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from snapstore.errors import HookError
+from snapstore.tree.paths import is_inside
 
 EVENTS = ("before_snapshot", "after_snapshot", "before_restore", "after_restore")
 GROUP = "snapstore.plugins"
@@ -63,10 +64,6 @@ class _HasRoot(Protocol):
     def root(self) -> str: ...
 
 
-def _inside(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
-
-
 def trusted_path(root: str | None) -> list[str]:
     """The ``sys.path`` entries plugins may come from (see the trust model above)."""
     cwd = os.path.realpath(os.getcwd())
@@ -79,7 +76,7 @@ def trusted_path(root: str | None) -> list[str]:
         real = os.path.realpath(entry)
         if real == cwd:
             continue
-        if tree is not None and _inside(real, tree) and not any(_inside(real, e) for e in envs):
+        if tree is not None and is_inside(real, tree) and not any(is_inside(real, e) for e in envs):
             continue
         out.append(entry)
     return out

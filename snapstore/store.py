@@ -39,6 +39,7 @@ from snapstore.storage import chunker, lmdb_generations, objects
 from snapstore.storage.backend import Backend
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.storage.memory import MemoryBackend
+from snapstore.tree.paths import is_inside
 
 if TYPE_CHECKING:
     from snapstore.ops.edit import EditReport
@@ -497,8 +498,7 @@ def _same_dir(a: str, b: str) -> bool:
 
 def _inside(path: str, root: str) -> bool:
     """Whether ``path`` is ``root`` or below it (symlinks resolved)."""
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+    return is_inside(os.path.realpath(path), os.path.realpath(root))
 
 
 def _not_this_tree(store_dir: str, root: str, asked: str) -> str:

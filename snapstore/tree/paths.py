@@ -78,3 +78,10 @@ def open_beneath(root: bytes, rel: bytes, flags: int) -> int:
         return os.open(parts[-1], flags, dir_fd=fd)
     finally:
         os.close(fd)
+
+
+def is_inside(path: str, top: str) -> bool:
+    """Whether the file-system path ``path`` is ``top`` or below it, both as given (callers
+    resolve symlinks first when they must: ``os.path.realpath``)."""
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
+
