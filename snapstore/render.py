@@ -269,6 +269,14 @@ def gc_lines(report: GcReport) -> list[str]:
         f"{report.conversations_removed} conversation records: {size(report.bytes_removed)} logical, "
         f"{size(report.stored_bytes_removed)} stored" + (" (dry run: nothing was changed)" if report.dry_run else "")
     ]
+    p = report.packs
+    if p.packs_rewritten or p.packs_removed or p.deltas_made_whole:
+        out.append(
+            f"{verb} {p.packs_removed} dead pack(s), "
+            f"{'would rewrite' if report.dry_run else 'rewrote'} {p.packs_rewritten} of {p.packs} "
+            f"({p.chunks_moved} live chunks moved, {p.deltas_made_whole} deltas stored whole): "
+            f"packs {size(p.stored_before)} -> {size(p.stored_after)}"
+        )
     if report.compacted:
         out.append(
             f"compacted the store file: {size(report.size_before)} -> {size(report.size_after)} "
@@ -287,7 +295,8 @@ def stats_lines(st: StoreStats) -> list[str]:
         ("stored bytes", size(st.stored_bytes)),
         ("dedup ratio", f"{st.dedup_ratio:.2f}"),
         ("compression", f"{st.compression_ratio:.2f}"),
-        ("chunks", f"{st.chunks} ({st.streams} multi-chunk streams)"),
+        ("chunks", f"{st.chunks} ({st.streams} multi-chunk streams) in {st.packs} packs"),
+        ("format", f"{st.format}" + (" (run 'snapstore upgrade' to convert it to format 2)" if st.format == 1 else "")),
         ("on disk", size(st.disk_size)),
     ]
     return [f"{name + ':':15} {value}" for name, value in rows]

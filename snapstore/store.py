@@ -35,7 +35,7 @@ from snapstore.records.checkpoint import (
     Checkpoint,
     parse_record,
 )
-from snapstore.storage import chunker, lmdb_generations, objects
+from snapstore.storage import chunker, entries, lmdb_generations, objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.storage.memory import MemoryBackend
@@ -46,7 +46,9 @@ if TYPE_CHECKING:
     from snapstore.policy import OperationContext, Policy
 
 STORE_DIRNAME = ".snapstore"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Formats this snapstore reads (1: one value per chunk; 2: packs, see docs/format.md).
+READABLE_FORMATS = (1, 2)
 
 
 
@@ -197,6 +199,8 @@ class Store(RevertMixin):
         # Opening never replays a restore journal: read-only commands must not write the tree
         # (they report it: pending_restore); writers recover under the lock (_recover).
         opened = cls(backend, tree, store_dir, lock, level)
+        opened.context.format = int(meta[b"format"])
+        opened.context.delta_depth = _delta_depth(meta)
         if watch:
             opened.watch()
         return opened
@@ -264,10 +268,10 @@ class Store(RevertMixin):
         fmt = meta.get(b"format")
         if fmt is None:
             raise CorruptError("this is not a snapstore store (no format version)")
-        if fmt != str(FORMAT_VERSION).encode():
+        if fmt not in [str(v).encode() for v in READABLE_FORMATS]:
             raise FormatVersionError(
                 f"the store has format version {fmt.decode(errors='replace')}; this snapstore "
-                f"reads version {FORMAT_VERSION} (upgrade snapstore)"
+                f"reads versions {', '.join(map(str, READABLE_FORMATS))} (upgrade snapstore)"
             )
         try:
             params = msgpack.unpackb(meta.get(b"chunker", b"\xc0"), strict_map_key=False)
@@ -494,6 +498,21 @@ class Store(RevertMixin):
 
 def _same_dir(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _delta_depth(meta: dict[bytes, bytes]) -> int:
+    from snapstore.ops.retention import CONFIG_PREFIX
+
+    raw = meta.get(CONFIG_PREFIX + b"storage.delta-depth")
+    if raw is None:
+        return packs.DELTA_DEPTH
+    try:
+        depth = int(raw)
+        if not 0 <= depth <= entries.MAX_CHAIN:
+            raise ValueError(depth)
+    except ValueError:
+        raise CorruptError("the store's config 'storage.delta-depth' is damaged") from None
+    return depth
 
 
 def _inside(path: str, root: str) -> bool:

@@ -78,7 +78,7 @@ def assert_one_line_error(err: str | bytes) -> None:
     assert err.endswith("\n")
 
 
-def stored_bytes(backend, tables=("chunks", "streams")) -> int:
+def stored_bytes(backend, tables=("chunks", "packs", "streams")) -> int:
     """Sum of the stored values of ``tables`` (what the content costs in the store)."""
     total = 0
     with backend.read() as view:

@@ -235,6 +235,8 @@ def test_config_defaults_set_get_unset(tree, store):
         "retention.keep-tagged": "true",
         "retention.gc": "false",
         "service.idle-timeout": "1800",
+        "storage.delta-depth": "10",
+        "gc.repack-below": "0.5",
     }
     assert store.config_set("retention.keep-last", 100) == "100"
     assert store.config_set("retention.keep-within", "30D") == "30d"

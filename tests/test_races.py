@@ -142,8 +142,8 @@ def _append_after_read(monkeypatch, path, times):
     real = snapshot_io.Reader._read_fd
     ino = os.stat(path).st_ino
 
-    def read_fd(self, fd, expected):
-        result = real(self, fd, expected)
+    def read_fd(self, fd, expected, rel=b""):
+        result = real(self, fd, expected, rel)
         if os.fstat(fd).st_ino == ino and calls["n"] < times:
             calls["n"] += 1
             with open(path, "ab") as f:

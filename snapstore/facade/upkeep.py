@@ -78,7 +78,11 @@ class UpkeepMixin(GoingBackMixin):
                 return []
             report = self._prune(policy, None, False)
             if report.removed and values.get("retention.gc") == "true":
-                gc.run(self.backend)
+                gc.run(
+                    self.backend,
+                    repack_below=float(values["gc.repack-below"]),
+                    level=self.compression_level,
+                )
         except SnapstoreError as exc:
             return [f"automatic retention failed: {exc}"]
         return []
@@ -111,7 +115,13 @@ class UpkeepMixin(GoingBackMixin):
 
         with self._lock.held():
             self._recover()
-            return gc.run(self.backend, compact=compact and not dry_run, dry_run=dry_run)
+            return gc.run(
+                self.backend,
+                compact=compact and not dry_run,
+                dry_run=dry_run,
+                repack_below=float(self.config()["gc.repack-below"]),
+                level=self.compression_level,
+            )
 
     def stats(self) -> StoreStats:
         """Counts and sizes of the store (a stats.StoreStats)."""
@@ -147,6 +157,8 @@ class UpkeepMixin(GoingBackMixin):
                 else:
                     batch.put("meta", mkey, stored.encode())
             self.backend.sync()
+        if key == "storage.delta-depth":  # the open store's snapshots follow it at once
+            self.context.delta_depth = int(self.config_get(key))
         return self.config_get(key)
 
     def relocate(self, new_root: str | os.PathLike[str]) -> str:

@@ -134,7 +134,7 @@ def manifest_difference(get: Getter, mid_a: bytes, mid_b: bytes) -> tuple[dict[b
     shared = set(leaves_a) & set(leaves_b)
 
     def rest(mid: bytes, leaves: list[bytes]) -> dict[bytes, Entry]:
-        chunks = (objects.decode_chunk(c, get("chunks", c)) for c in leaves if c not in shared)
+        chunks = (objects.load_chunk(get, c) for c in leaves if c not in shared)
         return {e.path: e for e in manifest.iter_entries_of_chunks(mid, chunks)}
 
     return rest(mid_a, leaves_a), rest(mid_b, leaves_b)

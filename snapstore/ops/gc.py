@@ -32,15 +32,16 @@ leaves either generation whole, and every process follows the new one at its nex
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import zstandard
 
 from snapstore.errors import CorruptError
+from snapstore.ops import repack
 from snapstore.records import conversation, manifest
 from snapstore.records.checkpoint import references
-from snapstore.storage import objects
+from snapstore.storage import entries, objects
 from snapstore.storage.backend import Backend, ReadView
 from snapstore.storage.objects import Getter
 from snapstore.tree import statcache
@@ -61,6 +62,7 @@ class GcReport:
     statcache_removed: int = 0
     bytes_removed: int = 0  # logical (plain) bytes of the removed chunks
     stored_bytes_removed: int = 0  # their stored (compressed) bytes
+    packs: repack.RepackReport = field(default_factory=lambda: repack.RepackReport())
     compacted: bool = False
     size_before: int = 0  # data.mdb size before (and after) compaction
     size_after: int = 0
@@ -80,6 +82,7 @@ class GcReport:
             "statcache_removed": self.statcache_removed,
             "bytes_removed": self.bytes_removed,
             "stored_bytes_removed": self.stored_bytes_removed,
+            "packs": self.packs.to_json(),
             "compacted": self.compacted,
             "size_before": self.size_before,
             "size_after": self.size_after,
@@ -104,9 +107,15 @@ def plain_size(stored_len: int, head: bytes) -> int:
 
 
 def chunk_sizes(backend: Backend) -> Iterator[tuple[bytes, int, int]]:
-    """Yield ``(chunk id, stored bytes, plain bytes)`` for every chunk."""
+    """Yield ``(chunk id, stored bytes, plain bytes)`` for every chunk.
+
+    A format-2 chunk's stored bytes are 0: they are its pack's, counted per pack.
+    """
     for key, stored, head in backend.value_sizes("chunks"):
-        yield key, stored, plain_size(stored, head)
+        if head[:1] == bytes((entries.FLAG_PACKED,)):
+            yield key, 0, entries.entry_size(head)
+        else:
+            yield key, stored, plain_size(stored, head)
 
 
 # -- mark --------------------------------------------------------------------------------------
@@ -142,7 +151,7 @@ class Marker:
             if leaf in self._manifest_leaves:
                 continue
             self._manifest_leaves.add(leaf)
-            data = objects.decode_chunk(leaf, self.get("chunks", leaf))
+            data = objects.load_chunk(self.get, leaf)
             for e in manifest.iter_entries_of_chunks(mid, [data]):
                 if e.is_file:
                     self.stream(e.ref)
@@ -194,8 +203,18 @@ def _delete(backend: Backend, table: str, keys: list[bytes]) -> None:
                 batch.delete(table, k)
 
 
-def run(backend: Backend, *, compact: bool = False, dry_run: bool = False) -> GcReport:
-    """Mark and sweep (and compact) the store of ``backend``; the caller holds the writer lock."""
+def run(
+    backend: Backend,
+    *,
+    compact: bool = False,
+    dry_run: bool = False,
+    repack_below: float = 0.5,
+    level: int = objects.DEFAULT_LEVEL,
+) -> GcReport:
+    """Mark and sweep (and compact) the store of ``backend``; the caller holds the writer lock.
+
+    ``repack_below``: a pack whose live fraction is below this is rewritten (format 2).
+    """
     report = GcReport(dry_run=dry_run)
     with backend.read() as view:
         marker = mark(view)
@@ -218,11 +237,19 @@ def run(backend: Backend, *, compact: bool = False, dry_run: bool = False) -> Gc
     report.statcache_removed = len(stale_cache)
     report.size_before = report.size_after = backend.disk_size()
     if dry_run:
+        report.packs = repack.run(
+            backend, marker.chunks, threshold=repack_below, level=level, dry_run=True
+        )
+        report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
         return report
     # Order matters for crash safety: nothing may name a removed object when its chunks go.
     _delete(backend, "statcache", stale_cache)
     _delete(backend, "streams", dead_streams)
     _delete(backend, "conversations", dead_convs)
+    # Packs before the remaining dead entries: a live delta's dead base is still readable
+    # while the delta is stored whole.
+    report.packs = repack.run(backend, marker.chunks, threshold=repack_below, level=level)
+    report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
     _delete(backend, "chunks", dead_chunks)
     backend.sync()
     sizes = backend.compact() if compact else None

@@ -88,6 +88,26 @@ def _bool(text: str) -> str:
     raise UsageError(f"expected true or false, not {text!r}")
 
 
+def _bounded(text: str, what: str, low: int, high: int) -> str:
+    try:
+        n = int(str(text).strip())
+    except ValueError:
+        n = low - 1
+    if not low <= n <= high:
+        raise UsageError(f"{what} must be a whole number from {low} to {high}, not {text!r}")
+    return str(n)
+
+
+def _fraction(text: str, what: str) -> str:
+    try:
+        f = float(str(text).strip())
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f <= 1.0:
+        raise UsageError(f"{what} must be a fraction from 0 to 1, not {text!r}")
+    return str(f)
+
+
 #: key -> (default shown when unset, normaliser of a value to store).
 CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "retention.keep-last": ("off", lambda v: str(parse_count(v, "retention.keep-last"))),
@@ -95,6 +115,8 @@ CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "retention.keep-tagged": ("true", _bool),
     "retention.gc": ("false", _bool),
     "service.idle-timeout": ("1800", lambda v: str(parse_count(v, "service.idle-timeout"))),
+    "storage.delta-depth": ("10", lambda v: _bounded(v, "storage.delta-depth", 0, 64)),
+    "gc.repack-below": ("0.5", lambda v: _fraction(v, "gc.repack-below")),
 }
 UNSET = ("off", "none", "")
 

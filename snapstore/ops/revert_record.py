@@ -26,7 +26,7 @@ from snapstore.records.checkpoint import (
     seq_key,
 )
 from snapstore.records.manifest import Entry
-from snapstore.storage import chunker, objects
+from snapstore.storage import chunker, objects, packs
 from snapstore.tree.paths import display, to_json
 
 
@@ -169,8 +169,10 @@ def record_target(
     with ctx.backend.read() as view:  # the writer lock is held: nobody appends meanwhile
         last = next(iter(view.items("log", reverse=True)), None)
     with ctx.backend.write() as batch:
-        for cid in missing:
-            batch.put_new("chunks", cid, objects.encode_chunk(plain[cid], level))
+        for table, key, value in packs.chunk_ops(
+            [(cid, plain[cid]) for cid in missing], level, packed=ctx.format >= 2
+        ):
+            batch.put_new(table, key, value)
         for sid, record in streams:
             batch.put_new("streams", sid, record)
         cp_id, packed = build_record(

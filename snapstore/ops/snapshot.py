@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +35,7 @@ from snapstore.ops.snapshot_io import (
     FileChanged,
     FileGone,
     Outcome,
+    Packing,
     Progress,
     Writer,
     read_files,
@@ -51,7 +52,7 @@ from snapstore.records.checkpoint import (
     seq_key,
 )
 from snapstore.records.manifest import UNREADABLE, Entry
-from snapstore.storage import objects
+from snapstore.storage import objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.tree import scan, statcache, worktree
 from snapstore.tree.paths import display
@@ -179,7 +180,8 @@ def _take(
         writer.start()
         try:
             for f, outcome in read_files(
-                ctx.root_bytes, backend, level, to_read, writer, progress, workers
+                ctx.root_bytes, backend, packing(ctx), to_read, writer, progress, workers,
+                _previous_streams(cache),
             ):
                 _record(f, outcome, entries, cache_updates, result)
         finally:
@@ -219,9 +221,8 @@ def _take(
         if crecord is not None:
             final_objects.append(("conversations", cid_conv, crecord))
     ids = list(plain)
-    for cid, present in zip(ids, backend.has_many("chunks", ids)):
-        if not present:
-            final_objects.append(("chunks", cid, objects.encode_chunk(plain[cid], level)))
+    lacking = [(c, plain[c]) for c, present in zip(ids, backend.has_many("chunks", ids)) if not present]
+    final_objects.extend(packs.chunk_ops(lacking, level, packed=ctx.format >= 2))
     result.conversation_id = cid_conv
 
     if (
@@ -351,6 +352,32 @@ def _conversation_base(
                 continue
             return conv, count, depth
     return None
+
+
+def packing(ctx: StageContext) -> Packing:
+    """How this context's store keeps new chunks (format, level, delta bases)."""
+    packed = ctx.format >= 2
+    bases = None
+    if packed and ctx.delta_depth > 0:
+        backend = ctx.backend
+
+        def get(table: str, key: bytes) -> bytes | None:
+            with backend.read() as view:
+                value: bytes | None = view.get(table, key)
+                return value
+
+        bases = packs.DeltaBases(get, ctx.delta_depth)
+    return Packing(ctx.level, packed, bases)
+
+
+def _previous_streams(cache: dict[bytes, bytes]) -> Callable[[bytes], bytes | None]:
+    """path -> the stream its last snapshotted version had (from the stat cache)."""
+
+    def previous(path: bytes) -> bytes | None:
+        value = cache.get(statcache.key(path))
+        return statcache.stream_id(value) if value is not None else None
+
+    return previous
 
 
 def _count_changes(

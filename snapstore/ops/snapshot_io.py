@@ -25,9 +25,10 @@ import queue
 import stat
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
-from snapstore.storage import chunker, objects
+from snapstore.storage import chunker, objects, packs
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -127,24 +128,38 @@ class Writer(threading.Thread):
             self.error = exc
 
 
+#: Where a new chunk's delta base may be: (the file's previous stream id, the chunk's offset).
+Hint = tuple[bytes, int]
+
+
+@dataclass
+class Packing:
+    """How new chunks are stored: the store's format, the zstd level, the delta bases."""
+
+    level: int
+    packed: bool = True  # format 2 (packs); False for a format-1 store not yet upgraded
+    bases: packs.DeltaBases | None = None
+
+
 class Sink:
     """The chunks one read task produced, deduplicated and compressed in groups.
 
     Grouping matters on small-file trees: one dedup lookup, one compression pass and one queue
     hand-off per GROUP_BYTES instead of per file keeps the threads from ping-ponging the GIL.
+    It is also what makes frames solid: the new chunks of a group are compressed together.
     """
 
-    def __init__(self, dedup: Dedup, writer: Writer, level: int) -> None:
+    def __init__(self, dedup: Dedup, writer: Writer, packing: Packing) -> None:
         self.dedup = dedup
         self.writer = writer
-        self.level = level
-        self.pairs: list[tuple[bytes, bytes | memoryview, bool]] = []  # (id, data, encoded?)
+        self.packing = packing
+        self.pairs: list[tuple[bytes, bytes | memoryview, Hint | None]] = []
         self.records: list[Op] = []
         self.size = 0
 
-    def add(self, cid: bytes, data: bytes | memoryview, encoded: bool = False) -> None:
-        """Queue chunk ``cid`` (plain, or already ``encoded``) unless the store has it."""
-        self.pairs.append((cid, data, encoded))
+    def add(self, cid: bytes, data: bytes | memoryview, hint: Hint | None = None) -> None:
+        """Queue plain chunk ``cid`` unless the store has it (``hint``: where a base may be)."""
+        self.pairs.append((cid, data, hint))
         self.size += len(data)
         if self.size >= GROUP_BYTES:
             self.flush()
@@ -158,11 +173,20 @@ class Sink:
         ops: list[Op] = []
         if self.pairs:
             new = self.dedup.new_ids([cid for cid, _, _ in self.pairs])
-            for cid, data, encoded in self.pairs:
+            plain: list[tuple[bytes, bytes | memoryview]] = []
+            deltas: list[packs.Frame] = []
+            p = self.packing
+            for cid, data, hint in self.pairs:
                 if cid in new:
                     new.discard(cid)
-                    value = bytes(data) if encoded else objects.encode_chunk(data, self.level)
-                    ops.append(("chunks", cid, value))
+                    frame = None
+                    if hint is not None and p.bases is not None:
+                        frame = p.bases.frame(cid, data, hint[0], hint[1], p.level)
+                    if frame is not None:
+                        deltas.append(frame)
+                    else:
+                        plain.append((cid, data))
+            ops = packs.chunk_ops(plain, p.level, packed=p.packed, deltas=deltas)
         # Stream records go after their chunks (same writer batch or a later one).
         ops.extend(self.records)
         self.pairs, self.records, self.size = [], [], 0
@@ -173,16 +197,24 @@ class Sink:
 class Reader:
     """Reads files into chunks; its read_batch runs in the thread pool."""
 
-    def __init__(self, root: bytes, dedup: Dedup, writer: Writer, level: int) -> None:
+    def __init__(
+        self,
+        root: bytes,
+        dedup: Dedup,
+        writer: Writer,
+        packing: Packing,
+        previous: Callable[[bytes], bytes | None] | None = None,
+    ) -> None:
         self.root = root
         self.dedup = dedup
         self.writer = writer
-        self.level = level
+        self.packing = packing
+        self.previous = previous  # path -> the stream its last stored version had
         self._local = threading.local()
 
     def read_batch(self, rels: list[bytes]) -> list[tuple[bytes, Outcome]]:
         """Read several files; returns ``(path, result or exception)`` for each."""
-        sink = self._local.sink = Sink(self.dedup, self.writer, self.level)
+        sink = self._local.sink = Sink(self.dedup, self.writer, self.packing)
         out: list[tuple[bytes, Outcome]] = []
         try:
             for rel in rels:
@@ -211,7 +243,7 @@ class Reader:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
                     raise FileGone("is no longer a regular file")
-                sid, size = self._read_fd(fd, st.st_size)
+                sid, size = self._read_fd(fd, st.st_size, rel)
                 after = os.fstat(fd)
             finally:
                 os.close(fd)
@@ -223,11 +255,13 @@ class Reader:
                 return sid, st, recorded
         raise FileChanged(f"kept changing while it was read ({READ_ATTEMPTS} attempts)")
 
-    def _read_fd(self, fd: int, expected: int) -> tuple[bytes, int]:
+    def _read_fd(self, fd: int, expected: int, rel: bytes = b"") -> tuple[bytes, int]:
         sink: Sink | None = getattr(self._local, "sink", None)
         direct = sink is None  # a direct call outside read_batch flushes its own sink
         if sink is None:
-            sink = Sink(self.dedup, self.writer, self.level)
+            sink = Sink(self.dedup, self.writer, self.packing)
+        prev = self.previous(rel) if self.previous is not None and self.packing.bases else None
+        offset = 0
         f = os.fdopen(fd, "rb", buffering=0, closefd=False)
         builder = objects.StreamBuilder()
         if expected <= WHOLE_READ_MAX:
@@ -238,12 +272,13 @@ class Reader:
                     break
                 data += more
             for view in chunker.cut_buffer(data):
-                sink.add(builder.add(view), view)
+                sink.add(builder.add(view), view, (prev, offset) if prev else None)
+                offset += len(view)
         else:
             for chunk in chunker.cut_stream(f):
-                sink.add(builder.add(chunk), chunk)
-        out = sink
-        sid, size, record = builder.finish(lambda nid, value: out.add(nid, value, True), self.level)
+                sink.add(builder.add(chunk), chunk, (prev, offset) if prev else None)
+                offset += len(chunk)
+        sid, size, record = builder.finish(sink.add, encode=False)
         if record is not None:
             sink.add_record("streams", sid, record)
         if direct:
@@ -254,19 +289,21 @@ class Reader:
 def read_files(
     root: bytes,
     backend: Backend,
-    level: int,
+    packing: Packing,
     to_read: list[scan.Found],
     writer: Writer,
     progress: Progress | None,
     workers: int | None,
+    previous: Callable[[bytes], bytes | None] | None = None,
 ) -> Iterator[tuple[scan.Found, Outcome]]:
     """Read ``to_read`` in a thread pool; yields each file with its outcome as batches finish.
 
+    ``previous(path)``: the stream the path's last stored version had (delta bases).
     Stops early (without error) once the writer thread has failed: the caller reports that.
     """
     from concurrent.futures import ThreadPoolExecutor, as_completed  # only when files change
 
-    reader = Reader(root, Dedup(backend), writer, level)
+    reader = Reader(root, Dedup(backend), writer, packing, previous)
     total = sum(_size(f) for f in to_read)
     done = 0
     n = workers or max(2, min(4, os.cpu_count() or 2))

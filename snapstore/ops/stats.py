@@ -32,6 +32,8 @@ class StoreStats:
     logical_bytes: int = 0
     unique_bytes: int = 0
     stored_bytes: int = 0
+    packs: int = 0
+    format: int = 0
     chunks: int = 0
     streams: int = 0
     disk_size: int = 0
@@ -71,7 +73,12 @@ def collect(backend: Backend, checkpoints: Sequence[Checkpoint]) -> StoreStats:
         st.chunks += 1
         st.stored_bytes += stored
         st.unique_bytes += plain
+    for _, size, _ in backend.value_sizes("packs"):  # format 2: the chunks' bytes are here
+        st.packs += 1
+        st.stored_bytes += size
     with backend.read() as view:
         st.streams = view.count("streams")
+        fmt = view.get("meta", b"format")
+    st.format = int(fmt) if fmt is not None and fmt.isdigit() else 0
     st.disk_size = backend.disk_size()
     return st

@@ -146,7 +146,7 @@ def read(get: Get, cid: bytes) -> list[Any]:
         if len(out) != record["count"]:
             raise CorruptError(f"conversation {rid.hex()} does not continue its base")
         for ref in record["chunks"]:
-            data = objects.decode_chunk(ref[0], get("chunks", ref[0]))
+            data = objects.load_chunk(get, ref[0])
             hasher.update(data)
             out.extend(_decode(rid, [data]))
         if len(out) != record["total"]:

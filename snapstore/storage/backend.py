@@ -19,7 +19,8 @@ from typing import Protocol
 
 TABLES = (
     "meta",  # format version, tree root, chunker parameters
-    "chunks",  # chunk id -> flag byte + payload
+    "chunks",  # chunk id -> flag byte + payload (format 1) or a pack entry (format 2)
+    "packs",  # pack id (16 bytes) -> concatenated frames (format 2)
     "streams",  # stream id -> [size, height, root id] for streams of more than one chunk
     "checkpoints",  # checkpoint id -> record
     "log",  # 8-byte big-endian sequence -> checkpoint id (creation order)

@@ -1,7 +1,10 @@
 """Chunks and streams: how bytes are stored and read back.
 
-A **chunk** is keyed by the BLAKE3-256 of its plain bytes; its value is one flag byte followed by
-a zstd frame (``FLAG_ZSTD``) or by the plain bytes when zstd does not shrink them (``FLAG_RAW``).
+A **chunk** is keyed by the BLAKE3-256 of its plain bytes.  In a format-1 store its value is one
+flag byte followed by a zstd frame (``FLAG_ZSTD``) or by the plain bytes when zstd does not shrink
+them (``FLAG_RAW``).  In a format-2 store the value is an index entry into a pack
+(:mod:`snapstore.storage.entries`, written by :mod:`snapstore.storage.packs`); both are read by
+:func:`load_chunk`, so every reader works on either format.
 
 A **stream** is any byte sequence (a file's content, a manifest, a conversation).  Its id is the
 BLAKE3-256 of the whole content.  A stream of one chunk is that chunk (same id, no extra record).
@@ -21,6 +24,7 @@ import msgpack
 import zstandard
 
 from snapstore.errors import CorruptError
+from snapstore.storage import entries
 
 FLAG_RAW = 0
 FLAG_ZSTD = 1
@@ -46,10 +50,19 @@ _local = threading.local()
 
 Ref = tuple[bytes, int]  # (id, plain size)
 
+#: ``get(table, key)``: how readers reach the store (a read view's ``get``).
+Getter = Callable[[str, bytes], "bytes | None"]
+
 
 def chunk_id(data: bytes | memoryview) -> bytes:
     """The BLAKE3-256 of ``data``: the id of a chunk (and of a stream) holding it."""
     digest: bytes = blake3.blake3(data).digest()
+    return digest
+
+
+def pack_id(pack: bytes) -> bytes:
+    """The key of a format-2 pack: the first 16 bytes of the BLAKE3 of its bytes."""
+    digest: bytes = blake3.blake3(pack).digest()[:16]
     return digest
 
 
@@ -105,6 +118,50 @@ def decode_chunk(
     if check and chunk_id(data) != cid:
         raise CorruptError(f"chunk {cid.hex()} is corrupt (its content does not match its hash)")
     return data
+
+
+def load_chunk(
+    get: Getter, cid: bytes, *, max_size: int = MAX_CHUNK_BYTES, check: bool = True
+) -> bytes:
+    """The plain bytes of chunk ``cid``, whichever format stores it; raises CorruptError.
+
+    ``max_size`` bounds what is accepted (the size an index gives the chunk, when known).
+    """
+    value = get("chunks", cid)
+    if not entries.is_entry(value):
+        return decode_chunk(cid, value, check=check, max_size=max_size)
+    assert value is not None
+    data = _load_packed(get, cid, value, min(max_size, MAX_CHUNK_BYTES))
+    if check and chunk_id(data) != cid:
+        raise CorruptError(f"chunk {cid.hex()} is corrupt (its content does not match its hash)")
+    return data
+
+
+def _load_packed(get: Getter, cid: bytes, value: bytes, max_size: int) -> bytes:
+    entry = entries.parse(cid, value)
+    if entry.size > max_size:
+        raise CorruptError(f"chunk {cid.hex()} holds {entry.size} bytes, more than the {max_size} expected")
+
+    def load_base() -> bytes:
+        base = entry.base
+        assert base is not None
+        bvalue = get("chunks", base)
+        if bvalue is None:
+            raise CorruptError(f"chunk {cid.hex()}: its delta base {base.hex()} is missing")
+        if entries.is_entry(bvalue):
+            bentry = entries.parse(base, bvalue)
+            if bentry.codec == entries.CODEC_DELTA and bentry.depth >= entry.depth:
+                # Depths strictly fall along a chain, so a chain is finite and loop-free.
+                raise CorruptError(f"chunk {cid.hex()}: its delta chain loops (through {base.hex()})")
+        return load_chunk(get, base)
+
+    plain = entries.frame_plain(
+        cid,
+        entry,
+        lambda: get("packs", entry.pack),
+        load_base if entry.codec == entries.CODEC_DELTA else None,
+    )
+    return entries.slice_chunk(cid, entry, plain)
 
 
 def _inflate(cid: bytes, frame: bytes, max_size: int) -> bytes:
@@ -243,8 +300,6 @@ def write_stream_known(
 
 # -- reading streams ------------------------------------------------------------------------
 
-Getter = Callable[[str, bytes], "bytes | None"]
-
 #: ``(id, size, height)`` of one node of a stream's tree: height 0 is a data chunk.
 Node = tuple[bytes, int, int]
 
@@ -299,8 +354,7 @@ def walk_stream(
                     f"index chunk {nid.hex()} covers {walked[nid]} bytes, its parent says {nsize}"
                 )
             continue
-        value = get("chunks", nid)
-        children = parse_index_node(nid, decode_chunk(nid, value, max_size=INDEX_NODE_MAX_BYTES))
+        children = parse_index_node(nid, load_chunk(get, nid, max_size=INDEX_NODE_MAX_BYTES))
         total = sum(s for _, s in children)
         if any(s < 1 for _, s in children):
             # Only the empty stream has an empty chunk, and it has no index: a child of zero
@@ -327,9 +381,9 @@ def iter_stream(get: Getter, sid: bytes) -> Iterator[bytes]:
         if height:
             continue
         if size < 0:
-            yield decode_chunk(cid, get("chunks", cid))
+            yield load_chunk(get, cid)
             continue
-        data = decode_chunk(cid, get("chunks", cid), max_size=size)
+        data = load_chunk(get, cid, max_size=size)
         if len(data) != size:
             raise CorruptError(f"chunk {cid.hex()} has {len(data)} bytes, its index says {size}")
         yield data

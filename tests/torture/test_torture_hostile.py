@@ -283,12 +283,12 @@ def test_newer_format_is_refused_with_exit_7(tmp_path):
     with Store.init(root) as store:
         store.snapshot("A")
         with store.backend.write() as batch:
-            batch.put("meta", b"format", b"2")
+            batch.put("meta", b"format", b"3")
     data = (root / ".snapstore/data.mdb").read_bytes()
     for argv in (["list"], ["snapshot"], ["restore", "latest"], ["verify"], ["gc"]):
         done = snapstore(*argv, cwd=root)
         assert done.returncode == 7, (argv, done.stderr)
-        assert "version 2" in one_line(done.stderr)
+        assert "format version 3" in one_line(done.stderr)
     assert (root / ".snapstore/data.mdb").read_bytes() == data  # nothing written
 
 

@@ -1,0 +1,241 @@
+"""Format v2 index entries: where a chunk lives inside a pack, and how it is read back.
+
+In a v2 store the ``chunks`` table maps a chunk id (the BLAKE3-256 of its plain bytes) to a small
+**entry** instead of the chunk's bytes.  The bytes live in the ``packs`` table: values of about
+1 MiB, each the concatenation of **frames**.  An entry is ``FLAG_PACKED`` followed by
+
+    codec (u8) | chunk size (u32) | offset of the chunk in the frame's plain bytes (u32)
+    | frame offset in the pack (u32) | frame length (u32) | pack id (16 bytes)
+
+all big-endian; a ``CODEC_DELTA`` entry adds ``base chunk id (32 bytes) | depth (u8)``.
+
+* ``CODEC_ZSTD``: the frame is one zstd frame of several chunks compressed together ("solid").
+  Incompressible data is kept in zstd's raw blocks (3 bytes of header per 128 KiB), so every
+  frame is self-delimiting and records its plain size: an entry whose length or offset is
+  damaged is found by the frame check, not only by the chunk's hash.
+* ``CODEC_DELTA``: the frame is one zstd frame of this chunk alone, compressed with the plain bytes
+  of the base chunk as a raw-content dictionary; ``depth`` is the chain's length (a base that is
+  not a delta has depth 0, so ``depth >= 1``), and each base's depth is strictly smaller.
+
+A v1 value (``FLAG_RAW``/``FLAG_ZSTD`` + bytes, see :mod:`snapstore.storage.objects`) stays
+readable in the same table, so a v1 store and a store being upgraded read through one path.
+
+Reading a chunk decompresses its frame; the last few frames are cached per thread (a file's
+chunks are usually neighbours in one frame).  The cache is keyed by pack id, which is the hash
+of the pack's bytes, so an entry can never be served from another store's or an older pack.
+Every chunk is still checked against its id after it is sliced out of its frame.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import zstandard
+
+from snapstore.errors import CorruptError
+
+FLAG_PACKED = 2
+
+CODEC_ZSTD = 1
+CODEC_DELTA = 2
+CODECS = (CODEC_ZSTD, CODEC_DELTA)
+
+_FIXED = struct.Struct(">BIIII16s")
+_DELTA = struct.Struct(">32sB")
+ENTRY_SIZE = 1 + _FIXED.size
+DELTA_ENTRY_SIZE = ENTRY_SIZE + _DELTA.size
+
+#: No frame may inflate past this (a hard cap on one decompression's allocation).
+MAX_FRAME_BYTES = 64 << 20
+
+#: No delta chain may be longer, whatever an entry claims (the configured depth is far below).
+MAX_CHAIN = 64
+
+#: Decompressed frames kept per thread.
+CACHE_BYTES = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """Where one chunk's bytes are: a frame of a pack, and the slice of its plain bytes."""
+
+    pack: bytes
+    frame_off: int
+    frame_len: int
+    codec: int
+    offset: int
+    size: int
+    base: bytes | None = None
+    depth: int = 0
+
+    def encode(self) -> bytes:
+        """The ``chunks`` table value of this entry."""
+        head = bytes((FLAG_PACKED,)) + _FIXED.pack(
+            self.codec, self.size, self.offset, self.frame_off, self.frame_len, self.pack
+        )
+        if self.codec == CODEC_DELTA:
+            assert self.base is not None
+            return head + _DELTA.pack(self.base, self.depth)
+        return head
+
+
+def is_entry(value: bytes | None) -> bool:
+    """Whether a ``chunks`` value is a v2 pack entry (not a v1 inline chunk)."""
+    return bool(value) and value[0] == FLAG_PACKED  # type: ignore[index]
+
+
+def parse(cid: bytes, value: bytes) -> Entry:
+    """The entry a ``chunks`` value holds; CorruptError when it is not a well-formed one."""
+    codec = value[1] if len(value) > 1 else -1
+    want = DELTA_ENTRY_SIZE if codec == CODEC_DELTA else ENTRY_SIZE
+    if len(value) != want or value[0] != FLAG_PACKED or codec not in CODECS:
+        raise CorruptError(f"chunk {cid.hex()} has a damaged index entry")
+    codec, size, offset, frame_off, frame_len, pack = _FIXED.unpack_from(value, 1)
+    base, depth = None, 0
+    if codec == CODEC_DELTA:
+        base, depth = _DELTA.unpack_from(value, ENTRY_SIZE)
+        if not 1 <= depth <= MAX_CHAIN or base == cid or offset != 0:
+            raise CorruptError(f"chunk {cid.hex()} has a damaged delta entry")
+    if offset + size > MAX_FRAME_BYTES:
+        raise CorruptError(f"chunk {cid.hex()} has a damaged index entry")
+    return Entry(pack, frame_off, frame_len, codec, offset, size, base, depth)
+
+
+def entry_size(head: bytes) -> int:
+    """The chunk size an entry's first bytes give (0 when they are too short to say)."""
+    if len(head) < 6:
+        return 0
+    size: int = int.from_bytes(head[2:6], "big")
+    return size
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+_local = threading.local()
+
+
+def _cache() -> OrderedDict[tuple[bytes, int, int], bytes]:
+    cache: OrderedDict[tuple[bytes, int, int], bytes] | None = getattr(_local, "frames", None)
+    if cache is None:
+        cache = _local.frames = OrderedDict()
+        _local.bytes = 0
+    return cache
+
+
+def _remember(key: tuple[bytes, int, int], plain: bytes) -> None:
+    cache = _cache()
+    cache[key] = plain
+    _local.bytes += len(plain)
+    while _local.bytes > CACHE_BYTES and len(cache) > 1:
+        _, old = cache.popitem(last=False)
+        _local.bytes -= len(old)
+
+
+def clear_cache() -> None:
+    """Forget this thread's decompressed frames (tests; after a store is damaged on purpose)."""
+    _local.frames = OrderedDict()
+    _local.bytes = 0
+
+
+def frame_bytes(cid: bytes, entry: Entry, pack: bytes | None) -> bytes:
+    """The stored bytes of ``entry``'s frame, checked to lie inside its pack."""
+    if pack is None:
+        raise CorruptError(f"chunk {cid.hex()} names pack {entry.pack.hex()}, which is missing")
+    end = entry.frame_off + entry.frame_len
+    if end > len(pack):
+        raise CorruptError(
+            f"chunk {cid.hex()} points outside its pack {entry.pack.hex()} "
+            f"(bytes {entry.frame_off}..{end} of {len(pack)})"
+        )
+    return pack[entry.frame_off : end]
+
+
+def zstd_frame_length(frame: bytes) -> int:
+    """The length of the zstd frame at the start of ``frame``, from its block headers.
+
+    zstd ignores bytes after a frame, so an entry whose length overshoots its frame would read
+    back fine; verify and readers compare this with the entry's length instead.
+    """
+    pos = zstandard.frame_header_size(frame)
+    while True:
+        if pos + 3 > len(frame):
+            raise ValueError("truncated block header")
+        header = int.from_bytes(frame[pos : pos + 3], "little")
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        pos += 3 + (1 if kind == 1 else size)  # an RLE block stores one byte
+        if kind == 3:
+            raise ValueError("reserved block type")
+        if last:
+            break
+    if zstandard.get_frame_parameters(frame).has_checksum:
+        pos += 4
+    if pos > len(frame):
+        raise ValueError("truncated block")
+    return pos
+
+
+def inflate(cid: bytes, frame: bytes, limit: int, dictionary: bytes | None = None) -> bytes:
+    """Decompress one zstd frame of at most ``limit`` plain bytes (else CorruptError).
+
+    The frame must fill ``frame`` exactly and record its plain size in its header.
+    """
+    try:
+        claimed = zstandard.frame_content_size(frame)
+        if claimed < 0:
+            raise CorruptError(f"chunk {cid.hex()}: its frame does not record its size")
+        if zstd_frame_length(frame) != len(frame):
+            raise CorruptError(f"chunk {cid.hex()}: its entry's frame length does not match the frame")
+        if claimed > limit:
+            raise CorruptError(f"chunk {cid.hex()}: its frame claims {claimed} bytes, more than {limit}")
+        if dictionary is None:
+            d = zstandard.ZstdDecompressor()
+        else:
+            d = zstandard.ZstdDecompressor(
+                dict_data=zstandard.ZstdCompressionDict(
+                    dictionary, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+                )
+            )
+        plain: bytes = d.decompress(frame, max_output_size=max(limit, 1))
+    except (zstandard.ZstdError, ValueError) as exc:
+        raise CorruptError(f"chunk {cid.hex()}: its frame does not decompress ({exc})") from exc
+    if len(plain) != claimed:
+        raise CorruptError(f"chunk {cid.hex()}: its frame holds {len(plain)} bytes, its header says {claimed}")
+    return plain
+
+
+def frame_plain(
+    cid: bytes,
+    entry: Entry,
+    load_pack: Callable[[], bytes | None],
+    load_base: Callable[[], bytes] | None = None,
+) -> bytes:
+    """The plain bytes of ``entry``'s whole frame (cached per thread).
+
+    ``load_pack`` reads the pack and ``load_base`` the delta base's plain bytes, only on a miss.
+    """
+    # The length is part of the key: an entry whose length was damaged must not be served a
+    # good frame that a sound neighbour's entry put in the cache.
+    key = (entry.pack, entry.frame_off, entry.frame_len)
+    cache = _cache()
+    plain = cache.get(key)
+    if plain is not None:
+        cache.move_to_end(key)
+        return plain
+    frame = frame_bytes(cid, entry, load_pack())
+    plain = inflate(cid, frame, MAX_FRAME_BYTES, load_base() if load_base is not None else None)
+    _remember(key, plain)
+    return plain
+
+
+def slice_chunk(cid: bytes, entry: Entry, plain: bytes) -> bytes:
+    """The chunk's bytes out of its frame's plain bytes."""
+    end = entry.offset + entry.size
+    if end > len(plain):
+        raise CorruptError(
+            f"chunk {cid.hex()} points outside its frame ({entry.offset}..{end} of {len(plain)})"
+        )
+    return plain if entry.offset == 0 and end == len(plain) else plain[entry.offset : end]
