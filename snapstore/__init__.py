@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from snapstore.ops.retention import PruneReport
     from snapstore.ops.stats import StoreStats
     from snapstore.ops.textdiff import LineCounts
+    from snapstore.ops.upgrade import UpgradeReport
     from snapstore.ops.verify import Problem, VerifyReport
     from snapstore.records.checkpoint import Checkpoint
     from snapstore.records.manifest import Entry
@@ -61,6 +62,7 @@ _LAZY = {
     "Operation": "snapstore.records.oplog",
     "Change": "snapstore.ops.diff",
     "GcReport": "snapstore.ops.gc",
+    "UpgradeReport": "snapstore.ops.upgrade",
     "Version": "snapstore.ops.history",
     "RestoreReport": "snapstore.ops.restore",
     "PruneReport": "snapstore.ops.retention",
@@ -99,6 +101,7 @@ __all__ = [
     "Entry",
     "FormatVersionError",
     "GcReport",
+    "UpgradeReport",
     "HookError",
     "InternalError",
     "Interrupted",

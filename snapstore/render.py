@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from snapstore.ops.retention import PruneReport
     from snapstore.ops.stats import StoreStats
     from snapstore.ops.textdiff import LineCounts
+    from snapstore.ops.upgrade import UpgradeReport
     from snapstore.ops.verify import VerifyReport
     from snapstore.records.checkpoint import Checkpoint
     from snapstore.records.oplog import Operation
@@ -283,6 +284,16 @@ def gc_lines(report: GcReport) -> list[str]:
             f"({size(report.disk_freed)} freed on disk)"
         )
     return out
+
+
+def upgrade_line(report: UpgradeReport) -> str:
+    if report.already:
+        return f"the store is already in format {report.format_before}: nothing to do"
+    return (
+        f"upgraded the store from format {report.format_before} to {report.format_after}: "
+        f"{report.chunks} chunks into {report.packs} packs; "
+        f"{size(report.size_before)} -> {size(report.size_after)} on disk"
+    )
 
 
 def stats_lines(st: StoreStats) -> list[str]:

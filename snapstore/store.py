@@ -199,7 +199,6 @@ class Store(RevertMixin):
         # Opening never replays a restore journal: read-only commands must not write the tree
         # (they report it: pending_restore); writers recover under the lock (_recover).
         opened = cls(backend, tree, store_dir, lock, level)
-        opened.context.format = int(meta[b"format"])
         opened.context.delta_depth = _delta_depth(meta)
         if watch:
             opened.watch()

@@ -45,11 +45,12 @@ class Ctx:
         self.directory = directory or "."
         self.lock_timeout = lock_timeout
 
-    def open(self, *, reading: bool = False) -> Store:
+    def open(self, *, reading: bool = False, upgrading: bool = False) -> Store:
         """The store of the tree the user is in (or names with -C), or the one --store names.
 
         A read-only command (``reading``) warns when an interrupted restore is pending: it
-        never finishes one itself (writers and ``snapstore recover`` do).
+        never finishes one itself (writers and ``snapstore recover`` do).  Every command but
+        ``upgrade`` notes a format-1 store (it works, and ``upgrade`` makes it smaller).
         """
         if STORE_PROVIDER is not None:
             store = STORE_PROVIDER(self)
@@ -57,6 +58,11 @@ class Ctx:
             from snapstore.store import Store
 
             store = Store.find(self.directory, store=self.store_dir, lock_timeout=self.lock_timeout)
+        if not upgrading and store.format_version == 1:
+            warn(
+                "this store is in storage format 1 (it works as before); 'snapstore upgrade' "
+                "converts it to format 2, which is smaller"
+            )
         if reading:
             try:
                 pending = store.pending_restore()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from snapstore.errors import (
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from snapstore.ops.retention import Policy as RetentionPolicy
     from snapstore.ops.retention import PruneReport
     from snapstore.ops.stats import StoreStats
+    from snapstore.ops.upgrade import UpgradeReport
     pass
 
 from snapstore.facade.going_back import GoingBackMixin
@@ -122,6 +124,26 @@ class UpkeepMixin(GoingBackMixin):
                 repack_below=float(self.config()["gc.repack-below"]),
                 level=self.compression_level,
             )
+
+    def upgrade(self, progress: Callable[[int, int], None] | None = None) -> UpgradeReport:
+        """Convert a format-1 store to format 2 (packs); returns an upgrade.UpgradeReport.
+
+        Holds the writer lock throughout.  Crash-safe and resumable: every step is one
+        transaction, and each chunk is read back from its new pack before its old value goes.
+        """
+        from snapstore.ops import upgrade
+
+        with self._lock.held():
+            self._recover()
+            report = upgrade.run(self.backend, self.compression_level, progress)
+        return report
+
+    @property
+    def format_version(self) -> int:
+        """The store's format (1: one value per chunk; 2: packs)."""
+        with self.backend.read() as view:
+            fmt = view.get("meta", b"format") or b"0"
+        return int(fmt) if fmt.isdigit() else 0
 
     def stats(self) -> StoreStats:
         """Counts and sizes of the store (a stats.StoreStats)."""

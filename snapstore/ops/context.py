@@ -28,8 +28,6 @@ class StageContext:
     level: int = 3
     #: The store directory, or None for an in-memory store.
     store_dir: str | None = None
-    #: The store's format version: 1 keeps one value per chunk, 2 writes packs.
-    format: int = 2
     #: Longest delta chain for new chunks (format 2; 0 turns deltas off).
     delta_depth: int = 10
     #: State a stage keeps across calls on one Store (e.g. the last manifest written).

@@ -168,9 +168,10 @@ def record_target(
     }
     with ctx.backend.read() as view:  # the writer lock is held: nobody appends meanwhile
         last = next(iter(view.items("log", reverse=True)), None)
+        in_packs = packs.writes_packs(view.get)
     with ctx.backend.write() as batch:
         for table, key, value in packs.chunk_ops(
-            [(cid, plain[cid]) for cid in missing], level, packed=ctx.format >= 2
+            [(cid, plain[cid]) for cid in missing], level, packed=in_packs
         ):
             batch.put_new(table, key, value)
         for sid, record in streams:

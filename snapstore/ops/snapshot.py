@@ -157,6 +157,7 @@ def _take(
         last_item = next(iter(view.items("log", reverse=True)), None)
         last_op = next(iter(view.items("oplog", reverse=True)), None)
         keys = (last_item[0] if last_item else None, last_op[0] if last_op else None)
+        in_packs = packs.writes_packs(view.get)
         patched = incremental.prepare(ctx, keys)
         if patched is None:
             cache: dict[bytes, bytes] = dict(view.items("statcache"))
@@ -180,7 +181,7 @@ def _take(
         writer.start()
         try:
             for f, outcome in read_files(
-                ctx.root_bytes, backend, packing(ctx), to_read, writer, progress, workers,
+                ctx.root_bytes, backend, packing(ctx, in_packs), to_read, writer, progress, workers,
                 _previous_streams(cache),
             ):
                 _record(f, outcome, entries, cache_updates, result)
@@ -222,7 +223,7 @@ def _take(
             final_objects.append(("conversations", cid_conv, crecord))
     ids = list(plain)
     lacking = [(c, plain[c]) for c, present in zip(ids, backend.has_many("chunks", ids)) if not present]
-    final_objects.extend(packs.chunk_ops(lacking, level, packed=ctx.format >= 2))
+    final_objects.extend(packs.chunk_ops(lacking, level, packed=in_packs))
     result.conversation_id = cid_conv
 
     if (
@@ -354,9 +355,8 @@ def _conversation_base(
     return None
 
 
-def packing(ctx: StageContext) -> Packing:
+def packing(ctx: StageContext, packed: bool) -> Packing:
     """How this context's store keeps new chunks (format, level, delta bases)."""
-    packed = ctx.format >= 2
     bases = None
     if packed and ctx.delta_depth > 0:
         backend = ctx.backend

@@ -150,6 +150,12 @@ def chunk_ops(
     return pack_ops([*deltas, *solid_frames(chunks, level)])
 
 
+def writes_packs(get: Callable[[str, bytes], bytes | None]) -> bool:
+    """Whether new chunks go into packs: the store's meta says format 2 (read per write, so a
+    process that opened the store before ``snapstore upgrade`` follows it at once)."""
+    return get("meta", b"format") not in (None, b"1")
+
+
 # -- choosing delta bases --------------------------------------------------------------------
 
 
