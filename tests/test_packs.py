@@ -194,11 +194,11 @@ def test_verify_reports_an_entry_pointing_outside_its_pack(tree, store):
 def test_a_damaged_entry_length_is_found_even_when_the_frame_is_cached(tree, store):
     build_tree(tree, {f"f{i}.txt": text(20_000, 10 + i) for i in range(4)})
     cp = store.snapshot("a")
-    first, second = (file_leaves(store, cp.id, p)[0] for p in (b"f0.txt", b"f1.txt"))
+    second, last = (file_leaves(store, cp.id, p)[0] for p in (b"f1.txt", b"f3.txt"))
     e = entry_of(store, second)
-    assert (e.pack, e.frame_off) == (entry_of(store, first).pack, entry_of(store, first).frame_off)
+    assert (e.pack, e.frame_off) == (entry_of(store, last).pack, entry_of(store, last).frame_off)
     _put(store, "chunks", second, entries.Entry(e.pack, e.frame_off, e.frame_len + 3, e.codec, e.offset, e.size).encode())
-    store.read_bytes(cp.id, "f0.txt")  # puts the sound frame in this thread's cache
+    store.read_bytes(cp.id, "f3.txt")  # puts the sound frame (past f1's chunk) in the cache
     with pytest.raises(CorruptError):
         store.read_bytes(cp.id, "f1.txt")
 

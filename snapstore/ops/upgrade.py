@@ -66,15 +66,13 @@ def run(backend: Backend, level: int, progress: Progress | None = None) -> Upgra
     for i, cid in enumerate(todo):
         step.append(cid)
         if len(step) * 32 * 1024 >= STEP_BYTES:  # ~32 KiB per chunk: bounded without reading
-            report.packs += _convert(backend, step, level)
-            report.chunks += len(step)
+            _add(report, _convert(backend, step, level))
             step = []
             if progress:
                 progress(i + 1, len(todo))
     with backend.write() as batch:  # the last step and the format change together
         if step:
-            report.packs += _convert_into(batch, backend, step, level)
-            report.chunks += len(step)
+            _add(report, _convert_into(batch, backend, step, level))
         batch.put("meta", b"format", b"2")
     backend.sync()
     sizes = backend.compact()
@@ -114,13 +112,22 @@ def _in_restore_order(view: ReadView) -> Iterator[bytes]:
             yield cid
 
 
-def _convert(backend: Backend, ids: list[bytes], level: int) -> int:
+def _add(report: UpgradeReport, done: tuple[int, int]) -> None:
+    report.chunks += done[0]
+    report.packs += done[1]
+
+
+def _convert(backend: Backend, ids: list[bytes], level: int) -> tuple[int, int]:
     with backend.write() as batch:
         return _convert_into(batch, backend, ids, level)
 
 
-def _convert_into(batch: WriteBatch, backend: Backend, ids: list[bytes], level: int) -> int:
+def _convert_into(
+    batch: WriteBatch, backend: Backend, ids: list[bytes], level: int
+) -> tuple[int, int]:
     """Pack ``ids`` into ``batch``, after reading each back from the new packs.
+
+    Returns ``(chunks converted, packs written)``.
 
     A damaged chunk is left as it is (readers and verify report it as before).
     """
@@ -143,4 +150,4 @@ def _convert_into(batch: WriteBatch, backend: Backend, ids: list[bytes], level: 
             raise CorruptError(f"chunk {cid.hex()} did not read back from its new pack")
     for table, key, value in ops:
         batch.put(table, key, value)
-    return sum(1 for table, _, _ in ops if table == "packs")
+    return len(plain), sum(1 for table, _, _ in ops if table == "packs")
