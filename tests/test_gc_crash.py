@@ -42,7 +42,9 @@ def template(tmp_path_factory):
             for i in range(N_FILES):
                 d = root / f"d{i % 25}"
                 d.mkdir(exist_ok=True)
-                (d / f"f{i}").write_bytes(random_bytes(64 + i % 200, f"{version}-{i}"))
+                # A third of the files never change: the packs of the deleted versions then
+                # mix live and dead chunks, so gc rewrites packs (format 2) under the kills.
+                (d / f"f{i}").write_bytes(random_bytes(64 + i % 200, f"{version if i % 3 else 0}-{i}"))
             (root / "big1").write_bytes(random_bytes(600_000, f"big1-{version}"))
             (root / "big2").write_bytes(random_bytes(400_000, f"big2-{version % 2}"))
             cp = store.snapshot(f"v{version}")
@@ -56,6 +58,8 @@ def template(tmp_path_factory):
                 }
         store.delete(ids[0])
         store.delete(ids[2])
+        store.config_set("gc.repack-below", "0.9")
+        assert store.gc(dry_run=True).packs.packs_rewritten >= 1
     survivors = {ids[1]: expected[ids[1]], ids[3]: expected[ids[3]]}
     return root / ".snapstore", survivors
 

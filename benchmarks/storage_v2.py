@@ -1,0 +1,240 @@
+"""Storage format 2 against format 1 and git, in one process run (issue 12's targets).
+
+``python -m benchmarks.storage_v2 [--quick] [--out FILE.json]``
+
+* **bytes on disk** of the store directory (format 1, format 2) vs git's objects after
+  ``git gc``, on the same data: the stdlib initial checkpoint, a 150-step realistic edit history
+  on the stdlib (benchmarks.replay), an npm-installed node_modules (``npm install`` of eslint 8,
+  webpack 5 and express 4 when npm and its registry answer; skipped otherwise), and a
+  conversation growing over 150 checkpoints (vs its final zstd-compressed size);
+* **time** where users wait, format 1 vs format 2 interleaved, medians: the initial checkpoint,
+  a restore 100 files away, ``cat`` of one file, ``diff -p`` of 20 changed files (library calls,
+  so interpreter start-up does not hide the difference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zstandard
+
+from benchmarks import corpora
+from benchmarks.competitors import git_env, init_shadow_git
+from benchmarks.measure import disk_bytes
+from benchmarks.replay import History
+from snapstore.store import Store
+
+MiB = 1 << 20
+
+
+def make_store(tree: str, store_dir: str, fmt: int) -> Store:
+    shutil.rmtree(store_dir, ignore_errors=True)
+    store = Store.init(tree, store=store_dir)
+    if fmt == 1:
+        with store.backend.write() as batch:  # a format-1 store keeps writing format 1
+            batch.put("meta", b"format", b"1")
+    return store
+
+
+class Git:
+    def __init__(self, tree: str, gitdir: str):
+        shutil.rmtree(gitdir, ignore_errors=True)
+        init_shadow_git(gitdir, tree)
+        self.tree, self.gitdir, self.env = tree, gitdir, git_env(gitdir)
+
+    def commit(self, msg: str) -> None:
+        for args in (["add", "-A"], ["commit", "-q", "--allow-empty", "--no-verify", "-m", msg]):
+            subprocess.run(["git", *args], cwd=self.tree, env=self.env, check=True, capture_output=True)
+
+    def gc_bytes(self) -> int:
+        subprocess.run(["git", "gc", "-q"], cwd=self.tree, env=self.env, check=True, capture_output=True)
+        return disk_bytes(os.path.join(self.gitdir, "objects"))
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def sizes_row(name: str, v1: int, v2: int, v2_compact: int, git: int, note: str = "") -> dict[str, Any]:
+    return {
+        "data": name, "v1": v1, "v2": v2, "v2_compact": v2_compact, "git_gc": git,
+        "v1_ratio": round(v1 / git, 3), "v2_ratio": round(v2 / git, 3),
+        "v2_compact_ratio": round(v2_compact / git, 3), "note": note,
+    }
+
+
+def initial_sizes(work: str, name: str, tree: str) -> dict[str, Any]:
+    out = {}
+    for fmt in (1, 2):
+        sd = os.path.join(work, f"{name}-v{fmt}")
+        with make_store(tree, sd, fmt) as store:
+            store.snapshot("initial")
+            out[fmt] = disk_bytes(sd)
+            if fmt == 2:
+                store.gc(compact=True)
+                out[3] = disk_bytes(sd)
+    git = Git(tree, os.path.join(work, f"{name}-git"))
+    git.commit("initial")
+    return sizes_row(name, out[1], out[2], out[3], git.gc_bytes())
+
+
+def history_sizes(work: str, tree: str, steps: int) -> dict[str, Any]:
+    stores = {fmt: make_store(tree, os.path.join(work, f"hist-v{fmt}"), fmt) for fmt in (1, 2)}
+    git = Git(tree, os.path.join(work, "hist-git"))
+    for store in stores.values():
+        store.snapshot("initial")
+    git.commit("initial")
+    history = History(tree, seed=12)
+    for n in range(steps):
+        history.step()
+        for store in stores.values():
+            store.snapshot(f"step {n}")
+        git.commit(f"step {n}")
+    v1 = disk_bytes(os.path.join(work, "hist-v1"))
+    v2 = disk_bytes(os.path.join(work, "hist-v2"))
+    stores[2].gc(compact=True)
+    v2c = disk_bytes(os.path.join(work, "hist-v2"))
+    for store in stores.values():
+        store.close()
+    return sizes_row(f"stdlib + {steps}-step edit history", v1, v2, v2c, git.gc_bytes(), f"{history.kinds}")
+
+
+def node_modules(work: str) -> str | None:
+    """An npm-installed node_modules (cached under the work dir's parent), or None."""
+    cache = os.path.join(os.path.dirname(work), "npm-corpus")
+    nm = os.path.join(cache, "node_modules")
+    if os.path.isdir(nm):
+        return cache
+    if shutil.which("npm") is None:
+        return None
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, "package.json"), "w") as f:
+        f.write('{"name": "corpus", "version": "1.0.0"}')
+    done = subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "--silent", "eslint@8", "webpack@5", "express@4"],
+        cwd=cache, capture_output=True, timeout=600,
+    )
+    return cache if done.returncode == 0 and os.path.isdir(nm) else None
+
+
+def conversation_growth(work: str, steps: int) -> dict[str, Any]:
+    """Bytes a conversation growing over ``steps`` checkpoints adds, vs its final zstd size."""
+    rng = random.Random(5)
+    messages: list[dict[str, Any]] = []
+    tree = os.path.join(work, "conv-tree")
+    os.makedirs(tree, exist_ok=True)
+    with open(os.path.join(tree, "f.txt"), "w") as f:
+        f.write("x\n")
+    sizes = {}
+    for with_conv in (False, True):
+        sd = os.path.join(work, f"conv-{with_conv}")
+        with make_store(tree, sd, 2) as store:
+            msgs: list[dict[str, Any]] = []
+            for n in range(steps):
+                words = " ".join(rng.choice(["the", "file", "test", "passes", "edit", "line", "call", "tool"]) for _ in range(rng.randint(20, 120)))
+                msgs.append({"role": "assistant" if n % 2 else "user", "content": f"step {n}: {words}"})
+                store.snapshot(f"s{n}", conversation=list(msgs) if with_conv else None)
+            store.gc(compact=True)
+            messages = msgs
+        sizes[with_conv] = disk_bytes(sd)
+    final = len(zstandard.ZstdCompressor(level=3).compress(json.dumps(messages).encode()))
+    added = sizes[True] - sizes[False]
+    return {"steps": steps, "store_bytes_added": added, "final_zstd": final, "ratio": round(added / final, 2)}
+
+
+def user_waits(work: str, tree: str, runs: int) -> list[dict[str, Any]]:
+    """Initial checkpoint, restore 100 files, cat, diff -p: format 1 vs 2, interleaved medians."""
+    times: dict[tuple[str, int], list[float]] = {}
+    rng = random.Random(3)
+    files = sorted(
+        os.path.relpath(os.path.join(d, n), tree)
+        for d, _, ns in os.walk(tree) for n in ns if n.endswith(".py") and "__pycache__" not in d
+    )
+    changed = rng.sample(files, 100)
+    originals = {p: open(os.path.join(tree, p), "rb").read() for p in changed}
+    stores: dict[int, Store] = {}
+    for r in range(runs):
+        for fmt in ((1, 2) if r % 2 == 0 else (2, 1)):
+            if fmt in stores:
+                stores[fmt].close()
+            corpora.warm(tree)
+            store = make_store(tree, os.path.join(work, f"wait-v{fmt}"), fmt)
+            times.setdefault(("initial checkpoint", fmt), []).append(timed(lambda: store.snapshot("a")))
+            stores[fmt] = store
+    ids = {fmt: [store.resolve("latest").id] for fmt, store in stores.items()}
+    for p in changed:  # checkpoint b: 100 files edited
+        with open(os.path.join(tree, p), "ab") as f:
+            f.write(b"\n# edited\n")
+    for fmt, store in stores.items():
+        ids[fmt].append(store.snapshot("b").id)
+    for r in range(runs):
+        for fmt in ((1, 2) if r % 2 == 0 else (2, 1)):
+            store, (a, b) = stores[fmt], ids[fmt]
+            times.setdefault(("restore 100 files", fmt), []).append(timed(lambda: store.restore(a)))
+            times.setdefault(("restore 100 files back", fmt), []).append(timed(lambda: store.restore(b)))
+            p = changed[r % len(changed)]
+            times.setdefault(("cat one file", fmt), []).append(timed(lambda: store.read_bytes(a, p)))
+            times.setdefault(("diff -p, 20 files", fmt), []).append(timed(lambda: _patch(store, a, b, changed[:20])))
+    for store in stores.values():
+        store.close()
+    for p, body in originals.items():
+        with open(os.path.join(tree, p), "wb") as f:
+            f.write(body)
+    rows = []
+    for what in dict.fromkeys(k for k, _ in times):
+        a, b = statistics.median(times[(what, 1)]), statistics.median(times[(what, 2)])
+        rows.append({"scenario": what, "v1_s": round(a, 4), "v2_s": round(b, 4), "v2_over_v1": round(b / a, 3), "runs": runs})
+    return rows
+
+
+def _patch(store: Store, a: str, b: str, paths: list[str]) -> None:
+    """What ``diff -p`` reads: both sides of every changed file."""
+    for change in store.diff(a, b, paths=paths):
+        change.old_bytes()
+        change.new_bytes()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer runs and steps")
+    ap.add_argument("--out", default="benchmarks/results/storage_v2.json")
+    args = ap.parse_args()
+    base = os.environ.get("SNAPSTORE_BENCH_DIR") or tempfile.gettempdir()
+    work = os.path.join(base, "snapstore-storage-v2")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    stdlib = os.path.join(work, "stdlib")
+    corpora.build_stdlib(stdlib)
+    doc: dict[str, Any] = {"machine": f"{os.uname().sysname} {os.uname().release}, {os.cpu_count()} cores"}
+    doc["sizes"] = [initial_sizes(work, "stdlib, initial", stdlib)]
+    nm = node_modules(base)
+    if nm is not None:
+        doc["sizes"].append(initial_sizes(work, "node_modules (npm: eslint 8, webpack 5, express 4)", nm))
+    else:
+        doc["node_modules"] = "skipped: npm or its registry is not available"
+    doc["waits"] = user_waits(work, stdlib, 3 if args.quick else 5)
+    steps = 30 if args.quick else 150
+    hist_tree = os.path.join(work, "hist-tree")
+    corpora.build_stdlib(hist_tree)
+    doc["sizes"].append(history_sizes(work, hist_tree, steps))
+    doc["conversation"] = conversation_growth(work, 150)
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(json.dumps(doc, indent=1))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
