@@ -32,6 +32,7 @@ from benchmarks import corpora
 from benchmarks.competitors import git_env, init_shadow_git
 from benchmarks.measure import disk_bytes
 from benchmarks.replay import History
+from snapstore.storage import entries
 from snapstore.store import Store
 
 MiB = 1 << 20
@@ -61,9 +62,11 @@ class Git:
         return disk_bytes(os.path.join(self.gitdir, "objects"))
 
 
-def timed(fn: Callable[[], Any]) -> float:
+def timed(fn: Callable[..., Any], *args: Any) -> float:
+    """Seconds ``fn(*args)`` takes, starting with cold caches (as a fresh CLI process would)."""
+    entries.clear_cache()
     t = time.perf_counter()
-    fn()
+    fn(*args)
     return time.perf_counter() - t
 
 
@@ -129,10 +132,22 @@ def node_modules(work: str) -> str | None:
     return cache if done.returncode == 0 and os.path.isdir(nm) else None
 
 
-def conversation_growth(work: str, steps: int) -> dict[str, Any]:
-    """Bytes a conversation growing over ``steps`` checkpoints adds, vs its final zstd size."""
+def conversation_growth(work: str, source: str, steps: int) -> dict[str, Any]:
+    """Disk bytes a conversation growing over ``steps`` checkpoints adds, vs its final zstd size.
+
+    Each step appends one message of 0.5-3 KB: alternately a user's line and a slice of a
+    stdlib source file (what an agent's tool output looks like).
+    """
     rng = random.Random(5)
+    sources = sorted(
+        os.path.join(d, n) for d, _, ns in os.walk(source) for n in ns if n.endswith(".py") and "__pycache__" not in d
+    )
     messages: list[dict[str, Any]] = []
+    for n in range(steps):
+        body = open(rng.choice(sources), "rb").read().decode("utf-8", "replace")
+        start = rng.randrange(max(1, len(body) - 3000))
+        content = body[start : start + rng.randint(500, 3000)]
+        messages.append({"role": "assistant" if n % 2 else "user", "content": f"step {n}:\n{content}"})
     tree = os.path.join(work, "conv-tree")
     os.makedirs(tree, exist_ok=True)
     with open(os.path.join(tree, "f.txt"), "w") as f:
@@ -141,13 +156,9 @@ def conversation_growth(work: str, steps: int) -> dict[str, Any]:
     for with_conv in (False, True):
         sd = os.path.join(work, f"conv-{with_conv}")
         with make_store(tree, sd, 2) as store:
-            msgs: list[dict[str, Any]] = []
             for n in range(steps):
-                words = " ".join(rng.choice(["the", "file", "test", "passes", "edit", "line", "call", "tool"]) for _ in range(rng.randint(20, 120)))
-                msgs.append({"role": "assistant" if n % 2 else "user", "content": f"step {n}: {words}"})
-                store.snapshot(f"s{n}", conversation=list(msgs) if with_conv else None)
+                store.snapshot(f"s{n}", conversation=messages[: n + 1] if with_conv else None)
             store.gc(compact=True)
-            messages = msgs
         sizes[with_conv] = disk_bytes(sd)
     final = len(zstandard.ZstdCompressor(level=3).compress(json.dumps(messages).encode()))
     added = sizes[True] - sizes[False]
@@ -171,7 +182,7 @@ def user_waits(work: str, tree: str, runs: int) -> list[dict[str, Any]]:
                 stores[fmt].close()
             corpora.warm(tree)
             store = make_store(tree, os.path.join(work, f"wait-v{fmt}"), fmt)
-            times.setdefault(("initial checkpoint", fmt), []).append(timed(lambda: store.snapshot("a")))
+            times.setdefault(("initial checkpoint", fmt), []).append(timed(store.snapshot, "a"))
             stores[fmt] = store
     ids = {fmt: [store.resolve("latest").id] for fmt, store in stores.items()}
     for p in changed:  # checkpoint b: 100 files edited
@@ -182,11 +193,11 @@ def user_waits(work: str, tree: str, runs: int) -> list[dict[str, Any]]:
     for r in range(runs):
         for fmt in ((1, 2) if r % 2 == 0 else (2, 1)):
             store, (a, b) = stores[fmt], ids[fmt]
-            times.setdefault(("restore 100 files", fmt), []).append(timed(lambda: store.restore(a)))
-            times.setdefault(("restore 100 files back", fmt), []).append(timed(lambda: store.restore(b)))
+            times.setdefault(("restore 100 files", fmt), []).append(timed(store.restore, a))
+            times.setdefault(("restore 100 files back", fmt), []).append(timed(store.restore, b))
             p = changed[r % len(changed)]
-            times.setdefault(("cat one file", fmt), []).append(timed(lambda: store.read_bytes(a, p)))
-            times.setdefault(("diff -p, 20 files", fmt), []).append(timed(lambda: _patch(store, a, b, changed[:20])))
+            times.setdefault(("cat one file", fmt), []).append(timed(store.read_bytes, a, p))
+            times.setdefault(("diff -p, 20 files", fmt), []).append(timed(_patch, store, a, b, changed[:20]))
     for store in stores.values():
         store.close()
     for p, body in originals.items():
@@ -229,7 +240,7 @@ def main() -> None:
     hist_tree = os.path.join(work, "hist-tree")
     corpora.build_stdlib(hist_tree)
     doc["sizes"].append(history_sizes(work, hist_tree, steps))
-    doc["conversation"] = conversation_growth(work, 150)
+    doc["conversation"] = conversation_growth(work, stdlib, 150)
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
     print(json.dumps(doc, indent=1))

@@ -62,6 +62,9 @@ PREFIX_BELOW = 0.6
 #: Decompressed frames kept per thread.
 CACHE_BYTES = 8 << 20
 
+#: Verified chunks kept per process (see :func:`cached_chunk`).
+CHUNK_CACHE_BYTES = 16 << 20
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:
@@ -140,9 +143,44 @@ def _remember(key: tuple[bytes, int, int], plain: bytes) -> None:
 
 
 def clear_cache() -> None:
-    """Forget this thread's decompressed frames (tests; after a store is damaged on purpose)."""
+    """Forget the decompressed frames and chunks (verify; tests that damage a store)."""
     _local.frames = OrderedDict()
     _local.bytes = 0
+    with _chunks_lock:
+        _chunks.clear()
+        _chunk_bytes[0] = 0
+
+
+# Verified chunks, keyed by id, shared by every thread and store of the process: an id is the
+# hash of the bytes, so an entry can never be stale.  It makes the second read of a chunk free
+# (a restore reads every source before its first write, then again to write it), whatever the
+# order of the reads and however many frames they span.
+_chunks: OrderedDict[bytes, bytes] = OrderedDict()
+_chunk_bytes = [0]
+_chunks_lock = threading.Lock()
+
+
+def cached_chunk(cid: bytes) -> bytes | None:
+    """A chunk read (and hash-checked) earlier in this process, or None."""
+    with _chunks_lock:
+        data = _chunks.get(cid)
+        if data is not None:
+            _chunks.move_to_end(cid)
+        return data
+
+
+def remember_chunk(cid: bytes, data: bytes) -> None:
+    """Keep a hash-checked chunk for :func:`cached_chunk` (small chunks only)."""
+    if len(data) > CHUNK_CACHE_BYTES // 16:
+        return
+    with _chunks_lock:
+        if cid in _chunks:
+            return
+        _chunks[cid] = data
+        _chunk_bytes[0] += len(data)
+        while _chunk_bytes[0] > CHUNK_CACHE_BYTES:
+            _, old = _chunks.popitem(last=False)
+            _chunk_bytes[0] -= len(old)
 
 
 def _prefix(frame: bytes, upto: int) -> bytes:
@@ -250,7 +288,9 @@ def frame_plain(
         return plain
     frame = frame_bytes(cid, entry, load_pack())
     if entry.codec == CODEC_ZSTD:
-        plain = inflate(cid, frame, MAX_FRAME_BYTES, upto=need)
+        # A prefix that fell short (a later chunk of the same frame): decode it all this time,
+        # so reading a frame's chunks in order decodes it at most twice.
+        plain = inflate(cid, frame, MAX_FRAME_BYTES, upto=None if plain is not None else need)
     else:
         plain = inflate(cid, frame, MAX_FRAME_BYTES, load_base() if load_base is not None else None)
     _remember(key, plain)

@@ -127,13 +127,20 @@ def load_chunk(
 
     ``max_size`` bounds what is accepted (the size an index gives the chunk, when known).
     """
+    cached = entries.cached_chunk(cid)
+    if cached is not None:
+        if len(cached) > max_size:
+            raise CorruptError(f"chunk {cid.hex()} holds {len(cached)} bytes, more than the {max_size} expected")
+        return cached
     value = get("chunks", cid)
     if not entries.is_entry(value):
         return decode_chunk(cid, value, check=check, max_size=max_size)
     assert value is not None
     data = _load_packed(get, cid, value, min(max_size, MAX_CHUNK_BYTES))
-    if check and chunk_id(data) != cid:
-        raise CorruptError(f"chunk {cid.hex()} is corrupt (its content does not match its hash)")
+    if check:
+        if chunk_id(data) != cid:
+            raise CorruptError(f"chunk {cid.hex()} is corrupt (its content does not match its hash)")
+        entries.remember_chunk(cid, data)
     return data
 
 
