@@ -107,6 +107,15 @@ class TestBackend:
             assert list(view.items("statcache", prefix=b"b/")) == [(b"b/1", b"z"), (b"b/2", b"x")]
             assert list(view.items("statcache", prefix=b"zz")) == []
             assert dict(view.items("statcache")) == pairs
+            # reverse with a prefix: in the middle, at either end, and a prefix of 0xff bytes
+            assert [k for k, _ in view.items("statcache", reverse=True, prefix=b"b/")] == [b"b/2", b"b/1"]
+            assert [k for k, _ in view.items("statcache", reverse=True, prefix=b"c")] == [b"c"]
+            assert [k for k, _ in view.items("statcache", reverse=True, prefix=b"a")] == [b"a"]
+            assert list(view.items("statcache", reverse=True, prefix=b"0")) == []
+            assert list(view.items("statcache", reverse=True, prefix=b"\xff")) == []
+        _put(backend, "statcache", {b"\xff\xff1": b"q", b"\xff": b"r"})
+        with backend.read() as view:
+            assert [k for k, _ in view.items("statcache", reverse=True, prefix=b"\xff")] == [b"\xff\xff1", b"\xff"]
 
     def test_has_many(self, backend):
         _put(backend, "chunks", {b"a": b"1", b"c": b"3"})

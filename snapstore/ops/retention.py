@@ -265,7 +265,7 @@ def remove(backend: Tables, checkpoints: list[Checkpoint]) -> None:
         return
     doomed: dict[bytes, list[tuple[str, bytes]]] = {bytes.fromhex(c.id): [] for c in checkpoints}
     with backend.read() as view:
-        for table in ("log", "tags"):
+        for table in ("log", "tags", "tasks"):
             for k, v in view.items(table):
                 if v in doomed:
                     doomed[v].append((table, k))

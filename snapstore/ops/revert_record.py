@@ -23,7 +23,7 @@ from snapstore.records.checkpoint import (
     build_record,
     next_seq,
     parse_record,
-    seq_key,
+    write_rows,
 )
 from snapstore.records.manifest import Entry
 from snapstore.storage import chunker, objects, packs
@@ -180,8 +180,7 @@ def record_target(
             parent=parent.id, time_ns=time.time_ns(), message=message, task=task, tags=[],
             kind=USER, manifest=mid, conversation=None, metadata=metadata, stats=stats,
         )
-        batch.put("checkpoints", cp_id, packed)
-        batch.put("log", seq_key(next_seq(last[0] if last else None)), cp_id)
+        write_rows(batch, cp_id, packed, next_seq(last[0] if last else None), task, [])
     ctx.backend.sync()
     return parse_record(cp_id, packed)
 

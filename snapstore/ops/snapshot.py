@@ -43,13 +43,16 @@ from snapstore.ops.snapshot_io import (
 )
 from snapstore.records import conversation, manifest
 from snapstore.records.checkpoint import (
+    TASK_INDEX_META,
     USER,
     Checkpoint,
+    backfill_task_index,
     build_record,
     load_all,
     next_seq,
     parse_record,
     seq_key,
+    write_rows,
 )
 from snapstore.records.manifest import UNREADABLE, Entry
 from snapstore.storage import objects, packs
@@ -158,6 +161,7 @@ def _take(
         last_op = next(iter(view.items("oplog", reverse=True)), None)
         keys = (last_item[0] if last_item else None, last_op[0] if last_op else None)
         in_packs = packs.writes_packs(view.get)
+        indexed = view.get("meta", TASK_INDEX_META) is not None
         patched = incremental.prepare(ctx, keys)
         if patched is None:
             cache: dict[bytes, bytes] = dict(view.items("statcache"))
@@ -277,10 +281,10 @@ def _take(
             metadata=metadata or {},
             stats=stats,
         )
-        batch.put("checkpoints", cp_id, packed)
-        batch.put("log", seq_key(seq), cp_id)
-        for tag in tags:
-            batch.put("tags", tag.encode(), cp_id)
+        write_rows(batch, cp_id, packed, seq, task, tags)
+        if not indexed:
+            with backend.read() as view:
+                backfill_task_index(view, batch)
     backend.sync()
     memo.entries, memo.mid = entries, mid
     incremental.remember(ctx, found_for_state, cache, cache_updates, stale, entries, (seq_key(seq), keys[1]))

@@ -19,7 +19,7 @@ from snapstore.errors import CorruptError, UnsafePathError
 from snapstore.ops.restore import journal
 from snapstore.ops.restore.safety import check_manifest
 from snapstore.records import conversation, manifest
-from snapstore.records.checkpoint import Checkpoint, key_seq, parse_record
+from snapstore.records.checkpoint import Checkpoint, key_seq, parse_record, task_prefix
 from snapstore.records.oplog import Operation
 from snapstore.storage import entries, objects
 from snapstore.storage.backend import JOURNAL_KEY, Backend, ReadView
@@ -31,7 +31,7 @@ from snapstore.tree.paths import display
 class Problem:
     """One thing wrong with the store."""
 
-    kind: str  # chunk | pack | stream | manifest | conversation | checkpoint | file | log | tag | oplog | journal
+    kind: str  # chunk | pack | tasks | stream | manifest | conversation | checkpoint | file | log | tag | oplog | journal
     id: str  # the object's id (hex) or key
     message: str
     checkpoint: str | None = None
@@ -134,6 +134,12 @@ def run(
             if cid.hex() not in by_id:
                 report.problems.append(
                     Problem("tag", name.decode("utf-8", "replace"), f"names missing checkpoint {cid.hex()}")
+                )
+        for key, cid in view.items("tasks"):
+            named = by_id.get(cid.hex())
+            if named is None or named.task is None or not key.startswith(task_prefix(named.task)):
+                report.problems.append(
+                    Problem("tasks", key.hex(), f"task index row names {cid.hex()}, which is not a checkpoint of that task")
                 )
         _check_oplog(view, report)
         _check_journal(view, report)

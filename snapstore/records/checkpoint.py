@@ -16,6 +16,7 @@ import msgpack
 from snapstore.errors import CorruptError
 from snapstore.records import schema
 from snapstore.storage.backend import ReadView as View
+from snapstore.storage.backend import WriteBatch
 from snapstore.storage.objects import chunk_id
 
 USER = "checkpoint"
@@ -32,6 +33,56 @@ def seq_key(seq: int) -> bytes:
 def key_seq(key: bytes) -> int:
     seq: int = struct.unpack(">Q", key)[0]
     return seq
+
+
+#: meta key set once the ``tasks`` index lists every checkpoint that has a task.
+TASK_INDEX_META = b"tasks-index"
+
+#: Task names longer than this are indexed by their hash (LMDB keys are at most 511 bytes).
+_TASK_KEY_MAX = 400
+
+
+def task_prefix(task: str) -> bytes:
+    """The key prefix of ``task``'s rows in the ``tasks`` index."""
+    name = task.encode("utf-8", "surrogateescape")
+    if len(name) > _TASK_KEY_MAX:
+        name = b"\xff" + chunk_id(name)
+    return struct.pack(">H", len(name)) + name
+
+
+def task_key(task: str, seq: int) -> bytes:
+    """The ``tasks`` index key of checkpoint number ``seq`` of ``task``."""
+    return task_prefix(task) + seq_key(seq)
+
+
+def write_rows(
+    batch: WriteBatch, cp_id: bytes, packed: bytes, seq: int, task: str | None, tags: list[str]
+) -> None:
+    """Put a new checkpoint's record, log entry, task index row and tags into ``batch``.
+
+    The one place that writes them, so they always go into the same transaction.
+    """
+    batch.put("checkpoints", cp_id, packed)
+    batch.put("log", seq_key(seq), cp_id)
+    if task is not None:
+        batch.put("tasks", task_key(task, seq), cp_id)
+    for tag in tags:
+        batch.put("tags", tag.encode(), cp_id)
+
+
+def backfill_task_index(view: View, batch: WriteBatch) -> None:
+    """Index every logged checkpoint's task (a store made before the index; run once)."""
+    for key, cid in view.items("log"):
+        packed = view.get("checkpoints", cid)
+        if packed is None:
+            continue
+        try:
+            task = parse_record(cid, packed).task
+        except CorruptError:
+            continue
+        if task is not None:
+            batch.put("tasks", task_key(task, key_seq(key)), cid)
+    batch.put("meta", TASK_INDEX_META, b"1")
 
 
 def next_seq(last_key: bytes | None) -> int:

@@ -3,8 +3,8 @@
 A store with 10,000 checkpoints must resolve ``latest`` as fast as one with 10.  Instead of
 loading every record, :class:`History` reads the ``log`` table newest first and stops as soon as
 the answer is known (``latest~N``, ``#N``, ``:/TEXT``: as many records as the reference
-reaches back), looks a tag up directly, and finds an id prefix by a range scan of the
-``checkpoints`` table.  Damaged records are skipped like :func:`checkpoint.load_log` skips them.
+reaches back), reads a task's references (``latest@TASK``) from the ``tasks`` index, looks a tag
+up directly, and finds an id prefix by a range scan of the ``checkpoints`` table.  Damaged records are skipped like :func:`checkpoint.load_log` skips them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ from collections.abc import Iterator
 
 from snapstore.errors import CorruptError, RefError
 from snapstore.records import refs, schema
-from snapstore.records.checkpoint import Checkpoint, damage_of, key_seq, parse_record
+from snapstore.records.checkpoint import (
+    TASK_INDEX_META,
+    Checkpoint,
+    damage_of,
+    key_seq,
+    parse_record,
+    task_prefix,
+)
 from snapstore.storage.backend import ReadView as View
 
 _LATEST = re.compile(r"^latest(?:~(\d+))?$")
@@ -42,6 +49,28 @@ class History:
             except CorruptError:
                 continue
 
+    def of_task(self, task: str) -> Iterator[Checkpoint] | None:
+        """``task``'s readable checkpoints newest first, from the ``tasks`` index; None when
+        the store's index is not complete yet (a store made before it, until its next
+        snapshot)."""
+        if self._view.get("meta", TASK_INDEX_META) is None:
+            return None
+        return self._indexed(task)
+
+    def _indexed(self, task: str) -> Iterator[Checkpoint]:
+        get = self._view.get
+        prefix = task_prefix(task)
+        for key, cid in self._view.items("tasks", reverse=True, prefix=prefix):
+            if len(cid) != schema.ID_BYTES or len(key) != len(prefix) + 8:
+                continue
+            packed = get("checkpoints", cid)
+            if packed is None:
+                continue
+            try:
+                yield parse_record(cid, packed, key_seq(key[len(prefix) :]))
+            except CorruptError:
+                continue
+
     def tags_of(self, cids: set[str]) -> dict[str, tuple[str, ...]]:
         """The tag names of each of ``cids`` (a scan of the small ``tags`` table)."""
         out: dict[str, list[str]] = {}
@@ -53,7 +82,9 @@ class History:
 
     def resolve(self, ref: str, task: str | None = None) -> Checkpoint:
         """The checkpoint ``ref`` names (the grammar of :mod:`snapstore.records.refs`)."""
-        return refs.Resolver(self.newest, self._tag, self._by_id, self._by_prefix).resolve(ref, task)
+        return refs.Resolver(
+            self.newest, self._tag, self._by_id, self._by_prefix, self.of_task
+        ).resolve(ref, task)
 
     def _tag(self, name: str) -> bytes | None:
         return self._view.get("tags", name.encode())

@@ -48,6 +48,8 @@ class Resolver:
     gives the id a tag names (None: no such tag); ``by_id(id, what)`` gives a checkpoint or
     raises (CorruptError when damaged, RefError when gone); ``by_prefix(prefix)`` gives the
     checkpoints whose hex id starts with ``prefix`` (at most a few) and the damage found.
+    ``of_task(task)``, when given, yields one task's checkpoints newest first (an index), or
+    None when it cannot (the caller then filters ``newest()``).
     """
 
     def __init__(
@@ -56,10 +58,16 @@ class Resolver:
         tag: Callable[[str], bytes | None],
         by_id: Callable[[bytes, str], Checkpoint],
         by_prefix: Callable[[str], tuple[list[Checkpoint], list[str]]],
+        of_task: Callable[[str], Iterable[Checkpoint] | None] | None = None,
     ):
         self.newest, self.tag, self.by_id, self.by_prefix = newest, tag, by_id, by_prefix
+        self.of_task = of_task
 
     def visible(self, task: str | None = None) -> Iterator[Checkpoint]:
+        if task is not None and self.of_task is not None:
+            indexed = self.of_task(task)
+            if indexed is not None:
+                return _visible(indexed, task)  # still filtered: an index row is a hint
         return _visible(self.newest(), task)
 
     def resolve(self, ref: str, task: str | None = None) -> Checkpoint:

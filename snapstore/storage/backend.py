@@ -25,6 +25,7 @@ TABLES = (
     "checkpoints",  # checkpoint id -> record
     "log",  # 8-byte big-endian sequence -> checkpoint id (creation order)
     "tags",  # tag name -> checkpoint id
+    "tasks",  # task name (length-prefixed) + 8-byte sequence -> checkpoint id
     "statcache",  # path -> stat fields + stream id (an optimisation only)
     "conversations",  # conversation id -> {base, count, depth, total, chunks}
     "journal",  # restore in progress (crash recovery)

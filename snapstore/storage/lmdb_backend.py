@@ -44,12 +44,21 @@ class _LmdbView:
     ) -> Iterator[tuple[bytes, bytes]]:
         cursor = self._txn.cursor(db=self._dbs[table])
         if reverse:
-            if prefix:
-                raise ValueError("reverse iteration with a prefix is not supported")
-            if not cursor.last():
+            # Start at the last key below every key that has the prefix.
+            end = _after(prefix)
+            if end is None:
+                placed = cursor.last()
+            elif cursor.set_range(end):
+                placed = cursor.prev()  # False when that key is the table's first
+            else:
+                placed = cursor.last()  # every key is below ``end``
+            if not placed:
                 return
             while True:
-                yield cursor.key(), cursor.value()
+                key = cursor.key()
+                if not key.startswith(prefix):
+                    return
+                yield key, cursor.value()
                 if not cursor.prev():
                     return
         else:
@@ -63,6 +72,14 @@ class _LmdbView:
     def count(self, table: str) -> int:
         entries: int = self._txn.stat(self._dbs[table])["entries"]
         return entries
+
+
+def _after(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes((trimmed[-1] + 1,))
 
 
 class LmdbBackend:
