@@ -44,9 +44,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run --out docs/benchmarks.md
+	$(PY) -m benchmarks.storage_v2 --md docs/benchmarks-storage.md
 
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks.run --quick
+	$(PY) -m benchmarks.storage_v2 --quick --out /tmp/snapstore-storage-v2-quick.json
 
 torture: $(STAMP)
 	$(PY) -m tests.torture
