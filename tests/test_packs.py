@@ -241,6 +241,28 @@ def test_gc_stores_whole_a_live_delta_whose_base_dies(tree, store):
     assert store.verify().ok
 
 
+def test_gc_keeps_a_pack_whose_live_chunk_is_damaged_and_repacks_the_rest(tree, store):
+    # live.txt is one chunk (no index node): its damage must not stop the mark
+    build_tree(tree, {"live.txt": text(6_000, 70), **{f"dead{i}.txt": text(60_000, 80 + i) for i in range(6)}})
+    a = store.snapshot("a")
+    for i in range(6):
+        os.remove(tree / f"dead{i}.txt")
+    b = store.snapshot("b")
+    store.delete(a.id)
+    cid = file_leaves(store, b.id, b"live.txt")[0]
+    e = entry_of(store, cid)
+    with store.backend.read() as view:
+        pack = bytearray(view.get("packs", e.pack))
+    pack[e.frame_off + 20] ^= 0xFF
+    _put(store, "packs", e.pack, bytes(pack))
+    store.gc()
+    with store.backend.read() as view:
+        assert view.get("packs", e.pack) is not None  # not emptied, not deleted
+    assert entry_of(store, cid) == e
+    files = [p for p in store.verify().problems if p.kind == "file"]
+    assert [p.path for p in files] == ["live.txt"]
+
+
 def test_gc_dry_run_changes_nothing(tree, store):
     build_tree(tree, {"a.txt": text(50_000, 50)})
     a = store.snapshot("a")

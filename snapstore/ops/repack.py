@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from snapstore.errors import CorruptError
 from snapstore.storage import entries, objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.storage.entries import CODEC_DELTA, Entry
@@ -55,7 +56,10 @@ def run(
     with backend.read() as view:
         for cid, value in view.items("chunks"):
             if entries.is_entry(value):
-                e = entries.parse(cid, value)
+                try:
+                    e = entries.parse(cid, value)
+                except CorruptError:
+                    continue  # names no pack we can know: verify reports it, gc leaves it
                 members.setdefault(e.pack, []).append((cid, e))
     orphans = [
         (cid, e)
@@ -121,20 +125,31 @@ def _move(
 ) -> None:
     """One transaction: store ``chunks`` anew, delete ``dead`` entries and ``drop_packs``.
 
-    A delta keeps its frame as it is unless ``whole`` or its base is not live.
+    A delta keeps its frame as it is unless ``whole`` or its base is not live.  A pack holding
+    a live chunk that cannot be read (damage: verify names it) is neither emptied nor deleted:
+    gc never turns a damaged chunk into a missing one.
     """
     plain: list[tuple[bytes, bytes]] = []
     deltas: list[packs.Frame] = []
+    damaged: set[bytes] = set()
     with backend.read() as view:
         pack_cache: dict[bytes, bytes | None] = {}
         for cid, e in chunks:
-            if e.codec == CODEC_DELTA and not whole and e.base in live:
-                if e.pack not in pack_cache:
-                    pack_cache[e.pack] = view.get("packs", e.pack)
-                frame = entries.frame_bytes(cid, e, pack_cache[e.pack])
-                deltas.append(packs.Frame(CODEC_DELTA, frame, [(cid, 0, e.size)], e.base, e.depth))
-            else:
-                plain.append((cid, objects.load_chunk(view.get, cid, max_size=e.size)))
+            try:
+                if e.codec == CODEC_DELTA and not whole and e.base in live:
+                    if e.pack not in pack_cache:
+                        pack_cache[e.pack] = view.get("packs", e.pack)
+                    frame = entries.frame_bytes(cid, e, pack_cache[e.pack])
+                    deltas.append(packs.Frame(CODEC_DELTA, frame, [(cid, 0, e.size)], e.base, e.depth))
+                else:
+                    plain.append((cid, objects.load_chunk(view.get, cid, max_size=e.size)))
+            except CorruptError:
+                damaged.add(e.pack)
+    if damaged:
+        keep = {cid for cid, e in chunks if e.pack in damaged}
+        plain = [(cid, data) for cid, data in plain if cid not in keep]
+        deltas = [f for f in deltas if f.members[0][0] not in keep]
+        drop_packs = [pid for pid in drop_packs if pid not in damaged]
     ops = packs.chunk_ops(plain, level, deltas=deltas)
     with backend.write() as batch:
         for table, key, value in ops:
