@@ -121,11 +121,18 @@ def decode_chunk(
 
 
 def load_chunk(
-    get: Getter, cid: bytes, *, max_size: int = MAX_CHUNK_BYTES, check: bool = True
+    get: Getter,
+    cid: bytes,
+    *,
+    max_size: int = MAX_CHUNK_BYTES,
+    check: bool = True,
+    whole_frame: bool = False,
 ) -> bytes:
     """The plain bytes of chunk ``cid``, whichever format stores it; raises CorruptError.
 
     ``max_size`` bounds what is accepted (the size an index gives the chunk, when known).
+    ``whole_frame``: the caller will read the chunks that follow (a long stream), so a solid
+    frame is decoded whole at once rather than up to this chunk first.
     """
     cached = entries.cached_chunk(cid)
     if cached is not None:
@@ -136,7 +143,7 @@ def load_chunk(
     if not entries.is_entry(value):
         return decode_chunk(cid, value, check=check, max_size=max_size)
     assert value is not None
-    data = _load_packed(get, cid, value, min(max_size, MAX_CHUNK_BYTES))
+    data = _load_packed(get, cid, value, min(max_size, MAX_CHUNK_BYTES), whole_frame)
     if check:
         if chunk_id(data) != cid:
             raise CorruptError(f"chunk {cid.hex()} is corrupt (its content does not match its hash)")
@@ -144,7 +151,7 @@ def load_chunk(
     return data
 
 
-def _load_packed(get: Getter, cid: bytes, value: bytes, max_size: int) -> bytes:
+def _load_packed(get: Getter, cid: bytes, value: bytes, max_size: int, whole_frame: bool) -> bytes:
     entry = entries.parse(cid, value)
     if entry.size > max_size:
         raise CorruptError(f"chunk {cid.hex()} holds {entry.size} bytes, more than the {max_size} expected")
@@ -167,6 +174,7 @@ def _load_packed(get: Getter, cid: bytes, value: bytes, max_size: int) -> bytes:
         entry,
         lambda: get("packs", entry.pack),
         load_base if entry.codec == entries.CODEC_DELTA else None,
+        whole=whole_frame,
     )
     return entries.slice_chunk(cid, entry, plain)
 
@@ -390,7 +398,7 @@ def iter_stream(get: Getter, sid: bytes) -> Iterator[bytes]:
         if size < 0:
             yield load_chunk(get, cid)
             continue
-        data = load_chunk(get, cid, max_size=size)
+        data = load_chunk(get, cid, max_size=size, whole_frame=True)
         if len(data) != size:
             raise CorruptError(f"chunk {cid.hex()} has {len(data)} bytes, its index says {size}")
         yield data
