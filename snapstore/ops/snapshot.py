@@ -186,7 +186,7 @@ def _take(
         try:
             for f, outcome in read_files(
                 ctx.root_bytes, backend, packing(ctx, in_packs), to_read, writer, progress, workers,
-                _previous_streams(cache),
+                _previous_streams(backend),
             ):
                 _record(f, outcome, entries, cache_updates, result)
         finally:
@@ -374,11 +374,13 @@ def packing(ctx: StageContext, packed: bool) -> Packing:
     return Packing(ctx.level, packed, bases)
 
 
-def _previous_streams(cache: dict[bytes, bytes]) -> Callable[[bytes], bytes | None]:
-    """path -> the stream its last snapshotted version had (from the stat cache)."""
+def _previous_streams(backend: Backend) -> Callable[[bytes], bytes | None]:
+    """path -> the stream its last snapshotted version had (the stat cache names it; called
+    from the reader threads, only for files that are read)."""
 
     def previous(path: bytes) -> bytes | None:
-        value = cache.get(statcache.key(path))
+        with backend.read() as view:
+            value = view.get("statcache", statcache.key(path))
         return statcache.stream_id(value) if value is not None else None
 
     return previous
