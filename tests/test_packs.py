@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 
@@ -286,3 +287,26 @@ def test_every_chunk_reads_back_whatever_the_frame_cache_holds(tree, store, monk
     cp = store.snapshot("a")
     for name in reversed(sorted(spec)):
         assert store.read_bytes(cp.id, name) == spec[name]
+
+
+def test_gc_repack_recompresses_every_pack_at_the_level_given(tree, store):
+    build_tree(tree, {f"src/m{i}.py": text(9_000 + i * 7, 300 + i) for i in range(150)})
+    cp = store.snapshot("a")
+    with store.backend.read() as view:
+        before = dict(view.items("packs"))
+    report = store.gc(repack_level=19)
+    with store.backend.read() as view:
+        after = dict(view.items("packs"))
+    assert report.packs.packs_rewritten == len(before) and not set(before) & set(after)
+    assert sum(map(len, after.values())) < sum(map(len, before.values()))
+    assert read_tree(tree) == tree_from_store(store, cp.id)
+    assert store.verify().ok
+
+
+def test_cli_gc_repack(tree, store, run_cli):
+    build_tree(tree, {f"f{i}.txt": text(5_000, 400 + i) for i in range(20)})
+    store.snapshot("a")
+    store.close()
+    r = run_cli("gc", "--repack", "--level", "5", "--json", cwd=tree)
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["packs"]["packs_rewritten"] >= 1

@@ -84,18 +84,22 @@ def delete(obj: Ctx, ref: str, quiet: bool) -> None:
         click.echo(f"deleted {cp.short_id}; run 'snapstore gc' to free its space")
 
 
-@command(example="snapstore gc --dry-run\nsnapstore gc --compact")
+@command(example="snapstore gc --dry-run\nsnapstore gc --compact\nsnapstore gc --repack --level 9 --compact")
 @click.option("--compact", is_flag=True, help="Also rewrite the store file so the disk space comes back.")
+@click.option("--repack", is_flag=True, help="Rewrite every pack (recompress the whole store at --level).")
+@click.option("--level", type=click.IntRange(1, 22), default=9, show_default=True, help="zstd level for --repack.")
 @click.option("-n", "--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.pass_obj
-def gc(obj: Ctx, compact: bool, dry_run: bool, as_json: bool, quiet: bool) -> None:
+def gc(
+    obj: Ctx, compact: bool, repack: bool, level: int, dry_run: bool, as_json: bool, quiet: bool
+) -> None:
     """Remove the data no checkpoint reaches (holds the writer lock while it runs)."""
     from snapstore.render import gc_lines
 
     with obj.open() as store:
-        report = store.gc(compact=compact, dry_run=dry_run)
+        report = store.gc(compact=compact, dry_run=dry_run, repack_level=level if repack else None)
     if as_json:
         echo_json(report.to_json())
     elif not quiet:

@@ -107,11 +107,15 @@ class UpkeepMixin(GoingBackMixin):
             retention.remove(self.backend, [cp])
             return cp
 
-    def gc(self, *, compact: bool = False, dry_run: bool = False) -> GcReport:
+    def gc(
+        self, *, compact: bool = False, dry_run: bool = False, repack_level: int | None = None
+    ) -> GcReport:
         """Remove the chunks, streams and manifests no checkpoint reaches; returns a gc.GcReport.
 
         Holds the writer lock throughout, so no snapshot can be writing meanwhile.  With
-        ``compact`` the LMDB file is rewritten so the disk space really comes back.
+        ``compact`` the LMDB file is rewritten so the disk space really comes back.  With
+        ``repack_level`` every pack is rewritten at that zstd level (e.g. 9: ~8% smaller than
+        the default 3 for ~3x the CPU, once, when the machine is idle).
         """
         from snapstore.ops import gc
 
@@ -122,7 +126,8 @@ class UpkeepMixin(GoingBackMixin):
                 compact=compact and not dry_run,
                 dry_run=dry_run,
                 repack_below=float(self.config()["gc.repack-below"]),
-                level=self.compression_level,
+                level=self.compression_level if repack_level is None else repack_level,
+                repack_every=repack_level is not None,
             )
 
     def upgrade(self, progress: Callable[[int, int], None] | None = None) -> UpgradeReport:

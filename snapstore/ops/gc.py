@@ -210,10 +210,12 @@ def run(
     dry_run: bool = False,
     repack_below: float = 0.5,
     level: int = objects.DEFAULT_LEVEL,
+    repack_every: bool = False,
 ) -> GcReport:
     """Mark and sweep (and compact) the store of ``backend``; the caller holds the writer lock.
 
-    ``repack_below``: a pack whose live fraction is below this is rewritten (format 2).
+    ``repack_below``: a pack whose live fraction is below this is rewritten (format 2) at
+    ``level``; ``repack_every``: every pack is (to recompress the store at another level).
     """
     report = GcReport(dry_run=dry_run)
     with backend.read() as view:
@@ -238,7 +240,8 @@ def run(
     report.size_before = report.size_after = backend.disk_size()
     if dry_run:
         report.packs = repack.run(
-            backend, marker.chunks, threshold=repack_below, level=level, dry_run=True
+            backend, marker.chunks, threshold=repack_below, level=level, dry_run=True,
+            every=repack_every,
         )
         report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
         return report
@@ -248,7 +251,9 @@ def run(
     _delete(backend, "conversations", dead_convs)
     # Packs before the remaining dead entries: a live delta's dead base is still readable
     # while the delta is stored whole.
-    report.packs = repack.run(backend, marker.chunks, threshold=repack_below, level=level)
+    report.packs = repack.run(
+        backend, marker.chunks, threshold=repack_below, level=level, every=repack_every
+    )
     report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
     _delete(backend, "chunks", dead_chunks)
     backend.sync()

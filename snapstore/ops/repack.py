@@ -45,9 +45,18 @@ class RepackReport:
 
 
 def run(
-    backend: Backend, live: set[bytes], *, threshold: float, level: int, dry_run: bool = False
+    backend: Backend,
+    live: set[bytes],
+    *,
+    threshold: float,
+    level: int,
+    dry_run: bool = False,
+    every: bool = False,
 ) -> RepackReport:
-    """Rewrite or free the packs that ``live`` (the marked chunk ids) leaves mostly dead."""
+    """Rewrite or free the packs that ``live`` (the marked chunk ids) leaves mostly dead.
+
+    ``every``: rewrite every pack (``gc --repack``: recompress at ``level``).
+    """
     report = RepackReport()
     sizes = {pid: n for pid, n, _ in backend.value_sizes("packs")}
     report.packs = len(sizes)
@@ -71,7 +80,7 @@ def run(
     for pid, ms in members.items():
         total = sum(e.size for _, e in ms)
         kept = sum(e.size for cid, e in ms if cid in live)
-        if kept == 0 or kept < threshold * total:
+        if every or kept == 0 or kept < threshold * total:
             doomed.append(pid)
     report.deltas_made_whole = len(orphans)
     for pid in doomed:
