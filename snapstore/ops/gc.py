@@ -161,7 +161,7 @@ class Marker:
         if cid in self.whole:
             return
         if self.get("conversations", cid) is not None:
-            for rid, record in conversation.chain(self.get, cid):
+            for rid, record in conversation.segments(self.get, cid):
                 self.conversations.add(rid)
                 self.whole.add(rid)
                 for ref in record["chunks"]:

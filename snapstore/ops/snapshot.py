@@ -222,7 +222,10 @@ def _take(
     cid_conv = None
     if messages is not None:
         base = _conversation_base(backend, task)
-        cid_conv, crecord = conversation.write(messages, put_chunk, level, encode=False, base=base)
+        with backend.read() as view:
+            cid_conv, crecord = conversation.write(
+                messages, put_chunk, level, encode=False, base=base, inline=in_packs, get=view.get
+            )
         if crecord is not None:
             final_objects.append(("conversations", cid_conv, crecord))
     ids = list(plain)

@@ -12,12 +12,21 @@ appended messages only.  A conversation that grew by k messages therefore costs 
 those k messages plus a record of about a hundred bytes.  Every MAX_DEPTH links a full record
 (no base) bounds the work of reading one back.  A rewind that cuts the conversation back simply
 stores a record on the longest stored prefix it is given, or a full one.
+
+In a format-2 store (``inline``) a record holds its appended messages itself, as one zstd frame
+(``inline``, plain size ``inline_size``; ``chunks`` is then empty) when they take at most
+:data:`INLINE_MAX` bytes: one LMDB value per step instead of a record, a chunk entry and a pack.
+The full record that ends a chain of MAX_DEPTH links does not repeat the messages: it lists the
+records of that chain (``parts``: the previous full record, then the chain's delta records in
+order) and holds only its own appended messages.  Every message is stored once, reading a
+conversation visits its full records (one per MAX_DEPTH steps) and the records they list, and
+each record's ``count`` (messages before its own) and ``total`` check the order.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import blake3
@@ -29,6 +38,12 @@ from snapstore.records.schema import Get, Put
 from snapstore.storage import chunker, objects
 
 MAX_DEPTH = 32
+
+#: Appended messages up to this many bytes live in the record (format 2).
+INLINE_MAX = 64 << 10
+
+#: No conversation may be made of more records (a bound on reading a damaged or hostile one).
+MAX_RECORDS = 1 << 20
 
 
 def encode_messages(messages: Any) -> list[bytes]:
@@ -52,10 +67,14 @@ def write(
     *,
     encode: bool = True,
     base: tuple[bytes, int, int] | None = None,
+    inline: bool = False,
+    get: Get | None = None,
 ) -> tuple[bytes, bytes | None]:
     """Prepare a conversation for storing; returns ``(conversation id, record or None)``.
 
     ``put(id, value)`` receives each chunk of messages (encoded, or plain if not ``encode``).
+    ``inline`` (format 2): small appended messages go into the record, and a chain that is
+    MAX_DEPTH long is ended by a full record listing it (``get`` reads the base's chain).
     ``base`` is ``(id, message count, depth)`` of a stored conversation that may be a prefix of
     this one (the previous checkpoint's); it is used only if it really is.  The record is None
     when the conversation is already stored under its id (the caller need not write it).
@@ -65,17 +84,39 @@ def write(
     start = 0
     depth = 0
     base_id = None
+    parts: list[bytes] | None = None
     if base is not None:
         bid, bcount, bdepth = base
-        if bcount <= len(records) and bdepth < MAX_DEPTH:
+        if bcount <= len(records) and (bdepth < MAX_DEPTH or (inline and get is not None)):
             for r in records[:bcount]:
                 hasher.update(r)
-            if hasher.digest() == bid:
+            if hasher.digest() != bid:
+                pass
+            elif bdepth < MAX_DEPTH:
                 start, depth, base_id = bcount, bdepth + 1, bid
             else:
-                hasher = blake3.blake3()
-    if base_id is None:
+                assert get is not None
+                parts = [rid for rid, _ in chain(get, bid)]
+                start = bcount
+    if base_id is None and parts is None:
         hasher = blake3.blake3()
+    appended = b"".join(records[start:])
+    if inline and len(appended) <= INLINE_MAX:
+        hasher.update(appended)
+        cid = hasher.digest()
+        if base_id is not None and cid == base_id:
+            return cid, None
+        if parts is not None and cid == parts[-1]:
+            return cid, None
+        fields: dict[str, Any] = {
+            "base": base_id, "count": start, "depth": depth, "total": len(records), "chunks": [],
+            "inline": objects.encode_chunk(appended, level), "inline_size": len(appended),
+        }
+        if parts is not None:
+            fields["parts"] = parts
+        return cid, msgpack.packb(fields, use_bin_type=True)
+    if parts is not None:  # too big to be inline: a full record of chunks, as in format 1
+        hasher, start = blake3.blake3(), 0
     refs = []
     for group in chunker.cut_messages(records[start:]):
         data = b"".join(group)
@@ -103,7 +144,13 @@ def parse_record(cid: bytes, value: bytes) -> dict[str, Any]:
         count = schema.check_count(r["count"], "count")
         depth = schema.check_count(r["depth"], "depth")
         total = schema.check_count(r["total"], "total")
-        if base is None and (count or depth):
+        parts = r.get("parts")
+        if parts is not None:
+            if base is not None or not isinstance(parts, list) or not 2 <= len(parts) <= MAX_DEPTH + 1:
+                raise ValueError("bad parts")
+            for part in parts:
+                schema.check_id(part, "part")
+        if base is None and (depth or (count and parts is None)):
             raise ValueError("a full record has a count or a depth")
         if depth > MAX_DEPTH or total < count:
             raise ValueError("bad depth or total")
@@ -116,20 +163,29 @@ def parse_record(cid: bytes, value: bytes) -> dict[str, Any]:
             schema.check_id(ref[0], "chunk")
             schema.check_count(ref[1], "chunk size")
             schema.check_count(ref[2], "chunk message count")
+        if "inline" in r:
+            if not isinstance(r["inline"], bytes) or chunks:
+                raise ValueError("bad inline messages")
+            if schema.check_count(r["inline_size"], "inline size") > INLINE_MAX:
+                raise ValueError("inline messages too large")
     except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptError(f"conversation {cid.hex()} has a damaged record ({exc})") from exc
     return r
 
 
+def _load(get: Get, rid: bytes) -> dict[str, Any]:
+    value = get("conversations", rid)
+    if value is None:
+        raise CorruptError(f"conversation {rid.hex()} is missing from the store")
+    return parse_record(rid, value)
+
+
 def chain(get: Get, cid: bytes) -> list[tuple[bytes, dict[str, Any]]]:
-    """The records from the full one to ``cid`` (oldest first)."""
+    """The records from the full one to ``cid`` (oldest first): the delta chain of ``cid``."""
     out = []
     cur: bytes | None = cid
     while cur is not None:
-        value = get("conversations", cur)
-        if value is None:
-            raise CorruptError(f"conversation {cur.hex()} is missing from the store")
-        record = parse_record(cur, value)
+        record = _load(get, cur)
         out.append((cur, record))
         if len(out) > MAX_DEPTH + 1:
             raise CorruptError(f"conversation {cid.hex()} has a chain longer than {MAX_DEPTH}")
@@ -138,15 +194,42 @@ def chain(get: Get, cid: bytes) -> list[tuple[bytes, dict[str, Any]]]:
     return out
 
 
+def segments(get: Get, cid: bytes) -> list[tuple[bytes, dict[str, Any]]]:
+    """Every record of conversation ``cid`` in message order: whose own messages, one record
+    after the other, make the conversation (full records' ``parts`` expanded)."""
+    newest_first: list[tuple[bytes, dict[str, Any]]] = []
+    seen: set[bytes] = set()
+    links = chain(get, cid)
+    while True:
+        for rid, record in reversed(links):
+            if rid in seen:
+                raise CorruptError(f"conversation {cid.hex()} lists record {rid.hex()} twice")
+            seen.add(rid)
+            newest_first.append((rid, record))
+        if len(newest_first) > MAX_RECORDS:
+            raise CorruptError(f"conversation {cid.hex()} has more than {MAX_RECORDS} records")
+        parts = links[0][1].get("parts")
+        if parts is None:
+            break
+        # A full record's parts: the previous full record, then the delta records of its chain.
+        listed = [(p, _load(get, p)) for p in parts]
+        if listed[0][1]["base"] is not None or any(
+            rec["base"] != prev for (prev, _), (_, rec) in zip(listed, listed[1:])
+        ):
+            raise CorruptError(f"conversation {links[0][0].hex()} lists records that are not a chain")
+        links = listed
+    newest_first.reverse()
+    return newest_first
+
+
 def read(get: Get, cid: bytes) -> list[Any]:
     """The messages of conversation ``cid``, checked against its id."""
     hasher = blake3.blake3()
     out: list[Any] = []
-    for rid, record in chain(get, cid):
+    for rid, record in segments(get, cid):
         if len(out) != record["count"]:
             raise CorruptError(f"conversation {rid.hex()} does not continue its base")
-        for ref in record["chunks"]:
-            data = objects.load_chunk(get, ref[0])
+        for data in own_pieces(get, rid, record):
             hasher.update(data)
             out.extend(_decode(rid, [data]))
         if len(out) != record["total"]:
@@ -154,6 +237,19 @@ def read(get: Get, cid: bytes) -> list[Any]:
     if hasher.digest() != cid:
         raise CorruptError(f"conversation {cid.hex()} does not match its id")
     return out
+
+
+def own_pieces(get: Get, rid: bytes, record: dict[str, Any]) -> Iterator[bytes]:
+    """The bytes of the messages a record itself holds: inline, or in its chunks."""
+    if "inline" in record:
+        size = record["inline_size"]
+        data = objects.decode_chunk(rid, record["inline"], check=False, max_size=size)
+        if len(data) != size:
+            raise CorruptError(f"conversation {rid.hex()} holds {len(data)} inline bytes, not {size}")
+        yield data
+        return
+    for ref in record["chunks"]:
+        yield objects.load_chunk(get, ref[0])
 
 
 def _decode(cid: bytes, chunks: Iterable[bytes]) -> list[Any]:
