@@ -69,7 +69,7 @@ class UpkeepMixin(GoingBackMixin):
     def _auto_retention(self) -> list[str]:
         """Apply the store's retention policy after a snapshot (lock held); returns warnings."""
         from snapstore.errors import SnapstoreError
-        from snapstore.ops import gc, retention
+        from snapstore.ops import retention
 
         try:
             values = self.config()
@@ -78,6 +78,9 @@ class UpkeepMixin(GoingBackMixin):
                 return []
             report = self._prune(policy, None, False)
             if report.removed and values.get("retention.gc") == "true":
+                # imported only here: otherwise its import is part of every snapshot's cost
+                from snapstore.ops import gc
+
                 gc.run(self.backend)
         except SnapstoreError as exc:
             return [f"automatic retention failed: {exc}"]

@@ -40,7 +40,7 @@ from snapstore.ops.snapshot_io import (
     read_files,
     release_memory,
 )
-from snapstore.records import conversation, manifest
+from snapstore.records import manifest
 from snapstore.records.checkpoint import (
     USER,
     Checkpoint,
@@ -214,6 +214,8 @@ def _take(
     _count_changes(result, backend, parent, mid, plain, mrecord)
     cid_conv = None
     if messages is not None:
+        from snapstore.records import conversation  # (json) only when there is one
+
         base = _conversation_base(backend, task)
         cid_conv, crecord = conversation.write(messages, put_chunk, level, encode=False, base=base)
         if crecord is not None:
@@ -336,6 +338,8 @@ def _conversation_base(
     backend: Backend, task: str | None, look_back: int = 64
 ) -> tuple[bytes, int, int] | None:
     """``(id, count, depth)`` of the newest conversation of this task, to store a delta on."""
+    from snapstore.records import conversation
+
     with backend.read() as view:
         for i, (_, cid) in enumerate(view.items("log", reverse=True)):
             if i >= look_back:
