@@ -78,7 +78,7 @@ def prepare(ctx: StageContext, keys: Keys) -> Patched | None:
             return None  # gone (the directory event may still be queued) or too deep: walk
         if not stat.S_ISREG(st.st_mode):
             return None
-        f = scan.Found(path, EXEC if st.st_mode & 0o100 else FILE, st, b"")
+        f = scan.Found(path, EXEC if st.st_mode & 0o100 else FILE, scan.compact(st), b"")
         state.found[path] = f
         changed.append(f)
     entries = dict(state.entries)
