@@ -204,10 +204,14 @@ def _take(
     if parent is not None and memo.mid == parent.manifest and memo.entries == entries:
         mid, mrecord = parent.manifest, None
     else:
-        mid, _, mrecord = manifest.write_manifest(
-            ordered, put_chunk, level, encode=False, memo=memo.codec
-        )
+        # A context's first snapshot keeps no codec: a CLI process takes only one, and the codec
+        # holds every entry's encoding (~230 bytes a file).  A long-lived Store fills it on its
+        # second snapshot and saves from the third on.
+        codec = memo.codec if memo.mid is not None else None
+        mid, _, mrecord = manifest.write_manifest(ordered, put_chunk, level, encode=False, memo=codec)
         memo.entries, memo.mid = None, None  # set again once this snapshot is committed
+    if parent is not None and mid == parent.manifest:
+        plain.clear()  # the parent's manifest: its chunks are stored (no lookups, no page faults)
     if mrecord is not None:
         final_objects.append(("streams", mid, mrecord))
     result.manifest_id = mid
