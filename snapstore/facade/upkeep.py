@@ -69,6 +69,13 @@ class UpkeepMixin(GoingBackMixin):
     def _auto_retention(self) -> list[str]:
         """Apply the store's retention policy after a snapshot (lock held); returns warnings."""
         from snapstore.errors import SnapstoreError
+
+        with self.backend.read() as view:
+            # No retention key stored (retention.CONFIG_PREFIX + "retention.") means every
+            # default, and the defaults keep everything: then not even the retention module is
+            # imported (its import would be part of every snapshot's cost).
+            if next(iter(view.items("meta", prefix=b"config:retention.")), None) is None:
+                return []
         from snapstore.ops import retention
 
         try:

@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 
 from snapstore.errors import CorruptError, TreeIOError
-from snapstore.ops import diff, incremental
+from snapstore.ops import incremental
 from snapstore.ops.context import StageContext
 from snapstore.ops.snapshot_io import (
     FileChanged,
@@ -50,7 +50,7 @@ from snapstore.records.checkpoint import (
     parse_record,
     seq_key,
 )
-from snapstore.records.manifest import UNREADABLE, Entry
+from snapstore.records.manifest import EXEC, UNREADABLE, Entry
 from snapstore.storage import objects
 from snapstore.storage.backend import Backend
 from snapstore.tree import scan, statcache, worktree
@@ -243,9 +243,10 @@ def _take(
         result.reused = True
         return bytes.fromhex(parent.id), parent_record, result
 
+    sizes = [e[3] for e in ordered if e[1] <= EXEC]  # files (FILE, EXEC): one pass, no property calls
     stats: dict[str, Any] = {
-        "files": sum(1 for e in ordered if e.is_file),
-        "bytes": sum(e.size for e in ordered if e.is_file),
+        "files": len(sizes),
+        "bytes": sum(sizes),
         "added": result.added,
         "modified": result.modified,
         "deleted": result.deleted,
@@ -385,6 +386,8 @@ def _count_changes(
         with backend.read() as view:
             value: bytes | None = view.get(table, key)
             return value
+
+    from snapstore.ops import diff  # only for a changed manifest
 
     old, new = diff.manifest_difference(get, parent.manifest, mid)
     for c in diff.compare(old, new):
