@@ -51,6 +51,11 @@ class Patched:
     examined: int
 
 
+def watching(ctx: StageContext) -> bool:
+    """Does a watcher run in this context (then each snapshot's state is kept for the next)?"""
+    return ctx.memo.get(WATCHER) is not None
+
+
 def prepare(ctx: StageContext, keys: Keys) -> Patched | None:
     """The snapshot's inputs from the watcher's hints, or None when a full walk is needed.
 

@@ -157,11 +157,19 @@ def _take(
         last_op = next(iter(view.items("oplog", reverse=True)), None)
         keys = (last_item[0] if last_item else None, last_op[0] if last_op else None)
         patched = incremental.prepare(ctx, keys)
-        if patched is None:
-            cache: dict[bytes, bytes] = dict(view.items("statcache"))
+        watching = incremental.watching(ctx)
+        cache: dict[bytes, bytes] = {}
+        if patched is None and watching:  # the watcher's state keeps the cache as a dict
+            cache = dict(view.items("statcache"))
+    stale: list[bytes] = []
     if patched is None:
         found = scan.walk(ctx.root_bytes, ctx.excluded, report)
-        entries, to_read = worktree.classify(found, cache)
+        if watching:
+            entries, to_read = worktree.classify(found, cache)
+            stale = _stale_cache_keys(cache, found)
+        else:  # one merge pass over the cache in key order: no dict of it in memory
+            with backend.read() as view:
+                entries, to_read, stale = worktree.classify_sorted(found, view.items("statcache"))
         found_for_state: Any = found
     else:
         found, cache, entries, to_read = patched.found, patched.cache, patched.entries, patched.to_read
@@ -236,7 +244,6 @@ def _take(
         and parent.manifest == mid
         and (messages is None or parent.conversation == cid_conv)
     ):
-        stale = [] if patched is not None else _stale_cache_keys(cache, found)
         _write_cache_only(backend, cache_updates, stale)
         memo.entries, memo.mid = entries, mid
         incremental.remember(ctx, found_for_state, cache, cache_updates, stale, entries, keys)
@@ -267,7 +274,6 @@ def _take(
             batch.put_new(table, key, value)
         for path, value in cache_updates.items():
             batch.put("statcache", path, value)
-        stale = [] if patched is not None else _stale_cache_keys(cache, found)
         for path in stale:
             batch.delete("statcache", path)
         cp_id, packed = build_record(
