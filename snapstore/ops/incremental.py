@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from typing import Any
 
 from snapstore.ops.context import StageContext
 from snapstore.records.manifest import EXEC, FILE, Entry
-from snapstore.tree import scan, worktree
+from snapstore.tree import scan, statcache, worktree
 
 KEY = "snapshot.incremental"
 WATCHER = "watcher"
@@ -95,6 +96,29 @@ def prepare(ctx: StageContext, keys: Keys) -> Patched | None:
     return Patched(list(state.found.values()), state.cache, entries, to_read, len(changed))
 
 
+def inputs(
+    ctx: StageContext, keys: Keys, report: scan.ScanReport
+) -> tuple[list[scan.Found], dict[bytes, bytes], dict[bytes, Entry], list[scan.Found], list[bytes], Any]:
+    """What a snapshot starts from: ``(found, cache, entries, to_read, stale cache keys, the
+    found records to remember)``, from the watcher's hints when they suffice, else by a walk.
+
+    Without a watcher the walk is paired with the stat cache in one merge pass over a cursor
+    (:func:`worktree.classify_sorted`): the cache is never held as a dict (``cache`` is empty).
+    """
+    patched = prepare(ctx, keys)
+    if patched is not None:
+        state = ctx.memo[KEY].found
+        return patched.found, patched.cache, patched.entries, patched.to_read, [], state
+    found = scan.walk(ctx.root_bytes, ctx.excluded, report)
+    with ctx.backend.read() as view:
+        if watching(ctx):  # the watcher's state keeps the cache as a dict
+            cache = dict(view.items("statcache"))
+            entries, to_read = worktree.classify(found, cache)
+            return found, cache, entries, to_read, stale_cache_keys(cache, found), found
+        entries, to_read, stale = worktree.classify_sorted(found, view.items("statcache"))
+    return found, {}, entries, to_read, stale, found
+
+
 def remember(
     ctx: StageContext,
     found: list[scan.Found],
@@ -117,3 +141,16 @@ def remember(
 def forget(ctx: StageContext) -> None:
     """Drop the state (after anything this context cannot account for)."""
     ctx.memo.pop(KEY, None)
+
+
+def stale_cache_keys(cache: dict[bytes, bytes], found: list[scan.Found]) -> list[bytes]:
+    """The keys of ``cache`` that no path of ``found`` has (deleted with the snapshot)."""
+    if not cache:
+        return []
+    present = {f.path for f in found}
+    stale = [k for k in cache if k not in present]
+    if stale and any(k[:1] == b"\x00" for k in stale):  # hashed keys of long paths (rare)
+        key = statcache.key
+        hashed = {key(p) for p in present if len(p) > statcache.MAX_KEY}
+        stale = [k for k in stale if k not in hashed]
+    return stale
