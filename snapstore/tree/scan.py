@@ -36,8 +36,6 @@ STORE_DATA = frozenset({b"data.mdb", b"CURRENT"})
 STORE_MARKERS = frozenset({b"data.mdb", b"lock.mdb", b"lock", b"CURRENT"})
 
 _new = tuple.__new__  # builds a Found without the NamedTuple constructor's Python frame
-S_ISREG = stat.S_ISREG
-S_ISDIR = stat.S_ISDIR
 
 # Seams for tests (patch these, not os.*, so nothing else in the process is affected).
 _scandir = os.scandir
@@ -197,7 +195,7 @@ def _walk(
         subdirs: list[bytes] = []
         for name, d in dirents:
             rel = prefix + name
-            if name in ALWAYS_EXCLUDED or rel in excluded:
+            if name in ALWAYS_EXCLUDED or (excluded and rel in excluded):
                 recorded = True  # content we leave out: the directory is not empty
                 continue
             try:
@@ -215,7 +213,7 @@ def _walk(
             mode = st.st_mode
             if mode & 0o7000:  # setuid/setgid/sticky: not recorded (manifest.MODE_KEEP)
                 report.mode_bits_dropped += 1
-            if S_ISREG(mode):  # the common case first
+            if mode & 0o170000 == 0o100000:  # S_ISREG without a call: the common case first
                 recorded = True
                 if rules and ignore.is_ignored(rules, rel, False):
                     continue
@@ -231,7 +229,7 @@ def _walk(
                     )
                 )
                 continue
-            if S_ISDIR(mode):
+            if mode & 0o170000 == 0o040000:  # S_ISDIR
                 if rules and ignore.is_ignored(rules, rel, True):
                     recorded = True
                     continue
