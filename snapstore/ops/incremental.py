@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from snapstore.ops.context import StageContext
 from snapstore.records.manifest import EXEC, FILE, Entry
@@ -29,8 +28,7 @@ WATCHER = "watcher"
 Keys = tuple[bytes | None, bytes | None]
 
 
-@dataclass
-class TreeState:
+class TreeState(NamedTuple):
     """What a watching context knows of the tree since its last committed snapshot."""
 
     found: dict[bytes, scan.Found]
@@ -40,8 +38,7 @@ class TreeState:
     keys: Keys
 
 
-@dataclass
-class Patched:
+class Patched(NamedTuple):
     """The inputs of a snapshot, derived from the state instead of a walk."""
 
     found: list[scan.Found]

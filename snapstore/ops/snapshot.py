@@ -86,15 +86,17 @@ class SnapshotResult:
     report: scan.ScanReport = field(default_factory=scan.ScanReport)
 
 
-@dataclass
 class _ManifestMemo:
     """The last manifest this context committed (or reused), kept across snapshots of one Store:
     an unchanged tree is recognised by one dict comparison, a changed one re-encodes only the
-    manifest chunks that changed (``codec``)."""
+    manifest chunks that changed (``codec``).  Not a dataclass: ~0.4 ms of every CLI start."""
 
-    entries: dict[bytes, Entry] | None = None
-    mid: bytes | None = None
-    codec: dict[Any, Any] = field(default_factory=dict)
+    __slots__ = ("entries", "mid", "codec")
+
+    def __init__(self) -> None:
+        self.entries: dict[bytes, Entry] | None = None
+        self.mid: bytes | None = None
+        self.codec: dict[Any, Any] = {}
 
 
 def _memo(ctx: StageContext) -> _ManifestMemo:
