@@ -129,6 +129,7 @@ def test_parse_last_value_wins_and_globals_on_both_sides(monkeypatch):
 
 
 def test_console_script_snapshot_imports_no_click(twins):
+    """`snapshot -q` without a service: no click, and none of the modules it does not use."""
     a, _ = twins
     (a / "more.txt").write_text("x\n")
     code = (
@@ -137,7 +138,8 @@ def test_console_script_snapshot_imports_no_click(twins):
         "sys.argv = ['snapstore', 'snapshot', '-m', 'lean', '-q']\n"
         "rc = client.main()\n"
         "heavy = [m for m in ('click', 'snapstore.cli.app', 'snapstore.ops.merge', 'snapstore.ops.revert',"
-        " 'snapstore.ops.renames', 'snapstore.records.conversation') if m in sys.modules]\n"
+        " 'snapstore.ops.renames', 'snapstore.records.conversation', 'snapstore.ops.diff', 'snapstore.ops.gc',"
+        " 'snapstore.ops.retention', 'snapstore.render', 'json') if m in sys.modules]\n"
         "print(rc, ','.join(heavy))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=subprocess_env(), cwd=a, timeout=120)

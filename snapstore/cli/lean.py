@@ -122,9 +122,11 @@ def snapshot_output(
 
     The one body of the ``snapshot`` command, for the click command and for :func:`main`.
     """
-    from snapstore.render import Progress, dump_json, snapshot_line
+    progress = None
+    if not quiet and not as_json:  # (-q prints nothing: render and json are not even imported)
+        from snapstore.render import Progress
 
-    progress = Progress("snapshot", enabled=not quiet and not as_json)
+        progress = Progress("snapshot")
     with open_store() as store:
         try:
             cp = store.snapshot(
@@ -137,11 +139,16 @@ def snapshot_output(
                 progress=progress,
             )
         finally:
-            progress.close()
+            if progress is not None:
+                progress.close()
     if as_json:
+        from snapstore.render import dump_json
+
         return [], dump_json({**cp.to_json(), "reused": cp.reused, "warnings": list(cp.warnings)})
     if quiet:
         return [], None
+    from snapstore.render import snapshot_line
+
     return list(cp.warnings), snapshot_line(cp)
 
 
