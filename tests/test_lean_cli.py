@@ -138,7 +138,7 @@ def test_console_script_snapshot_imports_no_click(twins):
         "sys.argv = ['snapstore', 'snapshot', '-m', 'lean', '-q']\n"
         "rc = client.main()\n"
         "heavy = [m for m in ('click', 'snapstore.cli.app', 'snapstore.ops.merge', 'snapstore.ops.revert',"
-        " 'snapstore.ops.renames', 'snapstore.records.conversation', 'snapstore.ops.diff', 'snapstore.ops.gc',"
+        " 'snapstore.ops.renames', 'snapstore.records.conversation', 'snapstore.ops.gc',"
         " 'snapstore.ops.retention', 'snapstore.render', 'json') if m in sys.modules]\n"
         "print(rc, ','.join(heavy))\n"
     )
