@@ -295,7 +295,8 @@ def _take(
     backend.sync()
     memo.entries, memo.mid = entries, mid
     incremental.remember(ctx, found_for_state, cache, cache_updates, stale, entries, (seq_key(seq), keys[1]))
-    release_memory(backend)
+    if to_read or mrecord is not None:  # (an unchanged tree mapped little: spare the madvise pass)
+        release_memory(backend)
     return cp_id, packed, result
 
 
