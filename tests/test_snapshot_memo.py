@@ -76,6 +76,14 @@ def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch
     again_id, again_packed, again = snapshot.take(ctx, message="two", skip_unchanged=True)
     assert again.reused and (again_id, again_packed) == (first_id, packed)
     assert calls["n"] == 0  # one dict comparison, no manifest encoded
-    fresh = StageContext(ctx.backend, str(root))  # same store, no memo: same answer the long way
+    # Same store, no memo (a CLI process): the fingerprint of the entries stored with the last
+    # manifest recognises them without encoding a manifest either.
+    fresh = StageContext(ctx.backend, str(root))
     fresh_id, _, fresh_result = snapshot.take(fresh, message="three", skip_unchanged=True)
+    assert fresh_result.reused and fresh_id == first_id and calls["n"] == 0
+    # Without that record: the same answer the long way.
+    with ctx.backend.write() as batch:
+        batch.delete("meta", snapshot.LAST_MANIFEST)
+    fresh = StageContext(ctx.backend, str(root))
+    fresh_id, _, fresh_result = snapshot.take(fresh, message="four", skip_unchanged=True)
     assert fresh_result.reused and fresh_id == first_id and calls["n"] == 1

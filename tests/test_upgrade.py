@@ -71,6 +71,8 @@ def test_the_cli_notes_a_format_1_store_and_upgrade_converts_it(tree):
     listed = run_snapstore("list", cwd=tree)
     assert listed.returncode == 0
     assert b"storage format 1" in listed.stderr and b"snapstore upgrade" in listed.stderr
+    snap = run_snapstore("snapshot", "-q", "-m", "still works", cwd=tree, script=True)  # click-free path
+    assert snap.returncode == 0 and b"storage format 1" in snap.stderr
     done = run_snapstore("upgrade", cwd=tree)
     assert done.returncode == 0, done.stderr
     assert b"from format 1 to 2" in done.stdout and done.stderr == b""

@@ -58,11 +58,9 @@ class Ctx:
             from snapstore.store import Store
 
             store = Store.find(self.directory, store=self.store_dir, lock_timeout=self.lock_timeout)
-        if not upgrading and store.format_version == 1:
-            warn(
-                "this store is in storage format 1 (it works as before); 'snapstore upgrade' "
-                "converts it to format 2, which is smaller"
-            )
+        note = None if upgrading else store.format_note
+        if note is not None:
+            warn(note)
         if reading:
             try:
                 pending = store.pending_restore()

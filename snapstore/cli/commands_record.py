@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from snapstore.cli import lean
 from snapstore.cli.app import Ctx, command, echo_json, read_json_list, warn
-from snapstore.errors import UsageError
 
 
 @command(example="snapstore init                 # store in ./.snapstore\nsnapstore init --store ~/snaps/proj", own_store_option=True)
@@ -23,16 +23,6 @@ def init(obj: Ctx, init_store: str | None, compression: int, quiet: bool) -> Non
     with Store.init(obj.directory, store=init_store or obj.store_dir, compression_level=compression) as store:
         if not quiet:
             click.echo(f"initialised an empty store in {store.store_dir} for {store.root}")
-
-
-def _parse_meta(pairs: tuple[str, ...]) -> dict[str, str]:
-    meta = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--meta takes KEY=VALUE, not {pair!r}")
-        meta[key] = value
-    return meta
 
 
 def _read_conversation(source: str | None) -> list[Any] | None:
@@ -63,32 +53,22 @@ def snapshot(
     as_json: bool,
 ) -> None:
     """Record the tree as a new checkpoint and print its id and what changed."""
-    from snapstore.render import Progress, snapshot_line
-
-    metadata = _parse_meta(meta)
-    messages = _read_conversation(conversation_src)
-    progress = Progress("snapshot", enabled=not quiet and not as_json)
-    with obj.open() as store:
-        try:
-            cp = store.snapshot(
-                message,
-                tags=tags,
-                task=task,
-                metadata=metadata,
-                conversation=messages,
-                skip_unchanged=skip_unchanged,
-                progress=progress,
-            )
-        finally:
-            progress.close()
-    if as_json:
-        echo_json({**cp.to_json(), "reused": cp.reused, "warnings": list(cp.warnings)})
-        return
-    if quiet:
-        return
-    for w in cp.warnings:
+    # The body is shared with the click-free path the console script takes (snapstore.cli.lean).
+    warnings, text = lean.snapshot_output(
+        obj.open,
+        message=message,
+        tags=tags,
+        task=task,
+        metadata=lean.parse_meta(meta),
+        messages=_read_conversation(conversation_src),
+        skip_unchanged=skip_unchanged,
+        quiet=quiet,
+        as_json=as_json,
+    )
+    for w in warnings:
         warn(w)
-    click.echo(snapshot_line(cp))
+    if text is not None:
+        click.echo(text)
 
 
 @command(name="list", example="snapstore list -n 10\nsnapstore list --task fix-login --json")

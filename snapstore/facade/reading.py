@@ -10,19 +10,20 @@ from typing import TYPE_CHECKING, Any
 from snapstore.errors import (
     RefError,
 )
-from snapstore.ops.diff import Change, compare
-from snapstore.ops.renames import detect as detect_renames
-from snapstore.records import conversation, manifest, refs
+from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint, load_one
 from snapstore.records.manifest import Entry
-from snapstore.records.oplog import Operation
 from snapstore.storage import objects
 from snapstore.tree.paths import display, from_user
 
+# diff, renames, conversation (json), refs and the oplog are imported where they are used: a
+# snapshot from the command line needs none of them, and each import costs its start-up.
 if TYPE_CHECKING:
+    from snapstore.ops.diff import Change
     from snapstore.ops.history import Version
     from snapstore.ops.textdiff import LineCounts
     from snapstore.ops.verify import VerifyReport
+    from snapstore.records.oplog import Operation
 
 from snapstore.facade.base import StoreBase
 
@@ -41,6 +42,8 @@ class ReadingMixin(StoreBase):
         """What an agent UI shows for a checkpoint: the record, changed files with +/- counts
         (``not_counted``: the size of a file too large to count), the conversation's size and
         last messages (``None`` when none is stored)."""
+        from snapstore.records import conversation
+
         cp = self.resolve(ref, task=task)
         found = self.changes(cp.id, renames=renames)
         changes = [{**c.to_json(), **n.to_json()} for c, n in zip(found, self.line_counts(found))]
@@ -51,6 +54,8 @@ class ReadingMixin(StoreBase):
 
     def operations(self) -> list[Operation]:
         """The operation log (restores and undos), newest first."""
+        from snapstore.records.oplog import Operation
+
         out = []
         with self.backend.read() as view:
             for key, value in view.items("oplog", reverse=True):
@@ -97,8 +102,8 @@ class ReadingMixin(StoreBase):
                 new_loader = self._store_loader
         old = {p: e for p, e in old.items() if sel(p)}
         new = {p: e for p, e in new.items() if sel(p)}
-        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, new_loader)
-        return detect_renames(changes) if renames else changes
+        changes = diff_mod.with_loaders(diff_mod.compare(old, new), self._store_loader, new_loader)
+        return _detect_renames(changes) if renames else changes
 
     def _store_loader(self, entry: Entry) -> bytes:
         with self.backend.read() as view:
@@ -115,6 +120,7 @@ class ReadingMixin(StoreBase):
         """What ``list`` shows: newest first, each with its ``#N`` reference (None for safety
         checkpoints, which are listed only with ``include_safety``).  With ``limit`` only the
         records of the rows shown are read."""
+        from snapstore.records import refs
         from snapstore.records.history import History
 
         with self.backend.read() as view:
@@ -151,8 +157,8 @@ class ReadingMixin(StoreBase):
                 old, new = {}, manifest.load(view.get, cp.manifest)
             else:
                 old, new = diff_mod.manifest_difference(view.get, parent.manifest, cp.manifest)
-        changes = diff_mod.with_loaders(compare(old, new), self._store_loader, self._store_loader)
-        return detect_renames(changes) if renames else changes
+        changes = diff_mod.with_loaders(diff_mod.compare(old, new), self._store_loader, self._store_loader)
+        return _detect_renames(changes) if renames else changes
 
     def iter_bytes(self, ref: str, path: str | bytes) -> Iterator[bytes]:
         """The content of ``path`` in checkpoint ``ref``, chunk by chunk (each chunk verified)."""
@@ -195,6 +201,8 @@ class ReadingMixin(StoreBase):
         cp = self.resolve(ref)
         if cp.conversation is None:
             return None
+        from snapstore.records import conversation
+
         with self.backend.read() as view:
             return conversation.read(view.get, cp.conversation)
 
@@ -203,6 +211,12 @@ class ReadingMixin(StoreBase):
         from snapstore.ops import verify
 
         return verify.run(self.backend, progress, self.excluded)
+
+
+def _detect_renames(changes: list[Change]) -> list[Change]:
+    from snapstore.ops.renames import detect
+
+    return detect(changes)
 
 
 def _find_entry(get: Callable[[str, bytes], bytes | None], cp: Checkpoint, rel: bytes) -> Entry:

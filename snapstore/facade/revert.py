@@ -18,16 +18,19 @@ edits, and ``undo`` puts the tree back exactly.  The order under the writer lock
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import ConflictError, RefError, UsageError
 from snapstore.facade.upkeep import UpkeepMixin
-from snapstore.ops.diff import compare, with_loaders
-from snapstore.ops.merge import Prefer
-from snapstore.ops.revert import PathOutcome, Step, plan, step_between
-from snapstore.ops.revert_record import RevertReport, record_target, refuse, target_entries
 from snapstore.records.checkpoint import Checkpoint, load_one
 from snapstore.records.manifest import Entry
+
+# The planner, merge and diff are imported where they are used: every command imports the
+# Store, and a snapshot from the command line needs none of them.
+if TYPE_CHECKING:
+    from snapstore.ops.merge import Prefer
+    from snapstore.ops.revert import PathOutcome, Step
+    from snapstore.ops.revert_record import RevertReport
 
 #: What ``conflicts=`` accepts: refuse (the default), write diff3 markers, or pick a side.
 CONFLICT_MODES = ("refuse", "markers", "ours", "theirs")
@@ -57,6 +60,9 @@ class RevertMixin(UpkeepMixin):
         ``"refuse"`` (ConflictError listing every conflict, nothing changed), ``"markers"``
         (diff3 markers written), ``"ours"`` or ``"theirs"``.  Undoable with :meth:`undo`.
         """
+        from snapstore.ops.revert import plan
+        from snapstore.ops.revert_record import RevertReport, record_target, target_entries
+
         if conflicts not in CONFLICT_MODES:
             raise UsageError(f"conflicts must be one of {', '.join(CONFLICT_MODES)}, not {conflicts!r}")
         if actor is not None and actor not in ACTORS:
@@ -112,6 +118,7 @@ class RevertMixin(UpkeepMixin):
     ) -> tuple[list[PathOutcome], dict[bytes, Entry], Callable[[Entry], bytes]]:
         """The plan against the tree as it is (nothing recorded): the current contents are read
         from disk, the checkpoints' from the store."""
+        from snapstore.ops.revert import plan
         from snapstore.tree import worktree
 
         current, _ = worktree.current_state(self.context)
@@ -143,6 +150,8 @@ class RevertMixin(UpkeepMixin):
             a_ref, sep, b_ref = range_.partition("..")
             if not sep or not a_ref or not b_ref:
                 raise UsageError(f"bad range {range_!r}: write A..B (two checkpoint references)")
+            from snapstore.ops.revert import step_between
+
             a, b = self.resolve(a_ref), self.resolve(b_ref)
             order = self._log_positions({a.id, b.id})
             if order.get(a.id, 0) > order.get(b.id, 0):
@@ -168,6 +177,8 @@ class RevertMixin(UpkeepMixin):
         return steps, f"{len(rows)} checkpoint(s){who} in task {task}", {"task": task, "actor": actor, "checkpoints": [c.id for c in rows]}
 
     def _step_of(self, cp: Checkpoint, sel: Callable[[bytes], bool]) -> Step:
+        from snapstore.ops.revert import step_between
+
         with self.backend.read() as view:
             parent = None
             if cp.parent and view.get("checkpoints", bytes.fromhex(cp.parent)) is not None:
@@ -203,12 +214,15 @@ def _check(outcomes: list[PathOutcome], what: str, markers: bool, why: str = "")
     # the path as it is and the report lists it: the caller asked to go on.
     if markers or not any(o.status == "conflict" for o in outcomes):
         return
+    from snapstore.ops.revert_record import refuse
+
     err = refuse(outcomes, what)
     raise ConflictError(why + str(err)) if why else err
 
 
 def _diffs(outcomes: list[PathOutcome], current: dict[bytes, Entry], read: Callable[[Entry], bytes]) -> dict[bytes, bytes]:
     """The unified diff of each path the revert changes: the tree now -> the result."""
+    from snapstore.ops.diff import compare, with_loaders
     from snapstore.ops.textdiff import unified
 
     out: dict[bytes, bytes] = {}

@@ -71,7 +71,14 @@ class UpkeepMixin(GoingBackMixin):
     def _auto_retention(self) -> list[str]:
         """Apply the store's retention policy after a snapshot (lock held); returns warnings."""
         from snapstore.errors import SnapstoreError
-        from snapstore.ops import gc, retention
+
+        with self.backend.read() as view:
+            # No retention key stored (retention.CONFIG_PREFIX + "retention.") means every
+            # default, and the defaults keep everything: then not even the retention module is
+            # imported (its import would be part of every snapshot's cost).
+            if next(iter(view.items("meta", prefix=b"config:retention.")), None) is None:
+                return []
+        from snapstore.ops import retention
 
         try:
             values = self.config()
@@ -80,6 +87,9 @@ class UpkeepMixin(GoingBackMixin):
                 return []
             report = self._prune(policy, None, False)
             if report.removed and values.get("retention.gc") == "true":
+                # imported only here: otherwise its import is part of every snapshot's cost
+                from snapstore.ops import gc
+
                 gc.run(
                     self.backend,
                     repack_below=float(values["gc.repack-below"]),
@@ -142,6 +152,16 @@ class UpkeepMixin(GoingBackMixin):
             self._recover()
             report = upgrade.run(self.backend, self.compression_level, progress)
         return report
+
+    @property
+    def format_note(self) -> str | None:
+        """What every command but ``upgrade`` says about a format-1 store (None otherwise)."""
+        if self.format_version != 1:
+            return None
+        return (
+            "this store is in storage format 1 (it works as before); 'snapstore upgrade' "
+            "converts it to format 2, which is smaller"
+        )
 
     @property
     def format_version(self) -> int:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from snapstore.ops.context import StageContext
 from snapstore.records.manifest import EXEC, FILE, Entry
-from snapstore.tree import scan, worktree
+from snapstore.tree import scan, statcache, worktree
 
 KEY = "snapshot.incremental"
 WATCHER = "watcher"
@@ -28,8 +28,7 @@ WATCHER = "watcher"
 Keys = tuple[bytes | None, bytes | None]
 
 
-@dataclass
-class TreeState:
+class TreeState(NamedTuple):
     """What a watching context knows of the tree since its last committed snapshot."""
 
     found: dict[bytes, scan.Found]
@@ -39,8 +38,7 @@ class TreeState:
     keys: Keys
 
 
-@dataclass
-class Patched:
+class Patched(NamedTuple):
     """The inputs of a snapshot, derived from the state instead of a walk."""
 
     found: list[scan.Found]
@@ -49,6 +47,11 @@ class Patched:
     to_read: list[scan.Found]
     #: Paths re-examined (for the report and the tests).
     examined: int
+
+
+def watching(ctx: StageContext) -> bool:
+    """Does a watcher run in this context (then each snapshot's state is kept for the next)?"""
+    return ctx.memo.get(WATCHER) is not None
 
 
 def prepare(ctx: StageContext, keys: Keys) -> Patched | None:
@@ -78,7 +81,7 @@ def prepare(ctx: StageContext, keys: Keys) -> Patched | None:
             return None  # gone (the directory event may still be queued) or too deep: walk
         if not stat.S_ISREG(st.st_mode):
             return None
-        f = scan.Found(path, EXEC if st.st_mode & 0o100 else FILE, st, b"")
+        f = scan.Found(path, EXEC if st.st_mode & 0o100 else FILE, scan.compact(st), b"")
         state.found[path] = f
         changed.append(f)
     entries = dict(state.entries)
@@ -88,6 +91,29 @@ def prepare(ctx: StageContext, keys: Keys) -> Patched | None:
     else:
         to_read = []
     return Patched(list(state.found.values()), state.cache, entries, to_read, len(changed))
+
+
+def inputs(
+    ctx: StageContext, keys: Keys, report: scan.ScanReport
+) -> tuple[list[scan.Found], dict[bytes, bytes], dict[bytes, Entry], list[scan.Found], list[bytes], Any]:
+    """What a snapshot starts from: ``(found, cache, entries, to_read, stale cache keys, the
+    found records to remember)``, from the watcher's hints when they suffice, else by a walk.
+
+    Without a watcher the walk is paired with the stat cache in one merge pass over a cursor
+    (:func:`worktree.classify_sorted`): the cache is never held as a dict (``cache`` is empty).
+    """
+    patched = prepare(ctx, keys)
+    if patched is not None:
+        state = ctx.memo[KEY].found
+        return patched.found, patched.cache, patched.entries, patched.to_read, [], state
+    found = scan.walk(ctx.root_bytes, ctx.excluded, report)
+    with ctx.backend.read() as view:
+        if watching(ctx):  # the watcher's state keeps the cache as a dict
+            cache = dict(view.items("statcache"))
+            entries, to_read = worktree.classify(found, cache)
+            return found, cache, entries, to_read, stale_cache_keys(cache, found), found
+        entries, to_read, stale = worktree.classify_sorted(found, view.items("statcache"))
+    return found, {}, entries, to_read, stale, found
 
 
 def remember(
@@ -112,3 +138,16 @@ def remember(
 def forget(ctx: StageContext) -> None:
     """Drop the state (after anything this context cannot account for)."""
     ctx.memo.pop(KEY, None)
+
+
+def stale_cache_keys(cache: dict[bytes, bytes], found: list[scan.Found]) -> list[bytes]:
+    """The keys of ``cache`` that no path of ``found`` has (deleted with the snapshot)."""
+    if not cache:
+        return []
+    present = {f.path for f in found}
+    stale = [k for k in cache if k not in present]
+    if stale and any(k[:1] == b"\x00" for k in stale):  # hashed keys of long paths (rare)
+        key = statcache.key
+        hashed = {key(p) for p in present if len(p) > statcache.MAX_KEY}
+        stale = [k for k in stale if k not in hashed]
+    return stale

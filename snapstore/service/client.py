@@ -165,6 +165,13 @@ def main() -> int:
         import io
 
         sys.stdin = io.TextIOWrapper(io.BytesIO(_read_stdin), encoding="utf-8", errors="surrogateescape")
+    else:
+        # A plain `snapshot` (the command an agent runs after every tool call) without click.
+        from snapstore.cli import lean
+
+        code = lean.main(argv)
+        if code is not None:
+            return code
     from snapstore.cli import main as cli_main
 
     return cli_main(argv)

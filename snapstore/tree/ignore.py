@@ -25,8 +25,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from snapstore.tree.paths import display
 
@@ -48,8 +47,7 @@ MAX_WILDCARDS = 4
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-@dataclass(frozen=True)
-class _Level:
+class _Level(NamedTuple):  # (not a frozen dataclass: ~0.5 ms of every CLI process's start)
     base: str  # the directory's path relative to the root, '' or ending in '/'
     spec: Any  # pathspec.GitIgnoreSpec (untyped library)
 

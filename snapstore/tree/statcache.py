@@ -19,6 +19,10 @@ import time
 import blake3
 import msgpack
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from snapstore.tree.scan import Stat
+
 #: Two seconds covers the coarsest common timestamp granularity (FAT) with room to spare.
 RACY_MARGIN_NS = 2_000_000_000
 
@@ -50,7 +54,7 @@ def encode(st: os.stat_result, sid: bytes, recorded_ns: int) -> bytes:
     return packed
 
 
-def lookup(value: bytes | None, st: os.stat_result) -> bytes | None:
+def lookup(value: bytes | None, st: os.stat_result | Stat) -> bytes | None:
     """The cached stream id for a file whose lstat is ``st``, or None when it must be read."""
     if value is None:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from typing import Protocol
 
 import blake3
@@ -106,6 +107,63 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
     return entries, misses
 
 
+def classify_sorted(
+    found: list[scan.Found], cache_items: Iterable[tuple[bytes, bytes]]
+) -> tuple[dict[bytes, Entry], list[scan.Found], list[bytes]]:
+    """:func:`classify` for a walk sorted by path and the stat cache read in key order (an
+    LMDB cursor): the same entries and misses, plus the cache keys no found path has (stale),
+    without holding the whole cache as a dict (~160 bytes a file).
+
+    Both sides are in bytes order, so one merge pass pairs each path with its cache value; the
+    keys of paths longer than MAX_KEY (a NUL and a hash) sort before every path and are read
+    first.
+    """
+    entries: dict[bytes, Entry] = {}
+    misses: list[scan.Found] = []
+    stale: list[bytes] = []
+    lookup = statcache.lookup
+    max_key = statcache.MAX_KEY
+    new = tuple.__new__
+    end = (None, b"")
+    it = iter(cache_items)
+    ckey: bytes | None
+    ckey, cvalue = next(it, end)
+    long_values: dict[bytes, bytes] = {}
+    while ckey is not None and ckey[:1] == b"\x00":
+        long_values[ckey] = cvalue
+        ckey, cvalue = next(it, end)
+    long_present: set[bytes] = set()
+    for f in found:
+        path, kind, st, _ = f
+        while ckey is not None and ckey < path:
+            stale.append(ckey)
+            ckey, cvalue = next(it, end)
+        value = None
+        if ckey == path:
+            value = cvalue
+            ckey, cvalue = next(it, end)
+        elif len(path) > max_key:  # rare: keyed by its hash
+            hashed = statcache.long_key(path)
+            long_present.add(hashed)
+            value = long_values.get(hashed)
+        if kind <= EXEC and st is not None:  # FILE or EXEC: the hot path, once per file
+            sid = lookup(value, st)
+            if sid is None:
+                misses.append(f)
+                continue
+            mode = st.st_mode
+            if mode & ~MODE_KEEP:
+                mode &= MODE_KEEP
+            entries[path] = new(Entry, (path, kind, mode, st.st_size, st.st_mtime_ns, sid))
+        else:
+            entries[path] = entry_for(f)
+    while ckey is not None:
+        stale.append(ckey)
+        ckey, cvalue = next(it, end)
+    stale.extend(k for k in long_values if k not in long_present)
+    return entries, misses, stale
+
+
 def current_state(
     store: Tree, report: scan.ScanReport | None = None
 ) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]]:
@@ -113,8 +171,7 @@ def current_state(
     report = report or scan.ScanReport()
     found = scan.walk(store.root_bytes, store.excluded, report)
     with store.backend.read() as view:
-        cache = dict(view.items("statcache"))
-    entries, misses = classify(found, cache)
+        entries, misses, _ = classify_sorted(found, view.items("statcache"))
     if misses:
         from concurrent.futures import ThreadPoolExecutor  # only when files must be hashed
 

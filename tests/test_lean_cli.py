@@ -1,0 +1,151 @@
+"""The click-free ``snapshot`` (snapstore.cli.lean) behaves exactly like the click command.
+
+The console script runs a plain ``snapshot`` without importing click; any other form goes to
+click.  Each case below runs both ways on twin stores and compares exit code, stdout and
+stderr (checkpoint ids and times differ between the twins: they are masked).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from helpers import call_cli, subprocess_env
+
+from snapstore.cli import lean
+
+HEX = re.compile(rb"[0-9a-f]{12,64}")
+TIME = re.compile(rb'"(time|timestamp)": [^,\n]*')
+
+
+def _call_lean(monkeypatch, argv, cwd, env=None):
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    with monkeypatch.context() as mp:
+        mp.setattr(sys, "stdout", out)
+        mp.setattr(sys, "stderr", err)
+        for key, value in (env or {}).items():
+            mp.setenv(key, value)
+        mp.chdir(cwd)
+        code = lean.main(argv)
+    return code, out.buffer.getvalue(), err.buffer.getvalue()
+
+
+def _mask(data: bytes) -> bytes:
+    return TIME.sub(b"TIME", HEX.sub(b"ID", data))
+
+
+@pytest.fixture
+def twins(tmp_path, monkeypatch):
+    """Two identical trees with a store each (one for each path) and one checkpoint."""
+    roots = []
+    for name in ("a", "b"):
+        root = tmp_path / name
+        (root / "src").mkdir(parents=True)
+        (root / "src" / "app.py").write_text("print(1)\n")
+        (root / "README").write_text("hello\n")
+        assert call_cli(monkeypatch, ["init", "-q"], cwd=root).code == 0
+        assert call_cli(monkeypatch, ["snapshot", "-m", "first", "-q"], cwd=root).code == 0
+        roots.append(root)
+    return roots
+
+
+CASES = [
+    ["snapshot", "-m", "x"],
+    ["snapshot", "-mattached", "--tag", "t1", "--tag=t2", "--task", "job", "--meta", "tool=bash"],
+    ["snapshot", "--message=m", "--json"],
+    ["snapshot", "-m", "x", "--json", "-q"],
+    ["snapshot", "-q", "-m", "quiet"],
+    ["snapshot", "--skip-unchanged", "-m", "same"],
+    ["snapshot", "--skip-unchanged", "--json"],
+    ["--lock-timeout", "5", "snapshot", "-m", "x"],
+    ["snapshot", "-m", "x", "--lock-timeout=5"],
+    ["-C", "src", "snapshot", "-m", "from a subdirectory"],
+    ["snapshot", "-Csrc", "-m", "x"],
+    ["snapshot", "--meta", "novalue"],  # UsageError, exit code and message
+    ["snapshot", "--tag", "bad tag", "-m", "x"],  # the Store refuses the tag name
+    ["--store", "/nonexistent/store", "snapshot", "-m", "x"],  # StoreNotFoundError
+]
+
+
+@pytest.mark.parametrize("argv", CASES, ids=[" ".join(c) for c in CASES])
+def test_lean_snapshot_matches_click(twins, monkeypatch, argv):
+    a, b = twins
+    (a / "new.txt").write_text("added\n")
+    (b / "new.txt").write_text("added\n")
+    code, out, err = _call_lean(monkeypatch, argv, a)
+    assert code is not None, "this form must take the click-free path"
+    ref = call_cli(monkeypatch, argv, cwd=b)
+    assert code == ref.code
+    assert _mask(out) == _mask(ref.out)
+    assert _mask(err) == _mask(ref.err.encode())
+    if "--json" in argv and code == 0:
+        assert json.loads(out)["message"] == json.loads(ref.out)["message"]
+
+
+@pytest.mark.parametrize("env", [{"SNAPSTORE_STORE": "/nonexistent/store"}, {"SNAPSTORE_LOCK_TIMEOUT": "2.5"}])
+def test_lean_reads_the_environment_like_click(twins, monkeypatch, env):
+    a, b = twins
+    code, out, err = _call_lean(monkeypatch, ["snapshot", "-m", "x"], a, env)
+    ref = call_cli(monkeypatch, ["snapshot", "-m", "x"], cwd=b, env=env)
+    assert (code, _mask(out), _mask(err)) == (ref.code, _mask(ref.out), _mask(ref.err.encode()))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["snapshot", "--help"],
+        ["snapshot", "-h"],
+        ["--help"],
+        ["--version"],
+        ["list"],
+        ["snapshot", "extra"],
+        ["snapshot", "--mess", "abbreviated"],
+        ["snapshot", "-qm", "x"],
+        ["snapshot", "-m", "-q"],
+        ["snapshot", "-m"],
+        ["snapshot", "--quiet=yes"],
+        ["snapshot", "--conversation", "c.json"],
+        ["snapshot", "--", "x"],
+        ["snapshot", "--lock-timeout", "soon"],
+        ["-q", "snapshot"],
+        ["snapshot", "snapshot"],
+    ],
+)
+def test_unusual_forms_are_left_to_click(argv):
+    assert lean.parse_snapshot(argv) is None
+
+
+def test_parse_last_value_wins_and_globals_on_both_sides(monkeypatch):
+    monkeypatch.delenv("SNAPSTORE_STORE", raising=False)
+    monkeypatch.delenv("SNAPSTORE_LOCK_TIMEOUT", raising=False)
+    opts = lean.parse_snapshot(["--store", "A", "-C", "d1", "snapshot", "-m", "1", "--message", "2", "--store=B", "-Cd2"])
+    assert opts is not None
+    assert (opts["store"], opts["directory"], opts["message"], opts["lock_timeout"]) == ("B", "d2", "2", 30.0)
+
+
+def test_console_script_snapshot_imports_no_click(twins):
+    """`snapshot -q` without a service: no click, and none of the modules it does not use."""
+    a, _ = twins
+    (a / "more.txt").write_text("x\n")
+    code = (
+        "import sys\n"
+        "from snapstore.service import client\n"
+        "sys.argv = ['snapstore', 'snapshot', '-m', 'lean', '-q']\n"
+        "rc = client.main()\n"
+        "heavy = [m for m in ('click', 'snapstore.cli.app', 'snapstore.ops.merge', 'snapstore.ops.revert',"
+        " 'snapstore.ops.renames', 'snapstore.records.conversation', 'snapstore.ops.gc',"
+        " 'snapstore.ops.retention', 'snapstore.render', 'json') if m in sys.modules]\n"
+        "print(rc, ','.join(heavy))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=subprocess_env(), cwd=a, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().split() == ["0"], r.stdout
+    listing = subprocess.run(
+        [sys.executable, "-m", "snapstore", "list", "--json"], capture_output=True, env=subprocess_env(), cwd=a, timeout=120
+    )
+    assert json.loads(listing.stdout)["checkpoints"][0]["message"] == "lean"
