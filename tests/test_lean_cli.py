@@ -149,3 +149,19 @@ def test_console_script_snapshot_imports_no_click(twins):
         [sys.executable, "-m", "snapstore", "list", "--json"], capture_output=True, env=subprocess_env(), cwd=a, timeout=120
     )
     assert json.loads(listing.stdout)["checkpoints"][0]["message"] == "lean"
+
+
+def test_a_no_change_snapshot_does_not_import_zstandard(twins):
+    """Nothing is compressed or decompressed when nothing changed: zstd stays unloaded."""
+    a, _ = twins
+    code = (
+        "import sys\n"
+        "from snapstore.service import client\n"
+        "sys.argv = ['snapstore', 'snapshot', '-q']\n"
+        "rc = client.main()\n"
+        "print(rc, 'zstandard' in sys.modules)\n"
+    )
+    for _ in range(2):  # the first may store a change; the second has none
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=subprocess_env(), cwd=a, timeout=120)
+        assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().split() == ["0", "False"], r.stdout

@@ -34,8 +34,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import zstandard
-
 from snapstore.errors import CorruptError
 
 FLAG_PACKED = 2
@@ -184,6 +182,8 @@ def remember_chunk(cid: bytes, data: bytes) -> None:
 
 
 def _prefix(frame: bytes, upto: int) -> bytes:
+    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+
     reader = zstandard.ZstdDecompressor().stream_reader(frame)
     out = bytearray()
     while len(out) < upto:
@@ -213,6 +213,8 @@ def zstd_frame_length(frame: bytes) -> int:
     zstd ignores bytes after a frame, so an entry whose length overshoots its frame would read
     back fine; verify and readers compare this with the entry's length instead.
     """
+    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+
     pos = zstandard.frame_header_size(frame)
     while True:
         if pos + 3 > len(frame):
@@ -239,6 +241,8 @@ def inflate(
     The frame must fill ``frame`` exactly and record its plain size in its header.  With
     ``upto``, decoding may stop once that many bytes are out (a prefix of the frame).
     """
+    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+
     try:
         claimed = zstandard.frame_content_size(frame)
         if claimed < 0:

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import blake3
 import msgpack
-import zstandard
 
 from snapstore.errors import CorruptError
 from snapstore.storage import entries
+
+if TYPE_CHECKING:
+    import zstandard
 
 FLAG_RAW = 0
 FLAG_ZSTD = 1
@@ -67,6 +70,8 @@ def pack_id(pack: bytes) -> bytes:
 
 
 def _compressor(level: int) -> zstandard.ZstdCompressor:
+    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+
     cache = getattr(_local, "compressors", None)
     if cache is None:
         cache = _local.compressors = {}
@@ -77,6 +82,8 @@ def _compressor(level: int) -> zstandard.ZstdCompressor:
 
 
 def _decompressor() -> zstandard.ZstdDecompressor:
+    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+
     d = getattr(_local, "decompressor", None)
     if d is None:
         d = _local.decompressor = zstandard.ZstdDecompressor()
@@ -180,6 +187,8 @@ def _load_packed(get: Getter, cid: bytes, value: bytes, max_size: int, whole_fra
 
 
 def _inflate(cid: bytes, frame: bytes, max_size: int) -> bytes:
+    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+
     try:
         claimed = zstandard.frame_content_size(frame)
         if claimed > max_size:

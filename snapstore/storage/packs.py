@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-
-import zstandard
+from typing import TYPE_CHECKING
 
 from snapstore.errors import CorruptError
 from snapstore.storage import entries, objects
 from snapstore.storage.entries import CODEC_DELTA, CODEC_ZSTD, Entry
+
+if TYPE_CHECKING:
+    import zstandard
 
 #: Plain bytes per solid frame.  Measured on the stdlib (docs/architecture.md): 1 MiB frames
 #: store 0.82x git's gc'd pack where 512 KiB store 0.85x and 256 KiB 0.90x, and compress
@@ -56,6 +58,8 @@ class Frame:
 
 
 def _compressor(level: int, dictionary: bytes | None = None) -> zstandard.ZstdCompressor:
+    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+
     if dictionary is None:
         return objects._compressor(level)
     d = zstandard.ZstdCompressionDict(dictionary, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
