@@ -499,10 +499,13 @@ def _same_dir(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _delta_depth(meta: dict[bytes, bytes]) -> int:
-    from snapstore.ops.retention import CONFIG_PREFIX
+#: The meta key of ``config storage.delta-depth`` (retention.config_key's; not imported from
+#: there so that opening a store does not load the retention module).
+DELTA_DEPTH_KEY = b"config:storage.delta-depth"
 
-    raw = meta.get(CONFIG_PREFIX + b"storage.delta-depth")
+
+def _delta_depth(meta: dict[bytes, bytes]) -> int:
+    raw = meta.get(DELTA_DEPTH_KEY)
     if raw is None:
         return packs.DELTA_DEPTH
     try:

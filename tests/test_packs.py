@@ -310,3 +310,10 @@ def test_cli_gc_repack(tree, store, run_cli):
     r = run_cli("gc", "--repack", "--level", "5", "--json", cwd=tree)
     assert r.code == 0, r.err
     assert json.loads(r.out)["packs"]["packs_rewritten"] >= 1
+
+
+def test_the_delta_depth_key_is_the_config_key():
+    from snapstore import store as store_mod
+    from snapstore.ops import retention
+
+    assert store_mod.DELTA_DEPTH_KEY == retention.config_key("storage.delta-depth")

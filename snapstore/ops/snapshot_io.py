@@ -51,7 +51,7 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 Progress = Callable[[int, int], None]
 Op = tuple[str, bytes, bytes]  # (table, key, value) for WriteBatch.put_new
 #: What reading one file gave: (stream id, the stat it was read under, when), or why it failed.
-Read = tuple[bytes, os.stat_result, int]
+Read = tuple[bytes, scan.Stat, int]
 Outcome = Union[Read, "FileGone", "FileChanged", OSError]
 
 # Seam for tests: how a file is opened (patch this, not os.open, to fail one path).
@@ -256,7 +256,7 @@ class Reader:
                 and after.st_mtime_ns == st.st_mtime_ns
                 and after.st_ctime_ns == st.st_ctime_ns
             ):
-                return sid, st, recorded
+                return sid, scan.compact(st), recorded  # 5 fields, not a whole stat_result
         raise FileChanged(f"kept changing while it was read ({READ_ATTEMPTS} attempts)")
 
     def _read_fd(self, fd: int, expected: int, rel: bytes = b"") -> tuple[bytes, int]:
@@ -305,7 +305,11 @@ def read_files(
     ``previous(path)``: the stream the path's last stored version had (delta bases).
     Stops early (without error) once the writer thread has failed: the caller reports that.
     """
-    from concurrent.futures import ThreadPoolExecutor, as_completed  # only when files change
+    from concurrent.futures import (  # only when files change
+        FIRST_COMPLETED,
+        ThreadPoolExecutor,
+        wait,
+    )
 
     reader = Reader(root, Dedup(backend), writer, packing, previous)
     total = sum(_size(f) for f in to_read)
@@ -313,21 +317,25 @@ def read_files(
     n = workers or max(2, min(4, os.cpu_count() or 2))
     by_path = {f.path: f for f in to_read}
     with ThreadPoolExecutor(n, thread_name_prefix="snapstore-read") as pool:
-        futures: list[Future[list[tuple[bytes, Outcome]]]] = [
+        # A finished batch is dropped once consumed (not kept to the end with its results).
+        pending: set[Future[list[tuple[bytes, Outcome]]]] = {
             pool.submit(reader.read_batch, batch) for batch in batches(to_read)
-        ]
+        }
         try:
-            for fut in as_completed(futures):
-                if writer.error is not None:
-                    break
-                for rel, outcome in fut.result():
-                    f = by_path[rel]
-                    done += _size(f)
-                    yield f, outcome
-                if progress:
-                    progress(done, total)
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    if writer.error is not None:
+                        return
+                    for rel, outcome in fut.result():
+                        f = by_path[rel]
+                        done += _size(f)
+                        yield f, outcome
+                    if progress:
+                        progress(done, total)
+                del finished
         finally:
-            for fut in futures:
+            for fut in pending:
                 fut.cancel()
 
 

@@ -46,7 +46,7 @@ def long_key(path: bytes) -> bytes:
     return b"\x00" + blake3.blake3(path).digest()
 
 
-def encode(st: os.stat_result, sid: bytes, recorded_ns: int) -> bytes:
+def encode(st: os.stat_result | Stat, sid: bytes, recorded_ns: int) -> bytes:
     """The cache value of a file read under ``st`` at ``recorded_ns`` with stream id ``sid``."""
     packed: bytes = msgpack.packb(
         [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, sid, recorded_ns]

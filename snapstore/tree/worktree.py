@@ -77,7 +77,7 @@ def entry_for(f: scan.Found, sid: bytes | None = None) -> Entry:
     return Entry(f.path, UNREADABLE, 0, 0, 0, b"")
 
 
-def file_entry(path: bytes, st: os.stat_result, sid: bytes) -> Entry:
+def file_entry(path: bytes, st: os.stat_result | scan.Stat, sid: bytes) -> Entry:
     """The entry of a regular file read (or hashed) under ``st``."""
     kind = EXEC if st.st_mode & 0o100 else FILE
     return Entry(path, kind, st.st_mode & MODE_KEEP, st.st_size, st.st_mtime_ns, sid)
