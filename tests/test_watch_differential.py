@@ -143,3 +143,25 @@ def test_another_writer_in_between_forces_a_walk(tmp_path: Path, monkeypatch):
         monkeypatch.setattr(scan, "walk", lambda *a, **k: walks.append(1) or real(*a, **k))
         s.snapshot("after the other writer")
         assert walks == [1]
+
+
+def test_the_periodic_check_counts_a_change_the_watcher_missed(tmp_path: Path):
+    from snapstore.ops import incremental
+
+    root = tmp_path / "t"
+    build_tree(root, {f"src/m{i}.py": b"x = %d\n" % i for i in range(10)})
+    Store.init(root).close()
+    with Store.open(root, watch=True) as s:
+        s.snapshot("start")
+        watcher = s.context.memo[incremental.WATCHER]
+        (root / "src" / "m3.py").write_bytes(b"x = 'missed'\n")
+        watcher.take()  # the event is lost, as when the kernel drops one
+        watcher.consistency_interval = 0  # the next snapshot is a periodic check
+        cp = s.snapshot("check")
+        assert s.read_bytes(cp.id, "src/m3.py") == b"x = 'missed'\n"  # the walk caught it
+        status = s.watch_status()
+        assert status is not None
+        assert status["divergences"] == 1 and "src/m3.py" in status["last_divergence"]
+        (root / "src" / "m4.py").write_bytes(b"x = 'seen'\n")  # an event the watcher reports
+        s.snapshot("checked again")
+        assert s.watch_status()["divergences"] == 1  # nothing missed this time

@@ -14,6 +14,7 @@ narrow what is looked at; the stat cache (with its racy-file rule) still decides
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from typing import Any, NamedTuple
@@ -24,6 +25,9 @@ from snapstore.tree import scan, statcache, worktree
 
 KEY = "snapshot.incremental"
 WATCHER = "watcher"
+CHECK = "snapshot.incremental.check"
+
+log = logging.getLogger("snapstore.watcher")
 
 Keys = tuple[bytes | None, bytes | None]
 
@@ -66,6 +70,10 @@ def prepare(ctx: StageContext, keys: Keys) -> Patched | None:
     state = ctx.memo.get(KEY)
     if not isinstance(state, TreeState) or state.keys != keys:
         return None
+    if changes.full and changes.reason == PERIODIC and not changes.dirs and not changes.subtrees:
+        # The walk that follows checks the watcher: what it finds must be what the state says,
+        # but for the paths the events name.
+        ctx.memo[CHECK] = (state.found, changes.paths)
     if changes.full or changes.dirs or changes.subtrees:
         return None
     changed: list[scan.Found] = []
@@ -107,6 +115,9 @@ def inputs(
         state = ctx.memo[KEY].found
         return patched.found, patched.cache, patched.entries, patched.to_read, [], state
     found = scan.walk(ctx.root_bytes, ctx.excluded, report)
+    check = ctx.memo.pop(CHECK, None)
+    if check is not None:
+        _compare(ctx, found, *check)
     with ctx.backend.read() as view:
         if watching(ctx):  # the watcher's state keeps the cache as a dict
             cache = dict(view.items("statcache"))
@@ -114,6 +125,37 @@ def inputs(
             return found, cache, entries, to_read, stale_cache_keys(cache, found), found
         entries, to_read, stale = worktree.classify_sorted(found, view.items("statcache"))
     return found, {}, entries, to_read, stale, found
+
+
+#: The watcher's reason for a full walk that checks it (tree.watcher.Watcher.take).
+PERIODIC = "periodic consistency check"
+
+
+def divergences(
+    found: list[scan.Found], expected: dict[bytes, scan.Found], named: set[bytes]
+) -> list[bytes]:
+    """Paths where a walk and the watcher-kept state disagree, but for those events named."""
+    seen = {f.path: f for f in found}
+    out = []
+    for path in seen.keys() | expected.keys():
+        if path in named:
+            continue
+        a, b = seen.get(path), expected.get(path)
+        if a is None or b is None or a.kind != b.kind or a.st != b.st:
+            out.append(path)
+    return sorted(out)
+
+
+def _compare(
+    ctx: StageContext, found: list[scan.Found], expected: dict[bytes, scan.Found], named: set[bytes]
+) -> None:
+    missed = divergences(found, expected, named)
+    watcher = ctx.memo.get(WATCHER)
+    if missed and watcher is not None:
+        watcher.divergences += len(missed)
+        shown = ", ".join(p.decode("utf-8", "replace") for p in missed[:5])
+        watcher.last_divergence = f"{len(missed)} path(s) changed without an event: {shown}"
+        log.warning("consistency check: %s", watcher.last_divergence)
 
 
 def remember(

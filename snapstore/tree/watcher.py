@@ -107,6 +107,10 @@ class Watcher:
         self.overflows = 0
         self.watch_failures = 0
         self.full_rescans = 0
+        #: Paths a periodic consistency check found changed without any event (counted by
+        #: ops.incremental, which compares the walk with what the events led it to believe).
+        self.divergences = 0
+        self.last_divergence: str | None = None
         self.last_error: str | None = None
 
     @property
@@ -203,6 +207,8 @@ class Watcher:
             "overflows": self.overflows,
             "watch_failures": self.watch_failures,
             "full_rescans": self.full_rescans,
+            "divergences": self.divergences,
+            "last_divergence": self.last_divergence,
             "last_error": self.last_error,
         }
 
