@@ -8,7 +8,6 @@ printed as ``snapstore: error: <one line>`` with the exit code their class carri
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,12 +15,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from snapstore import __version__
+from snapstore.cli.lean import failure_code
 from snapstore.errors import (
     EXIT_CODES,
     EXIT_OK,
-    InternalError,
-    Interrupted,
-    SnapstoreError,
     UsageError,
 )
 
@@ -236,29 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     except Exit as exc:
         return exc.code
-    except SnapstoreError as exc:
-        _fail(exc.message)
-        return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except (click.Abort, KeyboardInterrupt):
-        _fail("interrupted (a restore in progress is finished by the next command)")
-        return Interrupted.exit_code
+    except click.Abort:
+        return failure_code(KeyboardInterrupt(), _fail)
     except click.ClickException as exc:
         _fail(exc.format_message())
         return exc.exit_code
-    except BrokenPipeError:
-        # The reader went away (``snapstore cat ... | head``): not an error of ours.
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stdout for good
-        except OSError:
-            pass
-        return EXIT_OK
-    except Exception as exc:  # a bug: one line, and the traceback only on request
-        if os.environ.get("SNAPSTORE_DEBUG"):
-            raise
-        _fail(f"internal error: {type(exc).__name__}: {exc} (set SNAPSTORE_DEBUG=1 for details)")
-        return InternalError.exit_code
+    except (KeyboardInterrupt, Exception) as exc:
+        return failure_code(exc, _fail)
 
 
 def _fail(message: str) -> None:

@@ -175,12 +175,40 @@ def fail(message: str) -> None:
         pass
 
 
+def failure_code(exc: BaseException, fail: Callable[[str], None]) -> int:
+    """The exit code of a command that raised ``exc``, its one line said through ``fail``.
+
+    The one mapping for both entry points (this module and the click app): a SnapstoreError
+    says its message, an interrupt says so, a closed stdout is no error, anything else is a bug
+    (one line; the traceback only with SNAPSTORE_DEBUG=1, when this re-raises).
+    """
+    from snapstore.errors import EXIT_OK, InternalError, Interrupted, SnapstoreError
+
+    if isinstance(exc, SnapstoreError):
+        fail(exc.message)
+        return exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        fail("interrupted (a restore in progress is finished by the next command)")
+        return Interrupted.exit_code
+    if isinstance(exc, BrokenPipeError):
+        # The reader went away (``snapstore cat ... | head``): not an error of ours.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stdout for good
+        except OSError:
+            pass
+        return EXIT_OK
+    if os.environ.get("SNAPSTORE_DEBUG"):
+        raise exc
+    fail(f"internal error: {type(exc).__name__}: {exc} (set SNAPSTORE_DEBUG=1 for details)")
+    return InternalError.exit_code
+
+
 def main(argv: list[str]) -> int | None:
     """Run a plain ``snapshot`` command line without click; None when it is not one."""
     opts = parse_snapshot(argv)
     if opts is None:
         return None
-    from snapstore.errors import EXIT_OK, InternalError, Interrupted, SnapstoreError
+    from snapstore.errors import EXIT_OK
 
     try:
         metadata = parse_meta(opts["meta"])
@@ -210,20 +238,5 @@ def main(argv: list[str]) -> int | None:
         if text is not None:
             _echo(text)
         return EXIT_OK
-    except SnapstoreError as exc:
-        fail(exc.message)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        fail("interrupted (a restore in progress is finished by the next command)")
-        return Interrupted.exit_code
-    except BrokenPipeError:
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stdout for good
-        except OSError:
-            pass
-        return EXIT_OK
-    except Exception as exc:  # a bug: one line, and the traceback only on request
-        if os.environ.get("SNAPSTORE_DEBUG"):
-            raise
-        fail(f"internal error: {type(exc).__name__}: {exc} (set SNAPSTORE_DEBUG=1 for details)")
-        return InternalError.exit_code
+    except (KeyboardInterrupt, Exception) as exc:
+        return failure_code(exc, fail)
