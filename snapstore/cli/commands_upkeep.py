@@ -1,11 +1,28 @@
-"""Commands that keep a store healthy: verify, prune, delete, gc, stats, config, relocate, recover."""
+"""Commands that keep a store healthy: verify, upgrade, prune, delete, gc, stats, config, relocate,
+recover."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
 
 from snapstore.cli.app import Ctx, Exit, command, echo_json
 from snapstore.errors import CorruptError, UsageError
+
+T = TypeVar("T")
+
+
+def counted(label: str, enabled: bool, run: Callable[..., T]) -> T:
+    """``run(progress=...)`` with a progress line of counted items on stderr (when enabled)."""
+    from snapstore.render import Progress
+
+    progress = Progress(label, enabled=enabled, unit_bytes=False)
+    try:
+        return run(progress=progress)
+    finally:
+        progress.close()
 
 
 @command(example="snapstore verify --json")
@@ -14,14 +31,10 @@ from snapstore.errors import CorruptError, UsageError
 @click.pass_obj
 def verify(obj: Ctx, quiet: bool, as_json: bool) -> None:
     """Re-read and re-hash every chunk, check every record and reference; exit 6 if anything is wrong."""
-    from snapstore.render import Progress, verify_line
+    from snapstore.render import verify_line
 
-    progress = Progress("verify", enabled=not quiet and not as_json, unit_bytes=False)
     with obj.open(reading=True) as store:
-        try:
-            report = store.verify(progress=progress)
-        finally:
-            progress.close()
+        report = counted("verify", not quiet and not as_json, store.verify)
     if as_json:
         echo_json(report.to_json())
     else:
@@ -116,14 +129,10 @@ def upgrade(obj: Ctx, as_json: bool, quiet: bool) -> None:
     Every chunk is read back from its new pack before its old value is replaced; a crash leaves
     a store that works, and running upgrade again carries on. Ends with a compaction.
     """
-    from snapstore.render import Progress, upgrade_line
+    from snapstore.render import upgrade_line
 
-    progress = Progress("upgrade", enabled=not quiet and not as_json, unit_bytes=False)
     with obj.open(upgrading=True) as store:
-        try:
-            report = store.upgrade(progress=progress)
-        finally:
-            progress.close()
+        report = counted("upgrade", not quiet and not as_json, store.upgrade)
     if as_json:
         echo_json(report.to_json())
     elif not quiet:
