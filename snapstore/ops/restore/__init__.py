@@ -10,12 +10,14 @@ The protocol (docs/architecture.md, "Restore"):
    is touched.  Paths the safety checkpoint could not record (unreadable) are left in place and
    reported (:attr:`RestoreReport.unrecorded`).
 3. Journal the plan in the store (:mod:`.journal`; one transaction, flushed to disk).
-4. Apply (:mod:`.apply`): deletions deepest first, then writes shallowest first, then directory
-   modes.  Before each path is touched its lstat is compared with what the plan saw; a
-   difference means someone else changed it: the restore rolls back what it did and raises
-   ConflictError naming the file.
-5. Fsync the touched directories, then clear the journal and append to the operation log in one
-   transaction.
+4. Apply (:mod:`.batch`, :mod:`.apply`): the new files are written to temp files in parallel;
+   deletions deepest first; one ``syncfs`` (the temp files' data is durable); the renames,
+   shallowest first; directory modes; one ``syncfs`` again (the new names are durable).  Before
+   each path is touched its lstat is compared with what the plan saw; a difference means
+   someone else changed it: the restore rolls back what it did and raises ConflictError naming
+   the file.
+5. Clear the journal, append to the operation log and refresh the stat cache for the files
+   written, in one transaction (so the next snapshot reads none of them back).
 
 A process killed in 4-5 leaves the journal.  Read-only commands leave it alone (they report it:
 :func:`pending`); the next writer, or ``snapstore recover``, checks every journaled path against
@@ -33,6 +35,7 @@ from typing import Any
 from snapstore.errors import ConflictError, TreeIOError
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change
+from snapstore.ops.restore import batch as batch_mod
 from snapstore.ops.restore import journal
 from snapstore.ops.restore.apply import Applier, getter
 from snapstore.ops.restore.journal import tables
@@ -137,7 +140,7 @@ def run(
         return RestoreReport(kind, target, None, changes, True, warnings, unrecorded=p.unrecorded)
 
     with tables(backend).read() as view:
-        verify_sources(view.get, target_entries, steps)
+        contents = verify_sources(view.get, target_entries, steps)
     op = {
         "kind": kind,
         "target": bytes.fromhex(target.id),
@@ -148,33 +151,32 @@ def run(
     }
     with tables(backend).write() as batch:
         batch.put("journal", journal.JOURNAL_KEY, journal.record(op, steps))
-    backend.sync()
+    backend.sync()  # the journal is durable before the tree (or a temp file in it) is touched
 
     applier = Applier(ctx.root_bytes, getter(ctx), target_entries, f"{os.getpid()}")
-    done: list[Step] = []
-    touched: set[bytes] = set()
+    applier.contents = contents
+    done = batch_mod.Run()
+
+    def before(i: int, s: Step) -> None:
+        if step_hook is not None:
+            step_hook(i)
+        # Implicit directories (parents of entries) are not in the scan: their contents are
+        # checked one by one instead.  A directory to create may already exist implicitly
+        # (it held files that earlier steps removed): creating it is idempotent.
+        implicit = s.action in ("prune", "rmdir", "mkdir", "dirmode") and s.path not in found
+        check = not implicit and s.path not in done.paths
+        if check and not same_as_seen(applier.tree.lstat(s.path), found.get(s.path)):
+            raise ConflictError(
+                f"{display(s.path)} changed while the restore ran; the restore was rolled back "
+                "(nothing was lost)"
+            )
+
     try:
-        tree = applier.tree
-        for i, s in enumerate(steps):
-            if step_hook is not None:
-                step_hook(i)
-            # Implicit directories (parents of entries) are not in the scan: their contents are
-            # checked one by one instead.  A directory to create may already exist implicitly
-            # (it held files that earlier steps removed): creating it is idempotent.
-            implicit = s.action in ("prune", "rmdir", "mkdir", "dirmode") and s.path not in found
-            check = not implicit and s.path not in touched
-            if check and not same_as_seen(tree.lstat(s.path), found.get(s.path)):
-                raise ConflictError(
-                    f"{display(s.path)} changed while the restore ran; the restore was rolled back "
-                    "(nothing was lost)"
-                )
-            applier.apply(s)
-            done.append(s)
-            touched.add(s.path)
+        batch_mod.execute(applier, steps, before, done)
     except BaseException as exc:
         applier.close()
         if isinstance(exc, ConflictError | OSError):
-            _roll_back_or_keep_journal(ctx, safety, done, exc)
+            _roll_back_or_keep_journal(ctx, safety, done.done, exc)
             journal.clear(backend)
             if isinstance(exc, OSError):
                 raise TreeIOError(
@@ -184,7 +186,9 @@ def run(
         raise
     applier.close()
     warnings.extend(applier.warnings)
-    seq = journal.finish(backend, op, len(changes))
+    # The tree's new names are durable (execute synced them): the journal may go, and the stat
+    # cache learns the files just written, so the next snapshot reads none of them.
+    seq = journal.finish(backend, op, len(changes), applier.cache)
     return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
 
 
@@ -212,8 +216,7 @@ def roll_back(ctx: StageContext, safety: Checkpoint, done: list[Step]) -> None:
     steps = plan(current, before, under(touched)).steps
     applier = Applier(ctx.root_bytes, getter(ctx), before, f"{os.getpid()}r")
     try:
-        for s in steps:
-            applier.apply(s)
+        batch_mod.execute(applier, steps, None, batch_mod.Run())
     finally:
         applier.close()
 

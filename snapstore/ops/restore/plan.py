@@ -161,9 +161,19 @@ def skip_ignored(
     return kept
 
 
-def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -> None:
-    """Read and re-hash every chunk the steps need; raise CorruptError before any write."""
+#: Verified contents kept in memory for the writers (so they do not read and decompress again).
+KEEP_VERIFIED_BYTES = 64 << 20
+
+
+def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -> dict[bytes, list[bytes]]:
+    """Read and re-hash every chunk the steps need; raise CorruptError before any write.
+
+    Returns the plain chunks of the streams read, by stream id, as long as they fit in
+    :data:`KEEP_VERIFIED_BYTES` (the rest are read again when written).
+    """
     seen: dict[bytes, int] = {}
+    kept: dict[bytes, list[bytes]] = {}
+    budget = KEEP_VERIFIED_BYTES
     for s in steps:
         if s.action not in ("write", "chmod"):
             continue
@@ -171,7 +181,14 @@ def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -
         sid = entry.ref
         try:
             if sid not in seen:
-                seen[sid] = sum(len(block) for block in objects.iter_stream(get, sid))
+                blocks = list(objects.iter_stream(get, sid)) if entry.size <= budget else None
+                if blocks is None:
+                    seen[sid] = sum(len(block) for block in objects.iter_stream(get, sid))
+                else:
+                    seen[sid] = size = sum(len(block) for block in blocks)
+                    if size == entry.size:
+                        kept[sid] = blocks
+                        budget -= size
             if seen[sid] != entry.size:
                 # The entry's size is part of what the checkpoint says: a stream of another
                 # length means the record or the stream is not what was written.
@@ -180,3 +197,4 @@ def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -
             raise CorruptError(
                 f"cannot restore {display(s.path)}: {exc}; the tree was not touched"
             ) from exc
+    return kept
