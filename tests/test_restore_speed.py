@@ -264,3 +264,60 @@ def test_killed_right_after_a_syncfs_is_finished_by_recover(tree: Path, store: S
         assert read_tree(tree) == two_states
         assert not list(tree.rglob(".snapstore-tmp.*"))
         assert again.verify().ok
+
+
+# -- planning from the manifest chunks that differ ------------------------------------------------
+
+
+def _big_tree(tree: Path, n: int = 600) -> None:
+    write_tree(tree, {f"b/f{i:04d}.txt": b"%d\n" % i for i in range(n)} | {"a.txt": b"a\n", "c.txt": b"c\n"})
+
+
+def test_restore_decodes_only_the_manifest_chunks_that_differ(tree: Path, store: Store, monkeypatch):
+    from snapstore.ops import restore as restore_mod
+    from snapstore.records import manifest
+
+    _big_tree(tree, 2000)
+    store.snapshot("A", tags=["A"])
+    (tree / "b/f0300.txt").write_bytes(b"changed\n")
+    store.snapshot("B")
+    decoded: list[bytes] = []
+    real = manifest.iter_entries_of_chunks
+
+    def counting(mid, chunks):
+        for e in real(mid, chunks):
+            decoded.append(e.path)
+            yield e
+
+    def no_full_load(*args, **kwargs):
+        raise AssertionError("a restore loaded a whole manifest")
+
+    monkeypatch.setattr(manifest, "iter_entries_of_chunks", counting)
+    monkeypatch.setattr(restore_mod.manifest, "load", no_full_load)
+    store.restore("A")
+    assert (tree / "b/f0300.txt").read_bytes() == b"300\n"
+    assert b"b/f0300.txt" in decoded
+    assert len(decoded) < 2002 // 4  # a few chunks of each side, not the manifests
+
+
+def test_a_new_file_over_a_directory_of_shared_chunks_is_refused(tree: Path, store: Store):
+    """The target puts a file at b while its chunks shared with the tree still hold b/...:
+    refused as unsafe before anything changes (not tried and rolled back)."""
+    from restore_helpers import plant_checkpoint
+
+    from snapstore.errors import UnsafePathError
+    from snapstore.records.manifest import FILE, Entry
+    from snapstore.storage.objects import chunk_id
+
+    _big_tree(tree)
+    store.snapshot("honest")
+    with store.backend.read() as view:
+        from snapstore.records import manifest
+
+        entries = list(manifest.load(view.get, store.resolve("latest").manifest).values())
+    ref = plant_checkpoint(store, [*entries, Entry(b"b", FILE, 0o100644, 6, 0, chunk_id(b"pwned\n"))])
+    before = read_tree(tree)
+    with pytest.raises(UnsafePathError, match="lies below b"):
+        store.restore(ref)
+    assert read_tree(tree) == before
+    assert store.pending_restore() is None

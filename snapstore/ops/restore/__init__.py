@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snapstore.errors import ConflictError, TreeIOError
+from snapstore.ops import diff
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change
 from snapstore.ops.restore import batch as batch_mod
@@ -41,7 +42,13 @@ from snapstore.ops.restore.apply import Applier, getter
 from snapstore.ops.restore.journal import tables
 from snapstore.ops.restore.plan import Plan, Step, plan, skip_ignored, verify_sources
 from snapstore.ops.restore.recovery import RecoverReport, pending, recover
-from snapstore.ops.restore.safety import check_manifest, same_as_seen, selector, under
+from snapstore.ops.restore.safety import (
+    check_difference,
+    check_manifest,
+    same_as_seen,
+    selector,
+    under,
+)
 from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
@@ -122,16 +129,15 @@ def run(
 ) -> RestoreReport:
     """Carry out the protocol above; the caller holds the writer lock."""
     backend = ctx.backend
-    with tables(backend).read() as view:
-        target_entries = manifest.load(view.get, target.manifest)
-    check_manifest(target_entries, ctx.excluded)
-
     safety: Checkpoint | None = None
+    among: set[bytes] | None = None
     if dry_run:
+        target_entries = _load_checked(ctx, target)
         current, found = worktree.current_state(ctx)
     else:
         safety, current, found = take_safety(message)
-    p = plan(current, target_entries, selector(paths))
+        target_entries, among = _target_from_difference(ctx, safety, target, current)
+    p = plan(current, target_entries, selector(paths), among)
     warnings = p.warnings + _unrecorded_warning(p)
     steps = skip_ignored(ctx.root_bytes, p.steps, found, warnings.append)
     kept_paths = {s.path for s in steps}
@@ -190,6 +196,34 @@ def run(
     # cache learns the files just written, so the next snapshot reads none of them.
     seq = journal.finish(backend, op, len(changes), applier.cache)
     return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
+
+
+def _load_checked(ctx: StageContext, target: Checkpoint) -> dict[bytes, Entry]:
+    with tables(ctx.backend).read() as view:
+        entries = manifest.load(view.get, target.manifest)
+    check_manifest(entries, ctx.excluded)
+    return entries
+
+
+def _target_from_difference(
+    ctx: StageContext, safety: Checkpoint, target: Checkpoint, current: dict[bytes, Entry]
+) -> tuple[dict[bytes, Entry], set[bytes] | None]:
+    """The target's entries, and the paths where they may differ from the tree's.
+
+    Only the target's manifest chunks the safety checkpoint does not share are decoded and
+    validated: a shared chunk holds entries this process just recorded from the tree.  (When
+    ``current`` is not the safety manifest's content, the whole target is loaded and checked.)
+    """
+    with tables(ctx.backend).read() as view:
+        old, new = diff.manifest_difference(view.get, safety.manifest, target.manifest)
+    if any(current.get(p) != e for p, e in old.items()):
+        return _load_checked(ctx, target), None
+    entries = dict(current)
+    for p in old:
+        del entries[p]
+    entries.update(new)
+    check_difference(entries, new, current, ctx.excluded)
+    return entries, set(old) | set(new)
 
 
 def _roll_back_or_keep_journal(ctx: StageContext, safety: Checkpoint, done: list[Step], exc: BaseException) -> None:
