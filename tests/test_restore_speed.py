@@ -300,22 +300,40 @@ def test_restore_decodes_only_the_manifest_chunks_that_differ(tree: Path, store:
     assert len(decoded) < 2002 // 4  # a few chunks of each side, not the manifests
 
 
-def test_a_new_file_over_a_directory_of_shared_chunks_is_refused(tree: Path, store: Store):
-    """The target puts a file at b while its chunks shared with the tree still hold b/...:
-    refused as unsafe before anything changes (not tried and rolled back)."""
+def _plant_over(store: Store, tree: Path, extra) -> str:
+    """Plant a checkpoint: the tree's latest entries plus ``extra``."""
     from restore_helpers import plant_checkpoint
 
+    from snapstore.records import manifest
+
+    with store.backend.read() as view:
+        entries = manifest.load(view.get, store.resolve("latest").manifest)
+    return plant_checkpoint(store, [*entries.values(), extra])
+
+
+#: Names that sort between "b" and "b/..." (the manifest's order): they push b's contents into
+#: manifest chunks of their own, which the planted target shares with the tree.
+_BETWEEN = {f"b.{i:04d}": b"%d\n" % i for i in range(400)}
+
+
+@pytest.mark.parametrize("b_is", ["dir", "file"])
+def test_an_entry_clashing_with_the_trees_shared_chunks_is_refused(tree: Path, store: Store, b_is: str):
+    """A target whose new entry clashes with entries of manifest chunks it shares with the tree
+    (a file b over b's contents, or b/x under the file b) is refused as unsafe before anything
+    changes, not tried and rolled back."""
     from snapstore.errors import UnsafePathError
     from snapstore.records.manifest import FILE, Entry
     from snapstore.storage.objects import chunk_id
 
-    _big_tree(tree)
+    ref_id = chunk_id(b"pwned\n")
+    if b_is == "dir":
+        write_tree(tree, _BETWEEN | {f"b/f{i}": b"%d" % i for i in range(5)})
+        extra = Entry(b"b", FILE, 0o100644, 6, 0, ref_id)
+    else:
+        write_tree(tree, _BETWEEN | {"b": b"a file\n"})
+        extra = Entry(b"b/x.txt", FILE, 0o100644, 6, 0, ref_id)
     store.snapshot("honest")
-    with store.backend.read() as view:
-        from snapstore.records import manifest
-
-        entries = list(manifest.load(view.get, store.resolve("latest").manifest).values())
-    ref = plant_checkpoint(store, [*entries, Entry(b"b", FILE, 0o100644, 6, 0, chunk_id(b"pwned\n"))])
+    ref = _plant_over(store, tree, extra)
     before = read_tree(tree)
     with pytest.raises(UnsafePathError, match="lies below b"):
         store.restore(ref)
