@@ -143,7 +143,8 @@ def check_difference(
     full, and for its place in ``target`` (no new entry below a non-directory, no entry of the
     tree left below a new non-directory)."""
     check_manifest(new, excluded, within=target)
-    files = [p for p, e in new.items() if e.kind != DIR]
+    # Only a path that is a directory in the tree (or not there) can have tree entries below it.
+    files = [p for p, e in new.items() if e.kind != DIR and (p not in current or current[p].kind == DIR)]
     if not files:
         return
     keys = sorted(current)
