@@ -27,15 +27,17 @@ from .competitors import GitCLI, SnapCLI
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-class SnapAt(SnapCLI):
+class _At:
     """The snapstore CLI as of one source tree (PYTHONPATH), named after it."""
+
+    src: str | None
 
     def __init__(self, tree: str, store: str, name: str, src: str | None):
         self.src = src
         old = competitors.SNAPSTORE_SRC
         competitors.SNAPSTORE_SRC = src
         try:
-            super().__init__(tree, store)
+            super().__init__(tree, store)  # type: ignore[call-arg]
         finally:
             competitors.SNAPSTORE_SRC = old
         self.name = name
@@ -60,6 +62,20 @@ class SnapAt(SnapCLI):
     def restore(self, ref: str):
         return self._with_src(super().restore, ref)
 
+    def start_service(self) -> None:
+        self._with_src(super().start_service)
+
+    def stop_service(self) -> None:
+        self._with_src(super().stop_service)
+
+
+class SnapAt(_At, SnapCLI):
+    pass
+
+
+class SvcAt(_At, competitors.SnapSvc):
+    """The same, answered by its resident service (started after the checkpoints)."""
+
 
 def export(rev: str, work: str) -> str:
     root = os.path.dirname(HERE)
@@ -81,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=9)
     p.add_argument("--snapstore-at", action="append", default=[], metavar="REV")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--service", action="store_true", help="also each snapstore through its service")
     p.add_argument("--workdir", default="/tmp/snapstore-restore-bench")
     p.add_argument("--seed", type=int, default=5)
     a = p.parse_args(argv)
@@ -90,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     tree = os.path.join(work, "stdlib")
     corpora.build_stdlib(tree)
     comps: list = [SnapAt(tree, os.path.join(work, "snap-wt"), "snap(worktree)", None)]
-    for rev in a.snapstore_at:
-        comps.append(SnapAt(tree, os.path.join(work, f"snap-{rev}"), f"snap({rev})", export(rev, work)))
+    srcs = {rev: export(rev, work) for rev in a.snapstore_at}
+    for rev, src in srcs.items():
+        comps.append(SnapAt(tree, os.path.join(work, f"snap-{rev}"), f"snap({rev})", src))
+    if a.service:
+        comps.append(SvcAt(tree, os.path.join(work, "svc-wt"), "svc(worktree)", None))
+        for rev, src in srcs.items():
+            comps.append(SvcAt(tree, os.path.join(work, f"svc-{rev}"), f"svc({rev})", src))
     comps.append(GitCLI(tree, os.path.join(work, "git")))
     for c in comps:
         c.setup()
@@ -105,6 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     for c in comps:
         c.checkpoint("Y")
         y_ids[c.name] = c.latest()["id"] if isinstance(c, SnapCLI) else c.latest_id()
+    for c in comps:
+        if isinstance(c, SvcAt):
+            c.start_service()
+    try:
+        return measure(a, comps, tree, x_ids, y, old, work)
+    finally:
+        for c in comps:
+            if isinstance(c, SvcAt):
+                c.stop_service()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(a, comps, tree, x_ids, y, old, work) -> int:
     times: dict[str, list[float]] = {c.name: [] for c in comps}
     for i in range(a.runs):
         order = comps if i % 2 == 0 else comps[::-1]
@@ -120,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"restore-100, stdlib ({a.runs} runs, interleaved), load {os.getloadavg()[0]:.2f}")
     for c in comps:
         med = statistics.median(times[c.name])
+        via = f" (service answered {c.requests()} requests)" if isinstance(c, SvcAt) else ""
         print(f"  {c.name:24s} median {med * 1000:7.1f} ms  min {min(times[c.name]) * 1000:7.1f}  "
-              f"{med / git:5.2f}x git")
+              f"{med / git:5.2f}x git{via}")
     if a.profile:
         profile(tree, os.path.join(work, "snap-wt"), x_ids["snap(worktree)"], y, old)
-    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

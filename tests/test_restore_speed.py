@@ -339,3 +339,96 @@ def test_an_entry_clashing_with_the_trees_shared_chunks_is_refused(tree: Path, s
         store.restore(ref)
     assert read_tree(tree) == before
     assert store.pending_restore() is None
+
+
+# -- a watching Store keeps its tree state across a restore -------------------------------------
+
+
+class _Walks:
+    """Counts full walks of the tree by snapshots."""
+
+    def __init__(self, monkeypatch) -> None:
+        from snapstore.ops import snapshot
+
+        self.n = 0
+        real = snapshot.scan.walk
+
+        def counting(*args, **kwargs):
+            self.n += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(snapshot.scan, "walk", counting)
+
+
+@pytest.fixture
+def watched(tree: Path, monkeypatch):
+    pytest.importorskip("inotify_simple")
+    monkeypatch.setattr(statcache, "RACY_MARGIN_NS", 0)  # files this test just wrote count as settled
+    write_tree(tree, _spec(24, b"A"))
+    with Store.init(tree):
+        pass
+    s = Store.open(tree, watch=True)
+    s.snapshot("A", tags=["A"])
+    after = read_tree(tree)
+    write_tree(tree, _spec(20, b"B"))  # rewrites only: the restore rewrites known files
+    s.snapshot("B")
+    try:
+        yield s, after
+    finally:
+        s.close()
+
+
+def test_a_watching_store_snapshots_after_a_restore_without_walking(tree: Path, watched, monkeypatch):
+    store, after = watched
+    store.restore("A")
+    assert read_tree(tree) == after
+    walks, opens = _Walks(monkeypatch), _Opens(monkeypatch)
+    (tree / "d1/f05.txt").write_bytes(b"edited after the restore\n")
+    cp = store.snapshot("after restore")
+    assert (walks.n, opens.paths) == (0, [b"d1/f05.txt"])
+    assert store.read_bytes(cp.id, "d1/f05.txt") == b"edited after the restore\n"
+    assert store.read_bytes(cp.id, "d1/f01.txt") == after["d1/f01.txt"][1]
+    # the next restore's safety checkpoint does not walk either
+    store.restore("latest~1")
+    assert walks.n == 0
+
+
+def test_another_process_working_during_the_restore_means_a_full_walk(tree: Path, watched, monkeypatch):
+    from snapstore.ops import restore as restore_mod
+
+    store, after = watched
+
+    def meddle(i: int) -> None:
+        if i == 0:
+            (tree / "d3/f03.txt").write_bytes(b"someone else, not restored\n")  # the plan keeps it
+
+    monkeypatch.setattr(restore_mod, "step_hook", meddle)
+    monkeypatch.setattr(batch, "POOL_MIN_FILES", 10**6)
+    (tree / "d3/f03.txt").write_bytes(after["d3/f03.txt"][1])  # as A has it: not in the plan
+    store.snapshot("d3/f03 as in A")
+    store.restore("A")
+    monkeypatch.setattr(restore_mod, "step_hook", None)
+    walks = _Walks(monkeypatch)
+    cp = store.snapshot("after restore")
+    assert walks.n == 1
+    assert store.read_bytes(cp.id, "d3/f03.txt") == b"someone else, not restored\n"
+
+
+def test_a_restored_file_changed_before_the_restore_ends_means_a_full_walk(tree: Path, watched, monkeypatch):
+    """A file rewritten after its rename (its events look like the restore's own): the stat
+    the restore recorded no longer matches, so the state is dropped."""
+    from snapstore.ops import restore as restore_mod
+
+    store, _ = watched
+
+    def meddle(i: int) -> None:
+        if i == 1:  # step 0 (d0/f00.txt) is renamed into place: rewrite it
+            (tree / "d0/f00.txt").write_bytes(b"rewritten during the restore\n")
+
+    monkeypatch.setattr(restore_mod, "step_hook", meddle)
+    store.restore("A")
+    monkeypatch.setattr(restore_mod, "step_hook", None)
+    walks = _Walks(monkeypatch)
+    cp = store.snapshot("after restore")
+    assert walks.n == 1
+    assert store.read_bytes(cp.id, "d0/f00.txt") == b"rewritten during the restore\n"

@@ -37,7 +37,7 @@ from snapstore.ops import diff
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change
 from snapstore.ops.restore import batch as batch_mod
-from snapstore.ops.restore import journal
+from snapstore.ops.restore import journal, watching
 from snapstore.ops.restore.apply import Applier, getter
 from snapstore.ops.restore.journal import tables
 from snapstore.ops.restore.plan import Plan, Step, plan, skip_ignored, verify_sources
@@ -50,7 +50,7 @@ from snapstore.ops.restore.safety import (
     under,
 )
 from snapstore.records import manifest
-from snapstore.records.checkpoint import Checkpoint
+from snapstore.records.checkpoint import Checkpoint, seq_key
 from snapstore.records.manifest import Entry
 from snapstore.tree import scan, worktree
 from snapstore.tree.paths import display, to_json
@@ -195,6 +195,7 @@ def run(
     # The tree's new names are durable (execute synced them): the journal may go, and the stat
     # cache learns the files just written, so the next snapshot reads none of them.
     seq = journal.finish(backend, op, len(changes), applier.cache)
+    watching.keep_state(ctx, steps, applier.written, seq_key(seq))
     return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
 
 

@@ -177,6 +177,8 @@ class Applier:
         self.contents: dict[bytes, list[bytes]] = {}
         #: Stat-cache values of the files written (statcache key -> value), for the next snapshot.
         self.cache: dict[bytes, bytes] = {}
+        #: The files written that the stat cache vouches for: path -> (lstat after the rename, sid).
+        self.written: dict[bytes, tuple[os.stat_result, bytes]] = {}
 
     def close(self) -> None:
         """Fsync what was written and release the directory handles."""
@@ -297,9 +299,11 @@ class Applier:
             after = os.stat(staged.name, dir_fd=staged.dir_fd, follow_symlinks=False)
         except OSError:
             return  # gone already: the next snapshot sees that
-        value = statcache.written(staged.st, after, self.target[staged.path].ref)
+        sid = self.target[staged.path].ref
+        value = statcache.written(staged.st, after, sid)
         if value is not None:
             self.cache[statcache.key(staged.path)] = value
+            self.written[staged.path] = (after, sid)
 
     def discard(self, staged: Staged) -> None:
         """Remove a staged temp file that will not be renamed."""
