@@ -5,9 +5,10 @@ The protocol (docs/architecture.md, "Restore"):
 1. Under the writer lock, record the tree as it is now (a *safety* checkpoint; the latest
    checkpoint is reused when the tree has not changed since), so nothing the user had is lost.
 2. Plan (:mod:`.plan`): compare the tree's manifest with the target's (restricted to the
-   selected paths).  Every field of every target entry is validated first (:mod:`.safety`) and
-   every chunk the plan needs is read and re-hashed: a damaged store fails here, before the tree
-   is touched.  Paths the safety checkpoint could not record (unreadable) are left in place and
+   selected paths), decoding only the target's manifest chunks the safety checkpoint does not
+   share.  Every field of every entry so decoded is validated first (:mod:`.safety`; the shared
+   ones were just recorded from the tree) and every chunk the plan needs is read and re-hashed:
+   a damaged store fails here, before the tree is touched.  Paths the safety checkpoint could not record (unreadable) are left in place and
    reported (:attr:`RestoreReport.unrecorded`).
 3. Journal the plan in the store (:mod:`.journal`; one transaction, flushed to disk).
 4. Apply (:mod:`.batch`, :mod:`.apply`): the new files are written to temp files in parallel;
@@ -17,7 +18,8 @@ The protocol (docs/architecture.md, "Restore"):
    someone else changed it: the restore rolls back what it did and raises ConflictError naming
    the file.
 5. Clear the journal, append to the operation log and refresh the stat cache for the files
-   written, in one transaction (so the next snapshot reads none of them back).
+   written, in one transaction (so the next snapshot reads none of them back).  A watching
+   Store keeps its tree state (:mod:`.watching`), so its next snapshot does not walk.
 
 A process killed in 4-5 leaves the journal.  Read-only commands leave it alone (they report it:
 :func:`pending`); the next writer, or ``snapstore recover``, checks every journaled path against
