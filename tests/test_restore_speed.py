@@ -432,3 +432,13 @@ def test_a_restored_file_changed_before_the_restore_ends_means_a_full_walk(tree:
     cp = store.snapshot("after restore")
     assert walks.n == 1
     assert store.read_bytes(cp.id, "d0/f00.txt") == b"rewritten during the restore\n"
+
+
+def test_a_large_restore_is_staged_synced_and_renamed_in_bounded_groups(tree: Path, store: Store, two_states, monkeypatch):
+    monkeypatch.setattr(batch, "GROUP_BYTES", 1)  # every file is a group of its own
+    events = _events(monkeypatch, store)
+    store.restore("A")
+    assert read_tree(tree) == two_states
+    first = events.index("syncfs")
+    assert events[first:] == ["syncfs", "rename"] * 21 + ["syncfs", "store-sync"]
+    assert not list(tree.rglob(".snapstore-tmp.*"))

@@ -9,13 +9,15 @@ in this order (each still idempotent, so the journal protocol and recovery are u
 3. the files whose directory only now exists are written the same way;
 4. **durability point 1**: one ``syncfs`` per file system the temp files are on (where the
    platform has none, each writer fsynced its file): no name can point to unwritten data;
-5. the renames and symlinks, in path order, each right after its path is checked unchanged;
+5. the renames, in path order, each right after its path is checked unchanged; then symlinks;
 6. directory modes, deepest first;
 7. **durability point 2**: ``syncfs`` again (or, without it, the fsync of every directory
    written when the applier is closed), so the new names are on disk before the caller clears
    the journal.
 
-The journal was made durable before step 1 by the caller.  A crash anywhere leaves every
+Files beyond :data:`GROUP_BYTES` are written, synced and renamed in further groups after the
+first (steps 3-5 again), so the extra disk space a restore needs stays bounded.  The journal was
+made durable before step 1 by the caller.  A crash anywhere leaves every
 journaled path absent, as before or as after, and only our temp files besides (recovery removes
 them).  ``before(i, step)`` runs right before step ``i`` touches the tree (the concurrent-edit
 check and the crash tests' hook); :attr:`Run.done` lists what was carried out, for a roll-back.
@@ -36,6 +38,9 @@ from snapstore.ops.restore.plan import REMOVALS, Step
 POOL_MIN_FILES = 8
 #: Writer threads (I/O-bound: a few are enough, even on two cores).
 WORKERS = 4
+#: New file bytes staged before a sync and their renames: bounds the extra disk space a restore
+#: needs (a new file and the one it replaces exist side by side until the rename).
+GROUP_BYTES = 256 << 20
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -61,8 +66,6 @@ def _syncfs(fd: int) -> None:
 #: Test seam: flushes the file system holding ``fd`` (None where there is no syncfs: each file
 #: and directory is then fsynced).
 syncfs: Callable[[int], None] | None = _syncfs if _libc_syncfs is not None else None
-#: Test seam: fsync (files when there is no syncfs).
-fsync: Callable[[int], None] = os.fsync
 
 
 @dataclass
@@ -77,26 +80,28 @@ def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], N
     """Carry out ``steps`` (a plan's order) against the tree, durably; see the module doc."""
     tree = applier.tree
     removed = {s.path for s in steps if s.action in REMOVALS}
-    writes = [(i, s) for i, s in enumerate(steps) if s.action in ("write", "chmod")]
+    groups = _groups(applier, [(i, s) for i, s in enumerate(steps) if s.action in ("write", "chmod")])
     staged: dict[int, Staged] = {}
     durable_each = syncfs is None
     try:
-        early, late = _split_early(applier, writes, removed)
+        early, late = _split_early(applier, groups[0], removed)
         _stage_all(applier, early, staged, durable_each)
         for i, s in enumerate(steps):
             if s.action in REMOVALS or s.action == "mkdir":
                 _touch(applier, i, s, before, run)
-        _stage_all(applier, [(i, s, *_parent(applier, s.path)) for i, s in late], staged, durable_each)
-        if not durable_each:
-            _sync_dirs(fd for fd in {st.dir_fd for st in staged.values()})
-        for i, s in enumerate(steps):
-            if s.action in ("write", "chmod"):
+        for n, group in enumerate(groups):
+            todo = late if n == 0 else group
+            _stage_all(applier, [(i, s, *_parent(applier, s.path)) for i, s in todo], staged, durable_each)
+            if not durable_each:
+                _sync_dirs(fd for fd in {st.dir_fd for st in staged.values()})
+            for i, s in group:
                 if before is not None:
                     before(i, s)
                 applier.commit(staged.pop(i))
                 run.done.append(s)
                 run.paths.add(s.path)
-            elif s.action == "symlink":
+        for i, s in enumerate(steps):
+            if s.action == "symlink":
                 _touch(applier, i, s, before, run)
         for i, s in enumerate(steps):
             if s.action == "dirmode":
@@ -107,6 +112,21 @@ def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], N
     if not durable_each:
         _sync_dirs(tree.fds.values())
         tree.touched.clear()  # durable now: closing the applier has no directory to fsync
+
+
+def _groups(applier: Applier, writes: list[tuple[int, Step]]) -> list[list[tuple[int, Step]]]:
+    """The writes cut into groups of at most :data:`GROUP_BYTES` (each staged, synced and
+    renamed in turn), so a large restore never holds every new file beside its old one."""
+    groups: list[list[tuple[int, Step]]] = [[]]
+    size = 0
+    for item in writes:
+        n = applier.target[item[1].path].size
+        if groups[-1] and size + n > GROUP_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += n
+    return groups
 
 
 def _touch(applier: Applier, i: int, s: Step, before: Callable[[int, Step], None] | None, run: Run) -> None:
