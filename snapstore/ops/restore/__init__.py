@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapstore.errors import ConflictError, TreeIOError
+from snapstore.errors import ConflictError, CorruptError, TreeIOError
 from snapstore.ops import diff
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change
@@ -217,8 +217,13 @@ def _target_from_difference(
     validated: a shared chunk holds entries this process just recorded from the tree.  (When
     ``current`` is not the safety manifest's content, the whole target is loaded and checked.)
     """
-    with tables(ctx.backend).read() as view:
-        old, new = diff.manifest_difference(view.get, safety.manifest, target.manifest)
+    try:
+        with tables(ctx.backend).read() as view:
+            old, new = diff.manifest_difference(view.get, safety.manifest, target.manifest)
+    except CorruptError:
+        # A damaged chunk of the safety checkpoint's manifest (a reused, older checkpoint) must
+        # not stop a restore of a sound target: load the target alone (its damage still fails).
+        return _load_checked(ctx, target), None
     if any(current.get(p) != e for p, e in old.items()):
         return _load_checked(ctx, target), None
     entries = dict(current)
