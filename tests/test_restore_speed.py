@@ -442,3 +442,23 @@ def test_a_large_restore_is_staged_synced_and_renamed_in_bounded_groups(tree: Pa
     first = events.index("syncfs")
     assert events[first:] == ["syncfs", "rename"] * 21 + ["syncfs", "store-sync"]
     assert not list(tree.rglob(".snapstore-tmp.*"))
+
+
+def test_files_are_written_from_the_chunks_verified_before_the_journal(tree: Path, store: Store, two_states, monkeypatch):
+    """Every chunk is read, decompressed and re-hashed once (before the journal), not again
+    when its file is written."""
+    def no_second_read(get, sid):
+        raise AssertionError("a stream was read again to be written")
+
+    monkeypatch.setattr(apply_mod.objects, "iter_stream", no_second_read)
+    real_verify = sys.modules["snapstore.ops.restore"].verify_sources
+
+    def verify(get, target, steps):
+        monkeypatch.undo()  # verification reads for real
+        kept = real_verify(get, target, steps)
+        monkeypatch.setattr(apply_mod.objects, "iter_stream", no_second_read)
+        return kept
+
+    monkeypatch.setattr(sys.modules["snapstore.ops.restore"], "verify_sources", verify)
+    store.restore("A")
+    assert read_tree(tree) == two_states
