@@ -462,3 +462,22 @@ def test_files_are_written_from_the_chunks_verified_before_the_journal(tree: Pat
     monkeypatch.setattr(sys.modules["snapstore.ops.restore"], "verify_sources", verify)
     store.restore("A")
     assert read_tree(tree) == two_states
+
+
+def test_a_watching_store_records_and_undoes_a_restore_exactly(tree: Path, watched):
+    """Right after the restore (no edit in between) the snapshot and the undo's safety
+    checkpoint hold the restored tree, not the checkpoint the state was last written for."""
+    store, after = watched
+    edited = read_tree(tree)
+    store.restore("A")
+    cp = store.snapshot("right after")
+    assert store.read_bytes(cp.id, "d1/f01.txt") == after["d1/f01.txt"][1]
+    store.restore("A")  # a no-op restore (the tree is A): its safety reuses "right after"
+    store.undo()
+    assert read_tree(tree) == after  # undoing the no-op keeps A
+    store.undo()
+    assert read_tree(tree) == after
+    store.restore("latest~1")  # B, as edited
+    assert read_tree(tree) == edited
+    store.undo()
+    assert read_tree(tree) == after

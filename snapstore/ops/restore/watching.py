@@ -71,13 +71,17 @@ def _patch(
             st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode,
         ):  # fmt: skip
             return False  # changed since the restore looked (its events may be drained above)
+    # A new entries dict: the old one is also the snapshot's manifest memo (the entries of the
+    # last manifest written), which must keep describing that manifest.
+    entries = dict(state.entries)
     for p, (st, sid) in written.items():
-        kind = EXEC if st.st_mode & 0o100 else FILE
-        state.found[p] = scan.Found(p, kind, st, b"")
-        state.entries[p] = worktree.file_entry(p, st, sid)
         value = statcache.written(st, st, sid)
         if value is None:
             return False
+        kind = EXEC if st.st_mode & 0o100 else FILE
+        state.found[p] = scan.Found(p, kind, st, b"")
+        entries[p] = worktree.file_entry(p, st, sid)
         state.cache[statcache.key(p)] = value
+    state.entries = entries
     state.keys = (state.keys[0], oplog_key)
     return True
