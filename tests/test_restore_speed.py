@@ -184,10 +184,16 @@ def test_restore_syncs_twice_and_in_the_journal_protocols_order(tree: Path, stor
     assert fsyncs == []  # no per-file (or per-directory) fsync
 
 
-def test_without_syncfs_every_file_is_fsynced_before_its_rename(tree: Path, store: Store, two_states, monkeypatch):
+@pytest.mark.parametrize("missing", ["seam", "libc"])
+def test_without_syncfs_every_file_is_fsynced_before_its_rename(
+    tree: Path, store: Store, two_states, monkeypatch, missing: str
+):
     events: list[str] = []
     real_fsync, real_rename = os.fsync, apply_mod.rename
-    monkeypatch.setattr(batch, "syncfs", None)
+    if missing == "seam":
+        monkeypatch.setattr(batch, "syncfs", None)
+    else:  # a C library without syncfs (not Linux)
+        monkeypatch.setattr(batch, "_libc", [None])
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
     monkeypatch.setattr(apply_mod, "rename", lambda *a: (events.append("rename"), real_rename(*a))[1])
     store.restore("A")

@@ -25,7 +25,6 @@ check and the crash tests' hook); :attr:`Run.done` lists what was carried out, f
 
 from __future__ import annotations
 
-import ctypes
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -43,29 +42,43 @@ WORKERS = 4
 GROUP_BYTES = 256 << 20
 
 
-def _load_syncfs() -> Callable[[int], int] | None:
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):  # no libc symbol (not Linux): batched fsyncs instead
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
+_libc: list[Callable[[int], int] | None] = []  # the libc syncfs, once looked up
 
 
-_libc_syncfs = _load_syncfs()
+def _libc_syncfs() -> Callable[[int], int] | None:
+    # Looked up on first use: read-only commands import this package and need no ctypes.
+    if not _libc:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL(None, use_errno=True).syncfs
+            fn.argtypes = [ctypes.c_int]
+            fn.restype = ctypes.c_int
+        except (ImportError, OSError, AttributeError):  # no syncfs (not Linux): batched fsyncs
+            fn = None
+        _libc.append(fn)
+    return _libc[0]
 
 
 def _syncfs(fd: int) -> None:
-    assert _libc_syncfs is not None
-    if _libc_syncfs(fd) != 0:
+    import ctypes
+
+    fn = _libc_syncfs()
+    assert fn is not None
+    if fn(fd) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 
 
-#: Test seam: flushes the file system holding ``fd`` (None where there is no syncfs: each file
-#: and directory is then fsynced).
-syncfs: Callable[[int], None] | None = _syncfs if _libc_syncfs is not None else None
+#: Test seam: flushes the file system holding ``fd``; None (or no syncfs in the C library)
+#: means each file and directory is fsynced instead.
+syncfs: Callable[[int], None] | None = _syncfs
+
+
+def _sync_fn() -> Callable[[int], None] | None:
+    if syncfs is _syncfs and _libc_syncfs() is None:
+        return None
+    return syncfs
 
 
 @dataclass
@@ -82,7 +95,8 @@ def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], N
     removed = {s.path for s in steps if s.action in REMOVALS}
     groups = _groups(applier, [(i, s) for i, s in enumerate(steps) if s.action in ("write", "chmod")])
     staged: dict[int, Staged] = {}
-    durable_each = syncfs is None
+    sync = _sync_fn()
+    durable_each = sync is None
     try:
         early, late = _split_early(applier, groups[0], removed)
         _stage_all(applier, early, staged, durable_each)
@@ -92,8 +106,8 @@ def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], N
         for n, group in enumerate(groups):
             todo = late if n == 0 else group
             _stage_all(applier, [(i, s, *_parent(applier, s.path)) for i, s in todo], staged, durable_each)
-            if not durable_each:
-                _sync_dirs(fd for fd in {st.dir_fd for st in staged.values()})
+            if sync is not None:
+                _sync_dirs(sync, {st.dir_fd for st in staged.values()})
             for i, s in group:
                 if before is not None:
                     before(i, s)
@@ -109,8 +123,8 @@ def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], N
     finally:
         for st in staged.values():
             applier.discard(st)
-    if not durable_each:
-        _sync_dirs(tree.fds.values())
+    if sync is not None:
+        _sync_dirs(sync, tree.fds.values())
         tree.touched.clear()  # durable now: closing the applier has no directory to fsync
 
 
@@ -207,11 +221,10 @@ def _stage_all(
         raise error
 
 
-def _sync_dirs(fds: Iterable[int]) -> None:
-    """One syncfs per file system among the directories ``fds``."""
-    assert syncfs is not None
+def _sync_dirs(sync: Callable[[int], None], fds: Iterable[int]) -> None:
+    """One ``sync`` per file system among the directories ``fds``."""
     devices: dict[int, int] = {}
     for fd in fds:
         devices.setdefault(os.fstat(fd).st_dev, fd)
     for fd in devices.values():
-        syncfs(fd)
+        sync(fd)
