@@ -123,7 +123,7 @@ def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], N
     finally:
         for st in staged.values():
             applier.discard(st)
-    if sync is not None:
+    if sync is not None and tree.touched:  # (a restore that changed nothing needs no sync)
         _sync_dirs(sync, tree.fds.values())
         tree.touched.clear()  # durable now: closing the applier has no directory to fsync
 
