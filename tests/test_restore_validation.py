@@ -95,10 +95,10 @@ def test_any_exception_while_replaying_is_one_clear_error(tmp_path: Path, monkey
         b = store.snapshot("B")
         _journal_to(store, a.id, b.id, [["write", b"a.txt"]])
 
-        def broken(self, step):
+        def broken(self, *args, **kwargs):
             raise ValueError("something no one expected")
 
-        monkeypatch.setattr(apply_mod.Applier, "apply", broken)
+        monkeypatch.setattr(apply_mod.Applier, "stage", broken)  # writing a.txt's new content
         with pytest.raises(CorruptError, match="snapstore recover"):
             store.snapshot("x")
         monkeypatch.undo()

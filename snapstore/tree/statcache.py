@@ -9,11 +9,20 @@ when both its mtime and its ctime are at least RACY_MARGIN_NS older than the mom
 was read; younger entries are re-read on the next snapshot (once, then they are old enough).
 ctime cannot be set by user programs, so "same size, same mtime (set back with utime)" is caught
 by ctime too.
+
+Files a restore wrote (:func:`written`) are known without being read: their content is what the
+restore wrote, up to its last write (their mtime).  Such an entry is trusted when the file's
+ctime (set by the rename that gave it its name, after that last write) is later than its mtime
+and the mtime has sub-second precision: the file system's clock then had already moved past the
+mtime, so any later write stamps a newer mtime, which the stat comparison catches.  (Without
+sub-second mtimes, as on FAT or ext3, a later write in the same second could keep the mtime: the
+entry is not trusted and the file is read by the next snapshot, as before.)
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 import blake3
@@ -54,6 +63,31 @@ def encode(st: os.stat_result | Stat, sid: bytes, recorded_ns: int) -> bytes:
     return packed
 
 
+#: The ``recorded`` field of an entry :func:`written` made (not a time: the write rule applies).
+WRITTEN = -1
+
+
+def written(before: os.stat_result, after: os.stat_result, sid: bytes) -> bytes | None:
+    """The cache value of a file this process wrote, or None when it must be read back.
+
+    ``before`` is the fstat of the file's descriptor after its last write (and chmod),
+    ``after`` the lstat of its final name after the rename: the same inode, size and mtime show
+    nothing wrote to it in between (a write in a later clock tick would change the mtime).
+    """
+    if (
+        not stat.S_ISREG(after.st_mode)
+        or (after.st_ino, after.st_size, after.st_mtime_ns) != (before.st_ino, before.st_size, before.st_mtime_ns)
+        or not _write_settled(after.st_mtime_ns, after.st_ctime_ns)
+    ):
+        return None
+    return encode(after, sid, WRITTEN)
+
+
+def _write_settled(mtime: int, ctime: int) -> bool:
+    # The clock moved on after the last write (ctime > mtime), and the mtime is fine-grained.
+    return ctime > mtime and mtime % 1_000_000_000 != 0
+
+
 def lookup(value: bytes | None, st: os.stat_result | Stat) -> bytes | None:
     """The cached stream id for a file whose lstat is ``st``, or None when it must be read."""
     if value is None:
@@ -70,7 +104,10 @@ def lookup(value: bytes | None, st: os.stat_result | Stat) -> bytes | None:
         st.st_mode,
     ):
         return None
-    if (mtime if mtime > ctime else ctime) >= recorded - RACY_MARGIN_NS:
+    if recorded == WRITTEN:
+        if not _write_settled(mtime, ctime):
+            return None
+    elif (mtime if mtime > ctime else ctime) >= recorded - RACY_MARGIN_NS:
         return None
     if type(sid) is not bytes or len(sid) != 32:
         return None

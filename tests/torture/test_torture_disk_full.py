@@ -179,8 +179,9 @@ def _enospc_restore_setup(tree):
 
 @CASE
 def test_injected_enospc_while_restoring_rolls_back(tree, monkeypatch):
-    """The disk fills while big.bin is written; the removals done before it freed enough space
-    for the roll-back (as on a real disk)."""
+    """The disk fills while big.bin is written: the new files are written (to temp files)
+    before anything in the tree is removed or renamed, so the restore stops with the tree as it
+    was and no temp file left."""
     with _enospc_restore_setup(tree) as store:
         before = read_tree(tree)
         real_write, real_roll_back = apply_mod.write, restore_mod.roll_back
@@ -210,14 +211,24 @@ def test_injected_enospc_while_restoring_rolls_back(tree, monkeypatch):
 
 @CASE
 def test_disk_full_for_good_during_a_restore_is_finished_later(tree, monkeypatch):
-    """The disk stays full, so even the roll-back cannot write: a clear error, the journal is
-    kept; read-only commands still work (and leave the tree alone); once space is back the next
-    writer finishes the restore (the after state)."""
+    """The disk fills once the restore has begun (after its removal, at the first rename) and
+    stays full, so even the roll-back cannot write: a clear error, the journal is kept;
+    read-only commands still work (and leave the tree alone); once space is back the next
+    writer finishes the restore (the after state).  (A disk already full when the new files are
+    written fails before the tree is touched: the first test.)"""
     with _enospc_restore_setup(tree) as store:
+        real_write = apply_mod.write
+
         def write(fd, data):
+            if not (tree / "added.txt").exists():  # full once the removal has run
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_write(fd, data)
+
+        def rename(tmp, name, dir_fd):
             raise OSError(errno.ENOSPC, "No space left on device")
 
         monkeypatch.setattr(apply_mod, "write", write)
+        monkeypatch.setattr(apply_mod, "rename", rename)
         with pytest.raises(TreeIOError, match="could not be rolled back"):
             store.restore("A")
         with pytest.raises(TreeIOError, match="interrupted restore"):

@@ -5,17 +5,21 @@ The protocol (docs/architecture.md, "Restore"):
 1. Under the writer lock, record the tree as it is now (a *safety* checkpoint; the latest
    checkpoint is reused when the tree has not changed since), so nothing the user had is lost.
 2. Plan (:mod:`.plan`): compare the tree's manifest with the target's (restricted to the
-   selected paths).  Every field of every target entry is validated first (:mod:`.safety`) and
-   every chunk the plan needs is read and re-hashed: a damaged store fails here, before the tree
-   is touched.  Paths the safety checkpoint could not record (unreadable) are left in place and
+   selected paths), decoding only the target's manifest chunks the safety checkpoint does not
+   share.  Every field of every entry so decoded is validated first (:mod:`.safety`; the shared
+   ones were just recorded from the tree) and every chunk the plan needs is read and re-hashed:
+   a damaged store fails here, before the tree is touched.  Paths the safety checkpoint could not record (unreadable) are left in place and
    reported (:attr:`RestoreReport.unrecorded`).
 3. Journal the plan in the store (:mod:`.journal`; one transaction, flushed to disk).
-4. Apply (:mod:`.apply`): deletions deepest first, then writes shallowest first, then directory
-   modes.  Before each path is touched its lstat is compared with what the plan saw; a
-   difference means someone else changed it: the restore rolls back what it did and raises
-   ConflictError naming the file.
-5. Fsync the touched directories, then clear the journal and append to the operation log in one
-   transaction.
+4. Apply (:mod:`.batch`, :mod:`.apply`): the new files are written to temp files in parallel;
+   deletions deepest first; one ``syncfs`` (the temp files' data is durable); the renames,
+   shallowest first; directory modes; one ``syncfs`` again (the new names are durable).  Before
+   each path is touched its lstat is compared with what the plan saw; a difference means
+   someone else changed it: the restore rolls back what it did and raises ConflictError naming
+   the file.
+5. Clear the journal, append to the operation log and refresh the stat cache for the files
+   written, in one transaction (so the next snapshot reads none of them back).  A watching
+   Store keeps its tree state (:mod:`.watching`), so its next snapshot does not walk.
 
 A process killed in 4-5 leaves the journal.  Read-only commands leave it alone (they report it:
 :func:`pending`); the next writer, or ``snapstore recover``, checks every journaled path against
@@ -30,17 +34,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapstore.errors import ConflictError, TreeIOError
+from snapstore.errors import ConflictError, CorruptError, TreeIOError
+from snapstore.ops import diff
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change
-from snapstore.ops.restore import journal
+from snapstore.ops.restore import batch as batch_mod
+from snapstore.ops.restore import journal, watching
 from snapstore.ops.restore.apply import Applier, getter
 from snapstore.ops.restore.journal import tables
 from snapstore.ops.restore.plan import Plan, Step, plan, skip_ignored, verify_sources
 from snapstore.ops.restore.recovery import RecoverReport, pending, recover
-from snapstore.ops.restore.safety import check_manifest, same_as_seen, selector, under
+from snapstore.ops.restore.safety import (
+    check_difference,
+    check_manifest,
+    same_as_seen,
+    selector,
+    under,
+)
 from snapstore.records import manifest
-from snapstore.records.checkpoint import Checkpoint
+from snapstore.records.checkpoint import Checkpoint, seq_key
 from snapstore.records.manifest import Entry
 from snapstore.tree import scan, worktree
 from snapstore.tree.paths import display, to_json
@@ -119,16 +131,15 @@ def run(
 ) -> RestoreReport:
     """Carry out the protocol above; the caller holds the writer lock."""
     backend = ctx.backend
-    with tables(backend).read() as view:
-        target_entries = manifest.load(view.get, target.manifest)
-    check_manifest(target_entries, ctx.excluded)
-
     safety: Checkpoint | None = None
+    among: set[bytes] | None = None
     if dry_run:
+        target_entries = _load_checked(ctx, target)
         current, found = worktree.current_state(ctx)
     else:
         safety, current, found = take_safety(message)
-    p = plan(current, target_entries, selector(paths))
+        target_entries, among = _target_from_difference(ctx, safety, target, current)
+    p = plan(current, target_entries, selector(paths), among)
     warnings = p.warnings + _unrecorded_warning(p)
     steps = skip_ignored(ctx.root_bytes, p.steps, found, warnings.append)
     kept_paths = {s.path for s in steps}
@@ -137,7 +148,7 @@ def run(
         return RestoreReport(kind, target, None, changes, True, warnings, unrecorded=p.unrecorded)
 
     with tables(backend).read() as view:
-        verify_sources(view.get, target_entries, steps)
+        contents = verify_sources(view.get, target_entries, steps)
     op = {
         "kind": kind,
         "target": bytes.fromhex(target.id),
@@ -148,33 +159,32 @@ def run(
     }
     with tables(backend).write() as batch:
         batch.put("journal", journal.JOURNAL_KEY, journal.record(op, steps))
-    backend.sync()
+    backend.sync()  # the journal is durable before the tree (or a temp file in it) is touched
 
     applier = Applier(ctx.root_bytes, getter(ctx), target_entries, f"{os.getpid()}")
-    done: list[Step] = []
-    touched: set[bytes] = set()
+    applier.contents = contents
+    done = batch_mod.Run()
+
+    def before(i: int, s: Step) -> None:
+        if step_hook is not None:
+            step_hook(i)
+        # Implicit directories (parents of entries) are not in the scan: their contents are
+        # checked one by one instead.  A directory to create may already exist implicitly
+        # (it held files that earlier steps removed): creating it is idempotent.
+        implicit = s.action in ("prune", "rmdir", "mkdir", "dirmode") and s.path not in found
+        check = not implicit and s.path not in done.paths
+        if check and not same_as_seen(applier.tree.lstat(s.path), found.get(s.path)):
+            raise ConflictError(
+                f"{display(s.path)} changed while the restore ran; the restore was rolled back "
+                "(nothing was lost)"
+            )
+
     try:
-        tree = applier.tree
-        for i, s in enumerate(steps):
-            if step_hook is not None:
-                step_hook(i)
-            # Implicit directories (parents of entries) are not in the scan: their contents are
-            # checked one by one instead.  A directory to create may already exist implicitly
-            # (it held files that earlier steps removed): creating it is idempotent.
-            implicit = s.action in ("prune", "rmdir", "mkdir", "dirmode") and s.path not in found
-            check = not implicit and s.path not in touched
-            if check and not same_as_seen(tree.lstat(s.path), found.get(s.path)):
-                raise ConflictError(
-                    f"{display(s.path)} changed while the restore ran; the restore was rolled back "
-                    "(nothing was lost)"
-                )
-            applier.apply(s)
-            done.append(s)
-            touched.add(s.path)
+        batch_mod.execute(applier, steps, before, done)
     except BaseException as exc:
         applier.close()
         if isinstance(exc, ConflictError | OSError):
-            _roll_back_or_keep_journal(ctx, safety, done, exc)
+            _roll_back_or_keep_journal(ctx, safety, done.done, exc)
             journal.clear(backend)
             if isinstance(exc, OSError):
                 raise TreeIOError(
@@ -184,8 +194,44 @@ def run(
         raise
     applier.close()
     warnings.extend(applier.warnings)
-    seq = journal.finish(backend, op, len(changes))
+    # The tree's new names are durable (execute synced them): the journal may go, and the stat
+    # cache learns the files just written, so the next snapshot reads none of them.
+    seq = journal.finish(backend, op, len(changes), applier.cache)
+    watching.keep_state(ctx, steps, applier.written, seq_key(seq))
     return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
+
+
+def _load_checked(ctx: StageContext, target: Checkpoint) -> dict[bytes, Entry]:
+    with tables(ctx.backend).read() as view:
+        entries = manifest.load(view.get, target.manifest)
+    check_manifest(entries, ctx.excluded)
+    return entries
+
+
+def _target_from_difference(
+    ctx: StageContext, safety: Checkpoint, target: Checkpoint, current: dict[bytes, Entry]
+) -> tuple[dict[bytes, Entry], set[bytes] | None]:
+    """The target's entries, and the paths where they may differ from the tree's.
+
+    Only the target's manifest chunks the safety checkpoint does not share are decoded and
+    validated: a shared chunk holds entries this process just recorded from the tree.  (When
+    ``current`` is not the safety manifest's content, the whole target is loaded and checked.)
+    """
+    try:
+        with tables(ctx.backend).read() as view:
+            old, new = diff.manifest_difference(view.get, safety.manifest, target.manifest)
+    except CorruptError:
+        # A damaged chunk of the safety checkpoint's manifest (a reused, older checkpoint) must
+        # not stop a restore of a sound target: load the target alone (its damage still fails).
+        return _load_checked(ctx, target), None
+    if any(current.get(p) != e for p, e in old.items()):
+        return _load_checked(ctx, target), None
+    entries = dict(current)
+    for p in old:
+        del entries[p]
+    entries.update(new)
+    check_difference(entries, new, current, ctx.excluded)
+    return entries, set(old) | set(new)
 
 
 def _roll_back_or_keep_journal(ctx: StageContext, safety: Checkpoint, done: list[Step], exc: BaseException) -> None:
@@ -212,8 +258,7 @@ def roll_back(ctx: StageContext, safety: Checkpoint, done: list[Step]) -> None:
     steps = plan(current, before, under(touched)).steps
     applier = Applier(ctx.root_bytes, getter(ctx), before, f"{os.getpid()}r")
     try:
-        for s in steps:
-            applier.apply(s)
+        batch_mod.execute(applier, steps, None, batch_mod.Run())
     finally:
         applier.close()
 

@@ -3,16 +3,19 @@
 Directories are opened one component at a time with O_NOFOLLOW below the root, so no write can
 pass through a symlink.  A file is written to a temp file in its target directory (created
 O_EXCL|O_NOFOLLOW, so nothing planted there is followed or reused), given its mode with fchmod,
-fsynced and renamed over the target: an existing inode is never written or chmodded in place (a
-hard link to a file outside the tree keeps its content and mode).  Every step is idempotent, so
-a journal of them can be replayed after a crash.
+made durable and renamed over the target: an existing inode is never written or chmodded in
+place (a hard link to a file outside the tree keeps its content and mode).  Every step is
+idempotent, so a journal of them can be replayed after a crash.  :mod:`.batch` carries out a
+whole plan: the temp files are written in parallel and made durable together.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from snapstore.errors import ConflictError, TreeIOError
 from snapstore.ops.context import StageContext
@@ -21,12 +24,31 @@ from snapstore.ops.restore.journal import tables
 from snapstore.ops.restore.plan import Step
 from snapstore.records.manifest import EXEC, Entry, exact_mode
 from snapstore.storage import objects
+from snapstore.tree import statcache
 from snapstore.tree.paths import display
 
 TMP_PREFIX = b".snapstore-tmp."
 
 #: Test seam: how the applier writes a block of a file (tests patch this, never ``os.write``).
 write: Callable[[int, memoryview], int] = os.write
+
+
+def rename(tmp: bytes, name: bytes, dir_fd: int) -> None:
+    """Rename ``tmp`` to ``name`` inside directory ``dir_fd`` (a test seam, like :data:`write`)."""
+    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+@dataclass
+class Staged:
+    """A file's new content, written to a temp file next to its target, not yet renamed."""
+
+    path: bytes
+    dir_fd: int
+    parent: bytes
+    tmp: bytes
+    name: bytes
+    #: The fstat of the temp file once written and given its mode (for the stat cache).
+    st: os.stat_result
 
 
 def getter(ctx: StageContext) -> Getter:
@@ -148,8 +170,15 @@ class Applier:
         self.get = get
         self.target = target
         self.tag = tag.encode()
-        self.counter = 0
+        self._names = itertools.count(1)  # next() on a count is atomic: writer threads share it
         self.warnings: list[str] = []
+        #: Pre-read contents by stream id (restore.verify_sources keeps small ones), so a file
+        #: is not read and decompressed twice.
+        self.contents: dict[bytes, list[bytes]] = {}
+        #: Stat-cache values of the files written (statcache key -> value), for the next snapshot.
+        self.cache: dict[bytes, bytes] = {}
+        #: The files written that the stat cache vouches for: path -> (lstat after the rename, sid).
+        self.written: dict[bytes, tuple[os.stat_result, bytes]] = {}
 
     def close(self) -> None:
         """Fsync what was written and release the directory handles."""
@@ -201,12 +230,11 @@ class Applier:
         self._rmdir(path, quiet=True)
 
     def _tmp_name(self) -> bytes:
-        self.counter += 1
-        return TMP_PREFIX + self.tag + b"." + str(self.counter).encode()
+        return TMP_PREFIX + self.tag + b"." + str(next(self._names)).encode()
 
     def _replace(self, fd: int, parent: bytes, tmp: bytes, name: bytes, path: bytes) -> None:
         try:
-            os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            rename(tmp, name, fd)
         except OSError as exc:
             try:
                 os.unlink(tmp, dir_fd=fd)
@@ -223,8 +251,18 @@ class Applier:
         return fd, parent, name
 
     def _write(self, path: bytes) -> None:
-        e = self.target[path]
         fd, parent, name = self._parent_fd(path)
+        staged = self.stage(path, fd, parent, name, durable=True)
+        self.commit(staged)
+
+    def stage(self, path: bytes, fd: int, parent: bytes, name: bytes, *, durable: bool) -> Staged:
+        """Write ``path``'s target content to a new temp file in directory ``fd``.
+
+        Safe in a worker thread (it touches no shared state but the name counter).  With
+        ``durable`` the data is fsynced; otherwise the caller makes it durable (syncfs) before
+        :meth:`commit`.
+        """
+        e = self.target[path]
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         while True:
             tmp = self._tmp_name()
@@ -234,13 +272,16 @@ class Applier:
             except FileExistsError:
                 continue  # a name left by a killed restore (or planted): never reuse it
         try:
-            for data in objects.iter_stream(self.get, e.ref):
+            blocks = self.contents.get(e.ref)
+            for data in objects.iter_stream(self.get, e.ref) if blocks is None else blocks:
                 view = memoryview(data)
                 while view:
                     n = write(out, view)
                     view = view[n:]
             os.fchmod(out, file_mode(e))  # the new inode only, before it gets its name
-            os.fsync(out)
+            if durable:
+                os.fsync(out)
+            st = os.fstat(out)
         except BaseException:
             os.close(out)
             try:
@@ -249,7 +290,27 @@ class Applier:
                 pass
             raise
         os.close(out)
-        self._replace(fd, parent, tmp, name, path)
+        return Staged(path, fd, parent, tmp, name, st)
+
+    def commit(self, staged: Staged) -> None:
+        """Rename a staged file over its target and note its stat-cache value."""
+        self._replace(staged.dir_fd, staged.parent, staged.tmp, staged.name, staged.path)
+        try:
+            after = os.stat(staged.name, dir_fd=staged.dir_fd, follow_symlinks=False)
+        except OSError:
+            return  # gone already: the next snapshot sees that
+        sid = self.target[staged.path].ref
+        value = statcache.written(staged.st, after, sid)
+        if value is not None:
+            self.cache[statcache.key(staged.path)] = value
+            self.written[staged.path] = (after, sid)
+
+    def discard(self, staged: Staged) -> None:
+        """Remove a staged temp file that will not be renamed."""
+        try:
+            os.unlink(staged.tmp, dir_fd=staged.dir_fd)
+        except OSError:
+            pass
 
     def _symlink(self, path: bytes) -> None:
         e = self.target[path]

@@ -150,8 +150,11 @@ def pending_ids(view: ReadView) -> list[bytes]:
     return [v for v in (rec.get("target"), rec.get("before")) if isinstance(v, bytes) and len(v) == 32]
 
 
-def finish(backend: Backend, op: dict[str, Any], changed: int) -> int:
-    """Clear the journal and log the operation, in one transaction; returns its sequence."""
+def finish(backend: Backend, op: dict[str, Any], changed: int, cache: dict[bytes, bytes] | None = None) -> int:
+    """Clear the journal and log the operation, in one transaction; returns its sequence.
+
+    ``cache`` (statcache key -> value) refreshes the stat cache of the files the restore wrote.
+    """
     with tables(backend).read() as view:
         last = next(iter(view.items("oplog", reverse=True)), None)
     seq = next_seq(last[0] if last else None)
@@ -161,6 +164,8 @@ def finish(backend: Backend, op: dict[str, Any], changed: int) -> int:
     with tables(backend).write() as batch:
         batch.delete("journal", JOURNAL_KEY)
         batch.put("oplog", seq_key(seq), msgpack.packb(entry, use_bin_type=True))
+        for key, value in (cache or {}).items():
+            batch.put("statcache", key, value)
     backend.sync()
     return seq
 

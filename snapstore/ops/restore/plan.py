@@ -12,7 +12,8 @@ are left alone and reported in :attr:`Plan.unrecorded`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from snapstore.errors import CorruptError
@@ -58,12 +59,31 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
 
 
+def has_below(keys: list[bytes], d: bytes) -> bool:
+    """Does sorted ``keys`` hold a path below directory ``d``?"""
+    prefix = d + b"/"
+    i = bisect_left(keys, prefix)
+    return i < len(keys) and keys[i].startswith(prefix)
+
+
 def plan(
-    current: dict[bytes, Entry], target: dict[bytes, Entry], selected: Callable[[bytes], bool]
+    current: dict[bytes, Entry],
+    target: dict[bytes, Entry],
+    selected: Callable[[bytes], bool],
+    among: Iterable[bytes] | None = None,
 ) -> Plan:
-    """The plan that makes the selected paths of ``current`` equal to ``target``."""
-    cur = {p: e for p, e in current.items() if selected(p)}
-    tgt = {p: e for p, e in target.items() if selected(p)}
+    """The plan that makes the selected paths of ``current`` equal to ``target``.
+
+    ``among``, when given, holds every path where the two may differ (those of the manifest
+    chunks they do not share): only those are compared.
+    """
+    if among is None:
+        cur = {p: e for p, e in current.items() if selected(p)}
+        tgt = {p: e for p, e in target.items() if selected(p)}
+    else:
+        wanted = [p for p in among if selected(p)]
+        cur = {p: current[p] for p in wanted if p in current}
+        tgt = {p: target[p] for p in wanted if p in target}
     blocked = {p for p, e in current.items() if e.kind == UNREADABLE}
     above_blocked: dict[bytes, bytes] = {}
     for b in sorted(blocked, reverse=True):
@@ -109,13 +129,19 @@ def plan(
                     dir_modes.append(Step("dirmode", c.path))
             else:
                 writes.append(Step(_WRITE_ACTION[new.kind], c.path))
-    needed: set[bytes] = set()
-    for p, e in target.items():
-        if e.kind == DIR:
-            needed.add(p)
-        needed.update(parents(p))
+    target_keys: list[bytes] = []
+
+    def needed(d: bytes) -> bool:
+        # The target keeps directory d: as an entry, or as the parent of one.
+        e = target.get(d)
+        if e is not None and e.kind == DIR:
+            return True
+        if not target_keys:
+            target_keys.extend(sorted(target))
+        return has_below(target_keys, d)
+
     for d in removed_parents:
-        if d in needed:
+        if needed(d):
             continue
         if d in above_blocked:
             left.add(above_blocked[d])
@@ -133,18 +159,25 @@ def skip_ignored(
     root: bytes, steps: list[Step], found: dict[bytes, Found], warn: Callable[[str], None]
 ) -> list[Step]:
     """Drop steps that would touch a path the scan did not see (ignored, .git, the store)."""
-    known_dirs = {b""}
-    for p, f in found.items():
-        if f.kind == DIR:
-            known_dirs.add(p)
-        known_dirs.update(parents(p))
+    found_keys: list[bytes] = []
     hidden_cache: dict[bytes, bool] = {}
+
+    def known_dir(rel: bytes) -> bool:
+        # The scan saw directory rel: as an (empty) entry, or as the parent of something.
+        if not rel:
+            return True
+        f = found.get(rel)
+        if f is not None and f.kind == DIR:
+            return True
+        if not found_keys:
+            found_keys.extend(sorted(found))
+        return has_below(found_keys, rel)
 
     def hidden(rel: bytes) -> bool:
         # Exists on disk but the scan did not report it: ignored or excluded.
         if rel in hidden_cache:
             return hidden_cache[rel]
-        result = rel not in known_dirs and rel not in found and os.path.lexists(os.path.join(root, rel))
+        result = rel not in found and not known_dir(rel) and os.path.lexists(os.path.join(root, rel))
         hidden_cache[rel] = result
         return result
 
@@ -161,9 +194,19 @@ def skip_ignored(
     return kept
 
 
-def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -> None:
-    """Read and re-hash every chunk the steps need; raise CorruptError before any write."""
+#: Verified contents kept in memory for the writers (so they do not read and decompress again).
+KEEP_VERIFIED_BYTES = 64 << 20
+
+
+def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -> dict[bytes, list[bytes]]:
+    """Read and re-hash every chunk the steps need; raise CorruptError before any write.
+
+    Returns the plain chunks of the streams read, by stream id, as long as they fit in
+    :data:`KEEP_VERIFIED_BYTES` (the rest are read again when written).
+    """
     seen: dict[bytes, int] = {}
+    kept: dict[bytes, list[bytes]] = {}
+    budget = KEEP_VERIFIED_BYTES
     for s in steps:
         if s.action not in ("write", "chmod"):
             continue
@@ -171,7 +214,14 @@ def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -
         sid = entry.ref
         try:
             if sid not in seen:
-                seen[sid] = sum(len(block) for block in objects.iter_stream(get, sid))
+                blocks = list(objects.iter_stream(get, sid)) if entry.size <= budget else None
+                if blocks is None:
+                    seen[sid] = sum(len(block) for block in objects.iter_stream(get, sid))
+                else:
+                    seen[sid] = size = sum(len(block) for block in blocks)
+                    if size == entry.size:
+                        kept[sid] = blocks
+                        budget -= size
             if seen[sid] != entry.size:
                 # The entry's size is part of what the checkpoint says: a stream of another
                 # length means the record or the stream is not what was written.
@@ -180,3 +230,4 @@ def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -
             raise CorruptError(
                 f"cannot restore {display(s.path)}: {exc}; the tree was not touched"
             ) from exc
+    return kept

@@ -21,6 +21,7 @@ from snapstore.errors import ConflictError, CorruptError, SnapstoreError, TreeIO
 from snapstore.ops.context import StageContext
 from snapstore.ops.restore import journal
 from snapstore.ops.restore.apply import TMP_PREFIX, Applier, DirTree, getter
+from snapstore.ops.restore.batch import Run, execute
 from snapstore.ops.restore.journal import tables
 from snapstore.ops.restore.plan import REMOVALS, plan
 from snapstore.ops.restore.safety import check_manifest, under
@@ -165,14 +166,14 @@ def _replay(ctx: StageContext, j: journal.Journal, report: RecoverReport) -> Rec
         raise journal.conflict_error(report.conflicts, _doing(report.mode))
     applier = Applier(ctx.root_bytes, getter(ctx), entries, f"{os.getpid()}c")
     try:
-        for s in steps:
-            applier.apply(s)
+        # Leftover temp files first: the replay's own are renamed or removed by execute.
         clean_temp_files(applier.tree, [s.path for s in j.steps])
+        execute(applier, steps, None, Run())
     finally:
         applier.close()
     report.warnings.extend(applier.warnings)
     if report.mode == "forward":
-        report.op_seq = journal.finish(ctx.backend, j.op, len(j.steps))
+        report.op_seq = journal.finish(ctx.backend, j.op, len(j.steps), applier.cache)
     else:
         journal.clear(ctx.backend)
     return report

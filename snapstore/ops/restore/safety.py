@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
 from snapstore.errors import CorruptError, UnsafePathError
@@ -82,12 +83,16 @@ def check_entry(e: Entry) -> None:
         raise CorruptError(f"entry {shown} ({KIND_NAMES[e.kind]}) has a reference it cannot have")
 
 
-def check_manifest(entries: dict[bytes, Entry], excluded: frozenset[bytes]) -> None:
+def check_manifest(
+    entries: dict[bytes, Entry], excluded: frozenset[bytes], within: dict[bytes, Entry] | None = None
+) -> None:
     """Validate every entry of a manifest (and its place in the tree) before any of it is used.
 
-    Runs on every restore over the whole target, so the common entry (a plain file) is checked
-    by one combined test and the "below a non-directory" rule by the few distinct parents.
+    Runs on every restore, so the common entry (a plain file) is checked by one combined test
+    and the "below a non-directory" rule by the few distinct parents.  With ``within`` (the
+    whole manifest ``entries`` is part of), a parent is looked up there.
     """
+    within = entries if within is None else within
     suspect = _SUSPECT.search
     ex_prefixes = tuple(ex + b"/" for ex in excluded)
     reg = stat.S_IFREG
@@ -119,7 +124,7 @@ def check_manifest(entries: dict[bytes, Entry], excluded: frozenset[bytes]) -> N
     ancestors = set(parent_dirs)
     for d in parent_dirs:
         ancestors.update(parents(d))
-    clash = {d for d in ancestors if d in entries and entries[d].kind != DIR}
+    clash = {d for d in ancestors if d in within and within[d].kind != DIR}
     if clash:
         for path in entries:
             below = next((d for d in parents(path) if d in clash), None)
@@ -128,6 +133,31 @@ def check_manifest(entries: dict[bytes, Entry], excluded: frozenset[bytes]) -> N
                     f"{display(path)} lies below {display(below)}, which is not a directory "
                     "in the same checkpoint"
                 )
+
+
+def check_difference(
+    target: dict[bytes, Entry], new: dict[bytes, Entry], current: dict[bytes, Entry], excluded: frozenset[bytes]
+) -> None:
+    """Validate a target known as the tree's own entries (``current``, recorded from the tree
+    by this process) with the entries ``new`` in their place: only those are checked, each in
+    full, and for its place in ``target`` (no new entry below a non-directory, no entry of the
+    tree left below a new non-directory)."""
+    check_manifest(new, excluded, within=target)
+    # Only a path that is a directory in the tree (or not there) can have tree entries below it.
+    files = [p for p, e in new.items() if e.kind != DIR and (p not in current or current[p].kind == DIR)]
+    if not files:
+        return
+    keys = sorted(current)
+    for p in files:
+        prefix = p + b"/"
+        i = bisect_left(keys, prefix)
+        while i < len(keys) and keys[i].startswith(prefix):
+            if keys[i] in target and keys[i] not in new:  # still there, from the tree's chunks
+                raise UnsafePathError(
+                    f"{display(keys[i])} lies below {display(p)}, which is not a directory "
+                    "in the same checkpoint"
+                )
+            i += 1
 
 
 def selector(paths: Iterable[str | bytes] | None) -> Callable[[bytes], bool]:

@@ -1,0 +1,198 @@
+"""Restore-100 only: snapstore CLI vs git CLI, interleaved, and an in-process profile.
+
+``python -m benchmarks.restore_profile [--runs N] [--snapstore-at REV ...] [--profile]``
+
+Builds the stdlib corpus, checkpoints it (X), edits 100 files, checkpoints again (Y), then
+alternates: put the tree back at Y (untimed), restore X with each contestant (timed).  Each
+``--snapstore-at REV`` adds a snapstore contestant measured at that git revision (exported), so
+a before/after comparison runs in the same interleaved session.  ``--profile`` then runs one
+in-process restore under cProfile and prints where the time goes, and the next snapshot's reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from . import competitors, corpora
+from .competitors import GitCLI, SnapCLI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class _At:
+    """The snapstore CLI as of one source tree (PYTHONPATH), named after it."""
+
+    src: str | None
+
+    def __init__(self, tree: str, store: str, name: str, src: str | None):
+        self.src = src
+        old = competitors.SNAPSTORE_SRC
+        competitors.SNAPSTORE_SRC = src
+        try:
+            super().__init__(tree, store)  # type: ignore[call-arg]
+        finally:
+            competitors.SNAPSTORE_SRC = old
+        self.name = name
+
+    def _with_src(self, fn, *args):
+        old = competitors.SNAPSTORE_SRC
+        competitors.SNAPSTORE_SRC = self.src
+        try:
+            return fn(*args)
+        finally:
+            competitors.SNAPSTORE_SRC = old
+
+    def setup(self) -> None:
+        self._with_src(super().setup)
+
+    def checkpoint(self, msg: str):
+        return self._with_src(super().checkpoint, msg)
+
+    def latest(self) -> dict:
+        return self._with_src(super().latest)
+
+    def restore(self, ref: str):
+        return self._with_src(super().restore, ref)
+
+    def start_service(self) -> None:
+        self._with_src(super().start_service)
+
+    def stop_service(self) -> None:
+        self._with_src(super().stop_service)
+
+
+class SnapAt(_At, SnapCLI):
+    pass
+
+
+class SvcAt(_At, competitors.SnapSvc):
+    """The same, answered by its resident service (started after the checkpoints)."""
+
+
+def export(rev: str, work: str) -> str:
+    root = os.path.dirname(HERE)
+    src = os.path.join(work, f"src-{rev.replace('/', '_')}")
+    os.makedirs(src)
+    archive = subprocess.run(["git", "-C", root, "archive", rev, "snapstore"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+    return src
+
+
+def put(root: str, contents: dict[str, bytes]) -> None:
+    for rel, data in contents.items():
+        with open(os.path.join(root, rel), "wb") as f:
+            f.write(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=9)
+    p.add_argument("--snapstore-at", action="append", default=[], metavar="REV")
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--service", action="store_true", help="also each snapstore through its service")
+    p.add_argument("--workdir", default="/tmp/snapstore-restore-bench")
+    p.add_argument("--seed", type=int, default=5)
+    a = p.parse_args(argv)
+    work = a.workdir
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    tree = os.path.join(work, "stdlib")
+    corpora.build_stdlib(tree)
+    comps: list = [SnapAt(tree, os.path.join(work, "snap-wt"), "snap(worktree)", None)]
+    srcs = {rev: export(rev, work) for rev in a.snapstore_at}
+    for rev, src in srcs.items():
+        comps.append(SnapAt(tree, os.path.join(work, f"snap-{rev}"), f"snap({rev})", src))
+    if a.service:
+        comps.append(SvcAt(tree, os.path.join(work, "svc-wt"), "svc(worktree)", None))
+        for rev, src in srcs.items():
+            comps.append(SvcAt(tree, os.path.join(work, f"svc-{rev}"), f"svc({rev})", src))
+    comps.append(GitCLI(tree, os.path.join(work, "git")))
+    for c in comps:
+        c.setup()
+    x_ids, y_ids = {}, {}
+    for c in comps:
+        c.checkpoint("X")
+        x_ids[c.name] = c.latest()["id"] if isinstance(c, SnapCLI) else c.latest_id()
+    editor = corpora.Editor(tree, a.seed)
+    old = editor.edit(100)
+    y = {rel: open(os.path.join(tree, rel), "rb").read() for rel in old}
+    for c in comps:
+        c.checkpoint("Y")
+        y_ids[c.name] = c.latest()["id"] if isinstance(c, SnapCLI) else c.latest_id()
+    for c in comps:
+        if isinstance(c, SvcAt):
+            c.start_service()
+    try:
+        return measure(a, comps, tree, x_ids, y, old, work)
+    finally:
+        for c in comps:
+            if isinstance(c, SvcAt):
+                c.stop_service()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(a, comps, tree, x_ids, y, old, work) -> int:
+    times: dict[str, list[float]] = {c.name: [] for c in comps}
+    for i in range(a.runs):
+        order = comps if i % 2 == 0 else comps[::-1]
+        for c in order:
+            put(tree, y)
+            t, _ = c.restore(x_ids[c.name])
+            times[c.name].append(t)
+            bad = sum(open(os.path.join(tree, rel), "rb").read() != data for rel, data in old.items())
+            if bad:
+                print(f"RESTORE CHECK FAILED: {c.name} run {i}: {bad} files", file=sys.stderr)
+                return 1
+    git = statistics.median(times["git-cli"])
+    print(f"restore-100, stdlib ({a.runs} runs, interleaved), load {os.getloadavg()[0]:.2f}")
+    for c in comps:
+        med = statistics.median(times[c.name])
+        via = f" (service answered {c.requests()} requests)" if isinstance(c, SvcAt) else ""
+        print(f"  {c.name:24s} median {med * 1000:7.1f} ms  min {min(times[c.name]) * 1000:7.1f}  "
+              f"{med / git:5.2f}x git{via}")
+    if a.profile:
+        profile(tree, os.path.join(work, "snap-wt"), x_ids["snap(worktree)"], y, old)
+    return 0
+
+
+def profile(tree: str, store: str, x_id: str, y: dict[str, bytes], old: dict[str, bytes]) -> None:
+    from snapstore import Store
+    from snapstore.ops import snapshot_io
+
+    put(tree, y)
+    s = Store.open(store=store)
+    try:
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        s.restore(x_id)
+        prof.disable()
+        print(f"in-process restore: {(time.perf_counter() - t0) * 1000:.1f} ms")
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(35)
+        opened = []
+        real = snapshot_io._open
+
+        def counting(*args, **kw):
+            opened.append(args[1])
+            return real(*args, **kw)
+
+        snapshot_io._open = counting
+        try:
+            s.snapshot(message="after restore")
+        finally:
+            snapshot_io._open = real
+        print(f"next snapshot read {len(opened)} files")
+    finally:
+        s.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

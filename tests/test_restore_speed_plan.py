@@ -1,0 +1,203 @@
+"""Restore at git's speed, continued: planning from the manifest chunks that differ, and a
+watching Store (the service) that keeps its tree state across a restore.
+
+Counts go through seams (manifest decoding, snapshot walks, snapshot_io._open), never timings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from restore_helpers import read_tree, write_tree
+from test_restore_speed import _Opens, _spec
+
+from snapstore.ops.restore import batch
+from snapstore.store import Store
+from snapstore.tree import statcache
+
+# -- planning from the manifest chunks that differ ------------------------------------------------
+
+
+def _big_tree(tree: Path, n: int = 600) -> None:
+    write_tree(tree, {f"b/f{i:04d}.txt": b"%d\n" % i for i in range(n)} | {"a.txt": b"a\n", "c.txt": b"c\n"})
+
+
+def test_restore_decodes_only_the_manifest_chunks_that_differ(tree: Path, store: Store, monkeypatch):
+    from snapstore.ops import restore as restore_mod
+    from snapstore.records import manifest
+
+    _big_tree(tree, 2000)
+    store.snapshot("A", tags=["A"])
+    (tree / "b/f0300.txt").write_bytes(b"changed\n")
+    store.snapshot("B")
+    decoded: list[bytes] = []
+    real = manifest.iter_entries_of_chunks
+
+    def counting(mid, chunks):
+        for e in real(mid, chunks):
+            decoded.append(e.path)
+            yield e
+
+    def no_full_load(*args, **kwargs):
+        raise AssertionError("a restore loaded a whole manifest")
+
+    monkeypatch.setattr(manifest, "iter_entries_of_chunks", counting)
+    monkeypatch.setattr(restore_mod.manifest, "load", no_full_load)
+    store.restore("A")
+    assert (tree / "b/f0300.txt").read_bytes() == b"300\n"
+    assert b"b/f0300.txt" in decoded
+    assert len(decoded) < 2002 // 4  # a few chunks of each side, not the manifests
+
+
+def _plant_over(store: Store, tree: Path, extra) -> str:
+    """Plant a checkpoint: the tree's latest entries plus ``extra``."""
+    from restore_helpers import plant_checkpoint
+
+    from snapstore.records import manifest
+
+    with store.backend.read() as view:
+        entries = manifest.load(view.get, store.resolve("latest").manifest)
+    return plant_checkpoint(store, [*entries.values(), extra])
+
+
+#: Names that sort between "b" and "b/..." (the manifest's order): they push b's contents into
+#: manifest chunks of their own, which the planted target shares with the tree.
+_BETWEEN = {f"b.{i:04d}": b"%d\n" % i for i in range(400)}
+
+
+@pytest.mark.parametrize("b_is", ["dir", "file"])
+def test_an_entry_clashing_with_the_trees_shared_chunks_is_refused(tree: Path, store: Store, b_is: str):
+    """A target whose new entry clashes with entries of manifest chunks it shares with the tree
+    (a file b over b's contents, or b/x under the file b) is refused as unsafe before anything
+    changes, not tried and rolled back."""
+    from snapstore.errors import UnsafePathError
+    from snapstore.records.manifest import FILE, Entry
+    from snapstore.storage.objects import chunk_id
+
+    ref_id = chunk_id(b"pwned\n")
+    if b_is == "dir":
+        write_tree(tree, _BETWEEN | {f"b/f{i}": b"%d" % i for i in range(5)})
+        extra = Entry(b"b", FILE, 0o100644, 6, 0, ref_id)
+    else:
+        write_tree(tree, _BETWEEN | {"b": b"a file\n"})
+        extra = Entry(b"b/x.txt", FILE, 0o100644, 6, 0, ref_id)
+    store.snapshot("honest")
+    ref = _plant_over(store, tree, extra)
+    before = read_tree(tree)
+    with pytest.raises(UnsafePathError, match="lies below b"):
+        store.restore(ref)
+    assert read_tree(tree) == before
+    assert store.pending_restore() is None
+
+
+# -- a watching Store keeps its tree state across a restore -------------------------------------
+
+
+class _Walks:
+    """Counts full walks of the tree by snapshots."""
+
+    def __init__(self, monkeypatch) -> None:
+        from snapstore.ops import snapshot
+
+        self.n = 0
+        real = snapshot.scan.walk
+
+        def counting(*args, **kwargs):
+            self.n += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(snapshot.scan, "walk", counting)
+
+
+@pytest.fixture
+def watched(tree: Path, monkeypatch):
+    pytest.importorskip("inotify_simple")
+    monkeypatch.setattr(statcache, "RACY_MARGIN_NS", 0)  # files this test just wrote count as settled
+    write_tree(tree, _spec(24, b"A"))
+    with Store.init(tree):
+        pass
+    s = Store.open(tree, watch=True)
+    s.snapshot("A", tags=["A"])
+    after = read_tree(tree)
+    write_tree(tree, _spec(20, b"B"))  # rewrites only: the restore rewrites known files
+    s.snapshot("B")
+    try:
+        yield s, after
+    finally:
+        s.close()
+
+
+def test_a_watching_store_snapshots_after_a_restore_without_walking(tree: Path, watched, monkeypatch):
+    store, after = watched
+    store.restore("A")
+    assert read_tree(tree) == after
+    walks, opens = _Walks(monkeypatch), _Opens(monkeypatch)
+    (tree / "d1/f05.txt").write_bytes(b"edited after the restore\n")
+    cp = store.snapshot("after restore")
+    assert (walks.n, opens.paths) == (0, [b"d1/f05.txt"])
+    assert store.read_bytes(cp.id, "d1/f05.txt") == b"edited after the restore\n"
+    assert store.read_bytes(cp.id, "d1/f01.txt") == after["d1/f01.txt"][1]
+    # the next restore's safety checkpoint does not walk either
+    store.restore("latest~1")
+    assert walks.n == 0
+
+
+def test_another_process_working_during_the_restore_means_a_full_walk(tree: Path, watched, monkeypatch):
+    from snapstore.ops import restore as restore_mod
+
+    store, after = watched
+
+    def meddle(i: int) -> None:
+        if i == 0:
+            (tree / "d3/f03.txt").write_bytes(b"someone else, not restored\n")  # the plan keeps it
+
+    monkeypatch.setattr(restore_mod, "step_hook", meddle)
+    monkeypatch.setattr(batch, "POOL_MIN_FILES", 10**6)
+    (tree / "d3/f03.txt").write_bytes(after["d3/f03.txt"][1])  # as A has it: not in the plan
+    store.snapshot("d3/f03 as in A")
+    store.restore("A")
+    monkeypatch.setattr(restore_mod, "step_hook", None)
+    walks = _Walks(monkeypatch)
+    cp = store.snapshot("after restore")
+    assert walks.n == 1
+    assert store.read_bytes(cp.id, "d3/f03.txt") == b"someone else, not restored\n"
+
+
+def test_a_restored_file_changed_before_the_restore_ends_means_a_full_walk(tree: Path, watched, monkeypatch):
+    """A file rewritten after its rename (its events look like the restore's own): the stat
+    the restore recorded no longer matches, so the state is dropped."""
+    from snapstore.ops import restore as restore_mod
+
+    store, _ = watched
+
+    def meddle(i: int) -> None:
+        if i == 1:  # step 0 (d0/f00.txt) is renamed into place: rewrite it
+            (tree / "d0/f00.txt").write_bytes(b"rewritten during the restore\n")
+
+    monkeypatch.setattr(restore_mod, "step_hook", meddle)
+    store.restore("A")
+    monkeypatch.setattr(restore_mod, "step_hook", None)
+    walks = _Walks(monkeypatch)
+    cp = store.snapshot("after restore")
+    assert walks.n == 1
+    assert store.read_bytes(cp.id, "d0/f00.txt") == b"rewritten during the restore\n"
+
+
+def test_a_watching_store_records_and_undoes_a_restore_exactly(tree: Path, watched):
+    """Right after the restore (no edit in between) the snapshot and the undo's safety
+    checkpoint hold the restored tree, not the checkpoint the state was last written for."""
+    store, after = watched
+    edited = read_tree(tree)
+    store.restore("A")
+    cp = store.snapshot("right after")
+    assert store.read_bytes(cp.id, "d1/f01.txt") == after["d1/f01.txt"][1]
+    store.restore("A")  # a no-op restore (the tree is A): its safety reuses "right after"
+    store.undo()
+    assert read_tree(tree) == after  # undoing the no-op keeps A
+    store.undo()
+    assert read_tree(tree) == after
+    store.restore("latest~1")  # B, as edited
+    assert read_tree(tree) == edited
+    store.undo()
+    assert read_tree(tree) == after
