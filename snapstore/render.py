@@ -246,7 +246,8 @@ def oplog_rows(ops: list[Operation]) -> list[list[str]]:
 def verify_line(report: VerifyReport) -> str:
     status = "ok" if report.ok else f"{len(report.problems)} problem(s)"
     return (
-        f"verified {report.chunks} chunks ({size(report.bytes_read)}), {report.streams} streams, "
+        f"verified {report.chunks} chunks" + (f" in {report.packs} packs" if report.packs else "")
+        + f" ({size(report.bytes_read)} read), {report.streams} streams, "
         f"{report.checkpoints} checkpoints, {report.files} file entries: {status}"
     )
 
