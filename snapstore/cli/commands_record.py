@@ -123,14 +123,15 @@ def show(obj: Ctx, ref: str, show_conversation: bool, task: str | None, renames:
 @command(name="log", example="snapstore log src/app.py\nsnapstore restore <id> -- src/app.py   # bring a version back")
 @click.argument("path")
 @click.option("--task", metavar="NAME", help="Only this task's checkpoints.")
+@click.option("-n", "--limit", type=click.IntRange(min=1), metavar="N", help="Only the newest N versions (reads history only that far back).")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"path": ..., "versions": [...]}.')
 @click.pass_obj
-def log_(obj: Ctx, path: str, task: str | None, as_json: bool) -> None:
+def log_(obj: Ctx, path: str, task: str | None, limit: int | None, as_json: bool) -> None:
     """List the checkpoints in which PATH changed, oldest version first, with lines +/-."""
     from snapstore.render import history_rows, table
 
     with obj.open(reading=True) as store:
-        versions = store.history(path, task=task)
+        versions = store.history(path, task=task, limit=limit)
     if as_json:
         echo_json({"path": path, "versions": [v.to_json() for v in versions]})
         return

@@ -31,12 +31,30 @@ from snapstore.facade.base import StoreBase
 class ReadingMixin(StoreBase):
     """The read-only methods (no writer lock)."""
 
-    def history(self, path: str | bytes, *, task: str | None = None) -> list[Version]:
-        """The checkpoints in which ``path`` changed, oldest first, with lines +/-."""
-        from snapstore.ops.history import file_history
+    def history(
+        self, path: str | bytes, *, task: str | None = None, limit: int | None = None
+    ) -> list[Version]:
+        """The checkpoints in which ``path`` changed, oldest first, with lines +/-.
 
-        rows = list(reversed(self.checkpoints(task=task)))
-        return file_history(self, from_user(path), rows)
+        With ``limit``, only the newest ``limit`` versions, reading history backwards only as
+        far as they reach (not every checkpoint record).
+        """
+        from snapstore.ops.history import file_history, newest_versions
+
+        if limit is None:
+            rows = list(reversed(self.checkpoints(task=task)))
+            return file_history(self, from_user(path), rows)
+        from snapstore.records.history import History
+
+        with self.backend.read() as view:
+            history = History(view)
+            source = history.of_task(task) if task is not None else None
+            rows_newest = (
+                c
+                for c in (source if source is not None else history.newest())
+                if not c.is_safety and (task is None or c.task == task)
+            )
+            return newest_versions(view.get, from_user(path), rows_newest, max(limit, 0))
 
     def summary(self, ref: str, *, task: str | None = None, renames: bool = False) -> dict[str, Any]:
         """What an agent UI shows for a checkpoint: the record, changed files with +/- counts

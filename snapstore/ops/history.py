@@ -7,7 +7,7 @@ grows with what changed, not with the size of the tree times the number of check
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -89,6 +89,46 @@ def file_history(store: _HasBackend, rel: bytes, checkpoints: list[Checkpoint]) 
                 out.append(Version(cp, change.status, entry, *n))
             prev_entry = entry
     return out
+
+
+def newest_versions(
+    get: Getter, rel: bytes, newest_first: Iterable[Checkpoint], limit: int
+) -> list[Version]:
+    """The newest ``limit`` versions of ``rel`` (oldest first), walking history backwards.
+
+    Costs what it reads: it stops at the checkpoint before the oldest version it returns, so
+    ``log PATH --limit N`` of a path edited recently reads a few records at any history length.
+    The same versions as the last ``limit`` of :func:`file_history` over the same checkpoints.
+    """
+    found: list[Version] = []
+
+    def load(e: Entry) -> bytes:
+        return objects.read_stream(get, e.ref)
+
+    def record(cp: Checkpoint, before: Entry | None, after: Entry | None) -> None:
+        old = {rel: before} if before is not None else {}
+        new = {rel: after} if after is not None else {}
+        for change in diff.with_loaders(diff.compare(old, new), load, load):
+            found.append(Version(cp, change.status, after, *textdiff.count(change)))
+
+    newer: Checkpoint | None = None
+    for cp in newest_first:
+        if len(found) >= limit:
+            break
+        if newer is None or cp.manifest == newer.manifest:
+            newer = cp  # a run of equal manifests: the change belongs to its oldest checkpoint
+            continue
+        old, new = diff.manifest_difference(get, cp.manifest, newer.manifest)
+        if rel in old or rel in new:
+            record(newer, old.get(rel), new.get(rel))
+        newer = cp
+    else:
+        if newer is not None and len(found) < limit:  # the oldest checkpoint: present there is "A"
+            first = _lookup(get, newer.manifest, rel)
+            if first is not None:
+                record(newer, None, first)
+    found.reverse()
+    return found
 
 
 def _lookup(get: Getter, mid: bytes, rel: bytes) -> Entry | None:
