@@ -148,7 +148,7 @@ def run(
         return RestoreReport(kind, target, None, changes, True, warnings, unrecorded=p.unrecorded)
 
     with tables(backend).read() as view:
-        contents = verify_sources(view.get, target_entries, steps)
+        contents = verify_sources(view.get, target_entries, steps, tables(backend).read)
     op = {
         "kind": kind,
         "target": bytes.fromhex(target.id),

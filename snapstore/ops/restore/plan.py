@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from snapstore.errors import CorruptError
@@ -29,6 +30,7 @@ from snapstore.ops.diff import (
 )
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE, Entry, exact_mode
 from snapstore.storage import objects
+from snapstore.storage.backend import ReadView
 from snapstore.tree.paths import display, parents
 from snapstore.tree.scan import Found
 
@@ -198,29 +200,42 @@ def skip_ignored(
 KEEP_VERIFIED_BYTES = 64 << 20
 
 
-def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -> dict[bytes, list[bytes]]:
+def verify_sources(
+    get: Getter,
+    target: dict[bytes, Entry],
+    steps: list[Step],
+    reader: Callable[[], AbstractContextManager[ReadView]] | None = None,
+) -> dict[bytes, list[bytes]]:
     """Read and re-hash every chunk the steps need; raise CorruptError before any write.
 
     Returns the plain chunks of the streams read, by stream id, as long as they fit in
-    :data:`KEEP_VERIFIED_BYTES` (the rest are read again when written).
+    :data:`KEEP_VERIFIED_BYTES` (the rest are read again when written).  With ``reader`` (a
+    source of read views) the streams that will be kept are read by a small thread pool, each
+    thread with its own view: decompressing solid frames is most of a restore's reading, and
+    zstd releases the GIL.
     """
+    wanted = [(s, target[s.path]) for s in steps if s.action in ("write", "chmod")]
+    early: dict[bytes, list[bytes] | CorruptError] = {}
+    if reader is not None:
+        early = _read_ahead(reader, [e for _, e in wanted])
     seen: dict[bytes, int] = {}
     kept: dict[bytes, list[bytes]] = {}
     budget = KEEP_VERIFIED_BYTES
-    for s in steps:
-        if s.action not in ("write", "chmod"):
-            continue
-        entry = target[s.path]
+    for s, entry in wanted:
         sid = entry.ref
         try:
             if sid not in seen:
-                blocks = list(objects.iter_stream(get, sid)) if entry.size <= budget else None
-                if blocks is None:
+                got = early.get(sid)
+                if isinstance(got, CorruptError):
+                    raise got
+                if got is None and entry.size <= budget:
+                    got = list(objects.iter_stream(get, sid))
+                if got is None:
                     seen[sid] = sum(len(block) for block in objects.iter_stream(get, sid))
                 else:
-                    seen[sid] = size = sum(len(block) for block in blocks)
-                    if size == entry.size:
-                        kept[sid] = blocks
+                    seen[sid] = size = sum(len(block) for block in got)
+                    if size == entry.size and size <= budget:
+                        kept[sid] = got
                         budget -= size
             if seen[sid] != entry.size:
                 # The entry's size is part of what the checkpoint says: a stream of another
@@ -231,3 +246,43 @@ def verify_sources(get: Getter, target: dict[bytes, Entry], steps: list[Step]) -
                 f"cannot restore {display(s.path)}: {exc}; the tree was not touched"
             ) from exc
     return kept
+
+
+#: Streams below this count are read in the calling thread (a pool costs more than it saves).
+PARALLEL_MIN = 8
+READ_THREADS = 2
+
+
+def _read_ahead(
+    reader: Callable[[], AbstractContextManager[ReadView]], entries: list[Entry]
+) -> dict[bytes, list[bytes] | CorruptError]:
+    """The streams that fit the keep budget, read in parallel (each result or its damage)."""
+    todo: list[bytes] = []
+    budget = KEEP_VERIFIED_BYTES
+    for e in entries:
+        if e.ref not in todo and e.size <= budget:
+            todo.append(e.ref)
+            budget -= e.size
+    if len(todo) < PARALLEL_MIN:
+        return {}
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(sids: list[bytes]) -> dict[bytes, list[bytes] | CorruptError]:
+        out: dict[bytes, list[bytes] | CorruptError] = {}
+        with reader() as view:
+            for sid in sids:
+                try:
+                    out[sid] = list(objects.iter_stream(view.get, sid))
+                except CorruptError as exc:
+                    out[sid] = exc
+        return out
+
+    # Contiguous shares: neighbours (often in one solid frame) are read by the same thread, whose
+    # frame cache then decodes that frame once.
+    step = -(-len(todo) // READ_THREADS)
+    shares = [todo[i : i + step] for i in range(0, len(todo), step)]
+    result: dict[bytes, list[bytes] | CorruptError] = {}
+    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="snapstore-verify") as pool:
+        for part in pool.map(read, shares):
+            result.update(part)
+    return result
