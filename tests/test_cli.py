@@ -286,6 +286,9 @@ def test_version_and_help(run_cli):
     assert r.code == 0 and "snapstore" in r.text
     r = run_cli("--help")
     assert r.code == 0 and "Exit codes" in r.text
+    listed = r.text.split("Every command takes --help")[0]
+    missing = [name for name in cli.commands if name not in listed]
+    assert not missing, f"the group help does not list {missing}"
 
 
 # -- docs -------------------------------------------------------------------------------------
