@@ -215,7 +215,7 @@ def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_t
 
     \b
     Record:   init, snapshot, list, show, log, cat, diff
-    Go back:  restore, undo, oplog, recover
+    Go back:  restore, undo, revert, oplog, recover
     Upkeep:   verify, prune, delete, gc, stats, config, relocate, serve, upgrade
     Agents:   hook, integrate, mcp, edit
     Browse:   ui
