@@ -291,9 +291,9 @@ def test_files_are_written_from_the_chunks_verified_before_the_journal(tree: Pat
     monkeypatch.setattr(apply_mod.objects, "iter_stream", no_second_read)
     real_verify = sys.modules["snapstore.ops.restore"].verify_sources
 
-    def verify(get, target, steps):
+    def verify(get, target, steps, reader=None):
         monkeypatch.undo()  # verification reads for real
-        kept = real_verify(get, target, steps)
+        kept = real_verify(get, target, steps, reader)
         monkeypatch.setattr(apply_mod.objects, "iter_stream", no_second_read)
         return kept
 
