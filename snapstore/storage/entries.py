@@ -33,6 +33,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from snapstore.errors import CorruptError
 
@@ -88,9 +89,9 @@ class Entry:
         return head
 
 
-def is_entry(value: bytes | None) -> bool:
+def is_entry(value: bytes | None) -> TypeGuard[bytes]:
     """Whether a ``chunks`` value is a v2 pack entry (not a v1 inline chunk)."""
-    return bool(value) and value[0] == FLAG_PACKED  # type: ignore[index]
+    return value is not None and value[:1] == bytes((FLAG_PACKED,))
 
 
 def parse(cid: bytes, value: bytes) -> Entry:

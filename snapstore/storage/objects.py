@@ -149,7 +149,6 @@ def load_chunk(
     value = get("chunks", cid)
     if not entries.is_entry(value):
         return decode_chunk(cid, value, check=check, max_size=max_size)
-    assert value is not None
     data = _load_packed(get, cid, value, min(max_size, MAX_CHUNK_BYTES), whole_frame)
     if check:
         if chunk_id(data) != cid:

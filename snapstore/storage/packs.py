@@ -202,7 +202,6 @@ class DeltaBases:
             value = self._get("chunks", base)
             if not entries.is_entry(value):
                 return None  # a format-1 chunk: never a base (the store is being upgraded)
-            assert value is not None
             bentry = entries.parse(base, value)
             depth = bentry.depth + 1 if bentry.codec == CODEC_DELTA else 1
             if depth > self.max_depth:
