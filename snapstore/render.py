@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
 
 from snapstore.tree.paths import display
+from snapstore.units import human_size
 
+TYPE_CHECKING = False  # no `typing` at run time: a plain CLI snapshot imports this module
 if TYPE_CHECKING:
+    from typing import Any
+
     from snapstore.ops.diff import Change
     from snapstore.ops.gc import GcReport
     from snapstore.ops.history import Version
@@ -25,9 +27,7 @@ if TYPE_CHECKING:
 
 
 def size(n: int | float) -> str:
-    """``14.2 KiB``-style sizes (one formatter for the CLI and the ops: textdiff.human_size)."""
-    from snapstore.ops.textdiff import human_size
-
+    """``14.2 KiB``-style sizes (the one formatter: :func:`snapstore.units.human_size`)."""
     return human_size(n)
 
 
@@ -57,6 +57,8 @@ def one_line(text: str, width: int = 50) -> str:
 
 
 def dump_json(doc: Any) -> str:
+    import json  # only for --json output (its import pulls in re)
+
     return json.dumps(doc, indent=2, ensure_ascii=False)
 
 

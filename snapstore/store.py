@@ -7,7 +7,6 @@ Every method that writes holds the store's writer lock; reads take no lock.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
@@ -217,6 +216,8 @@ class Store(RevertMixin):
         With ``store``, ``start`` must be inside the store's tree (StoreNotFoundError otherwise):
         a command acts on the tree the user is in, never on another one.
         """
+        if not os.path.isdir(start):  # not a parent's tree instead (`-C typo` must not act there)
+            raise UsageError(f"cannot change to {os.fspath(start)}: no such directory")
         store_dir = cls.locate(start, store=store)
         if store is None:
             return cls.open(os.path.dirname(store_dir), lock_timeout=lock_timeout)
@@ -367,9 +368,9 @@ class Store(RevertMixin):
             if not result.reused:
                 result.report.warnings.extend(self._auto_retention())
         cp = parse_record(cp_id, packed)
-        cp = dataclasses.replace(cp, warnings=tuple(result.report.warnings), reused=result.reused)
+        cp = cp._replace(warnings=tuple(result.report.warnings), reused=result.reused)
         late = self.hooks.after("after_snapshot", checkpoint=cp)
-        return dataclasses.replace(cp, warnings=cp.warnings + tuple(late)) if late else cp
+        return cp._replace(warnings=cp.warnings + tuple(late)) if late else cp
 
 
 

@@ -231,6 +231,18 @@ def test_no_store_exits_3(tmp_path, run_cli):
     assert_one_line_error(r.err)
 
 
+def test_a_missing_directory_is_an_error_not_the_parents_tree(inited, run_cli):
+    """`-C typo` inside a tree must not act on the enclosing tree (as git -C refuses)."""
+    for args in (["list"], ["snapshot", "-m", "x"], ["snapshot", "-q"], ["log", "a.txt"]):
+        r = run_cli("-C", "no-such-dir", *args, cwd=inited)
+        assert r.code == 2, (args, r.out, r.err)
+        assert "cannot change to no-such-dir" in r.err
+        assert_one_line_error(r.err)
+    r = run_cli("-C", "no-such-dir", "snapshot", cwd=inited)
+    assert r.code == 2
+    assert run_cli("list", "--json", cwd=inited).out.count(b'"id"') == 0  # nothing was recorded
+
+
 def test_init_in_a_path_that_is_a_file_exits_8(tmp_path, run_cli):
     f = tmp_path / "plain-file"
     f.write_bytes(b"x")

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from helpers import subprocess_env
 
 from snapstore.storage import lmdb_generations
@@ -143,3 +144,25 @@ def test_compactions_killed_at_random_moments_under_a_long_lived_reader(tree):
         store.gc(compact=True)
         assert store.verify().ok
         assert _gens(store.store_dir) == [lmdb_generations.read_current(store.store_dir)[1]]
+
+
+@pytest.mark.parametrize(
+    ("name", "number"),
+    [
+        ("gen-1", 1),
+        ("gen-42", 42),
+        ("gen-123456789", 123456789),
+        ("gen-0", None),  # generations start at 1
+        ("gen-01", None),  # no leading zero: one name per number
+        ("gen-1234567890", None),  # at most 9 digits
+        ("gen-", None),
+        ("gen-1\n", None),
+        ("gen-1.tmp", None),
+        ("xgen-1", None),
+        ("GEN-1", None),
+        ("gen-\u0661", None),  # a non-ASCII digit
+        ("gen-+1", None),
+    ],
+)
+def test_generation_names_are_parsed_strictly(name: str, number: int | None) -> None:
+    assert lmdb_generations._gen_number(name) == number

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "snapstore"
 LAYERS = {
     "snapstore.__version__": 0,
     "snapstore.errors": 0,
+    "snapstore.units": 0,
     "snapstore.storage": 1,
     "snapstore.records": 2,
     "snapstore.tree": 3,

@@ -152,7 +152,8 @@ def test_console_script_snapshot_imports_no_click(twins):
         "rc = client.main()\n"
         "heavy = [m for m in ('click', 'snapstore.cli.app', 'snapstore.ops.merge', 'snapstore.ops.revert',"
         " 'snapstore.ops.renames', 'snapstore.records.conversation', 'snapstore.ops.gc',"
-        " 'snapstore.ops.retention', 'snapstore.render', 'json') if m in sys.modules]\n"
+        " 'snapstore.ops.retention', 'snapstore.render', 'json', 'dataclasses', 'difflib',"
+        " 'snapstore.ops.textdiff') if m in sys.modules]\n"
         "print(rc, ','.join(heavy))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=subprocess_env(), cwd=a, timeout=120)
@@ -165,16 +166,32 @@ def test_console_script_snapshot_imports_no_click(twins):
 
 
 def test_a_no_change_snapshot_does_not_import_zstandard(twins):
-    """Nothing is compressed or decompressed when nothing changed: zstd stays unloaded."""
+    """Nothing is compressed or decompressed when nothing changed: zstd stays unloaded, and so do
+    the modules only a change needs (dataclasses, json, the diff that counts changes)."""
     a, _ = twins
     code = (
         "import sys\n"
         "from snapstore.service import client\n"
         "sys.argv = ['snapstore', 'snapshot', '-q']\n"
         "rc = client.main()\n"
-        "print(rc, 'zstandard' in sys.modules)\n"
+        "print(rc, 'zstandard' in sys.modules, *(m for m in ('dataclasses', 'json', 'snapstore.ops.diff') if m in sys.modules))\n"
     )
     for _ in range(2):  # the first may store a change; the second has none
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=subprocess_env(), cwd=a, timeout=120)
         assert r.returncode == 0, r.stderr
     assert r.stdout.decode().split() == ["0", "False"], r.stdout
+
+
+def test_console_script_ends_early_with_all_output_flushed(twins):
+    """The console script leaves with os._exit after a click-free snapshot: every byte it wrote
+    to a pipe (block-buffered, unlike a terminal) still arrives, and the exit code is kept."""
+    a, _ = twins
+    (a / "new.txt").write_text("new\n")
+    env = subprocess_env()
+    env.pop("PYTHONUNBUFFERED", None)  # buffered stdout, as for any real pipe
+    code = "import sys; from snapstore.service.client import run; sys.argv[0] = 'snapstore'; run()"
+    ok = subprocess.run([sys.executable, "-c", code, "snapshot", "-m", "early"], capture_output=True, env=env, cwd=a, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert re.fullmatch(r"[0-9a-f]{12} \+1 ~0 -0 files, \d+ B new\n", ok.stdout.decode()), ok.stdout
+    bad = subprocess.run([sys.executable, "-c", code, "snapshot", "-C", "missing-dir"], capture_output=True, env=env, cwd=a, timeout=120)
+    assert bad.returncode != 0 and bad.stderr.startswith(b"snapstore: error: "), bad

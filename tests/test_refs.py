@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from snapstore.errors import CorruptError, RefError, UsageError
@@ -97,7 +95,7 @@ def test_no_checkpoints_yet(tree):
 
 
 def _fake(cp, hex_id: str):
-    return dataclasses.replace(cp, id=hex_id)
+    return cp._replace(id=hex_id)
 
 
 def test_ambiguous_prefix(three):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from snapstore.ops.context import StageContext
@@ -56,7 +55,7 @@ class StoreBase:
             history = History(view)
             cp = history.resolve(ref, task)
             tags = history.tags_of({cp.id})
-        return dataclasses.replace(cp, tags=tags.get(cp.id, ()))
+        return cp._replace(tags=tags.get(cp.id, ()))
 
     def _damage_of(self, cid: str) -> str | None:
         with self.backend.read() as view:
@@ -69,7 +68,7 @@ class StoreBase:
         by_id: dict[str, list[str]] = {}
         for name, cid in tags.items():
             by_id.setdefault(cid, []).append(name)
-        all_ = [dataclasses.replace(c, tags=tuple(sorted(by_id.get(c.id, ())))) for c in all_]
+        all_ = [c._replace(tags=tuple(sorted(by_id.get(c.id, ())))) for c in all_]
         return all_, tags
 
     def _checkpoint_by_id(self, cid: bytes) -> Checkpoint:

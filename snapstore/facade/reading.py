@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -145,7 +144,7 @@ class ReadingMixin(StoreBase):
             history = History(view)
             out = refs.numbered(history.newest(), task, include_safety, limit)
             tags = history.tags_of({c.id for _, c in out})
-        return [(i, dataclasses.replace(c, tags=tags.get(c.id, ()))) for i, c in out]
+        return [(i, c._replace(tags=tags.get(c.id, ()))) for i, c in out]
 
     def line_counts(self, changes: list[Change]) -> list[LineCounts]:
         """Lines added and removed by each change, as ``diff --stat`` shows them (binary files

@@ -14,7 +14,6 @@ narrow what is looked at; the stat cache (with its racy-file rule) still decides
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 from typing import Any, NamedTuple
@@ -26,8 +25,6 @@ from snapstore.tree import scan, statcache, worktree
 KEY = "snapshot.incremental"
 WATCHER = "watcher"
 CHECK = "snapshot.incremental.check"
-
-log = logging.getLogger("snapstore.watcher")
 
 Keys = tuple[bytes | None, bytes | None]
 
@@ -155,7 +152,9 @@ def _compare(
         watcher.divergences += len(missed)
         shown = ", ".join(p.decode("utf-8", "replace") for p in missed[:5])
         watcher.last_divergence = f"{len(missed)} path(s) changed without an event: {shown}"
-        log.warning("consistency check: %s", watcher.last_divergence)
+        import logging  # only when there is something to log: not on every snapshot's import
+
+        logging.getLogger("snapstore.watcher").warning("consistency check: %s", watcher.last_divergence)
 
 
 def remember(

@@ -14,10 +14,9 @@ their files hold more than :data:`MAX_TOTAL_BYTES` together, as git does past
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
-from snapstore.ops.diff import ADDED, DELETED, Change
+from snapstore.ops.diff import ADDED, DELETED, Change, Loader
 from snapstore.records.manifest import Entry
 from snapstore.tree.paths import display, to_json
 
@@ -36,12 +35,39 @@ MAX_CANDIDATES = 10_000
 MAX_TOTAL_BYTES = 64 << 20
 
 
-@dataclass(frozen=True)
 class Renamed(Change):
     """A file moved from ``old_path`` to ``path`` (``similarity`` percent of it unchanged)."""
 
-    old_path: bytes = b""
-    similarity: int = 100
+    __slots__ = ("old_path", "similarity")
+
+    def __init__(
+        self,
+        status: str,
+        path: bytes,
+        old: Entry | None,
+        new: Entry | None,
+        _old_loader: Loader | None = None,
+        _new_loader: Loader | None = None,
+        *,
+        old_path: bytes = b"",
+        similarity: int = 100,
+    ) -> None:
+        super().__init__(status, path, old, new, _old_loader, _new_loader)
+        self.old_path = old_path
+        self.similarity = similarity
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Renamed)
+            and self._key() == other._key()
+            and (self.old_path, self.similarity) == (other.old_path, other.similarity)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._key(), self.old_path, self.similarity))
+
+    def __repr__(self) -> str:
+        return f"Renamed({super().__repr__()}, old_path={self.old_path!r}, similarity={self.similarity})"
 
     @property
     def display_path(self) -> str:

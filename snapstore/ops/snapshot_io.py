@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import errno
 import os
-import queue
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, NamedTuple, Union
 
 from snapstore.storage import chunker, objects, packs
 
@@ -100,9 +98,14 @@ class Writer(threading.Thread):
     def __init__(self, backend: Backend) -> None:
         super().__init__(name="snapstore-writer", daemon=True)
         self.backend = backend
-        self.queue: queue.Queue[list[Op] | None] = queue.Queue(QUEUE_ITEMS)
         self.error: BaseException | None = None
         self.inserted = 0
+
+    def start(self) -> None:
+        import queue  # here, not at import: a no-change snapshot never starts the writer
+
+        self.queue: queue.Queue[list[Op] | None] = queue.Queue(QUEUE_ITEMS)
+        super().start()
 
     def run(self) -> None:
         pending: list[Op] = []
@@ -136,8 +139,7 @@ class Writer(threading.Thread):
 Hint = tuple[bytes, int]
 
 
-@dataclass
-class Packing:
+class Packing(NamedTuple):  # (not a dataclass: its import costs every CLI process ~15 ms)
     """How new chunks are stored: the store's format, the zstd level, the delta bases."""
 
     level: int

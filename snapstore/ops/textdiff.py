@@ -20,6 +20,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 from snapstore.ops.diff import Change
 from snapstore.ops.renames import Renamed
+from snapstore.units import human_size
 
 T = TypeVar("T")
 
@@ -66,17 +67,6 @@ def common_ends(a: Sequence[T], b: Sequence[T]) -> tuple[int, int]:
     while tail < limit - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
         tail += 1
     return head, tail
-
-
-def human_size(n: int | float) -> str:
-    """``768.0 MiB``-style sizes: the one formatter (``render.size`` is this; ops may not import
-    render)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
 
 
 def is_binary(data: bytes | None) -> bool:

@@ -8,8 +8,7 @@ transaction as its log entry and tags: a checkpoint is either wholly there or no
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -94,9 +93,12 @@ def next_seq(last_key: bytes | None) -> int:
     return key_seq(last_key) + 1 if last_key is not None else 1
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    """One checkpoint: a manifest of the tree plus the agent's state at that moment."""
+class Checkpoint(NamedTuple):
+    """One checkpoint: a manifest of the tree plus the agent's state at that moment.
+
+    Immutable; ``cp._replace(tags=...)`` gives a changed copy.  (A NamedTuple, not a frozen
+    dataclass: importing dataclasses costs every CLI process ~15 ms.)
+    """
 
     id: str
     parent: str | None

@@ -32,8 +32,7 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeGuard
+from typing import NamedTuple, TypeGuard
 
 from snapstore.errors import CorruptError
 
@@ -65,8 +64,7 @@ CACHE_BYTES = 8 << 20
 CHUNK_CACHE_BYTES = 16 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):  # (not a dataclass: importing dataclasses costs every CLI process)
     """Where one chunk's bytes are: a frame of a pack, and the slice of its plain bytes."""
 
     pack: bytes

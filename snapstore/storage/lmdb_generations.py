@@ -26,7 +26,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import stat
 import threading
 from collections.abc import Iterator
@@ -38,7 +37,23 @@ from snapstore.errors import CorruptError, StoreNotFoundError, TreeIOError, Unsa
 from snapstore.storage.lmdb_env import Env, check_store_files, translate
 
 CURRENT = "CURRENT"
-_GEN = re.compile(r"gen-([1-9][0-9]{0,8})")
+
+
+def _gen_number(name: str) -> int | None:
+    """N for a generation directory named ``gen-N`` (1 to 9 ASCII digits, no leading zero).
+
+    (String tests, not a regex: ``re`` is the costliest import a plain CLI snapshot had left.)
+    """
+    digits = name[4:]
+    if (
+        not name.startswith("gen-")
+        or not 1 <= len(digits) <= 9
+        or not (digits.isascii() and digits.isdigit())
+        or digits[0] == "0"
+    ):
+        return None
+    return int(digits)
+
 
 #: What identifies one version of CURRENT: (inode, size, mtime) of its lstat, or None if absent.
 StatKey = tuple[int, int, int] | None
@@ -77,7 +92,7 @@ def read_current(store_dir: str) -> tuple[StatKey, str]:
         text = os.read(fd, 64).decode("ascii", "replace").strip()
     finally:
         os.close(fd)
-    if not _GEN.fullmatch(text):
+    if _gen_number(text) is None:
         raise CorruptError(f"the store's CURRENT file is damaged ({text[:20]!r})")
     return (st.st_ino, st.st_size, st.st_mtime_ns), text
 
@@ -198,7 +213,7 @@ class Generations:
             if entry == self.name:
                 continue
             full = os.path.join(self.store_dir, entry)
-            if _GEN.fullmatch(entry) or entry.startswith("gen-") and entry.endswith(".tmp"):
+            if _gen_number(entry) is not None or entry.startswith("gen-") and entry.endswith(".tmp"):
                 fd = _open_dir_locked(full, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 if fd is not None:
                     try:
@@ -224,9 +239,9 @@ class Generations:
         """The name of the next generation (above every one that exists)."""
         top = 0
         for entry in os.listdir(self.store_dir):
-            m = _GEN.fullmatch(entry.removesuffix(".tmp"))
-            if m:
-                top = max(top, int(m.group(1)))
+            number = _gen_number(entry.removesuffix(".tmp"))
+            if number is not None:
+                top = max(top, number)
         return f"gen-{top + 1}"
 
     def close(self) -> None:
