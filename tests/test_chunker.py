@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import random
 
 import msgpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -178,3 +180,19 @@ def test_record_chunks_join_back(records):
     for g in groups:
         # a chunk exceeds the limit only when it is a single oversized record
         assert sum(map(len, g)) <= chunker.RECORD_MAX_BYTES or len(g) == 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_cut_record_bytes_cuts_exactly_where_cut_records_does(seed):
+    """The bulk cutter (manifests) and the record-by-record definition agree on every input:
+    chunk-ending keys, runs past RECORD_MAX_BYTES (forced cuts), records bigger than the limit,
+    a chunk-ending last record or not, and no records at all."""
+    rng = random.Random(seed)
+    n = rng.choice([0, 1, 2, 5, 40, 300])
+    keys = [rng.randbytes(rng.randint(1, 12)) for _ in range(n)]
+    big = chunker.RECORD_MAX_BYTES
+    sizes = [rng.choice([1, 60, 900, big // 3, big // 2 + 1, big + 5]) for _ in range(n)]
+    encoded = [rng.randbytes(s) for s in sizes]
+    expected = [b"".join(g) for g in chunker.cut_records(zip(keys, encoded))]
+    assert list(chunker.cut_record_bytes(keys, encoded)) == expected
+    assert b"".join(expected) == b"".join(encoded)

@@ -39,6 +39,8 @@ from snapstore.ops.snapshot_io import (
     Progress,
     Writer,
     read_files,
+    read_inline,
+    reads_inline,
     release_memory,
 )
 from snapstore.records import manifest
@@ -190,7 +192,17 @@ def _take(
     )
     cache_updates: dict[bytes, bytes] = {}
     writer = Writer(backend)
-    if to_read:  # an unchanged tree needs no reader pool and no writer thread
+    kept: list[Op] = []  # the chunks of files read inline, written with the checkpoint
+    if to_read and reads_inline(to_read):
+        read, kept = read_inline(
+            ctx.root_bytes, backend, packing(ctx, in_packs), to_read, _previous_streams(backend)
+        )
+        for f, outcome in read:
+            _record(f, outcome, entries, cache_updates, result)
+        if progress:
+            total = sum(f.st.st_size for f, _ in read if f.st is not None)
+            progress(total, total)
+    elif to_read:  # an unchanged tree needs no reader pool and no writer thread
         writer.start()
         try:
             for f, outcome in read_files(
@@ -209,7 +221,7 @@ def _take(
 
     # Manifest and conversation chunks are collected plain; only those the store lacks are
     # compressed (an unchanged tree re-creates every manifest chunk it already has).
-    final_objects: list[Op] = []
+    final_objects: list[Op] = kept
     plain: dict[bytes, bytes] = {}
 
     def put_chunk(cid: bytes, data: bytes) -> None:

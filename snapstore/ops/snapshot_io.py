@@ -101,6 +101,10 @@ class Writer(threading.Thread):
         self.error: BaseException | None = None
         self.inserted = 0
 
+    def put(self, ops: list[Op]) -> None:
+        """Hand a group's ops to the thread (blocks while QUEUE_ITEMS groups wait)."""
+        self.queue.put(ops)
+
     def start(self) -> None:
         import queue  # here, not at import: a no-change snapshot never starts the writer
 
@@ -197,7 +201,7 @@ class Sink:
         ops.extend(self.records)
         self.pairs, self.records, self.size = [], [], 0
         if ops:
-            self.writer.queue.put(ops)
+            self.writer.put(ops)
 
 
 class Reader:
@@ -339,6 +343,47 @@ def read_files(
         finally:
             for fut in pending:
                 fut.cancel()
+
+
+#: A snapshot that reads at most this many files and bytes reads them in the calling thread and
+#: writes their chunks with the checkpoint, in its one transaction: no thread pool, no writer
+#: thread, no queue, none of their imports (concurrent.futures alone pulls in logging).  This is
+#: an agent's checkpoint after a tool call that edited a file or two.
+INLINE_FILES = 32
+INLINE_BYTES = 1 << 20
+
+
+def reads_inline(to_read: list[scan.Found]) -> bool:
+    """Whether :func:`read_inline` should read ``to_read`` (few, small files)."""
+    return len(to_read) <= INLINE_FILES and sum(_size(f) for f in to_read) <= INLINE_BYTES
+
+
+class _Kept(Writer):
+    """A writer that is never started: it keeps the ops for the checkpoint's transaction."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend)
+        self.ops: list[Op] = []
+
+    def put(self, ops: list[Op]) -> None:
+        self.ops.extend(ops)
+
+
+def read_inline(
+    root: bytes,
+    backend: Backend,
+    packing: Packing,
+    to_read: list[scan.Found],
+    previous: Callable[[bytes], bytes | None] | None = None,
+) -> tuple[list[tuple[scan.Found, Outcome]], list[Op]]:
+    """Read ``to_read`` here, in order: each file with its outcome, and the ops that store
+    their chunks and streams (chunks before the streams that name them), for the caller to
+    write in the transaction that records the checkpoint."""
+    kept = _Kept(backend)
+    reader = Reader(root, Dedup(backend), kept, packing, previous)
+    by_path = {f.path: f for f in to_read}
+    results = reader.read_batch([f.path for f in to_read])
+    return [(by_path[rel], outcome) for rel, outcome in results], kept.ops
 
 
 def batches(files: list[scan.Found]) -> Iterator[list[bytes]]:

@@ -81,25 +81,25 @@ def write_manifest(
     chunk's id, so re-writing a manifest that changed in a few entries encodes and hashes only
     those; it is rebuilt on every call, so it never holds more than one manifest.
     """
-    # One Packer for the whole manifest: msgpack.packb builds a new one per call.
+    # One Packer for the whole manifest: msgpack.packb builds a new one per call.  An Entry
+    # is a 6-tuple in record order, so it packs to exactly the array of its fields.
     pack = msgpack.Packer(use_bin_type=True).pack
+    entries = entries if isinstance(entries, list) else list(entries)
+    if memo:
+        get = memo.get
+        encoded = [get(e) or pack(e) for e in entries]
+    else:
+        encoded = [pack(e) for e in entries]
+    new: dict[Entry | bytes, bytes] = dict(zip(entries, encoded)) if memo is not None else {}
     old = memo or {}
-    new: dict[Entry | bytes, bytes] = {}
-
-    def encoded(e: Entry) -> tuple[bytes, bytes]:
-        data = old.get(e)
-        if data is None:
-            data = pack([e.path, e.kind, e.mode, e.size, e.mtime_ns, e.ref])
-        new[e] = data
-        return e.path, data
 
     def groups() -> Iterator[tuple[bytes, bytes]]:
-        for g in chunker.cut_records(encoded(e) for e in entries):
-            data = b"".join(g)
+        for data in chunker.cut_record_bytes([e.path for e in entries], encoded):
             cid = old.get(data)
             if cid is None:
                 cid = objects.chunk_id(data)
-            new[data] = cid
+            if memo is not None:
+                new[data] = cid
             yield data, cid
 
     result = objects.write_stream_known(groups(), put, level, encode=encode)
