@@ -142,7 +142,8 @@ def test_parse_last_value_wins_and_globals_on_both_sides(monkeypatch):
 
 
 def test_console_script_snapshot_imports_no_click(twins):
-    """`snapshot -q` without a service: no click, and none of the modules it does not use."""
+    """`snapshot -q` without a service: no click, and none of the modules it does not use (a file
+    or two changed are read inline: no thread pool, so no concurrent.futures and its logging)."""
     a, _ = twins
     (a / "more.txt").write_text("x\n")
     code = (
@@ -153,7 +154,7 @@ def test_console_script_snapshot_imports_no_click(twins):
         "heavy = [m for m in ('click', 'snapstore.cli.app', 'snapstore.ops.merge', 'snapstore.ops.revert',"
         " 'snapstore.ops.renames', 'snapstore.records.conversation', 'snapstore.ops.gc',"
         " 'snapstore.ops.retention', 'snapstore.render', 'json', 'dataclasses', 'difflib',"
-        " 'snapstore.ops.textdiff') if m in sys.modules]\n"
+        " 'snapstore.ops.textdiff', 'concurrent.futures', 'logging', 'queue') if m in sys.modules]\n"
         "print(rc, ','.join(heavy))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=subprocess_env(), cwd=a, timeout=120)

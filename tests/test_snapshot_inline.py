@@ -1,0 +1,51 @@
+"""Few changed files are read inline (no pool, no writer thread) and their chunks written with the
+checkpoint; many go through the pool and the writer.  Both must store the same checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+
+from snapstore.ops import snapshot_io
+from snapstore.store import Store
+from snapstore.testing import build_tree, random_bytes
+
+
+def _history(tmp_path, name: str) -> tuple[list[list[tuple]], dict, Store]:
+    root = tmp_path / name
+    spec = {f"src/m{i}.py": f"print({i})\n".encode() * (i + 1) for i in range(12)}
+    spec["big.bin"] = random_bytes(300_000, seed=1)  # several FastCDC chunks (pyfastcdc)
+    spec["empty"] = b""
+    build_tree(root, spec)
+    store = Store.init(root)
+    store.snapshot("first")
+    (root / "src/m3.py").write_bytes(b"changed\n")
+    big = bytearray((root / "big.bin").read_bytes())
+    big[150_000:150_010] = b"0123456789"  # one chunk changes: a delta against the old one
+    (root / "big.bin").write_bytes(bytes(big))
+    (root / "new.txt").write_bytes(b"new\n")
+    cp = store.snapshot("second")
+    # Everything but the mtimes (the two trees were written at different moments).
+    versions = [[(e.path, e.kind, e.mode, e.size, e.ref) for e in store.entries(ref)] for ref in ("latest~1", "latest")]
+    return versions, cp.stats, store
+
+
+def test_inline_and_pooled_reads_store_the_same_checkpoints(tmp_path, monkeypatch):
+    inline_versions, inline_stats, inline_store = _history(tmp_path, "inline")
+    monkeypatch.setattr(snapshot_io, "INLINE_FILES", 0)  # everything through the pool
+    pooled_versions, pooled_stats, pooled_store = _history(tmp_path, "pooled")
+    assert inline_versions == pooled_versions
+    for key in ("added", "modified", "deleted", "files_read", "new_bytes"):
+        assert inline_stats.get(key) == pooled_stats.get(key), key
+    for store in (inline_store, pooled_store):
+        assert store.verify().ok
+        assert store.read_bytes("latest", "big.bin") == (tmp_path / "inline" / "big.bin").read_bytes()
+        store.close()
+
+
+@pytest.mark.parametrize(("files", "size", "inline"), [(1, 10, True), (32, 32 << 10, True), (33, 10, False), (2, 600 << 10, False)])
+def test_reads_inline_only_few_small_files(files, size, inline, tmp_path):
+    from snapstore.tree import scan
+
+    st = scan.Stat(0o100644, 1, size, 0, 0)
+    found = [scan.Found(b"f%d" % i, 0, st) for i in range(files)]
+    assert snapshot_io.reads_inline(found) is inline
