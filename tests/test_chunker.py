@@ -194,5 +194,9 @@ def test_cut_record_bytes_cuts_exactly_where_cut_records_does(seed):
     sizes = [rng.choice([1, 60, 900, big // 3, big // 2 + 1, big + 5]) for _ in range(n)]
     encoded = [rng.randbytes(s) for s in sizes]
     expected = [b"".join(g) for g in chunker.cut_records(zip(keys, encoded))]
-    assert list(chunker.cut_record_bytes(keys, encoded)) == expected
+    cut = list(chunker.cut_record_bytes(keys, encoded))
+    assert [data for _, data in cut] == expected
+    ends = [end for end, _ in cut]  # each chunk's end: the number of records up to its last
+    assert ends == sorted(set(ends)) and (not ends or ends[-1] == n)
+    assert [sum(len(e) for e in encoded[a:b]) for a, b in zip([0, *ends], ends)] == [len(d) for d in expected]
     assert b"".join(expected) == b"".join(encoded)

@@ -10,6 +10,7 @@ import pytest
 
 from snapstore.records import manifest
 from snapstore.records.manifest import EXEC, FILE, SYMLINK, Entry
+from snapstore.records.manifest_codec import Codec
 from snapstore.storage import chunker, objects
 
 
@@ -18,12 +19,13 @@ def _reference(entries: list[Entry]) -> list[bytes]:
     return [b"".join(g) for g in chunker.cut_records(records)]
 
 
-def _entries(rng: random.Random, n: int) -> list[Entry]:
+def _entries(rng: random.Random, n: int, big: bool = False) -> list[Entry]:
     paths = sorted({bytes(rng.choice(b"abcdef/") for _ in range(rng.randint(1, 30))) + b"x" for _ in range(n)})
     out = []
     for p in paths:
-        kind = rng.choice([FILE, FILE, EXEC, SYMLINK])
-        ref = rng.randbytes(32) if kind != SYMLINK else rng.randbytes(rng.randint(1, 40))
+        kind = SYMLINK if big else rng.choice([FILE, FILE, EXEC, SYMLINK])
+        # big: ~6-30 KiB records, so most chunks end on the size rule, not on a key
+        ref = rng.randbytes(32) if kind != SYMLINK else rng.randbytes(rng.randint(6000, 30000) if big else rng.randint(1, 40))
         out.append(Entry(p, kind, 0o100644, rng.randint(0, 1 << 40), rng.randint(0, 1 << 62), ref))
     return out
 
@@ -32,7 +34,7 @@ def _entries(rng: random.Random, n: int) -> list[Entry]:
 def test_write_manifest_stores_the_reference_chunks(seed):
     rng = random.Random(seed)
     entries = _entries(rng, rng.choice([0, 1, 50, 2000]))
-    memo: dict = {}
+    memo = Codec()
     versions = [entries]
     if entries:  # then one entry changed, re-encoded through the memo the first call filled
         i = rng.randrange(len(entries))
@@ -44,3 +46,48 @@ def test_write_manifest_stores_the_reference_chunks(seed):
         for chunk in expected:
             assert stored.get(objects.chunk_id(chunk)) == chunk, "a reference chunk is missing"
         assert size == sum(len(c) for c in expected)
+
+
+def _mutate(rng: random.Random, entries: list[Entry], big: bool = False) -> list[Entry]:
+    out = list(entries)
+    for _ in range(rng.choice([1, 1, 2, 5, 40])):
+        op = rng.random()
+        if op < 0.35 and out:  # a file changed (sometimes to a huge symlink-like ref: forced cuts)
+            i = rng.randrange(len(out))
+            ref = rng.randbytes(32) if rng.random() < 0.9 and not big else rng.randbytes(rng.choice([9000, 30000]))
+            out[i] = out[i]._replace(size=rng.randint(0, 99), ref=ref, kind=FILE if len(ref) == 32 else SYMLINK)
+        elif op < 0.65:  # a new path, anywhere (or past the end)
+            path = bytes(rng.choice(b"abcdef/") for _ in range(rng.randint(1, 20))) + b"y"
+            if all(e.path != path for e in out):
+                out.append(Entry(path, FILE, 0o100644, 1, 2, rng.randbytes(32)))
+                out.sort()
+        elif out:  # a path deleted, sometimes a run of them
+            i = rng.randrange(len(out))
+            del out[i : i + rng.choice([1, 1, 3, 50])]
+    return out
+
+
+@pytest.mark.parametrize("big", [False, True])
+@pytest.mark.parametrize("seed", range(30))
+def test_the_codec_re_encodes_a_changing_manifest_exactly(seed, big):
+    """Many steps of random edits (changes, inserts, deletes, runs, huge records that force cuts,
+    everything deleted): each incremental encoding equals the whole-list reference."""
+    rng = random.Random(1000 + seed)
+    entries = _entries(rng, rng.choice([1, 40, 600]), big)
+    codec = Codec()
+    for step in range(25):
+        stored: dict[bytes, bytes] = {}
+        manifest.write_manifest(entries, stored.__setitem__, encode=False, memo=codec)
+        expected = _reference(entries)
+        assert codec.chunks == expected, f"step {step}"
+        for chunk in expected:
+            assert stored.get(objects.chunk_id(chunk)) == chunk
+        before = entries
+        entries = _mutate(rng, entries, big) if step != 20 else []
+        manifest.write_manifest(entries, {}.__setitem__, encode=False, memo=codec)
+        if codec.changed is not None:  # every entry outside the changed region is the same
+            old_part, new_part = codec.changed
+            assert {e.path for e in before} - {e.path for e in old_part} == {e.path for e in entries} - {e.path for e in new_part}
+        assert codec.chunks == _reference(entries), f"step {step} (after the edit)"
+        if step == 20:
+            entries = _entries(rng, 30, big)

@@ -87,3 +87,42 @@ def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch
     fresh = StageContext(ctx.backend, str(root))
     fresh_id, _, fresh_result = snapshot.take(fresh, message="four", skip_unchanged=True)
     assert fresh_result.reused and fresh_id == first_id and calls["n"] == 1
+
+
+def test_a_long_lived_store_counts_changes_as_the_diff_does(tmp_path: Path, monkeypatch):
+    """From its third snapshot on, a Store counts added/modified/deleted from the entries its
+    manifest codec re-encoded (nothing decoded): the counts must be the diff's."""
+    from snapstore.ops import snapshot
+
+    root = tmp_path / "t"
+    root.mkdir()
+    _tree(root, 120)
+    agent = Store.init(root)
+    agent.snapshot("one")
+    (root / "d0" / "f0.txt").write_bytes(b"two\n")
+    agent.snapshot("two")  # fills the codec
+    decoded = {"n": 0}
+    real = snapshot._count_changes
+
+    def counting(*args, **kwargs):
+        _, _, parent, mid = args[:4]
+        decoded["n"] += parent is not None and parent.manifest != mid  # (an unchanged one decodes nothing)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot, "_count_changes", counting)
+    steps = [
+        lambda: (root / "d1" / "f1.txt").write_bytes(b"modified\n"),
+        lambda: (root / "d2" / "new.txt").write_bytes(b"added\n"),
+        lambda: (root / "d3" / "f3.txt").unlink(),
+        lambda: (root / "d4" / "f4.txt").chmod(0o755),
+        lambda: [(root / "d5" / f"f{i}.txt").unlink() for i in (5, 12, 19)] and (root / "zz.txt").write_bytes(b"z"),
+        lambda: None,
+    ]
+    for i, step in enumerate(steps):
+        step()
+        cp = agent.snapshot(f"step {i}")
+        statuses = [c.status for c in agent.changes(cp.id)]
+        counted = (cp.stats["added"], cp.stats["modified"], cp.stats["deleted"])
+        assert counted == (statuses.count("A"), len(statuses) - statuses.count("A") - statuses.count("D"), statuses.count("D")), i
+    assert decoded["n"] == 0  # every count came from the codec
+    agent.close()

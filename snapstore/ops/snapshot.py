@@ -57,6 +57,7 @@ from snapstore.records.checkpoint import (
     write_rows,
 )
 from snapstore.records.manifest import EXEC, UNREADABLE, Entry
+from snapstore.records.manifest_codec import Codec
 from snapstore.storage import objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.tree import scan, statcache, worktree
@@ -111,7 +112,7 @@ class _ManifestMemo:
     def __init__(self) -> None:
         self.entries: dict[bytes, Entry] | None = None
         self.mid: bytes | None = None
-        self.codec: dict[Any, Any] = {}
+        self.codec: Codec | None = None
 
 
 def _memo(ctx: StageContext) -> _ManifestMemo:
@@ -241,7 +242,9 @@ def _take(
             # A context's first snapshot keeps no codec: a CLI process takes only one, and the
             # codec holds every entry's encoding (~230 bytes a file).  A long-lived Store fills
             # it on its second snapshot and saves from the third on.
-            codec = memo.codec if memo.mid is not None else None
+            codec = None
+            if memo.mid is not None:
+                codec = memo.codec = memo.codec or Codec()
             mid, _, mrecord = manifest.write_manifest(ordered, put_chunk, level, encode=False, memo=codec)
         memo.entries, memo.mid = None, None  # set again once this snapshot is committed
     if parent is not None and mid == parent.manifest:
@@ -249,7 +252,13 @@ def _take(
     if mrecord is not None:
         final_objects.append(("streams", mid, mrecord))
     result.manifest_id = mid
-    _count_changes(result, backend, parent, mid, plain, mrecord)
+    since = None
+    if memo.codec is not None and parent is not None and mid != parent.manifest:
+        since = memo.codec.changes_since(parent.manifest)
+    if since is not None:  # the codec knows which entries may differ: nothing is decoded
+        _count(result, *since)
+    else:
+        _count_changes(result, backend, parent, mid, plain, mrecord)
     cid_conv = None
     if messages is not None:
         from snapstore.records import conversation  # (json) only when there is one
@@ -469,7 +478,13 @@ def _count_changes(
 
     from snapstore.ops import diff  # only for a changed manifest
 
-    old, new = diff.manifest_difference(get, parent.manifest, mid)
+    _count(result, *diff.manifest_difference(get, parent.manifest, mid))
+
+
+def _count(result: SnapshotResult, old: dict[bytes, Entry], new: dict[bytes, Entry]) -> None:
+    """Add the changes between the entries that may differ to the result's counts."""
+    from snapstore.ops import diff
+
     for c in diff.compare(old, new):
         if c.status == diff.ADDED:
             result.added += 1

@@ -20,13 +20,16 @@ by path), so a changed file rewrites one manifest chunk plus one index node per 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
 from snapstore.errors import CorruptError
 from snapstore.records.schema import Get, Put
 from snapstore.storage import chunker, objects
+
+if TYPE_CHECKING:
+    from snapstore.records.manifest_codec import Codec
 
 FILE = 0
 EXEC = 1
@@ -72,41 +75,33 @@ def write_manifest(
     level: int = objects.DEFAULT_LEVEL,
     *,
     encode: bool = True,
-    memo: dict[Entry | bytes, bytes] | None = None,
+    memo: Codec | None = None,
 ) -> tuple[bytes, int, bytes | None]:
     """Store sorted ``entries`` as a stream; returns ``(stream id, size, record or None)``.
 
     ``put(id, value)`` receives each chunk, encoded (or plain when ``encode`` is False).
-    ``memo`` (a dict the caller keeps between calls) remembers each entry's encoding and each
-    chunk's id, so re-writing a manifest that changed in a few entries encodes and hashes only
-    those; it is rebuilt on every call, so it never holds more than one manifest.
+    ``memo`` (a :class:`~snapstore.records.manifest_codec.Codec` the caller keeps between
+    calls) holds the last encoding, so a manifest that changed in a few entries re-encodes and
+    hashes only the chunks around them; it holds one manifest at a time.
     """
     # One Packer for the whole manifest: msgpack.packb builds a new one per call.  An Entry
     # is a 6-tuple in record order, so it packs to exactly the array of its fields.
     pack = msgpack.Packer(use_bin_type=True).pack
     entries = entries if isinstance(entries, list) else list(entries)
-    if memo:
-        get = memo.get
-        encoded = [get(e) or pack(e) for e in entries]
-    else:
-        encoded = [pack(e) for e in entries]
-    new: dict[Entry | bytes, bytes] = dict(zip(entries, encoded)) if memo is not None else {}
-    old = memo or {}
-
-    def groups() -> Iterator[tuple[bytes, bytes]]:
-        for data in chunker.cut_record_bytes([e.path for e in entries], encoded):
-            cid = old.get(data)
-            if cid is None:
-                cid = objects.chunk_id(data)
-            if memo is not None:
-                new[data] = cid
-            yield data, cid
-
-    result = objects.write_stream_known(groups(), put, level, encode=encode)
     if memo is not None:
-        memo.clear()
-        memo.update(new)
-    return result
+        from snapstore.records import manifest_codec
+
+        previous = memo.mid
+        memo.mid = None  # until this encoding's stream id is known
+        chunks = manifest_codec.encode(memo, entries, pack)
+        result = objects.write_stream_known(chunks, put, level, encode=encode)
+        memo.changed_from, memo.mid = previous, result[0]
+        return result
+    encoded = [pack(e) for e in entries]
+    pairs = (
+        (data, objects.chunk_id(data)) for _, data in chunker.cut_record_bytes([e.path for e in entries], encoded)
+    )
+    return objects.write_stream_known(pairs, put, level, encode=encode)
 
 
 _KINDS = frozenset(KIND_NAMES)

@@ -121,8 +121,9 @@ def cut_records(records: Iterable[tuple[bytes, bytes]]) -> Iterator[list[bytes]]
         yield group
 
 
-def cut_record_bytes(keys: Sequence[bytes], encoded: Sequence[bytes]) -> Iterator[bytes]:
-    """:func:`cut_records` for records given as two parallel lists; yields each chunk's bytes.
+def cut_record_bytes(keys: Sequence[bytes], encoded: Sequence[bytes]) -> Iterator[tuple[int, bytes]]:
+    """:func:`cut_records` for records given as two parallel lists; yields each chunk as
+    ``(index just past its last record, its bytes)``.
 
     The same cuts, found in bulk: the records whose key ends a chunk are found in one pass of C
     calls, and the size rule is applied only inside a run that could exceed RECORD_MAX_BYTES.
@@ -138,17 +139,19 @@ def cut_record_bytes(keys: Sequence[bytes], encoded: Sequence[bytes]) -> Iterato
             continue
         data = b"".join(run)
         if len(data) <= RECORD_MAX_BYTES:
-            yield data
+            yield start, data
             continue
         group: list[bytes] = []
         size = 0
+        at = start - len(run)
         for item in run:  # the rare run past the limit: the size rule, record by record
             if group and size + len(item) > RECORD_MAX_BYTES:
-                yield b"".join(group)
+                yield at, b"".join(group)
                 group, size = [], 0
             group.append(item)
             size += len(item)
-        yield b"".join(group)
+            at += 1
+        yield at, b"".join(group)
 
 
 def cut_messages(records: Iterable[bytes]) -> Iterator[list[bytes]]:

@@ -1,0 +1,150 @@
+"""Re-encoding a manifest that changed in a few entries: only the chunks around the change.
+
+A long-lived Store (the service, an agent's process) writes a manifest after every tool call,
+and usually one or two entries differ from the last one it wrote.  Manifest chunks are cut
+between records by their keys (:func:`snapstore.storage.chunker.cut_records`), and a cut resets
+all state, so a chunk depends only on the records since the cut before it.  A :class:`Codec`
+keeps the last encoding (entries, their records, where each chunk ends); the next one keeps
+every chunk before the first changed entry and every chunk after the first *key-marked* cut
+that lies in the unchanged tail, and cuts only what is between.  The result is byte for byte
+what encoding the whole list gives (tests/test_manifest_cut.py checks it against the
+record-by-record definition).
+
+The codec is an encoding cache only: it never says what the store holds, so every chunk is
+still handed to ``put`` and the caller stores those the store lacks.
+"""
+
+from __future__ import annotations
+
+import zlib
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Sequence
+
+from snapstore.storage import chunker, objects
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from snapstore.records.manifest import Entry
+
+#: Entries compared per step when looking for the first and last difference (a slice
+#: comparison runs in C; unchanged entries are the same objects, so each test is a pointer test).
+_STEP = 256
+
+
+class Codec:
+    """The last manifest :func:`encode` produced, kept by the caller between calls."""
+
+    __slots__ = ("entries", "records", "ends", "chunks", "cids", "changed", "mid", "changed_from")
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self.records: list[bytes] = []
+        #: For each chunk, the index in ``entries`` just past its last record.
+        self.ends: list[int] = []
+        self.chunks: list[bytes] = []
+        self.cids: list[bytes] = []
+        #: The entries of the last call's changed region: ``(before, after)``; every entry
+        #: outside them was the same on both sides.  None after a first (whole) encoding.
+        self.changed: tuple[list[Entry], list[Entry]] | None = None
+        #: The stream id of the current encoding, and of the one ``changed`` started from.
+        self.mid: bytes | None = None
+        self.changed_from: bytes | None = None
+
+    def changes_since(self, mid: bytes) -> tuple[dict[bytes, Entry], dict[bytes, Entry]] | None:
+        """``(old, new)`` entries by path that may differ between manifest ``mid`` and the
+        current one (all others are equal), or None when the last call did not start from it."""
+        if self.changed is None or self.changed_from != mid:
+            return None
+        before, after = self.changed
+        return {e.path: e for e in before}, {e.path: e for e in after}
+
+
+def encode(codec: Codec, entries: list[Entry], pack: Callable[[Entry], bytes]) -> list[tuple[bytes, bytes]]:
+    """The chunks of sorted ``entries`` as ``(data, id)`` pairs; ``codec`` is updated to them."""
+    old = codec.entries
+    if not codec.chunks:
+        records = [pack(e) for e in entries]
+        _replace(codec, entries, records, 0, len(entries), [], [], [], 0, 0)
+        codec.changed = None
+        return list(zip(codec.chunks, codec.cids))
+    n_old, n_new = len(old), len(entries)
+    p = _common_prefix(old, entries)
+    s = _common_suffix(old, entries, min(n_old, n_new) - p)
+    delta = n_new - n_old
+    ends = codec.ends
+    # The chunk holding the first changed entry (the last chunk when entries were appended);
+    # everything before it stays, and cutting restarts where it starts.
+    k0 = min(bisect_right(ends, p), len(ends) - 1)
+    while k0 and ends[k0 - 1] == p and zlib.crc32(old[p - 1].path) & chunker.RECORD_MASK:
+        k0 -= 1  # that cut was forced by the size of the record that changed: not a safe start
+    start = ends[k0 - 1] if k0 else 0
+    # The first chunk that ends on a key-marked record of the unchanged tail: the cut after it
+    # happens in the new list too, and everything after it stays.
+    tail = n_old - s
+    k1 = len(ends)
+    for k in range(max(k0, bisect_left(ends, tail + 1)), len(ends)):
+        if not zlib.crc32(old[ends[k] - 1].path) & chunker.RECORD_MASK:
+            k1 = k
+            break
+    stop = ends[k1] + delta if k1 < len(ends) else n_new
+    old_records = codec.records
+    middle = [
+        old_records[i] if i < p else old_records[i - delta] if i >= n_new - s else pack(entries[i])
+        for i in range(start, stop)
+    ]
+    records = old_records[:start] + middle + old_records[ends[k1] if k1 < len(ends) else n_old :]
+    codec.changed = (old[p:tail], entries[p : n_new - s])
+    _replace(codec, entries, records, start, stop, ends[:k0], codec.chunks[:k0], codec.cids[:k0], k1, delta)
+    return list(zip(codec.chunks, codec.cids))
+
+
+def _replace(
+    codec: Codec,
+    entries: list[Entry],
+    records: list[bytes],
+    start: int,
+    stop: int,
+    ends: list[int],
+    chunks: list[bytes],
+    cids: list[bytes],
+    k1: int,
+    delta: int,
+) -> None:
+    # Cut records[start:stop] afresh and keep the old chunks from k1 + 1 on (shifted by delta).
+    keys = [e.path for e in entries[start:stop]]
+    for end, data in chunker.cut_record_bytes(keys, records[start:stop]):
+        ends.append(start + end)
+        chunks.append(data)
+        cids.append(objects.chunk_id(data))
+    if k1 < len(codec.ends):
+        ends.extend(e + delta for e in codec.ends[k1 + 1 :])
+        chunks.extend(codec.chunks[k1 + 1 :])
+        cids.extend(codec.cids[k1 + 1 :])
+    codec.entries, codec.records, codec.ends, codec.chunks, codec.cids = entries, records, ends, chunks, cids
+
+
+def _common_prefix(a: Sequence[Entry], b: Sequence[Entry]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n:
+        j = min(i + _STEP, n)
+        if a[i:j] != b[i:j]:
+            break
+        i = j
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _common_suffix(a: Sequence[Entry], b: Sequence[Entry], limit: int) -> int:
+    """How many entries at the ends of ``a`` and ``b`` are equal (at most ``limit``)."""
+    na, nb = len(a), len(b)
+    s = 0
+    while s < limit:
+        t = min(s + _STEP, limit)
+        if a[na - t : na - s] != b[nb - t : nb - s]:
+            break
+        s = t
+    while s < limit and a[na - 1 - s] == b[nb - 1 - s]:
+        s += 1
+    return s
