@@ -257,6 +257,11 @@ def _take(
         since = memo.codec.changes_since(parent.manifest)
     if since is not None:  # the codec knows which entries may differ: nothing is decoded
         _count(result, *since)
+        # The chunks it kept are the parent's manifest's: stored (the writer lock keeps gc out),
+        # so the store is asked only about the new ones.
+        assert memo.codec is not None
+        for cid in memo.codec.kept():
+            plain.pop(cid, None)
     else:
         _count_changes(result, backend, parent, mid, plain, mrecord)
     cid_conv = None

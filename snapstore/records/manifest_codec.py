@@ -34,7 +34,7 @@ _STEP = 256
 class Codec:
     """The last manifest :func:`encode` produced, kept by the caller between calls."""
 
-    __slots__ = ("entries", "records", "ends", "chunks", "cids", "changed", "mid", "changed_from")
+    __slots__ = ("entries", "records", "ends", "chunks", "cids", "fresh", "changed", "mid", "changed_from")
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
@@ -43,12 +43,18 @@ class Codec:
         self.ends: list[int] = []
         self.chunks: list[bytes] = []
         self.cids: list[bytes] = []
+        #: The ids of the chunks the last call cut afresh (the others it kept).
+        self.fresh: set[bytes] = set()
         #: The entries of the last call's changed region: ``(before, after)``; every entry
         #: outside them was the same on both sides.  None after a first (whole) encoding.
         self.changed: tuple[list[Entry], list[Entry]] | None = None
         #: The stream id of the current encoding, and of the one ``changed`` started from.
         self.mid: bytes | None = None
         self.changed_from: bytes | None = None
+
+    def kept(self) -> set[bytes]:
+        """The ids of the chunks the last call kept from the encoding before it."""
+        return set(self.cids) - self.fresh
 
     def changes_since(self, mid: bytes) -> tuple[dict[bytes, Entry], dict[bytes, Entry]] | None:
         """``(old, new)`` entries by path that may differ between manifest ``mid`` and the
@@ -112,10 +118,13 @@ def _replace(
 ) -> None:
     # Cut records[start:stop] afresh and keep the old chunks from k1 + 1 on (shifted by delta).
     keys = [e.path for e in entries[start:stop]]
+    codec.fresh = set()
     for end, data in chunker.cut_record_bytes(keys, records[start:stop]):
         ends.append(start + end)
         chunks.append(data)
-        cids.append(objects.chunk_id(data))
+        cid = objects.chunk_id(data)
+        cids.append(cid)
+        codec.fresh.add(cid)
     if k1 < len(codec.ends):
         ends.extend(e + delta for e in codec.ends[k1 + 1 :])
         chunks.extend(codec.chunks[k1 + 1 :])
