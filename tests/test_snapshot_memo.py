@@ -125,4 +125,5 @@ def test_a_long_lived_store_counts_changes_as_the_diff_does(tmp_path: Path, monk
         counted = (cp.stats["added"], cp.stats["modified"], cp.stats["deleted"])
         assert counted == (statuses.count("A"), len(statuses) - statuses.count("A") - statuses.count("D"), statuses.count("D")), i
     assert decoded["n"] == 0  # every count came from the codec
+    assert agent.verify().ok  # and every chunk a manifest names was stored
     agent.close()
