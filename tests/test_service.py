@@ -201,3 +201,36 @@ def test_client_version_flag_reads_no_package_metadata():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=subprocess_env(), timeout=60, cwd="/")
     assert r.stdout.strip() == b"", r.stdout
+
+
+def _wait_for_service(store_dir: str, seconds: float = 30.0) -> dict | None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        info = daemon.status(store_dir)
+        if info is not None:
+            return info
+        time.sleep(0.05)
+    return None
+
+
+@pytest.mark.parametrize("form", [["snapshot", "-q"], ["snapshot", "-m", "-by-click", "--json"]])  # (lean declines a value starting with -)
+def test_service_autostart_starts_one_after_an_in_process_snapshot(tmp_path: Path, form: list[str]):
+    """`service.autostart` (off by default): a snapshot run in-process starts a service in the
+    background, for the next commands; off, none is started.  Both the click-free form and the
+    click form of the command do it."""
+    root = tmp_path / "auto"
+    build_tree(root, {"a.txt": b"a\n"})
+    Store.init(root).close()
+    store_dir = str(root / ".snapstore")
+    assert snap(*form, cwd=root).returncode == 0
+    assert daemon.status(store_dir) is None  # off by default
+    assert local("config", "service.autostart", "on", cwd=root).returncode == 0
+    try:
+        r = snap(*form, cwd=root)
+        assert r.returncode == 0, r.stderr
+        info = _wait_for_service(store_dir)
+        assert info is not None and info["tree"] == str(root)
+        assert snap("snapshot", "-q", cwd=root).returncode == 0
+        assert requests_served(root) >= 1  # the next command went through it
+    finally:
+        daemon.stop(store_dir)

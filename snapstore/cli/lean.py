@@ -117,10 +117,12 @@ def snapshot_output(
     skip_unchanged: bool,
     quiet: bool,
     as_json: bool,
+    may_start_service: bool = False,
 ) -> tuple[list[str], str | None]:
     """Take the snapshot; returns ``(warnings, text for stdout or None)``.
 
     The one body of the ``snapshot`` command, for the click command and for :func:`main`.
+    ``may_start_service``: run in-process, not by a service, so ``service.autostart`` applies.
     """
     progress = None
     if not quiet and not as_json:  # (-q prints nothing: render and json are not even imported)
@@ -141,6 +143,11 @@ def snapshot_output(
         finally:
             if progress is not None:
                 progress.close()
+        idle = store.service_autostart() if may_start_service and store.store_dir else None
+        if idle is not None and store.store_dir is not None:
+            from snapstore.service import daemon  # only when asked for: it imports subprocess
+
+            daemon.start_in_background(store.store_dir, idle)
     if as_json:
         from snapstore.render import dump_json
 
@@ -232,6 +239,7 @@ def main(argv: list[str]) -> int | None:
             skip_unchanged=opts["skip_unchanged"],
             quiet=opts["quiet"],
             as_json=opts["as_json"],
+            may_start_service=True,
         )
         for w in warnings:
             _echo(f"snapstore: warning: {w}", err=True)

@@ -184,6 +184,22 @@ class UpkeepMixin(GoingBackMixin):
         with self.backend.read() as view:
             return retention.read_config(view)
 
+    def service_autostart(self) -> float | None:
+        """``service.idle-timeout`` when ``service.autostart`` is on, else None.
+
+        Two raw reads: the click-free snapshot asks this after every checkpoint and must not
+        import the configuration module (a damaged value counts as off / the default)."""
+        from snapstore.storage.backend import CONFIG_PREFIX
+
+        with self.backend.read() as view:
+            if view.get("meta", CONFIG_PREFIX + b"service.autostart") != b"true":
+                return None
+            raw = view.get("meta", CONFIG_PREFIX + b"service.idle-timeout")
+        try:
+            return float(raw) if raw is not None else 1800.0
+        except ValueError:
+            return 1800.0
+
     def config_get(self, key: str) -> str:
         """The value of configuration ``key`` (UsageError for an unknown key)."""
         from snapstore.ops import retention

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from snapstore.errors import CorruptError, UsageError
 from snapstore.records.checkpoint import SAFETY, Checkpoint
-from snapstore.storage.backend import ReadView, WriteBatch
+from snapstore.storage.backend import CONFIG_PREFIX, ReadView, WriteBatch
 
 
 class Tables(Protocol):
@@ -76,7 +76,6 @@ def parse_count(text: str | int, what: str = "--keep-last") -> int:
 
 # -- the store's configuration (meta table) --------------------------------------------------
 
-CONFIG_PREFIX = b"config:"
 
 
 def _bool(text: str) -> str:
@@ -115,6 +114,7 @@ CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "retention.keep-tagged": ("true", _bool),
     "retention.gc": ("false", _bool),
     "service.idle-timeout": ("1800", lambda v: str(parse_count(v, "service.idle-timeout"))),
+    "service.autostart": ("false", _bool),
     "storage.delta-depth": ("10", lambda v: _bounded(v, "storage.delta-depth", 0, 64)),
     "gc.repack-below": ("0.5", lambda v: _fraction(v, "gc.repack-below")),
 }

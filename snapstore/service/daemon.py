@@ -76,11 +76,42 @@ def start_detached(store_dir: str, idle_timeout: float) -> dict[str, Any]:
         return running
     log_path = os.path.join(store_dir, "service.log")
     try:
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        child = _spawn(store_dir, idle_timeout)
     except OSError as exc:
-        raise TreeIOError(f"cannot open {log_path}: {exc.strerror}") from exc
+        raise TreeIOError(f"cannot start the service ({log_path}): {exc.strerror}") from exc
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        answer = status(store_dir)
+        if answer is not None:
+            return answer
+        if child.poll() is not None:
+            break
+        time.sleep(0.02)
+    raise SnapstoreError(f"the service did not start (see {log_path})")
+
+
+def start_in_background(store_dir: str, idle_timeout: float) -> None:
+    """Start a service without waiting for it (``service.autostart``): the command that asks
+    has already done its work in-process; the next ones will find the service.  A second
+    service for the same store exits at once (its single-instance lock), so a race is harmless;
+    any failure is silent (the service is an optimisation)."""
+    if protocol.owned_socket(store_dir) is not None and status(store_dir) is not None:
+        return
     try:
-        child = subprocess.Popen(
+        _spawn(store_dir, idle_timeout)
+    except OSError:
+        pass
+
+
+def _spawn(store_dir: str, idle_timeout: float) -> subprocess.Popen[bytes]:
+    """A service process for ``store_dir`` in its own session, logging to ``service.log``."""
+    log = os.open(
+        os.path.join(store_dir, "service.log"),
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+    )
+    try:
+        return subprocess.Popen(
             server_command(store_dir, idle_timeout),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -91,15 +122,6 @@ def start_detached(store_dir: str, idle_timeout: float) -> dict[str, Any]:
         )
     finally:
         os.close(log)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        answer = status(store_dir)
-        if answer is not None:
-            return answer
-        if child.poll() is not None:
-            break
-        time.sleep(0.02)
-    raise SnapstoreError(f"the service did not start (see {log_path})")
 
 
 def ensure_running(store_dir: str, idle_timeout: float) -> None:

@@ -35,6 +35,9 @@ TABLES = (
 #: The key of the journal entry of a restore in progress (table ``journal``).
 JOURNAL_KEY = b"current"
 
+#: Prefix of the store's configuration keys in the meta table (ops.retention owns the keys).
+CONFIG_PREFIX = b"config:"
+
 
 class _Deleted:
     """The marker of a pending delete in a :class:`WriteBatch`."""
