@@ -42,7 +42,10 @@ def test_inline_and_pooled_reads_store_the_same_checkpoints(tmp_path, monkeypatc
         store.close()
 
 
-@pytest.mark.parametrize(("files", "size", "inline"), [(1, 10, True), (32, 32 << 10, True), (33, 10, False), (2, 600 << 10, False)])
+@pytest.mark.parametrize(
+    ("files", "size", "inline"),
+    [(1, 10, True), (256, 16 << 10, True), (257, 10, False), (2, 3 << 20, False), (1, 5 << 20, False)],
+)
 def test_reads_inline_only_few_small_files(files, size, inline, tmp_path):
     from snapstore.tree import scan
 

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple, Union
 
-from snapstore.storage import chunker, objects, packs
+from snapstore.storage import chunker, entries, objects, packs
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -192,6 +192,9 @@ class Sink:
                     frame = None
                     if hint is not None and p.bases is not None:
                         frame = p.bases.frame(cid, data, hint[0], hint[1], p.level)
+                        # The next version of this file will want this chunk as its delta base:
+                        # keep it, so a long-lived Store does not decode its frame back.
+                        entries.remember_chunk(cid, bytes(data))
                     if frame is not None:
                         deltas.append(frame)
                     else:
@@ -345,12 +348,14 @@ def read_files(
                 fut.cancel()
 
 
-#: A snapshot that reads at most this many files and bytes reads them in the calling thread and
-#: writes their chunks with the checkpoint, in its one transaction: no thread pool, no writer
-#: thread, no queue, none of their imports (concurrent.futures alone pulls in logging).  This is
-#: an agent's checkpoint after a tool call that edited a file or two.
-INLINE_FILES = 32
-INLINE_BYTES = 1 << 20
+#: A snapshot that reads at most this many files and bytes (one batch: what the pool would give
+#: a single worker anyway) reads them in the calling thread and writes their chunks with the
+#: checkpoint, in its one transaction: no thread pool, no writer thread, no queue, none of their
+#: imports (concurrent.futures alone pulls in logging).  That is an agent's checkpoint after a
+#: tool call.  Measured in a watching Store on the stdlib tree (2 cores), fresh files edited:
+#: 10 files 31-34 ms inline vs 32-69 pooled, 100 files 115-169 vs 150-277.
+INLINE_FILES = BATCH_FILES
+INLINE_BYTES = GROUP_BYTES
 
 
 def reads_inline(to_read: list[scan.Found]) -> bool:
