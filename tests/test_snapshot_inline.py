@@ -52,3 +52,29 @@ def test_reads_inline_only_few_small_files(files, size, inline, tmp_path):
     st = scan.Stat(0o100644, 1, size, 0, 0)
     found = [scan.Found(b"f%d" % i, 0, st) for i in range(files)]
     assert snapshot_io.reads_inline(found) is inline
+
+
+def test_the_next_version_of_a_changed_file_finds_its_delta_base_without_decoding(tmp_path, monkeypatch):
+    """A long-lived Store keeps a modified file's new chunks: editing it again deltas against
+    them without decoding the frame they were packed into."""
+    from snapstore.storage import entries
+
+    root = tmp_path / "t"
+    build_tree(root, {"f.py": random_bytes(20_000, seed=3), "g.py": b"x\n"})
+    store = Store.init(root)
+    store.snapshot("one")
+    data = bytearray((root / "f.py").read_bytes())
+    data[100:104] = b"abcd"
+    (root / "f.py").write_bytes(bytes(data))
+    store.snapshot("two")  # f.py changed: its new chunk is a delta, and kept
+    decoded = []
+    real = entries.inflate
+    monkeypatch.setattr(entries, "inflate", lambda *a, **k: decoded.append(a[0]) or real(*a, **k))
+    data[200:204] = b"efgh"
+    (root / "f.py").write_bytes(bytes(data))
+    three = store.snapshot("three")
+    assert decoded == []  # the base came from memory
+    assert three.stats["new_bytes"] < 2_000  # and it was still stored as a delta
+    assert store.read_bytes("latest", "f.py") == bytes(data)
+    assert store.verify().ok
+    store.close()
