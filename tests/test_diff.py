@@ -358,3 +358,32 @@ def test_file_history_says_which_versions_were_not_counted(store, tree, monkeypa
     ]
     assert versions[1].to_json()["not_counted"] == 200
     assert versions[0].to_json()["not_counted"] is None
+
+
+def test_diff_against_the_tree_decodes_only_the_manifest_chunks_that_differ(tmp_path, monkeypatch):
+    """The tree's entries are encoded like a snapshot's manifest, so comparing them with the
+    checkpoint skips every chunk both share: one changed file among 2,000 decodes a few chunks,
+    not the ~60 of the whole manifest."""
+    from snapstore.records import manifest as manifest_mod
+    from snapstore.store import Store
+    from snapstore.testing import build_tree
+
+    root = tmp_path / "t"
+    build_tree(root, {f"d{i % 20}/f{i}.txt": f"{i}\n".encode() for i in range(2000)})
+    store = Store.init(root)
+    store.snapshot("one")
+    (root / "d7" / "f7.txt").write_bytes(b"changed\n")
+    (root / "new.txt").write_bytes(b"new\n")
+    decoded = []
+    real = manifest_mod.iter_entries_of_chunks
+
+    def counting(mid, chunks):
+        for e in real(mid, chunks):
+            decoded.append(e.path)
+            yield e
+
+    monkeypatch.setattr(manifest_mod, "iter_entries_of_chunks", counting)
+    changes = store.diff("latest")
+    assert [(c.status, c.path) for c in changes] == [("M", b"d7/f7.txt"), ("A", b"new.txt")]
+    assert len(decoded) < 400  # entries of the differing chunks only (2,000 in all, twice over)
+    store.close()

@@ -34,8 +34,10 @@ def test_inline_and_pooled_reads_store_the_same_checkpoints(tmp_path, monkeypatc
     monkeypatch.setattr(snapshot_io, "INLINE_FILES", 0)  # everything through the pool
     pooled_versions, pooled_stats, pooled_store = _history(tmp_path, "pooled")
     assert inline_versions == pooled_versions
-    for key in ("added", "modified", "deleted", "files_read", "new_bytes"):
+    for key in ("added", "modified", "deleted", "files_read"):
         assert inline_stats.get(key) == pooled_stats.get(key), key
+    # (The manifests hold each tree's own mtimes, so their compressed sizes may differ a little.)
+    assert abs(inline_stats["new_bytes"] - pooled_stats["new_bytes"]) < 0.05 * pooled_stats["new_bytes"]
     for store in (inline_store, pooled_store):
         assert store.verify().ok
         assert store.read_bytes("latest", "big.bin") == (tmp_path / "inline" / "big.bin").read_bytes()

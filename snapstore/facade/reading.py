@@ -110,8 +110,8 @@ class ReadingMixin(StoreBase):
         old_cp = self.resolve(a)
         with self.backend.read() as view:
             if b is None:
-                old = manifest.load(view.get, old_cp.manifest)
-                new, _ = worktree.current_state(self)
+                tree, _ = worktree.current_state(self)
+                old, new = diff_mod.difference_from_tree(view.get, old_cp.manifest, tree)
                 new_loader = self._disk_loader
             else:
                 new_cp = self.resolve(b)

@@ -58,7 +58,7 @@ from snapstore.records.checkpoint import (
 )
 from snapstore.records.manifest import EXEC, UNREADABLE, Entry
 from snapstore.records.manifest_codec import Codec
-from snapstore.storage import objects, packs
+from snapstore.storage import packs
 from snapstore.storage.backend import Backend
 from snapstore.tree import scan, statcache, worktree
 from snapstore.tree.paths import display
@@ -472,18 +472,14 @@ def _count_changes(
         return
 
     def get(table: str, key: bytes) -> bytes | None:
-        # The new manifest is not stored yet: serve its record and chunks from memory.
-        if table == "streams" and key == mid:
-            return record
-        if table == "chunks" and key in plain:
-            return bytes((objects.FLAG_RAW,)) + plain[key]
         with backend.read() as view:
             value: bytes | None = view.get(table, key)
             return value
 
     from snapstore.ops import diff  # only for a changed manifest
 
-    _count(result, *diff.manifest_difference(get, parent.manifest, mid))
+    # The new manifest is not stored yet: its record and chunks are served from memory.
+    _count(result, *diff.manifest_difference(diff.unstored(get, mid, record, plain), parent.manifest, mid))
 
 
 def _count(result: SnapshotResult, old: dict[bytes, Entry], new: dict[bytes, Entry]) -> None:
