@@ -13,6 +13,7 @@ from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint, load_one
 from snapstore.records.manifest import Entry
 from snapstore.storage import objects
+from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.tree.paths import display, from_user
 
 # diff, renames, conversation (json), refs and the oplog are imported where they are used: a
@@ -81,9 +82,11 @@ class ReadingMixin(StoreBase):
 
     def pending_restore(self) -> str | None:
         """A warning when an interrupted restore is pending (read-only commands show it)."""
-        from snapstore.ops import restore
-
         with self.backend.read() as view:
+            if view.get("journal", JOURNAL_KEY) is None:
+                return None  # the common case, without importing the restore package (~10 ms)
+            from snapstore.ops import restore
+
             return restore.pending(view)
 
     def diff(
