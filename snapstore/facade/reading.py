@@ -36,15 +36,28 @@ class ReadingMixin(StoreBase):
     ) -> list[Version]:
         """The checkpoints in which ``path`` changed, oldest first, with lines +/-.
 
-        With ``limit``, only the newest ``limit`` versions, reading history backwards only as
-        far as they reach (not every checkpoint record).
+        Through the ``paths`` index it reads the log's keys, the path's rows and the records
+        around each version, not every checkpoint record (:mod:`snapstore.ops.pathlog`).
+        With ``limit``, only the newest ``limit`` versions.
         """
+        from snapstore.ops import pathlog
         from snapstore.ops.history import file_history, newest_versions
+        from snapstore.records.history import History
 
+        rel = from_user(path)
+        with self.backend.read() as view:
+            indexed = pathlog.versions(
+                view,
+                rel,
+                lambda c: not c.is_safety and (task is None or c.task == task),
+                None if limit is None else max(limit, 0),
+                History(view).tags_of,
+            )
+        if indexed is not None:
+            return indexed
         if limit is None:
             rows = list(reversed(self.checkpoints(task=task)))
-            return file_history(self, from_user(path), rows)
-        from snapstore.records.history import History
+            return file_history(self, rel, rows)
 
         with self.backend.read() as view:
             history = History(view)
@@ -54,7 +67,7 @@ class ReadingMixin(StoreBase):
                 for c in (source if source is not None else history.newest())
                 if not c.is_safety and (task is None or c.task == task)
             )
-            return newest_versions(view.get, from_user(path), rows_newest, max(limit, 0))
+            return newest_versions(view.get, rel, rows_newest, max(limit, 0))
 
     def summary(self, ref: str, *, task: str | None = None, renames: bool = False) -> dict[str, Any]:
         """What an agent UI shows for a checkpoint: the record, changed files with +/- counts

@@ -77,7 +77,7 @@ def file_history(store: _HasBackend, rel: bytes, checkpoints: list[Checkpoint]) 
             if cp.manifest == prev_mid:
                 continue
             if prev_mid is None:
-                entry = _lookup(get, cp.manifest, rel)
+                entry = entry_at(get, cp.manifest, rel)
             else:
                 old, new = diff.manifest_difference(get, prev_mid, cp.manifest)
                 entry = new.get(rel) if (rel in old or rel in new) else prev_entry
@@ -124,14 +124,15 @@ def newest_versions(
         newer = cp
     else:
         if newer is not None and len(found) < limit:  # the oldest checkpoint: present there is "A"
-            first = _lookup(get, newer.manifest, rel)
+            first = entry_at(get, newer.manifest, rel)
             if first is not None:
                 record(newer, None, first)
     found.reverse()
     return found
 
 
-def _lookup(get: Getter, mid: bytes, rel: bytes) -> Entry | None:
+def entry_at(get: Getter, mid: bytes, rel: bytes) -> Entry | None:
+    """The entry of ``rel`` in manifest ``mid`` (None when absent), decoding only up to it."""
     for e in manifest.iter_entries(get, mid):
         if e.path == rel:
             return e

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from snapstore.errors import CorruptError, UsageError
-from snapstore.records.checkpoint import SAFETY, Checkpoint
+from snapstore.records.checkpoint import PATHS_INDEX_META, SAFETY, Checkpoint
 from snapstore.storage.backend import CONFIG_PREFIX, ReadView, WriteBatch
 
 
@@ -263,17 +263,28 @@ def remove(backend: Tables, checkpoints: list[Checkpoint]) -> None:
     """
     if not checkpoints:
         return
+    from snapstore.ops import pathlog
+
     doomed: dict[bytes, list[tuple[str, bytes]]] = {bytes.fromhex(c.id): [] for c in checkpoints}
     with backend.read() as view:
         for table in ("log", "tags", "tasks"):
             for k, v in view.items(table):
                 if v in doomed:
                     doomed[v].append((table, k))
+        indexed = pathlog.complete(view)
+        affected = pathlog.after_removal(view, set(doomed)) if indexed else set()
     ids = list(doomed)
     for start in range(0, len(ids), REMOVE_BATCH):
         with backend.write() as batch:
+            if start == 0 and indexed:
+                # Until the repair below commits, the index is not to be trusted (a crash in
+                # between: log reads history the old way; the next snapshot rebuilds it).
+                batch.delete("meta", PATHS_INDEX_META)
             for cid in ids[start : start + REMOVE_BATCH]:
                 for table, k in doomed[cid]:
                     batch.delete(table, k)
                 batch.delete("checkpoints", cid)
+    if indexed:
+        with backend.read() as view, backend.write() as batch:
+            pathlog.repair(view, batch, affected)
     backend.sync()

@@ -18,11 +18,13 @@ from snapstore.ops.context import StageContext
 from snapstore.ops.revert import PathOutcome
 from snapstore.records import manifest
 from snapstore.records.checkpoint import (
+    PATHS_INDEX_META,
     USER,
     Checkpoint,
     build_record,
     next_seq,
     parse_record,
+    put_path_rows,
     write_rows,
 )
 from snapstore.records.manifest import Entry
@@ -169,6 +171,12 @@ def record_target(
     with ctx.backend.read() as view:  # the writer lock is held: nobody appends meanwhile
         last = next(iter(view.items("log", reverse=True)), None)
         in_packs = packs.writes_packs(view.get)
+        changed: list[bytes] | None = None
+        if last is not None and view.get("meta", PATHS_INDEX_META) is not None:
+            from snapstore.ops import diff, pathlog
+
+            before = pathlog.manifest_of(view, last[1])
+            changed = pathlog.changed(diff.unstored(view.get, mid, mrecord, plain), before, mid)
     with ctx.backend.write() as batch:
         for table, key, value in packs.chunk_ops(
             [(cid, plain[cid]) for cid in missing], level, packed=in_packs
@@ -180,7 +188,10 @@ def record_target(
             parent=parent.id, time_ns=time.time_ns(), message=message, task=task, tags=[],
             kind=USER, manifest=mid, conversation=None, metadata=metadata, stats=stats,
         )
-        write_rows(batch, cp_id, packed, next_seq(last[0] if last else None), task, [])
+        seq = next_seq(last[0] if last else None)
+        write_rows(batch, cp_id, packed, seq, task, [])
+        if changed is not None:  # (an incomplete index stays so: the next snapshot rebuilds it)
+            put_path_rows(batch, seq, cp_id, changed)
     ctx.backend.sync()
     return parse_record(cp_id, packed)
 

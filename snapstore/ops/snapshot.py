@@ -45,6 +45,7 @@ from snapstore.ops.snapshot_io import (
 )
 from snapstore.records import manifest
 from snapstore.records.checkpoint import (
+    PATHS_INDEX_META,
     TASK_INDEX_META,
     USER,
     Checkpoint,
@@ -53,6 +54,7 @@ from snapstore.records.checkpoint import (
     load_all,
     next_seq,
     parse_record,
+    put_path_rows,
     seq_key,
     write_rows,
 )
@@ -80,7 +82,7 @@ class SnapshotResult:
     # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
     __slots__ = (
         "entries", "manifest_id", "conversation_id", "added", "modified", "deleted",
-        "files_read", "bytes_read", "new_bytes", "reused", "found", "report",
+        "files_read", "bytes_read", "new_bytes", "reused", "found", "report", "changed",
     )  # fmt: skip
 
     def __init__(
@@ -100,6 +102,8 @@ class SnapshotResult:
         self.reused = False
         self.found: list[scan.Found] = found if found is not None else []
         self.report = report if report is not None else scan.ScanReport()
+        #: The paths whose entries differ from the parent's (the ``paths`` index rows).
+        self.changed: list[bytes] = []
 
 
 class _ManifestMemo:
@@ -183,6 +187,7 @@ def _take(
         keys = (last_item[0] if last_item else None, last_op[0] if last_op else None)
         in_packs = packs.writes_packs(view.get)
         indexed = view.get("meta", TASK_INDEX_META) is not None
+        paths_indexed = view.get("meta", PATHS_INDEX_META) is not None
     found, cache, entries, to_read, stale, found_for_state = incremental.inputs(ctx, keys, report)
     newest = _newest_readable(backend, last_item[1]) if last_item else None
     parent, parent_record = newest if newest else (None, b"")
@@ -336,6 +341,12 @@ def _take(
         if not indexed:
             with backend.read() as view:
                 backfill_task_index(view, batch)
+        if not paths_indexed:  # a store made before the index (or a repair cut short): once
+            from snapstore.ops import pathlog
+
+            with backend.read() as view:
+                pathlog.rebuild(view, batch)
+        put_path_rows(batch, seq, cp_id, result.changed)
     backend.sync()
     memo.entries, memo.mid = entries, mid
     incremental.remember(ctx, found_for_state, cache, cache_updates, stale, entries, (seq_key(seq), keys[1]))
@@ -487,6 +498,7 @@ def _count(result: SnapshotResult, old: dict[bytes, Entry], new: dict[bytes, Ent
     from snapstore.ops import diff
 
     for c in diff.compare(old, new):
+        result.changed.append(c.path)
         if c.status == diff.ADDED:
             result.added += 1
         elif c.status == diff.DELETED:

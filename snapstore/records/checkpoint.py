@@ -54,6 +54,22 @@ def task_key(task: str, seq: int) -> bytes:
     return task_prefix(task) + seq_key(seq)
 
 
+#: meta key set while the ``paths`` index lists every change of every checkpoint
+#: (:mod:`snapstore.ops.pathlog`).
+PATHS_INDEX_META = b"paths-index"
+
+
+def path_prefix(path: bytes) -> bytes:
+    """The key prefix of ``path``'s rows in the ``paths`` index."""
+    return chunk_id(path)[:16]
+
+
+def put_path_rows(batch: WriteBatch, seq: int, cp_id: bytes, paths: list[bytes]) -> None:
+    """Index checkpoint number ``seq`` as one that changed each of ``paths``."""
+    for path in paths:
+        batch.put("paths", path_prefix(path) + seq_key(seq), cp_id)
+
+
 def write_rows(
     batch: WriteBatch, cp_id: bytes, packed: bytes, seq: int, task: str | None, tags: list[str]
 ) -> None:

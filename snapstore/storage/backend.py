@@ -26,6 +26,7 @@ TABLES = (
     "log",  # 8-byte big-endian sequence -> checkpoint id (creation order)
     "tags",  # tag name -> checkpoint id
     "tasks",  # task name (length-prefixed) + 8-byte sequence -> checkpoint id
+    "paths",  # BLAKE3(path)[:16] + 8-byte sequence -> id of a checkpoint that changed the path
     "statcache",  # path -> stat fields + stream id (an optimisation only)
     "conversations",  # conversation id -> {base, count, depth, total, chunks}
     "journal",  # restore in progress (crash recovery)
