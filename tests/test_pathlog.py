@@ -133,3 +133,18 @@ def test_an_index_cut_short_is_not_trusted_and_the_next_snapshot_rebuilds_it(tmp
     with store.backend.read() as view:
         assert len(list(pathlog.iter_rows(view, b"f.txt"))) == 4  # every change but the first
     store.close()
+
+
+def test_verify_reports_a_path_row_that_names_no_logged_checkpoint(tmp_path):
+    root = tmp_path / "t"
+    build_tree(root, {"f.txt": b"1\n"})
+    store = Store.init(root)
+    store.snapshot("one")
+    (root / "f.txt").write_text("2\n")
+    store.snapshot("two")
+    assert store.verify().ok
+    with store.backend.write() as batch:  # a row for a sequence number the log does not hold
+        batch.put("paths", checkpoint_mod.path_prefix(b"f.txt") + checkpoint_mod.seq_key(99), b"\x01" * 32)
+    report = store.verify()
+    assert not report.ok and any(p.kind == "paths" for p in report.problems)
+    store.close()

@@ -141,6 +141,12 @@ def run(
                 report.problems.append(
                     Problem("tasks", key.hex(), f"task index row names {cid.hex()}, which is not a checkpoint of that task")
                 )
+        logged = {key_seq(key): cid for key, cid in view.items("log")}
+        for key, cid in view.items("paths"):
+            if len(key) != 24 or logged.get(key_seq(key[16:])) != cid:
+                report.problems.append(
+                    Problem("paths", key.hex(), f"path index row names {cid.hex()}, which is not the checkpoint logged there")
+                )
         _check_oplog(view, report)
         _check_journal(view, report)
         # A missing parent is not a problem: `prune` and `delete` remove checkpoints, and the
