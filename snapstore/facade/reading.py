@@ -104,6 +104,7 @@ class ReadingMixin(StoreBase):
         (:mod:`snapstore.ops.renames`).
         """
         from snapstore.ops import diff as diff_mod
+        from snapstore.ops import incremental
         from snapstore.ops.restore import selector
         from snapstore.tree import worktree
 
@@ -112,7 +113,7 @@ class ReadingMixin(StoreBase):
         with self.backend.read() as view:
             if b is None:
                 old = manifest.load(view.get, old_cp.manifest)
-                new, _ = worktree.current_state(self)
+                new, _ = incremental.current_state(self.context) or worktree.current_state(self)
                 new_loader = self._disk_loader
             else:
                 new_cp = self.resolve(b)

@@ -200,6 +200,13 @@ class Watcher:
         self._pending = Changes(full=False)
         return changes
 
+    def peek(self) -> Changes:
+        """The changes since the last :meth:`take` (after reading the queue), left pending: a
+        read-only look (``diff`` against the tree) must not hide them from the next snapshot."""
+        self.poll()
+        p = self._pending
+        return Changes(p.full, set(p.dirs), set(p.subtrees), set(p.paths), p.reason)
+
     def status(self) -> dict[str, Any]:
         return {
             "watched_dirs": self.watched_dirs,
