@@ -20,7 +20,7 @@ import pytest
 
 from snapstore.store import Store
 from snapstore.testing import build_tree
-from snapstore.tree import scan
+from snapstore.tree import scan, worktree
 
 pytest.importorskip("inotify_simple")
 
@@ -274,3 +274,64 @@ def test_status_through_the_watcher_does_not_walk_nor_consume(tmp_path: Path, mo
         assert s.read_bytes(cp.id, "pkg0/sub0/m0.py") == b"changed\n"
         assert not any(e.path.startswith(b"pkg9/sub4") for e in s.entries(cp.id))
         assert s.diff() == []
+
+
+def _count_walks(monkeypatch) -> list[int]:
+    walks: list[int] = []
+    real = scan.walk
+    monkeypatch.setattr(scan, "walk", lambda *a, **k: walks.append(1) or real(*a, **k))
+    return walks
+
+
+def test_restores_through_the_watcher_do_not_walk(tmp_path: Path, monkeypatch):
+    """The safety checkpoint comes from the dirty set, and a restore that creates and removes
+    files and directories leaves a state the next snapshot patches, not a walk."""
+    import time
+
+    from snapstore.ops import snapshot_io
+    from snapstore.tree import statcache
+
+    # Files read from now on are old enough for the racy-file rule (no sleeping).
+    monkeypatch.setattr(statcache, "now_ns", lambda: time.time_ns() + 10 * statcache.RACY_MARGIN_NS)
+    root = tmp_path / "t"
+    _wide_tree(root)
+    Store.init(root).close()
+    with Store.open(root, watch=True) as s, Store.open(root) as plain:
+        x = s.snapshot("X")
+        (root / "pkg0" / "sub0" / "m0.py").write_bytes(b"y\n")
+        (root / "pkg1" / "sub1" / "new.py").write_bytes(b"new\n")
+        shutil.rmtree(root / "pkg2" / "sub2")
+        build_tree(root / "pkg3" / "fresh", {"f.py": b"f\n"})
+        y = s.snapshot("Y")
+
+        def reference() -> list:  # a full walk of the tree (not counted), every field compared
+            monkeypatch.setattr(scan, "walk", real_walk)
+            try:
+                walked, _ = worktree.current_state(plain)
+            finally:
+                monkeypatch.setattr(scan, "walk", counting)
+            return [walked[p] for p in sorted(walked)]
+
+        walks: list[int] = []
+        real_walk = scan.walk
+
+        def counting(*a, **k):
+            walks.append(1)
+            return real_walk(*a, **k)
+
+        monkeypatch.setattr(scan, "walk", counting)
+        opened: list[bytes] = []
+        real_open = snapshot_io._open
+        monkeypatch.setattr(snapshot_io, "_open", lambda *a, **k: opened.append(a[1]) or real_open(*a, **k))
+        for i in range(3):
+            report = s.restore(x.id)  # removes, creates and rewrites files and directories
+            assert report.safety is not None
+            again = s.snapshot(f"after restore {i}", skip_unchanged=True)
+            assert s.entries(again.id) == reference()
+            assert {e.path: e.ref for e in s.entries(again.id)} == {e.path: e.ref for e in s.entries(x.id)}
+            (root / "pkg5" / "sub0" / f"other{i}.py").write_bytes(b"someone else\n")  # in between
+            os.unlink(root / "pkg5" / "sub0" / f"other{i}.py")
+            s.restore(y.id)
+            assert s.entries(s.snapshot(f"at Y {i}", skip_unchanged=True).id) == reference()
+        assert walks == []
+        assert opened == []  # nothing the restores wrote was read back

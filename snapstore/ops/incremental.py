@@ -84,7 +84,10 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     check = changes.full and changes.reason == PERIODIC
     if changes.full and not check:
         return None
-    patched = _patch(ctx, state, state.found, state.listings, changes, report or scan.ScanReport(), watcher)
+    scratch = scan.ScanReport()  # merged into the snapshot's only if no walk follows
+    patched = _patch(ctx, state, state.found, state.listings, changes, scratch, watcher)
+    if patched is not None and report is not None and not check:
+        _merge(report, scratch)
     if check:
         # The walk that follows checks the watcher (and this patching): what it finds must be
         # what the patched state says.
@@ -92,6 +95,14 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
             ctx.memo[CHECK] = state.found
         return None
     return patched
+
+
+def _merge(report: scan.ScanReport, more: scan.ScanReport) -> None:
+    report.special += more.special
+    report.vanished += more.vanished
+    report.unreadable += more.unreadable
+    report.mode_bits_dropped += more.mode_bits_dropped
+    report.warnings.extend(more.warnings)
 
 
 def _patch(

@@ -200,6 +200,16 @@ class Watcher:
         self._pending = Changes(full=False)
         return changes
 
+    def give_back(self, changes: Changes) -> None:
+        """Make ``changes`` (from :meth:`take`) pending again, with any that came since: for a
+        caller that took them and could not use them (the next snapshot will)."""
+        p = self._pending
+        if changes.full and not p.full:
+            p.full, p.reason = True, changes.reason
+        p.dirs |= changes.dirs
+        p.subtrees |= changes.subtrees
+        p.paths |= changes.paths
+
     def peek(self) -> Changes:
         """The changes since the last :meth:`take` (after reading the queue), left pending: a
         read-only look (``diff`` against the tree) must not hide them from the next snapshot."""
