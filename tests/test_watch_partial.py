@@ -52,7 +52,7 @@ def edit(root: Path, outside: Path, rng: random.Random, i: int) -> str:
         ["write", "append", "same-size", "rename", "rmtree", "mkdir", "mkdir-tree", "symlink",
          "chmod", "file-to-dir", "dir-to-file", "new-file", "new-file", "ignore-file",
          "in-ignored", "move-dir", "move-out", "move-in", "rmdir-empty", "fifo", "delete",
-         "dir-replaced", "file-dir-file"]
+         "dir-replaced", "file-dir-file", "bad-name"]
     )
     if op in ("write", "append", "same-size", "rename", "chmod", "file-to-dir", "delete") and not files:
         op = "new-file"
@@ -117,6 +117,11 @@ def edit(root: Path, outside: Path, rng: random.Random, i: int) -> str:
         (f / "x").write_bytes(b"x")
         shutil.rmtree(f)
         f.write_bytes(b"a file again %d\n" % i)
+    elif op == "bad-name":  # a name that is not UTF-8
+        base = os.fsencode(rng.choice([root, *dirs]))
+        fd = os.open(base + b"/bad\xff%d.txt" % i, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(fd, b"bytes name\n")
+        os.close(fd)
     elif op == "ignore-file":
         (rng.choice([root, *dirs]) / ".gitignore").write_bytes(rng.choice([b"*.txt\n", b"moved*\n", b"", b"d*/\n"]))
     elif op == "in-ignored":

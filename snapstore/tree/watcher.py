@@ -126,8 +126,9 @@ class Watcher:
     # -- watches --------------------------------------------------------------------------
 
     def _skip(self, rel: bytes) -> bool:
+        # What every walk leaves out by name (.git, nested stores): no watch to spend on it.
         name = rel.rsplit(b"/", 1)[-1]
-        return name == b".git" or rel in self.excluded
+        return name in (b".git", b".snapstore") or rel in self.excluded
 
     def watch_tree(self, rel: bytes = b"") -> None:
         """Watch ``rel`` and every directory below it (watch first, then list)."""
