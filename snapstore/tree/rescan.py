@@ -86,7 +86,7 @@ def apply(
     if touches_rules(changes.paths, changes.subtrees):
         return None
     vanished = report.vanished
-    p = _Patcher(root, excluded, found, listings, report, watch, changes.subtrees)
+    p = _Patcher(root, excluded, found, listings, report, watch, changes.subtrees, changes.paths)
     relist = set(changes.dirs)
     files: list[bytes] = []
     for path in changes.paths:
@@ -149,9 +149,11 @@ class _Patcher:
         report: scan.ScanReport,
         watch: Callable[[bytes], None] | None,
         announced: set[bytes],
+        named: set[bytes],
     ):
         self.root, self.excluded, self.found, self.listings = root, excluded, found, listings
         self.report, self.watch, self.announced = report, watch, announced
+        self.named = named  # the paths the events name
         self.fresh = set(announced)  # subtrees to walk anew
         self.walked: set[bytes] = set()  # subtrees walked anew by this patch
         self.removed: list[bytes] = []
@@ -222,9 +224,13 @@ class _Patcher:
         for name in old.names:
             if name not in names and found.pop(name, None) is not None:
                 self.removed.append(name)
+        named = self.named
         for f in entries:
-            found[f.path] = f
-        self.updated.extend(entries)
+            # An entry is derived from what was found (and the stat cache): one found as before
+            # keeps its entry, unless an event names it (a rewrite the stat cannot show).
+            if found.get(f.path) != f or f.path in named:
+                found[f.path] = f
+                self.updated.append(f)
         before = set(old.subdirs)
         for sub, _ in scanned.subdirs:
             if sub not in before or sub in self.fresh:
@@ -232,8 +238,9 @@ class _Patcher:
         self.listings[rel] = scan.Listing(scanned.rules, tuple(names), tuple(now))
         if rel and not scanned.recorded and not now:  # empty: recorded as DIR (a walk's rule)
             f = scan.Found(rel, DIR, dir_st)
-            found[rel] = f
-            self.updated.append(f)
+            if found.get(rel) != f:
+                found[rel] = f
+                self.updated.append(f)
         elif found.pop(rel, None) is not None:
             self.removed.append(rel)
         return True
