@@ -62,6 +62,9 @@ class _At:
     def restore(self, ref: str):
         return self._with_src(super().restore, ref)
 
+    def status(self):
+        return self._with_src(super().status)
+
     def start_service(self) -> None:
         self._with_src(super().start_service)
 

@@ -112,8 +112,10 @@ class ReadingMixin(StoreBase):
         old_cp = self.resolve(a)
         with self.backend.read() as view:
             if b is None:
-                old = manifest.load(view.get, old_cp.manifest)
-                new, _ = incremental.current_state(self.context) or worktree.current_state(self)
+                def load() -> dict[bytes, Entry]:
+                    return manifest.load(view.get, old_cp.manifest)
+
+                old, new = incremental.worktree_difference(self.context, old_cp.manifest, load) or (load(), worktree.current_state(self)[0])
                 new_loader = self._disk_loader
             else:
                 new_cp = self.resolve(b)

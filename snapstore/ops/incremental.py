@@ -16,6 +16,7 @@ walk, whose result becomes the new state.  Events narrow what is looked at; the 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from snapstore.ops.context import StageContext
@@ -61,6 +62,8 @@ class Patched(NamedTuple):
     stale: list[bytes]
     #: Paths re-examined (for the report and the tests).
     examined: int
+    #: Every path whose entry may differ from the state's (removed, found anew or again).
+    touched: set[bytes]
 
 
 def watching(ctx: StageContext) -> bool:
@@ -133,7 +136,9 @@ def _patch(
         entries.update(fresh)
     else:
         to_read = []
-    return Patched(list(found.values()), cache, entries, to_read, stale, len(changed))
+    touched = set(patch.removed)
+    touched.update(f.path for f in changed)
+    return Patched(list(found.values()), cache, entries, to_read, stale, len(changed), touched)
 
 
 def inputs(
@@ -173,6 +178,42 @@ def current_state(ctx: StageContext) -> tuple[dict[bytes, Entry], dict[bytes, sc
     Nothing is committed and nothing is consumed: the state is patched on copies and the
     watcher's pending changes stay pending, for the next snapshot.
     """
+    looked = _look(ctx)
+    return None if looked is None else (looked[0], looked[1])
+
+
+def worktree_difference(
+    ctx: StageContext, manifest_id: bytes, load: Callable[[], dict[bytes, Entry]]
+) -> tuple[dict[bytes, Entry], dict[bytes, Entry]] | None:
+    """``(old, new)`` entries to compare manifest ``manifest_id`` with the working tree, from
+    the watcher's state (None when it cannot vouch: then the caller walks).
+
+    When that manifest is the one this context last wrote and its entries are the state's, only
+    the paths the pending changes touched can differ: both sides hold just those (comparing
+    them gives every change), so neither the manifest is decoded nor the whole tree compared.
+    Otherwise ``old`` is ``load()`` and ``new`` the whole tree.
+    """
+    looked = _look(ctx)
+    if looked is None:
+        return None
+    entries, _, touched, base = looked
+    memo = ctx.memo.get(MANIFEST_MEMO)
+    if memo is None or getattr(memo, "mid", None) != manifest_id or getattr(memo, "entries", None) is not base:
+        return load(), entries
+    old = {p: base[p] for p in touched if p in base}
+    new = {p: entries[p] for p in touched if p in entries}
+    return old, new
+
+
+#: ops.snapshot's manifest memo (the entries of the last manifest this context wrote).
+MANIFEST_MEMO = "snapshot.manifest"
+
+
+def _look(
+    ctx: StageContext,
+) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found], set[bytes], dict[bytes, Entry]] | None:
+    """The tree's entries and found records now, the paths that may differ from the state's
+    entries, and those entries; None when the state cannot vouch."""
     watcher = ctx.memo.get(WATCHER)
     state = ctx.memo.get(KEY)
     if watcher is None or not isinstance(state, TreeState):
@@ -192,7 +233,7 @@ def current_state(ctx: StageContext) -> tuple[dict[bytes, Entry], dict[bytes, sc
         return None
     entries = patched.entries
     worktree.hash_misses(ctx.root_bytes, patched.to_read, entries, report)
-    return entries, found
+    return entries, found, patched.touched, state.entries
 
 
 class _NoWatch:
