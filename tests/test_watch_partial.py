@@ -181,6 +181,7 @@ def test_watched_manifests_equal_full_walks(tmp_path: Path, seed: int):
             _same_diff(watched, plain)
         status = watched.watch_status()
         assert status is not None and status["divergences"] == 0
+        assert status["patched"] >= 20 and status["looks"] >= 40  # the patching was what was tested
     finally:
         watched.close()
         plain.close()
@@ -340,3 +341,44 @@ def test_restores_through_the_watcher_do_not_walk(tmp_path: Path, monkeypatch):
             assert s.entries(s.snapshot(f"at Y {i}", skip_unchanged=True).id) == reference()
         assert walks == []
         assert opened == []  # nothing the restores wrote was read back
+
+
+def test_status_through_the_service_gives_the_walking_bytes(tmp_path: Path):
+    """``diff`` (and ``restore --dry-run``) answered from the service's watcher state print
+    exactly what an in-process walk prints."""
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env
+
+    from snapstore.service import daemon
+
+    def run(*argv: str, through: bool) -> subprocess.CompletedProcess[bytes]:
+        head = ["-c", "from snapstore.service.client import run; run()"] if through else ["-m", "snapstore"]
+        return subprocess.run([sys.executable, *head, *argv], cwd=root, capture_output=True,
+                              env=subprocess_env(), timeout=120)
+
+    root = tmp_path / "proj"
+    build_tree(root, {"a.txt": b"alpha\n", "src/b.py": b"print(1)\n", "src/deep/c.py": b"c\n", "gone/x.txt": b"x\n"})
+    store_dir = str(root / ".snapstore")
+    Store.init(root).close()
+    daemon.start_detached(store_dir, 60)
+    try:
+        assert run("snapshot", "-q", "-m", "through the service", through=True).returncode == 0
+        (root / "a.txt").write_bytes(b"alpha\nbeta\n")
+        (root / "src" / "new.py").write_bytes(b"new\n")
+        (root / "src" / "deep" / "c.py").unlink()
+        shutil.rmtree(root / "gone")
+        build_tree(root / "fresh", {"f.txt": b"f\n"})
+        first = daemon.status(store_dir)
+        assert first is not None
+        for argv in (["diff"], ["diff", "--stat"], ["diff", "--json"], ["diff", "-p"], ["diff", "latest", "--", "src"],
+                     ["restore", "latest", "--dry-run"]):
+            via, here = run(*argv, through=True), run(*argv, through=False)
+            assert (via.stdout, via.stderr, via.returncode) == (here.stdout, here.stderr, here.returncode), argv
+        info = daemon.status(store_dir)
+        assert info is not None and info["requests"] - first["requests"] == 6
+        assert info["watcher"]["looks"] - first["watcher"]["looks"] == 6  # each answered from the state
+        assert info["watcher"]["walks"] == first["watcher"]["walks"] == 1  # the first snapshot's
+    finally:
+        daemon.stop(store_dir)

@@ -151,6 +151,12 @@ def inputs(
     (:func:`worktree.classify_sorted`): the cache is never held as a dict (``cache`` is empty).
     """
     patched = prepare(ctx, keys, report)
+    watcher = ctx.memo.get(WATCHER)
+    if watcher is not None:  # (serve --status shows how often each way was taken)
+        if patched is None:
+            watcher.walks += 1
+        else:
+            watcher.patched += 1
     if patched is not None:
         state = ctx.memo[KEY]
         walked = Walked(state.found, state.listings)
@@ -233,6 +239,7 @@ def _look(
         return None
     entries = patched.entries
     worktree.hash_misses(ctx.root_bytes, patched.to_read, entries, report)
+    watcher.looks += 1
     return entries, found, patched.touched, state.entries
 
 

@@ -111,6 +111,13 @@ class Watcher:
         #: ops.incremental, which compares the walk with what the events led it to believe).
         self.divergences = 0
         self.last_divergence: str | None = None
+        #: What the watching Store did with the changes (counted by ops.incremental): snapshots
+        #: that walked the whole tree (for any reason: the ones above, a changed ignore file, a
+        #: doubt), snapshots patched from the events, read-only looks (``diff``) answered from
+        #: the patched state.
+        self.walks = 0
+        self.patched = 0
+        self.looks = 0
         self.last_error: str | None = None
 
     @property
@@ -227,6 +234,9 @@ class Watcher:
             "full_rescans": self.full_rescans,
             "divergences": self.divergences,
             "last_divergence": self.last_divergence,
+            "walks": self.walks,
+            "patched": self.patched,
+            "looks": self.looks,
             "last_error": self.last_error,
         }
 
