@@ -62,11 +62,17 @@ class _At:
     def restore(self, ref: str):
         return self._with_src(super().restore, ref)
 
+    def status(self):
+        return self._with_src(super().status)
+
     def start_service(self) -> None:
         self._with_src(super().start_service)
 
     def stop_service(self) -> None:
         self._with_src(super().stop_service)
+
+    def service_status(self) -> dict:  # (its own client: another version's would not be answered)
+        return self._with_src(super().service_status)
 
 
 class SnapAt(_At, SnapCLI):

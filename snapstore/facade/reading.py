@@ -119,6 +119,7 @@ class ReadingMixin(StoreBase):
         (:mod:`snapstore.ops.renames`).
         """
         from snapstore.ops import diff as diff_mod
+        from snapstore.ops import incremental
         from snapstore.ops.restore import selector
         from snapstore.tree import worktree
 
@@ -126,8 +127,11 @@ class ReadingMixin(StoreBase):
         old_cp = self.resolve(a)
         with self.backend.read() as view:
             if b is None:
-                tree, _ = worktree.current_state(self)
-                old, new = diff_mod.difference_from_tree(view.get, old_cp.manifest, tree)
+                def against(tree: dict[bytes, Entry]) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+                    return diff_mod.difference_from_tree(view.get, old_cp.manifest, tree)
+
+                got = incremental.worktree_difference(self.context, old_cp.manifest, against)
+                old, new = got if got is not None else against(worktree.current_state(self)[0])
                 new_loader = self._disk_loader
             else:
                 new_cp = self.resolve(b)

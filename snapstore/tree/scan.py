@@ -120,21 +120,84 @@ class _Dir:
             self.held[0] -= 1
 
 
-def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Found]:
+#: :attr:`Listing.kind`: a directory listed; another project's store (nothing below it is
+#: recorded); a directory that could not be opened or listed (recorded as UNREADABLE).
+LISTED, STORE, UNLISTABLE = 0, 1, 2
+
+
+class Listing(NamedTuple):
+    """One directory as a walk listed it (kept by a watching Store to patch its tree state).
+
+    Every path a walk finds belongs to exactly one listing: a file, symlink or unreadable entry
+    to its directory's ``names``; an empty directory's DIR (or an unlistable one's UNREADABLE)
+    entry to that directory's own listing.
+    """
+
+    rules: ignore.Rules  # the ignore rules in force inside the directory
+    names: tuple[bytes, ...]  # the paths recorded directly in it (not its subdirectories)
+    subdirs: tuple[bytes, ...]  # its subdirectories that were walked
+    kind: int = LISTED
+
+
+Listings = dict[bytes, Listing]
+
+
+class Scanned(NamedTuple):
+    """What :func:`scan_dir` found in one directory besides the entries it recorded."""
+
+    rules: ignore.Rules
+    subdirs: list[tuple[bytes, Stat]]  # subdirectories to walk, with their lstat fields
+    #: Something was recorded, ignored or left out directly in it (then it is not empty).
+    recorded: bool
+
+
+def walk(
+    root: bytes, excluded: frozenset[bytes], report: ScanReport, listings: Listings | None = None
+) -> list[Found]:
     """Return everything below ``root`` to snapshot, sorted by path.
 
     ``excluded`` holds root-relative paths never to enter (the store when it lives in the tree).
     A directory appears (as DIR) only when nothing below it is recorded and nothing in it was
-    left out (ignored, excluded, special), so restore can recreate empty directories.
+    left out (ignored, excluded, special), so restore can recreate empty directories.  With
+    ``listings``, each directory's :class:`Listing` is added to it.
     """
     try:
         root_fd = _open_dir(root)
     except OSError as exc:
         raise TreeIOError(f"cannot open the tree {display(root)}: {exc.strerror}") from exc
-    stack: list[tuple[bytes, ignore.Rules, _Dir | None]] = [(b"", ignore.NO_RULES, None)]
+    return _run(root, root_fd, excluded, report, (b"", ignore.NO_RULES), listings)
+
+
+def walk_below(
+    root: bytes,
+    rel: bytes,
+    rules: ignore.Rules,
+    excluded: frozenset[bytes],
+    report: ScanReport,
+    listings: Listings | None = None,
+) -> list[Found]:
+    """What :func:`walk` would find in the subtree ``rel`` (itself included), given the rules
+    in force in its parent: the same per-directory logic, started one directory down.
+
+    ``rel`` itself is recorded as an empty DIR, as UNREADABLE, or not at all, as a whole walk
+    would record it; it is opened from the root (never following a symlink in its last
+    component).  Sorted by path.
+    """
+    return _run(root, None, excluded, report, (rel, rules), listings)
+
+
+def _run(
+    root: bytes,
+    root_fd: int | None,
+    excluded: frozenset[bytes],
+    report: ScanReport,
+    start: tuple[bytes, ignore.Rules],
+    listings: Listings | None,
+) -> list[Found]:
+    stack: list[tuple[bytes, ignore.Rules, _Dir | None]] = [(start[0], start[1], None)]
     opened: list[_Dir] = []  # every fd we own, so an exception closes them all
     try:
-        return _walk(root, root_fd, excluded, report, stack, opened)
+        return _walk(root, root_fd, excluded, report, stack, opened, listings)
     finally:
         for d in opened:
             if d.pending > 0:
@@ -143,129 +206,75 @@ def walk(root: bytes, excluded: frozenset[bytes], report: ScanReport) -> list[Fo
 
 def _walk(
     root: bytes,
-    root_fd: int,
+    root_fd: int | None,
     excluded: frozenset[bytes],
     report: ScanReport,
     stack: list[tuple[bytes, ignore.Rules, _Dir | None]],
     opened: list[_Dir],
+    listings: Listings | None,
 ) -> list[Found]:
     found: list[Found] = []
     # rel dir -> 0 while nothing below it is recorded (then it is recorded as an empty DIR)
     dir_index: dict[bytes, int] = {}
     order: list[tuple[bytes, Stat]] = []
     held = [0]
-    root_dir = _Dir(root_fd, 1, held)
-    opened.append(root_dir)
+    root_dir = None
+    if root_fd is not None:
+        root_dir = _Dir(root_fd, 1, held)
+        opened.append(root_dir)
+    top = stack[0][0]  # the walk's first directory: the root, or a subtree's top (walk_below)
     while stack:  # iterative, so deep trees cannot exhaust the Python stack
         rel_dir, parent_rules, parent = stack.pop()
-        if not rel_dir:
+        if not rel_dir and root_dir is not None:
             here = root_dir
         else:
             try:
                 if parent is not None:
                     fd = _open_dir(rel_dir[rel_dir.rfind(b"/") + 1 :], parent.fd)
-                else:  # too deep to hold every ancestor's fd: walk down from the root
+                else:  # a subtree's top, or too deep to hold every ancestor's fd: from the root
                     fd = open_beneath(root, rel_dir, DIR_FLAGS)
             except OSError as exc:
-                _unlistable(rel_dir, exc, found, dir_index, report)
+                _unlistable(rel_dir, parent_rules, exc, found, dir_index, report, listings)
                 continue
             finally:
                 if parent is not None:
                     parent.release()
             here = _Dir(fd, 1, held)  # 1 = the listing below; released when it is done
             opened.append(here)
+            if rel_dir == top:  # (its parent was not listed: its stat comes from its fd)
+                dir_index.setdefault(rel_dir, 0)
+                order.append((rel_dir, compact(os.fstat(fd))))
+        first = len(found)
         try:
-            dirents = _list(here.fd)
+            scanned = scan_dir(here.fd, rel_dir, parent_rules, excluded, report, found)
         except OSError as exc:
             here.release()
             if not rel_dir:  # an unlistable root is not an empty tree
                 raise TreeIOError(f"cannot list the tree {display(root)}: {exc.strerror}") from exc
-            _unlistable(rel_dir, exc, found, dir_index, report)
+            _unlistable(rel_dir, parent_rules, exc, found, dir_index, report, listings)
             continue
-        names = {d[0] for d in dirents}
-        if is_store(names):
-            if rel_dir:  # another project's store: not ours to copy or to restore
-                here.release()
-                dir_index[rel_dir] = -1
-                _mark_parents(dir_index, rel_dir)
-                continue
-            # the tree root itself is a store: leave its files out, walk the rest
-            dirents = [d for d in dirents if d[0] not in STORE_MARKERS]
-        rules = ignore.rules_for_dir(parent_rules, here.fd, rel_dir, names, report.warn)
-        prefix = rel_dir + b"/" if rel_dir else b""
-        recorded = False  # something recorded, ignored or excluded directly in this directory
-        subdirs: list[bytes] = []
-        for name, d in dirents:
-            rel = prefix + name
-            if name in ALWAYS_EXCLUDED or (excluded and rel in excluded):
-                recorded = True  # content we leave out: the directory is not empty
-                continue
-            try:
-                st = d.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                report.vanished += 1
-                report.warn(f"vanished during the scan: {display(rel)}")
-                continue
-            except OSError as exc:
-                report.unreadable += 1
-                report.warn(f"cannot stat {display(rel)}: {exc.strerror}")
-                found.append(Found(rel, UNREADABLE, None))
-                recorded = True
-                continue
-            mode = st.st_mode
-            if mode & 0o7000:  # setuid/setgid/sticky: not recorded (manifest.MODE_KEEP)
-                report.mode_bits_dropped += 1
-            if mode & 0o170000 == 0o100000:  # S_ISREG without a call: the common case first
-                recorded = True
-                if rules and ignore.is_ignored(rules, rel, False):
-                    continue
-                found.append(
-                    _new(
-                        Found,
-                        (
-                            rel,
-                            EXEC if mode & 0o100 else FILE,
-                            _new(Stat, (mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)),
-                            b"",
-                        ),
-                    )
-                )
-                continue
-            if mode & 0o170000 == 0o040000:  # S_ISDIR
-                if rules and ignore.is_ignored(rules, rel, True):
-                    recorded = True
-                    continue
-                dir_index.setdefault(rel, 0)
-                order.append((rel, compact(st)))
-                subdirs.append(rel)
-                continue
-            if rules and ignore.is_ignored(rules, rel, False):
-                recorded = True
-                continue
-            if stat.S_ISLNK(mode):
-                try:
-                    target = os.readlink(name, dir_fd=here.fd)
-                except FileNotFoundError:
-                    report.vanished += 1
-                    report.warn(f"vanished during the scan: {display(rel)}")
-                    continue
-                except OSError as exc:
-                    report.unreadable += 1
-                    report.warn(f"cannot read link {display(rel)}: {exc.strerror}")
-                    continue
-                found.append(Found(rel, SYMLINK, compact(st), target))
-                recorded = True
-            else:  # (a directory holding only these is recorded as empty, as before)
-                report.special += 1
-                report.warn(f"skipped special file (FIFO, socket or device): {display(rel)}")
+        if scanned is None:  # another project's store: not ours to copy or to restore
+            here.release()
+            dir_index[rel_dir] = -1
+            _mark_parents(dir_index, rel_dir)
+            if listings is not None:
+                listings[rel_dir] = Listing(parent_rules, (), (), STORE)
+            continue
+        rules, subdirs, recorded = scanned
         holder = here if held[0] < MAX_HELD_FDS else None
         if holder is not None:
             here.pending += len(subdirs)
-        for rel in subdirs:
+        for rel, st in subdirs:
+            dir_index.setdefault(rel, 0)
+            order.append((rel, st))
             stack.append((rel, rules, holder))
         here.release()  # the listing is done; the fd stays open while subdirs wait for it
+        if listings is not None:
+            listings[rel_dir] = Listing(
+                rules, tuple([f[0] for f in found[first:]]), tuple([d[0] for d in subdirs])
+            )
         if recorded and rel_dir:
-            _mark_parents(dir_index, prefix)  # marks rel_dir and every directory above it
+            _mark_parents(dir_index, rel_dir + b"/")  # marks rel_dir and every directory above it
     # Deepest first (a directory is always listed after its parent): an empty directory makes
     # its parents non-empty, so only the leaves of a chain of empty directories are recorded.
     for rel, dst in reversed(order):
@@ -274,6 +283,101 @@ def _walk(
             _mark_parents(dir_index, rel)
     found.sort()  # paths are unique, so tuples order by path alone
     return found
+
+
+def scan_dir(
+    fd: int,
+    rel_dir: bytes,
+    parent_rules: ignore.Rules,
+    excluded: frozenset[bytes],
+    report: ScanReport,
+    found: list[Found],
+    rules: ignore.Rules | None = None,
+) -> Scanned | None:
+    """List the directory ``fd`` (root-relative ``rel_dir``) once: append what it records
+    directly to ``found`` and return its rules and the subdirectories to walk.
+
+    The one implementation of a directory's rules, shared by whole walks and by a watching
+    Store's re-listing of single directories (:mod:`snapstore.tree.rescan`): ignore files (of
+    this directory, on top of ``parent_rules``; ``rules`` when already known), ``.git``, the
+    store and ``excluded`` paths, symlinks, special files, set-id bits.  None when the
+    directory is another project's store (nothing in it is recorded).  Raises OSError when it
+    cannot be listed.
+    """
+    dirents = _list(fd)
+    names = {d[0] for d in dirents}
+    if is_store(names):
+        if rel_dir:
+            return None
+        # the tree root itself is a store: leave its files out, walk the rest
+        dirents = [d for d in dirents if d[0] not in STORE_MARKERS]
+    if rules is None:
+        rules = ignore.rules_for_dir(parent_rules, fd, rel_dir, names, report.warn)
+    prefix = rel_dir + b"/" if rel_dir else b""
+    recorded = False  # something recorded, ignored or excluded directly in this directory
+    subdirs: list[tuple[bytes, Stat]] = []
+    for name, d in dirents:
+        rel = prefix + name
+        if name in ALWAYS_EXCLUDED or (excluded and rel in excluded):
+            recorded = True  # content we leave out: the directory is not empty
+            continue
+        try:
+            st = d.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            report.vanished += 1
+            report.warn(f"vanished during the scan: {display(rel)}")
+            continue
+        except OSError as exc:
+            report.unreadable += 1
+            report.warn(f"cannot stat {display(rel)}: {exc.strerror}")
+            found.append(Found(rel, UNREADABLE, None))
+            recorded = True
+            continue
+        mode = st.st_mode
+        if mode & 0o7000:  # setuid/setgid/sticky: not recorded (manifest.MODE_KEEP)
+            report.mode_bits_dropped += 1
+        if mode & 0o170000 == 0o100000:  # S_ISREG without a call: the common case first
+            recorded = True
+            if rules and ignore.is_ignored(rules, rel, False):
+                continue
+            found.append(
+                _new(
+                    Found,
+                    (
+                        rel,
+                        EXEC if mode & 0o100 else FILE,
+                        _new(Stat, (mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)),
+                        b"",
+                    ),
+                )
+            )
+            continue
+        if mode & 0o170000 == 0o040000:  # S_ISDIR
+            if rules and ignore.is_ignored(rules, rel, True):
+                recorded = True
+                continue
+            subdirs.append((rel, compact(st)))
+            continue
+        if rules and ignore.is_ignored(rules, rel, False):
+            recorded = True
+            continue
+        if stat.S_ISLNK(mode):
+            try:
+                target = os.readlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                report.vanished += 1
+                report.warn(f"vanished during the scan: {display(rel)}")
+                continue
+            except OSError as exc:
+                report.unreadable += 1
+                report.warn(f"cannot read link {display(rel)}: {exc.strerror}")
+                continue
+            found.append(Found(rel, SYMLINK, compact(st), target))
+            recorded = True
+        else:  # (a directory holding only these is recorded as empty, as before)
+            report.special += 1
+            report.warn(f"skipped special file (FIFO, socket or device): {display(rel)}")
+    return Scanned(rules, subdirs, recorded)
 
 
 def _list(fd: int) -> list[tuple[bytes, os.DirEntry[str]]]:
@@ -287,7 +391,13 @@ def _list(fd: int) -> list[tuple[bytes, os.DirEntry[str]]]:
 
 
 def _unlistable(
-    rel_dir: bytes, exc: OSError, found: list[Found], dir_index: dict[bytes, int], report: ScanReport
+    rel_dir: bytes,
+    rules: ignore.Rules,
+    exc: OSError,
+    found: list[Found],
+    dir_index: dict[bytes, int],
+    report: ScanReport,
+    listings: Listings | None,
 ) -> None:
     """Record why a directory could not be opened or listed (it is not an empty directory)."""
     dir_index[rel_dir] = -1
@@ -302,6 +412,8 @@ def _unlistable(
         report.warn(f"cannot list {display(rel_dir)}: {exc.strerror}")
         found.append(Found(rel_dir, UNREADABLE, None))
         _mark_parents(dir_index, rel_dir)
+        if listings is not None:
+            listings[rel_dir] = Listing(rules, (), (), UNLISTABLE)
 
 
 def _mark_parents(dir_index: dict[bytes, int], rel: bytes) -> None:

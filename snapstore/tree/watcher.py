@@ -111,6 +111,13 @@ class Watcher:
         #: ops.incremental, which compares the walk with what the events led it to believe).
         self.divergences = 0
         self.last_divergence: str | None = None
+        #: What the watching Store did with the changes (counted by ops.incremental): snapshots
+        #: that walked the whole tree (for any reason: the ones above, a changed ignore file, a
+        #: doubt), snapshots patched from the events, read-only looks (``diff``) answered from
+        #: the patched state.
+        self.walks = 0
+        self.patched = 0
+        self.looks = 0
         self.last_error: str | None = None
 
     @property
@@ -126,8 +133,9 @@ class Watcher:
     # -- watches --------------------------------------------------------------------------
 
     def _skip(self, rel: bytes) -> bool:
+        # What every walk leaves out by name (.git, nested stores): no watch to spend on it.
         name = rel.rsplit(b"/", 1)[-1]
-        return name == b".git" or rel in self.excluded
+        return name in (b".git", b".snapstore") or rel in self.excluded
 
     def watch_tree(self, rel: bytes = b"") -> None:
         """Watch ``rel`` and every directory below it (watch first, then list)."""
@@ -200,6 +208,23 @@ class Watcher:
         self._pending = Changes(full=False)
         return changes
 
+    def give_back(self, changes: Changes) -> None:
+        """Make ``changes`` (from :meth:`take`) pending again, with any that came since: for a
+        caller that took them and could not use them (the next snapshot will)."""
+        p = self._pending
+        if changes.full and not p.full:
+            p.full, p.reason = True, changes.reason
+        p.dirs |= changes.dirs
+        p.subtrees |= changes.subtrees
+        p.paths |= changes.paths
+
+    def peek(self) -> Changes:
+        """The changes since the last :meth:`take` (after reading the queue), left pending: a
+        read-only look (``diff`` against the tree) must not hide them from the next snapshot."""
+        self.poll()
+        p = self._pending
+        return Changes(p.full, set(p.dirs), set(p.subtrees), set(p.paths), p.reason)
+
     def status(self) -> dict[str, Any]:
         return {
             "watched_dirs": self.watched_dirs,
@@ -209,6 +234,9 @@ class Watcher:
             "full_rescans": self.full_rescans,
             "divergences": self.divergences,
             "last_divergence": self.last_divergence,
+            "walks": self.walks,
+            "patched": self.patched,
+            "looks": self.looks,
             "last_error": self.last_error,
         }
 

@@ -172,17 +172,22 @@ def current_state(
     found = scan.walk(store.root_bytes, store.excluded, report)
     with store.backend.read() as view:
         entries, misses, _ = classify_sorted(found, view.items("statcache"))
-    if misses:
-        from concurrent.futures import ThreadPoolExecutor  # only when files must be hashed
-
-        root = store.root_bytes
-        with ThreadPoolExecutor(min(4, os.cpu_count() or 2)) as pool:
-            results = pool.map(lambda f: hash_file(root, f.path), misses)
-            for f, res in zip(misses, results):
-                if res is None:
-                    entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
-                    report.warn(f"could not read {f.path.decode('utf-8', 'backslashreplace')}")
-                else:
-                    sid, st = res
-                    entries[f.path] = file_entry(f.path, st, sid)
+    hash_misses(store.root_bytes, misses, entries, report)
     return entries, {f.path: f for f in found}
+
+
+def hash_misses(root: bytes, misses: list[scan.Found], entries: dict[bytes, Entry], report: scan.ScanReport) -> None:
+    """Add the entries of the files the stat cache could not vouch for, by hashing them."""
+    if not misses:
+        return
+    from concurrent.futures import ThreadPoolExecutor  # only when files must be hashed
+
+    with ThreadPoolExecutor(min(4, os.cpu_count() or 2)) as pool:
+        results = pool.map(lambda f: hash_file(root, f.path), misses)
+        for f, res in zip(misses, results):
+            if res is None:
+                entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
+                report.warn(f"could not read {f.path.decode('utf-8', 'backslashreplace')}")
+            else:
+                sid, st = res
+                entries[f.path] = file_entry(f.path, st, sid)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snapstore.errors import ConflictError, CorruptError, TreeIOError
-from snapstore.ops import diff
+from snapstore.ops import diff, incremental
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change
 from snapstore.ops.restore import batch as batch_mod
@@ -135,7 +135,7 @@ def run(
     among: set[bytes] | None = None
     if dry_run:
         target_entries = _load_checked(ctx, target)
-        current, found = worktree.current_state(ctx)
+        current, found = incremental.current_state(ctx) or worktree.current_state(ctx)
     else:
         safety, current, found = take_safety(message)
         target_entries, among = _target_from_difference(ctx, safety, target, current)

@@ -2,16 +2,19 @@
 
 A Store opened with ``watch=True`` (the resident service) snapshots in O(changed) from the
 watcher's events and a :class:`~snapstore.ops.incremental.TreeState`.  A restore changes the
-tree and the operation log, so that state would be dropped and the next snapshot (often the
-next restore's safety checkpoint) would walk the whole tree.  When the restore only rewrote
-files the state already knew, :func:`keep_state` patches the state instead: each file's new
-stat, stat-cache value and entry, and the new operation-log key.
+tree and the operation log; dropping the state would make the next snapshot (often the next
+restore's safety checkpoint) walk the whole tree.  :func:`keep_state` keeps it instead, in one
+of two ways:
 
-It does so only when it can account for every event the watcher queued since the safety
-checkpoint drained it: events on the written files, on our temp files and on their
-directories.  Any other event (another process's work during the restore), a file whose stat is
-not the one the restore recorded after its rename, or a restore that did more than rewrite known
-files drops the state instead (a full walk next time, as before).
+* when the restore only rewrote files the state already knew and every event the watcher
+  queued since the safety checkpoint is one the restore caused (the written files, our temp
+  files, their directories), the state is patched exactly: each file's new stat, stat-cache
+  value and entry; the events are consumed, so the next snapshot re-examines nothing;
+* otherwise (files removed or created, directories, symlinks, another process's work during
+  the restore) the events are given back to the watcher and only the new stat-cache values
+  and the new operation-log key are recorded: the next snapshot patches the state from those
+  events (``tree.rescan``: it lists again only the directories the restore touched) and the
+  stat cache vouches for every file written, so none is read back.
 """
 
 from __future__ import annotations
@@ -30,24 +33,32 @@ from snapstore.tree import scan, statcache, worktree
 def keep_state(
     ctx: StageContext, steps: list[Step], written: dict[bytes, tuple[os.stat_result, bytes]], oplog_key: bytes
 ) -> None:
-    """Patch the watching context's tree state with what the restore wrote (or drop it)."""
+    """Patch the watching context's tree state with what the restore wrote, or leave the
+    restore's events to the next snapshot (see the module's docstring)."""
     watcher = ctx.memo.get(incremental.WATCHER)
-    if watcher is None:
+    state = ctx.memo.get(incremental.KEY)
+    if watcher is None or not isinstance(state, incremental.TreeState):
         return
-    if not _patch(ctx, watcher, steps, written, oplog_key):
-        incremental.forget(ctx)
+    changes = watcher.take()  # our own events (and any other), drained
+    if _patch(ctx, state, changes, steps, written, oplog_key):
+        return
+    watcher.give_back(changes)
+    for p, (st, sid) in written.items():
+        value = statcache.written(st, st, sid)
+        if value is not None:
+            state.cache[statcache.key(p)] = value
+    ctx.memo[incremental.KEY] = state._replace(keys=(state.keys[0], oplog_key))
 
 
 def _patch(
     ctx: StageContext,
-    watcher: Any,
+    state: incremental.TreeState,
+    changes: Any,
     steps: list[Step],
     written: dict[bytes, tuple[os.stat_result, bytes]],
     oplog_key: bytes,
 ) -> bool:
-    state = ctx.memo.get(incremental.KEY)
-    changes = watcher.take()  # our own events (and any other), drained
-    if not isinstance(state, incremental.TreeState) or changes.full or changes.subtrees:
+    if changes.full or changes.subtrees:
         return False
     if any(s.action not in ("write", "chmod") for s in steps) or len(written) != len(steps):
         return False  # removals, directories, symlinks, or a file the write rule cannot vouch for

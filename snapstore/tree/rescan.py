@@ -1,0 +1,246 @@
+"""Patching what a walk found with what a watcher says changed, instead of walking again.
+
+A watching Store keeps, from its last walk, every path found (``found``) and every directory's
+:class:`~snapstore.tree.scan.Listing`.  Given the watcher's :class:`~snapstore.tree.watcher.Changes`,
+:func:`apply` brings both up to date by doing only what those changes call for, with the walk's
+own per-directory logic (:func:`snapstore.tree.scan.scan_dir`), so the result is what a whole
+walk would find now:
+
+* a directory whose listing changed is listed again (non-recursively): entries that are gone
+  are removed (a subdirectory with everything below it), new ones recorded, and a new
+  subdirectory walked completely (:func:`snapstore.tree.scan.walk_below`);
+* a directory the watcher saw appear (a subtree) is forgotten and walked completely;
+* a file whose content or metadata changed is lstat-ed again; any other changed path (a
+  symlink, an empty directory, something that changed type) has its directory listed again.
+
+The rules in force in each directory are kept in its listing.  When an ignore file is among
+the changed paths those rules may be stale, so :func:`apply` gives up (None) and the caller
+walks the whole tree; so it does on anything doubtful (a path gone whose directory is not
+listed again, something vanishing while it is listed).  Emptiness is a directory's own
+property (a walked directory is recorded as DIR iff it records nothing itself and has no walked
+subdirectory), which is what makes a directory's re-listing local.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import NamedTuple, Protocol
+
+from snapstore.records.manifest import DIR, EXEC, FILE
+from snapstore.tree import ignore, scan
+from snapstore.tree.paths import DIR_FLAGS, iter_parents, open_beneath
+
+
+class Changes(Protocol):
+    """What :func:`apply` reads of the watcher's changes (tree.watcher.Changes)."""
+
+    dirs: set[bytes]
+    subtrees: set[bytes]
+    paths: set[bytes]
+
+
+class Patch(NamedTuple):
+    """What :func:`apply` changed: paths no longer found (some may be found again, as another
+    kind) and what was found anew or again (its entry must be derived again)."""
+
+    removed: list[bytes]
+    updated: list[scan.Found]
+    #: Directories listed again and subtrees walked (for the report and the tests).
+    listed: int
+
+
+def parent_of(rel: bytes) -> bytes:
+    """The root-relative directory holding ``rel`` (b"" at the top)."""
+    cut = rel.rfind(b"/")
+    return rel[:cut] if cut > 0 else b""
+
+
+def touches_rules(paths: Iterable[bytes], subtrees: set[bytes]) -> bool:
+    """Is an ignore file among ``paths`` (then the rules kept in the listings may be stale)?
+
+    Not one inside a new subtree: those are walked anew, their ignore files read again.
+    """
+    for p in paths:
+        if p.rpartition(b"/")[2] in ignore.IGNORE_FILES:
+            if not subtrees or not any(a in subtrees for a in iter_parents(p)):
+                return True
+    return False
+
+
+def apply(
+    root: bytes,
+    excluded: frozenset[bytes],
+    found: dict[bytes, scan.Found],
+    listings: scan.Listings,
+    changes: Changes,
+    report: scan.ScanReport,
+    watch: Callable[[bytes], None] | None = None,
+) -> Patch | None:
+    """Patch ``found`` and ``listings`` (in place) with ``changes``; None when only a whole walk
+    can say (then both are half patched: the caller replaces them with the walk's).
+
+    ``watch(rel)`` is called before a subtree the watcher did not announce is walked (a
+    directory that became listable), so it is watched from then on.
+    """
+    if touches_rules(changes.paths, changes.subtrees):
+        return None
+    vanished = report.vanished
+    p = _Patcher(root, excluded, found, listings, report, watch, changes.subtrees, changes.paths)
+    relist = set(changes.dirs)
+    files: list[bytes] = []
+    for path in changes.paths:
+        listing = listings.get(path)
+        if listing is not None:  # a directory that was walked
+            if listing.kind != scan.LISTED:
+                p.fresh.add(path)  # unlistable or a store: it may be neither now
+            elif path in found:  # an empty directory: its recorded mode and mtime
+                relist.add(path)
+            continue
+        known = found.get(path)
+        if known is None:
+            continue  # ignored or left out (a new entry would have changed its directory)
+        if known.kind in (FILE, EXEC):
+            files.append(path)
+        else:  # a symlink or unreadable entry: its directory says what it is now
+            relist.add(parent_of(path))
+    for target in sorted(relist | p.fresh):  # a directory before anything below it
+        if p.covered(target):
+            continue
+        listing = listings.get(target)
+        if listing is None:
+            continue  # not walked: ignored, left out, another store's, or gone with its parent
+        if target in p.fresh or listing.kind != scan.LISTED:
+            p.rewalk(target, _parent_rules(listings, target))
+        elif not p.relist(target, listing):
+            return None
+    for path in files:
+        parent = parent_of(path)
+        if parent in relist or p.covered(path) or found.get(path) is None:
+            continue  # listed again (or removed) above
+        try:
+            st = os.lstat(root + b"/" + path)
+        except OSError:
+            return None  # gone without its directory's event (still queued?): walk
+        if st.st_mode & 0o170000 != 0o100000:
+            return None
+        f = scan.Found(path, EXEC if st.st_mode & 0o100 else FILE, scan.compact(st), b"")
+        found[path] = f
+        p.updated.append(f)
+    if report.vanished != vanished:
+        return None  # something moved while it was listed: the whole walk decides
+    return Patch(p.removed, p.updated, p.listed)
+
+
+def _parent_rules(listings: scan.Listings, rel: bytes) -> ignore.Rules:
+    parent = listings.get(parent_of(rel))
+    return parent.rules if parent is not None else ignore.NO_RULES
+
+
+class _Patcher:
+    """The state of one :func:`apply`: what it removed and found, which subtrees it walked."""
+
+    def __init__(
+        self,
+        root: bytes,
+        excluded: frozenset[bytes],
+        found: dict[bytes, scan.Found],
+        listings: scan.Listings,
+        report: scan.ScanReport,
+        watch: Callable[[bytes], None] | None,
+        announced: set[bytes],
+        named: set[bytes],
+    ):
+        self.root, self.excluded, self.found, self.listings = root, excluded, found, listings
+        self.report, self.watch, self.announced = report, watch, announced
+        self.named = named  # the paths the events name
+        self.fresh = set(announced)  # subtrees to walk anew
+        self.walked: set[bytes] = set()  # subtrees walked anew by this patch
+        self.removed: list[bytes] = []
+        self.updated: list[scan.Found] = []
+        self.listed = 0
+
+    def covered(self, rel: bytes) -> bool:
+        """Was ``rel`` walked anew (itself or a directory above it)?"""
+        if not self.walked:
+            return False
+        return rel in self.walked or any(a in self.walked for a in iter_parents(rel))
+
+    def drop(self, top: bytes) -> None:
+        """Forget ``top`` and everything below it."""
+        found, removed = self.found, self.removed
+        stack = [top]
+        while stack:
+            rel = stack.pop()
+            if found.pop(rel, None) is not None:  # its DIR or UNREADABLE entry
+                removed.append(rel)
+            listing = self.listings.pop(rel, None)
+            if listing is None:
+                continue
+            for name in listing.names:
+                if found.pop(name, None) is not None:
+                    removed.append(name)
+            stack.extend(listing.subdirs)
+
+    def rewalk(self, top: bytes, rules: ignore.Rules) -> None:
+        """Forget ``top`` and walk it again, as a whole walk would find it."""
+        self.drop(top)
+        if self.watch is not None and top not in self.announced:
+            self.watch(top)  # watch first, then list: nothing created in between is missed
+        self.listed += 1
+        if top:
+            got = scan.walk_below(self.root, top, rules, self.excluded, self.report, self.listings)
+        else:
+            got = scan.walk(self.root, self.excluded, self.report, self.listings)
+        for f in got:
+            self.found[f.path] = f
+        self.updated.extend(got)
+        self.walked.add(top)
+
+    def relist(self, rel: bytes, old: scan.Listing) -> bool:
+        """List the walked directory ``rel`` again; False when only a whole walk can say."""
+        found = self.found
+        self.listed += 1
+        entries: list[scan.Found] = []
+        try:
+            fd = scan._open_dir(self.root) if not rel else open_beneath(self.root, rel, DIR_FLAGS)
+        except OSError:
+            return False  # gone, or replaced, without its parent being listed again
+        try:
+            dir_st = scan.compact(os.fstat(fd))
+            scanned = scan.scan_dir(fd, rel, ignore.NO_RULES, self.excluded, self.report, entries, old.rules)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        if scanned is None:  # it became another project's store
+            self.rewalk(rel, _parent_rules(self.listings, rel))
+            return True
+        now = {d for d, _ in scanned.subdirs}
+        for sub in old.subdirs:
+            if sub not in now:
+                self.drop(sub)
+        names = {f.path for f in entries}
+        for name in old.names:
+            if name not in names and found.pop(name, None) is not None:
+                self.removed.append(name)
+        named = self.named
+        for f in entries:
+            # An entry is derived from what was found (and the stat cache): one found as before
+            # keeps its entry, unless an event names it (a rewrite the stat cannot show).
+            if found.get(f.path) != f or f.path in named:
+                found[f.path] = f
+                self.updated.append(f)
+        before = set(old.subdirs)
+        for sub, _ in scanned.subdirs:
+            if sub not in before or sub in self.fresh:
+                self.rewalk(sub, scanned.rules)
+        self.listings[rel] = scan.Listing(scanned.rules, tuple(names), tuple(now))
+        if rel and not scanned.recorded and not now:  # empty: recorded as DIR (a walk's rule)
+            f = scan.Found(rel, DIR, dir_st)
+            if found.get(rel) != f:
+                found[rel] = f
+                self.updated.append(f)
+        elif found.pop(rel, None) is not None:
+            self.removed.append(rel)
+        return True
