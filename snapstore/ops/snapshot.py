@@ -44,6 +44,7 @@ from snapstore.ops.snapshot_io import (
 )
 from snapstore.records import manifest
 from snapstore.records.checkpoint import (
+    SAFETY,
     TASK_INDEX_META,
     USER,
     Checkpoint,
@@ -172,6 +173,11 @@ def _take(
         in_packs = packs.writes_packs(view.get)
         indexed = view.get("meta", TASK_INDEX_META) is not None
     found, cache, entries, to_read, stale, found_for_state = incremental.inputs(ctx, keys, report)
+    if kind != SAFETY and not incremental.watching(ctx):
+        # Only a safety checkpoint's caller (restore) and a watching context's next snapshot
+        # use the walk's records: dropping them lets read_files free those of the files it
+        # reads batch by batch (~250 bytes a file) instead of at the end.
+        found = found_for_state = []
     newest = _newest_readable(backend, last_item[1]) if last_item else None
     parent, parent_record = newest if newest else (None, b"")
     seq = next_seq(last_item[0] if last_item else None)

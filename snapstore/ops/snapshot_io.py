@@ -72,7 +72,13 @@ def release_memory(backend: Backend, trim_heap: bool = False) -> None:
 
 
 class Dedup:
-    """Chunk ids claimed by this snapshot, so each new chunk is compressed and queued once."""
+    """Chunk ids claimed by this snapshot, so each new chunk is compressed and queued once.
+
+    An id is held only while it is in flight: from its claim until the writer has committed it
+    (:meth:`committed`).  Ids the store already has are released at once.  Afterwards the store
+    itself answers for them, so the set stays as small as the pipeline (it used to keep every
+    chunk id of the snapshot: ~100 bytes a chunk, 10 MB for a 77k-file initial checkpoint).
+    """
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
@@ -87,11 +93,32 @@ class Dedup:
             self._claimed.update(fresh)
         if not fresh:
             return set()
+        # A claim is released only after the store has the id (here, or by the writer after
+        # its commit), and every lookup opens a new read transaction: a caller that no longer
+        # finds an id claimed finds it in the store.
         present = self._backend.has_many("chunks", fresh)
         self._lookups += 1
         if self._lookups % 32 == 0:
             release_memory(self._backend)  # lookups map LMDB pages; keep them from piling up
-        return {i for i, p in zip(fresh, present) if not p}
+        new = set()
+        stored = []
+        for i, p in zip(fresh, present):
+            if p:
+                stored.append(i)
+            else:
+                new.add(i)
+        if stored:
+            self.committed(stored)
+        return new
+
+    def committed(self, ids: list[bytes]) -> None:
+        """The store now has ``ids``: they need no claim any more."""
+        with self._lock:
+            self._claimed.difference_update(ids)
+
+    def in_flight(self) -> int:
+        """How many ids are claimed and not yet known to be stored (for tests)."""
+        return len(self._claimed)
 
 
 class Writer(threading.Thread):
@@ -103,6 +130,8 @@ class Writer(threading.Thread):
         self.queue: queue.Queue[list[Op] | None] = queue.Queue(QUEUE_ITEMS)
         self.error: BaseException | None = None
         self.inserted = 0
+        #: Told the chunk ids of each commit (the reader pool's Dedup releases their claims).
+        self.dedup: Dedup | None = None
 
     def run(self) -> None:
         pending: list[Op] = []
@@ -127,6 +156,8 @@ class Writer(threading.Thread):
                 for table, key, value in ops:
                     batch.put_new(table, key, value)
             self.inserted += batch.inserted_bytes
+            if self.dedup is not None:
+                self.dedup.committed([key for table, key, _ in ops if table == "chunks"])
             release_memory(self.backend, trim_heap=True)
         except BaseException as exc:  # reported by the main thread
             self.error = exc
@@ -216,16 +247,16 @@ class Reader:
         self.previous = previous  # path -> the stream its last stored version had
         self._local = threading.local()
 
-    def read_batch(self, rels: list[bytes]) -> list[tuple[bytes, Outcome]]:
-        """Read several files; returns ``(path, result or exception)`` for each."""
+    def read_batch(self, files: list[scan.Found]) -> list[tuple[scan.Found, Outcome]]:
+        """Read several files; returns ``(file, result or exception)`` for each."""
         sink = self._local.sink = Sink(self.dedup, self.writer, self.packing)
-        out: list[tuple[bytes, Outcome]] = []
+        out: list[tuple[scan.Found, Outcome]] = []
         try:
-            for rel in rels:
+            for f in files:
                 try:
-                    out.append((rel, self.read(rel)))
+                    out.append((f, self.read(f.path)))
                 except (FileGone, FileChanged, OSError) as exc:
-                    out.append((rel, exc))
+                    out.append((f, exc))
             sink.flush()
         finally:
             self._local.sink = None
@@ -302,6 +333,9 @@ def read_files(
 ) -> Iterator[tuple[scan.Found, Outcome]]:
     """Read ``to_read`` in a thread pool; yields each file with its outcome as batches finish.
 
+    ``to_read`` is consumed (emptied at once): each batch holds its files' records, so those
+    of a finished batch are freed as soon as the caller has used them, if it holds no other
+    reference (an initial checkpoint otherwise keeps every walk record to the end).
     ``previous(path)``: the stream the path's last stored version had (delta bases).
     Stops early (without error) once the writer thread has failed: the caller reports that.
     """
@@ -311,24 +345,26 @@ def read_files(
         wait,
     )
 
-    reader = Reader(root, Dedup(backend), writer, packing, previous)
+    dedup = writer.dedup = Dedup(backend)
+    reader = Reader(root, dedup, writer, packing, previous)
     total = sum(_size(f) for f in to_read)
     done = 0
     n = workers or max(2, min(4, os.cpu_count() or 2))
-    by_path = {f.path: f for f in to_read}
+    work = list(batches(to_read))
+    to_read.clear()
     with ThreadPoolExecutor(n, thread_name_prefix="snapstore-read") as pool:
         # A finished batch is dropped once consumed (not kept to the end with its results).
-        pending: set[Future[list[tuple[bytes, Outcome]]]] = {
-            pool.submit(reader.read_batch, batch) for batch in batches(to_read)
+        pending: set[Future[list[tuple[scan.Found, Outcome]]]] = {
+            pool.submit(reader.read_batch, batch) for batch in work
         }
+        del work
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     if writer.error is not None:
                         return
-                    for rel, outcome in fut.result():
-                        f = by_path[rel]
+                    for f, outcome in fut.result():
                         done += _size(f)
                         yield f, outcome
                     if progress:
@@ -339,12 +375,12 @@ def read_files(
                 fut.cancel()
 
 
-def batches(files: list[scan.Found]) -> Iterator[list[bytes]]:
+def batches(files: list[scan.Found]) -> Iterator[list[scan.Found]]:
     """Small files in groups (up to BATCH_FILES files or GROUP_BYTES), each large file on its own."""
-    batch: list[bytes] = []
+    batch: list[scan.Found] = []
     size = 0
     for f in files:
-        batch.append(f.path)
+        batch.append(f)
         size += _size(f)
         if len(batch) >= BATCH_FILES or size >= GROUP_BYTES:
             yield batch
