@@ -185,7 +185,9 @@ def _take(
     result = SnapshotResult(
         entries=[], manifest_id=b"", conversation_id=None, report=report, found=found
     )
-    cache_updates: dict[bytes, bytes] = {}
+    # The writer stores the stat-cache entries of the files read (snapshot_io.read_files); a
+    # watching context also keeps them for its next snapshot.
+    cache_updates: dict[bytes, bytes] | None = {} if incremental.watching(ctx) else None
     writer = Writer(backend)
     if to_read:  # an unchanged tree needs no reader pool and no writer thread
         writer.start()
@@ -257,9 +259,9 @@ def _take(
         and parent.manifest == mid
         and (messages is None or parent.conversation == cid_conv)
     ):
-        _write_cache_only(backend, cache_updates, stale)
+        _delete_stale(backend, stale)
         memo.entries, memo.mid = entries, mid
-        incremental.remember(ctx, found_for_state, cache, cache_updates, stale, entries, keys)
+        incremental.remember(ctx, found_for_state, cache, cache_updates or {}, stale, entries, keys)
         result.reused = True
         return bytes.fromhex(parent.id), parent_record, result
 
@@ -285,8 +287,6 @@ def _take(
     with backend.write() as batch:
         for table, key, value in final_objects:
             batch.put_new(table, key, value)
-        for path, value in cache_updates.items():
-            batch.put("statcache", path, value)
         for path in stale:
             batch.delete("statcache", path)
         if fingerprint is not None:
@@ -309,7 +309,7 @@ def _take(
                 backfill_task_index(view, batch)
     backend.sync()
     memo.entries, memo.mid = entries, mid
-    incremental.remember(ctx, found_for_state, cache, cache_updates, stale, entries, (seq_key(seq), keys[1]))
+    incremental.remember(ctx, found_for_state, cache, cache_updates or {}, stale, entries, (seq_key(seq), keys[1]))
     if to_read or mrecord is not None:  # (an unchanged tree mapped little: spare the madvise pass)
         release_memory(backend)
     return cp_id, packed, result
@@ -353,7 +353,7 @@ def _record(
     f: scan.Found,
     outcome: Outcome,
     entries: dict[bytes, Entry],
-    cache_updates: dict[bytes, bytes],
+    cache_updates: dict[bytes, bytes] | None,
     result: SnapshotResult,
 ) -> None:
     """Turn one file's read outcome into its entry (or a warning)."""
@@ -374,7 +374,8 @@ def _record(
         entries[f.path] = worktree.file_entry(f.path, st, sid)
         result.files_read += 1
         result.bytes_read += st.st_size
-        cache_updates[statcache.key(f.path)] = statcache.encode(st, sid, recorded)
+        if cache_updates is not None:  # (the writer has stored it already)
+            cache_updates[statcache.key(f.path)] = statcache.encode(st, sid, recorded)
 
 
 def _conversation_base(
@@ -477,12 +478,10 @@ def _new_bytes(backend: Backend, objects_: list[Op]) -> int:
     return total
 
 
-def _write_cache_only(backend: Backend, cache_updates: dict[bytes, bytes], stale: list[bytes]) -> None:
-    if not cache_updates and not stale:
+def _delete_stale(backend: Backend, stale: list[bytes]) -> None:
+    if not stale:
         return
     with backend.write() as batch:
-        for path, value in cache_updates.items():
-            batch.put("statcache", path, value)
         for path in stale:
             batch.delete("statcache", path)
 

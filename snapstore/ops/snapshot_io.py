@@ -122,19 +122,30 @@ class Dedup:
 
 
 class Writer(threading.Thread):
-    """The one thread that commits chunk batches to the backend."""
+    """The one thread that commits chunk batches (and stat-cache entries) to the backend."""
 
     def __init__(self, backend: Backend) -> None:
         super().__init__(name="snapstore-writer", daemon=True)
         self.backend = backend
-        self.queue: queue.Queue[list[Op] | None] = queue.Queue(QUEUE_ITEMS)
+        #: ``(ops, replace)``: ``replace`` False for content-addressed records (put_new),
+        #: True for stat-cache entries (put); None ends the thread.
+        self.queue: queue.Queue[tuple[list[Op], bool] | None] = queue.Queue(QUEUE_ITEMS)
         self.error: BaseException | None = None
         self.inserted = 0
         #: Told the chunk ids of each commit (the reader pool's Dedup releases their claims).
         self.dedup: Dedup | None = None
 
+    def put_new(self, ops: list[Op]) -> None:
+        """Queue content-addressed records (written unless the store has them)."""
+        self.queue.put((ops, False))
+
+    def put(self, ops: list[Op]) -> None:
+        """Queue records that replace what the store has (stat-cache entries)."""
+        self.queue.put((ops, True))
+
     def run(self) -> None:
-        pending: list[Op] = []
+        new: list[Op] = []
+        replace: list[Op] = []
         size = 0
         while True:
             item = self.queue.get()
@@ -142,19 +153,22 @@ class Writer(threading.Thread):
                 break
             if self.error is not None:
                 continue  # keep draining so producers never block on a dead writer
-            pending.extend(item)
-            size += sum(len(v) for _, _, v in item)
+            ops, overwrite = item
+            (replace if overwrite else new).extend(ops)
+            size += sum(len(v) for _, _, v in ops)
             if size >= BATCH_BYTES:
-                self._commit(pending)
-                pending, size = [], 0
-        if pending and self.error is None:
-            self._commit(pending)
+                self._commit(new, replace)
+                new, replace, size = [], [], 0
+        if (new or replace) and self.error is None:
+            self._commit(new, replace)
 
-    def _commit(self, ops: list[Op]) -> None:
+    def _commit(self, ops: list[Op], replace: list[Op]) -> None:
         try:
             with self.backend.write() as batch:
                 for table, key, value in ops:
                     batch.put_new(table, key, value)
+                for table, key, value in replace:
+                    batch.put(table, key, value)
             self.inserted += batch.inserted_bytes
             if self.dedup is not None:
                 self.dedup.committed([key for table, key, _ in ops if table == "chunks"])
@@ -226,7 +240,7 @@ class Sink:
         ops.extend(self.records)
         self.pairs, self.records, self.size = [], [], 0
         if ops:
-            self.writer.queue.put(ops)
+            self.writer.put_new(ops)
 
 
 class Reader:
@@ -301,7 +315,9 @@ class Reader:
         builder = objects.StreamBuilder()
         if expected <= WHOLE_READ_MAX:
             data = f.read(expected + 1)
-            while True:  # a file that grew since its stat: read to the end, the check decides
+            # A file that grew since its stat (or a short read): read to the end, the check
+            # decides.  Not otherwise: each read(1 MiB) allocates 1 MiB, even at the end.
+            while len(data) != expected:
                 more = f.read(1 << 20)
                 if not more:
                     break
@@ -331,7 +347,15 @@ def read_files(
     workers: int | None,
     previous: Callable[[bytes], bytes | None] | None = None,
 ) -> Iterator[tuple[scan.Found, Outcome]]:
-    """Read ``to_read`` in a thread pool; yields each file with its outcome as batches finish.
+    """Read ``to_read`` in a thread pool; yields each file with its outcome as batches finish,
+    and has the writer store the stat-cache entry of every file read.
+
+    A stat-cache entry is queued only after every chunk its stream needs (so a snapshot killed
+    at any moment never leaves an entry naming a stream the store lacks): its own batch queued
+    its new chunks before finishing, and a chunk it found claimed by another batch still being
+    read is queued once that batch has finished (``held``).  The entries thus go to the store
+    while files are read, instead of piling up for the checkpoint's transaction (~140 bytes a
+    file, and as many dirty LMDB pages).
 
     ``to_read`` is consumed (emptied at once): each batch holds its files' records, so those
     of a finished batch are freed as soon as the caller has used them, if it holds no other
@@ -352,10 +376,18 @@ def read_files(
     n = workers or max(2, min(4, os.cpu_count() or 2))
     work = list(batches(to_read))
     to_read.clear()
+    started: set[int] = set()  # batches a reader thread has begun (added from those threads)
+    consumed: set[int] = set()
+    held: list[tuple[set[int], list[Op]]] = []  # (batches still to finish, stat-cache entries)
+
+    def run(i: int, batch: list[scan.Found]) -> tuple[int, list[tuple[scan.Found, Outcome]]]:
+        started.add(i)
+        return i, reader.read_batch(batch)
+
     with ThreadPoolExecutor(n, thread_name_prefix="snapstore-read") as pool:
         # A finished batch is dropped once consumed (not kept to the end with its results).
-        pending: set[Future[list[tuple[scan.Found, Outcome]]]] = {
-            pool.submit(reader.read_batch, batch) for batch in work
+        pending: set[Future[tuple[int, list[tuple[scan.Found, Outcome]]]]] = {
+            pool.submit(run, i, batch) for i, batch in enumerate(work)
         }
         del work
         try:
@@ -364,15 +396,40 @@ def read_files(
                 for fut in finished:
                     if writer.error is not None:
                         return
-                    for f, outcome in fut.result():
+                    i, results = fut.result()
+                    cache_ops: list[Op] = []
+                    for f, outcome in results:
                         done += _size(f)
+                        if isinstance(outcome, tuple):
+                            sid, st, recorded = outcome
+                            cache_ops.append(("statcache", statcache.key(f.path), statcache.encode(st, sid, recorded)))
                         yield f, outcome
+                    del results
+                    consumed.add(i)
+                    # Another batch that claimed a chunk of these files began before this one
+                    # ended: wait for every batch begun and not yet consumed.
+                    held.append((started - consumed, cache_ops))
+                    held = _release(held, consumed, writer)
                     if progress:
                         progress(done, total)
                 del finished
         finally:
             for fut in pending:
                 fut.cancel()
+
+
+def _release(
+    held: list[tuple[set[int], list[Op]]], consumed: set[int], writer: Writer
+) -> list[tuple[set[int], list[Op]]]:
+    """Queue the held stat-cache entries whose batches have all finished; the rest stay held."""
+    still = []
+    for waits, ops in held:
+        if waits <= consumed:
+            if ops:
+                writer.put(ops)
+        else:
+            still.append((waits, ops))
+    return still
 
 
 def batches(files: list[scan.Found]) -> Iterator[list[scan.Found]]:

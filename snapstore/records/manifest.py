@@ -84,13 +84,15 @@ def write_manifest(
     # One Packer for the whole manifest: msgpack.packb builds a new one per call.
     pack = msgpack.Packer(use_bin_type=True).pack
     old = memo or {}
+    keep = memo is not None  # without a memo, hold no entry's encoding (~230 bytes a file)
     new: dict[Entry | bytes, bytes] = {}
 
     def encoded(e: Entry) -> tuple[bytes, bytes]:
         data = old.get(e)
         if data is None:
             data = pack([e.path, e.kind, e.mode, e.size, e.mtime_ns, e.ref])
-        new[e] = data
+        if keep:
+            new[e] = data
         return e.path, data
 
     def groups() -> Iterator[tuple[bytes, bytes]]:
@@ -99,7 +101,8 @@ def write_manifest(
             cid = old.get(data)
             if cid is None:
                 cid = objects.chunk_id(data)
-            new[data] = cid
+            if keep:
+                new[data] = cid
             yield data, cid
 
     result = objects.write_stream_known(groups(), put, level, encode=encode)
