@@ -171,6 +171,8 @@ def _take(
         last_op = next(iter(view.items("oplog", reverse=True)), None)
         keys = (last_item[0] if last_item else None, last_op[0] if last_op else None)
         in_packs = packs.writes_packs(view.get)
+        # No stat cache yet (a first checkpoint): no file has a previous version to look up.
+        cached = next(iter(view.items("statcache")), None) is not None
         indexed = view.get("meta", TASK_INDEX_META) is not None
     found, cache, entries, to_read, stale, found_for_state = incremental.inputs(ctx, keys, report)
     if kind != SAFETY and not incremental.watching(ctx):
@@ -194,7 +196,7 @@ def _take(
         try:
             for f, outcome in read_files(
                 ctx.root_bytes, backend, packing(ctx, in_packs), to_read, writer, progress, workers,
-                _previous_streams(backend),
+                _previous_streams(backend) if cached else None,
             ):
                 _record(f, outcome, entries, cache_updates, result)
         finally:
@@ -250,6 +252,8 @@ def _take(
             final_objects.append(("conversations", cid_conv, crecord))
     ids = list(plain)
     lacking = [(c, plain[c]) for c, present in zip(ids, backend.has_many("chunks", ids)) if not present]
+    if len(ids) >= 32:  # (as Dedup does) many lookups mapped many LMDB pages: drop them
+        release_memory(backend)
     final_objects.extend(packs.chunk_ops(lacking, level, packed=in_packs))
     result.conversation_id = cid_conv
 
