@@ -80,3 +80,29 @@ def test_the_next_version_of_a_changed_file_finds_its_delta_base_without_decodin
     assert store.read_bytes("latest", "f.py") == bytes(data)
     assert store.verify().ok
     store.close()
+
+
+@pytest.mark.parametrize("skip_unchanged", [False, True])
+def test_files_read_inline_get_their_stat_cache_entries(tmp_path, monkeypatch, skip_unchanged):
+    """The pool's writer stores the stat-cache entries of the files it reads; inline reads store
+    theirs with the checkpoint (or alone, when skip_unchanged records nothing): the next
+    snapshot reads nothing."""
+    import time
+
+    from snapstore.tree import statcache
+
+    root = tmp_path / "t"
+    build_tree(root, {"a.txt": b"a\n", "b.txt": b"b\n"})
+    store = Store.init(root)
+    monkeypatch.setattr(statcache, "now_ns", lambda: 0)  # read "before" their mtimes: racy
+    store.snapshot("one")
+    monkeypatch.setattr(statcache, "now_ns", lambda: time.time_ns() + 10**12)  # settled from now
+    if not skip_unchanged:
+        (root / "a.txt").write_bytes(b"changed\n")
+    second = store.snapshot("two", skip_unchanged=skip_unchanged)
+    assert second.stats["files_read"] == 2  # both racy entries re-read
+    assert second.reused is skip_unchanged
+    again = Store.open(root)  # a fresh Store (a CLI process): no memory of the last snapshot
+    assert again.snapshot("three").stats["files_read"] == 0
+    again.close()
+    store.close()

@@ -46,6 +46,7 @@ from snapstore.ops.snapshot_io import (
 from snapstore.records import manifest
 from snapstore.records.checkpoint import (
     PATHS_INDEX_META,
+    SAFETY,
     TASK_INDEX_META,
     USER,
     Checkpoint,
@@ -186,9 +187,16 @@ def _take(
         last_op = next(iter(view.items("oplog", reverse=True)), None)
         keys = (last_item[0] if last_item else None, last_op[0] if last_op else None)
         in_packs = packs.writes_packs(view.get)
+        # No stat cache yet (a first checkpoint): no file has a previous version to look up.
+        cached = next(iter(view.items("statcache")), None) is not None
         indexed = view.get("meta", TASK_INDEX_META) is not None
         paths_indexed = view.get("meta", PATHS_INDEX_META) is not None
     found, cache, entries, to_read, stale, found_for_state = incremental.inputs(ctx, keys, report)
+    if kind != SAFETY and not incremental.watching(ctx):
+        # Only a safety checkpoint's caller (restore) and a watching context's next snapshot
+        # use the walk's records: dropping them lets read_files free those of the files it
+        # reads batch by batch (~250 bytes a file) instead of at the end.
+        found = found_for_state = []
     newest = _newest_readable(backend, last_item[1]) if last_item else None
     parent, parent_record = newest if newest else (None, b"")
     seq = next_seq(last_item[0] if last_item else None)
@@ -196,15 +204,20 @@ def _take(
     result = SnapshotResult(
         entries=[], manifest_id=b"", conversation_id=None, report=report, found=found
     )
-    cache_updates: dict[bytes, bytes] = {}
+    # The writer stores the stat-cache entries of the files read (snapshot_io.read_files); a
+    # watching context also keeps them for its next snapshot.
+    cache_updates: dict[bytes, bytes] | None = {} if incremental.watching(ctx) else None
     writer = Writer(backend)
     kept: list[Op] = []  # the chunks of files read inline, written with the checkpoint
+    inline_cache: dict[bytes, bytes] = {}  # and their stat-cache entries
     if to_read and reads_inline(to_read):
         read, kept = read_inline(
             ctx.root_bytes, backend, packing(ctx, in_packs), to_read, _previous_streams(backend)
         )
         for f, outcome in read:
-            _record(f, outcome, entries, cache_updates, result)
+            _record(f, outcome, entries, inline_cache, result)
+        if cache_updates is not None:
+            cache_updates.update(inline_cache)
         if progress:
             total = sum(f.st.st_size for f, _ in read if f.st is not None)
             progress(total, total)
@@ -213,7 +226,7 @@ def _take(
         try:
             for f, outcome in read_files(
                 ctx.root_bytes, backend, packing(ctx, in_packs), to_read, writer, progress, workers,
-                _previous_streams(backend),
+                _previous_streams(backend) if cached else None,
             ):
                 _record(f, outcome, entries, cache_updates, result)
         finally:
@@ -282,6 +295,8 @@ def _take(
             final_objects.append(("conversations", cid_conv, crecord))
     ids = list(plain)
     lacking = [(c, plain[c]) for c, present in zip(ids, backend.has_many("chunks", ids)) if not present]
+    if len(ids) >= 32:  # (as Dedup does) many lookups mapped many LMDB pages: drop them
+        release_memory(backend)
     final_objects.extend(packs.chunk_ops(lacking, level, packed=in_packs))
     result.conversation_id = cid_conv
 
@@ -291,9 +306,15 @@ def _take(
         and parent.manifest == mid
         and (messages is None or parent.conversation == cid_conv)
     ):
-        _write_cache_only(backend, cache_updates, stale)
+        _delete_stale(backend, stale)
+        if inline_cache:  # files read inline (racy ones, re-read): their chunks, then entries
+            with backend.write() as batch:
+                for table, key, value in kept:
+                    batch.put_new(table, key, value)
+                for key, value in inline_cache.items():
+                    batch.put("statcache", key, value)
         memo.entries, memo.mid = entries, mid
-        incremental.remember(ctx, found_for_state, cache, cache_updates, stale, entries, keys)
+        incremental.remember(ctx, found_for_state, cache, cache_updates or {}, stale, entries, keys)
         result.reused = True
         return bytes.fromhex(parent.id), parent_record, result
 
@@ -319,10 +340,10 @@ def _take(
     with backend.write() as batch:
         for table, key, value in final_objects:
             batch.put_new(table, key, value)
-        for path, value in cache_updates.items():
-            batch.put("statcache", path, value)
         for path in stale:
             batch.delete("statcache", path)
+        for key, value in inline_cache.items():  # (the writer stores those of pooled reads)
+            batch.put("statcache", key, value)
         if fingerprint is not None:
             batch.put("meta", LAST_MANIFEST, fingerprint + mid)
         cp_id, packed = build_record(
@@ -349,7 +370,7 @@ def _take(
         put_path_rows(batch, seq, cp_id, result.changed)
     backend.sync()
     memo.entries, memo.mid = entries, mid
-    incremental.remember(ctx, found_for_state, cache, cache_updates, stale, entries, (seq_key(seq), keys[1]))
+    incremental.remember(ctx, found_for_state, cache, cache_updates or {}, stale, entries, (seq_key(seq), keys[1]))
     if to_read or mrecord is not None:  # (an unchanged tree mapped little: spare the madvise pass)
         release_memory(backend)
     return cp_id, packed, result
@@ -393,7 +414,7 @@ def _record(
     f: scan.Found,
     outcome: Outcome,
     entries: dict[bytes, Entry],
-    cache_updates: dict[bytes, bytes],
+    cache_updates: dict[bytes, bytes] | None,
     result: SnapshotResult,
 ) -> None:
     """Turn one file's read outcome into its entry (or a warning)."""
@@ -414,7 +435,8 @@ def _record(
         entries[f.path] = worktree.file_entry(f.path, st, sid)
         result.files_read += 1
         result.bytes_read += st.st_size
-        cache_updates[statcache.key(f.path)] = statcache.encode(st, sid, recorded)
+        if cache_updates is not None:  # (the writer has stored it already)
+            cache_updates[statcache.key(f.path)] = statcache.encode(st, sid, recorded)
 
 
 def _conversation_base(
@@ -520,12 +542,10 @@ def _new_bytes(backend: Backend, objects_: list[Op]) -> int:
     return total
 
 
-def _write_cache_only(backend: Backend, cache_updates: dict[bytes, bytes], stale: list[bytes]) -> None:
-    if not cache_updates and not stale:
+def _delete_stale(backend: Backend, stale: list[bytes]) -> None:
+    if not stale:
         return
     with backend.write() as batch:
-        for path, value in cache_updates.items():
-            batch.put("statcache", path, value)
         for path in stale:
             batch.delete("statcache", path)
 

@@ -41,7 +41,11 @@ WHOLE_READ_MAX = 4 << 20
 GROUP_BYTES = 4 << 20
 BATCH_FILES = 256
 QUEUE_ITEMS = 4  # x GROUP_BYTES: what is in flight to the writer
-BATCH_BYTES = 8 << 20  # measured on a 1 GiB file: 32 MiB batches ~+100 MiB anonymous RSS, 8 MiB ~+50
+#: Bytes per writer transaction.  The writer holds a batch twice while committing it (its
+#: values, and LMDB's dirty copies): measured on a 1 GiB file, 32 MiB batches ~+100 MiB
+#: anonymous RSS, 8 MiB ~+50; on the 77k-file tree 4 MiB batches hold ~15 MB less than 8 MiB
+#: at the same speed (the extra commits' fsyncs are lost in the reading).
+BATCH_BYTES = 4 << 20
 READ_ATTEMPTS = 3
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -70,7 +74,13 @@ def release_memory(backend: Backend, trim_heap: bool = False) -> None:
 
 
 class Dedup:
-    """Chunk ids claimed by this snapshot, so each new chunk is compressed and queued once."""
+    """Chunk ids claimed by this snapshot, so each new chunk is compressed and queued once.
+
+    An id is held only while it is in flight: from its claim until the writer has committed it
+    (:meth:`committed`).  Ids the store already has are released at once.  Afterwards the store
+    itself answers for them, so the set stays as small as the pipeline (it used to keep every
+    chunk id of the snapshot: ~100 bytes a chunk, 10 MB for a 77k-file initial checkpoint).
+    """
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
@@ -85,34 +95,64 @@ class Dedup:
             self._claimed.update(fresh)
         if not fresh:
             return set()
+        # A claim is released only after the store has the id (here, or by the writer after
+        # its commit), and every lookup opens a new read transaction: a caller that no longer
+        # finds an id claimed finds it in the store.
         present = self._backend.has_many("chunks", fresh)
         self._lookups += 1
         if self._lookups % 32 == 0:
             release_memory(self._backend)  # lookups map LMDB pages; keep them from piling up
-        return {i for i, p in zip(fresh, present) if not p}
+        new = set()
+        stored = []
+        for i, p in zip(fresh, present):
+            if p:
+                stored.append(i)
+            else:
+                new.add(i)
+        if stored:
+            self.committed(stored)
+        return new
+
+    def committed(self, ids: list[bytes]) -> None:
+        """The store now has ``ids``: they need no claim any more."""
+        with self._lock:
+            self._claimed.difference_update(ids)
+
+    def in_flight(self) -> int:
+        """How many ids are claimed and not yet known to be stored (for tests)."""
+        return len(self._claimed)
 
 
 class Writer(threading.Thread):
-    """The one thread that commits chunk batches to the backend."""
+    """The one thread that commits chunk batches (and stat-cache entries) to the backend."""
 
     def __init__(self, backend: Backend) -> None:
         super().__init__(name="snapstore-writer", daemon=True)
         self.backend = backend
         self.error: BaseException | None = None
         self.inserted = 0
+        #: Told the chunk ids of each commit (the reader pool's Dedup releases their claims).
+        self.dedup: Dedup | None = None
+
+    def put_new(self, ops: list[Op]) -> None:
+        """Queue content-addressed records (written unless the store has them)."""
+        self.queue.put((ops, False))
 
     def put(self, ops: list[Op]) -> None:
-        """Hand a group's ops to the thread (blocks while QUEUE_ITEMS groups wait)."""
-        self.queue.put(ops)
+        """Queue records that replace what the store has (stat-cache entries)."""
+        self.queue.put((ops, True))
 
     def start(self) -> None:
         import queue  # here, not at import: a no-change snapshot never starts the writer
 
-        self.queue: queue.Queue[list[Op] | None] = queue.Queue(QUEUE_ITEMS)
+        #: ``(ops, replace)``: ``replace`` False for content-addressed records (put_new),
+        #: True for stat-cache entries (put); None ends the thread.
+        self.queue: queue.Queue[tuple[list[Op], bool] | None] = queue.Queue(QUEUE_ITEMS)
         super().start()
 
     def run(self) -> None:
-        pending: list[Op] = []
+        new: list[Op] = []
+        replace: list[Op] = []
         size = 0
         while True:
             item = self.queue.get()
@@ -120,20 +160,25 @@ class Writer(threading.Thread):
                 break
             if self.error is not None:
                 continue  # keep draining so producers never block on a dead writer
-            pending.extend(item)
-            size += sum(len(v) for _, _, v in item)
+            ops, overwrite = item
+            (replace if overwrite else new).extend(ops)
+            size += sum(len(v) for _, _, v in ops)
             if size >= BATCH_BYTES:
-                self._commit(pending)
-                pending, size = [], 0
-        if pending and self.error is None:
-            self._commit(pending)
+                self._commit(new, replace)
+                new, replace, size = [], [], 0
+        if (new or replace) and self.error is None:
+            self._commit(new, replace)
 
-    def _commit(self, ops: list[Op]) -> None:
+    def _commit(self, ops: list[Op], replace: list[Op]) -> None:
         try:
             with self.backend.write() as batch:
                 for table, key, value in ops:
                     batch.put_new(table, key, value)
+                for table, key, value in replace:
+                    batch.put(table, key, value)
             self.inserted += batch.inserted_bytes
+            if self.dedup is not None:
+                self.dedup.committed([key for table, key, _ in ops if table == "chunks"])
             release_memory(self.backend, trim_heap=True)
         except BaseException as exc:  # reported by the main thread
             self.error = exc
@@ -204,7 +249,7 @@ class Sink:
         ops.extend(self.records)
         self.pairs, self.records, self.size = [], [], 0
         if ops:
-            self.writer.put(ops)
+            self.writer.put_new(ops)
 
 
 class Reader:
@@ -225,16 +270,16 @@ class Reader:
         self.previous = previous  # path -> the stream its last stored version had
         self._local = threading.local()
 
-    def read_batch(self, rels: list[bytes]) -> list[tuple[bytes, Outcome]]:
-        """Read several files; returns ``(path, result or exception)`` for each."""
+    def read_batch(self, files: list[scan.Found]) -> list[tuple[scan.Found, Outcome]]:
+        """Read several files; returns ``(file, result or exception)`` for each."""
         sink = self._local.sink = Sink(self.dedup, self.writer, self.packing)
-        out: list[tuple[bytes, Outcome]] = []
+        out: list[tuple[scan.Found, Outcome]] = []
         try:
-            for rel in rels:
+            for f in files:
                 try:
-                    out.append((rel, self.read(rel)))
+                    out.append((f, self.read(f.path)))
                 except (FileGone, FileChanged, OSError) as exc:
-                    out.append((rel, exc))
+                    out.append((f, exc))
             sink.flush()
         finally:
             self._local.sink = None
@@ -279,7 +324,9 @@ class Reader:
         builder = objects.StreamBuilder()
         if expected <= WHOLE_READ_MAX:
             data = f.read(expected + 1)
-            while True:  # a file that grew since its stat: read to the end, the check decides
+            # A file that grew since its stat (or a short read): read to the end, the check
+            # decides.  Not otherwise: each read(1 MiB) allocates 1 MiB, even at the end.
+            while len(data) != expected:
                 more = f.read(1 << 20)
                 if not more:
                     break
@@ -309,43 +356,85 @@ def read_files(
     workers: int | None,
     previous: Callable[[bytes], bytes | None] | None = None,
 ) -> Iterator[tuple[scan.Found, Outcome]]:
-    """Read ``to_read`` in a thread pool; yields each file with its outcome as batches finish.
+    """Read ``to_read`` in a thread pool; yields each file with its outcome as batches finish,
+    and has the writer store the stat-cache entry of every file read.
 
+    A stat-cache entry is queued only after every chunk its stream needs (so a snapshot killed
+    at any moment never leaves an entry naming a stream the store lacks): its own batch queued
+    its new chunks before finishing, and a chunk it found claimed by another batch still being
+    read is queued once that batch has finished (``held``).  The entries thus go to the store
+    while files are read, instead of piling up for the checkpoint's transaction (~140 bytes a
+    file, and as many dirty LMDB pages).
+
+    ``to_read`` is consumed (emptied at once): each batch holds its files' records, so those
+    of a finished batch are freed as soon as the caller has used them, if it holds no other
+    reference (an initial checkpoint otherwise keeps every walk record to the end).
     ``previous(path)``: the stream the path's last stored version had (delta bases).
     Stops early (without error) once the writer thread has failed: the caller reports that.
     """
-    from concurrent.futures import (  # only when files change
-        FIRST_COMPLETED,
-        ThreadPoolExecutor,
-        wait,
-    )
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait  # when files change
 
-    reader = Reader(root, Dedup(backend), writer, packing, previous)
+    dedup = writer.dedup = Dedup(backend)
+    reader = Reader(root, dedup, writer, packing, previous)
     total = sum(_size(f) for f in to_read)
     done = 0
     n = workers or max(2, min(4, os.cpu_count() or 2))
-    by_path = {f.path: f for f in to_read}
+    work = list(batches(to_read))
+    to_read.clear()
+    started: set[int] = set()  # batches a reader thread has begun (added from those threads)
+    consumed: set[int] = set()
+    held: list[tuple[set[int], list[Op]]] = []  # (batches still to finish, stat-cache entries)
+
+    def run(i: int, batch: list[scan.Found]) -> tuple[int, list[tuple[scan.Found, Outcome]]]:
+        started.add(i)
+        return i, reader.read_batch(batch)
+
     with ThreadPoolExecutor(n, thread_name_prefix="snapstore-read") as pool:
         # A finished batch is dropped once consumed (not kept to the end with its results).
-        pending: set[Future[list[tuple[bytes, Outcome]]]] = {
-            pool.submit(reader.read_batch, batch) for batch in batches(to_read)
+        pending: set[Future[tuple[int, list[tuple[scan.Found, Outcome]]]]] = {
+            pool.submit(run, i, batch) for i, batch in enumerate(work)
         }
+        del work
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     if writer.error is not None:
                         return
-                    for rel, outcome in fut.result():
-                        f = by_path[rel]
+                    i, results = fut.result()
+                    cache_ops: list[Op] = []
+                    for f, outcome in results:
                         done += _size(f)
+                        if isinstance(outcome, tuple):  # read: (stream id, stat, when)
+                            value = statcache.encode(outcome[1], outcome[0], outcome[2])
+                            cache_ops.append(("statcache", statcache.key(f.path), value))
                         yield f, outcome
+                    del results
+                    consumed.add(i)
+                    # Another batch that claimed a chunk of these files began before this one
+                    # ended: wait for every batch begun and not yet consumed.
+                    held.append((started - consumed, cache_ops))
+                    held = _release(held, consumed, writer)
                     if progress:
                         progress(done, total)
                 del finished
         finally:
             for fut in pending:
                 fut.cancel()
+
+
+def _release(
+    held: list[tuple[set[int], list[Op]]], consumed: set[int], writer: Writer
+) -> list[tuple[set[int], list[Op]]]:
+    """Queue the held stat-cache entries whose batches have all finished; the rest stay held."""
+    still = []
+    for waits, ops in held:
+        if waits <= consumed:
+            if ops:
+                writer.put(ops)
+        else:
+            still.append((waits, ops))
+    return still
 
 
 #: A snapshot that reads at most this many files and bytes (one batch: what the pool would give
@@ -370,8 +459,11 @@ class _Kept(Writer):
         super().__init__(backend)
         self.ops: list[Op] = []
 
-    def put(self, ops: list[Op]) -> None:
+    def put_new(self, ops: list[Op]) -> None:
         self.ops.extend(ops)
+
+    def put(self, ops: list[Op]) -> None:  # (read_inline's caller writes the stat cache)
+        raise AssertionError("read_inline queues no stat-cache entries")
 
 
 def read_inline(
@@ -383,20 +475,19 @@ def read_inline(
 ) -> tuple[list[tuple[scan.Found, Outcome]], list[Op]]:
     """Read ``to_read`` here, in order: each file with its outcome, and the ops that store
     their chunks and streams (chunks before the streams that name them), for the caller to
-    write in the transaction that records the checkpoint."""
+    write in the transaction that records the checkpoint (with the files' stat-cache entries,
+    which the caller makes from the outcomes)."""
     kept = _Kept(backend)
     reader = Reader(root, Dedup(backend), kept, packing, previous)
-    by_path = {f.path: f for f in to_read}
-    results = reader.read_batch([f.path for f in to_read])
-    return [(by_path[rel], outcome) for rel, outcome in results], kept.ops
+    return reader.read_batch(to_read), kept.ops
 
 
-def batches(files: list[scan.Found]) -> Iterator[list[bytes]]:
+def batches(files: list[scan.Found]) -> Iterator[list[scan.Found]]:
     """Small files in groups (up to BATCH_FILES files or GROUP_BYTES), each large file on its own."""
-    batch: list[bytes] = []
+    batch: list[scan.Found] = []
     size = 0
     for f in files:
-        batch.append(f.path)
+        batch.append(f)
         size += _size(f)
         if len(batch) >= BATCH_FILES or size >= GROUP_BYTES:
             yield batch

@@ -19,7 +19,7 @@ by path), so a changed file rewrites one manifest chunk plus one index node per 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
@@ -97,11 +97,35 @@ def write_manifest(
         result = objects.write_stream_known(chunks, put, level, encode=encode)
         memo.changed_from, memo.mid = previous, result[0]
         return result
-    encoded = [pack(e) for e in entries]
-    pairs = (
-        (data, objects.chunk_id(data)) for _, data in chunker.cut_record_bytes([e.path for e in entries], encoded)
-    )
+    pairs = ((data, objects.chunk_id(data)) for data in _cut_in_blocks(entries, pack))
     return objects.write_stream_known(pairs, put, level, encode=encode)
+
+
+#: Entries encoded at a time by a whole-list encoding: the encodings of a 77k-file tree would
+#: hold ~10 MB at once; blocks keep it to a few hundred KB.
+_BLOCK = 4096
+
+
+def _cut_in_blocks(entries: list[Entry], pack: Callable[[Entry], bytes]) -> Iterator[bytes]:
+    """The chunks of ``entries``, encoded and cut a block at a time.  A block's last chunk is
+    complete only when its last record ends it by key; otherwise its records start the next
+    block's cut (a cut resets all state, so that equals cutting the whole list)."""
+    keys: list[bytes] = []
+    records: list[bytes] = []
+    for start in range(0, len(entries), _BLOCK):
+        block = entries[start : start + _BLOCK]
+        keys += [e.path for e in block]
+        records += [pack(e) for e in block]
+        last = start + _BLOCK >= len(entries)
+        pieces = list(chunker.cut_record_bytes(keys, records))
+        if not last and not chunker.ends_chunk(keys[-1]):
+            tail_start = pieces[-2][0] if len(pieces) > 1 else 0
+            pieces.pop()
+            keys, records = keys[tail_start:], records[tail_start:]
+        else:
+            keys, records = [], []
+        for _, data in pieces:
+            yield data
 
 
 _KINDS = frozenset(KIND_NAMES)

@@ -121,6 +121,11 @@ def cut_records(records: Iterable[tuple[bytes, bytes]]) -> Iterator[list[bytes]]
         yield group
 
 
+def ends_chunk(key: bytes) -> bool:
+    """Whether a record with this key ends its chunk (the key rule of :func:`cut_records`)."""
+    return not zlib.crc32(key) & RECORD_MASK
+
+
 def cut_record_bytes(keys: Sequence[bytes], encoded: Sequence[bytes]) -> Iterator[tuple[int, bytes]]:
     """:func:`cut_records` for records given as two parallel lists; yields each chunk as
     ``(index just past its last record, its bytes)``.
