@@ -91,3 +91,19 @@ def test_the_codec_re_encodes_a_changing_manifest_exactly(seed, big):
         assert codec.chunks == _reference(entries), f"step {step} (after the edit)"
         if step == 20:
             entries = _entries(rng, 30, big)
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 64])
+@pytest.mark.parametrize("big", [False, True])
+def test_a_whole_manifest_cut_in_blocks_is_the_whole_list_cut(monkeypatch, block, big):
+    """Encoded a block at a time (so no call holds every entry's encoding), the chunks are still
+    those of cutting the whole list: a block's unfinished last chunk starts the next one."""
+    monkeypatch.setattr(manifest, "_BLOCK", block)
+    rng = random.Random(block * 2 + big)
+    entries = _entries(rng, 300, big)
+    stored: dict[bytes, bytes] = {}
+    _, size, _ = manifest.write_manifest(entries, stored.__setitem__, encode=False)
+    expected = _reference(entries)
+    for chunk in expected:
+        assert stored.get(objects.chunk_id(chunk)) == chunk
+    assert size == sum(len(c) for c in expected)
