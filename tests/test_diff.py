@@ -387,3 +387,23 @@ def test_diff_against_the_tree_decodes_only_the_manifest_chunks_that_differ(tmp_
     assert [(c.status, c.path) for c in changes] == [("M", b"d7/f7.txt"), ("A", b"new.txt")]
     assert len(decoded) < 400  # entries of the differing chunks only (2,000 in all, twice over)
     store.close()
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_tree_diff_hashes_misses_inline_or_pooled_alike(tmp_path, monkeypatch, inline):
+    from snapstore.store import Store
+    from snapstore.testing import build_tree
+    from snapstore.tree import worktree
+
+    if not inline:
+        monkeypatch.setattr(worktree, "HASH_INLINE_FILES", 0)  # every miss through the pool
+    root = tmp_path / "t"
+    build_tree(root, {f"f{i}.txt": f"{i}\n".encode() for i in range(12)})
+    store = Store.init(root)
+    store.snapshot("one")
+    for i in (2, 5, 7):
+        (root / f"f{i}.txt").write_bytes(f"edited {i}\n".encode())
+    changes = store.diff("latest")  # every file is a miss here (written within the racy window)
+    assert [(c.status, c.path) for c in changes] == [("M", b"f2.txt"), ("M", b"f5.txt"), ("M", b"f7.txt")]
+    assert [c.new_bytes() for c in changes] == [b"edited 2\n", b"edited 5\n", b"edited 7\n"]
+    store.close()

@@ -180,14 +180,33 @@ def hash_misses(root: bytes, misses: list[scan.Found], entries: dict[bytes, Entr
     """Add the entries of the files the stat cache could not vouch for, by hashing them."""
     if not misses:
         return
-    from concurrent.futures import ThreadPoolExecutor  # only when files must be hashed
+    results: Iterable[tuple[bytes, os.stat_result] | None]
+    if len(misses) <= HASH_INLINE_FILES and sum(f.st.st_size for f in misses if f.st) <= HASH_INLINE_BYTES:
+        # A few edited files (`status` after a tool call): a pool and its imports cost more.
+        results = [hash_file(root, f.path) for f in misses]
+        _record_hashes(misses, results, entries, report)
+        return
+    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(min(4, os.cpu_count() or 2)) as pool:
-        results = pool.map(lambda f: hash_file(root, f.path), misses)
-        for f, res in zip(misses, results):
-            if res is None:
-                entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
-                report.warn(f"could not read {f.path.decode('utf-8', 'backslashreplace')}")
-            else:
-                sid, st = res
-                entries[f.path] = file_entry(f.path, st, sid)
+        _record_hashes(misses, pool.map(lambda f: hash_file(root, f.path), misses), entries, report)
+
+
+#: Misses hashed in the calling thread (below these, a thread pool costs more than it saves).
+HASH_INLINE_FILES = 64
+HASH_INLINE_BYTES = 4 << 20
+
+
+def _record_hashes(
+    misses: list[scan.Found],
+    results: Iterable[tuple[bytes, os.stat_result] | None],
+    entries: dict[bytes, Entry],
+    report: scan.ScanReport,
+) -> None:
+    for f, res in zip(misses, results):
+        if res is None:
+            entries[f.path] = Entry(f.path, UNREADABLE, 0, 0, 0, b"")
+            report.warn(f"could not read {f.path.decode('utf-8', 'backslashreplace')}")
+        else:
+            sid, st = res
+            entries[f.path] = file_entry(f.path, st, sid)
