@@ -113,7 +113,8 @@ def measure(a, comps, tree: str) -> int:
             st = c.service_status()
             got = (st.get("requests") or 0) - (requests0[c.name] or 0)
             w = st.get("watcher") or {}
-            print(f"  {c.name}: {got} requests (>= {calls} expected), {w.get('full_rescans')} full walks, "
+            print(f"  {c.name}: {got} requests (>= {calls} expected), {w.get('walks', '?')} walks, "
+                  f"{w.get('patched', '?')} patched, {w.get('looks', '?')} looks, "
                   f"{w.get('events')} events, {w.get('divergences')} divergences")
     return 0
 

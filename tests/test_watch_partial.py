@@ -123,7 +123,9 @@ def edit(root: Path, outside: Path, rng: random.Random, i: int) -> str:
         os.write(fd, b"bytes name\n")
         os.close(fd)
     elif op == "ignore-file":
-        (rng.choice([root, *dirs]) / ".gitignore").write_bytes(rng.choice([b"*.txt\n", b"moved*\n", b"", b"d*/\n"]))
+        (rng.choice([root, *dirs]) / ".gitignore").write_bytes(
+            rng.choice([b"*.txt\n", b"moved*\n", b"", b"d*/\n", b"**/a*b*c*d*e\nn1*\n"])  # (one pattern too wild: warned)
+        )
     elif op == "in-ignored":
         if (root / "build").is_symlink() or (root / "build").is_file():
             (root / "build").unlink()
@@ -178,6 +180,8 @@ def test_watched_manifests_equal_full_walks(tmp_path: Path, seed: int):
             cp = watched.snapshot(f"step {i} {ops}")
             ref = other.snapshot(f"step {i}")
             assert cp.manifest == ref.manifest, (i, ops, [(c.status, c.path) for c in plain.diff(cp.id)])
+            # what the snapshot reports (skipped FIFOs, bad ignore patterns, ...) is a walk's too
+            assert (cp.warnings, cp.stats["skipped"]) == (ref.warnings, ref.stats["skipped"]), (i, ops)
             _same_diff(watched, plain)
         status = watched.watch_status()
         assert status is not None and status["divergences"] == 0

@@ -84,10 +84,9 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     check = changes.full and changes.reason == PERIODIC
     if changes.full and not check:
         return None
-    scratch = scan.ScanReport()  # merged into the snapshot's only if no walk follows
-    patched = _patch(ctx, state, state.found, state.listings, changes, scratch, watcher)
-    if patched is not None and report is not None and not check:
-        _merge(report, scratch)
+    patched = _patch(ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher)
+    if patched is not None and not check and not _report(report or scan.ScanReport(), state.listings):
+        return None
     if check:
         # The walk that follows checks the watcher (and this patching): what it finds must be
         # what the patched state says.
@@ -97,12 +96,22 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     return patched
 
 
-def _merge(report: scan.ScanReport, more: scan.ScanReport) -> None:
-    report.special += more.special
-    report.vanished += more.vanished
-    report.unreadable += more.unreadable
-    report.mode_bits_dropped += more.mode_bits_dropped
-    report.warnings.extend(more.warnings)
+def _report(report: scan.ScanReport, listings: scan.Listings) -> bool:
+    """Fill ``report`` as a walk of the tree the listings describe would (the same warnings,
+    in the walk's order, and counts); False when a listing cannot say (then walk)."""
+    stack = [b""]
+    while stack:
+        listing = listings.get(stack.pop())
+        if listing is None:
+            continue  # (a subdirectory that vanished during the walk: it reported that)
+        if listing.notes is None:
+            return False
+        if listing.notes:
+            report.warnings.extend(listing.notes)
+        report.special += listing.special
+        report.unreadable += listing.unreadable
+        stack.extend(listing.subdirs)  # popped last first, as the walk's stack does
+    return True
 
 
 def _patch(

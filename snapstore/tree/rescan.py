@@ -202,6 +202,7 @@ class _Patcher:
         found = self.found
         self.listed += 1
         entries: list[scan.Found] = []
+        since = scan.mark(self.report)
         try:
             fd = scan._open_dir(self.root) if not rel else open_beneath(self.root, rel, DIR_FLAGS)
         except OSError:
@@ -216,6 +217,12 @@ class _Patcher:
         if scanned is None:  # it became another project's store
             self.rewalk(rel, _parent_rules(self.listings, rel))
             return True
+        notes, special, unreadable = scan.notes_since(self.report, since)  # (its own, not its subtrees')
+        if notes is not None and old.notes is not None:  # (its ignore files were not read again)
+            notes = old.notes[: old.rule_notes] + notes
+        else:
+            notes = None
+        order = tuple([d for d, _ in scanned.subdirs])  # (a walk's order, for its warnings')
         now = {d for d, _ in scanned.subdirs}
         for sub in old.subdirs:
             if sub not in now:
@@ -235,7 +242,9 @@ class _Patcher:
         for sub, _ in scanned.subdirs:
             if sub not in before or sub in self.fresh:
                 self.rewalk(sub, scanned.rules)
-        self.listings[rel] = scan.Listing(scanned.rules, tuple(names), tuple(now))
+        self.listings[rel] = scan.Listing(
+            scanned.rules, tuple(names), order, scan.LISTED, notes, old.rule_notes, special, unreadable
+        )
         if rel and not scanned.recorded and not now:  # empty: recorded as DIR (a walk's rule)
             f = scan.Found(rel, DIR, dir_st)
             if found.get(rel) != f:

@@ -135,8 +135,15 @@ class Listing(NamedTuple):
 
     rules: ignore.Rules  # the ignore rules in force inside the directory
     names: tuple[bytes, ...]  # the paths recorded directly in it (not its subdirectories)
-    subdirs: tuple[bytes, ...]  # its subdirectories that were walked
+    subdirs: tuple[bytes, ...]  # its subdirectories that were walked, in listing order
     kind: int = LISTED
+    #: What listing it reported: warnings in order (its ignore files' first, ``rule_notes`` of
+    #: them), special files and unreadable entries counted; so a snapshot patched from the
+    #: listings reports what a walk would.  None when something vanished meanwhile.
+    notes: tuple[str, ...] | None = ()
+    rule_notes: int = 0
+    special: int = 0
+    unreadable: int = 0
 
 
 Listings = dict[bytes, Listing]
@@ -149,6 +156,22 @@ class Scanned(NamedTuple):
     subdirs: list[tuple[bytes, Stat]]  # subdirectories to walk, with their lstat fields
     #: Something was recorded, ignored or left out directly in it (then it is not empty).
     recorded: bool
+    rule_notes: int  # warnings its ignore files gave (the first ones)
+
+
+Mark = tuple[int, int, int, int]
+
+
+def mark(report: ScanReport) -> Mark:
+    """Where ``report`` stands, for :func:`notes_since`."""
+    return len(report.warnings), report.special, report.unreadable, report.vanished
+
+
+def notes_since(report: ScanReport, since: Mark) -> tuple[tuple[str, ...] | None, int, int]:
+    """The warnings and counts ``report`` gained since ``since`` (see :attr:`Listing.notes`)."""
+    w, special, unreadable, vanished = since
+    notes = tuple(report.warnings[w:]) if report.vanished == vanished else None
+    return notes, report.special - special, report.unreadable - unreadable
 
 
 def walk(
@@ -244,7 +267,7 @@ def _walk(
             if rel_dir == top:  # (its parent was not listed: its stat comes from its fd)
                 dir_index.setdefault(rel_dir, 0)
                 order.append((rel_dir, compact(os.fstat(fd))))
-        first = len(found)
+        first, since = len(found), mark(report)
         try:
             scanned = scan_dir(here.fd, rel_dir, parent_rules, excluded, report, found)
         except OSError as exc:
@@ -260,7 +283,7 @@ def _walk(
             if listings is not None:
                 listings[rel_dir] = Listing(parent_rules, (), (), STORE)
             continue
-        rules, subdirs, recorded = scanned
+        rules, subdirs, recorded, rule_notes = scanned
         holder = here if held[0] < MAX_HELD_FDS else None
         if holder is not None:
             here.pending += len(subdirs)
@@ -270,8 +293,10 @@ def _walk(
             stack.append((rel, rules, holder))
         here.release()  # the listing is done; the fd stays open while subdirs wait for it
         if listings is not None:
+            notes, special, unreadable = notes_since(report, since)
+            names = tuple([f[0] for f in found[first:]])
             listings[rel_dir] = Listing(
-                rules, tuple([f[0] for f in found[first:]]), tuple([d[0] for d in subdirs])
+                rules, names, tuple([d[0] for d in subdirs]), LISTED, notes, rule_notes, special, unreadable
             )
         if recorded and rel_dir:
             _mark_parents(dir_index, rel_dir + b"/")  # marks rel_dir and every directory above it
@@ -311,8 +336,11 @@ def scan_dir(
             return None
         # the tree root itself is a store: leave its files out, walk the rest
         dirents = [d for d in dirents if d[0] not in STORE_MARKERS]
+    rule_notes = 0
     if rules is None:
+        rule_notes = len(report.warnings)
         rules = ignore.rules_for_dir(parent_rules, fd, rel_dir, names, report.warn)
+        rule_notes = len(report.warnings) - rule_notes
     prefix = rel_dir + b"/" if rel_dir else b""
     recorded = False  # something recorded, ignored or excluded directly in this directory
     subdirs: list[tuple[bytes, Stat]] = []
@@ -377,7 +405,7 @@ def scan_dir(
         else:  # (a directory holding only these is recorded as empty, as before)
             report.special += 1
             report.warn(f"skipped special file (FIFO, socket or device): {display(rel)}")
-    return Scanned(rules, subdirs, recorded)
+    return Scanned(rules, subdirs, recorded, rule_notes)
 
 
 def _list(fd: int) -> list[tuple[bytes, os.DirEntry[str]]]:
@@ -413,7 +441,7 @@ def _unlistable(
         found.append(Found(rel_dir, UNREADABLE, None))
         _mark_parents(dir_index, rel_dir)
         if listings is not None:
-            listings[rel_dir] = Listing(rules, (), (), UNLISTABLE)
+            listings[rel_dir] = Listing(rules, (), (), UNLISTABLE, (report.warnings[-1],), 0, 0, 1)
 
 
 def _mark_parents(dir_index: dict[bytes, int], rel: bytes) -> None:
