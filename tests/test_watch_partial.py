@@ -386,3 +386,21 @@ def test_status_through_the_service_gives_the_walking_bytes(tmp_path: Path):
         assert info["watcher"]["walks"] == first["watcher"]["walks"] == 1  # the first snapshot's
     finally:
         daemon.stop(store_dir)
+
+
+def test_a_revert_plan_through_the_watcher_does_not_walk(tmp_path: Path, monkeypatch):
+    """revert reads the tree as it is (to keep the user's own edits): a watching Store answers
+    from its state, with the plan a walking Store makes."""
+    root = tmp_path / "t"
+    _wide_tree(root)
+    Store.init(root).close()
+    with Store.open(root, watch=True) as s:
+        s.snapshot("start")
+        (root / "pkg1" / "sub1" / "m1.py").write_bytes(b"agent's edit\n")
+        agent = s.snapshot("agent")
+        (root / "pkg2" / "sub2" / "m2.py").write_bytes(b"user's own edit\n")  # not recorded yet
+        walks = _count_walks(monkeypatch)
+        report = s.revert(agent.id, dry_run=True)
+        assert walks == []
+    with Store.open(root) as plain:  # the same plan from a walk
+        assert plain.revert(agent.id, dry_run=True).to_json() == report.to_json()

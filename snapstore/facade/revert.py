@@ -118,10 +118,13 @@ class RevertMixin(UpkeepMixin):
     ) -> tuple[list[PathOutcome], dict[bytes, Entry], Callable[[Entry], bytes]]:
         """The plan against the tree as it is (nothing recorded): the current contents are read
         from disk, the checkpoints' from the store."""
+        from snapstore.ops import incremental
         from snapstore.ops.revert import plan
         from snapstore.tree import worktree
 
-        current, _ = worktree.current_state(self.context)
+        # A watching Store (the service) answers from its state; otherwise the tree is walked.
+        known = incremental.current_state(self.context)
+        current, _ = known if known is not None else worktree.current_state(self.context)
 
         # By content id, not path: a followed rename reads the content found at the new name.
         on_disk = {e.ref: e for e in current.values() if e.is_file}
