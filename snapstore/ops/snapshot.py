@@ -39,6 +39,7 @@ from snapstore.ops.snapshot_io import (
     Packing,
     Progress,
     Writer,
+    lacking,
     read_files,
     release_memory,
 )
@@ -250,11 +251,7 @@ def _take(
             )
         if crecord is not None:
             final_objects.append(("conversations", cid_conv, crecord))
-    ids = list(plain)
-    lacking = [(c, plain[c]) for c, present in zip(ids, backend.has_many("chunks", ids)) if not present]
-    if len(ids) >= 32:  # (as Dedup does) many lookups mapped many LMDB pages: drop them
-        release_memory(backend)
-    final_objects.extend(packs.chunk_ops(lacking, level, packed=in_packs))
+    final_objects.extend(packs.chunk_ops(lacking(backend, plain), level, packed=in_packs))
     result.conversation_id = cid_conv
 
     if (
