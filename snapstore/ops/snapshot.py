@@ -88,7 +88,7 @@ class SnapshotResult:
     bytes_read: int = 0
     new_bytes: int = 0
     reused: bool = False
-    found: list[scan.Found] = field(default_factory=list)
+    found: list[scan.Found] = field(default_factory=list)  # only for SAFETY or a watching context
     report: scan.ScanReport = field(default_factory=scan.ScanReport)
 
 
