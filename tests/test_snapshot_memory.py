@@ -136,7 +136,7 @@ def test_dedup_holds_only_chunk_ids_in_flight(tmp_path, monkeypatch):
     store = Store.init(root)
     cp = store.snapshot("initial")
     assert cp.stats["files_read"] == 450
-    assert len(made) == 1 and made[0].in_flight() == 0
+    assert len(made) == 1 and not made[0]._claimed
     store.close()
 
 

@@ -38,6 +38,7 @@ from snapstore.ops.snapshot_io import (
     Packing,
     Progress,
     Writer,
+    lacking,
     read_files,
     read_inline,
     reads_inline,
@@ -101,6 +102,7 @@ class SnapshotResult:
         self.added = self.modified = self.deleted = 0
         self.files_read = self.bytes_read = self.new_bytes = 0
         self.reused = False
+        #: The walk's records: only for a SAFETY checkpoint or a watching context.
         self.found: list[scan.Found] = found if found is not None else []
         self.report = report if report is not None else scan.ScanReport()
         #: The paths whose entries differ from the parent's (the ``paths`` index rows).
@@ -293,11 +295,7 @@ def _take(
             )
         if crecord is not None:
             final_objects.append(("conversations", cid_conv, crecord))
-    ids = list(plain)
-    lacking = [(c, plain[c]) for c, present in zip(ids, backend.has_many("chunks", ids)) if not present]
-    if len(ids) >= 32:  # (as Dedup does) many lookups mapped many LMDB pages: drop them
-        release_memory(backend)
-    final_objects.extend(packs.chunk_ops(lacking, level, packed=in_packs))
+    final_objects.extend(packs.chunk_ops(lacking(backend, plain), level, packed=in_packs))
     result.conversation_id = cid_conv
 
     if (
