@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapstore.ops import snapshot_io
+from snapstore.ops import snapshot_read
 from snapstore.store import Store
 from snapstore.testing import build_tree, random_bytes
 
@@ -31,7 +31,7 @@ def _history(tmp_path, name: str) -> tuple[list[list[tuple]], dict, Store]:
 
 def test_inline_and_pooled_reads_store_the_same_checkpoints(tmp_path, monkeypatch):
     inline_versions, inline_stats, inline_store = _history(tmp_path, "inline")
-    monkeypatch.setattr(snapshot_io, "INLINE_FILES", 0)  # everything through the pool
+    monkeypatch.setattr(snapshot_read, "INLINE_FILES", 0)  # everything through the pool
     pooled_versions, pooled_stats, pooled_store = _history(tmp_path, "pooled")
     assert inline_versions == pooled_versions
     for key in ("added", "modified", "deleted", "files_read"):
@@ -53,7 +53,7 @@ def test_reads_inline_only_few_small_files(files, size, inline, tmp_path):
 
     st = scan.Stat(0o100644, 1, size, 0, 0)
     found = [scan.Found(b"f%d" % i, 0, st) for i in range(files)]
-    assert snapshot_io.reads_inline(found) is inline
+    assert snapshot_read.reads_inline(found) is inline
 
 
 def test_the_next_version_of_a_changed_file_finds_its_delta_base_without_decoding(tmp_path, monkeypatch):

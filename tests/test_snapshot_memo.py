@@ -92,7 +92,7 @@ def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch
 def test_a_long_lived_store_counts_changes_as_the_diff_does(tmp_path: Path, monkeypatch):
     """From its third snapshot on, a Store counts added/modified/deleted from the entries its
     manifest codec re-encoded (nothing decoded): the counts must be the diff's."""
-    from snapstore.ops import snapshot
+    from snapstore.ops import snapshot_counts
 
     root = tmp_path / "t"
     root.mkdir()
@@ -102,14 +102,14 @@ def test_a_long_lived_store_counts_changes_as_the_diff_does(tmp_path: Path, monk
     (root / "d0" / "f0.txt").write_bytes(b"two\n")
     agent.snapshot("two")  # fills the codec
     decoded = {"n": 0}
-    real = snapshot._count_changes
+    real = snapshot_counts.against_parent
 
     def counting(*args, **kwargs):
         _, _, parent, mid = args[:4]
         decoded["n"] += parent is not None and parent.manifest != mid  # (an unchanged one decodes nothing)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(snapshot, "_count_changes", counting)
+    monkeypatch.setattr(snapshot_counts, "against_parent", counting)
     steps = [
         lambda: (root / "d1" / "f1.txt").write_bytes(b"modified\n"),
         lambda: (root / "d2" / "new.txt").write_bytes(b"added\n"),

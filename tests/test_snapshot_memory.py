@@ -17,7 +17,7 @@ from pathlib import Path
 
 from helpers import subprocess_env
 
-from snapstore.ops import snapshot, snapshot_io
+from snapstore.ops import snapshot, snapshot_io, snapshot_read
 from snapstore.store import Store
 
 FILES = 4000
@@ -151,7 +151,7 @@ def test_stat_cache_entry_never_precedes_the_chunks_of_its_stream(tmp_path, monk
     (root / "a.txt").write_bytes(same)
     (root / "b.txt").write_bytes(same)
     monkeypatch.setattr(snapshot_io, "BATCH_FILES", 1)  # one file per batch: two batches
-    monkeypatch.setattr(snapshot_io, "INLINE_FILES", 0)  # through the pool (inline has no batches)
+    monkeypatch.setattr(snapshot_read, "INLINE_FILES", 0)  # through the pool (inline has no batches)
     store = Store.init(root)
     queued: list[tuple[bool, list[tuple[str, bytes, bytes]]]] = []  # in the writer's order
 
@@ -165,14 +165,14 @@ def test_stat_cache_entry_never_precedes_the_chunks_of_its_stream(tmp_path, monk
     monkeypatch.setattr(snapshot_io.Writer, "put_new", logged(False))
     monkeypatch.setattr(snapshot_io.Writer, "put", logged(True))
     handled = threading.Event()  # the main thread has handled the first batch to finish
-    real_release = snapshot_io._release
+    real_release = snapshot_read._release
 
     def release(held, consumed, writer):
         out = real_release(held, consumed, writer)
         handled.set()
         return out
 
-    monkeypatch.setattr(snapshot_io, "_release", release)
+    monkeypatch.setattr(snapshot_read, "_release", release)
     claimer: list[str] = []
     real_new_ids = snapshot_io.Dedup.new_ids
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,20 +29,23 @@ import blake3
 import msgpack
 
 from snapstore.errors import CorruptError, TreeIOError
-from snapstore.ops import incremental
+from snapstore.ops import incremental, snapshot_counts
 from snapstore.ops.context import StageContext
 from snapstore.ops.snapshot_io import (
     FileChanged,
     FileGone,
     Outcome,
-    Packing,
     Progress,
     Writer,
     lacking,
+    release_memory,
+)
+from snapstore.ops.snapshot_read import (
+    packing,
+    previous_streams,
     read_files,
     read_inline,
     reads_inline,
-    release_memory,
 )
 from snapstore.records import manifest
 from snapstore.records.checkpoint import (
@@ -214,7 +217,8 @@ def _take(
     inline_cache: dict[bytes, bytes] = {}  # and their stat-cache entries
     if to_read and reads_inline(to_read):
         read, kept = read_inline(
-            ctx.root_bytes, backend, packing(ctx, in_packs), to_read, _previous_streams(backend)
+            ctx.root_bytes, backend, packing(ctx, in_packs), to_read,
+            previous_streams(backend) if cached else None,
         )
         for f, outcome in read:
             _record(f, outcome, entries, inline_cache, result)
@@ -228,7 +232,7 @@ def _take(
         try:
             for f, outcome in read_files(
                 ctx.root_bytes, backend, packing(ctx, in_packs), to_read, writer, progress, workers,
-                _previous_streams(backend) if cached else None,
+                previous_streams(backend) if cached else None,
             ):
                 _record(f, outcome, entries, cache_updates, result)
         finally:
@@ -276,14 +280,14 @@ def _take(
     if memo.codec is not None and parent is not None and mid != parent.manifest:
         since = memo.codec.changes_since(parent.manifest)
     if since is not None:  # the codec knows which entries may differ: nothing is decoded
-        _count(result, *since)
+        snapshot_counts.add(result, *since)
         # The chunks it kept are the parent's manifest's: stored (the writer lock keeps gc out),
         # so the store is asked only about the new ones.
         assert memo.codec is not None
         for cid in memo.codec.kept():
             plain.pop(cid, None)
     else:
-        _count_changes(result, backend, parent, mid, plain, mrecord)
+        snapshot_counts.against_parent(result, backend, parent, mid, plain, mrecord)
     cid_conv = None
     if messages is not None:
         from snapstore.records import conversation  # (json) only when there is one
@@ -333,7 +337,7 @@ def _take(
     }
     time_ns = time.time_ns()
     tags = list(dict.fromkeys(tags or []))
-    result.new_bytes = writer.inserted + _new_bytes(backend, final_objects)
+    result.new_bytes = writer.inserted + snapshot_counts.new_bytes(backend, final_objects)
     stats["new_bytes"] = result.new_bytes
     with backend.write() as batch:
         for table, key, value in final_objects:
@@ -458,86 +462,6 @@ def _conversation_base(
                 continue
             return conv, count, depth
     return None
-
-
-def packing(ctx: StageContext, packed: bool) -> Packing:
-    """How this context's store keeps new chunks (format, level, delta bases)."""
-    bases = None
-    if packed and ctx.delta_depth > 0:
-        backend = ctx.backend
-
-        def get(table: str, key: bytes) -> bytes | None:
-            with backend.read() as view:
-                value: bytes | None = view.get(table, key)
-                return value
-
-        bases = packs.DeltaBases(get, ctx.delta_depth)
-    return Packing(ctx.level, packed, bases)
-
-
-def _previous_streams(backend: Backend) -> Callable[[bytes], bytes | None]:
-    """path -> the stream its last snapshotted version had (the stat cache names it; called
-    from the reader threads, only for files that are read)."""
-
-    def previous(path: bytes) -> bytes | None:
-        with backend.read() as view:
-            value = view.get("statcache", statcache.key(path))
-        return statcache.stream_id(value) if value is not None else None
-
-    return previous
-
-
-def _count_changes(
-    result: SnapshotResult,
-    backend: Backend,
-    parent: Checkpoint | None,
-    mid: bytes,
-    plain: dict[bytes, bytes],
-    record: bytes | None,
-) -> None:
-    """Count what changed against the parent, decoding only the manifest chunks that differ."""
-    if parent is None:
-        result.added = len(result.entries)
-        return
-    if parent.manifest == mid:
-        return
-
-    def get(table: str, key: bytes) -> bytes | None:
-        with backend.read() as view:
-            value: bytes | None = view.get(table, key)
-            return value
-
-    from snapstore.ops import diff  # only for a changed manifest
-
-    # The new manifest is not stored yet: its record and chunks are served from memory.
-    _count(result, *diff.manifest_difference(diff.unstored(get, mid, record, plain), parent.manifest, mid))
-
-
-def _count(result: SnapshotResult, old: dict[bytes, Entry], new: dict[bytes, Entry]) -> None:
-    """Add the changes between the entries that may differ to the result's counts."""
-    from snapstore.ops import diff
-
-    for c in diff.compare(old, new):
-        result.changed.append(c.path)
-        if c.status == diff.ADDED:
-            result.added += 1
-        elif c.status == diff.DELETED:
-            result.deleted += 1
-        else:
-            result.modified += 1
-
-
-def _new_bytes(backend: Backend, objects_: list[Op]) -> int:
-    """Bytes that storing ``objects_`` will add (the caller holds the writer lock)."""
-    unique = {(t, k): v for t, k, v in objects_}
-    keys = list(unique)
-    total = 0
-    for table in {t for t, _ in keys}:
-        ks = [k for t, k in keys if t == table]
-        for k, present in zip(ks, backend.has_many(table, ks)):
-            if not present:
-                total += len(unique[(table, k)])
-    return total
 
 
 def _delete_stale(backend: Backend, stale: list[bytes]) -> None:
