@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import shutil
@@ -184,3 +185,20 @@ class Editor:
         finally:
             os.close(fd)
         return offset
+
+
+def fresh_stdlib(work: str) -> str:
+    """Empty the directory ``work`` and build the stdlib corpus in it; returns the tree's path."""
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    tree = os.path.join(work, "stdlib")
+    build_stdlib(tree)
+    return tree
+
+
+def interleaved_args(p: argparse.ArgumentParser, workdir: str) -> None:
+    """The options of the interleaved before/after benchmarks (restore_profile, watch_bench)."""
+    p.add_argument("--runs", type=int, default=9)
+    p.add_argument("--snapstore-at", action="append", default=[], metavar="REV")
+    p.add_argument("--workdir", default=workdir)
+    p.add_argument("--seed", type=int, default=5)

@@ -100,18 +100,12 @@ def put(root: str, contents: dict[str, bytes]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--runs", type=int, default=9)
-    p.add_argument("--snapstore-at", action="append", default=[], metavar="REV")
+    corpora.interleaved_args(p, "/tmp/snapstore-restore-bench")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--service", action="store_true", help="also each snapstore through its service")
-    p.add_argument("--workdir", default="/tmp/snapstore-restore-bench")
-    p.add_argument("--seed", type=int, default=5)
     a = p.parse_args(argv)
     work = a.workdir
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    tree = os.path.join(work, "stdlib")
-    corpora.build_stdlib(tree)
+    tree = corpora.fresh_stdlib(work)
     comps: list = [SnapAt(tree, os.path.join(work, "snap-wt"), "snap(worktree)", None)]
     srcs = {rev: export(rev, work) for rev in a.snapstore_at}
     for rev, src in srcs.items():

@@ -31,16 +31,10 @@ from .restore_profile import SvcAt, export, put
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--runs", type=int, default=9)
-    p.add_argument("--snapstore-at", action="append", default=[], metavar="REV")
-    p.add_argument("--workdir", default="/tmp/snapstore-watch-bench")
-    p.add_argument("--seed", type=int, default=5)
+    corpora.interleaved_args(p, "/tmp/snapstore-watch-bench")
     a = p.parse_args(argv)
     work = a.workdir
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    tree = os.path.join(work, "stdlib")
-    corpora.build_stdlib(tree)
+    tree = corpora.fresh_stdlib(work)
     comps: list = [SvcAt(tree, os.path.join(work, "svc-wt"), "svc(worktree)", None)]
     for rev in a.snapstore_at:
         comps.append(SvcAt(tree, os.path.join(work, f"svc-{rev}"), f"svc({rev})", export(rev, work)))

@@ -98,3 +98,25 @@ def all_stored_bytes(backend) -> int:
             for key, value in view.items(table):
                 total += len(key) + len(value)
     return total
+
+
+#: The content edits a watcher must notice, for the randomised watch tests.
+FILE_EDITS = ("write", "append", "same-size", "chmod")
+
+
+def edit_file(op: str, f: Path, i: int, rng) -> None:
+    """Apply content edit ``op`` (one of FILE_EDITS) to the regular file ``f``."""
+    if op == "write":
+        f.write_bytes(b"w%d\n" % i * rng.randint(1, 50))
+    elif op == "append":
+        with open(f, "ab") as out:
+            out.write(b"more %d\n" % i)
+    elif op == "same-size":  # same size, same mtime: only the watcher (or ctime) can tell
+        data = f.read_bytes()
+        st = f.stat()
+        f.write_bytes(bytes((b + 1) % 256 for b in data) if data else b"")
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif op == "chmod":
+        f.chmod(0o755 if f.stat().st_mode & 0o100 == 0 else 0o644)
+    else:
+        raise ValueError(op)

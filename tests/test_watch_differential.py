@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import FILE_EDITS, edit_file
 
 from snapstore.store import Store
 from snapstore.testing import build_tree
@@ -44,17 +45,8 @@ def edit(root: Path, rng: random.Random, i: int) -> str:
     )
     if op in ("write", "append", "same-size", "rename", "chmod", "file-to-dir") and not files:
         op = "new-file"
-    if op == "write":
-        rng.choice(files).write_bytes(b"w%d\n" % i * rng.randint(1, 50))
-    elif op == "append":
-        with open(rng.choice(files), "ab") as f:
-            f.write(b"more %d\n" % i)
-    elif op == "same-size":  # same size, same second: only the watcher (or ctime) can tell
-        f = rng.choice(files)
-        data = f.read_bytes()
-        st = f.stat()
-        f.write_bytes(bytes((b + 1) % 256 for b in data) if data else b"")
-        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if op in FILE_EDITS:
+        edit_file(op, rng.choice(files), i, rng)
     elif op == "rename":
         f = rng.choice(files)
         target = rng.choice([root, *dirs])
@@ -71,9 +63,6 @@ def edit(root: Path, rng: random.Random, i: int) -> str:
         if link.is_symlink():
             link.unlink()
         link.symlink_to(f"target{i}")
-    elif op == "chmod":
-        f = rng.choice(files)
-        f.chmod(0o755 if f.stat().st_mode & 0o100 == 0 else 0o644)
     elif op == "file-to-dir":
         f = rng.choice(files)
         f.unlink()

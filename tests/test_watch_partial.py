@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import FILE_EDITS, edit_file
 
 from snapstore.store import Store
 from snapstore.testing import build_tree
@@ -60,17 +61,8 @@ def edit(root: Path, outside: Path, rng: random.Random, i: int) -> str:
         op = "new-file"
     if op in ("rmtree", "dir-to-file", "move-dir", "move-out", "dir-replaced") and not dirs:
         op = "mkdir"
-    if op == "write":
-        rng.choice(files).write_bytes(b"w%d\n" % i * rng.randint(1, 50))
-    elif op == "append":
-        with open(rng.choice(files), "ab") as f:
-            f.write(b"more %d\n" % i)
-    elif op == "same-size":  # same size, same mtime: only the watcher (or ctime) can tell
-        f = rng.choice(files)
-        data = f.read_bytes()
-        st = f.stat()
-        f.write_bytes(bytes((b + 1) % 256 for b in data) if data else b"")
-        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if op in FILE_EDITS:
+        edit_file(op, rng.choice(files), i, rng)
     elif op == "rename":
         f = rng.choice(files)
         f.rename(rng.choice([root, *dirs]) / f"moved{i}.txt")
@@ -93,9 +85,6 @@ def edit(root: Path, outside: Path, rng: random.Random, i: int) -> str:
         if link.is_dir() and not link.is_symlink():
             shutil.rmtree(link)
         tmp.replace(link)
-    elif op == "chmod":
-        f = rng.choice(files)
-        f.chmod(0o755 if f.stat().st_mode & 0o100 == 0 else 0o644)
     elif op == "file-to-dir":
         f = rng.choice(files)
         f.unlink()

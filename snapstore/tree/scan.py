@@ -351,15 +351,10 @@ def scan_dir(
             continue
         try:
             st = d.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            report.vanished += 1
-            report.warn(f"vanished during the scan: {display(rel)}")
-            continue
         except OSError as exc:
-            report.unreadable += 1
-            report.warn(f"cannot stat {display(rel)}: {exc.strerror}")
-            found.append(Found(rel, UNREADABLE, None))
-            recorded = True
+            if _skipped(report, rel, exc, "stat"):
+                found.append(Found(rel, UNREADABLE, None))
+                recorded = True
             continue
         mode = st.st_mode
         if mode & 0o7000:  # setuid/setgid/sticky: not recorded (manifest.MODE_KEEP)
@@ -392,13 +387,8 @@ def scan_dir(
         if stat.S_ISLNK(mode):
             try:
                 target = os.readlink(name, dir_fd=fd)
-            except FileNotFoundError:
-                report.vanished += 1
-                report.warn(f"vanished during the scan: {display(rel)}")
-                continue
             except OSError as exc:
-                report.unreadable += 1
-                report.warn(f"cannot read link {display(rel)}: {exc.strerror}")
+                _skipped(report, rel, exc, "read link")
                 continue
             found.append(Found(rel, SYMLINK, compact(st), target))
             recorded = True
@@ -416,6 +406,18 @@ def _list(fd: int) -> list[tuple[bytes, os.DirEntry[str]]]:
     """
     with _scandir(fd) as it:
         return [(d.name.encode(_FS_ENCODING, "surrogateescape"), d) for d in it]
+
+
+def _skipped(report: ScanReport, rel: bytes, exc: OSError, what: str) -> bool:
+    """Count and warn about an entry that vanished or could not be examined (``what``: the
+    failed step); True when it is still there (unreadable), False when it vanished."""
+    if isinstance(exc, FileNotFoundError):
+        report.vanished += 1
+        report.warn(f"vanished during the scan: {display(rel)}")
+        return False
+    report.unreadable += 1
+    report.warn(f"cannot {what} {display(rel)}: {exc.strerror}")
+    return True
 
 
 def _unlistable(
