@@ -287,7 +287,7 @@ def test_restores_through_the_watcher_do_not_walk(tmp_path: Path, monkeypatch):
     files and directories leaves a state the next snapshot patches, not a walk."""
     import time
 
-    from snapstore.ops import snapshot_io
+    from snapstore.ops.snapshot import read as snapshot_read
     from snapstore.tree import statcache
 
     # Files read from now on are old enough for the racy-file rule (no sleeping).
@@ -320,8 +320,8 @@ def test_restores_through_the_watcher_do_not_walk(tmp_path: Path, monkeypatch):
 
         monkeypatch.setattr(scan, "walk", counting)
         opened: list[bytes] = []
-        real_open = snapshot_io._open
-        monkeypatch.setattr(snapshot_io, "_open", lambda *a, **k: opened.append(a[1]) or real_open(*a, **k))
+        real_open = snapshot_read._open
+        monkeypatch.setattr(snapshot_read, "_open", lambda *a, **k: opened.append(a[1]) or real_open(*a, **k))
         for i in range(3):
             report = s.restore(x.id)  # removes, creates and rewrites files and directories
             assert report.safety is not None

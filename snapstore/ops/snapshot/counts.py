@@ -1,19 +1,44 @@
 """What a checkpoint reports of itself: the paths that changed against its parent (counted as
-added, modified, deleted, and kept for the ``paths`` index) and the bytes it added to the store.
+added, modified, deleted, and kept for the ``paths`` index), the bytes it added to the store,
+and the ``stats`` its record keeps.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
+from snapstore.ops.snapshot.result import Op, SnapshotResult
 from snapstore.records.checkpoint import Checkpoint
-from snapstore.records.manifest import Entry
+from snapstore.records.manifest import EXEC, Entry
+from snapstore.records.manifest_codec import Codec
 from snapstore.storage.backend import Backend
 
-if TYPE_CHECKING:
-    from snapstore.ops.snapshot import SnapshotResult
 
-Op = tuple[str, bytes, bytes]
+def count(
+    result: SnapshotResult,
+    backend: Backend,
+    codec: Codec | None,
+    parent: Checkpoint | None,
+    record: bytes | None,
+    plain: dict[bytes, bytes],
+) -> None:
+    """Count what changed against the parent, for a new manifest ``result.manifest_id``.
+
+    When the context's manifest ``codec`` re-encoded it from the parent's manifest, it knows
+    which entries may differ: nothing is decoded, and the chunks it kept (the parent's: stored,
+    and the writer lock keeps gc out) are dropped from ``plain``, so the store is asked only
+    about the new ones.  Otherwise :func:`against_parent` decodes what differs."""
+    mid = result.manifest_id
+    since = None
+    if codec is not None and parent is not None and mid != parent.manifest:
+        since = codec.changes_since(parent.manifest)
+    if since is None:
+        against_parent(result, backend, parent, mid, plain, record)
+        return
+    assert codec is not None
+    add(result, *since)
+    for cid in codec.kept():
+        plain.pop(cid, None)
 
 
 def against_parent(
@@ -69,3 +94,23 @@ def new_bytes(backend: Backend, objects_: list[Op]) -> int:
             if not present:
                 total += len(unique[(table, k)])
     return total
+
+
+def stats(result: SnapshotResult) -> dict[str, Any]:
+    """The ``stats`` of the checkpoint's record (``new_bytes`` is added once known)."""
+    sizes = [e[3] for e in result.entries if e[1] <= EXEC]  # files (FILE, EXEC): one pass, no property calls
+    report = result.report
+    return {
+        "files": len(sizes),
+        "bytes": sum(sizes),
+        "added": result.added,
+        "modified": result.modified,
+        "deleted": result.deleted,
+        "files_read": result.files_read,
+        "bytes_read": result.bytes_read,
+        "skipped": {
+            "special": report.special,
+            "vanished": report.vanished,
+            "unreadable": report.unreadable,
+        },
+    }
