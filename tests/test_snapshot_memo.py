@@ -63,6 +63,7 @@ def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch
     """snapshot.take needs only a StageContext: its memo lives in ctx.manifest_memo, not on a Store."""
     from snapstore.ops import snapshot
     from snapstore.ops.context import StageContext
+    from snapstore.ops.snapshot.encode import LAST_MANIFEST
     from snapstore.records.checkpoint import parse_record
     from snapstore.storage.memory import MemoryBackend
 
@@ -84,7 +85,7 @@ def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch
     assert fresh_result.reused and fresh_id == first_id and calls["n"] == 0
     # Without that record: the same answer the long way.
     with ctx.backend.write() as batch:
-        batch.delete("meta", snapshot.encode.LAST_MANIFEST)
+        batch.delete("meta", LAST_MANIFEST)
     fresh = StageContext(ctx.backend, str(root))
     fresh_id, _, fresh_result = snapshot.take(fresh, message="four", skip_unchanged=True)
     assert fresh_result.reused and fresh_id == first_id and calls["n"] == 1

@@ -14,7 +14,7 @@ imports) depends on nothing above it: the snapshot, restore and facade modules a
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from snapstore.storage.backend import Backend
 
@@ -28,22 +28,37 @@ if TYPE_CHECKING:
 Keys = tuple[bytes | None, bytes | None]
 
 
-class TreeState(NamedTuple):
+class TreeState:
     """What a watching context knows of the tree since its last committed snapshot."""
 
-    found: dict[bytes, Found]
-    cache: dict[bytes, bytes]
-    entries: dict[bytes, Entry]
-    #: The newest ``log`` and ``oplog`` keys right after that snapshot.
-    keys: Keys
-    #: Each walked directory's listing (what :mod:`snapstore.tree.rescan` patches).
-    listings: Listings
+    # (Plain classes here: a NamedTuple costs ~0.5 ms to create, and every CLI process imports
+    # this module; a dataclass, its import.)
+    __slots__ = ("found", "cache", "entries", "keys", "listings")
+
+    def __init__(
+        self,
+        found: dict[bytes, Found],
+        cache: dict[bytes, bytes],
+        entries: dict[bytes, Entry],
+        keys: Keys,
+        listings: Listings,
+    ) -> None:
+        self.found = found
+        #: The stat cache, as a dict.
+        self.cache = cache
+        #: The entries of the tree as of that snapshot (whoever changes one copies the dict:
+        #: it is also the manifest memo's).
+        self.entries = entries
+        #: The newest ``log`` and ``oplog`` keys right after that snapshot.
+        self.keys = keys
+        #: Each walked directory's listing (what :mod:`snapstore.tree.rescan` patches).
+        self.listings = listings
 
 
 class ManifestMemo:
     """The last manifest this context committed (or reused), kept across snapshots of one Store:
     an unchanged tree is recognised by one dict comparison, a changed one re-encodes only the
-    manifest chunks that changed (``codec``).  Not a dataclass: ~0.4 ms of every CLI start."""
+    manifest chunks that changed (``codec``)."""
 
     __slots__ = ("entries", "mid", "codec")
 

@@ -49,7 +49,7 @@ def keep_state(
         value = statcache.written(st, st, sid)
         if value is not None:
             state.cache[statcache.key(p)] = value
-    ctx.tree_state = state._replace(keys=(state.keys[0], oplog_key))
+    state.keys = (state.keys[0], oplog_key)
 
 
 def _patch(
@@ -95,5 +95,5 @@ def _patch(
         state.found[p] = scan.Found(p, kind, scan.compact(st), b"")
         entries[p] = worktree.file_entry(p, st, sid)
         state.cache[statcache.key(p)] = value
-    ctx.tree_state = state._replace(entries=entries, keys=(state.keys[0], oplog_key))
+    state.entries, state.keys = entries, (state.keys[0], oplog_key)
     return True

@@ -1,131 +1,48 @@
 """Taking a snapshot: walk, read what changed, store new chunks, write the checkpoint last.
 
-Data flow (see docs/architecture.md), one module per phase::
+Data flow (see docs/architecture.md); :func:`take` (:mod:`.pipeline`) runs one module per
+phase::
 
     walk: the store's keys and parent; scan.walk ──> stat cache ──hit──> entry reuses its stream
-          (or, with a watcher, the kept tree state patched: incremental)
+          (with a watcher: the tree state kept since the last snapshot, patched: .incremental)
                        │miss
                        v
-    read: readers (a pool, or this thread for one batch) ─> write: sinks, dedup, writer thread
+    read: readers (a pool, or this thread for one batch) ──> write: sinks, dedup, writer thread
                        │ (all chunks committed)
                        v
-    encode: manifest + conversation;  counts: what changed against the parent
+    encode: manifest + conversation;   counts: what changed against the parent
                        v
     commit: checkpoint + log + tags + stat cache + paths index in ONE transaction, then fsync.
 
 A snapshot killed at any moment leaves at most unreferenced chunks (garbage for gc), never a
 checkpoint that points at something missing.  The stage is given a
 :class:`~snapstore.ops.context.StageContext`, not the Store; it returns the checkpoint's id and
-packed record (the Store turns them into a Checkpoint) with a :class:`SnapshotResult`.
+packed record (the Store turns them into a Checkpoint) with a :class:`.result.SnapshotResult`.
+
+The public names are imported on first use: a diff or a dry-run restore imports
+:mod:`.incremental` alone, not the whole stage (~9 ms of a CLI process).
 """
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from snapstore.ops.context import Keys, StageContext
-from snapstore.ops.snapshot import commit, counts, encode, incremental, read, walk
-from snapstore.ops.snapshot.read import FileChanged, FileGone, Progress
-from snapstore.ops.snapshot.result import SnapshotResult
-from snapstore.ops.snapshot.write import release_memory
-from snapstore.records.checkpoint import SAFETY, USER, seq_key
-from snapstore.tree import scan
+if TYPE_CHECKING:
+    from snapstore.ops.snapshot.pipeline import take
+    from snapstore.ops.snapshot.read import FileChanged, FileGone
+    from snapstore.ops.snapshot.result import SnapshotResult
 
 __all__ = ["FileChanged", "FileGone", "SnapshotResult", "take"]
 
-
-def take(
-    ctx: StageContext,
-    *,
-    message: str = "",
-    task: str | None = None,
-    tags: list[str] | None = None,
-    metadata: dict[str, Any] | None = None,
-    messages: Any = None,
-    kind: str = USER,
-    skip_unchanged: bool = False,
-    progress: Progress | None = None,
-    workers: int | None = None,
-) -> tuple[bytes, bytes, SnapshotResult]:
-    """Snapshot ``ctx``'s tree; returns ``(checkpoint id, packed record, SnapshotResult)``.
-
-    The caller holds the writer lock.  With ``skip_unchanged`` and a tree (and conversation)
-    identical to the parent's, nothing is written and the parent's id and record are returned
-    (``result.reused``).
-    """
-    with _cyclic_gc_paused():
-        try:
-            return _take(ctx, message, task, tags, metadata, messages, kind, skip_unchanged, progress, workers)
-        except BaseException:
-            incremental.forget(ctx)
-            raise
+_HOME = {"take": "pipeline", "FileChanged": "read", "FileGone": "read", "SnapshotResult": "result"}
 
 
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    # A snapshot allocates many small tuples and no cycles: Python's cyclic collector would
-    # walk them again and again (22% of an in-process snapshot, measured).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-
-def _take(
-    ctx: StageContext,
-    message: str,
-    task: str | None,
-    tags: list[str] | None,
-    metadata: dict[str, Any] | None,
-    messages: Any,
-    kind: str,
-    skip_unchanged: bool,
-    progress: Progress | None,
-    workers: int | None,
-) -> tuple[bytes, bytes, SnapshotResult]:
-    start = walk.Start(ctx.backend)
-    report = scan.ScanReport()
-    # Only a safety checkpoint's caller (restore) and a watching context's next snapshot use
-    # the walk's records (result.found).
-    tree = walk.inputs(ctx, start.keys, report, keep_found=kind == SAFETY)
-    result = SnapshotResult(entries=[], manifest_id=b"", conversation_id=None, report=report, found=tree.found)
-    reads = read.read_changed(
-        ctx, tree.to_read, tree.entries, result,
-        packed=start.packed, cached=start.cached, progress=progress, workers=workers,
-    )  # fmt: skip
-    result.entries = [tree.entries[p] for p in sorted(tree.entries)]
-    records = encode.Records(reads.kept)
-    mid, mrecord, fingerprint = encode.manifest_of(ctx, start.parent, tree.entries, result.entries, records)
-    result.manifest_id = mid
-    counts.count(result, ctx.backend, ctx.manifest_memo.codec, start.parent, mrecord, records.plain)
-    if messages is not None:
-        result.conversation_id = encode.conversation_of(ctx, messages, task, records, start.packed)
-    encode.compress_lacking(records, ctx, start.packed)
-    if skip_unchanged and commit.unchanged(start, result, messages is not None):
-        assert start.parent is not None
-        commit.reuse(ctx, tree, reads, records)
-        _remember(ctx, tree, reads, mid, start.keys)
-        result.reused = True
-        return bytes.fromhex(start.parent.id), start.parent_record, result
-    cp_id, packed = commit.commit(
-        ctx, start, tree, reads, records, result, fingerprint,
-        message=message, task=task, tags=tags, kind=kind, metadata=metadata,
-    )  # fmt: skip
-    _remember(ctx, tree, reads, mid, (seq_key(start.seq), start.keys[1]))
-    if tree.to_read or mrecord is not None:  # (an unchanged tree mapped little: spare the madvise pass)
-        release_memory(ctx.backend)
-    return cp_id, packed, result
-
-
-def _remember(ctx: StageContext, tree: walk.Inputs, reads: read.Reads, mid: bytes, keys: Keys) -> None:
-    """Keep what this snapshot recorded for the next one: the manifest memo and, when
-    watching, the tree state (keyed by the newest log and oplog keys it leaves)."""
-    memo = ctx.manifest_memo
-    memo.entries, memo.mid = tree.entries, mid
-    incremental.remember(ctx, tree.walked, tree.cache, reads.cache_updates or {}, tree.stale, tree.entries, keys)
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # (found directly from now on)
+    return value

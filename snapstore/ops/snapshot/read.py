@@ -175,14 +175,12 @@ def read_files(
 
     dedup = writer.dedup = Dedup(backend)
     reader = Reader(root, dedup, writer, packing, previous)
-    total = sum(_size(f) for f in to_read)
-    done = 0
+    total, done = sum(_size(f) for f in to_read), 0
     n = workers or max(2, min(4, os.cpu_count() or 2))
     started: set[int] = set()  # batches a reader thread has begun (added from those threads)
     consumed: set[int] = set()
     held: list[tuple[set[int], list[Op]]] = []  # (batches still to finish, stat-cache entries)
     with ThreadPoolExecutor(n, thread_name_prefix="snapstore-read") as pool:
-        # A finished batch is dropped once consumed (not kept to the end with its results).
         pending = _submit(pool, reader, to_read, started)
         try:
             while pending:
@@ -217,7 +215,8 @@ Done = tuple[int, list[tuple[scan.Found, Outcome]]]
 
 def _submit(pool: ThreadPoolExecutor, reader: Reader, to_read: list[scan.Found], started: set[int]) -> set[Future[Done]]:
     """Submit ``to_read`` in batches (emptying it: each batch holds its files' records);
-    each batch's index is added to ``started`` when a reader thread begins it."""
+    each batch's index is added to ``started`` when a reader thread begins it.  The caller
+    drops each finished batch once consumed (not kept to the end with its results)."""
     work = list(batches(to_read))
     to_read.clear()
 
