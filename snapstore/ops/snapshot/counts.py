@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from snapstore.ops.snapshot.result import Op, SnapshotResult
+from snapstore.ops.snapshot.result import SnapshotResult
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import EXEC, Entry
 from snapstore.records.manifest_codec import Codec
 from snapstore.storage.backend import Backend
+from snapstore.storage.packs import Op
 
 
 def count(

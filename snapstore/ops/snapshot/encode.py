@@ -21,13 +21,13 @@ import blake3
 import msgpack
 
 from snapstore.ops.context import StageContext
-from snapstore.ops.snapshot.result import Op
 from snapstore.ops.snapshot.write import lacking
 from snapstore.records import manifest, manifest_codec
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
 from snapstore.storage import packs
 from snapstore.storage.backend import Backend
+from snapstore.storage.packs import Op
 
 #: meta key: the fingerprint (:func:`_fingerprint`) of the entries the last CLI-style snapshot
 #: (a context's first) recorded, then its manifest id.  When the next one finds the same entries

@@ -69,6 +69,7 @@ def _take(
     progress: Progress | None,
     workers: int | None,
 ) -> tuple[bytes, bytes, SnapshotResult]:
+    """:func:`take`'s phases, in order (each one is its module's)."""
     start = walk.Start(ctx.backend)
     report = scan.ScanReport()
     # Only a safety checkpoint's caller (restore) and a watching context's next snapshot use
@@ -98,7 +99,9 @@ def _take(
         message=message, task=task, tags=tags, kind=kind, metadata=metadata,
     )  # fmt: skip
     _remember(ctx, tree, reads, mid, (seq_key(start.seq), start.keys[1]))
-    if tree.to_read or mrecord is not None:  # (an unchanged tree mapped little: spare the madvise pass)
+    # An unchanged tree mapped little: spare the madvise pass.  (A pooled read emptied
+    # ``to_read``: its writer thread released memory after each commit.)
+    if tree.to_read or mrecord is not None:
         release_memory(ctx.backend)
     return cp_id, packed, result
 

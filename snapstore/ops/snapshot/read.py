@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Union
 from snapstore.errors import TreeIOError
 from snapstore.ops.context import StageContext
 from snapstore.ops.snapshot import write
-from snapstore.ops.snapshot.result import Op, SnapshotResult
+from snapstore.ops.snapshot.result import SnapshotResult
 from snapstore.ops.snapshot.write import Dedup, Packing, Sink, Writer
 from snapstore.records.manifest import UNREADABLE, Entry
 from snapstore.storage import chunker, objects, packs
 from snapstore.storage.backend import Backend
+from snapstore.storage.packs import Op
 from snapstore.tree import scan, statcache, worktree
 from snapstore.tree.paths import display, open_beneath
 

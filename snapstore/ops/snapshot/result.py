@@ -1,5 +1,5 @@
-"""What a snapshot reports (:class:`SnapshotResult`), and the one shape of a write its phases
-hand each other (:data:`Op`)."""
+"""What a snapshot reports (:class:`SnapshotResult`).  (The phases hand each other writes as
+:data:`snapstore.storage.packs.Op`: ``(table, key, value)``.)"""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ from snapstore.tree import scan
 
 if TYPE_CHECKING:
     from snapstore.records.manifest import Entry
-
-#: ``(table, key, value)``: a record for ``WriteBatch.put_new`` (or ``put``, for the stat cache).
-Op = tuple[str, bytes, bytes]
 
 
 class SnapshotResult:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import threading
 from typing import NamedTuple
 
-from snapstore.ops.snapshot.result import Op
 from snapstore.storage import entries, packs
 from snapstore.storage.backend import Backend
+from snapstore.storage.packs import Op
 
 #: Plain bytes per group of new chunks: the unit of dedup lookup, of compression into solid
 #: frames (packs.FRAME_TARGET) and of hand-off to the writer.  4 MiB groups of up to 256 files
