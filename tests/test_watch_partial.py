@@ -393,3 +393,34 @@ def test_a_revert_plan_through_the_watcher_does_not_walk(tmp_path: Path, monkeyp
         assert walks == []
     with Store.open(root) as plain:  # the same plan from a walk
         assert plain.revert(agent.id, dry_run=True).to_json() == report.to_json()
+
+
+def test_a_diff_against_the_last_checkpoint_compares_only_what_the_events_touched(tmp_path: Path, monkeypatch):
+    """``diff`` against the checkpoint a watching Store last wrote answers from the paths the
+    pending events touched (ctx.manifest_memo holds that manifest's entries): the manifest is
+    not compared with the whole tree.  Against an older checkpoint it is.  Both answers are a
+    walk's."""
+    from snapstore.ops import diff as diff_mod
+
+    root = tmp_path / "t"
+    build_tree(root, START)
+    Store.init(root).close()
+    compared: list[bytes] = []  # the manifests compared with the whole tree
+    real = diff_mod.difference_from_tree
+
+    def counting(get, mid, tree):
+        compared.append(mid)
+        return real(get, mid, tree)
+
+    monkeypatch.setattr(diff_mod, "difference_from_tree", counting)
+    with Store.open(root, watch=True) as watched, Store.open(root) as plain:
+        first = watched.snapshot("one")
+        (root / "src" / "b.py").write_bytes(b"b, edited\n")
+        last = watched.snapshot("two")
+        (root / "a.txt").write_bytes(b"a, edited\n")
+        walked = plain.diff(last.id), plain.diff(first.id)
+        compared.clear()
+        assert watched.diff(last.id) == walked[0] and [c.path for c in walked[0]] == [b"a.txt"]
+        assert compared == []
+        assert watched.diff(first.id) == walked[1] and len(walked[1]) == 2
+        assert compared == [first.manifest]
