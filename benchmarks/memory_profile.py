@@ -90,7 +90,7 @@ class Sampler(threading.Thread):
 def _child_lib(tree: str, store: str) -> None:
     sampler = Sampler()
     sampler.start()
-    from snapstore.ops import incremental, snapshot
+    from snapstore.ops.snapshot import read, walk
     from snapstore.records import manifest
     from snapstore.storage import lmdb_backend
     from snapstore.store import Store
@@ -115,8 +115,8 @@ def _child_lib(tree: str, store: str) -> None:
 
         setattr(owner, name, wrapped)
 
-    label(incremental, "inputs", "walk")
-    label(snapshot, "read_files", "read", generator=True)
+    label(walk, "inputs", "walk")
+    label(read, "read_files", "read", generator=True)
     label(manifest, "write_manifest", "manifest")
     label(lmdb_backend.LmdbBackend, "_apply", "commit")
     Store.init(tree, store=store).close()

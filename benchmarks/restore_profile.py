@@ -165,7 +165,7 @@ def measure(a, comps, tree, x_ids, y, old, work) -> int:
 
 def profile(tree: str, store: str, x_id: str, y: dict[str, bytes], old: dict[str, bytes]) -> None:
     from snapstore import Store
-    from snapstore.ops import snapshot_io
+    from snapstore.ops.snapshot import read as snapshot_read
 
     put(tree, y)
     s = Store.open(store=store)
@@ -178,17 +178,17 @@ def profile(tree: str, store: str, x_id: str, y: dict[str, bytes], old: dict[str
         print(f"in-process restore: {(time.perf_counter() - t0) * 1000:.1f} ms")
         pstats.Stats(prof).sort_stats("cumulative").print_stats(35)
         opened = []
-        real = snapshot_io._open
+        real = snapshot_read._open
 
         def counting(*args, **kw):
             opened.append(args[1])
             return real(*args, **kw)
 
-        snapshot_io._open = counting
+        snapshot_read._open = counting
         try:
             s.snapshot(message="after restore")
         finally:
-            snapshot_io._open = real
+            snapshot_read._open = real
         print(f"next snapshot read {len(opened)} files")
     finally:
         s.close()

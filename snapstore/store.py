@@ -290,31 +290,26 @@ class Store(RevertMixin):
         listing changed, periodically).  Not available on file systems without reliable
         events (NFS, FUSE, ...): then every snapshot walks, as without ``watch``.
         """
-        from snapstore.ops import incremental
         from snapstore.tree import watcher
 
-        if incremental.WATCHER in self.context.memo:
+        if self.context.watcher is not None:
             return None
         why = watcher.watchable(self.root)
         if why is not None:
             return why
         w = watcher.Watcher(self.root, self.excluded)
         w.watch_tree()
-        self.context.memo[incremental.WATCHER] = w
+        self.context.watcher = w
         return None
 
     def watch_status(self) -> dict[str, Any] | None:
         """The watcher's counters (events, overflows, full walks, ...), None when not watching."""
-        from snapstore.ops import incremental
-
-        w = self.context.memo.get(incremental.WATCHER)
+        w = self.context.watcher
         return None if w is None else dict(w.status())
 
     def close(self) -> None:
         """Release the store (the LMDB environment closes with its last user)."""
-        from snapstore.ops import incremental
-
-        w = self.context.memo.pop(incremental.WATCHER, None)
+        w, self.context.watcher = self.context.watcher, None
         if w is not None:
             w.close()
         self.backend.close()

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from snapstore.ops.incremental import stale_cache_keys as _stale_cache_keys
+from snapstore.ops.snapshot.incremental import stale_cache_keys as _stale_cache_keys
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE
 from snapstore.tree import statcache, worktree
 from snapstore.tree.scan import Found, Stat

@@ -1,4 +1,4 @@
-"""The stored fingerprint of the last manifest (snapshot.LAST_MANIFEST) only skips work.
+"""The stored fingerprint of the last manifest (ops.snapshot.encode.LAST_MANIFEST) only skips work.
 
 A CLI process takes one snapshot per Store; when its entries are those of the manifest the last
 one wrote, and that manifest is the parent's, the id is reused without encoding.  Every answer
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from snapstore.ops import snapshot
+from snapstore.ops.snapshot.encode import LAST_MANIFEST
 from snapstore.records import manifest as manifest_mod
 from snapstore.store import Store
 
@@ -19,7 +19,7 @@ def _snap(root: Path, store_dir: Path, message: str, *, forget: bool = False) ->
     with Store.open(root, store=store_dir) as store:  # a fresh Store: no in-memory memo
         if forget:
             with store.backend.write() as batch:
-                batch.delete("meta", snapshot.LAST_MANIFEST)
+                batch.delete("meta", LAST_MANIFEST)
         return store.snapshot(message).manifest
 
 

@@ -73,11 +73,20 @@ def imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, st
                 target = node.module or ""
             if not target.startswith("snapstore"):
                 continue
-            if target in ("snapstore", "snapstore.storage", "snapstore.records", "snapstore.tree", "snapstore.ops"):
-                found += [(node.lineno, f"{target}.{a.name}") for a in node.names]
-            else:
-                found.append((node.lineno, target))
+            # ``from package import module`` imports that module (not the package's own code).
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                found.append((node.lineno, sub if _is_module(sub) or target in _NAMED else target))
     return found
+
+
+#: Packages whose imported names are layered by their own names (``snapstore.__version__``).
+_NAMED = ("snapstore", "snapstore.storage", "snapstore.records", "snapstore.tree", "snapstore.ops")
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE)
@@ -106,3 +115,57 @@ def test_the_check_sees_a_violation(tmp_path: Path):
     source = "def f():\n    from snapstore.store import Store\n    return Store\n"
     targets = imported(ast.parse(source), "snapstore.storage.objects", False)
     assert [t for _, t in targets if layer_of(t) > layer_of("snapstore.storage.objects")]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module's imports of other modules of the package (a package's own submodule, as
+    ``from snapstore.ops.snapshot import walk``, counts as that submodule)."""
+    graph: dict[str, set[str]] = {}
+    for path in MODULES:
+        module = module_name(path)
+        targets = imported(ast.parse(path.read_text(), str(path)), module, path.name == "__init__.py")
+        graph[module] = {t for _, t in targets if t != module and _is_module(t)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import loops of ``graph``: each strongly connected group of two or more modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm (the graph is ~100 modules: recursion is fine)
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    # Type-only and function-local imports count: a loop of any kind means neither module can
+    # be read, tested or moved without the other.
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_loop():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]

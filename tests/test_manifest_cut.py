@@ -8,7 +8,7 @@ import random
 import msgpack
 import pytest
 
-from snapstore.records import manifest
+from snapstore.records import manifest, manifest_codec
 from snapstore.records.manifest import EXEC, FILE, SYMLINK, Entry
 from snapstore.records.manifest_codec import Codec
 from snapstore.storage import chunker, objects
@@ -30,18 +30,22 @@ def _entries(rng: random.Random, n: int, big: bool = False) -> list[Entry]:
     return out
 
 
+@pytest.mark.parametrize("with_codec", [False, True], ids=["whole", "codec"])
 @pytest.mark.parametrize("seed", range(8))
-def test_write_manifest_stores_the_reference_chunks(seed):
+def test_write_manifest_stores_the_reference_chunks(seed, with_codec):
     rng = random.Random(seed)
     entries = _entries(rng, rng.choice([0, 1, 50, 2000]))
-    memo = Codec()
+    codec = Codec()
     versions = [entries]
-    if entries:  # then one entry changed, re-encoded through the memo the first call filled
+    if entries:  # then one entry changed, re-encoded through the codec the first call filled
         i = rng.randrange(len(entries))
         versions.append(entries[:i] + [entries[i]._replace(size=entries[i].size + 1)] + entries[i + 1 :])
     for version in versions:
         stored: dict[bytes, bytes] = {}
-        _, size, _ = manifest.write_manifest(version, stored.__setitem__, encode=False, memo=memo)
+        if with_codec:
+            _, size, _ = manifest_codec.write_manifest(codec, version, stored.__setitem__, encode=False)
+        else:
+            _, size, _ = manifest.write_manifest(version, stored.__setitem__, encode=False)
         expected = _reference(version)
         for chunk in expected:
             assert stored.get(objects.chunk_id(chunk)) == chunk, "a reference chunk is missing"
@@ -77,14 +81,14 @@ def test_the_codec_re_encodes_a_changing_manifest_exactly(seed, big):
     codec = Codec()
     for step in range(25):
         stored: dict[bytes, bytes] = {}
-        manifest.write_manifest(entries, stored.__setitem__, encode=False, memo=codec)
+        manifest_codec.write_manifest(codec, entries, stored.__setitem__, encode=False)
         expected = _reference(entries)
         assert codec.chunks == expected, f"step {step}"
         for chunk in expected:
             assert stored.get(objects.chunk_id(chunk)) == chunk
         before = entries
         entries = _mutate(rng, entries, big) if step != 20 else []
-        manifest.write_manifest(entries, {}.__setitem__, encode=False, memo=codec)
+        manifest_codec.write_manifest(codec, entries, {}.__setitem__, encode=False)
         if codec.changed is not None:  # every entry outside the changed region is the same
             old_part, new_part = codec.changed
             assert {e.path for e in before} - {e.path for e in old_part} == {e.path for e in entries} - {e.path for e in new_part}

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from snapstore.errors import RefError
-from snapstore.ops import snapshot_io
+from snapstore.ops.snapshot import read as snapshot_read
 from snapstore.records.manifest import FILE, UNREADABLE
 from snapstore.storage import chunker, objects
 from snapstore.testing import build_tree, random_bytes
@@ -25,14 +25,14 @@ def _deny_open(monkeypatch, target) -> None:
     if not IS_ROOT:
         os.chmod(target, 0)
         return
-    real = snapshot_io._open
+    real = snapshot_read._open
 
     def fake(root, rel, flags):
         if root + b"/" + rel == target:
             raise PermissionError(errno.EACCES, "Permission denied", target)
         return real(root, rel, flags)
 
-    monkeypatch.setattr(snapshot_io, "_open", fake)
+    monkeypatch.setattr(snapshot_read, "_open", fake)
 
 
 def _deny_listing(monkeypatch, target) -> None:
@@ -139,7 +139,7 @@ def test_directory_vanishing_during_the_scan(tree, store, monkeypatch):
 def _append_after_read(monkeypatch, path, times):
     """After each of the first ``times`` reads of ``path``, append to it (a concurrent writer)."""
     calls = {"n": 0}
-    real = snapshot_io.Reader._read_fd
+    real = snapshot_read.Reader._read_fd
     ino = os.stat(path).st_ino
 
     def read_fd(self, fd, expected, rel=b""):
@@ -150,11 +150,11 @@ def _append_after_read(monkeypatch, path, times):
                 f.write(b"+more")
         return result
 
-    monkeypatch.setattr(snapshot_io.Reader, "_read_fd", read_fd)
+    monkeypatch.setattr(snapshot_read.Reader, "_read_fd", read_fd)
     return calls
 
 
-@pytest.mark.parametrize("size", [100, snapshot_io.WHOLE_READ_MAX + 10], ids=["small", "streamed"])
+@pytest.mark.parametrize("size", [100, snapshot_read.WHOLE_READ_MAX + 10], ids=["small", "streamed"])
 def test_file_that_keeps_changing_is_never_stored_torn(tree, store, monkeypatch, size):
     original = random_bytes(size, 7)
     build_tree(tree, {"busy.log": original, "calm.txt": b"calm"})
@@ -163,12 +163,12 @@ def test_file_that_keeps_changing_is_never_stored_torn(tree, store, monkeypatch,
     # Each read saw a different version (the original plus 0, 1, 2 appends).  Their chunks were
     # handed to the writer while being read, so they are in the store; what must hold is that
     # no checkpoint references any of them, and that gc removes them as garbage.
-    versions = [original + b"+more" * k for k in range(snapshot_io.READ_ATTEMPTS)]
+    versions = [original + b"+more" * k for k in range(snapshot_read.READ_ATTEMPTS)]
     torn_streams = {objects.chunk_id(v) for v in versions}
     torn_chunks = {objects.chunk_id(c) for v in versions for c in chunker.cut_buffer(v)}
     refs = {e.ref for c in store.checkpoints(include_safety=True) for e in store.entries(c.id)}
     assert not refs & torn_streams
-    assert calls["n"] == snapshot_io.READ_ATTEMPTS
+    assert calls["n"] == snapshot_read.READ_ATTEMPTS
     assert cp.stats["skipped"]["unreadable"] == 1
     assert any("busy.log" in w and "changing" in w for w in cp.warnings)
     entries = {e.path: e for e in store.entries(cp.id)}
@@ -189,7 +189,7 @@ def _present(store, chunk_ids) -> set[bytes]:
     return {i for i, p in zip(ids, store.backend.has_many("chunks", ids)) if p}
 
 
-@pytest.mark.parametrize("size", [100, snapshot_io.WHOLE_READ_MAX + 10], ids=["small", "streamed"])
+@pytest.mark.parametrize("size", [100, snapshot_read.WHOLE_READ_MAX + 10], ids=["small", "streamed"])
 def test_file_that_changes_once_is_reread_and_stored_whole(tree, store, monkeypatch, size):
     original = random_bytes(size, 8)
     build_tree(tree, {"once.log": original})

@@ -8,7 +8,7 @@
 * many files are written by a small thread pool;
 * the safety checkpoint of an unchanged tree reads nothing.
 
-Counts go through seams (snapshot_io._open, batch.syncfs, apply.rename, the backend's sync),
+Counts go through seams (snapshot_read._open, batch.syncfs, apply.rename, the backend's sync),
 never timings.
 """
 
@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from restore_helpers import read_tree, write_tree
 
-from snapstore.ops import snapshot_io
 from snapstore.ops.restore import apply as apply_mod
 from snapstore.ops.restore import batch
+from snapstore.ops.snapshot import read as snapshot_read
 from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.store import Store
 from snapstore.tree import statcache
@@ -53,17 +53,17 @@ def two_states(tree: Path, store: Store):
 
 
 class _Opens:
-    """Counts the files snapshots open to read (the snapshot_io._open seam)."""
+    """Counts the files snapshots open to read (the snapshot_read._open seam)."""
 
     def __init__(self, monkeypatch) -> None:
         self.paths: list[bytes] = []
-        real = snapshot_io._open
+        real = snapshot_read._open
 
         def counting(root, rel, flags):
             self.paths.append(rel)
             return real(root, rel, flags)
 
-        monkeypatch.setattr(snapshot_io, "_open", counting)
+        monkeypatch.setattr(snapshot_read, "_open", counting)
 
 
 def _unvouched(tree: Path, paths: list[str]) -> int:

@@ -1,7 +1,7 @@
 """Restore at git's speed, continued: planning from the manifest chunks that differ, and a
 watching Store (the service) that keeps its tree state across a restore.
 
-Counts go through seams (manifest decoding, snapshot walks, snapshot_io._open), never timings.
+Counts go through seams (manifest decoding, snapshot walks, snapshot_read._open), never timings.
 """
 
 from __future__ import annotations
@@ -98,16 +98,16 @@ class _Walks:
     """Counts full walks of the tree by snapshots."""
 
     def __init__(self, monkeypatch) -> None:
-        from snapstore.ops import snapshot
+        from snapstore.tree import scan
 
         self.n = 0
-        real = snapshot.scan.walk
+        real = scan.walk
 
         def counting(*args, **kwargs):
             self.n += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(snapshot.scan, "walk", counting)
+        monkeypatch.setattr(scan, "walk", counting)
 
 
 @pytest.fixture

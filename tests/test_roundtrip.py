@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from strategies import trees
 
-from snapstore.ops import snapshot_io
+from snapstore.ops.snapshot import read as snapshot_read
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK
 from snapstore.store import Store
 from snapstore.testing import (
@@ -56,13 +56,13 @@ def scratch(tmp_path_factory):
     return tmp_path_factory.mktemp("roundtrip")
 
 
-@pytest.mark.parametrize("whole_read_max", [snapshot_io.WHOLE_READ_MAX, 0], ids=["whole", "streamed"])
+@pytest.mark.parametrize("whole_read_max", [snapshot_read.WHOLE_READ_MAX, 0], ids=["whole", "streamed"])
 @settings(max_examples=30)
 @given(spec=trees)
 def test_roundtrip_lmdb(scratch, whole_read_max, spec):
     # whole_read_max=0 sends every non-empty file through the streaming path of big files.
     with tempfile.TemporaryDirectory(dir=scratch) as tmp, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(snapshot_io, "WHOLE_READ_MAX", whole_read_max)
+        mp.setattr(snapshot_read, "WHOLE_READ_MAX", whole_read_max)
         root = os.path.join(tmp, "tree")
         spec = build_tree(root, spec)
         assert_trees_equal(spec, read_tree(root))  # the builder itself is faithful
@@ -102,7 +102,7 @@ def test_second_snapshot_of_changed_tree(scratch, first, second):
 
 def test_large_files_take_the_streaming_path(tree, store, monkeypatch):
     """Files above WHOLE_READ_MAX are streamed; they come back byte-identical."""
-    big = snapshot_io.WHOLE_READ_MAX
+    big = snapshot_read.WHOLE_READ_MAX
     spec = {
         "exactly-whole-read-max": random_bytes(big, 1),
         "just-above": random_bytes(big + 1, 2),
@@ -111,13 +111,13 @@ def test_large_files_take_the_streaming_path(tree, store, monkeypatch):
     }
     build_tree(tree, spec)
     streamed = []
-    original = snapshot_io.chunker.cut_stream
+    original = snapshot_read.chunker.cut_stream
 
     def spy(f):
         streamed.append(os.fstat(f.fileno()).st_size)
         return original(f)
 
-    monkeypatch.setattr(snapshot_io.chunker, "cut_stream", spy)
+    monkeypatch.setattr(snapshot_read.chunker, "cut_stream", spy)
     cp = store.snapshot("big")
     assert sorted(streamed) == sorted([big + 1, big + 3 * 131072 + 17, big + 5])
     _check_checkpoint(store, cp, build_tree(tree, {}) | {k.encode(): v for k, v in spec.items()})

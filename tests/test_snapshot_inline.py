@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapstore.ops import snapshot_read
+from snapstore.ops.snapshot import read as snapshot_read
 from snapstore.store import Store
 from snapstore.testing import build_tree, random_bytes
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from snapstore.records import manifest as manifest_mod
+from snapstore.records import manifest_codec
 from snapstore.store import Store
 
 
@@ -15,20 +16,27 @@ def _tree(root: Path, n: int = 300) -> None:
         p.write_bytes(f"file {i}\n".encode() * (i % 13 + 1))
 
 
+def _count_encodings(monkeypatch) -> dict[str, int]:
+    """Counts manifests encoded, whole (records.manifest) or through a codec (manifest_codec)."""
+    calls = {"n": 0}
+    for module in (manifest_mod, manifest_codec):
+        real = module.write_manifest
+
+        def counting(*args, _real=real, **kwargs):
+            calls["n"] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "write_manifest", counting)
+    return calls
+
+
 def test_memo_gives_the_manifest_a_fresh_store_computes(tmp_path: Path, monkeypatch):
     root = tmp_path / "t"
     root.mkdir()
     _tree(root)
     agent = Store.init(root)
     agent.snapshot("a")
-    calls = {"n": 0}
-    real = manifest_mod.write_manifest
-
-    def counting(*args, **kwargs):
-        calls["n"] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(manifest_mod, "write_manifest", counting)
+    calls = _count_encodings(monkeypatch)
     unchanged = agent.snapshot("b")
     assert calls["n"] == 0  # recognised as unchanged without encoding a manifest
     (root / "d3" / "f3.txt").write_bytes(b"changed\n")
@@ -52,9 +60,10 @@ def test_memo_gives_the_manifest_a_fresh_store_computes(tmp_path: Path, monkeypa
 
 
 def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch):
-    """snapshot.take needs only a StageContext: its memo lives in ctx.memo, not on a Store."""
+    """snapshot.take needs only a StageContext: its memo lives in ctx.manifest_memo, not on a Store."""
     from snapstore.ops import snapshot
     from snapstore.ops.context import StageContext
+    from snapstore.ops.snapshot.encode import LAST_MANIFEST
     from snapstore.records.checkpoint import parse_record
     from snapstore.storage.memory import MemoryBackend
 
@@ -64,15 +73,8 @@ def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch
     ctx = StageContext(MemoryBackend(), str(root))
     first_id, packed, first = snapshot.take(ctx, message="one")
     assert parse_record(first_id, packed).manifest == first.manifest_id
-    assert ctx.memo  # the manifest memo is kept in the context
-    calls = {"n": 0}
-    real = manifest_mod.write_manifest
-
-    def counting(*args, **kwargs):
-        calls["n"] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(manifest_mod, "write_manifest", counting)
+    assert ctx.manifest_memo.mid == first.manifest_id  # the manifest memo is kept in the context
+    calls = _count_encodings(monkeypatch)
     again_id, again_packed, again = snapshot.take(ctx, message="two", skip_unchanged=True)
     assert again.reused and (again_id, again_packed) == (first_id, packed)
     assert calls["n"] == 0  # one dict comparison, no manifest encoded
@@ -83,7 +85,7 @@ def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch
     assert fresh_result.reused and fresh_id == first_id and calls["n"] == 0
     # Without that record: the same answer the long way.
     with ctx.backend.write() as batch:
-        batch.delete("meta", snapshot.LAST_MANIFEST)
+        batch.delete("meta", LAST_MANIFEST)
     fresh = StageContext(ctx.backend, str(root))
     fresh_id, _, fresh_result = snapshot.take(fresh, message="four", skip_unchanged=True)
     assert fresh_result.reused and fresh_id == first_id and calls["n"] == 1
@@ -92,7 +94,7 @@ def test_the_stage_runs_on_a_context_without_a_store(tmp_path: Path, monkeypatch
 def test_a_long_lived_store_counts_changes_as_the_diff_does(tmp_path: Path, monkeypatch):
     """From its third snapshot on, a Store counts added/modified/deleted from the entries its
     manifest codec re-encoded (nothing decoded): the counts must be the diff's."""
-    from snapstore.ops import snapshot_counts
+    from snapstore.ops.snapshot import counts as snapshot_counts
 
     root = tmp_path / "t"
     root.mkdir()

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from helpers import subprocess_env
 
-from snapstore.ops import snapshot, snapshot_io, snapshot_read
+from snapstore.ops import snapshot
+from snapstore.ops.snapshot import read as snapshot_read
+from snapstore.ops.snapshot import write as snapshot_write
 from snapstore.store import Store
 
 FILES = 4000
@@ -29,11 +31,11 @@ INITIAL_PEAK_BYTES_PER_FILE = 900
 
 _CHILD = r"""
 import json, os, sys, tracemalloc, shutil
-from snapstore.ops import snapshot_io
+from snapstore.ops.snapshot import write as snapshot_write
 from snapstore.store import Store
 
 # Bytes in flight (groups, writer batches) small next to FILES x what a file needs.
-snapshot_io.GROUP_BYTES = snapshot_io.BATCH_BYTES = 64 << 10
+snapshot_write.GROUP_BYTES = snapshot_write.BATCH_BYTES = 64 << 10
 n, work = int(sys.argv[1]), sys.argv[2]
 root = os.path.join(work, "t")
 for i in range(n):
@@ -124,15 +126,15 @@ def test_dedup_holds_only_chunk_ids_in_flight(tmp_path, monkeypatch):
     (root / "copy").mkdir()
     for i in range(50):  # chunks the store will already have when these are read
         (root / "copy" / f"f{i}.txt").write_bytes(f"file {i}\n".encode() * (i % 9 + 1))
-    made: list[snapshot_io.Dedup] = []
-    real_init = snapshot_io.Dedup.__init__
+    made: list[snapshot_write.Dedup] = []
+    real_init = snapshot_write.Dedup.__init__
 
     def init(self, backend):
         real_init(self, backend)
         made.append(self)
 
-    monkeypatch.setattr(snapshot_io.Dedup, "__init__", init)
-    monkeypatch.setattr(snapshot_io, "BATCH_BYTES", 1)  # one commit per group
+    monkeypatch.setattr(snapshot_write.Dedup, "__init__", init)
+    monkeypatch.setattr(snapshot_write, "BATCH_BYTES", 1)  # one commit per group
     store = Store.init(root)
     cp = store.snapshot("initial")
     assert cp.stats["files_read"] == 450
@@ -150,7 +152,7 @@ def test_stat_cache_entry_never_precedes_the_chunks_of_its_stream(tmp_path, monk
     same = b"the same content in two files\n" * 40
     (root / "a.txt").write_bytes(same)
     (root / "b.txt").write_bytes(same)
-    monkeypatch.setattr(snapshot_io, "BATCH_FILES", 1)  # one file per batch: two batches
+    monkeypatch.setattr(snapshot_write, "BATCH_FILES", 1)  # one file per batch: two batches
     monkeypatch.setattr(snapshot_read, "INLINE_FILES", 0)  # through the pool (inline has no batches)
     store = Store.init(root)
     queued: list[tuple[bool, list[tuple[str, bytes, bytes]]]] = []  # in the writer's order
@@ -162,8 +164,8 @@ def test_stat_cache_entry_never_precedes_the_chunks_of_its_stream(tmp_path, monk
 
         return put
 
-    monkeypatch.setattr(snapshot_io.Writer, "put_new", logged(False))
-    monkeypatch.setattr(snapshot_io.Writer, "put", logged(True))
+    monkeypatch.setattr(snapshot_write.Writer, "put_new", logged(False))
+    monkeypatch.setattr(snapshot_write.Writer, "put", logged(True))
     handled = threading.Event()  # the main thread has handled the first batch to finish
     real_release = snapshot_read._release
 
@@ -174,7 +176,7 @@ def test_stat_cache_entry_never_precedes_the_chunks_of_its_stream(tmp_path, monk
 
     monkeypatch.setattr(snapshot_read, "_release", release)
     claimer: list[str] = []
-    real_new_ids = snapshot_io.Dedup.new_ids
+    real_new_ids = snapshot_write.Dedup.new_ids
 
     def new_ids(self, ids):
         new = real_new_ids(self, ids)
@@ -183,7 +185,7 @@ def test_stat_cache_entry_never_precedes_the_chunks_of_its_stream(tmp_path, monk
             assert handled.wait(60), "the other batch was never handled"
         return new
 
-    monkeypatch.setattr(snapshot_io.Dedup, "new_ids", new_ids)
+    monkeypatch.setattr(snapshot_write.Dedup, "new_ids", new_ids)
     _, _, result = snapshot.take(store.context, message="two", workers=2)
     assert result.files_read == 2 and claimer
     chunk_at = next(i for i, (_, ops) in enumerate(queued) if any(t == "chunks" for t, _, _ in ops))

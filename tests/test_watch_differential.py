@@ -136,14 +136,13 @@ def test_another_writer_in_between_forces_a_walk(tmp_path: Path, monkeypatch):
 
 
 def test_the_periodic_check_counts_a_change_the_watcher_missed(tmp_path: Path):
-    from snapstore.ops import incremental
-
     root = tmp_path / "t"
     build_tree(root, {f"src/m{i}.py": b"x = %d\n" % i for i in range(10)})
     Store.init(root).close()
     with Store.open(root, watch=True) as s:
         s.snapshot("start")
-        watcher = s.context.memo[incremental.WATCHER]
+        watcher = s.context.watcher
+        assert watcher is not None
         (root / "src" / "m3.py").write_bytes(b"x = 'missed'\n")
         watcher.take()  # the event is lost, as when the kernel drops one
         watcher.consistency_interval = 0  # the next snapshot is a periodic check

@@ -287,7 +287,7 @@ def test_restores_through_the_watcher_do_not_walk(tmp_path: Path, monkeypatch):
     files and directories leaves a state the next snapshot patches, not a walk."""
     import time
 
-    from snapstore.ops import snapshot_io
+    from snapstore.ops.snapshot import read as snapshot_read
     from snapstore.tree import statcache
 
     # Files read from now on are old enough for the racy-file rule (no sleeping).
@@ -320,8 +320,8 @@ def test_restores_through_the_watcher_do_not_walk(tmp_path: Path, monkeypatch):
 
         monkeypatch.setattr(scan, "walk", counting)
         opened: list[bytes] = []
-        real_open = snapshot_io._open
-        monkeypatch.setattr(snapshot_io, "_open", lambda *a, **k: opened.append(a[1]) or real_open(*a, **k))
+        real_open = snapshot_read._open
+        monkeypatch.setattr(snapshot_read, "_open", lambda *a, **k: opened.append(a[1]) or real_open(*a, **k))
         for i in range(3):
             report = s.restore(x.id)  # removes, creates and rewrites files and directories
             assert report.safety is not None
@@ -393,3 +393,34 @@ def test_a_revert_plan_through_the_watcher_does_not_walk(tmp_path: Path, monkeyp
         assert walks == []
     with Store.open(root) as plain:  # the same plan from a walk
         assert plain.revert(agent.id, dry_run=True).to_json() == report.to_json()
+
+
+def test_a_diff_against_the_last_checkpoint_compares_only_what_the_events_touched(tmp_path: Path, monkeypatch):
+    """``diff`` against the checkpoint a watching Store last wrote answers from the paths the
+    pending events touched (ctx.manifest_memo holds that manifest's entries): the manifest is
+    not compared with the whole tree.  Against an older checkpoint it is.  Both answers are a
+    walk's."""
+    from snapstore.ops import diff as diff_mod
+
+    root = tmp_path / "t"
+    build_tree(root, START)
+    Store.init(root).close()
+    compared: list[bytes] = []  # the manifests compared with the whole tree
+    real = diff_mod.difference_from_tree
+
+    def counting(get, mid, tree):
+        compared.append(mid)
+        return real(get, mid, tree)
+
+    monkeypatch.setattr(diff_mod, "difference_from_tree", counting)
+    with Store.open(root, watch=True) as watched, Store.open(root) as plain:
+        first = watched.snapshot("one")
+        (root / "src" / "b.py").write_bytes(b"b, edited\n")
+        last = watched.snapshot("two")
+        (root / "a.txt").write_bytes(b"a, edited\n")
+        walked = plain.diff(last.id), plain.diff(first.id)
+        compared.clear()
+        assert watched.diff(last.id) == walked[0] and [c.path for c in walked[0]] == [b"a.txt"]
+        assert compared == []
+        assert watched.diff(first.id) == walked[1] and len(walked[1]) == 2
+        assert compared == [first.manifest]

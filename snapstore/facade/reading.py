@@ -119,8 +119,8 @@ class ReadingMixin(StoreBase):
         (:mod:`snapstore.ops.renames`).
         """
         from snapstore.ops import diff as diff_mod
-        from snapstore.ops import incremental
         from snapstore.ops.restore import selector
+        from snapstore.ops.snapshot import incremental
         from snapstore.tree import worktree
 
         sel = selector(paths)

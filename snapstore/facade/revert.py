@@ -118,8 +118,8 @@ class RevertMixin(UpkeepMixin):
     ) -> tuple[list[PathOutcome], dict[bytes, Entry], Callable[[Entry], bytes]]:
         """The plan against the tree as it is (nothing recorded): the current contents are read
         from disk, the checkpoints' from the store."""
-        from snapstore.ops import incremental
         from snapstore.ops.revert import plan
+        from snapstore.ops.snapshot import incremental
         from snapstore.tree import worktree
 
         # A watching Store (the service) answers from its state; otherwise the tree is walked.

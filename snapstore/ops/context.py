@@ -1,24 +1,82 @@
 """What a pipeline stage is given: the narrow context, not the Store.
 
 A stage (snapshot, restore, diff, gc, verify, ...) needs the backend, the tree's root, the paths
-it must never touch and the compression level; some keep state across calls of one Store (the
-manifest memo).  The Store builds one :class:`StageContext` and hands it to every stage, so a
-stage cannot reach into the facade's private members and a test can build one without a Store.
+it must never touch and the compression level.  The snapshot stage also keeps state across the
+calls of one Store, in typed slots here: the manifest memo (:class:`ManifestMemo`) and, when a
+watcher runs, the tree state (:class:`TreeState`) its next snapshot patches instead of walking.
+The Store builds one :class:`StageContext` and hands it to every stage, so a stage cannot reach
+into the facade's private members and a test can build one without a Store.
+
+The state types live here, not in the snapshot package, so the context (which every stage
+imports) depends on nothing above it: the snapshot, restore and facade modules all meet here.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from snapstore.storage.backend import Backend
+
+if TYPE_CHECKING:
+    from snapstore.records.manifest import Entry
+    from snapstore.records.manifest_codec import Codec
+    from snapstore.tree.scan import Found, Listings
+    from snapstore.tree.watcher import Watcher
+
+#: The newest ``log`` and ``oplog`` keys: what tells a context that nobody else wrote.
+Keys = tuple[bytes | None, bytes | None]
+
+
+class TreeState:
+    """What a watching context knows of the tree since its last committed snapshot."""
+
+    # (Plain classes here: a NamedTuple costs ~0.5 ms to create, and every CLI process imports
+    # this module; a dataclass, its import.)
+    __slots__ = ("found", "cache", "entries", "keys", "listings")
+
+    def __init__(
+        self,
+        found: dict[bytes, Found],
+        cache: dict[bytes, bytes],
+        entries: dict[bytes, Entry],
+        keys: Keys,
+        listings: Listings,
+    ) -> None:
+        self.found = found
+        #: The stat cache, as a dict.
+        self.cache = cache
+        #: The entries of the tree as of that snapshot (whoever changes one copies the dict:
+        #: it is also the manifest memo's).
+        self.entries = entries
+        #: The newest ``log`` and ``oplog`` keys right after that snapshot.
+        self.keys = keys
+        #: Each walked directory's listing (what :mod:`snapstore.tree.rescan` patches).
+        self.listings = listings
+
+
+class ManifestMemo:
+    """The last manifest this context committed (or reused), kept across snapshots of one Store:
+    an unchanged tree is recognised by one dict comparison, a changed one re-encodes only the
+    manifest chunks that changed (``codec``)."""
+
+    __slots__ = ("entries", "mid", "codec")
+
+    def __init__(self) -> None:
+        #: The entries of manifest ``mid`` (the dict itself: whoever patches entries copies it).
+        self.entries: dict[bytes, Entry] | None = None
+        self.mid: bytes | None = None
+        self.codec: Codec | None = None
 
 
 class StageContext:
     """The backend, the tree and the settings a stage works with."""
 
     # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
-    __slots__ = ("backend", "root", "excluded", "level", "store_dir", "delta_depth", "memo")
+    __slots__ = (
+        "backend", "root", "excluded", "level", "store_dir", "delta_depth",
+        "manifest_memo", "watcher", "tree_state", "walk_check",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -28,7 +86,6 @@ class StageContext:
         level: int = 3,
         store_dir: str | None = None,
         delta_depth: int = 10,
-        memo: dict[str, Any] | None = None,
     ) -> None:
         self.backend = backend
         #: Absolute path of the working tree.
@@ -41,8 +98,15 @@ class StageContext:
         self.store_dir = store_dir
         #: Longest delta chain for new chunks (format 2; 0 turns deltas off).
         self.delta_depth = delta_depth
-        #: State a stage keeps across calls on one Store (e.g. the last manifest written).
-        self.memo: dict[str, Any] = memo if memo is not None else {}
+        #: The last manifest a snapshot of this context wrote (ops.snapshot.encode).
+        self.manifest_memo = ManifestMemo()
+        #: The inotify watcher (``Store.watch``), or None: then every snapshot walks.
+        self.watcher: Watcher | None = None
+        #: With a watcher: the tree as of the last snapshot (ops.snapshot.incremental).
+        self.tree_state: TreeState | None = None
+        #: The found records a periodic check's full walk must agree with (set by the patch
+        #: that preceded it, taken by that walk).
+        self.walk_check: dict[bytes, Found] | None = None
 
     @property
     def root_bytes(self) -> bytes:

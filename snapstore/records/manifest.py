@@ -20,16 +20,13 @@ by path), so a changed file rewrites one manifest chunk plus one index node per 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import msgpack
 
 from snapstore.errors import CorruptError
 from snapstore.records.schema import Get, Put
 from snapstore.storage import chunker, objects
-
-if TYPE_CHECKING:
-    from snapstore.records.manifest_codec import Codec
 
 FILE = 0
 EXEC = 1
@@ -70,35 +67,27 @@ class Entry(NamedTuple):
 
 
 def write_manifest(
-    entries: Iterable[Entry],
-    put: Put,
-    level: int = objects.DEFAULT_LEVEL,
-    *,
-    encode: bool = True,
-    memo: Codec | None = None,
+    entries: Iterable[Entry], put: Put, level: int = objects.DEFAULT_LEVEL, *, encode: bool = True
 ) -> tuple[bytes, int, bytes | None]:
     """Store sorted ``entries`` as a stream; returns ``(stream id, size, record or None)``.
 
-    ``put(id, value)`` receives each chunk, encoded (or plain when ``encode`` is False).
-    ``memo`` (a :class:`~snapstore.records.manifest_codec.Codec` the caller keeps between
-    calls) holds the last encoding, so a manifest that changed in a few entries re-encodes and
-    hashes only the chunks around them; it holds one manifest at a time.
+    ``put(id, value)`` receives each chunk, encoded (or plain when ``encode`` is False).  A
+    caller that writes a manifest again and again keeps a
+    :class:`~snapstore.records.manifest_codec.Codec` and calls
+    :func:`~snapstore.records.manifest_codec.write_manifest` instead: only the chunks around
+    the changed entries are encoded again.
     """
-    # One Packer for the whole manifest: msgpack.packb builds a new one per call.  An Entry
-    # is a 6-tuple in record order, so it packs to exactly the array of its fields.
-    pack = msgpack.Packer(use_bin_type=True).pack
-    entries = entries if isinstance(entries, list) else list(entries)
-    if memo is not None:
-        from snapstore.records import manifest_codec
-
-        previous = memo.mid
-        memo.mid = None  # until this encoding's stream id is known
-        chunks = manifest_codec.encode(memo, entries, pack)
-        result = objects.write_stream_known(chunks, put, level, encode=encode)
-        memo.changed_from, memo.mid = previous, result[0]
-        return result
-    pairs = ((data, objects.chunk_id(data)) for data in _cut_in_blocks(entries, pack))
+    listed = entries if isinstance(entries, list) else list(entries)
+    pairs = ((data, objects.chunk_id(data)) for data in _cut_in_blocks(listed, packer()))
     return objects.write_stream_known(pairs, put, level, encode=encode)
+
+
+def packer() -> Callable[[Entry], bytes]:
+    """How an entry is encoded: one Packer for a whole manifest (msgpack.packb builds a new one
+    per call).  An Entry is a 6-tuple in record order, so it packs to exactly the array of its
+    fields."""
+    pack: Callable[[Entry], bytes] = msgpack.Packer(use_bin_type=True).pack
+    return pack
 
 
 #: Entries encoded at a time by a whole-list encoding: the encodings of a 77k-file tree would

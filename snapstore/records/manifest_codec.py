@@ -20,11 +20,9 @@ import zlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 
+from snapstore.records.manifest import Entry, packer
+from snapstore.records.schema import Put
 from snapstore.storage import chunker, objects
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from snapstore.records.manifest import Entry
 
 #: Entries compared per step when looking for the first and last difference (a slice
 #: comparison runs in C; unchanged entries are the same objects, so each test is a pointer test).
@@ -32,7 +30,7 @@ _STEP = 256
 
 
 class Codec:
-    """The last manifest :func:`encode` produced, kept by the caller between calls."""
+    """The last manifest :func:`encode_chunks` produced, kept by the caller between calls."""
 
     __slots__ = ("entries", "records", "ends", "chunks", "cids", "fresh", "changed", "mid", "changed_from")
 
@@ -65,7 +63,21 @@ class Codec:
         return {e.path: e for e in before}, {e.path: e for e in after}
 
 
-def encode(codec: Codec, entries: list[Entry], pack: Callable[[Entry], bytes]) -> list[tuple[bytes, bytes]]:
+def write_manifest(
+    codec: Codec, entries: list[Entry], put: Put, level: int = objects.DEFAULT_LEVEL, *, encode: bool = True
+) -> tuple[bytes, int, bytes | None]:
+    """:func:`snapstore.records.manifest.write_manifest` through ``codec``, which holds the last
+    encoding (one manifest at a time): a manifest that changed in a few entries re-encodes and
+    hashes only the chunks around them.  The same stream, byte for byte."""
+    previous = codec.mid
+    codec.mid = None  # until this encoding's stream id is known
+    chunks = encode_chunks(codec, entries, packer())
+    result = objects.write_stream_known(chunks, put, level, encode=encode)
+    codec.changed_from, codec.mid = previous, result[0]
+    return result
+
+
+def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], bytes]) -> list[tuple[bytes, bytes]]:
     """The chunks of sorted ``entries`` as ``(data, id)`` pairs; ``codec`` is updated to them."""
     old = codec.entries
     if not codec.chunks:

@@ -108,10 +108,10 @@ class Watcher:
         self.watch_failures = 0
         self.full_rescans = 0
         #: Paths a periodic consistency check found changed without any event (counted by
-        #: ops.incremental, which compares the walk with what the events led it to believe).
+        #: ops.snapshot.incremental, which compares the walk with what the events led it to believe).
         self.divergences = 0
         self.last_divergence: str | None = None
-        #: What the watching Store did with the changes (counted by ops.incremental): snapshots
+        #: What the watching Store did with the changes (counted by ops.snapshot): snapshots
         #: that walked the whole tree (for any reason: the ones above, a changed ignore file, a
         #: doubt), snapshots patched from the events, read-only looks (``diff``) answered from
         #: the patched state.

@@ -13,7 +13,9 @@ import os
 import sys
 import time
 
-from snapstore.ops import gc, restore, snapshot_io
+from snapstore.ops import gc, restore
+from snapstore.ops.snapshot import read as snapshot_read
+from snapstore.ops.snapshot import write as snapshot_write
 from snapstore.storage import lmdb_backend, lmdb_compact
 from snapstore.store import Store
 
@@ -26,9 +28,9 @@ def die() -> None:
 
 def main() -> None:
     op, mode = sys.argv[1], sys.argv[2]
-    snapshot_io.BATCH_BYTES = 32 << 10
-    snapshot_io.WHOLE_READ_MAX = 64 << 10
-    snapshot_io.GROUP_BYTES = 64 << 10
+    snapshot_write.BATCH_BYTES = 32 << 10
+    snapshot_read.WHOLE_READ_MAX = 64 << 10
+    snapshot_write.GROUP_BYTES = 64 << 10
     gc.BATCH = 64
     store = Store.open(".")
     count = [0]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snapstore.errors import ConflictError, CorruptError, TreeIOError
-from snapstore.ops import diff, incremental
+from snapstore.ops import diff
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change
 from snapstore.ops.restore import batch as batch_mod
@@ -51,6 +51,7 @@ from snapstore.ops.restore.safety import (
     selector,
     under,
 )
+from snapstore.ops.snapshot import incremental
 from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint, seq_key
 from snapstore.records.manifest import Entry

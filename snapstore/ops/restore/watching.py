@@ -1,7 +1,7 @@
 """A watching context keeps its tree state across a restore (the service's dirty set).
 
 A Store opened with ``watch=True`` (the resident service) snapshots in O(changed) from the
-watcher's events and a :class:`~snapstore.ops.incremental.TreeState`.  A restore changes the
+watcher's events and a :class:`~snapstore.ops.context.TreeState` (``ctx.tree_state``).  A restore changes the
 tree and the operation log; dropping the state would make the next snapshot (often the next
 restore's safety checkpoint) walk the whole tree.  :func:`keep_state` keeps it instead, in one
 of two ways:
@@ -20,14 +20,16 @@ of two ways:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
-from snapstore.ops import incremental
-from snapstore.ops.context import StageContext
+from snapstore.ops.context import StageContext, TreeState
 from snapstore.ops.restore.apply import TMP_PREFIX
 from snapstore.ops.restore.plan import Step
 from snapstore.records.manifest import EXEC, FILE
 from snapstore.tree import scan, statcache, worktree
+
+if TYPE_CHECKING:
+    from snapstore.tree.watcher import Changes
 
 
 def keep_state(
@@ -35,9 +37,9 @@ def keep_state(
 ) -> None:
     """Patch the watching context's tree state with what the restore wrote, or leave the
     restore's events to the next snapshot (see the module's docstring)."""
-    watcher = ctx.memo.get(incremental.WATCHER)
-    state = ctx.memo.get(incremental.KEY)
-    if watcher is None or not isinstance(state, incremental.TreeState):
+    watcher = ctx.watcher
+    state = ctx.tree_state
+    if watcher is None or state is None:
         return
     changes = watcher.take()  # our own events (and any other), drained
     if _patch(ctx, state, changes, steps, written, oplog_key):
@@ -47,13 +49,13 @@ def keep_state(
         value = statcache.written(st, st, sid)
         if value is not None:
             state.cache[statcache.key(p)] = value
-    ctx.memo[incremental.KEY] = state._replace(keys=(state.keys[0], oplog_key))
+    state.keys = (state.keys[0], oplog_key)
 
 
 def _patch(
     ctx: StageContext,
-    state: incremental.TreeState,
-    changes: Any,
+    state: TreeState,
+    changes: Changes,
     steps: list[Step],
     written: dict[bytes, tuple[os.stat_result, bytes]],
     oplog_key: bytes,
@@ -93,5 +95,5 @@ def _patch(
         state.found[p] = scan.Found(p, kind, scan.compact(st), b"")
         entries[p] = worktree.file_entry(p, st, sid)
         state.cache[statcache.key(p)] = value
-    ctx.memo[incremental.KEY] = state._replace(entries=entries, keys=(state.keys[0], oplog_key))
+    state.entries, state.keys = entries, (state.keys[0], oplog_key)
     return True

@@ -1,51 +1,37 @@
 """Snapshots in O(changed) when a watcher vouches for the rest of the tree.
 
 A Store opened with ``watch=True`` (the resident service always is) keeps an inotify
-:class:`~snapstore.tree.watcher.Watcher` in its context and, after each snapshot it commits, a
-:class:`TreeState`: what the walk found, each directory's listing, the stat cache and the
-entries.  The next snapshot then patches that state with what the watcher names
-(:mod:`snapstore.tree.rescan`: changed files are lstat-ed again, directories whose listing
-changed are listed again, new subtrees walked) instead of walking the tree and loading the
-whole stat cache.  The state is used only when nothing else can have changed the store in
-between (the newest log and oplog keys are still the ones this context wrote).  An overflow, a
-failed watch, a changed ignore file, a periodic consistency check or any doubt means a full
-walk, whose result becomes the new state.  Events narrow what is looked at; the stat cache
-(with its racy-file rule) still decides what is read.
+:class:`~snapstore.tree.watcher.Watcher` in its context (``ctx.watcher``) and, after each
+snapshot it commits, a :class:`~snapstore.ops.context.TreeState` (``ctx.tree_state``): what the
+walk found, each directory's listing, the stat cache and the entries.  The next snapshot then
+patches that state with what the watcher names (:mod:`snapstore.tree.rescan`: changed files are
+lstat-ed again, directories whose listing changed are listed again, new subtrees walked) instead
+of walking the tree and loading the whole stat cache.  The state is used only when nothing else
+can have changed the store in between (the newest log and oplog keys are still the ones this
+context wrote).  An overflow, a failed watch, a changed ignore file, a periodic consistency
+check or any doubt means a full walk (:mod:`.walk`), whose result becomes the new state.
+Events narrow what is looked at; the stat cache (with its racy-file rule) still decides what is
+read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from snapstore.ops.context import StageContext
+from snapstore.ops.context import Keys, StageContext, TreeState
 from snapstore.records.manifest import Entry
 from snapstore.tree import rescan, scan, statcache, worktree
 
-KEY = "snapshot.incremental"
-WATCHER = "watcher"
-CHECK = "snapshot.incremental.check"
-
-Keys = tuple[bytes | None, bytes | None]
-
-
-class TreeState(NamedTuple):
-    """What a watching context knows of the tree since its last committed snapshot."""
-
-    found: dict[bytes, scan.Found]
-    cache: dict[bytes, bytes]
-    entries: dict[bytes, Entry]
-    #: The newest ``log`` and ``oplog`` keys right after that snapshot.
-    keys: Keys
-    #: Each walked directory's listing (what :mod:`snapstore.tree.rescan` patches).
-    listings: scan.Listings
+if TYPE_CHECKING:
+    from snapstore.tree.watcher import Changes
 
 
 class Walked(NamedTuple):
     """What a snapshot's inputs came from, to keep as the next state (:func:`remember`)."""
 
     found: dict[bytes, scan.Found] | list[scan.Found]
-    listings: scan.Listings | None
+    listings: scan.Listings
 
 
 class Patched(NamedTuple):
@@ -57,15 +43,12 @@ class Patched(NamedTuple):
     to_read: list[scan.Found]
     #: Stat-cache keys of the paths that are gone (deleted with the snapshot).
     stale: list[bytes]
-    #: Paths re-examined (for the report and the tests).
-    examined: int
     #: Every path whose entry may differ from the state's (removed, found anew or again).
     touched: set[bytes]
 
 
-def watching(ctx: StageContext) -> bool:
-    """Does a watcher run in this context (then each snapshot's state is kept for the next)?"""
-    return ctx.memo.get(WATCHER) is not None
+#: The watcher's reason for a full walk that checks it (tree.watcher.Watcher.take).
+PERIODIC = "periodic consistency check"
 
 
 def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None) -> Patched | None:
@@ -74,24 +57,24 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     Always drains the watcher first, so a full walk that follows covers every event so far.
     The state is patched in place (a snapshot that fails drops it: :func:`forget`).
     """
-    watcher = ctx.memo.get(WATCHER)
+    watcher = ctx.watcher
     if watcher is None:
         return None
     changes = watcher.take()
-    state = ctx.memo.get(KEY)
-    if not isinstance(state, TreeState) or state.keys != keys:
+    state = ctx.tree_state
+    if state is None or state.keys != keys:
         return None
     check = changes.full and changes.reason == PERIODIC
     if changes.full and not check:
         return None
-    patched = _patch(ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher)
+    patched = _patch(ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree)
     if patched is not None and not check and not _report(report or scan.ScanReport(), state.listings):
         return None
     if check:
         # The walk that follows checks the watcher (and this patching): what it finds must be
         # what the patched state says.
         if patched is not None:
-            ctx.memo[CHECK] = state.found
+            ctx.walk_check = state.found
         return None
     return patched
 
@@ -119,12 +102,12 @@ def _patch(
     state: TreeState,
     found: dict[bytes, scan.Found],
     listings: scan.Listings,
-    changes: Any,
+    changes: Changes,
     report: scan.ScanReport,
-    watcher: Any,
+    watch: Callable[[bytes], None] | None,
 ) -> Patched | None:
     """Apply ``changes`` to ``found`` and ``listings`` and derive the entries (a new dict)."""
-    patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watcher.watch_tree)
+    patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watch)
     if patch is None:
         return None
     entries = dict(state.entries)  # (the old dict is also the manifest memo's: keep it intact)
@@ -144,43 +127,7 @@ def _patch(
         to_read = []
     touched = set(patch.removed)
     touched.update(f.path for f in changed)
-    return Patched(list(found.values()), cache, entries, to_read, stale, len(changed), touched)
-
-
-def inputs(
-    ctx: StageContext, keys: Keys, report: scan.ScanReport
-) -> tuple[list[scan.Found], dict[bytes, bytes], dict[bytes, Entry], list[scan.Found], list[bytes], Any]:
-    """What a snapshot starts from: ``(found, cache, entries, to_read, stale cache keys, the
-    found records to remember)``, from the watcher's hints when they suffice, else by a walk.
-
-    Without a watcher the walk is paired with the stat cache in one merge pass over a cursor
-    (:func:`worktree.classify_sorted`): the cache is never held as a dict (``cache`` is empty).
-    """
-    patched = prepare(ctx, keys, report)
-    watcher = ctx.memo.get(WATCHER)
-    if watcher is not None:  # (serve --status shows how often each way was taken)
-        if patched is None:
-            watcher.walks += 1
-        else:
-            watcher.patched += 1
-    if patched is not None:
-        state = ctx.memo[KEY]
-        walked = Walked(state.found, state.listings)
-        return patched.found, patched.cache, patched.entries, patched.to_read, patched.stale, walked
-    if not watching(ctx):
-        found = scan.walk(ctx.root_bytes, ctx.excluded, report)
-        with ctx.backend.read() as view:
-            entries, to_read, stale = worktree.classify_sorted(found, view.items("statcache"))
-        return found, {}, entries, to_read, stale, Walked(found, None)
-    listings: scan.Listings = {}
-    found = scan.walk(ctx.root_bytes, ctx.excluded, report, listings)
-    check = ctx.memo.pop(CHECK, None)
-    if check is not None:
-        _compare(ctx, found, check)
-    with ctx.backend.read() as view:  # the watcher's state keeps the cache as a dict
-        cache = dict(view.items("statcache"))
-    entries, to_read = worktree.classify(found, cache)
-    return found, cache, entries, to_read, stale_cache_keys(cache, found), Walked(found, listings)
+    return Patched(list(found.values()), cache, entries, to_read, stale, touched)
 
 
 def current_state(ctx: StageContext) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]] | None:
@@ -211,16 +158,12 @@ def worktree_difference(
     if looked is None:
         return None
     entries, _, touched, base = looked
-    memo = ctx.memo.get(MANIFEST_MEMO)
-    if memo is None or getattr(memo, "mid", None) != manifest_id or getattr(memo, "entries", None) is not base:
+    memo = ctx.manifest_memo
+    if memo.mid != manifest_id or memo.entries is not base:
         return against(entries)
     old = {p: base[p] for p in touched if p in base}
     new = {p: entries[p] for p in touched if p in entries}
     return old, new
-
-
-#: ops.snapshot's manifest memo (the entries of the last manifest this context wrote).
-MANIFEST_MEMO = "snapshot.manifest"
 
 
 def _look(
@@ -228,9 +171,9 @@ def _look(
 ) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found], set[bytes], dict[bytes, Entry]] | None:
     """The tree's entries and found records now, the paths that may differ from the state's
     entries, and those entries; None when the state cannot vouch."""
-    watcher = ctx.memo.get(WATCHER)
-    state = ctx.memo.get(KEY)
-    if watcher is None or not isinstance(state, TreeState):
+    watcher = ctx.watcher
+    state = ctx.tree_state
+    if watcher is None or state is None:
         return None
     with ctx.backend.read() as view:
         last_item = next(iter(view.items("log", reverse=True)), None)
@@ -242,25 +185,15 @@ def _look(
         return None
     found = dict(state.found)
     report = scan.ScanReport()
-    patched = _patch(ctx, state, found, dict(state.listings), changes, report, _NoWatch())
+    # No watch is added: a read-only look must not change what is watched (the next
+    # snapshot's patch adds it).
+    patched = _patch(ctx, state, found, dict(state.listings), changes, report, None)
     if patched is None:
         return None
     entries = patched.entries
     worktree.hash_misses(ctx.root_bytes, patched.to_read, entries, report)
     watcher.looks += 1
     return entries, found, patched.touched, state.entries
-
-
-class _NoWatch:
-    """A watcher stand-in whose ``watch_tree`` does nothing: a read-only look must not change
-    what is watched (the next snapshot's patch adds the watch)."""
-
-    def watch_tree(self, rel: bytes) -> None:
-        return None
-
-
-#: The watcher's reason for a full walk that checks it (tree.watcher.Watcher.take).
-PERIODIC = "periodic consistency check"
 
 
 def divergences(found: list[scan.Found], expected: dict[bytes, scan.Found]) -> list[bytes]:
@@ -274,9 +207,13 @@ def divergences(found: list[scan.Found], expected: dict[bytes, scan.Found]) -> l
     return sorted(out)
 
 
-def _compare(ctx: StageContext, found: list[scan.Found], expected: dict[bytes, scan.Found]) -> None:
+def check_walk(ctx: StageContext, found: list[scan.Found]) -> None:
+    """After a periodic check's full walk: count (and log) what the watcher's state missed."""
+    expected, ctx.walk_check = ctx.walk_check, None
+    if expected is None:
+        return
     missed = divergences(found, expected)
-    watcher = ctx.memo.get(WATCHER)
+    watcher = ctx.watcher
     if missed and watcher is not None:
         watcher.divergences += len(missed)
         shown = ", ".join(p.decode("utf-8", "replace") for p in missed[:5])
@@ -288,27 +225,28 @@ def _compare(ctx: StageContext, found: list[scan.Found], expected: dict[bytes, s
 
 def remember(
     ctx: StageContext,
-    walked: Walked,
+    walked: Walked | None,
     cache: dict[bytes, bytes],
     updates: dict[bytes, bytes],
     stale: list[bytes],
     entries: dict[bytes, Entry],
     keys: Keys,
 ) -> None:
-    """Keep what this snapshot committed for the next one (only when a watcher runs)."""
-    if ctx.memo.get(WATCHER) is None or walked.listings is None:
+    """Keep what this snapshot committed for the next one (only when a watcher runs;
+    ``walked`` is None when the snapshot's inputs did not come from a watching walk)."""
+    if ctx.watcher is None or walked is None:
         return
     for key in stale:
         cache.pop(key, None)
     cache.update(updates)
     found = walked.found
     by_path = found if isinstance(found, dict) else {f.path: f for f in found}
-    ctx.memo[KEY] = TreeState(by_path, cache, entries, keys, walked.listings)
+    ctx.tree_state = TreeState(by_path, cache, entries, keys, walked.listings)
 
 
 def forget(ctx: StageContext) -> None:
     """Drop the state (after anything this context cannot account for)."""
-    ctx.memo.pop(KEY, None)
+    ctx.tree_state = None
 
 
 def stale_cache_keys(cache: dict[bytes, bytes], found: list[scan.Found]) -> list[bytes]:

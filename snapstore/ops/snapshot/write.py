@@ -1,37 +1,27 @@
-"""The snapshot's I/O half: the reader pool that turns changed files into chunks, and the one
-writer thread that commits them.
+"""The snapshot's write half: the one writer thread that commits new chunks (and stat-cache
+entries) in batches, the dedup set that claims each new chunk once, and the sinks that group,
+deduplicate and compress what the readers (:mod:`.read`) cut.
 
 ::
 
-    thread pool (Reader.read_batch): read ─ chunk ─ hash ─ dedup check ─ zstd  (GIL released)
+    readers (.read): read - chunk - hash ──> Sink: dedup check - zstd, per GROUP_BYTES
                        │ bounded queue of new chunks (QUEUE_ITEMS groups of GROUP_BYTES)
                        v
     Writer thread: batches of <= BATCH_BYTES committed to the backend
 
-Memory is bounded: a file larger than WHOLE_READ_MAX is streamed through the chunker, and the
-queue holds at most QUEUE_ITEMS groups.  A file is read under an fstat taken before and after;
-if it changed meanwhile it is read again (READ_ATTEMPTS in all), so a torn read is never
-*referenced*, though its chunks may already be committed (unreferenced garbage for gc).
-Who drives them (a pool of readers, or the calling thread for one batch) is
-:mod:`snapstore.ops.snapshot_read`; the orchestration (scan, manifest, the checkpoint's
-transaction) is :mod:`snapstore.ops.snapshot`.
+Memory is bounded: the queue holds at most QUEUE_ITEMS groups, and a claim on a chunk id is
+held only while it is in flight.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import stat
 import threading
-from collections.abc import Callable
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
-from snapstore.storage import chunker, entries, objects, packs
+from snapstore.storage import entries, packs
 from snapstore.storage.backend import Backend
-from snapstore.tree import scan, statcache
-from snapstore.tree.paths import open_beneath
+from snapstore.storage.packs import Op
 
-WHOLE_READ_MAX = 4 << 20
 #: Plain bytes per group of new chunks: the unit of dedup lookup, of compression into solid
 #: frames (packs.FRAME_TARGET) and of hand-off to the writer.  4 MiB groups of up to 256 files
 #: fill 1 MiB frames: the stdlib store is 0.79x git's gc'd pack, 0.81x with 2 MiB / 64 files.
@@ -43,29 +33,9 @@ QUEUE_ITEMS = 4  # x GROUP_BYTES: what is in flight to the writer
 #: anonymous RSS, 8 MiB ~+50; on the 77k-file tree 4 MiB batches hold ~15 MB less than 8 MiB
 #: at the same speed (the extra commits' fsyncs are lost in the reading).
 BATCH_BYTES = 4 << 20
-READ_ATTEMPTS = 3
 #: Chunk ids looked up between two release_memory calls: each maps its B-tree leaf and up to
 #: 15 cached neighbours (fault-around), ~64 KiB an id measured on the 77k-file tree.
 RELEASE_LOOKUPS = 256
-
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-Progress = Callable[[int, int], None]
-Op = tuple[str, bytes, bytes]  # (table, key, value) for WriteBatch.put_new
-#: What reading one file gave: (stream id, the stat it was read under, when), or why it failed.
-Read = tuple[bytes, scan.Stat, int]
-Outcome = Union[Read, "FileGone", "FileChanged", OSError]
-
-# Seam for tests: how a file is opened (patch this, not os.open, to fail one path).
-_open = open_beneath
-
-
-class FileChanged(Exception):
-    """The file kept changing while it was read (after READ_ATTEMPTS tries)."""
-
-
-class FileGone(Exception):
-    """The file vanished or stopped being a regular file before it could be read."""
 
 
 def release_memory(backend: Backend, trim_heap: bool = False) -> None:
@@ -241,100 +211,6 @@ class Sink:
         self.pairs, self.records, self.size = [], [], 0
         if ops:
             self.writer.put_new(ops)
-
-
-class Reader:
-    """Reads files into chunks; its read_batch runs in the thread pool."""
-
-    def __init__(
-        self,
-        root: bytes,
-        dedup: Dedup,
-        writer: Writer,
-        packing: Packing,
-        previous: Callable[[bytes], bytes | None] | None = None,
-    ) -> None:
-        self.root = root
-        self.dedup = dedup
-        self.writer = writer
-        self.packing = packing
-        self.previous = previous  # path -> the stream its last stored version had
-        self._local = threading.local()
-
-    def read_batch(self, files: list[scan.Found]) -> list[tuple[scan.Found, Outcome]]:
-        """Read several files; returns ``(file, result or exception)`` for each."""
-        sink = self._local.sink = Sink(self.dedup, self.writer, self.packing)
-        out: list[tuple[scan.Found, Outcome]] = []
-        try:
-            for f in files:
-                try:
-                    out.append((f, self.read(f.path)))
-                except (FileGone, FileChanged, OSError) as exc:
-                    out.append((f, exc))
-            sink.flush()
-        finally:
-            self._local.sink = None
-        return out
-
-    def read(self, rel: bytes) -> Read:
-        """Store one file; returns ``(stream id, the stat it was read under, recorded_ns)``."""
-        for _ in range(READ_ATTEMPTS):
-            recorded = statcache.now_ns()
-            try:
-                fd = _open(self.root, rel, _READ_FLAGS)
-            except FileNotFoundError as exc:
-                raise FileGone("vanished before it could be read") from exc
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # now a symlink, or parent replaced
-                    raise FileGone("was replaced before it could be read") from exc
-                raise
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise FileGone("is no longer a regular file")
-                sid, size = self._read_fd(fd, st.st_size, rel)
-                after = os.fstat(fd)
-            finally:
-                os.close(fd)
-            if (
-                size == after.st_size
-                and after.st_mtime_ns == st.st_mtime_ns
-                and after.st_ctime_ns == st.st_ctime_ns
-            ):
-                return sid, scan.compact(st), recorded  # 5 fields, not a whole stat_result
-        raise FileChanged(f"kept changing while it was read ({READ_ATTEMPTS} attempts)")
-
-    def _read_fd(self, fd: int, expected: int, rel: bytes = b"") -> tuple[bytes, int]:
-        sink: Sink | None = getattr(self._local, "sink", None)
-        direct = sink is None  # a direct call outside read_batch flushes its own sink
-        if sink is None:
-            sink = Sink(self.dedup, self.writer, self.packing)
-        prev = self.previous(rel) if self.previous is not None and self.packing.bases else None
-        offset = 0
-        f = os.fdopen(fd, "rb", buffering=0, closefd=False)
-        builder = objects.StreamBuilder()
-        if expected <= WHOLE_READ_MAX:
-            data = f.read(expected + 1)
-            # A file that grew since its stat (or a short read): read to the end, the check
-            # decides.  Not otherwise: each read(1 MiB) allocates 1 MiB, even at the end.
-            while len(data) != expected:
-                more = f.read(1 << 20)
-                if not more:
-                    break
-                data += more
-            for view in chunker.cut_buffer(data):
-                sink.add(builder.add(view), view, (prev, offset) if prev else None)
-                offset += len(view)
-        else:
-            for chunk in chunker.cut_stream(f):
-                sink.add(builder.add(chunk), chunk, (prev, offset) if prev else None)
-                offset += len(chunk)
-        sid, size, record = builder.finish(sink.add, encode=False)
-        if record is not None:
-            sink.add_record("streams", sid, record)
-        if direct:
-            sink.flush()
-        return sid, size
 
 
 def lacking(backend: Backend, plain: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:

@@ -1,0 +1,48 @@
+"""Taking a snapshot: walk, read what changed, store new chunks, write the checkpoint last.
+
+Data flow (see docs/architecture.md); :func:`take` (:mod:`.pipeline`) runs one module per
+phase::
+
+    walk: the store's keys and parent; scan.walk ──> stat cache ──hit──> entry reuses its stream
+          (with a watcher: the tree state kept since the last snapshot, patched: .incremental)
+                       │miss
+                       v
+    read: readers (a pool, or this thread for one batch) ──> write: sinks, dedup, writer thread
+                       │ (all chunks committed)
+                       v
+    encode: manifest + conversation;   counts: what changed against the parent
+                       v
+    commit: checkpoint + log + tags + stat cache + paths index in ONE transaction, then fsync.
+
+A snapshot killed at any moment leaves at most unreferenced chunks (garbage for gc), never a
+checkpoint that points at something missing.  The stage is given a
+:class:`~snapstore.ops.context.StageContext`, not the Store; it returns the checkpoint's id and
+packed record (the Store turns them into a Checkpoint) with a :class:`.result.SnapshotResult`.
+
+The public names are imported on first use: a diff or a dry-run restore imports
+:mod:`.incremental` alone, not the whole stage (~9 ms of a CLI process).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from snapstore.ops.snapshot.pipeline import take
+    from snapstore.ops.snapshot.read import FileChanged, FileGone
+    from snapstore.ops.snapshot.result import SnapshotResult
+
+__all__ = ["FileChanged", "FileGone", "SnapshotResult", "take"]
+
+_HOME = {"take": "pipeline", "FileChanged": "read", "FileGone": "read", "SnapshotResult": "result"}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # (found directly from now on)
+    return value
