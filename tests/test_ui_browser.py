@@ -113,7 +113,7 @@ def page(tmp_path: Path) -> Iterator[Page]:
 
 def open_ui(page: Page, running: Running) -> None:
     page.goto(running.url)
-    page.wait_for_url(re.compile(r"^http://127\.0\.0\.1:\d+/$"))  # the token left the URL
+    page.wait_for_url(re.compile(r"^http://127\.\d+\.\d+\.\d+:\d+/$"))  # the token left the URL
     page.wait_for_selector("#timeline .cp")
 
 

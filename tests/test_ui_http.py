@@ -72,8 +72,10 @@ def ui_store(tree: Path):
         yield store
 
 
-def make_client(store: Store, *, login: bool = True) -> TestClient:
-    client = TestClient(create_app(store, token=TOKEN, host="127.0.0.1", port=PORT), base_url=ORIGIN)
+def make_client(store: Store, *, login: bool = True, app=None) -> TestClient:
+    """A client of ``app``, by default a new UI on 127.0.0.1:PORT whose one login token is TOKEN."""
+    app = app or create_app(store, token=TOKEN, host="127.0.0.1", port=PORT)
+    client = TestClient(app, base_url=ORIGIN)
     if login:
         assert client.get(f"/?token={TOKEN}").status_code == 200
     return client
@@ -132,18 +134,71 @@ def test_a_wrong_token_is_refused_and_sets_no_cookie(ui_store: Store):
     assert anon.get("/").status_code == 403
 
 
-def test_the_token_becomes_an_httponly_strict_cookie_and_leaves_the_url(ui_store: Store):
+def test_the_token_becomes_an_httponly_strict_session_cookie_and_leaves_the_url(ui_store: Store):
     anon = make_client(ui_store, login=False)
     r = anon.get(f"/?q=greet&token={TOKEN}")
     assert r.status_code == 200
     cookie = r.headers["set-cookie"]
-    assert cookie.startswith(f"snapstore_ui_{PORT}={TOKEN};")
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    name, _, rest = cookie.partition("=")
+    secret = rest.split(";")[0]
+    assert name == f"snapstore_ui_{PORT}" and len(secret) >= 43  # a fresh 256-bit secret...
+    assert secret != TOKEN and TOKEN not in cookie  # ...not the login token
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Domain" not in cookie
     assert 'content="0;url=/?q=greet"' in r.text and TOKEN not in r.text
     assert anon.get("/").status_code == 200
     # the cookie of another port's UI is not this one's
-    other = TestClient(create_app(ui_store, token=TOKEN, host="127.0.0.1", port=PORT + 1), base_url=f"http://127.0.0.1:{PORT + 1}")
-    assert other.get("/", headers={"cookie": f"snapstore_ui_{PORT}={TOKEN}"}).status_code == 403
+    other = TestClient(create_app(ui_store, host="127.0.0.1", port=PORT + 1), base_url=f"http://127.0.0.1:{PORT + 1}")
+    assert other.get("/", headers={"cookie": f"snapstore_ui_{PORT + 1}={secret}"}).status_code == 403
+
+
+def test_a_login_token_works_once(ui_store: Store):
+    app = create_app(ui_store, token=TOKEN, host="127.0.0.1", port=PORT)
+    first = make_client(ui_store, login=False, app=app)
+    assert first.get(f"/?token={TOKEN}").status_code == 200
+    again = make_client(ui_store, login=False, app=app)
+    r = again.get(f"/?token={TOKEN}")
+    assert r.status_code == 403 and "set-cookie" not in r.headers and "used already" in r.text
+    assert again.get("/").status_code == 403
+    assert first.get("/").status_code == 200  # the session it opened stays
+
+
+def test_a_request_another_site_or_port_started_is_refused(client: TestClient, ui_store: Store):
+    # A page of another port on the same address is "same-site" for the browser (ports do not
+    # count): it sends the cookie, and Sec-Fetch-Site tells the UI who asked.
+    for site in ("same-site", "cross-site"):
+        r = client.get("/", headers={"sec-fetch-site": site})
+        assert r.status_code == 403 and "initial import" not in r.text, site
+    for site in ("same-origin", "none"):
+        assert client.get("/", headers={"sec-fetch-site": site}).status_code == 200, site
+
+
+def test_the_login_link_may_come_from_another_site(ui_store: Store):
+    # The browser's launch page is a file:// page: its move to the login URL is cross-site.
+    anon = make_client(ui_store, login=False)
+    assert anon.get(f"/?token={TOKEN}", headers={"sec-fetch-site": "cross-site"}).status_code == 200
+    assert anon.get("/", headers={"sec-fetch-site": "same-origin"}).status_code == 200
+
+
+def test_login_tokens_expire_and_sessions_are_bounded():
+    from snapstore.ui.security import Credentials
+
+    now = [100.0]
+    creds = Credentials(clock=lambda: now[0])
+    short = creds.add_login(ttl=60)
+    late = creds.add_login(ttl=60)
+    used: list[str] = []
+    lasting = creds.add_login(on_use=lambda: used.append("x"))
+    assert creds.redeem(short) is not None
+    now[0] += 61
+    assert creds.redeem(late) is None  # expired
+    assert creds.redeem("not-a-token") is None
+    session = creds.redeem(lasting)
+    assert session is not None and used == ["x"]
+    assert creds.redeem(lasting) is None and used == ["x"]  # spent
+    assert creds.session_valid(session) and not creds.session_valid("") and not creds.session_valid(lasting)
+    for _ in range(Credentials.MAX_SESSIONS):
+        creds.redeem(creds.add_login())
+    assert not creds.session_valid(session)  # the oldest was forgotten
 
 
 def test_a_foreign_host_header_is_refused(client: TestClient):
@@ -194,6 +249,7 @@ def test_host_rules():
     assert "127.0.0.1:8765" in hosts and "localhost:8765" in hosts
     assert "127.0.0.1" not in hosts and "evil.example:8765" not in hosts
     assert "10.0.0.7:8765" in allowed_hosts("10.0.0.7", 8765)
+    assert allowed_hosts("127.9.8.7", 8765) == {"127.9.8.7:8765"}  # a private address: its own name only
     assert "[fd00::5]:8765" in allowed_hosts("fd00::5", 8765)
 
 
@@ -459,7 +515,7 @@ def test_ui_without_the_extra_says_how_to_install_it(run_cli, ui_store: Store, t
     assert result.err.strip() == "snapstore: error: snapstore ui needs starlette: pip install 'snapstore[ui]'"
 
 
-def test_snapstore_ui_serves_its_printed_url_on_loopback(ui_store: Store, tree: Path):
+def test_snapstore_ui_serves_its_printed_url_on_a_private_loopback_address(ui_store: Store, tree: Path):
     import httpx
 
     ui_store.close()
@@ -471,17 +527,29 @@ def test_snapstore_ui_serves_its_printed_url_on_loopback(ui_store: Store, tree: 
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        url = proc.stdout.readline().strip()
-        assert first.startswith("snapstore ui for ") and url.startswith("open http://127.0.0.1:")
-        url = url.removeprefix("open ")
-        port = int(url.split(":")[2].split("/")[0])
-        assert _listening(port) == ["127.0.0.1"]  # loopback only, by default
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+        line = proc.stdout.readline().strip()
+        found = re.fullmatch(r"open (http://(127\.\d+\.\d+\.\d+):(\d+))/\?token=[\w-]{43}", line)
+        assert first.startswith("snapstore ui for ") and found, line
+        base, address, port = found.group(1), found.group(2), int(found.group(3))
+        assert not address.startswith("127.0.")  # not 127.0.0.1, whose cookies every local server gets
+        assert _listening(port) == [address]  # that address only
+        url = line.removeprefix("open ")
+        with httpx.Client(base_url=base, timeout=30) as http:
             assert http.get("/").status_code == 403
             assert http.get(url).status_code == 200
             page = http.get("/")
             assert page.status_code == 200 and "initial import" in page.text
             assert http.get("/", headers={"host": f"evil.example:{port}"}).status_code == 403
+            assert http.get("/", headers={"host": f"127.0.0.1:{port}"}).status_code == 403  # its own name only
+        # the link is spent: the next one is printed for another browser, and works once
+        again = proc.stdout.readline().strip()
+        assert again.startswith("(the link works once")
+        again = proc.stdout.readline().strip()
+        following = re.search(r"open (http://\S+/\?token=[\w-]{43})\)$", again)
+        assert following and following.group(1) != url, again
+        with httpx.Client(timeout=30) as http:
+            assert http.get(url).status_code == 403
+            assert http.get(following.group(1)).status_code == 200
     finally:
         proc.terminate()
         proc.wait(30)
