@@ -253,6 +253,58 @@ def test_host_rules():
     assert "[fd00::5]:8765" in allowed_hosts("fd00::5", 8765)
 
 
+def test_the_peer_check_knows_who_is_connected_and_a_closed_socket_is_nobodys():
+    import socket
+    import time
+
+    from snapstore.ui.peer import NOBODY, PeerCheck, random_loopback, socket_uid, tables_readable
+
+    if not tables_readable():
+        pytest.skip("no /proc/net/tcp on this system")
+    listener = socket.socket()
+    listener.bind((random_loopback(), 0))
+    listener.listen()
+    client = socket.create_connection(listener.getsockname())
+    conn, _ = listener.accept()
+    try:
+        peer, served = client.getsockname(), listener.getsockname()
+        mine = PeerCheck(frozenset({os.geteuid()}), remote_ok=False)
+        assert mine(peer, served)
+        assert not PeerCheck(frozenset({os.geteuid() + 1}), remote_ok=False)(peer, served)
+        client.close()  # now no process holds the peer's socket (orphaned, then time-wait)
+        deadline = time.monotonic() + 10
+        while socket_uid(*_addresses(peer, served)) != NOBODY and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert socket_uid(*_addresses(peer, served)) == NOBODY  # listed with uid 0: not root's
+        assert not mine(peer, served) and not PeerCheck(frozenset({0, os.geteuid()}), remote_ok=True)(peer, served)
+    finally:
+        conn.close()
+        listener.close()
+    # no local socket at all: another machine, admitted only when not serving loopback
+    assert not mine(("127.0.0.1", 9), served)
+    assert PeerCheck(frozenset(), remote_ok=True)(("192.0.2.7", 5555), served)
+    assert not PeerCheck(frozenset(), remote_ok=True)(("127.0.0.1", 9), served)
+    assert not mine(None, served) and not mine(("testclient", 50000), served)
+
+
+def _addresses(peer, served):
+    import ipaddress
+
+    return (ipaddress.ip_address(peer[0]), peer[1]), (ipaddress.ip_address(served[0]), served[1])
+
+
+def test_random_loopback_addresses_avoid_the_shared_ones():
+    import ipaddress
+
+    from snapstore.ui.peer import random_loopback
+
+    seen = {random_loopback() for _ in range(200)}
+    assert len(seen) > 190
+    for address in seen:
+        ip = ipaddress.ip_address(address)
+        assert ip.is_loopback and not address.startswith("127.0.") and not address.endswith((".0", ".255"))
+
+
 # -- escaping and paths -----------------------------------------------------------------------
 
 

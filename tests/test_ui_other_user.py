@@ -300,13 +300,7 @@ def test_command_lines_hold_no_credential(other: Other, owner_store: Store, tree
         # cmdline is world-readable, environ is the owner's only
         assert "ui" in ui_argv and str(fake) in browser_argv, seen
         assert seen[paths[1]] == seen[paths[3]] == "PermissionError"
-        # The browser was given a file:// page; the other user cannot read it...
-        uris = [arg for arg in browser_argv if "://" in arg]
-        assert len(uris) == 1 and uris[0].startswith("file:///"), browser_argv
-        page_uri = uris[0]
-        page_path = page_uri.removeprefix("file://")
-        assert other.run(READ_FILES, page_path)[page_path] == "PermissionError"
-        # ...and nothing in either command line is a credential, even for the owner.
+        # Nothing in either command line is a credential, even for the owner...
         base = printed.split("/?")[0]
         candidates = TOKEN_LIKE.findall(seen[paths[0]] + " " + seen[paths[2]])
         with httpx.Client(timeout=30) as http:
@@ -314,7 +308,13 @@ def test_command_lines_hold_no_credential(other: Other, owner_store: Store, tree
                 r = http.get(f"{base}/?token={candidate}")
                 assert r.status_code == 403, candidate
                 assert http.get(f"{base}/", headers={"cookie": f"snapstore_ui_{base.rsplit(':', 1)[1]}={candidate}"}).status_code == 403
-            # The page works for the owner's browser (once): it moves on to a live login URL.
+        # ...the browser was given a file:// page, which the other user cannot read...
+        uris = [arg for arg in browser_argv if "://" in arg]
+        assert len(uris) == 1 and uris[0].startswith("file:///"), browser_argv
+        page_path = uris[0].removeprefix("file://")
+        assert other.run(READ_FILES, page_path)[page_path] == "PermissionError"
+        with httpx.Client(timeout=30) as http:
+            # ...and that works for the owner's browser (once): it moves on to a live login URL.
             html = Path(page_path).read_text()
             login = re.search(r'url=(http://[^"]+)"', html)
             assert login and http.get(login.group(1).replace("&amp;", "&")).status_code == 200
