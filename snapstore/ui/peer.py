@@ -73,11 +73,22 @@ def socket_uid(local: Address, remote: Address) -> int | None:
     listed but no process holds it any more (a time-wait or orphaned socket is listed with uid
     0 and inode 0: it must not pass for root's).
     """
+    # The kernel makes the table in pieces, not as one snapshot: a socket closed meanwhile can
+    # make a read skip a line.  A live peer is listed for as long as its connection is open, so
+    # a second look settles a miss.
+    for _ in range(3):
+        found = _lookup(local, remote)
+        if found is not None:
+            return found
+    return None
+
+
+def _lookup(local: Address, remote: Address) -> int | None:
     suffix = f":{local[1]:04X}"
     for table in TABLES:
         try:
             with open(table, encoding="ascii", errors="replace") as f:
-                lines = f.readlines()[1:]
+                lines = f.read().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
