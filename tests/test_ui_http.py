@@ -257,7 +257,15 @@ def test_the_peer_check_knows_who_is_connected_and_a_closed_socket_is_nobodys():
     import socket
     import time
 
-    from snapstore.ui.peer import NOBODY, PeerCheck, random_loopback, socket_uid, tables_readable
+    from snapstore.ui.peer import (
+        NOBODY,
+        PeerCheck,
+        _ask_kernel,
+        _lookup,
+        random_loopback,
+        socket_uid,
+        tables_readable,
+    )
 
     if not tables_readable():
         pytest.skip("no /proc/net/tcp on this system")
@@ -271,11 +279,16 @@ def test_the_peer_check_knows_who_is_connected_and_a_closed_socket_is_nobodys():
         mine = PeerCheck(frozenset({os.geteuid()}), remote_ok=False)
         assert mine(peer, served)
         assert not PeerCheck(frozenset({os.geteuid() + 1}), remote_ok=False)(peer, served)
+        # both ways of asking (sock_diag, the /proc tables) agree
+        assert _lookup(*_addresses(peer, served)) == os.geteuid()
+        assert _ask_kernel(*_addresses(peer, served)) in (os.geteuid(), None)  # None: no sock_diag
         client.close()  # now no process holds the peer's socket (orphaned, then time-wait)
         deadline = time.monotonic() + 10
         while socket_uid(*_addresses(peer, served)) != NOBODY and time.monotonic() < deadline:
             time.sleep(0.05)
         assert socket_uid(*_addresses(peer, served)) == NOBODY  # listed with uid 0: not root's
+        assert _lookup(*_addresses(peer, served)) == NOBODY
+        assert _ask_kernel(*_addresses(peer, served)) in (NOBODY, None)
         assert not mine(peer, served) and not PeerCheck(frozenset({0, os.geteuid()}), remote_ok=True)(peer, served)
     finally:
         conn.close()
