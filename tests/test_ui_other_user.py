@@ -72,7 +72,16 @@ def other() -> Iterator[Other]:
     if not shutil.which("useradd") or not os.access(PYTHON, os.X_OK):
         pytest.skip(f"needs useradd and {PYTHON} to run code as a second user")
     name = f"snapui{os.getpid()}"[:31]
-    subprocess.run(["useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
+    for attempt in range(20):  # another test may hold the lock of /etc/passwd for a moment
+        made = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name],
+            capture_output=True, text=True,
+        )
+        if made.returncode == 0:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"useradd {name}: {made.stderr.strip()}")
     try:
         yield Other(name)
     finally:
@@ -279,8 +288,8 @@ def test_command_lines_hold_no_credential(other: Other, owner_store: Store, tree
     fake.write_text(FAKE_BROWSER)
     fake.chmod(0o755)
     pid_file = tmp_path / "browser.pid"
-    env = subprocess_env(DISPLAY=":0", BROWSER=str(fake), SNAPSTORE_TEST_BROWSER_PID=str(pid_file))
-    for name in ("CI", "SNAPSTORE_NO_BROWSER", "WAYLAND_DISPLAY"):
+    env = subprocess_env(BROWSER=str(fake), SNAPSTORE_TEST_BROWSER_PID=str(pid_file))
+    for name in ("CI", "SNAPSTORE_NO_BROWSER", "DISPLAY", "WAYLAND_DISPLAY"):
         env.pop(name, None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "snapstore", "ui"], cwd=tree, env=env,
@@ -293,6 +302,7 @@ def test_command_lines_hold_no_credential(other: Other, owner_store: Store, tree
         deadline = time.monotonic() + 30
         while not pid_file.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
+        assert pid_file.exists(), "snapstore ui did not start the browser named by $BROWSER"
         browser = int(pid_file.read_text())
         paths = [f"/proc/{pid}/{what}" for pid in (proc.pid, browser) for what in ("cmdline", "environ")]
         seen = other.run(READ_FILES, *paths)

@@ -51,9 +51,11 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def browser_available() -> bool:
-    """Whether opening a browser makes sense: a desktop session, not CI, not switched off."""
+    """Whether opening a browser makes sense: a desktop session or a ``$BROWSER``, not CI, not switched off."""
     if os.environ.get("CI") or os.environ.get("SNAPSTORE_NO_BROWSER"):
         return False
+    if os.environ.get("BROWSER"):
+        return True  # named by the user (Python's webbrowser runs it)
     if sys.platform in ("darwin", "win32"):
         return True
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
