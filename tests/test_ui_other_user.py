@@ -72,7 +72,7 @@ def other() -> Iterator[Other]:
     if not shutil.which("useradd") or not os.access(PYTHON, os.X_OK):
         pytest.skip(f"needs useradd and {PYTHON} to run code as a second user")
     name = f"snapui{os.getpid()}"[:31]
-    for attempt in range(20):  # another test may hold the lock of /etc/passwd for a moment
+    for _ in range(20):  # another test may hold the lock of /etc/passwd for a moment
         made = subprocess.run(
             ["useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name],
             capture_output=True, text=True,
