@@ -306,6 +306,52 @@ def _addresses(peer, served):
     return (ipaddress.ip_address(peer[0]), peer[1]), (ipaddress.ip_address(served[0]), served[1])
 
 
+def test_where_only_127_0_0_1_answers_the_ui_falls_back_to_it_with_a_warning(monkeypatch):
+    import errno
+    import socket
+
+    from snapstore.errors import UsageError
+    from snapstore.ui import server
+
+    real = server.bind
+
+    def bind(host: str, port: int) -> socket.socket:
+        if host != "127.0.0.1":  # as on macOS, where lo0 has 127.0.0.1 only
+            try:
+                raise OSError(errno.EADDRNOTAVAIL, "Can't assign requested address")
+            except OSError as exc:
+                raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        return real(host, port)
+
+    monkeypatch.setattr(server, "bind", bind)
+    said: list[str] = []
+    sock, host = server.bind_ui(None, 0, said.append)
+    sock.close()
+    assert host == "127.0.0.1"
+    assert len(said) == 1 and "listening on 127.0.0.1, whose cookies" in said[0]
+
+
+def test_a_port_taken_on_every_address_is_an_error_not_a_fallback():
+    import socket
+
+    from snapstore.errors import UsageError
+    from snapstore.ui.server import bind_ui
+
+    taken = socket.socket()
+    taken.bind(("0.0.0.0", 0))  # every address, this port
+    taken.listen()
+    said: list[str] = []
+    try:
+        with pytest.raises(UsageError, match="cannot listen on 127"):
+            bind_ui(None, taken.getsockname()[1], said.append)
+    finally:
+        taken.close()
+    assert said == []
+    sock, host = bind_ui(None, 0, said.append)  # a free port: a private address, no warning
+    sock.close()
+    assert host.startswith("127.") and not host.startswith("127.0.") and said == []
+
+
 def test_random_loopback_addresses_avoid_the_shared_ones():
     import ipaddress
 

@@ -91,20 +91,19 @@ def bind_ui(host: str | None, port: int, warn: Callable[[str], None]) -> tuple[s
     """The listening socket and its address: ``host``, or by default a random 127.x.y.z."""
     if host is not None:
         return bind(host, port), host
-    failure: UsageError | None = None
     for _ in range(5):
         address = random_loopback()
         try:
             return bind(address, port), address
         except UsageError as exc:
-            failure = exc
             cause = exc.__cause__
-            if not (isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE):
-                break
-    # Some systems (macOS) answer on 127.0.0.1 only.
-    reason = failure.message if failure is not None else "no private loopback address"
-    warn(f"{reason}: listening on 127.0.0.1, whose cookies the browser also sends to other local servers")
-    return bind("127.0.0.1", port), "127.0.0.1"
+            if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
+                failure = exc
+                continue  # that port of that address is taken: try another address
+            # Some systems (macOS) answer on 127.0.0.1 only.
+            warn(f"{exc.message}: listening on 127.0.0.1, whose cookies the browser also sends to other local servers")
+            return bind("127.0.0.1", port), "127.0.0.1"
+    raise failure
 
 
 def peer_check(host: str, warn: Callable[[str], None]) -> PeerCheck | None:
@@ -175,10 +174,13 @@ def serve(
 
 def _launch(running: Running, ready: threading.Event, warn: Callable[[str], None]) -> LaunchPage | None:
     """Open a browser through a private launch page (see :mod:`snapstore.ui.launch`)."""
+    page: LaunchPage | None = None
     try:
         page = LaunchPage()
         page.write(running.login_url(ttl=LAUNCH_TTL, on_use=page.remove))
     except OSError as exc:
+        if page is not None:
+            page.remove()
         warn(f"cannot write the browser's launch page ({exc.strerror or exc}): open the URL above")
         return None
     threading.Thread(target=open_when_ready, args=(ready, page), daemon=True).start()
