@@ -151,6 +151,15 @@ def test_the_token_becomes_an_httponly_strict_session_cookie_and_leaves_the_url(
     assert other.get("/", headers={"cookie": f"snapstore_ui_{PORT + 1}={secret}"}).status_code == 403
 
 
+def test_the_login_page_moves_on_within_this_site_only(ui_store: Store):
+    guard = create_app(ui_store, host="127.0.0.1", port=PORT)
+    for path, target in (("//evil.example/x", "/"), ("/\\evil.example/x", "/"), ("/c/abc", "/c/abc")):
+        token = guard.credentials.add_login()
+        scope = {"type": "http", "method": "GET", "path": path, "query_string": f"token={token}".encode(), "headers": [(b"host", f"127.0.0.1:{PORT}".encode())]}
+        status, _, body = guard.check(scope)
+        assert status == 200 and f'content="0;url={target}"'.encode() in body, path
+
+
 def test_a_login_token_works_once(ui_store: Store):
     app = create_app(ui_store, token=TOKEN, host="127.0.0.1", port=PORT)
     first = make_client(ui_store, login=False, app=app)

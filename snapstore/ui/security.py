@@ -246,6 +246,8 @@ class Guard:
                 "refused: this login link is wrong, used already or expired (each works once): "
                 "open the newest one that 'snapstore ui' printed",
             )
+        if not path.startswith("/") or path[1:2] in ("/", "\\"):
+            path = "/"  # "//host" would leave for another site
         rest = urlencode([(k, v) for k, v in pairs if k != "token"])
         target = path + ("?" + rest if rest else "")
         # A page, not a redirect: a redirect chain that a link elsewhere started would count as
