@@ -361,6 +361,18 @@ def test_a_port_taken_on_every_address_is_an_error_not_a_fallback():
     assert host.startswith("127.") and not host.startswith("127.0.") and said == []
 
 
+def test_the_users_served_are_the_owner_and_root(monkeypatch):
+    from snapstore.ui import peer
+
+    monkeypatch.setattr(peer.os, "geteuid", lambda: 1234)
+    monkeypatch.setenv("SUDO_UID", "1000")
+    assert peer.trusted_uids() == {1234, 0}  # SUDO_UID means nothing to a user who is not root
+    monkeypatch.setattr(peer.os, "geteuid", lambda: 0)
+    assert peer.trusted_uids() == {0, 1000}  # root through sudo: also the user who ran it
+    monkeypatch.setenv("SUDO_UID", "x")
+    assert peer.trusted_uids() == {0}
+
+
 def test_random_loopback_addresses_avoid_the_shared_ones():
     import ipaddress
 

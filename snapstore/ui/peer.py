@@ -10,7 +10,7 @@ another port of the same address, and read ``/proc/net/tcp``.  Two things follow
 * **The peer's uid.**  The kernel lists each TCP socket of the network namespace with the uid
   that created it (``/proc/net/tcp``, ``/proc/net/tcp6``).  A connection to a loopback address
   comes from a socket of this namespace, so its owner is known; the UI answers only its own
-  user (and, when it runs as root through ``sudo``, the user who ran ``sudo``).  A cookie or link
+  user and root (and, when it runs as root through ``sudo``, the user who ran ``sudo``).  A cookie or link
   that reached another user is useless from that user's processes.
 """
 
@@ -148,9 +148,10 @@ def tables_readable() -> bool:
 
 
 def trusted_uids() -> frozenset[int]:
-    """The users the UI serves: its own; as root, also the user who ran ``sudo``."""
+    """The users the UI serves: its own, and root (who can read every user's files and
+    browser profile anyway); as root, also the user who ran ``sudo``."""
     uid = os.geteuid()
-    uids = {uid}
+    uids = {uid, 0}
     sudo = os.environ.get("SUDO_UID", "")
     if uid == 0 and sudo.isdigit():
         uids.add(int(sudo))
