@@ -10,8 +10,8 @@ another port of the same address, and read ``/proc/net/tcp``.  Two things follow
 * **The peer's uid.**  The kernel lists each TCP socket of the network namespace with the uid
   that created it (``/proc/net/tcp``, ``/proc/net/tcp6``).  A connection to a loopback address
   comes from a socket of this namespace, so its owner is known; the UI answers only its own
-  user and root (and, when it runs as root through ``sudo``, the user who ran ``sudo``).  A cookie or link
-  that reached another user is useless from that user's processes.
+  user and root (and, when it runs as root through ``sudo``, the user who ran ``sudo``).  A
+  cookie or link that reached another user is useless from that user's processes.
 """
 
 from __future__ import annotations
