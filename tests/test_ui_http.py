@@ -688,6 +688,39 @@ def test_snapstore_ui_serves_its_printed_url_on_a_private_loopback_address(ui_st
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
 
 
+def test_the_browser_gets_a_private_page_that_is_gone_when_the_ui_stops(ui_store: Store, tree: Path, tmp_path: Path):
+    import time
+
+    ui_store.close()
+    fake = tmp_path / "browser"
+    fake.write_text('#!/bin/sh\necho "$1" > "$0.opened"\n')  # opens nothing: the page stays unused
+    fake.chmod(0o755)
+    private = tmp_path / "tmp"
+    private.mkdir()
+    env = subprocess_env(BROWSER=str(fake), TMPDIR=str(private))
+    for name in ("CI", "SNAPSTORE_NO_BROWSER", "XDG_RUNTIME_DIR"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, "-m", "snapstore", "ui"], cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        printed = proc.stdout.readline().strip().removeprefix("open ")
+        opened = Path(str(fake) + ".opened")
+        deadline = time.monotonic() + 30
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        uri = opened.read_text().strip()
+        page = Path(uri.removeprefix("file://"))
+        assert uri.startswith("file://") and page.parent.parent == private and "token" not in uri
+        assert page.stat().st_mode & 0o777 == 0o600 and page.parent.stat().st_mode & 0o777 == 0o700
+        login = re.search(r'url=(http://[^"]+/\?token=[\w-]{43})"', page.read_text())
+        assert login and login.group(1) != printed  # a token of its own
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert not page.parent.exists()  # removed when the UI stopped
+
+
 def _listening(port: int) -> list[str]:
     """The local addresses listening on TCP ``port`` (from /proc/net/tcp and tcp6)."""
     import ipaddress

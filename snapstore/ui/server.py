@@ -164,12 +164,25 @@ def serve(
     server, sock, running = _prepare(store, host, port, ready, warn=warn, on_use=reprint)
     echo(f"snapstore ui for {store.root}\nopen {running.url}\n(the link works once; Ctrl-C stops it)")
     page = _launch(running, ready, warn) if open_browser and browser_available() else None
+    _exit_on_sigterm()
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
         if page is not None:
             page.remove()
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM unwind this process (so the launch page is removed) instead of killing it.
+
+    uvicorn stops gracefully on SIGTERM and then raises the signal again for the handler that
+    was there before it; with the default one the process would die before any ``finally``.
+    """
+    import signal
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _launch(running: Running, ready: threading.Event, warn: Callable[[str], None]) -> LaunchPage | None:
