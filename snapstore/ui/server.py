@@ -159,7 +159,10 @@ def serve(
 
     def reprint() -> None:
         # Each link logs in once: offer the next one for another browser.
-        echo(f"(that link has been used; to log in another browser, open {running.login_url(on_use=reprint)})")
+        try:
+            echo(f"(that link has been used; to log in another browser, open {running.login_url(on_use=reprint)})")
+        except OSError:
+            pass  # nobody reads the output any more (a closed pipe): the login itself goes on
 
     server, sock, running = _prepare(store, host, port, ready, warn=warn, on_use=reprint)
     echo(f"snapstore ui for {store.root}\nopen {running.url}\n(the link works once; Ctrl-C stops it)")
