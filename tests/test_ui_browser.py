@@ -122,7 +122,7 @@ def test_timeline_checkpoint_diff_restore_and_undo(page: Page, served: Running, 
     assert dialogs == []
 
 
-def test_the_launch_page_logs_the_browser_in_once(page: Page, served: Running, tmp_path: Path):
+def test_the_launch_page_logs_the_browser_in_once(page: Page, served: Running):
     # What `snapstore ui` gives the browser: a file:// page (0600, private directory) that moves
     # on to a login URL whose token works once and expires in seconds.
     from snapstore.ui.launch import LaunchPage

@@ -35,12 +35,12 @@ def unavailable() -> str | None:
     return None
 
 
-def launch(tmp_path: Path, locale: str = "en-US", name: str = "") -> Any:
+def launch(tmp_path: Path, locale: str = "en-US") -> Any:
     """``(playwright, context)``: a persistent context with a fresh profile under ``tmp_path``."""
     from playwright.sync_api import sync_playwright
 
     playwright = sync_playwright().start()
-    profile = tmp_path / f"profile-{locale}{name}"
+    profile = tmp_path / f"profile-{locale}"
     context = playwright.chromium.launch_persistent_context(
         str(profile),
         executable_path=CHROMIUM,

@@ -328,7 +328,4 @@ def create_app(
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {_TooLarge: too_large, _BadForm: bad_form}
     app = Starlette(routes=routes, exception_handlers=handlers)
-    credentials = credentials or Credentials()
-    if token:
-        credentials.add_login(token)
-    return Guard(app, credentials=credentials, hosts=allowed_hosts(host, port), port=port, peer=peer)
+    return Guard(app, hosts=allowed_hosts(host, port), port=port, credentials=credentials, token=token, peer=peer)

@@ -170,13 +170,16 @@ class Guard:
         self,
         app: ASGIApp,
         *,
-        credentials: Credentials,
         hosts: frozenset[str],
         port: int,
+        credentials: Credentials | None = None,
+        token: str | None = None,
         peer: AdmitPeer | None = None,
     ):
         self.app = app
-        self.credentials = credentials
+        self.credentials = credentials or Credentials()
+        if token:
+            self.credentials.add_login(token)  # a one-time login token
         self.hosts = hosts
         self.peer = peer
         # Cookies ignore ports: the name keeps two UIs on one address from overwriting each other.
