@@ -1,6 +1,6 @@
 """The checkpoint browser in a real browser: Debian's Chromium, headless, driven by Playwright.
 
-The UI runs on a real uvicorn on 127.0.0.1 (snapstore.ui.server.background) over a real store;
+The UI runs on a real uvicorn on a random 127.x.y.z (snapstore.ui.server.background) over a real store;
 the tests click and type as a person would and check the tree on disk.  Without
 /usr/bin/chromium (``make test`` installs it when it can) or Playwright, every test here is
 skipped with the reason.  Screenshots for the docs: ``SNAPSTORE_UI_SCREENSHOTS=docs/img
@@ -13,39 +13,15 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from ui_browser import launch, unavailable
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-]
-
-
-def _unavailable() -> str | None:
-    if not os.access(CHROMIUM, os.X_OK):
-        return f"no {CHROMIUM} (Debian's chromium package; 'make test' installs it when run as root)"
-    for module in ("playwright.sync_api", "starlette", "uvicorn"):
-        try:
-            __import__(module)
-        except ImportError:
-            return f"{module.split('.')[0]} is not installed (pip install -e '.[dev,ui]')"
-    return None
-
-
-REASON = _unavailable()
+REASON = unavailable()
 if REASON:
     pytest.skip(REASON, allow_module_level=True)
 
-from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Page, expect  # noqa: E402
 
 from snapstore.store import Store  # noqa: E402
 from snapstore.ui.server import Running, background  # noqa: E402
@@ -84,23 +60,6 @@ def served(ui_store: Store) -> Iterator[Running]:
         yield running
 
 
-def launch(tmp_path: Path, locale: str = "en-US") -> Any:
-    """A persistent context with a fresh profile (the flags keep Chromium off the network)."""
-    playwright = sync_playwright().start()
-    profile = tmp_path / f"profile-{locale}"
-    context = playwright.chromium.launch_persistent_context(
-        str(profile),
-        executable_path=CHROMIUM,
-        headless=True,
-        args=FLAGS,
-        locale=locale,
-        timezone_id="UTC",
-        viewport={"width": 1280, "height": 800},
-    )
-    context.set_default_timeout(20_000)
-    return playwright, context
-
-
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[Page]:
     playwright, context = launch(tmp_path)
@@ -113,7 +72,7 @@ def page(tmp_path: Path) -> Iterator[Page]:
 
 def open_ui(page: Page, running: Running) -> None:
     page.goto(running.url)
-    page.wait_for_url(re.compile(r"^http://127\.0\.0\.1:\d+/$"))  # the token left the URL
+    page.wait_for_url(re.compile(r"^http://127\.\d+\.\d+\.\d+:\d+/$"))  # the token left the URL
     page.wait_for_selector("#timeline .cp")
 
 
@@ -161,6 +120,29 @@ def test_timeline_checkpoint_diff_restore_and_undo(page: Page, served: Running, 
     assert (tree / "src/app.py").read_text() == APP_V2
     assert (tree / "src/util.py").read_text() == "X = 1\n" and (tree / "page.html").exists()
     assert dialogs == []
+
+
+def test_the_launch_page_logs_the_browser_in_once(page: Page, served: Running):
+    # What `snapstore ui` gives the browser: a file:// page (0600, private directory) that moves
+    # on to a login URL whose token works once and expires in seconds.
+    from snapstore.ui.launch import LaunchPage
+
+    launch_page = LaunchPage()
+    try:
+        login = served.login_url(ttl=60, on_use=launch_page.remove)
+        launch_page.write(login)
+        assert launch_page.path.stat().st_mode & 0o777 == 0o600
+        assert launch_page.dir.stat().st_mode & 0o777 == 0o700
+        page.goto(launch_page.uri)
+        page.wait_for_url(re.compile(r"^http://127\.\d+\.\d+\.\d+:\d+/$"))
+        page.wait_for_selector("#timeline .cp")
+        assert not launch_page.dir.exists()  # used: deleted at once
+    finally:
+        launch_page.remove()
+    page.context.clear_cookies()  # as another browser would be: no session
+    response = page.goto(login)  # the same link again: spent
+    assert response is not None and response.status == 403
+    assert "used already" in page.content() and "initial import" not in page.content()
 
 
 def test_new_checkpoints_appear_without_a_reload(page: Page, served: Running, ui_store: Store, tree: Path):

@@ -72,8 +72,10 @@ def ui_store(tree: Path):
         yield store
 
 
-def make_client(store: Store, *, login: bool = True) -> TestClient:
-    client = TestClient(create_app(store, token=TOKEN, host="127.0.0.1", port=PORT), base_url=ORIGIN)
+def make_client(store: Store, *, login: bool = True, app=None) -> TestClient:
+    """A client of ``app``, by default a new UI on 127.0.0.1:PORT whose one login token is TOKEN."""
+    app = app or create_app(store, token=TOKEN, host="127.0.0.1", port=PORT)
+    client = TestClient(app, base_url=ORIGIN)
     if login:
         assert client.get(f"/?token={TOKEN}").status_code == 200
     return client
@@ -132,18 +134,80 @@ def test_a_wrong_token_is_refused_and_sets_no_cookie(ui_store: Store):
     assert anon.get("/").status_code == 403
 
 
-def test_the_token_becomes_an_httponly_strict_cookie_and_leaves_the_url(ui_store: Store):
+def test_the_token_becomes_an_httponly_strict_session_cookie_and_leaves_the_url(ui_store: Store):
     anon = make_client(ui_store, login=False)
     r = anon.get(f"/?q=greet&token={TOKEN}")
     assert r.status_code == 200
     cookie = r.headers["set-cookie"]
-    assert cookie.startswith(f"snapstore_ui_{PORT}={TOKEN};")
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    name, _, rest = cookie.partition("=")
+    secret = rest.split(";")[0]
+    assert name == f"snapstore_ui_{PORT}" and len(secret) >= 43  # a fresh 256-bit secret...
+    assert secret != TOKEN and TOKEN not in cookie  # ...not the login token
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Domain" not in cookie
     assert 'content="0;url=/?q=greet"' in r.text and TOKEN not in r.text
     assert anon.get("/").status_code == 200
     # the cookie of another port's UI is not this one's
-    other = TestClient(create_app(ui_store, token=TOKEN, host="127.0.0.1", port=PORT + 1), base_url=f"http://127.0.0.1:{PORT + 1}")
-    assert other.get("/", headers={"cookie": f"snapstore_ui_{PORT}={TOKEN}"}).status_code == 403
+    other = TestClient(create_app(ui_store, host="127.0.0.1", port=PORT + 1), base_url=f"http://127.0.0.1:{PORT + 1}")
+    assert other.get("/", headers={"cookie": f"snapstore_ui_{PORT + 1}={secret}"}).status_code == 403
+
+
+def test_the_login_page_moves_on_within_this_site_only(ui_store: Store):
+    guard = create_app(ui_store, host="127.0.0.1", port=PORT)
+    for path, target in (("//evil.example/x", "/"), ("/\\evil.example/x", "/"), ("/c/abc", "/c/abc")):
+        token = guard.credentials.add_login()
+        scope = {"type": "http", "method": "GET", "path": path, "query_string": f"token={token}".encode(), "headers": [(b"host", f"127.0.0.1:{PORT}".encode())]}
+        status, _, body = guard.check(scope)
+        assert status == 200 and f'content="0;url={target}"'.encode() in body, path
+
+
+def test_a_login_token_works_once(ui_store: Store):
+    app = create_app(ui_store, token=TOKEN, host="127.0.0.1", port=PORT)
+    first = make_client(ui_store, login=False, app=app)
+    assert first.get(f"/?token={TOKEN}").status_code == 200
+    again = make_client(ui_store, login=False, app=app)
+    r = again.get(f"/?token={TOKEN}")
+    assert r.status_code == 403 and "set-cookie" not in r.headers and "used already" in r.text
+    assert again.get("/").status_code == 403
+    assert first.get("/").status_code == 200  # the session it opened stays
+
+
+def test_a_request_another_site_or_port_started_is_refused(client: TestClient, ui_store: Store):
+    # A page of another port on the same address is "same-site" for the browser (ports do not
+    # count): it sends the cookie, and Sec-Fetch-Site tells the UI who asked.
+    for site in ("same-site", "cross-site"):
+        r = client.get("/", headers={"sec-fetch-site": site})
+        assert r.status_code == 403 and "initial import" not in r.text, site
+    for site in ("same-origin", "none"):
+        assert client.get("/", headers={"sec-fetch-site": site}).status_code == 200, site
+
+
+def test_the_login_link_may_come_from_another_site(ui_store: Store):
+    # The browser's launch page is a file:// page: its move to the login URL is cross-site.
+    anon = make_client(ui_store, login=False)
+    assert anon.get(f"/?token={TOKEN}", headers={"sec-fetch-site": "cross-site"}).status_code == 200
+    assert anon.get("/", headers={"sec-fetch-site": "same-origin"}).status_code == 200
+
+
+def test_login_tokens_expire_and_sessions_are_bounded():
+    from snapstore.ui.security import Credentials
+
+    now = [100.0]
+    creds = Credentials(clock=lambda: now[0])
+    short = creds.add_login(ttl=60)
+    late = creds.add_login(ttl=60)
+    used: list[str] = []
+    lasting = creds.add_login(on_use=lambda: used.append("x"))
+    assert creds.redeem(short) is not None
+    now[0] += 61
+    assert creds.redeem(late) is None  # expired
+    assert creds.redeem("not-a-token") is None
+    session = creds.redeem(lasting)
+    assert session is not None and used == ["x"]
+    assert creds.redeem(lasting) is None and used == ["x"]  # spent
+    assert creds.session_valid(session) and not creds.session_valid("") and not creds.session_valid(lasting)
+    for _ in range(Credentials.MAX_SESSIONS):
+        creds.redeem(creds.add_login())
+    assert not creds.session_valid(session)  # the oldest was forgotten
 
 
 def test_a_foreign_host_header_is_refused(client: TestClient):
@@ -194,7 +258,131 @@ def test_host_rules():
     assert "127.0.0.1:8765" in hosts and "localhost:8765" in hosts
     assert "127.0.0.1" not in hosts and "evil.example:8765" not in hosts
     assert "10.0.0.7:8765" in allowed_hosts("10.0.0.7", 8765)
+    assert allowed_hosts("127.9.8.7", 8765) == {"127.9.8.7:8765"}  # a private address: its own name only
     assert "[fd00::5]:8765" in allowed_hosts("fd00::5", 8765)
+
+
+def test_the_peer_check_knows_who_is_connected_and_a_closed_socket_is_nobodys():
+    import socket
+    import time
+
+    from snapstore.ui.peer import (
+        NOBODY,
+        PeerCheck,
+        _ask_kernel,
+        _lookup,
+        random_loopback,
+        socket_uid,
+        tables_readable,
+    )
+
+    if not tables_readable():
+        pytest.skip("no /proc/net/tcp on this system")
+    listener = socket.socket()
+    listener.bind((random_loopback(), 0))
+    listener.listen()
+    client = socket.create_connection(listener.getsockname())
+    conn, _ = listener.accept()
+    try:
+        peer, served = client.getsockname(), listener.getsockname()
+        mine = PeerCheck(frozenset({os.geteuid()}), remote_ok=False)
+        assert mine(peer, served)
+        assert not PeerCheck(frozenset({os.geteuid() + 1}), remote_ok=False)(peer, served)
+        # both ways of asking (sock_diag, the /proc tables) agree
+        assert _lookup(*_addresses(peer, served)) == os.geteuid()
+        assert _ask_kernel(*_addresses(peer, served)) in (os.geteuid(), None)  # None: no sock_diag
+        client.close()  # now no process holds the peer's socket (orphaned, then time-wait)
+        deadline = time.monotonic() + 10
+        while socket_uid(*_addresses(peer, served)) != NOBODY and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert socket_uid(*_addresses(peer, served)) == NOBODY  # listed with uid 0: not root's
+        assert _lookup(*_addresses(peer, served)) == NOBODY
+        assert _ask_kernel(*_addresses(peer, served)) in (NOBODY, None)
+        assert not mine(peer, served) and not PeerCheck(frozenset({0, os.geteuid()}), remote_ok=True)(peer, served)
+    finally:
+        conn.close()
+        listener.close()
+    # no local socket at all: another machine, admitted only when not serving loopback
+    assert not mine(("127.0.0.1", 9), served)
+    assert PeerCheck(frozenset(), remote_ok=True)(("192.0.2.7", 5555), served)
+    assert not PeerCheck(frozenset(), remote_ok=True)(("127.0.0.1", 9), served)
+    assert not mine(None, served) and not mine(("testclient", 50000), served)
+
+
+def _addresses(peer, served):
+    import ipaddress
+
+    return (ipaddress.ip_address(peer[0]), peer[1]), (ipaddress.ip_address(served[0]), served[1])
+
+
+def test_where_only_127_0_0_1_answers_the_ui_falls_back_to_it_with_a_warning(monkeypatch):
+    import errno
+    import socket
+
+    from snapstore.errors import UsageError
+    from snapstore.ui import server
+
+    real = server.bind
+
+    def bind(host: str, port: int) -> socket.socket:
+        if host != "127.0.0.1":  # as on macOS, where lo0 has 127.0.0.1 only
+            try:
+                raise OSError(errno.EADDRNOTAVAIL, "Can't assign requested address")
+            except OSError as exc:
+                raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        return real(host, port)
+
+    monkeypatch.setattr(server, "bind", bind)
+    said: list[str] = []
+    sock, host = server.bind_ui(None, 0, said.append)
+    sock.close()
+    assert host == "127.0.0.1"
+    assert len(said) == 1 and "listening on 127.0.0.1, whose cookies" in said[0]
+
+
+def test_a_port_taken_on_every_address_is_an_error_not_a_fallback():
+    import socket
+
+    from snapstore.errors import UsageError
+    from snapstore.ui.server import bind_ui
+
+    taken = socket.socket()
+    taken.bind(("0.0.0.0", 0))  # every address, this port
+    taken.listen()
+    said: list[str] = []
+    try:
+        with pytest.raises(UsageError, match="cannot listen on 127"):
+            bind_ui(None, taken.getsockname()[1], said.append)
+    finally:
+        taken.close()
+    assert said == []
+    sock, host = bind_ui(None, 0, said.append)  # a free port: a private address, no warning
+    sock.close()
+    assert host.startswith("127.") and not host.startswith("127.0.") and said == []
+
+
+def test_the_users_served_are_the_owner_and_root(monkeypatch):
+    from snapstore.ui import peer
+
+    monkeypatch.setattr(peer.os, "geteuid", lambda: 1234)
+    monkeypatch.setenv("SUDO_UID", "1000")
+    assert peer.trusted_uids() == {1234, 0}  # SUDO_UID means nothing to a user who is not root
+    monkeypatch.setattr(peer.os, "geteuid", lambda: 0)
+    assert peer.trusted_uids() == {0, 1000}  # root through sudo: also the user who ran it
+    monkeypatch.setenv("SUDO_UID", "x")
+    assert peer.trusted_uids() == {0}
+
+
+def test_random_loopback_addresses_avoid_the_shared_ones():
+    import ipaddress
+
+    from snapstore.ui.peer import random_loopback
+
+    seen = {random_loopback() for _ in range(200)}
+    assert len(seen) > 190
+    for address in seen:
+        ip = ipaddress.ip_address(address)
+        assert ip.is_loopback and not address.startswith("127.0.") and not address.endswith((".0", ".255"))
 
 
 # -- escaping and paths -----------------------------------------------------------------------
@@ -459,7 +647,7 @@ def test_ui_without_the_extra_says_how_to_install_it(run_cli, ui_store: Store, t
     assert result.err.strip() == "snapstore: error: snapstore ui needs starlette: pip install 'snapstore[ui]'"
 
 
-def test_snapstore_ui_serves_its_printed_url_on_loopback(ui_store: Store, tree: Path):
+def test_snapstore_ui_serves_its_printed_url_on_a_private_loopback_address(ui_store: Store, tree: Path):
     import httpx
 
     ui_store.close()
@@ -471,21 +659,66 @@ def test_snapstore_ui_serves_its_printed_url_on_loopback(ui_store: Store, tree: 
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        url = proc.stdout.readline().strip()
-        assert first.startswith("snapstore ui for ") and url.startswith("open http://127.0.0.1:")
-        url = url.removeprefix("open ")
-        port = int(url.split(":")[2].split("/")[0])
-        assert _listening(port) == ["127.0.0.1"]  # loopback only, by default
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+        line = proc.stdout.readline().strip()
+        found = re.fullmatch(r"open (http://(127\.\d+\.\d+\.\d+):(\d+))/\?token=[\w-]{43}", line)
+        assert first.startswith("snapstore ui for ") and found, line
+        base, address, port = found.group(1), found.group(2), int(found.group(3))
+        assert not address.startswith("127.0.")  # not 127.0.0.1, whose cookies every local server gets
+        assert _listening(port) == [address]  # that address only
+        url = line.removeprefix("open ")
+        with httpx.Client(base_url=base, timeout=30) as http:
             assert http.get("/").status_code == 403
             assert http.get(url).status_code == 200
             page = http.get("/")
             assert page.status_code == 200 and "initial import" in page.text
             assert http.get("/", headers={"host": f"evil.example:{port}"}).status_code == 403
+            assert http.get("/", headers={"host": f"127.0.0.1:{port}"}).status_code == 403  # its own name only
+        # the link is spent: the next one is printed for another browser, and works once
+        again = proc.stdout.readline().strip()
+        assert again.startswith("(the link works once")
+        again = proc.stdout.readline().strip()
+        following = re.search(r"open (http://\S+/\?token=[\w-]{43})\)$", again)
+        assert following and following.group(1) != url, again
+        with httpx.Client(timeout=30) as http:
+            assert http.get(url).status_code == 403
+            assert http.get(following.group(1)).status_code == 200
     finally:
         proc.terminate()
         proc.wait(30)
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_the_browser_gets_a_private_page_that_is_gone_when_the_ui_stops(ui_store: Store, tree: Path, tmp_path: Path):
+    import time
+
+    ui_store.close()
+    fake = tmp_path / "browser"
+    fake.write_text('#!/bin/sh\necho "$1" > "$0.opened"\n')  # opens nothing: the page stays unused
+    fake.chmod(0o755)
+    private = tmp_path / "tmp"
+    private.mkdir()
+    env = subprocess_env(BROWSER=str(fake), TMPDIR=str(private))
+    for name in ("CI", "SNAPSTORE_NO_BROWSER", "XDG_RUNTIME_DIR"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, "-m", "snapstore", "ui"], cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        printed = proc.stdout.readline().strip().removeprefix("open ")
+        opened = Path(str(fake) + ".opened")
+        deadline = time.monotonic() + 30
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        uri = opened.read_text().strip()
+        page = Path(uri.removeprefix("file://"))
+        assert uri.startswith("file://") and page.parent.parent == private and "token" not in uri
+        assert page.stat().st_mode & 0o777 == 0o600 and page.parent.stat().st_mode & 0o777 == 0o700
+        login = re.search(r'url=(http://[^"]+/\?token=[\w-]{43})"', page.read_text())
+        assert login and login.group(1) != printed  # a token of its own
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert not page.parent.exists()  # removed when the UI stopped
 
 
 def _listening(port: int) -> list[str]:

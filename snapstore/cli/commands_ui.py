@@ -10,15 +10,16 @@ from snapstore.errors import UsageError
 
 @command(example="snapstore ui                          # prints the URL; opens a browser if there is one\nsnapstore ui --port 8765 --no-browser")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default="a free port", help="The port to listen on.")
-@click.option("--host", metavar="ADDR", default="127.0.0.1", show_default=True, help="The address to listen on; anything but loopback lets other machines reach the page (a warning says so).")
+@click.option("--host", metavar="ADDR", default=None, show_default="a random 127.x.y.z", help="The address to listen on; anything but loopback lets other machines reach the page (a warning says so).")
 @click.option("--no-browser", is_flag=True, help="Only print the URL (no browser is opened under CI or without a display anyway).")
 @click.pass_obj
-def ui(obj: Ctx, port: int, host: str, no_browser: bool) -> None:
+def ui(obj: Ctx, port: int, host: str | None, no_browser: bool) -> None:
     """Browse checkpoints in a local web page: timeline, diffs, file history, compare, and
     restore / undo / tag with a preview first.
 
-    The page is served on 127.0.0.1 only, to the browser that opens the printed URL (it holds
-    a random token); Ctrl-C stops it.
+    The page is served on a random loopback address (127.x.y.z), to your own user only, in the
+    browser that opens the printed URL first (its token works once; the next one is printed when
+    it is used); Ctrl-C stops it.
     """
     from snapstore.ui.server import missing_dependencies, serve
 

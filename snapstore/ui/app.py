@@ -28,7 +28,7 @@ from snapstore.errors import (
 from snapstore.ui import actions, views
 from snapstore.ui.highlight import stylesheet
 from snapstore.ui.html import Html, error_body, page, path_from_token
-from snapstore.ui.security import Guard, allowed_hosts
+from snapstore.ui.security import AdmitPeer, Credentials, Guard, allowed_hosts
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -279,8 +279,22 @@ def _form_paths(form: list[tuple[str, str]]) -> list[bytes]:
     return [path_from_token(v) for k, v in form if k == "p" and v]
 
 
-def create_app(store: Store, *, token: str, host: str, port: int) -> Any:
-    """The ASGI application: the routes behind :class:`snapstore.ui.security.Guard`."""
+def create_app(
+    store: Store,
+    *,
+    host: str,
+    port: int,
+    token: str | None = None,
+    credentials: Credentials | None = None,
+    peer: AdmitPeer | None = None,
+) -> Any:
+    """The ASGI application: the routes behind :class:`snapstore.ui.security.Guard`.
+
+    ``credentials`` holds the login tokens and sessions (a new set by default); ``token``, when
+    given, is added to it as a one-time login token.  ``peer`` decides which connections are
+    served at all (:class:`snapstore.ui.peer.PeerCheck`; the server sets it, the in-process test
+    client has no socket to check).
+    """
     from starlette.applications import Starlette
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
@@ -314,4 +328,4 @@ def create_app(store: Store, *, token: str, host: str, port: int) -> Any:
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {_TooLarge: too_large, _BadForm: bad_form}
     app = Starlette(routes=routes, exception_handlers=handlers)
-    return Guard(app, token=token, hosts=allowed_hosts(host, port), port=port)
+    return Guard(app, hosts=allowed_hosts(host, port), port=port, credentials=credentials, token=token, peer=peer)

@@ -1,21 +1,26 @@
-"""Running the UI: bind the socket, print the URL with its token, serve with uvicorn.
+"""Running the UI: bind the socket, print the login URL, open a browser, serve with uvicorn.
 
-The socket is bound here (not by uvicorn) so the port is known, and the Host check set up,
-before anything is served; ``--port 0`` (the default) takes a free port.
+The socket is bound here (not by uvicorn) so the address and port are known, and the Host and
+peer checks set up, before anything is served.  By default it listens on a random 127.x.y.z
+(:mod:`snapstore.ui.peer`) and ``--port 0`` takes a free port.  The login URL goes to the
+terminal; the browser gets a private launch page instead (:mod:`snapstore.ui.launch`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import UsageError
-from snapstore.ui.security import is_loopback, new_token
+from snapstore.ui.launch import LAUNCH_TTL, LaunchPage, open_when_ready
+from snapstore.ui.peer import PeerCheck, random_loopback, tables_readable, trusted_uids
+from snapstore.ui.security import Credentials, is_loopback
 
 if TYPE_CHECKING:
     from snapstore.store import Store
@@ -46,16 +51,18 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def browser_available() -> bool:
-    """Whether opening a browser makes sense: a desktop session, not CI, not switched off."""
+    """Whether opening a browser makes sense: a desktop session or a ``$BROWSER``, not CI, not switched off."""
     if os.environ.get("CI") or os.environ.get("SNAPSTORE_NO_BROWSER"):
         return False
+    if os.environ.get("BROWSER"):
+        return True  # named by the user (Python's webbrowser runs it)
     if sys.platform in ("darwin", "win32"):
         return True
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def url_for(host: str, port: int, token: str) -> str:
-    """The URL to print: a wildcard address is shown as 127.0.0.1."""
+    """The login URL for ``token``: a wildcard address is shown as 127.0.0.1."""
     bare = host.strip("[]")
     if bare in ("0.0.0.0", ""):
         bare = "127.0.0.1"
@@ -65,15 +72,57 @@ def url_for(host: str, port: int, token: str) -> str:
     return f"http://{shown}:{port}/?token={token}"
 
 
-class Running(NamedTuple):
-    """A UI being served: the URL to open (with its token), the port and the token."""
+class Running:
+    """A UI being served: where, and its printed login URL (``url``, with its one-time ``token``)."""
 
-    url: str
-    port: int
-    token: str
+    def __init__(self, host: str, port: int, credentials: Credentials, on_use: Callable[[], None] | None = None):
+        self.host = host
+        self.port = port
+        self.credentials = credentials
+        self.url = self.login_url(on_use=on_use)
+        self.token = self.url.rsplit("=", 1)[1]
+
+    def login_url(self, *, ttl: float | None = None, on_use: Callable[[], None] | None = None) -> str:
+        """A new login URL: it works once (and for ``ttl`` seconds when given)."""
+        return url_for(self.host, self.port, self.credentials.add_login(ttl=ttl, on_use=on_use))
 
 
-def _prepare(store: Store, host: str, port: int, ready: threading.Event) -> tuple[Any, socket.socket, Running]:
+def bind_ui(host: str | None, port: int, warn: Callable[[str], None]) -> tuple[socket.socket, str]:
+    """The listening socket and its address: ``host``, or by default a random 127.x.y.z."""
+    if host is not None:
+        return bind(host, port), host
+    for _ in range(5):
+        address = random_loopback()
+        try:
+            return bind(address, port), address
+        except UsageError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
+                failure = exc
+                continue  # that port of that address is taken: try another address
+            # Some systems (macOS) answer on 127.0.0.1 only.
+            warn(f"{exc.message}: listening on 127.0.0.1, whose cookies the browser also sends to other local servers")
+            return bind("127.0.0.1", port), "127.0.0.1"
+    raise failure
+
+
+def peer_check(host: str, warn: Callable[[str], None]) -> PeerCheck | None:
+    """Who may connect: the UI's own user (see :mod:`snapstore.ui.peer`), when the system says who connects."""
+    if not tables_readable():
+        warn("cannot tell which local user connects (no /proc/net/tcp): anyone holding the page's cookie can use it")
+        return None
+    return PeerCheck(trusted_uids(), remote_ok=not is_loopback(host))
+
+
+def _prepare(
+    store: Store,
+    host: str | None,
+    port: int,
+    ready: threading.Event,
+    *,
+    warn: Callable[[str], None] = print,
+    on_use: Callable[[], None] | None = None,
+) -> tuple[Any, socket.socket, Running]:
     import uvicorn
 
     from snapstore.ui.app import create_app
@@ -83,42 +132,82 @@ def _prepare(store: Store, host: str, port: int, ready: threading.Event) -> tupl
             await super().startup(sockets=sockets)
             ready.set()
 
-    sock = bind(host, port)
+    sock, host = bind_ui(host, port, warn)
     port = sock.getsockname()[1]
-    token = new_token()
-    app = create_app(store, token=token, host=host, port=port)
+    credentials = Credentials()
+    app = create_app(store, host=host, port=port, credentials=credentials, peer=peer_check(host, warn))
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, server_header=False)
-    return Server(config), sock, Running(url_for(host, port, token), port, token)
+    return Server(config), sock, Running(host, port, credentials, on_use)
 
 
 def serve(
     store: Store,
     *,
-    host: str = "127.0.0.1",
+    host: str | None = None,
     port: int = 0,
     open_browser: bool = True,
     echo: Callable[[str], None] = print,
     warn: Callable[[str], None] = print,
 ) -> None:
-    """Serve the UI for ``store`` until interrupted (Ctrl-C)."""
-    if not is_loopback(host):
+    """Serve the UI for ``store`` until interrupted (Ctrl-C); ``host`` None: a random 127.x.y.z."""
+    if host is not None and not is_loopback(host):
         warn(
             f"listening on {host}: other machines that reach this address can load the page "
             "(they still need the token, and the traffic is not encrypted)"
         )
     ready = threading.Event()
-    server, sock, running = _prepare(store, host, port, ready)
-    echo(f"snapstore ui for {store.root}\nopen {running.url}\n(Ctrl-C stops it)")
-    if open_browser and browser_available():
-        threading.Thread(target=_open_when_ready, args=(ready, running.url), daemon=True).start()
+
+    def reprint() -> None:
+        # Each link logs in once: offer the next one for another browser.
+        try:
+            echo(f"(that link has been used; to log in another browser, open {running.login_url(on_use=reprint)})")
+        except OSError:
+            pass  # nobody reads the output any more (a closed pipe): the login itself goes on
+
+    server, sock, running = _prepare(store, host, port, ready, warn=warn, on_use=reprint)
+    echo(f"snapstore ui for {store.root}\nopen {running.url}\n(the link works once; Ctrl-C stops it)")
+    page = _launch(running, ready, warn) if open_browser and browser_available() else None
+    _exit_on_sigterm()
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
+        if page is not None:
+            page.remove()
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM unwind this process (so the launch page is removed) instead of killing it.
+
+    uvicorn stops gracefully on SIGTERM and then raises the signal again for the handler that
+    was there before it; with the default one the process would die before any ``finally``.
+    """
+    import signal
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def _launch(running: Running, ready: threading.Event, warn: Callable[[str], None]) -> LaunchPage | None:
+    """Open a browser through a private launch page (see :mod:`snapstore.ui.launch`)."""
+    page: LaunchPage | None = None
+    try:
+        page = LaunchPage()
+        page.write(running.login_url(ttl=LAUNCH_TTL, on_use=page.remove))
+    except OSError as exc:
+        if page is not None:
+            page.remove()
+        warn(f"cannot write the browser's launch page ({exc.strerror or exc}): open the URL above")
+        return None
+    threading.Thread(target=open_when_ready, args=(ready, page), daemon=True).start()
+    timer = threading.Timer(LAUNCH_TTL, page.remove)
+    timer.daemon = True
+    timer.start()
+    return page
 
 
 @contextmanager
-def background(store: Store, *, host: str = "127.0.0.1", port: int = 0) -> Iterator[Running]:
+def background(store: Store, *, host: str | None = None, port: int = 0) -> Iterator[Running]:
     """Serve the UI in a thread of this process for the ``with`` block (tests, demos)."""
     ready = threading.Event()
     server, sock, running = _prepare(store, host, port, ready)
@@ -132,10 +221,3 @@ def background(store: Store, *, host: str = "127.0.0.1", port: int = 0) -> Itera
         server.should_exit = True
         thread.join(30)
         sock.close()
-
-
-def _open_when_ready(ready: threading.Event, url: str) -> None:
-    import webbrowser
-
-    if ready.wait(30):
-        webbrowser.open(url)
