@@ -8,11 +8,16 @@ STAMP  := $(VENV)/.installed-stamp
 
 all: test
 
+# Quiet when all is well: pip's output (and the build backend's notices) goes to a log that is
+# printed only when the install fails. `compat` editable mode puts the checkout on sys.path with a
+# .pth line; the default (an import hook) costs every CLI start measurable time.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,bench,agents,ui]' --config-settings editable_mode=compat
-	touch $(STAMP)
+	@echo "setting up $(VENV) (log: $(VENV)/setup.log)"
+	@$(PYTHON) -m venv $(VENV)
+	@( $(PY) -m pip install --quiet --upgrade pip && \
+	   $(PY) -m pip install -e '.[dev,bench,agents,ui]' --config-settings editable_mode=compat ) \
+	   > $(VENV)/setup.log 2>&1 || { cat $(VENV)/setup.log; echo "make: setup failed (log above)"; exit 1; }
+	@touch $(STAMP)
 
 setup: $(STAMP)
 
