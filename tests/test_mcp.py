@@ -99,8 +99,12 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         diff = await call.ok("checkpoint_diff", ref=first["checkpoint"]["id"], against="latest", patch=True)
         assert [c["path"] for c in diff["changes"]] == ["app.py"] and "-    return 1" in (diff["patch"] or "")
         (tmp_path / "notes.txt").write_text("changed\n")
+        (tmp_path / "scratch.txt").write_text("a second change the filter must leave out\n")
+        every = await call.ok("checkpoint_diff", ref="latest")
+        assert [c["path"] for c in every["changes"]] == ["notes.txt", "scratch.txt"]
         now = await call.ok("checkpoint_diff", ref="latest", paths=[str(tmp_path / "notes.txt")])
         assert now["target"] == "working tree" and [c["path"] for c in now["changes"]] == ["notes.txt"]
+        (tmp_path / "scratch.txt").unlink()
 
         old = await call.ok("file_at", ref=first["checkpoint"]["id"], path="app.py")
         assert old["content"] == "def main():\n    return 1\n" and old["encoding"] == "utf-8"

@@ -123,6 +123,28 @@ def test_ignored_files_git_and_store_are_never_touched(tree: Path):
         assert store.verify().ok
 
 
+def test_a_file_the_checkpoint_holds_but_now_ignored_is_left_alone_with_a_warning(tree: Path, run_cli):
+    # The checkpoint holds debug.log; *.log is ignored since, and the user changed the file.
+    # Restore must not write it (the scan no longer sees it, so it cannot tell an unsaved edit
+    # from a stale copy): it leaves it, says so, and succeeds.
+    (tree / "debug.log").write_bytes(b"v1\n")
+    (tree / "build").mkdir()
+    (tree / "build/keep.txt").write_bytes(b"k1\n")
+    assert run_cli("init", cwd=tree).code == 0
+    assert run_cli("snapshot", "-m", "A", cwd=tree).code == 0
+    (tree / ".gitignore").write_bytes(b"*.log\nbuild/\n")
+    (tree / "debug.log").write_bytes(b"v2, the user's\n")
+    (tree / "build/keep.txt").write_bytes(b"k2, the user's\n")
+    (tree / "src/f1.txt").write_bytes(b"x")
+    result = run_cli("restore", "latest", cwd=tree)
+    assert result.code == 0, result.err
+    assert (tree / "debug.log").read_bytes() == b"v2, the user's\n"
+    assert (tree / "build/keep.txt").read_bytes() == b"k2, the user's\n"
+    assert "left debug.log alone: debug.log is ignored" in result.err + result.text
+    assert "left build/keep.txt alone: build is ignored" in result.err + result.text
+    assert (tree / "src/f1.txt").read_bytes() != b"x"  # the rest was restored
+
+
 def test_directory_that_holds_ignored_files_is_not_removed(tree: Path):
     (tree / ".gitignore").write_bytes(b"*.log\n")
     with Store.init(tree) as store:
