@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from snapstore.ops.context import StageContext
 from snapstore.records import manifest
-from snapstore.records.checkpoint import Checkpoint, damage_of, load_all, load_one
+from snapstore.records.checkpoint import Checkpoint, load_all
 from snapstore.records.manifest import Entry
 
 if TYPE_CHECKING:
@@ -57,10 +57,6 @@ class StoreBase:
             tags = history.tags_of({cp.id})
         return cp._replace(tags=tags.get(cp.id, ()))
 
-    def _damage_of(self, cid: str) -> str | None:
-        with self.backend.read() as view:
-            return damage_of(view, bytes.fromhex(cid))
-
     def _load(self) -> tuple[list[Checkpoint], dict[str, str]]:
         with self.backend.read() as view:
             all_ = load_all(view)
@@ -70,10 +66,6 @@ class StoreBase:
             by_id.setdefault(cid, []).append(name)
         all_ = [c._replace(tags=tuple(sorted(by_id.get(c.id, ())))) for c in all_]
         return all_, tags
-
-    def _checkpoint_by_id(self, cid: bytes) -> Checkpoint:
-        with self.backend.read() as view:
-            return load_one(view, cid)
 
     def _manifest_dict(self, mid: bytes) -> dict[bytes, Entry]:
         with self.backend.read() as view:

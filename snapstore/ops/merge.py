@@ -56,10 +56,6 @@ class MergeResult:
     conflicts: list[Conflict] = field(default_factory=list)
     markers: bool = False
 
-    @property
-    def clean(self) -> bool:
-        return not self.conflicts
-
 
 def merge(
     base: bytes,

@@ -16,7 +16,7 @@ the key is cleared first and set again in the transaction that finishes the repa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from snapstore.errors import CorruptError
 from snapstore.ops import diff, textdiff
@@ -219,7 +219,3 @@ def _versions_of(
     return out
 
 
-def iter_rows(view: ReadView, rel: bytes) -> Iterator[int]:
-    """The sequence numbers of the checkpoints whose rows name ``rel`` (for tests, verify)."""
-    for key, _ in view.items("paths", prefix=path_prefix(rel)):
-        yield key_seq(key[16:])

@@ -38,8 +38,6 @@ KIND_NAMES = {FILE: "file", EXEC: "exec", SYMLINK: "symlink", DIR: "dir", UNREAD
 
 #: What a new entry keeps of ``st_mode``: the file type and the nine permission bits.
 MODE_KEEP = 0o170777
-#: The bits of ``st_mode`` a snapshot drops (and counts): setuid, setgid, sticky.
-MODE_DROPPED = 0o7000
 
 
 def exact_mode(mode: int) -> int | None:

@@ -72,7 +72,6 @@ class WriteBatch:
         self._ops: dict[str, dict[bytes, bytes | _Deleted]] = {}
         self._new: dict[str, set[bytes]] = {}
         self._view_factory = view_factory
-        self.pending_bytes = 0
         #: After commit: bytes of values newly inserted by :meth:`put_new`.
         self.inserted_bytes = 0
 
@@ -80,7 +79,6 @@ class WriteBatch:
         """Set ``key`` to ``value`` (replacing any value)."""
         self._ops.setdefault(table, {})[key] = value
         self._new.get(table, set()).discard(key)
-        self.pending_bytes += len(key) + len(value)
 
     def put_new(self, table: str, key: bytes, value: bytes) -> None:
         """Set ``key`` only if it has no value yet (content-addressed objects are immutable)."""
@@ -89,7 +87,6 @@ class WriteBatch:
             return
         ops[key] = value
         self._new.setdefault(table, set()).add(key)
-        self.pending_bytes += len(key) + len(value)
 
     def delete(self, table: str, key: bytes) -> None:
         """Remove ``key`` (nothing happens if it has no value)."""

@@ -223,11 +223,6 @@ class LmdbBackend:
                 raise TreeIOError("the store has reached its maximum size")
             shared.env.set_mapsize(min(size * 2, MAX_MAP_SIZE))
 
-    def set_map_size(self, size: int) -> None:
-        """Test seam: force a (small) map size to exercise growth."""
-        with self._shared.lock.exclusive():
-            self._shared.env.set_mapsize(size)
-
     def map_size(self) -> int:
         """The size of this process's map of the store."""
         return self._shared.map_size_now()
