@@ -120,7 +120,9 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(PAGE)
     def log_message(self, *args):
         pass
-srv = http.server.HTTPServer((sys.argv[1], 0), H)
+# Threads: Chromium may hold an idle preconnected socket, which would stall a serial server.
+http.server.ThreadingHTTPServer.daemon_threads = True
+srv = http.server.ThreadingHTTPServer((sys.argv[1], 0), H)
 print(srv.server_address[1], flush=True)
 srv.serve_forever()
 """
