@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from snapstore.ops.restore import RestoreReport
     from snapstore.ops.restore.recovery import RecoverReport
     from snapstore.ops.retention import PruneReport
+    from snapstore.ops.revert import RevertReport
     from snapstore.ops.stats import StoreStats
     from snapstore.ops.textdiff import LineCounts
     from snapstore.ops.upgrade import UpgradeReport
@@ -228,6 +229,26 @@ def restore_lines(report: RestoreReport) -> list[str]:
     if report.safety is None:
         return [head]
     return [f"{head}; the tree before is checkpoint {report.safety.short_id} ('snapstore undo' puts it back)"]
+
+
+def revert_lines(report: RevertReport) -> list[str]:
+    """One line per path a revert considered (status, path, conflicting lines), then a total."""
+    lines = []
+    for o in report.outcomes:
+        text = f"{o.status:<9} {display(o.path)}"
+        if o.conflicts and o.status == "conflict":
+            ranges = ", ".join(c.describe() for c in o.conflicts)
+            text += f": {ranges or 'whole file'}"
+        if o.note:
+            text += f" ({o.note})"
+        lines.append(text)
+    if report.dry_run:
+        lines.append(f"dry run: revert of {report.what} would change {report.changed} path(s); nothing was changed")
+    elif report.op_seq is None:
+        lines.append(f"revert of {report.what}: nothing to change")
+    else:
+        lines.append(f"revert of {report.what}: {report.changed} path(s) changed; 'snapstore undo' puts them back")
+    return lines
 
 
 def oplog_rows(ops: list[Operation]) -> list[list[str]]:

@@ -25,7 +25,9 @@ from snapstore.errors import (
     TreeIOError,
     UsageError,
 )
-from snapstore.facade.revert import RevertMixin
+from snapstore.facade.going_back import GoingBackMixin
+from snapstore.facade.reading import ReadingMixin
+from snapstore.facade.upkeep import UpkeepMixin
 from snapstore.hooks import HookRegistry
 from snapstore.ops.context import StageContext
 from snapstore.records import schema
@@ -34,7 +36,7 @@ from snapstore.records.checkpoint import (
     Checkpoint,
     parse_record,
 )
-from snapstore.storage import chunker, entries, lmdb_generations, objects, packs
+from snapstore.storage import chunker, lmdb_generations, objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.storage.memory import MemoryBackend
@@ -50,8 +52,6 @@ FORMAT_VERSION = 2
 READABLE_FORMATS = (1, 2)
 
 
-
-
 class _ThreadLock:
     """The writer lock of an in-memory store (one process, so a thread lock is enough)."""
 
@@ -64,7 +64,7 @@ class _ThreadLock:
             yield
 
 
-class Store(RevertMixin):
+class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
     """A snapshot store for one directory tree.
 
     Open one with :meth:`init` (creates it), :meth:`open` (a tree's store, or a store directory)
@@ -198,7 +198,7 @@ class Store(RevertMixin):
         # Opening never replays a restore journal: read-only commands must not write the tree
         # (they report it: pending_restore); writers recover under the lock (_recover).
         opened = cls(backend, tree, store_dir, lock, level)
-        opened.context.delta_depth = _delta_depth(meta)
+        opened.context.delta_depth = packs.delta_depth_of(meta)
         if watch:
             opened.watch()
         return opened
@@ -281,7 +281,6 @@ class Store(RevertMixin):
             raise FormatVersionError("the store was written with other chunker parameters")
         return meta
 
-
     def watch(self) -> str | None:
         """Watch the tree so snapshots cost O(changed); returns why not when it cannot.
 
@@ -313,6 +312,11 @@ class Store(RevertMixin):
         if w is not None:
             w.close()
         self.backend.close()
+
+    def set_lock_timeout(self, seconds: float) -> None:
+        """How long writers wait for another process's writer lock (LockError after it)."""
+        if isinstance(self._lock, WriterLock):
+            self._lock.timeout = seconds
 
     def __enter__(self) -> Store:
         return self
@@ -367,10 +371,6 @@ class Store(RevertMixin):
         late = self.hooks.after("after_snapshot", checkpoint=cp)
         return cp._replace(warnings=cp.warnings + tuple(late)) if late else cp
 
-
-
-
-
     def snapshot_if(
         self, context: OperationContext, *, policy: Policy | None = None, **snapshot_args: Any
     ) -> Checkpoint | None:
@@ -390,17 +390,7 @@ class Store(RevertMixin):
             metadata["tool"] = context.tool
         return self.snapshot(metadata=metadata, **snapshot_args)
 
-
-    # -- retention, deletion, gc, stats, config (see snapstore.retention, snapstore.gc) ------
-
-    # -- reading ------------------------------------------------------------------------------
-
-    # -- internals ----------------------------------------------------------------------------
-
-
-
-
-    # -- agents -------------------------------------------------------------------------------
+    # -- the edit tool (agents) -----------------------------------------------------------------
 
     def edit(
         self,
@@ -421,29 +411,14 @@ class Store(RevertMixin):
         then the file is replaced atomically with its mode, line endings and other bytes kept.
         Returns an :class:`~snapstore.ops.edit.EditReport` with the unified diff.
         """
-        from snapstore.ops import edit as edit_mod
+        from snapstore.ops import edit as edit_op
 
-        real, rel = edit_mod.resolve_target(self.root, os.fspath(path), self.store_dir)
-        parsed = edit_mod.parse_edits(edits)
         with self._lock.held():
-            data = edit_mod.read_file(real)
-            edit_mod.check_expected(data, expected, rel)
-            new, matches, diff = edit_mod.plan(data, parsed, replace_all=replace_all, path=rel)
-            report = edit_mod.EditReport(
-                rel, matches, diff, edit_mod.content_hash(data), edit_mod.content_hash(new), dry_run
+            return edit_op.run(
+                self.root, self.store_dir, os.fspath(path), edits, expected=expected, dry_run=dry_run,
+                replace_all=replace_all, metadata=metadata,
+                checkpoint=lambda message, meta: self.snapshot(message, task=task, metadata=meta, skip_unchanged=True),
             )
-            if dry_run:
-                return report
-            # The checkpoint records what changed before this edit: not the editor's work.
-            meta = {"tool_name": "snapstore edit", "path": rel, **(metadata or {}), "actor": "user"}
-            cp = self.snapshot(f"before edit: {rel}", task=task, metadata=meta, skip_unchanged=True)
-            report.checkpoint = cp.id
-            report.warnings.extend(cp.warnings)
-            # The file may have changed while the checkpoint was taken: never write over that.
-            edit_mod.check_expected(edit_mod.read_file(real), report.old_hash, rel)
-            edit_mod.write_keeping_mode(real, new)
-            report.written = True
-        return report
 
     # -- tags and a change token (for the web UI, snapstore.ui) -------------------------------
 
@@ -495,24 +470,6 @@ def _same_dir(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-#: The meta key of ``config storage.delta-depth`` (retention.config_key's; not imported from
-#: there so that opening a store does not load the retention module).
-DELTA_DEPTH_KEY = b"config:storage.delta-depth"
-
-
-def _delta_depth(meta: dict[bytes, bytes]) -> int:
-    raw = meta.get(DELTA_DEPTH_KEY)
-    if raw is None:
-        return packs.DELTA_DEPTH
-    try:
-        depth = int(raw)
-        if not 0 <= depth <= entries.MAX_CHAIN:
-            raise ValueError(depth)
-    except ValueError:
-        raise CorruptError("the store's config 'storage.delta-depth' is damaged") from None
-    return depth
-
-
 def _inside(path: str, root: str) -> bool:
     """Whether ``path`` is ``root`` or below it (symlinks resolved)."""
     return is_inside(os.path.realpath(path), os.path.realpath(root))
@@ -524,8 +481,6 @@ def _not_this_tree(store_dir: str, root: str, asked: str) -> str:
         f"the command in {root}, or, if the tree was moved or copied, re-point the store with "
         f"'snapstore --store {store_dir} relocate {os.path.abspath(asked)}'"
     )
-
-
 
 
 def _check_tag(tag: str) -> None:

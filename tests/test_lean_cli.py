@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from helpers import call_cli, subprocess_env
@@ -138,7 +139,7 @@ def test_parse_last_value_wins_and_globals_on_both_sides(monkeypatch):
     monkeypatch.delenv("SNAPSTORE_LOCK_TIMEOUT", raising=False)
     opts = lean.parse_snapshot(["--store", "A", "-C", "d1", "snapshot", "-m", "1", "--message", "2", "--store=B", "-Cd2"])
     assert opts is not None
-    assert (opts["store"], opts["directory"], opts["message"], opts["lock_timeout"]) == ("B", "d2", "2", 30.0)
+    assert (opts["store_dir"], opts["directory"], opts["message"], opts["lock_timeout"]) == ("B", "d2", "2", 30.0)
 
 
 def test_console_script_snapshot_imports_no_click(twins):
@@ -196,3 +197,24 @@ def test_console_script_ends_early_with_all_output_flushed(twins):
     assert re.fullmatch(r"[0-9a-f]{12} \+1 ~0 -0 files, \d+ B new\n", ok.stdout.decode()), ok.stdout
     bad = subprocess.run([sys.executable, "-c", code, "snapshot", "-C", "missing-dir"], capture_output=True, env=env, cwd=a, timeout=120)
     assert bad.returncode != 0 and bad.stderr.startswith(b"snapstore: error: "), bad
+
+
+def test_one_table_of_global_options_matches_the_click_group_and_every_command():
+    # The click-free parser and the service client read GLOBAL_OPTIONS; click must accept
+    # exactly those as value-taking global options, under the same names.
+    from snapstore.cli import cli
+    from snapstore.cli.lean import GLOBAL_OPTIONS
+
+    def value_options(params: list[Any]) -> dict[str, str]:
+        return {
+            opt: p.name for p in params if p.param_type_name == "option" and not p.is_flag for opt in p.opts
+            if opt in GLOBAL_OPTIONS or p.name in GLOBAL_OPTIONS.values()
+        }
+
+    assert value_options(cli.params) == GLOBAL_OPTIONS
+    for name, command in cli.commands.items():
+        after = value_options(command.params)
+        # After the command: the same options (a command with its own --store keeps it).
+        assert {k: v for k, v in after.items() if k != "--store"} == {
+            k: v for k, v in GLOBAL_OPTIONS.items() if k != "--store"
+        }, name

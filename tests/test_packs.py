@@ -313,7 +313,6 @@ def test_cli_gc_repack(tree, store, run_cli):
 
 
 def test_the_delta_depth_key_is_the_config_key():
-    from snapstore import store as store_mod
     from snapstore.ops import retention
 
-    assert store_mod.DELTA_DEPTH_KEY == retention.config_key("storage.delta-depth")
+    assert packs.DELTA_DEPTH_KEY == retention.config_key("storage.delta-depth")

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from snapstore.ops.merge import merge
-from snapstore.ops.revert import Step, plan
+from snapstore.ops.revert.planner import Step, plan
 from snapstore.records.manifest import EXEC, FILE, Entry
 from snapstore.storage.objects import chunk_id
 

@@ -29,18 +29,25 @@ CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_w
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-#: The resident service replaces how a command opens its store (it keeps one open); None
-#: means every command opens the store itself.
-STORE_PROVIDER: Callable[[Ctx], Store] | None = None
+#: How a command opens its store when not by itself: the resident service passes one to
+#: :func:`main` (it keeps the store open).
+Opener = Callable[["Ctx"], "Store"]
 
 
 class Ctx:
-    """What the global options say: which store, which tree, how long to wait for the lock."""
+    """What the global options say: which store, which tree, how long to wait for the lock;
+    and ``opener``, the service's way to open the store (None: the command opens it)."""
 
-    def __init__(self, store_dir: str | None, directory: str | None, lock_timeout: float):
+    def __init__(self, store_dir: str | None, directory: str | None, lock_timeout: float, opener: Opener | None = None):
         self.store_dir = store_dir
         self.directory = directory or "."
         self.lock_timeout = lock_timeout
+        self.opener = opener
+
+    @property
+    def in_service(self) -> bool:
+        """Whether the command runs inside the resident service."""
+        return self.opener is not None
 
     def open(self, *, reading: bool = False, upgrading: bool = False) -> Store:
         """The store of the tree the user is in (or names with -C), or the one --store names.
@@ -49,8 +56,8 @@ class Ctx:
         never finishes one itself (writers and ``snapstore recover`` do).  Every command but
         ``upgrade`` notes a format-1 store (it works, and ``upgrade`` makes it smaller).
         """
-        if STORE_PROVIDER is not None:
-            store = STORE_PROVIDER(self)
+        if self.opener is not None:
+            store = self.opener(self)
         else:
             from snapstore.store import Store
 
@@ -223,13 +230,15 @@ def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_t
     Every command takes --help (with an example). References: latest, latest~N, #N, a tag,
     an id prefix, :/TEXT (newest message containing TEXT), each optionally @TASK.
     """
-    ctx.obj = Ctx(store_dir, directory, lock_timeout)
+    # main() hands the opener in as the context's initial obj.
+    ctx.obj = Ctx(store_dir, directory, lock_timeout, opener=ctx.obj)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
+def main(argv: list[str] | None = None, *, open_store: Opener | None = None) -> int:
+    """Entry point of the console script; returns the exit code.  ``open_store`` replaces how
+    commands open the store (the resident service keeps one open)."""
     try:
-        cli.main(args=argv, prog_name="snapstore", standalone_mode=False)
+        cli.main(args=argv, prog_name="snapstore", standalone_mode=False, obj=open_store)
         return EXIT_OK
     except Exit as exc:
         return exc.code

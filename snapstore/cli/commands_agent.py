@@ -7,7 +7,6 @@ import sys
 
 import click
 
-from snapstore.cli import app
 from snapstore.cli.app import Ctx, Exit, command, echo_json, read_json_list
 from snapstore.errors import UsageError
 
@@ -32,7 +31,7 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
         if not any(f'"{name}"' in raw for name in claude_code.SILENT_EVENTS):
             echo_json({"systemMessage": f"snapstore: unknown agent {agent!r} in the hook command (use claude-code)"})
         raise Exit(0)
-    in_service = app.STORE_PROVIDER is not None
+    in_service = obj.in_service
     # In the service the client has already moved to $CLAUDE_PROJECT_DIR (the service's own
     # environment is that of whoever started it).
     project = os.getcwd() if in_service else (os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd())

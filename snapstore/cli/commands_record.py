@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from snapstore.cli import app, lean
+from snapstore.cli import lean
 from snapstore.cli.app import Ctx, command, echo_json, read_json_list, warn
 
 
@@ -64,7 +64,7 @@ def snapshot(
         skip_unchanged=skip_unchanged,
         quiet=quiet,
         as_json=as_json,
-        may_start_service=app.STORE_PROVIDER is None,  # (in the service: it is running)
+        may_start_service=not obj.in_service,  # (in the service: it is running)
     )
     for w in warnings:
         warn(w)

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import click
 
 from snapstore.cli.app import Ctx, Exit, command, echo_json, warn
 from snapstore.errors import EXIT_DIFFERENT, UsageError
-
-if TYPE_CHECKING:
-    from snapstore.ops.revert_record import RevertReport
 
 
 @command(
@@ -63,7 +59,10 @@ def revert(
         if conflicts not in ("refuse", side):
             raise UsageError(f"--{side} and --conflicts={conflicts} contradict each other")
         conflicts = side
-    ref, range_ = (None, what) if what is not None and ".." in what else (what, None)
+    from snapstore.ops.revert import split_range
+    from snapstore.render import revert_lines
+
+    ref, range_ = (None, what) if what is not None and split_range(what) is not None else (what, None)
     with obj.open() as store:
         report = store.revert(
             ref, range=range_, task=task, actor=actor, paths=paths or None, conflicts=conflicts, dry_run=dry_run
@@ -78,28 +77,8 @@ def revert(
             for path in sorted(report.diffs):
                 out.write(report.diffs[path])
             out.flush()
-        for line in _summary(report):
+        for line in revert_lines(report):
             click.echo(line)
     if any(o.final.data is not None for o in report.conflicted):
         raise Exit(EXIT_DIFFERENT)
 
-
-def _summary(report: RevertReport) -> list[str]:
-    from snapstore.tree.paths import display
-
-    lines = []
-    for o in report.outcomes:
-        text = f"{o.status:<9} {display(o.path)}"
-        if o.conflicts and o.status == "conflict":
-            ranges = ", ".join(c.describe() for c in o.conflicts)
-            text += f": {ranges or 'whole file'}"
-        if o.note:
-            text += f" ({o.note})"
-        lines.append(text)
-    if report.dry_run:
-        lines.append(f"dry run: revert of {report.what} would change {report.changed} path(s); nothing was changed")
-    elif report.op_seq is None:
-        lines.append(f"revert of {report.what}: nothing to change")
-    else:
-        lines.append(f"revert of {report.what}: {report.changed} path(s) changed; 'snapstore undo' puts them back")
-    return lines

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 
     from snapstore.store import Store
 
-#: Options taking a value, before or after the command: (long, short) -> the key they set.
-_GLOBAL = {"--store": "store", "-C": "directory", "--lock-timeout": "lock_timeout"}
+#: The global options (each takes a value, before or after the command) -> the name they set:
+#: the one table the click group, this parser and the service client agree on (a test checks
+#: the click group's options against it).
+GLOBAL_OPTIONS = {"--store": "store_dir", "-C": "directory", "--lock-timeout": "lock_timeout"}
 _VALUES = {"-m": "message", "--message": "message", "--task": "task"}
 _MULTI = {"--tag": "tags", "--meta": "meta"}
 _FLAGS = {"-q": "quiet", "--quiet": "quiet", "--json": "as_json", "--skip-unchanged": "skip_unchanged"}
@@ -37,7 +39,7 @@ def parse_snapshot(argv: list[str]) -> dict[str, Any] | None:
     (SNAPSTORE_STORE, SNAPSTORE_LOCK_TIMEOUT) are read as click reads them.
     """
     opts: dict[str, Any] = {
-        "store": os.environ.get("SNAPSTORE_STORE") or None,
+        "store_dir": os.environ.get("SNAPSTORE_STORE") or None,
         "directory": None,
         "lock_timeout": os.environ.get("SNAPSTORE_LOCK_TIMEOUT") or None,
         "message": "",
@@ -67,7 +69,7 @@ def parse_snapshot(argv: list[str]) -> dict[str, Any] | None:
                 return None
             opts[_FLAGS[name]] = True
             continue
-        key = _GLOBAL.get(name) or (_VALUES.get(name) or _MULTI.get(name) if seen_command else None)
+        key = GLOBAL_OPTIONS.get(name) or (_VALUES.get(name) or _MULTI.get(name) if seen_command else None)
         if key is None:
             return None
         if not eq:
@@ -223,7 +225,7 @@ def main(argv: list[str]) -> int | None:
         def open_store() -> Store:
             from snapstore.store import Store
 
-            store = Store.find(opts["directory"] or ".", store=opts["store"], lock_timeout=opts["lock_timeout"])
+            store = Store.find(opts["directory"] or ".", store=opts["store_dir"], lock_timeout=opts["lock_timeout"])
             note = store.format_note  # as the click path's Ctx.open says it
             if note is not None:
                 _echo(f"snapstore: warning: {note}", err=True)

@@ -1,5 +1,7 @@
-"""The Store facade, in parts: ``base`` (state, loading and resolving records), ``reading``
-(list, show, diff, cat, conversations, verify), ``going_back`` (restore, undo, rewind, recover)
-and ``upkeep`` (prune, delete, gc, stats, config, relocate).  :class:`snapstore.store.Store`
-combines them with opening and snapshotting; each method is one CLI command's library call.
+"""The Store facade, in sibling parts over one base: ``base`` (state, loading and resolving
+records, and what every writer shares: finishing an interrupted restore, a safety checkpoint),
+``reading`` (list, show, diff, cat, conversations, verify), ``going_back`` (restore, undo,
+rewind, revert, recover) and ``upkeep`` (prune, delete, gc, stats, config, relocate).
+:class:`snapstore.store.Store` combines them with opening, snapshotting, tags and the edit tool;
+each method takes the lock it needs, calls one stage in :mod:`snapstore.ops`, and runs hooks.
 """

@@ -1,23 +1,25 @@
-"""What every part of the Store shares: its attributes, and loading and resolving records."""
+"""What every part of the Store shares: its attributes, loading and resolving records, and
+the two steps every writer may need (finishing an interrupted restore, a safety checkpoint)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from snapstore.hooks import HookRegistry
 from snapstore.ops.context import StageContext
 from snapstore.records import manifest
-from snapstore.records.checkpoint import Checkpoint, load_all
+from snapstore.records.checkpoint import Checkpoint, load_all, parse_record
 from snapstore.records.manifest import Entry
+from snapstore.storage.backend import JOURNAL_KEY, Backend
 
 if TYPE_CHECKING:
-    pass
-
-from snapstore.hooks import HookRegistry
-from snapstore.storage.backend import Backend
+    from snapstore.records.oplog import Operation
+    from snapstore.tree.scan import Found
 
 
 class StoreBase:
-    """The Store's state (set by :class:`snapstore.store.Store`) and record lookup."""
+    """The Store's state (set by :class:`snapstore.store.Store`), record lookup and the steps
+    the parts share.  The parts (reading, going back, upkeep) are siblings over this base."""
 
     backend: Backend
     #: Absolute path of the working tree, and the same as bytes.
@@ -70,3 +72,47 @@ class StoreBase:
     def _manifest_dict(self, mid: bytes) -> dict[bytes, Entry]:
         with self.backend.read() as view:
             return manifest.load(view.get, mid)
+
+    def _conversation_of(self, cp: Checkpoint) -> list[Any] | None:
+        if cp.conversation is None:
+            return None
+        from snapstore.records import conversation
+
+        with self.backend.read() as view:
+            return conversation.read(view.get, cp.conversation)
+
+    def operations(self) -> list[Operation]:
+        """The operation log (restores and undos), newest first."""
+        from snapstore.records.oplog import Operation
+
+        with self.backend.read() as view:
+            return [Operation.parse(key, value) for key, value in view.items("oplog", reverse=True)]
+
+    def pending_restore(self) -> str | None:
+        """A warning when an interrupted restore is pending (read-only commands show it)."""
+        with self.backend.read() as view:
+            if view.get("journal", JOURNAL_KEY) is None:
+                return None  # the common case, without importing the restore package (~10 ms)
+            from snapstore.ops.restore.recovery import pending
+
+            return pending(view)
+
+    def _recover(self) -> bool:
+        """Finish an interrupted restore (the caller holds the writer lock); whether there was one."""
+        with self.backend.read() as view:
+            if view.get("journal", JOURNAL_KEY) is None:
+                return False
+        from snapstore.ops import restore
+
+        restore.recover(self.context)
+        return True
+
+    def _take_safety(self, message: str) -> tuple[Checkpoint, dict[bytes, Entry], dict[bytes, Found]]:
+        """Record the tree as a safety checkpoint (unless unchanged): it, its entries, what the
+        walk found.  The same context as snapshots, so it uses the manifest memo."""
+        from snapstore.ops import snapshot
+        from snapstore.records.checkpoint import SAFETY
+
+        cp_id, packed, result = snapshot.take(self.context, message=message, kind=SAFETY, skip_unchanged=True)
+        cp = parse_record(cp_id, packed)
+        return cp, {e.path: e for e in result.entries}, {f.path: f for f in result.found}

@@ -1,24 +1,21 @@
-"""Going back: restore, undo, rewind, and finishing an interrupted restore."""
+"""Going back: restore, undo, rewind, revert, and finishing an interrupted restore.
+
+Each method takes the writer lock, finishes an interrupted restore, runs the library's hooks and
+calls one stage (:mod:`snapstore.ops.restore`, :mod:`snapstore.ops.revert`).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from snapstore.errors import (
-    RefError,
-    UsageError,
-)
-from snapstore.ops.context import StageContext
-from snapstore.records.checkpoint import Checkpoint, load_one, parse_record
-from snapstore.storage.backend import JOURNAL_KEY
+from snapstore.errors import RefError, UsageError
+from snapstore.facade.base import StoreBase
+from snapstore.records.checkpoint import Checkpoint, load_one
 
 if TYPE_CHECKING:
-    from snapstore.ops.restore import RestoreReport
+    from snapstore.ops.restore import RestoreReport, TakeSafety
     from snapstore.ops.restore.recovery import RecoverReport
-    from snapstore.records.manifest import Entry
-    from snapstore.tree.scan import Found
-
-from snapstore.facade.reading import ReadingMixin
+    from snapstore.ops.revert import RevertReport
 
 
 class Rewind(NamedTuple):
@@ -30,8 +27,8 @@ class Rewind(NamedTuple):
     conversation: list[Any] | None
 
 
-class GoingBackMixin(ReadingMixin):
-    """Restore, undo, rewind, recover: journaled, undoable, under the writer lock."""
+class GoingBackMixin(StoreBase):
+    """Restore, undo, rewind, revert, recover: journaled, undoable, under the writer lock."""
 
     def restore(
         self, ref: str, paths: list[str] | None = None, *, dry_run: bool = False
@@ -48,14 +45,15 @@ class GoingBackMixin(ReadingMixin):
             return self._run_restore(target, paths, dry_run, "restore", f"before restore of {target.short_id}")
 
     def _run_restore(
-        self, target: Checkpoint, paths: list[str] | None, dry_run: bool, kind: str, message: str
+        self, target: Checkpoint, paths: list[str] | list[bytes] | None, dry_run: bool, kind: str, message: str,
+        take_safety: TakeSafety | None = None,
     ) -> RestoreReport:
         self.hooks.before("before_restore", target=target, paths=paths, dry_run=dry_run, kind=kind)
         from snapstore.ops import restore
 
         report = restore.run(
-            self._restore_context(), target, paths, dry_run=dry_run, kind=kind, message=message,
-            take_safety=self._take_safety,
+            self.context, target, paths, dry_run=dry_run, kind=kind, message=message,
+            take_safety=take_safety or self._take_safety,
         )
         report.warnings.extend(self.hooks.after("after_restore", report=report))
         return report
@@ -95,7 +93,7 @@ class GoingBackMixin(ReadingMixin):
         target = self.resolve(ref, task=task)
         messages = None
         if conversation:
-            messages = self.conversation(target.id)
+            messages = self._conversation_of(target)
             if messages is None:
                 raise RefError(f"no conversation stored with checkpoint {target.short_id}")
         report = self.restore(target.id, paths, dry_run=dry_run) if files else None
@@ -110,30 +108,40 @@ class GoingBackMixin(ReadingMixin):
 
         with self._lock.held():
             return restore.recover(
-                self._restore_context(), mode=mode, dry_run=dry_run,
+                self.context, mode=mode, dry_run=dry_run,
                 record_tree=lambda message: self._take_safety(message)[0],
             )
 
-    def _recover(self) -> bool:
-        if not self._journal_pending():
-            return False
-        from snapstore.ops import restore
+    def revert(
+        self,
+        ref: str | None = None,
+        *,
+        range: str | None = None,  # noqa: A002 - the name the CLI and the issue use ("A..B")
+        task: str | None = None,
+        actor: str | None = None,
+        paths: list[str] | None = None,
+        conflicts: str = "refuse",
+        dry_run: bool = False,
+    ) -> RevertReport:
+        """Take back what checkpoint ``ref`` changed (against its parent), what the range
+        ``"A..B"`` changed (A's tree to B's), or every change of ``task`` (optionally only the
+        checkpoints whose metadata ``actor`` matches), keeping the changes made since.
 
-        restore.recover(self._restore_context())
-        return True
+        Per path: untouched since -> goes back; changed since -> three-way line merge;
+        overlapping changes, binary or type changes -> conflicts.  ``conflicts`` is
+        ``"refuse"`` (ConflictError listing every conflict, nothing changed), ``"markers"``
+        (diff3 markers written), ``"ours"`` or ``"theirs"``.  Undoable with :meth:`undo`.
+        The stage is :mod:`snapstore.ops.revert`.
+        """
+        from snapstore.ops import revert as revert_op
 
-    def _restore_context(self) -> StageContext:
-        # The same context as snapshots: the safety checkpoint then uses the manifest memo.
-        return self.context
-
-    def _take_safety(self, message: str) -> tuple[Checkpoint, dict[bytes, Entry], dict[bytes, Found]]:
-        from snapstore.ops import snapshot
-        from snapstore.records.checkpoint import SAFETY
-
-        cp_id, packed, result = snapshot.take(self.context, message=message, kind=SAFETY, skip_unchanged=True)
-        cp = parse_record(cp_id, packed)
-        return cp, {e.path: e for e in result.entries}, {f.path: f for f in result.found}
-
-    def _journal_pending(self) -> bool:
-        with self.backend.read() as view:
-            return view.get("journal", JOURNAL_KEY) is not None
+        request = revert_op.Request(ref, range, task, actor, paths, conflicts)
+        with self._lock.held():
+            if not dry_run:
+                self._recover()
+            return revert_op.run(
+                self.context, request, dry_run=dry_run, take_safety=self._take_safety,
+                restore=lambda target, touched, message, safety: self._run_restore(
+                    target, touched, False, "restore", message, safety
+                ),
+            )

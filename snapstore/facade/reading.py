@@ -6,14 +6,12 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from snapstore.errors import (
-    RefError,
-)
+from snapstore.errors import RefError
+from snapstore.facade.base import StoreBase
 from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint, load_one
 from snapstore.records.manifest import Entry
 from snapstore.storage import objects
-from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.tree.paths import display, from_user
 
 # diff, renames, conversation (json), refs and the oplog are imported where they are used: a
@@ -23,9 +21,6 @@ if TYPE_CHECKING:
     from snapstore.ops.history import Version
     from snapstore.ops.textdiff import LineCounts
     from snapstore.ops.verify import VerifyReport
-    from snapstore.records.oplog import Operation
-
-from snapstore.facade.base import StoreBase
 
 
 class ReadingMixin(StoreBase):
@@ -83,25 +78,6 @@ class ReadingMixin(StoreBase):
             convo = conversation.preview(self.conversation(cp.id) or [])
         return {**cp.to_json(), "changes": changes, "conversation": convo}
 
-    def operations(self) -> list[Operation]:
-        """The operation log (restores and undos), newest first."""
-        from snapstore.records.oplog import Operation
-
-        out = []
-        with self.backend.read() as view:
-            for key, value in view.items("oplog", reverse=True):
-                out.append(Operation.parse(key, value))
-        return out
-
-    def pending_restore(self) -> str | None:
-        """A warning when an interrupted restore is pending (read-only commands show it)."""
-        with self.backend.read() as view:
-            if view.get("journal", JOURNAL_KEY) is None:
-                return None  # the common case, without importing the restore package (~10 ms)
-            from snapstore.ops import restore
-
-            return restore.pending(view)
-
     def diff(
         self,
         a: str = "latest",
@@ -132,24 +108,15 @@ class ReadingMixin(StoreBase):
 
                 got = incremental.worktree_difference(self.context, old_cp.manifest, against)
                 old, new = got if got is not None else against(worktree.current_state(self)[0])
-                new_loader = self._disk_loader
+                new_loader = self.context.read_disk
             else:
                 new_cp = self.resolve(b)
                 old, new = diff_mod.manifest_difference(view.get, old_cp.manifest, new_cp.manifest)
-                new_loader = self._store_loader
+                new_loader = self.context.read_stored
         old = {p: e for p, e in old.items() if sel(p)}
         new = {p: e for p, e in new.items() if sel(p)}
-        changes = diff_mod.with_loaders(diff_mod.compare(old, new), self._store_loader, new_loader)
+        changes = diff_mod.with_loaders(diff_mod.compare(old, new), self.context.read_stored, new_loader)
         return _detect_renames(changes) if renames else changes
-
-    def _store_loader(self, entry: Entry) -> bytes:
-        with self.backend.read() as view:
-            return objects.read_stream(view.get, entry.ref)
-
-    def _disk_loader(self, entry: Entry) -> bytes:
-        fd = os.open(os.path.join(self.root_bytes, entry.path), os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
 
     def numbered_checkpoints(
         self, *, task: str | None = None, include_safety: bool = False, limit: int | None = None
@@ -194,7 +161,7 @@ class ReadingMixin(StoreBase):
                 old, new = {}, manifest.load(view.get, cp.manifest)
             else:
                 old, new = diff_mod.manifest_difference(view.get, parent.manifest, cp.manifest)
-        changes = diff_mod.with_loaders(diff_mod.compare(old, new), self._store_loader, self._store_loader)
+        changes = diff_mod.with_loaders(diff_mod.compare(old, new), self.context.read_stored, self.context.read_stored)
         return _detect_renames(changes) if renames else changes
 
     def iter_bytes(self, ref: str, path: str | bytes) -> Iterator[bytes]:
@@ -235,13 +202,7 @@ class ReadingMixin(StoreBase):
 
     def conversation(self, ref: str) -> list[Any] | None:
         """The conversation stored with checkpoint ``ref``, or None when it has none."""
-        cp = self.resolve(ref)
-        if cp.conversation is None:
-            return None
-        from snapstore.records import conversation
-
-        with self.backend.read() as view:
-            return conversation.read(view.get, cp.conversation)
+        return self._conversation_of(self.resolve(ref))
 
     def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Re-read and re-hash everything; the report lists every problem found."""

@@ -6,10 +6,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from snapstore.errors import (
-    TreeIOError,
-    UsageError,
-)
+from snapstore.errors import TreeIOError, UsageError
+from snapstore.facade.base import StoreBase
 from snapstore.records.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
@@ -18,12 +16,9 @@ if TYPE_CHECKING:
     from snapstore.ops.retention import PruneReport
     from snapstore.ops.stats import StoreStats
     from snapstore.ops.upgrade import UpgradeReport
-    pass
-
-from snapstore.facade.going_back import GoingBackMixin
 
 
-class UpkeepMixin(GoingBackMixin):
+class UpkeepMixin(StoreBase):
     """prune, delete, gc, stats, config, relocate."""
 
     def prune(

@@ -111,3 +111,16 @@ class StageContext:
     @property
     def root_bytes(self) -> bytes:
         return os.fsencode(self.root)
+
+    def read_stored(self, entry: Entry) -> bytes:
+        """The content of ``entry`` as the store holds it."""
+        from snapstore.storage import objects
+
+        with self.backend.read() as view:
+            return objects.read_stream(view.get, entry.ref)
+
+    def read_disk(self, entry: Entry) -> bytes:
+        """The content of ``entry``'s path in the tree now (a symlink there is not followed)."""
+        fd = os.open(os.path.join(self.root_bytes, entry.path), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()

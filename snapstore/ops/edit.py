@@ -1,7 +1,7 @@
 """The safe edit engine: find text in a file (exactly, then loosely), plan the edit, write it.
 
-``Store.edit`` wraps it (checkpoint first, under the writer lock); the CLI's ``edit`` command
-and the MCP tool ``edit_file`` call that.  The engine works on the file's bytes decoded as
+:func:`run` is the whole edit (checkpoint first, then the atomic write); ``Store.edit`` calls
+it under the writer lock, and the CLI's ``edit`` command and the MCP tool ``edit_file`` call that.  The engine works on the file's bytes decoded as
 UTF-8 with ``surrogateescape``, so every byte outside an edited span is written back unchanged
 (also bytes that are not UTF-8); a file whose lines end in CRLF gets CRLF in the new text too.
 
@@ -25,13 +25,17 @@ from __future__ import annotations
 import difflib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import blake3
 
 from snapstore.errors import ConflictError, TreeIOError, UnsafePathError, UsageError
 from snapstore.tree.atomic import write_file_atomic
+
+if TYPE_CHECKING:
+    from snapstore.records.checkpoint import Checkpoint
 
 EXACT, WHITESPACE, SIMILAR = "exact", "whitespace", "similar"
 #: The least similarity (0..1) of a ``similar`` match.  0.9 accepts a typo or two in a line of
@@ -96,6 +100,45 @@ class EditReport:
             "written": self.written,
             "checkpoint": self.checkpoint,
         }
+
+
+def run(
+    root: str,
+    store_dir: str | None,
+    path: str,
+    edits: Any,
+    *,
+    checkpoint: Callable[[str, dict[str, Any]], Checkpoint],
+    expected: str | None = None,
+    dry_run: bool = False,
+    replace_all: bool = False,
+    metadata: dict[str, Any] | None = None,
+) -> EditReport:
+    """Apply ``edits`` to the tree's file ``path``; the caller holds the writer lock.
+
+    Unless ``dry_run``, ``checkpoint(message, metadata)`` records the tree first (skipping an
+    unchanged one), then the file is replaced atomically, and only if it is still the version
+    that was read.
+    """
+    real, rel = resolve_target(root, path, store_dir)
+    parsed = parse_edits(edits)
+    data = read_file(real)
+    check_expected(data, expected, rel)
+    new, matches, diff = plan(data, parsed, replace_all=replace_all, path=rel)
+    report = EditReport(rel, matches, diff, content_hash(data), content_hash(new), dry_run)
+    if dry_run:
+        return report
+    # The checkpoint records what changed before this edit: not the editor's work.
+    cp = checkpoint(
+        f"before edit: {rel}", {"tool_name": "snapstore edit", "path": rel, **(metadata or {}), "actor": "user"}
+    )
+    report.checkpoint = cp.id
+    report.warnings.extend(cp.warnings)
+    # The file may have changed while the checkpoint was taken: never write over that.
+    check_expected(read_file(real), report.old_hash, rel)
+    write_keeping_mode(real, new)
+    report.written = True
+    return report
 
 
 def content_hash(data: bytes) -> str:

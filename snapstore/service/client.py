@@ -28,7 +28,6 @@ LOCAL_COMMANDS = frozenset({"serve", "init", "relocate", "mcp", "ui", "integrate
 STDIN_COMMANDS = frozenset({"hook"})
 #: stdin already read for the service, replayed to an in-process run when none answered.
 _read_stdin: bytes | None = None
-_GLOBAL_WITH_VALUE = {"--store", "-C", "--lock-timeout"}
 
 
 def parse_globals(argv: list[str]) -> tuple[str | None, str | None, str | None] | None:
@@ -37,6 +36,8 @@ def parse_globals(argv: list[str]) -> tuple[str | None, str | None, str | None] 
     Global options may stand before or after the command (the CLI accepts both); everything
     after ``--`` is a path.  An argument ``-`` means stdin is read: such commands run locally.
     """
+    from snapstore.cli.lean import GLOBAL_OPTIONS
+
     command = store = directory = None
     i = 0
     while i < len(argv):
@@ -46,9 +47,9 @@ def parse_globals(argv: list[str]) -> tuple[str | None, str | None, str | None] 
         if arg == "-":
             return None
         name, eq, value = arg.partition("=")
-        if name in _GLOBAL_WITH_VALUE and arg.startswith("--") and eq:
+        if name in GLOBAL_OPTIONS and arg.startswith("--") and eq:
             pass
-        elif arg in _GLOBAL_WITH_VALUE:
+        elif arg in GLOBAL_OPTIONS:
             if i + 1 >= len(argv):
                 return None
             name, value = arg, argv[i + 1]

@@ -25,11 +25,14 @@ import struct
 import sys
 import time
 from collections.abc import Iterator
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from snapstore.errors import LockedError, TreeIOError
 from snapstore.service import protocol
 from snapstore.store import Store
+
+if TYPE_CHECKING:
+    from snapstore.cli.app import Ctx
 
 log = logging.getLogger("snapstore.service")
 
@@ -133,9 +136,6 @@ class Service:
             raise TreeIOError(f"{self.store_dir} belongs to another user: not serving it")
         self._take_instance_lock()
         listener = self._bind()
-        from snapstore.cli import app
-
-        app.STORE_PROVIDER = self._provide
         log.info("serving %s (tree %s), pid %d", self.store_dir, self.store.root, os.getpid())
         if ready is not None:
             ready.write("ready\n")
@@ -158,7 +158,6 @@ class Service:
                     log.info("the tree %s is gone or was replaced: exiting", self.store.root)
                     break
         finally:
-            app.STORE_PROVIDER = None
             with contextlib.suppress(OSError):  # through the directory: the tree may have moved
                 os.unlink(protocol.SOCKET_NAME, dir_fd=self._dir_fd)
             os.close(self._dir_fd)
@@ -214,13 +213,13 @@ class Service:
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("request failed: %s", self.last_error)
 
-    def _provide(self, ctx: Any) -> Store:
+    def _provide(self, ctx: Ctx) -> Store:
         located = Store.locate(ctx.directory, store=ctx.store_dir)
         if os.path.realpath(located) != self.store_dir:
             return Store.find(ctx.directory, store=ctx.store_dir, lock_timeout=ctx.lock_timeout)
         if ctx.store_dir is not None:
             self.store.check_tree(ctx.directory)
-        self.store._lock.timeout = ctx.lock_timeout  # noqa: SLF001 - per-request --lock-timeout
+        self.store.set_lock_timeout(ctx.lock_timeout)  # each request's own --lock-timeout
         return cast(Store, _Borrowed(self.store))
 
     def _run(self, conn: socket.socket, request: dict[str, Any]) -> int:
@@ -239,7 +238,7 @@ class Service:
             else:
                 sys.stdin = open(os.devnull)  # noqa: SIM115 - closed below; commands reading stdin run locally
             try:
-                code = cli_main(argv)
+                code = cli_main(argv, open_store=self._provide)
             finally:
                 for stream in (out, err):
                     with contextlib.suppress(OSError, ValueError):

@@ -39,6 +39,9 @@ PACK_TARGET = 1 << 20
 DELTA_GAIN = 0.5
 #: Default longest delta chain (config key ``storage.delta-depth``; 0 turns deltas off).
 DELTA_DEPTH = 10
+#: The meta key of that config (``ops.retention.config_key``'s, written here so that opening a
+#: store does not load the retention module; a test checks they agree).
+DELTA_DEPTH_KEY = b"config:storage.delta-depth"
 #: Chunks smaller than this are never delta-compressed (the entry's overhead would eat the gain).
 DELTA_MIN = 512
 
@@ -219,3 +222,17 @@ class DeltaBases:
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
         return delta_frame(cid, data, base, base_plain, depth, level)
+
+
+def delta_depth_of(meta: dict[bytes, bytes]) -> int:
+    """The store's longest delta chain, from its meta table (CorruptError when damaged)."""
+    raw = meta.get(DELTA_DEPTH_KEY)
+    if raw is None:
+        return DELTA_DEPTH
+    try:
+        depth = int(raw)
+        if not 0 <= depth <= entries.MAX_CHAIN:
+            raise ValueError(depth)
+    except ValueError:
+        raise CorruptError("the store's config 'storage.delta-depth' is damaged") from None
+    return depth

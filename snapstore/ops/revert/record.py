@@ -1,6 +1,6 @@
 """Selective revert, the store side: the report, the conflict error, and the target checkpoint.
 
-The planner (:mod:`snapstore.ops.revert`) says what each path becomes.  To apply that with the
+The planner (:mod:`snapstore.ops.revert.planner`) says what each path becomes.  To apply that with the
 guarantees of restore (journaled, atomic per file, concurrent-edit check, undoable), the new
 contents are stored as streams and a *target* checkpoint is recorded: the safety checkpoint's
 manifest with the outcome paths replaced.  Restore then makes the tree equal to it; only the
@@ -15,7 +15,7 @@ from typing import Any
 
 from snapstore.errors import ConflictError
 from snapstore.ops.context import StageContext
-from snapstore.ops.revert import PathOutcome
+from snapstore.ops.revert.planner import PathOutcome
 from snapstore.records import manifest
 from snapstore.records.checkpoint import (
     PATHS_INDEX_META,

@@ -1,0 +1,143 @@
+"""What a revert takes back: the request (one checkpoint, a range ``A..B``, or a task's
+checkpoints) read from the store as *steps*, the changes the planner takes back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from snapstore.errors import RefError, UsageError
+from snapstore.ops.context import StageContext
+from snapstore.ops.revert.planner import Step, step_between
+from snapstore.records.checkpoint import Checkpoint, key_seq, load_all, load_one
+from snapstore.records.manifest import Entry
+
+#: What ``conflicts=`` accepts: refuse (the default), write diff3 markers, or pick a side.
+CONFLICT_MODES = ("refuse", "markers", "ours", "theirs")
+ACTORS = ("agent", "user")
+
+
+def split_range(text: str) -> tuple[str, str] | None:
+    """``("A", "B")`` for ``"A..B"``; None when ``text`` names one checkpoint (UsageError for a
+    range with a side missing).  The one place a revert range is parsed."""
+    if ".." not in text:
+        return None
+    a, _, b = text.partition("..")
+    if not a or not b:
+        raise UsageError(f"bad range {text!r}: write A..B (two checkpoint references)")
+    return a, b
+
+
+def check_request(conflicts: str, actor: str | None) -> None:
+    """UsageError for a conflict mode or an actor revert does not know."""
+    if conflicts not in CONFLICT_MODES:
+        raise UsageError(f"conflicts must be one of {', '.join(CONFLICT_MODES)}, not {conflicts!r}")
+    if actor is not None and actor not in ACTORS:
+        raise UsageError(f"the actor must be 'agent' or 'user', not {actor!r}")
+
+
+def read_steps(
+    ctx: StageContext,
+    ref: str | None,
+    range_: str | None,
+    task: str | None,
+    actor: str | None,
+    sel: Callable[[bytes], bool],
+) -> tuple[list[Step], str, dict[str, Any]]:
+    """The steps to take back (oldest first), a description, and the ``revert_of`` record."""
+    if sum(x is not None for x in (ref, range_, task)) != 1:
+        raise UsageError("revert needs exactly one of: a checkpoint, a range A..B, or a task")
+    if actor is not None and task is None:
+        raise UsageError("--actor needs --task (the session whose changes to take back)")
+    if ref is not None and split_range(ref) is not None:
+        ref, range_ = None, ref
+    if ref is not None:
+        cp = _resolve(ctx, ref)
+        return [_step_of(ctx, cp, sel)], f"checkpoint {cp.short_id}", {"checkpoint": cp.id}
+    if range_ is not None:
+        return _range_step(ctx, range_, sel)
+    assert task is not None
+    return _task_steps(ctx, task, actor, sel)
+
+
+def _range_step(
+    ctx: StageContext, range_: str, sel: Callable[[bytes], bool]
+) -> tuple[list[Step], str, dict[str, Any]]:
+    sides = split_range(range_)
+    if sides is None:
+        raise UsageError(f"bad range {range_!r}: write A..B (two checkpoint references)")
+    a, b = _resolve(ctx, sides[0]), _resolve(ctx, sides[1])
+    order = _log_positions(ctx, {a.id, b.id})
+    if order.get(a.id, 0) > order.get(b.id, 0):
+        raise UsageError(f"bad range {range_!r}: {a.short_id} is newer than {b.short_id}")
+    # One step from A's tree to B's, not one per checkpoint between: a line changed and
+    # changed back inside the range is no change to take back (composing the single
+    # checkpoints would report a conflict there if the user edited that line since).
+    label = f"{a.short_id}..{b.short_id}"
+    step = step_between(label, *_entries_pair(ctx, a.manifest, b.manifest), sel)
+    return [step], label, {"range": [a.id, b.id]}
+
+
+def _task_steps(
+    ctx: StageContext, task: str, actor: str | None, sel: Callable[[bytes], bool]
+) -> tuple[list[Step], str, dict[str, Any]]:
+    with ctx.backend.read() as view:
+        all_ = load_all(view)
+    # A checkpoint without a parent records the tree the history starts from, not a change:
+    # "what the user did" never includes the project's files as first recorded.
+    rows = [
+        c
+        for c in all_
+        if not c.is_safety
+        and c.task == task
+        and c.parent is not None
+        and (actor is None or c.metadata.get("actor") == actor)
+    ]
+    who = f" by the {actor}" if actor else ""
+    if not rows:
+        raise RefError(f"no checkpoint{who} in task {task!r}")
+    # One step per checkpoint against its parent, oldest first (the planner takes them back
+    # newest first): the other actor's checkpoints in between stay.
+    steps = [_step_of(ctx, cp, sel) for cp in rows]
+    revert_of = {"task": task, "actor": actor, "checkpoints": [c.id for c in rows]}
+    return steps, f"{len(rows)} checkpoint(s){who} in task {task}", revert_of
+
+
+def _resolve(ctx: StageContext, ref: str) -> Checkpoint:
+    from snapstore.records.history import History
+
+    with ctx.backend.read() as view:
+        return History(view).resolve(ref, None)
+
+
+def _step_of(ctx: StageContext, cp: Checkpoint, sel: Callable[[bytes], bool]) -> Step:
+    with ctx.backend.read() as view:
+        parent = None
+        if cp.parent and view.get("checkpoints", bytes.fromhex(cp.parent)) is not None:
+            parent = load_one(view, bytes.fromhex(cp.parent))
+        if parent is None:
+            from snapstore.records import manifest
+
+            return step_between(cp.short_id, {}, manifest.load(view.get, cp.manifest), sel)
+    return step_between(cp.short_id, *_entries_pair(ctx, parent.manifest, cp.manifest), sel)
+
+
+def _entries_pair(
+    ctx: StageContext, old: bytes, new: bytes
+) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+    from snapstore.ops.diff import manifest_difference
+
+    with ctx.backend.read() as view:
+        return manifest_difference(view.get, old, new)
+
+
+def _log_positions(ctx: StageContext, ids: set[str]) -> dict[str, int]:
+    """The log sequence number of each of ``ids`` (one pass over the log's keys and ids;
+    references resolve without it, a range needs the order)."""
+    wanted = {bytes.fromhex(i) for i in ids}
+    out: dict[str, int] = {}
+    with ctx.backend.read() as view:
+        for key, cid in view.items("log"):
+            if cid in wanted:
+                out[cid.hex()] = key_seq(key)
+    return out
