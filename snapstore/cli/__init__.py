@@ -1,9 +1,12 @@
 """The ``snapstore`` command line: a thin layer over :class:`snapstore.Store`.
 
-``app`` holds the group, the shared options and the error-to-exit-code mapping; the commands
-live in ``commands_record`` (init, snapshot, list, show, log, cat), ``commands_change`` (diff,
-restore, undo, oplog) and ``commands_upkeep`` (verify, prune, delete, gc, stats, config,
-relocate, recover).  Each command parses, calls one Store method and renders with
+``app`` holds the group, the shared options and the error-to-exit-code mapping; ``lean`` the
+click-free ``snapshot`` an agent runs after every tool call and the one table of global options.
+The commands live in ``commands_record`` (init, snapshot, list, show, log, cat),
+``commands_change`` (diff, restore, undo, oplog), ``commands_revert`` (revert),
+``commands_upkeep`` (verify, upgrade, prune, delete, gc, stats, config, relocate, recover),
+``commands_agent`` (hook, integrate, mcp, edit), ``commands_service`` (serve) and
+``commands_ui`` (ui).  Each command parses, calls one Store method and renders with
 :mod:`snapstore.render`.  Heavy modules are imported inside commands so start-up stays cheap.
 
 ``cli`` and ``main`` are loaded on first use: importing this package (for

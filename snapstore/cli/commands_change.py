@@ -1,4 +1,4 @@
-"""Commands that compare and go back: diff, restore, undo, oplog, recover."""
+"""Commands that compare and go back: diff, restore, undo, oplog (revert: commands_revert; recover: commands_upkeep)."""
 
 from __future__ import annotations
 
