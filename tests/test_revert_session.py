@@ -143,3 +143,23 @@ def test_cli_refused_revert_is_one_error_line_naming_every_conflict(tmp_path: Pa
     assert refused.code == 9
     assert_one_line_error(refused.err)
     assert "2 conflict(s)" in refused.err and "a.txt: line 2" in refused.err and "b.txt: line 2" in refused.err
+
+
+def test_cli_revert_exits_1_whenever_conflicts_remain_even_without_markers(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    # A binary file changed since cannot hold markers: it stays as it is, listed as a conflict,
+    # and the exit code must still say "conflicts remain" (docs/cli.md), dry run or not.
+    tree = tmp_path / "t"
+    tree.mkdir()
+    (tree / "b.bin").write_bytes(b"\x00base\x00")
+    assert run_cli("init", cwd=tree).code == 0
+    assert run_cli("snapshot", "-m", "base", cwd=tree).code == 0
+    (tree / "b.bin").write_bytes(b"\x00agent\x00")
+    assert run_cli("snapshot", "-m", "agent", cwd=tree).code == 0
+    (tree / "b.bin").write_bytes(b"\x00user\x00")
+    dry = run_cli("revert", "latest", "-n", "--conflicts=markers", cwd=tree)
+    assert dry.code == 1, dry.err
+    assert "conflict  b.bin" in dry.text
+    done = run_cli("revert", "latest~0", "--conflicts=markers", "--json", cwd=tree)
+    assert done.code == 1, done.err
+    assert [c["path"] for c in json.loads(done.text)["conflicted"]] == ["b.bin"]
+    assert (tree / "b.bin").read_bytes() == b"\x00user\x00"

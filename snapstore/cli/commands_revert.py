@@ -51,7 +51,8 @@ def revert(
 
     Paths after `--` limit the revert.  Conflicting changes stop the revert (exit 9, nothing
     changed) unless --conflicts=markers, --ours or --theirs.  Undo it with `snapstore undo`.
-    Exit code 1 when conflict markers were written.
+    Exit code 1 when conflicts remain (markers written, or a binary or type conflict left as it
+    is), also for a dry run.
     """
     obj: Ctx = ctx.obj
     paths: list[str] = ctx.meta.get("paths", [])
@@ -79,6 +80,8 @@ def revert(
             out.flush()
         for line in revert_lines(report):
             click.echo(line)
-    if any(o.final.data is not None for o in report.conflicted):
+    # Conflicts remain (markers written, or paths that cannot hold markers left as they are):
+    # exit 1, so a script never takes such a revert for a clean one.
+    if report.conflicted:
         raise Exit(EXIT_DIFFERENT)
 
