@@ -100,3 +100,75 @@ def test_a_conflict_where_the_tree_removed_the_lines_names_its_place(tree: Path,
     assert "g.txt: at line 3 (both changed the same lines)" in str(err.value)
     report = store.revert(cp.id, conflicts="markers")
     assert report.to_json()["conflicted"][0]["lines"] == [[3, 2]]
+
+
+# -- a file taken back where the tree has a directory now, and the reverse (issue 22 class 6) ----
+
+
+def _verify_clean(store: Store) -> None:
+    report = store.verify()
+    assert not report.problems, report.problems
+
+
+@pytest.mark.parametrize("conflicts", ["theirs", "ours", "markers", "refuse"])
+def test_a_file_cannot_come_back_where_the_tree_has_a_directory_now(tree: Path, store: Store, conflicts: str):
+    (tree / "d").write_text("one\n")
+    snap(store, "base", "user")
+    (tree / "d").write_text("two\n")
+    cp = snap(store, "agent", "agent")
+    (tree / "d").unlink()
+    (tree / "d").mkdir()
+    (tree / "d" / "x").write_text("the user's new file\n")
+    latest = store.resolve("latest").id
+    if conflicts in ("refuse", "theirs"):
+        # No side settles it without deleting the user's d/x: refused, nothing recorded as user.
+        with pytest.raises(ConflictError, match="d: whole file"):
+            store.revert(cp.id, conflicts=conflicts)
+    else:
+        report = store.revert(cp.id, conflicts=conflicts)
+        assert [o.path for o in report.conflicted] == ([b"d"] if conflicts == "markers" else [])
+    assert store.resolve("latest").id == latest  # no new checkpoint the store would reject
+    assert (tree / "d" / "x").read_text() == "the user's new file\n"
+    _verify_clean(store)
+    store.restore("latest", dry_run=True)  # the latest checkpoint is one restore accepts
+
+
+def test_files_cannot_come_back_below_what_is_a_file_now(tree: Path, store: Store):
+    (tree / "d").mkdir()
+    (tree / "d" / "x").write_text("one\n")
+    snap(store, "base", "user")
+    (tree / "d" / "x").write_text("two\n")
+    cp = snap(store, "agent", "agent")
+    (tree / "d" / "x").unlink()
+    (tree / "d").rmdir()
+    (tree / "d").write_text("the user's file\n")
+    latest = store.resolve("latest").id
+    with pytest.raises(ConflictError, match="d/x"):
+        store.revert(cp.id, conflicts="theirs")
+    assert store.resolve("latest").id == latest
+    assert (tree / "d").read_text() == "the user's file\n"
+    _verify_clean(store)
+
+
+def test_a_target_record_the_store_would_reject_is_never_committed(tree: Path, store: Store):
+    # Below the planner: record_target itself checks the record before its transaction.
+    from snapstore.errors import UnsafePathError
+    from snapstore.ops.revert.planner import PathOutcome, State
+    from snapstore.ops.revert.record import record_target, target_entries
+    from snapstore.records.manifest import FILE, Entry
+    from snapstore.storage.objects import chunk_id
+
+    (tree / "d").mkdir()
+    (tree / "d" / "x").write_text("x\n")
+    store.snapshot("base")
+    safety, current, _ = store._take_safety("test")
+    data = b"a file named d\n"
+    bad = PathOutcome(b"d", "reverted", State(Entry(b"d", FILE, 0o644, len(data), 0, chunk_id(data)), data))
+    before = len(store.checkpoints(include_safety=True))
+    with pytest.raises(UnsafePathError, match="lies below d"):
+        record_target(
+            store.context, current, target_entries(current, [bad]), [bad],
+            parent=safety, message="bad", task=None, metadata={},
+        )
+    assert len(store.checkpoints(include_safety=True)) == before
+    _verify_clean(store)

@@ -83,7 +83,8 @@ def run(
             return report
     safety, current, found = take_safety(f"before revert of {what}")
     outcomes = plan(steps, current, ctx.read_stored, prefer=prefer, markers=markers)
-    _check(outcomes, what, markers, "the tree changed while the revert was prepared; ")
+    # (With "refuse", the plan on disk above found no conflict: one now means the tree moved.)
+    _check(outcomes, what, markers, "the tree changed while the revert was prepared; " if request.conflicts == "refuse" else "")
     report = RevertReport(what, outcomes, False, safety)
     entries = target_entries(current, outcomes)
     touched = sorted(p for p in entries.keys() | current.keys() if entries.get(p) != current.get(p))

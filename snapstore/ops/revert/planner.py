@@ -26,13 +26,15 @@ atomic per file, safety checkpoint first, undoable).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from snapstore.ops.merge import Conflict, Prefer, is_binary, merge
-from snapstore.records.manifest import EXEC, FILE, SYMLINK, Entry
+from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, Entry
 from snapstore.storage.objects import chunk_id
+from snapstore.tree.paths import display, parents
 
 Status = Literal["reverted", "merged", "conflict", "untouched"]
 PERM = 0o777
@@ -259,4 +261,61 @@ def plan(
     planner = Planner(current, read, prefer=prefer, markers=markers)
     for step in reversed(steps):
         planner.apply(step)
-    return planner.result()
+    return settle_clashes(planner.result(), current)
+
+
+def settle_clashes(outcomes: list[PathOutcome], current: dict[bytes, Entry]) -> list[PathOutcome]:
+    """Make conflicts of outcomes that would put a path below a file or symlink (a file taken
+    back where the tree now has a directory of files, or the reverse).
+
+    Each path is decided on its own, so taking a file back can collide with files created below
+    that name since; no side (not even --theirs) may settle that by deleting the other's files.
+    The tree as it is never clashes, so keeping the colliding paths as they are always ends.
+    """
+    by_path = {o.path: o for o in outcomes}
+    while True:
+        final = dict(current)
+        for o in outcomes:
+            if o.final.entry is None:
+                final.pop(o.path, None)
+            else:
+                final[o.path] = o.final.entry
+        clashes = _clashes(final, [o.path for o in outcomes if not same(o.final.entry, current.get(o.path))])
+        if not clashes:
+            return outcomes
+        for path, other in clashes:
+            for p in (path, other):
+                was = by_path.get(p)
+                if was is not None and not same(was.final.entry, current.get(p)):
+                    by_path[p] = PathOutcome(
+                        p, "conflict", State(current.get(p)), [WHOLE_FILE],
+                        _clash_note(p, path, other),
+                    )
+        outcomes = [by_path[o.path] for o in outcomes]
+
+
+def _clash_note(p: bytes, below: bytes, above: bytes) -> str:
+    if p == below:
+        return f"the tree has {display(above)} as a file or symlink now: this path cannot come back below it"
+    return f"the tree has {display(below)} below this path now: it cannot become a file or symlink"
+
+
+def _clashes(final: dict[bytes, Entry], changed: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """(path, ancestor) pairs of ``final`` where the ancestor is not a directory, among those
+    involving a ``changed`` path (the rest of the tree is consistent)."""
+    out: list[tuple[bytes, bytes]] = []
+    keys: list[bytes] | None = None
+    for p in changed:
+        for d in parents(p):
+            e = final.get(d)
+            if e is not None and e.kind != DIR:
+                out.append((p, d))
+        e = final.get(p)
+        if e is not None and e.kind != DIR:
+            if keys is None:
+                keys = sorted(final)
+            prefix = p + b"/"
+            i = bisect_left(keys, prefix)
+            if i < len(keys) and keys[i].startswith(prefix):
+                out.append((keys[i], p))
+    return out

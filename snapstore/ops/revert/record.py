@@ -138,6 +138,11 @@ def record_target(
 
     The caller holds the writer lock.  ``parent`` is the safety checkpoint (the newest record).
     """
+    from snapstore.ops.restore.safety import check_difference
+
+    # The record must be one the store accepts: checked as restore and verify will check it,
+    # before anything is written (a revert never commits a checkpoint it cannot restore).
+    check_difference(entries, {p: e for p, e in entries.items() if current.get(p) != e}, current, ctx.excluded)
     level = ctx.level
     plain: dict[bytes, bytes] = {}
     streams: list[tuple[bytes, bytes]] = []
