@@ -109,7 +109,7 @@ EXIT_DIFFERENT = 1
 #: Every exit code the CLI can return, with what it means: the one source of the table.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "success"),
-    (EXIT_DIFFERENT, "`diff`: the two sides differ (like diff(1)); `restore`/`undo`: done, but some paths were left alone (listed); `revert`: conflict markers were written"),
+    (EXIT_DIFFERENT, "`diff`: the two sides differ (like diff(1)); `restore`/`undo`: done, but some paths were left alone (listed); `revert`: conflicts remain (markers written, or binary/type conflicts left as they are; also for `--dry-run`)"),
     (UsageError.exit_code, "usage error: bad option or argument, unreadable or invalid input (`--conversation` JSON, a tag, metadata)"),
     (StoreNotFoundError.exit_code, "no store here (or the store belongs to another tree), or `init` where a store exists"),
     (RefError.exit_code, "unknown or ambiguous checkpoint reference; a path not in the checkpoint; no conversation stored; nothing to undo"),

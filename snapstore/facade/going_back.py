@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from snapstore.errors import RefError, UsageError
+from snapstore.errors import RefError, SnapstoreError, UsageError
 from snapstore.facade.base import StoreBase
 from snapstore.records.checkpoint import Checkpoint, load_one
 
@@ -55,6 +55,16 @@ class GoingBackMixin(StoreBase):
             self.context, target, paths, dry_run=dry_run, kind=kind, message=message,
             take_safety=take_safety or self._take_safety,
         )
+        if report.op_seq is not None:
+            # The tree as the restore left it, recorded (hidden, like the safety checkpoint
+            # before it): the next checkpoint's parent and counts then describe the tree it was
+            # taken from, not the one before the restore.  The restore taught the stat cache
+            # (and a watcher's state) the files it wrote, so this reads none of them.
+            # Best effort: the restore is done, and a store too damaged to record this says so.
+            try:
+                self._take_safety(f"after {kind} to {target.short_id}")
+            except SnapstoreError as exc:
+                report.warnings.append(f"the tree after the {kind} was not recorded: {exc}")
         report.warnings.extend(self.hooks.after("after_restore", report=report))
         return report
 
