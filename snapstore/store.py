@@ -23,6 +23,7 @@ from snapstore.errors import (
     StoreExistsError,
     StoreNotFoundError,
     TreeIOError,
+    UnsafePathError,
     UsageError,
 )
 from snapstore.facade.going_back import GoingBackMixin
@@ -38,6 +39,7 @@ from snapstore.records.checkpoint import (
 )
 from snapstore.storage import chunker, lmdb_generations, objects, packs
 from snapstore.storage.backend import Backend
+from snapstore.storage.discovery import STORE_DIRNAME
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.storage.memory import MemoryBackend
 from snapstore.tree.paths import is_inside
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
     from snapstore.ops.edit import EditReport
     from snapstore.policy import OperationContext, Policy
 
-STORE_DIRNAME = ".snapstore"
 FORMAT_VERSION = 2
 #: Formats this snapstore reads (1: one value per chunk; 2: packs, see docs/format.md).
 READABLE_FORMATS = (1, 2)
@@ -95,6 +96,8 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
         self.context = StageContext(
             backend, self.root, self.excluded, compression_level, store_dir
         )
+        #: What a command should tell the user about how this store was opened.
+        self.notes: list[str] = []
         #: Lifecycle hooks (see snapstore.hooks): ``store.hooks.register(event, fn)``.
         self.hooks = HookRegistry(self)
 
@@ -222,6 +225,11 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
         if store is None:
             return cls.open(os.path.dirname(store_dir), lock_timeout=lock_timeout)
         opened = cls.open(store=store_dir, lock_timeout=lock_timeout)
+        from snapstore.storage.discovery import foreign_owner
+
+        owner = foreign_owner(store_dir)
+        if owner is not None:  # allowed because it was named; said so (see storage.discovery)
+            opened.notes.append(f"using {store_dir}, a store of another user (uid {owner}), as named")
         try:
             opened.check_tree(start)
         except BaseException:
@@ -231,21 +239,26 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
 
     @staticmethod
     def locate(start: str | os.PathLike[str] = ".", *, store: str | os.PathLike[str] | None = None) -> str:
-        """The store directory :meth:`find` would open (StoreNotFoundError when there is none)."""
+        """The store directory :meth:`find` would open (StoreNotFoundError when there is none).
+
+        Searching upwards uses only a store of this user and stops at a file-system boundary
+        (:mod:`snapstore.storage.discovery`); a store named with ``store`` is used as named.
+        """
         if store is not None:
             return os.path.abspath(os.fspath(store))
-        here = os.path.abspath(os.fspath(start))
-        while True:
-            if lmdb_generations.is_store(os.path.join(here, STORE_DIRNAME)):
-                return os.path.join(here, STORE_DIRNAME)
-            parent = os.path.dirname(here)
-            if parent == here:
-                raise StoreNotFoundError(
-                    f"no store in {os.path.abspath(os.fspath(start))} or any parent (run "
-                    "'snapstore init' in the tree's top directory; a store kept outside the tree "
-                    "is named with --store DIR or SNAPSTORE_STORE=DIR)"
-                )
-            here = parent
+        from snapstore.storage import discovery
+
+        found, why = discovery.search(os.fspath(start))
+        if found is not None:
+            return found
+        if "another user" in why:
+            raise UnsafePathError(why)
+        raise StoreNotFoundError(
+            f"no store in {os.path.abspath(os.fspath(start))} or any parent"
+            + (f" ({why})" if why else "")
+            + " (run 'snapstore init' in the tree's top directory; a store kept outside the tree "
+            "is named with --store DIR or SNAPSTORE_STORE=DIR)"
+        )
 
     def check_tree(self, start: str | os.PathLike[str]) -> None:
         """Refuse (StoreNotFoundError) when ``start`` is not inside this store's tree."""

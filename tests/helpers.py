@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,3 +122,38 @@ def edit_file(op: str, f: Path, i: int, rng) -> None:
         f.chmod(0o755 if f.stat().st_mode & 0o100 == 0 else 0o644)
     else:
         raise ValueError(op)
+
+
+@contextlib.contextmanager
+def second_user(prefix: str) -> Iterator[tuple[str, int, int]]:
+    """A local user made for the test and removed after it: ``(name, uid, gid)``.
+
+    Needs root (and useradd): otherwise the test is skipped with the reason.
+    """
+    import pwd
+    import shutil
+    import time
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to create a second user (useradd) who plays the other user")
+    if not shutil.which("useradd"):
+        pytest.skip("needs useradd to create a second user")
+    name = f"{prefix}{os.getpid()}"[:31]
+    for _ in range(20):  # another test may hold the lock of /etc/passwd for a moment
+        made = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name],
+            capture_output=True, text=True,
+        )
+        if made.returncode == 0:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"useradd {name}: {made.stderr.strip()}")
+    try:
+        entry = pwd.getpwnam(name)
+        yield name, entry.pw_uid, entry.pw_gid
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+        subprocess.run(["groupdel", name], capture_output=True)

@@ -15,7 +15,6 @@ import os
 import pwd
 import queue
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import subprocess_env
+from helpers import second_user, subprocess_env
 
 pytest.importorskip("starlette", reason="the ui extra is not installed (pip install -e '.[ui]')")
 pytest.importorskip("httpx", reason="httpx is not installed")
@@ -67,26 +66,10 @@ class Other:
 
 @pytest.fixture(scope="module")
 def other() -> Iterator[Other]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root, to create a second user (useradd) whose processes play the attacker")
-    if not shutil.which("useradd") or not os.access(PYTHON, os.X_OK):
-        pytest.skip(f"needs useradd and {PYTHON} to run code as a second user")
-    name = f"snapui{os.getpid()}"[:31]
-    for _ in range(20):  # another test may hold the lock of /etc/passwd for a moment
-        made = subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name],
-            capture_output=True, text=True,
-        )
-        if made.returncode == 0:
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"useradd {name}: {made.stderr.strip()}")
-    try:
+    if not os.access(PYTHON, os.X_OK):
+        pytest.skip(f"needs {PYTHON} to run code as a second user")
+    with second_user("snapui") as (name, _uid, _gid):
         yield Other(name)
-    finally:
-        subprocess.run(["userdel", name], capture_output=True)
-        subprocess.run(["groupdel", name], capture_output=True)
 
 
 @pytest.fixture

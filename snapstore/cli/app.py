@@ -63,8 +63,8 @@ class Ctx:
 
             store = Store.find(self.directory, store=self.store_dir, lock_timeout=self.lock_timeout)
         note = None if upgrading else store.format_note
-        if note is not None:
-            warn(note)
+        for line in store.notes + ([note] if note is not None else []):
+            warn(line)
         if reading:
             try:
                 pending = store.pending_restore()

@@ -227,8 +227,8 @@ def main(argv: list[str]) -> int | None:
 
             store = Store.find(opts["directory"] or ".", store=opts["store_dir"], lock_timeout=opts["lock_timeout"])
             note = store.format_note  # as the click path's Ctx.open says it
-            if note is not None:
-                _echo(f"snapstore: warning: {note}", err=True)
+            for line in store.notes + ([note] if note is not None else []):
+                _echo(f"snapstore: warning: {line}", err=True)
             return store
 
         warnings, text = snapshot_output(

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 PROTOCOL = 2
 SOCKET_NAME = "service.sock"
 LOCK_NAME = "service.lock"
-STORE_DIRNAME = ".snapstore"
 #: Environment variables forwarded with a request (those the CLI and the store read).
 FORWARDED_ENV_PREFIXES = ("SNAPSTORE_", "TZ")
 
@@ -80,18 +79,13 @@ def recv_frame(sock: Any) -> tuple[bytes, bytes] | None:
 
 def find_store_dir(start: str, explicit: str | None) -> str | None:
     """The store a command run in ``start`` would use: ``explicit`` (``--store``), else the
-    nearest ``.snapstore`` directory at or above ``start`` (None when there is none)."""
+    nearest store at or above ``start`` that discovery may use (None when there is none, or it
+    is refused: the command then runs in-process and says why)."""
     if explicit:
         return os.path.abspath(os.path.join(start, explicit))
-    here = os.path.abspath(start)
-    while True:
-        candidate = os.path.join(here, STORE_DIRNAME)
-        if os.path.isdir(candidate):
-            return candidate
-        parent = os.path.dirname(here)
-        if parent == here:
-            return None
-        here = parent
+    from snapstore.storage.discovery import search
+
+    return search(start)[0]
 
 
 def owned_socket(store_dir: str) -> str | None:

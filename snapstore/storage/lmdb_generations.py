@@ -61,9 +61,9 @@ StatKey = tuple[int, int, int] | None
 
 def is_store(path: str) -> bool:
     """True when directory ``path`` holds a store (of any generation)."""
-    return os.path.lexists(os.path.join(path, "data.mdb")) or os.path.lexists(
-        os.path.join(path, CURRENT)
-    )
+    from snapstore.storage.discovery import holds_store
+
+    return holds_store(path)
 
 
 def _stat_key(current_path: str) -> StatKey:
