@@ -112,7 +112,10 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
         compression_level: int = objects.DEFAULT_LEVEL,
         lock_timeout: float = DEFAULT_TIMEOUT,
     ) -> Store:
-        """Create a store for the tree at ``root`` (in ``root/.snapstore`` unless ``store``)."""
+        """Create a store for the tree at ``root`` (in ``root/.snapstore`` unless ``store``).
+
+        Atomic: the store appears complete or not at all (see :func:`_build_store`).
+        """
         from snapstore.storage.lmdb_backend import LmdbBackend
 
         root = os.path.abspath(os.fspath(root))
@@ -128,24 +131,8 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
             )
         if not 1 <= compression_level <= 22:
             raise UsageError("the compression level must be between 1 and 22")
-        try:
-            created = not os.path.exists(store_dir)
-            os.makedirs(store_dir, exist_ok=True)
-            if created:
-                # Owner-only: the store holds every file's content, including files the owner
-                # made unreadable to others (mode 0600 in the tree).
-                os.chmod(store_dir, 0o700)
-        except OSError as exc:
-            raise TreeIOError(f"cannot create {store_dir}: {exc.strerror}") from exc
-        backend = LmdbBackend(store_dir, create=True)
-        with backend.write() as batch:
-            batch.put("meta", b"format", str(FORMAT_VERSION).encode())
-            batch.put("meta", b"root", os.fsencode(root))
-            batch.put("meta", b"layout", b"inside" if inside else b"outside")
-            batch.put("meta", b"chunker", msgpack.packb(chunker.PARAMS))
-            batch.put("meta", b"compression", str(compression_level).encode())
-            batch.put("meta", b"created", str(time.time_ns()).encode())
-        backend.sync()
+        _build_store(store_dir, root, inside, compression_level)
+        backend = LmdbBackend(store_dir)
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
         return cls(backend, root, store_dir, lock, compression_level)
 
@@ -477,6 +464,91 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
             for key, value in view.items("tags"):
                 h.update(key + b"\0" + value)
         return h.hexdigest()[:16]
+
+
+def _build_store(store_dir: str, root: str, inside: bool, compression_level: int) -> None:
+    """Make a store at ``store_dir`` all at once: built in a private directory beside it, then
+    renamed into place, so a failed ``init`` (a full disk, a refused map, a kill) leaves no
+    half-made store behind.  An existing non-empty directory (``init --store DIR``) is filled
+    in place instead, and what was made in it is removed again on failure."""
+    import shutil
+    import tempfile
+
+    from snapstore.storage.lmdb_backend import LmdbBackend
+
+    parent = os.path.dirname(store_dir)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        _remove_killed_inits(parent)
+        in_place = os.path.isdir(store_dir) and bool(os.listdir(store_dir))
+        # Owner-only (mkdtemp makes it 0700): the store holds every file's content, including
+        # files the owner made unreadable to others (mode 0600 in the tree).
+        work = store_dir if in_place else tempfile.mkdtemp(prefix=INIT_PREFIX, dir=parent)
+    except OSError as exc:
+        raise TreeIOError(f"cannot create {store_dir}: {exc.strerror}") from exc
+    before = set(os.listdir(work)) if in_place else set()
+    try:
+        backend = LmdbBackend(work, create=True)
+        try:
+            with backend.write() as batch:
+                batch.put("meta", b"format", str(FORMAT_VERSION).encode())
+                batch.put("meta", b"root", os.fsencode(root))
+                batch.put("meta", b"layout", b"inside" if inside else b"outside")
+                batch.put("meta", b"chunker", msgpack.packb(chunker.PARAMS))
+                batch.put("meta", b"compression", str(compression_level).encode())
+                batch.put("meta", b"created", str(time.time_ns()).encode())
+            backend.sync()
+        finally:
+            backend.close()
+        if not in_place:
+            try:
+                os.rename(work, store_dir)  # replaces an empty directory; fails on anything else
+            except OSError as exc:
+                if lmdb_generations.is_store(store_dir):
+                    raise StoreExistsError(f"a store already exists at {store_dir}") from exc
+                raise TreeIOError(f"cannot create {store_dir}: {exc.strerror}") from exc
+            _fsync_dir(parent)
+    except BaseException:
+        if not in_place:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            for name in set(os.listdir(work)) - before:  # what this init made, nothing else
+                made = os.path.join(work, name)
+                try:
+                    shutil.rmtree(made) if os.path.isdir(made) and not os.path.islink(made) else os.unlink(made)
+                except OSError:
+                    pass
+        raise
+
+
+#: The prefix of the private directory an init builds a store in (see _build_store).
+INIT_PREFIX = ".snapstore-init-"
+
+
+def _remove_killed_inits(parent: str) -> None:
+    """Remove what an init killed midway left in ``parent`` (its private directory, holding at
+    most the LMDB files), so the next snapshot does not record it."""
+    import shutil
+
+    for name in os.listdir(parent):
+        path = os.path.join(parent, name)
+        if not name.startswith(INIT_PREFIX) or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        if os.stat(path).st_uid == os.geteuid() and set(os.listdir(path)) <= {"data.mdb", "lock.mdb"}:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _same_dir(a: str, b: str) -> bool:

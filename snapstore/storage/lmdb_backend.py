@@ -12,6 +12,7 @@ doubling it, and one that finds the map grown by another process after adopting 
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -221,7 +222,15 @@ class LmdbBackend:
             size = shared.map_size_now()
             if size >= MAX_MAP_SIZE:
                 raise TreeIOError("the store has reached its maximum size")
-            shared.env.set_mapsize(min(size * 2, MAX_MAP_SIZE))
+            try:
+                shared.env.set_mapsize(min(size * 2, MAX_MAP_SIZE))
+            except lmdb.Error as exc:
+                if getattr(exc, "errno", None) != errno.ENOMEM and "Cannot allocate memory" not in str(exc):
+                    raise
+                raise TreeIOError(
+                    f"the store needs a map of {size * 2 >> 20} MiB, more address space than this "
+                    "process may use (ulimit -v): this write was not recorded"
+                ) from exc
 
     def map_size(self) -> int:
         """The size of this process's map of the store."""

@@ -10,7 +10,9 @@ link to a file outside the store.  :func:`check_store_files` refuses, before LMD
 anything, a store directory not owned by the user and any store file that is not a regular file.
 
 **The map.**  On 64-bit systems the map is reserved at :data:`LARGE_MAP_SIZE` (address space
-only: the file grows as data is written), so no process ever needs to grow it in practice.
+only: the file grows as data is written), so no process ever needs to grow it in practice; a
+process whose address space is limited (``ulimit -v``) reserves a quarter of its limit instead
+(:func:`fitting_map_size`), or less when mmap refuses, and grows the map as the store grows.
 Growing is still supported (a 32-bit build, or a store past that size): ``set_mapsize`` may only
 run when no thread of the process is inside a read transaction (py-lmdb invalidates them all),
 so readers hold :attr:`Env.lock` shared and a resize takes it exclusively.
@@ -47,6 +49,55 @@ SMALL_MAP_SIZE = 1 << 30
 LARGE_MAP_SIZE = 1 << 40
 INITIAL_MAP_SIZE = LARGE_MAP_SIZE if sys.maxsize > 2**32 else SMALL_MAP_SIZE
 MAX_MAP_SIZE = 1 << 44
+
+
+#: The least map tried when the process may not map more (the file's used size always fits:
+#: LMDB raises a smaller map to it).
+MIN_MAP_SIZE = 1 << 26
+
+
+def fitting_map_size(wanted: int) -> int:
+    """``wanted``, or a quarter of the address space the process may use when that is less
+    (``ulimit -v`` in small containers: the interpreter, its threads and the page cache of the
+    chunks it reads share the limit).  The map grows on demand past it while it can."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return wanted
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return wanted
+    return max(MIN_MAP_SIZE, min(wanted, soft // 4))
+
+
+def _open_mapped(path: str, map_size: int, create: bool) -> lmdb.Environment:
+    """``lmdb.open`` with the largest map this process may reserve, at most ``map_size``."""
+    size = fitting_map_size(map_size)
+    while True:
+        try:
+            return lmdb.open(
+                path,
+                map_size=size,
+                subdir=True,
+                max_dbs=len(TABLES) + 2,
+                metasync=False,
+                sync=True,
+                readahead=False,
+                max_readers=256,
+                create=create,
+            )
+        except lmdb.Error as exc:
+            # mmap refused the reservation (a limit getrlimit does not show: overcommit, a
+            # cgroup): try a smaller one; the file's used size is always mapped in full.
+            if getattr(exc, "errno", None) != errno.ENOMEM and "Cannot allocate memory" not in str(exc):
+                raise
+            if size <= MIN_MAP_SIZE:
+                raise TreeIOError(
+                    f"cannot map the store at {path}: this process may not reserve even "
+                    f"{MIN_MAP_SIZE >> 20} MiB of address space (ulimit -v?)"
+                ) from exc
+            size = max(MIN_MAP_SIZE, size // 4)
 
 
 class SharedExclusiveLock:
@@ -157,17 +208,7 @@ class Env:
         self.map_key: tuple[int, int] | None = None
         self.map_ranges: list[tuple[int, int]] = []
         check_store_files(path)
-        self.env = lmdb.open(
-            path,
-            map_size=map_size,
-            subdir=True,
-            max_dbs=len(TABLES) + 2,
-            metasync=False,
-            sync=True,
-            readahead=False,
-            max_readers=256,
-            create=create,
-        )
+        self.env = _open_mapped(path, map_size, create)
         try:
             with self.env.begin(write=True) as txn:
                 self.dbs: dict[str, _Database] = {
