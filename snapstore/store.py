@@ -413,12 +413,11 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
         """
         from snapstore.ops import edit as edit_op
 
-        with self._lock.held():
-            return edit_op.run(
-                self.root, self.store_dir, os.fspath(path), edits, expected=expected, dry_run=dry_run,
-                replace_all=replace_all, metadata=metadata,
-                checkpoint=lambda message, meta: self.snapshot(message, task=task, metadata=meta, skip_unchanged=True),
-            )
+        return edit_op.run(
+            self.root, self.store_dir, os.fspath(path), edits, expected=expected, dry_run=dry_run,
+            replace_all=replace_all, metadata=metadata, hold=self._lock.held,
+            checkpoint=lambda message, meta: self.snapshot(message, task=task, metadata=meta, skip_unchanged=True),
+        )
 
     # -- tags and a change token (for the web UI, snapstore.ui) -------------------------------
 

@@ -23,16 +23,14 @@ and its similarity.
 from __future__ import annotations
 
 import difflib
-import os
-import stat
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import blake3
 
-from snapstore.errors import ConflictError, TreeIOError, UnsafePathError, UsageError
-from snapstore.tree.atomic import write_file_atomic
+from snapstore.errors import ConflictError, UsageError
 
 if TYPE_CHECKING:
     from snapstore.records.checkpoint import Checkpoint
@@ -42,8 +40,6 @@ EXACT, WHITESPACE, SIMILAR = "exact", "whitespace", "similar"
 #: forty characters, or one wrong line in a block of ten, and refuses a different statement
 #: (benchmarks/edit_match.py shows the scores of realistic near-misses).
 SIMILARITY_THRESHOLD = 0.9
-#: Files larger than this are not edited (the whole file is held in memory, twice).
-MAX_EDIT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -108,35 +104,41 @@ def run(
     path: str,
     edits: Any,
     *,
+    hold: Callable[[], AbstractContextManager[Any]],
     checkpoint: Callable[[str, dict[str, Any]], Checkpoint],
     expected: str | None = None,
     dry_run: bool = False,
     replace_all: bool = False,
     metadata: dict[str, Any] | None = None,
 ) -> EditReport:
-    """Apply ``edits`` to the tree's file ``path``; the caller holds the writer lock.
+    """Apply ``edits`` to the tree's file ``path``.
 
-    Unless ``dry_run``, ``checkpoint(message, metadata)`` records the tree first (skipping an
-    unchanged one), then the file is replaced atomically, and only if it is still the version
-    that was read.
+    The file is read and the edit planned without the writer lock (a slow fuzzy search never
+    holds up checkpoints); then, unless ``dry_run``, under ``hold()`` (the writer lock),
+    ``checkpoint(message, metadata)`` records the tree (skipping an unchanged one) and the file
+    is replaced atomically, only if it still holds the bytes the edit was planned on (see
+    :mod:`snapstore.ops.edit_target`).
     """
-    real, rel = resolve_target(root, path, store_dir)
+    from snapstore.ops.edit_target import Target
+
+    target = Target(root, path, store_dir)
     parsed = parse_edits(edits)
-    data = read_file(real)
-    check_expected(data, expected, rel)
-    new, matches, diff = plan(data, parsed, replace_all=replace_all, path=rel)
-    report = EditReport(rel, matches, diff, content_hash(data), content_hash(new), dry_run)
+    data = target.read()
+    check_expected(data, expected, target.shown)
+    new, matches, diff = plan(data, parsed, replace_all=replace_all, path=target.shown)
+    report = EditReport(target.shown, matches, diff, content_hash(data), content_hash(new), dry_run)
     if dry_run:
         return report
-    # The checkpoint records what changed before this edit: not the editor's work.
-    cp = checkpoint(
-        f"before edit: {rel}", {"tool_name": "snapstore edit", "path": rel, **(metadata or {}), "actor": "user"}
-    )
-    report.checkpoint = cp.id
-    report.warnings.extend(cp.warnings)
-    # The file may have changed while the checkpoint was taken: never write over that.
-    check_expected(read_file(real), report.old_hash, rel)
-    write_keeping_mode(real, new)
+    rel = target.shown
+    with hold():
+        # The checkpoint records what changed before this edit: not the editor's work.
+        cp = checkpoint(
+            f"before edit: {rel}", {"tool_name": "snapstore edit", "path": rel, **(metadata or {}), "actor": "user"}
+        )
+        report.checkpoint = cp.id
+        report.warnings.extend(cp.warnings)
+        # Only while the file still holds what was planned on (and the checkpoint saw).
+        target.replace(new, data)
     report.written = True
     return report
 
@@ -168,47 +170,6 @@ def parse_edits(doc: Any) -> list[Edit]:
     return out
 
 
-# -- the target --------------------------------------------------------------------------------
-
-
-def resolve_target(root: str, path: str, store_dir: str | None) -> tuple[str, str]:
-    """``(real path to write, root-relative display path)`` of ``path`` (absolute, or relative
-    to ``root``), refusing anything outside the tree, in ``.git`` or the store, or a symlink
-    leading out of the tree (UnsafePathError), and what is not a regular file (TreeIOError)."""
-    full = os.path.normpath(path if os.path.isabs(path) else os.path.join(root, path))
-    top = os.path.realpath(root)
-    for candidate in (os.path.relpath(full, os.path.normpath(root)), os.path.relpath(os.path.realpath(full), top)):
-        if candidate == os.curdir or candidate.startswith(os.pardir + os.sep) or candidate == os.pardir:
-            what = "outside the tree" if candidate != os.curdir else "the tree itself"
-            raise UnsafePathError(f"{path} is {what} ({root}): refused (a symlink may lead out)")
-        if ".git" in candidate.split(os.sep):
-            raise UnsafePathError(f"{path} is inside .git: refused")
-    real = os.path.realpath(full)
-    if store_dir is not None:
-        store_real = os.path.realpath(store_dir)
-        if real == store_real or real.startswith(store_real.rstrip(os.sep) + os.sep):
-            raise UnsafePathError(f"{path} is inside the store {store_dir}: refused")
-    try:
-        st = os.stat(real)
-    except OSError as exc:
-        raise TreeIOError(f"cannot edit {path}: {exc.strerror}") from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise TreeIOError(f"cannot edit {path}: not a regular file")
-    return real, os.path.relpath(full, os.path.normpath(root)).replace(os.sep, "/")
-
-
-def read_file(real: str) -> bytes:
-    """The bytes of the file to edit (TreeIOError when unreadable or too large)."""
-    try:
-        with open(real, "rb") as f:
-            data = f.read(MAX_EDIT_BYTES + 1)
-    except OSError as exc:
-        raise TreeIOError(f"cannot read {real}: {exc.strerror}") from exc
-    if len(data) > MAX_EDIT_BYTES:
-        raise UsageError(f"{real} is larger than {MAX_EDIT_BYTES >> 20} MiB: not edited")
-    return data
-
-
 def check_expected(data: bytes, expected: str | None, path: str) -> None:
     """ConflictError when the file is not the version the caller read (``expected``)."""
     if expected is not None and content_hash(data) != expected.strip().lower():
@@ -216,17 +177,6 @@ def check_expected(data: bytes, expected: str | None, path: str) -> None:
             f"{path} changed since it was read (expected version {expected[:12]}, found "
             f"{content_hash(data)[:12]}): nothing written; read it again"
         )
-
-
-def write_keeping_mode(real: str, data: bytes) -> None:
-    """Replace the file atomically (temp in its directory, fsync, rename) with its mode kept."""
-    mode = stat.S_IMODE(os.stat(real).st_mode)
-    write_file_atomic(real, data, mode)
-    try:
-        if stat.S_IMODE(os.stat(real).st_mode) != mode:  # the umask took bits away: put them back
-            os.chmod(real, mode)
-    except OSError as exc:
-        raise TreeIOError(f"cannot keep the mode of {real}: {exc.strerror}") from exc
 
 
 # -- matching ----------------------------------------------------------------------------------
@@ -327,34 +277,95 @@ def _lines_with_offsets(text: str) -> list[tuple[int, int]]:
     return out
 
 
+#: The most work a ``similar`` search may do, in character-pair steps of the bit-parallel
+#: comparison (windows x len(old_text)^2 / 64): ~1 s here.  Past it, only windows in which a
+#: line of old_text stands (whitespace aside) at its place are compared, most such lines first.
+SEARCH_BUDGET = 400_000_000
+
+
 def _loose(text: str, old: str, new: str, number: int, path: str) -> tuple[list[tuple[int, int, float, str]], str]:
     old_lines = old.replace("\r\n", "\n").strip("\n").split("\n")
     target = [_norm(x) for x in old_lines]
     lines = _lines_with_offsets(text)
     n = len(old_lines)
-    windows = [(i, [_norm(text[s:e]) for s, e in lines[i : i + n]]) for i in range(len(lines) - n + 1)]
-    same = [i for i, w in windows if w == target]
+    count = len(lines) - n + 1
+    if count <= 0:
+        raise UsageError(f"edit {number}: old_text not found in {path} (it has fewer lines than old_text)")
+    norm = [_norm(text[s:e]) for s, e in lines]
+    same = [i for i in range(count) if norm[i] == target[0] and norm[i : i + n] == target]
     if same:
         return [_replacement(text, lines, i, n, old_lines, new, 1.0) for i in same], WHITESPACE
     from rapidfuzz.fuzz import ratio
 
     wanted = "\n".join(target)
-    scored = sorted(((ratio("\n".join(w), wanted) / 100.0, i) for i, w in windows), key=lambda x: (-x[0], x[1]))
+    candidates, anchored = _candidates(norm, target, count, len(wanted))
+    cutoff = SIMILARITY_THRESHOLD * 100
+    scored = []
+    for i in candidates:
+        score = ratio("\n".join(norm[i : i + n]), wanted, score_cutoff=cutoff)
+        if score:
+            scored.append((score / 100.0, i))
+    scored.sort(key=lambda x: (-x[0], x[1]))
     chosen: list[tuple[float, int]] = []
     for score, i in scored:
-        if score < SIMILARITY_THRESHOLD:
-            break
         if all(abs(i - j) >= n for _, j in chosen):  # windows that overlap are one place
             chosen.append((score, i))
     if chosen:
         return [_replacement(text, lines, i, n, old_lines, new, score) for score, i in chosen], SIMILAR
-    if not scored:
-        raise UsageError(f"edit {number}: old_text not found in {path} (it has fewer lines than old_text)")
-    score, i = scored[0]
+    raise UsageError(f"edit {number}: old_text not found in {path}{_closest(text, lines, norm, n, wanted, candidates, anchored)}")
+
+
+def _candidates(norm: list[str], target: list[str], count: int, width: int) -> tuple[list[int], bool]:
+    """The windows worth comparing, and whether they were limited to anchored ones.
+
+    A window whose length alone rules the threshold out is skipped (Indel similarity is at most
+    2 * min / (sum of the lengths)).  When the rest would cost more than SEARCH_BUDGET, only
+    windows holding some line of old_text at its place are kept, those holding most first.
+    """
+    n = len(target)
+    ends = [0]
+    for x in norm:
+        ends.append(ends[-1] + len(x) + 1)
+    fits = [
+        i for i in range(count)
+        if 2 * min(ends[i + n] - ends[i] - 1, width) >= SIMILARITY_THRESHOLD * (ends[i + n] - ends[i] - 1 + width)
+    ]  # fmt: skip
+    cost = max(1, width * width // 64)
+    if len(fits) * cost <= SEARCH_BUDGET:
+        return fits, False
+    at: dict[str, list[int]] = {}
+    for k, t in enumerate(target):
+        if len(t) >= 4:  # a blank line or a lone brace anchors nothing
+            at.setdefault(t, []).append(k)
+    hits: dict[int, int] = {}
+    for j, x in enumerate(norm):
+        for k in at.get(x, ()):
+            if 0 <= j - k < count:
+                hits[j - k] = hits.get(j - k, 0) + 1
+    fit = set(fits)
+    ranked = sorted((i for i in hits if i in fit), key=lambda i: (-hits[i], i))
+    return ranked[: max(1, SEARCH_BUDGET // cost)], True
+
+
+def _closest(
+    text: str, lines: list[tuple[int, int]], norm: list[str], n: int, wanted: str, candidates: list[int], anchored: bool
+) -> str:
+    """The error's hint: the most similar window among those compared (a bounded second pass)."""
+    from rapidfuzz.fuzz import ratio
+
+    # Every window when that is cheap (the hint may be far below the threshold), else the
+    # windows the search compared.
+    room = max(1, SEARCH_BUDGET // max(1, len(wanted) ** 2 // 64))
+    every = len(lines) - n + 1
+    pool = list(range(every)) if every <= room else candidates[:room]
+    if not pool:
+        return "; no line of it is in the file (whitespace aside)" if anchored else ""
+    score, i = max((ratio("\n".join(norm[i : i + n]), wanted) / 100.0, -i) for i in pool)
+    i = -i
     s, e = lines[i][0], lines[i + n - 1][1]
     excerpt = text[s:e].strip().splitlines()[0][:80] if text[s:e].strip() else ""
-    raise UsageError(
-        f"edit {number}: old_text not found in {path}; the closest is {_where(text, s, e, score, EXACT)} "
+    return (
+        f"; the closest is {_where(text, s, e, score, EXACT)} "
         f"(similarity {score:.2f} < {SIMILARITY_THRESHOLD}): {excerpt!r}"
     )
 
