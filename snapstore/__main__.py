@@ -2,6 +2,6 @@
 
 import sys
 
-from snapstore.cli import main
+from snapstore.service.client import main
 
 sys.exit(main())

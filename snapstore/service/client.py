@@ -166,6 +166,12 @@ def _main(argv: list[str]) -> tuple[int, bool]:
 
         sys.stdout.write(f"snapstore {__version__}\n")
         return 0, False
+    gone = _working_directory(argv)
+    if gone is not None:
+        from snapstore.errors import TreeIOError
+
+        sys.stderr.write(f"snapstore: error: {gone}\n")
+        return TreeIOError.exit_code, False
     try:
         code = try_service(argv)
     except BrokenPipeError:
@@ -187,6 +193,32 @@ def _main(argv: list[str]) -> tuple[int, bool]:
     from snapstore.cli import main as cli_main
 
     return cli_main(argv), False
+
+
+def _working_directory(argv: list[str]) -> str | None:
+    """None when the working directory exists; else the error to print, unless the command
+    names where to work anyway (an absolute ``-C DIR``; a hook's ``$CLAUDE_PROJECT_DIR``),
+    which then becomes the working directory."""
+    try:
+        os.getcwd()
+        return None
+    except OSError:
+        pass
+    instead = os.environ.get("CLAUDE_PROJECT_DIR") if "hook" in argv else None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "-C" and i + 1 < len(argv):
+            instead = argv[i + 1]
+        elif arg.startswith("-C") and len(arg) > 2:
+            instead = arg[2:]
+    if instead and os.path.isabs(instead):
+        try:
+            os.chdir(instead)
+            return None
+        except OSError:
+            pass
+    return "the current directory no longer exists (it was deleted or moved): cd to an existing directory, or give -C DIR"
 
 
 def _leave(code: int) -> None:
