@@ -29,7 +29,7 @@ LAYERS = {
     "snapstore.render": 6,
     "snapstore.testing": 6,
     "snapstore.cli": 7,
-    "snapstore.__main__": 7,
+    "snapstore.__main__": 9,  # the entry point, like the console script (service.client)
     "snapstore.service": 6,  # protocol and daemon: the client side, below the CLI
     "snapstore.service.server": 8,  # runs the CLI's commands
     "snapstore.service.client": 8,  # falls back to the CLI

@@ -166,12 +166,9 @@ def _main(argv: list[str]) -> tuple[int, bool]:
 
         sys.stdout.write(f"snapstore {__version__}\n")
         return 0, False
-    gone = _working_directory(argv)
+    gone = working_directory_gone(argv)
     if gone is not None:
-        from snapstore.errors import TreeIOError
-
-        sys.stderr.write(f"snapstore: error: {gone}\n")
-        return TreeIOError.exit_code, False
+        return gone, False
     try:
         code = try_service(argv)
     except BrokenPipeError:
@@ -195,10 +192,20 @@ def _main(argv: list[str]) -> tuple[int, bool]:
     return cli_main(argv), False
 
 
+def working_directory_gone(argv: list[str]) -> int | None:
+    """None when the working directory exists; else, unless the command names where to work
+    anyway (an absolute ``-C DIR``; a hook's ``$CLAUDE_PROJECT_DIR``, which then becomes the
+    working directory), the error is printed and its exit code returned."""
+    why = _working_directory(argv)
+    if why is None:
+        return None
+    from snapstore.errors import TreeIOError
+
+    sys.stderr.write(f"snapstore: error: {why}\n")
+    return TreeIOError.exit_code
+
+
 def _working_directory(argv: list[str]) -> str | None:
-    """None when the working directory exists; else the error to print, unless the command
-    names where to work anyway (an absolute ``-C DIR``; a hook's ``$CLAUDE_PROJECT_DIR``),
-    which then becomes the working directory."""
     try:
         os.getcwd()
         return None
