@@ -345,6 +345,10 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
         """
         for tag in tags:
             _check_tag(tag)
+        # Text that is not valid Unicode (a cut emoji in a transcript, a non-UTF-8 byte in an
+        # argument) is stored with U+FFFD in its place, and said so, never refused.
+        # (The conversation's messages are checked as they are encoded: records/conversation.py.)
+        (message, task, metadata), replaced = schema.clean_text([message, task, metadata])
         schema.check_new_record(message, task, metadata)
         self.hooks.before(
             "before_snapshot", message=message, task=task, tags=list(tags), metadata=metadata
@@ -366,6 +370,10 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
             )
             if not result.reused:
                 result.report.warnings.extend(self._auto_retention())
+        if replaced:
+            result.report.warnings.append(
+                "some text was not valid Unicode (a cut emoji or raw bytes): stored with U+FFFD in its place"
+            )
         cp = parse_record(cp_id, packed)
         cp = cp._replace(warnings=tuple(result.report.warnings), reused=result.reused)
         late = self.hooks.after("after_snapshot", checkpoint=cp)

@@ -94,16 +94,16 @@ def read_json_list(source: str, what: str, shape: str) -> list[Any]:
     """A JSON list read from FILE or ``-`` (stdin); UsageError naming ``what`` otherwise."""
     import json
 
+    # Bytes that are not UTF-8 are kept as lone surrogates (surrogateescape): the edit engine
+    # matches them byte for byte, and what is stored as text says where it replaced them.
     try:
         if source == "-":
-            text = sys.stdin.read()
+            text = read_stdin_text()
         else:
-            with open(source, encoding="utf-8") as f:
-                text = f.read()
+            with open(source, "rb") as f:
+                text = f.read().decode("utf-8", "surrogateescape")
     except OSError as exc:
         raise UsageError(f"cannot read {what} from {source}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{what} in {source} is not UTF-8 text") from exc
     try:
         doc = json.loads(text)
     except ValueError as exc:
@@ -111,6 +111,15 @@ def read_json_list(source: str, what: str, shape: str) -> list[Any]:
     if not isinstance(doc, list):
         raise UsageError(f"{what} must be a JSON list of {shape}")
     return doc
+
+
+def read_stdin_text() -> str:
+    """All of stdin as text, bytes that are not UTF-8 kept as lone surrogates."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream handed in (the service replays a hook's event)
+        return sys.stdin.read()
+    data: bytes = buffer.read()
+    return data.decode("utf-8", "surrogateescape")
 
 
 def warn(message: str) -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
-from snapstore.cli.app import Ctx, Exit, command, echo_json, read_json_list
+from snapstore.cli.app import Ctx, Exit, command, echo_json, read_json_list, read_stdin_text
 from snapstore.errors import UsageError
 
 #: The writer-lock wait of a hook: well inside the 20 s Claude Code gives it.
@@ -26,7 +25,7 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
     """
     from snapstore.integrations import claude_code
 
-    raw = sys.stdin.read()
+    raw = read_stdin_text()
     if agent != "claude-code":
         if not any(f'"{name}"' in raw for name in claude_code.SILENT_EVENTS):
             echo_json({"systemMessage": f"snapstore: unknown agent {agent!r} in the hook command (use claude-code)"})

@@ -50,25 +50,53 @@ SERVICE_IDLE_TIMEOUT = 1800.0
 LABEL_WIDTH = 120
 
 
-def read_transcript(path: str | None) -> list[Any] | None:
+#: The largest transcript stored with a checkpoint (a longer one is left out, and said so).
+MAX_TRANSCRIPT_BYTES = 256 << 20
+
+
+def read_transcript(path: str | None, warnings: list[str] | None = None) -> list[Any] | None:
     """The transcript's messages (JSONL), tolerating a missing file, a file still being written
-    and a partial or damaged line (skipped); None when there is no readable transcript."""
+    and a partial or damaged line (skipped); None when there is no readable transcript.
+
+    Only a regular file is read (a FIFO or a device would block or never end), in full only up
+    to :data:`MAX_TRANSCRIPT_BYTES`; what is left out is said in ``warnings``.  Bytes that are
+    not UTF-8 are kept as lone surrogates, which the store replaces (and says so).
+    """
     if not path:
         return None
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _note(warnings, f"the transcript {path} is not a regular file: not stored")
+            return None
+        if st.st_size > MAX_TRANSCRIPT_BYTES:
+            _note(warnings, f"the transcript {path} is larger than {MAX_TRANSCRIPT_BYTES >> 20} MiB: not stored")
+            return None
+        try:
+            data = f.read(MAX_TRANSCRIPT_BYTES + 1)
+        except OSError:
+            return None
+    if len(data) > MAX_TRANSCRIPT_BYTES:  # it grew while being read
+        _note(warnings, f"the transcript {path} is larger than {MAX_TRANSCRIPT_BYTES >> 20} MiB: not stored")
         return None
     messages = []
     for line in data.split(b"\n"):
         if not line.strip():
             continue
         try:
-            messages.append(json.loads(line))
+            messages.append(json.loads(line.decode("utf-8", "surrogateescape")))
         except ValueError:  # the partial last line of a transcript being written, or damage
             continue
     return messages
+
+
+def _note(warnings: list[str] | None, text: str) -> None:
+    if warnings is not None:
+        warnings.append(text)
 
 
 def _one_line(text: str, width: int = LABEL_WIDTH) -> str:
@@ -178,9 +206,15 @@ def _idle_timeout(store: Store) -> float:
 
 def _record(store: Store, args: dict[str, Any]) -> None:
     source = args.pop("conversation_from", None)
+    notes: list[str] = []
     if source is not None:
-        args["conversation"] = read_transcript(str(source))
-    store.snapshot(**args)
+        args["conversation"] = read_transcript(str(source), notes)
+    cp = store.snapshot(**args)
+    # (Not every warning: a file unreadable at each tool call would fill the log.)
+    notes.extend(w for w in cp.warnings if "not valid Unicode" in w)
+    if notes and store.store_dir is not None:  # what was left out or replaced, for the record
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        _append(os.path.join(store.store_dir, LOG_NAME), "".join(f"{stamp} checkpoint {cp.short_id}: {n}\n" for n in notes))
 
 
 def _report(exc: Exception, event: dict[str, Any], project: str, store_dir: str | None) -> str:

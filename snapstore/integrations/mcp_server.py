@@ -22,11 +22,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from typing_extensions import TypedDict
 
-from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError
+from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError, UsageError
 from snapstore.ops.edit import content_hash
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.store import Store
 
+#: The largest file ``file_at`` returns (an agent reads code, not images of disks).
+MAX_FILE_AT_BYTES = 16 << 20
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
@@ -290,6 +292,12 @@ def build_server(root: str) -> MCPServer:
         with _tool_errors():
             store = tools.store()
             cp = store.resolve(ref)
+            size = store.file_info(cp.id, tools.rel(path)).get("size", 0)
+            if size > MAX_FILE_AT_BYTES:  # (base64 in JSON in memory: several times the size)
+                raise UsageError(
+                    f"{path} is {size >> 20} MiB in checkpoint {cp.short_id}: larger than the "
+                    f"{MAX_FILE_AT_BYTES >> 20} MiB file_at returns (use 'snapstore cat' to copy it out)"
+                )
             data = store.read_bytes(cp.id, tools.rel(path))
             try:
                 content, encoding = data.decode("utf-8"), "utf-8"
@@ -397,4 +405,47 @@ def build_server(root: str) -> MCPServer:
 
 def serve(root: str) -> None:
     """Run the MCP server for ``root`` on stdin/stdout until the client closes it."""
-    build_server(root).run()
+    server = build_server(root)
+    _clean_stdin()
+    server.run()
+
+
+def _clean_stdin() -> None:
+    """Put a filter in front of stdin that replaces text JSON cannot carry on to Python.
+
+    A request whose strings hold a lone surrogate escape (``"\\ud83d"``: half of an emoji an
+    agent cut) fails the SDK's validation and gets no answer at all, so the agent's call hangs.
+    Each such line is decoded, its bad characters replaced by U+FFFD (as the store does with
+    any such text) and encoded again; every other line passes through untouched.
+    """
+    import threading
+
+    source = os.dup(0)
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, 0)
+    os.close(read_end)
+
+    def pump() -> None:
+        with os.fdopen(source, "rb") as inp, os.fdopen(write_end, "wb", buffering=0) as out:
+            try:
+                for line in inp:
+                    out.write(_clean_line(line))
+            except OSError:  # the server went away: nothing more to pass on
+                pass
+
+    threading.Thread(target=pump, name="mcp-stdin", daemon=True).start()
+
+
+def _clean_line(line: bytes) -> bytes:
+    if b"\\ud" not in line.lower():
+        return line
+    import json
+
+    from snapstore.records.schema import clean_text
+
+    try:
+        doc = json.loads(line.decode("utf-8", "replace"))  # (the SDK decodes with "replace" too)
+    except ValueError:
+        return line  # the SDK answers a malformed request itself
+    doc, changed = clean_text(doc)
+    return (json.dumps(doc, separators=(",", ":")) + "\n").encode() if changed else line

@@ -14,11 +14,13 @@ from __future__ import annotations
 import copy
 import json
 import os
+import stat
 from typing import Any
 
-from snapstore.errors import TreeIOError, UsageError
+from snapstore.errors import TreeIOError, UnsafePathError, UsageError
 from snapstore.integrations.claude_code import EVENTS, MATCHER, TOOL_EVENTS
 from snapstore.tree.atomic import write_file_atomic
+from snapstore.tree.paths import is_inside
 
 HOOK_COMMAND = "snapstore hook claude-code"
 #: Seconds Claude Code gives the hook (the first event may create the store and start the
@@ -148,15 +150,34 @@ def remove_server(doc: dict[str, Any], keys: list[str]) -> list[str]:
     return [f"removed MCP server {SERVER_NAME}"]
 
 
+#: The largest settings file read (a settings file is a few KiB; a huge one is not one).
+MAX_SETTINGS_BYTES = 16 << 20
+
+
 def load(path: str) -> tuple[dict[str, Any], bytes | None]:
-    """A settings file's JSON object and its bytes (``{}`` and None when it does not exist)."""
+    """A settings file's JSON object and its bytes (``{}`` and None when it does not exist).
+
+    Only a regular file of at most :data:`MAX_SETTINGS_BYTES` is read (a FIFO would block, a
+    device never end): anything else is refused, nothing changed.
+    """
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return {}, None
     except OSError as exc:
         raise TreeIOError(f"cannot read {path}: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{path} is not a regular file: nothing changed")
+        if st.st_size > MAX_SETTINGS_BYTES:
+            raise UsageError(f"{path} is larger than {MAX_SETTINGS_BYTES >> 20} MiB, not a settings file: nothing changed")
+        try:
+            raw = f.read(MAX_SETTINGS_BYTES + 1)
+        except OSError as exc:
+            raise TreeIOError(f"cannot read {path}: {exc.strerror}") from exc
+    if len(raw) > MAX_SETTINGS_BYTES:
+        raise UsageError(f"{path} is larger than {MAX_SETTINGS_BYTES >> 20} MiB, not a settings file: nothing changed")
     if not raw.strip():
         return {}, raw
     try:
@@ -166,6 +187,19 @@ def load(path: str) -> tuple[dict[str, Any], bytes | None]:
     if not isinstance(doc, dict):
         raise UsageError(f"{path} does not hold a JSON object: nothing changed")
     return doc, raw
+
+
+def check_in_project(path: str, project: str) -> None:
+    """Refuse (UnsafePathError) a project-scope file that a symlink (``.claude -> ~/.claude``,
+    or the file itself) leads out of the project: a project's command must not rewrite the
+    user's global settings, or anything else outside the project."""
+    top = os.path.realpath(project)
+    real = os.path.realpath(path)
+    if not is_inside(real, top):
+        raise UnsafePathError(
+            f"{path} leads out of the project (to {real}) through a symlink: not written (use "
+            "--scope user for your own settings)"
+        )
 
 
 def update_file(path: str, change: Any, dry_run: bool) -> list[str]:
@@ -201,9 +235,15 @@ def integrate_claude_code(
     """Add (or ``remove``) snapstore's hooks, and with ``mcp`` its MCP server; the changes."""
     home = home if home is not None else os.path.expanduser("~")
     project = os.path.abspath(project)
-    out = update_file(settings_path(scope, project, home), remove_hooks if remove else add_hooks, dry_run)
+    settings = settings_path(scope, project, home)
+    if scope != "user":
+        check_in_project(settings, project)
     if mcp:
         path, keys = mcp_location(scope, project, home)
+        if scope == "project":
+            check_in_project(path, project)
+    out = update_file(settings, remove_hooks if remove else add_hooks, dry_run)
+    if mcp:
 
         def server_change(doc: dict[str, Any]) -> list[str]:
             return remove_server(doc, keys) if remove else add_server(doc, keys)

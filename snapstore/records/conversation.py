@@ -46,17 +46,33 @@ INLINE_MAX = 64 << 10
 MAX_RECORDS = 1 << 20
 
 
-def encode_messages(messages: Any) -> list[bytes]:
-    """Validate and encode ``messages`` (a list of JSON-compatible values) as records."""
+def encode_messages(messages: Any, warnings: list[str] | None = None) -> list[bytes]:
+    """Validate and encode ``messages`` (a list of JSON-compatible values) as records.
+
+    Text that is not valid Unicode (a lone surrogate: half of an emoji a transcript cut) is
+    stored with U+FFFD in its place and said in ``warnings``: one such message must not cost
+    the conversation (every later checkpoint of the session would carry it again).
+    """
     if not isinstance(messages, list | tuple):
         raise UsageError("a conversation must be a JSON list of messages")
     records = []
+    replaced = 0
     for i, message in enumerate(messages):
         try:
             text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"conversation message {i} is not JSON-compatible: {exc}") from exc
-        records.append(msgpack.packb(text, use_bin_type=True))
+        try:
+            records.append(msgpack.packb(text, use_bin_type=True))
+        except UnicodeEncodeError:
+            replaced += 1
+            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+            records.append(msgpack.packb(text, use_bin_type=True))
+    if replaced and warnings is not None:
+        warnings.append(
+            f"{replaced} conversation message(s) held text that is not valid Unicode (a cut emoji "
+            "or raw bytes): stored with U+FFFD in its place"
+        )
     return records
 
 
@@ -69,6 +85,7 @@ def write(
     base: tuple[bytes, int, int] | None = None,
     inline: bool = False,
     get: Get | None = None,
+    warnings: list[str] | None = None,
 ) -> tuple[bytes, bytes | None]:
     """Prepare a conversation for storing; returns ``(conversation id, record or None)``.
 
@@ -79,7 +96,7 @@ def write(
     this one (the previous checkpoint's); it is used only if it really is.  The record is None
     when the conversation is already stored under its id (the caller need not write it).
     """
-    records = encode_messages(messages)
+    records = encode_messages(messages, warnings)
     hasher = blake3.blake3()
     start = 0
     depth = 0

@@ -222,3 +222,40 @@ def check_metadata(metadata: object) -> None:
     problem = json_problem(metadata)
     if problem:
         raise UsageError(f"metadata is refused: {problem}")
+
+
+#: What stands for a character that is not valid Unicode (a lone surrogate: half of a cut
+#: emoji, or a byte of a command-line argument that was not UTF-8).
+REPLACEMENT = "\ufffd"
+
+
+def clean_text(value: Any) -> tuple[Any, bool]:
+    """``value`` with every lone surrogate in its strings (keys included) replaced by U+FFFD,
+    and whether any was: such strings cannot be stored (UTF-8) nor sent (JSON).  Values without
+    one are returned as they are (no copy)."""
+    if isinstance(value, str):
+        if value.isascii():
+            return value, False
+        try:
+            value.encode("utf-8")
+            return value, False
+        except UnicodeEncodeError:
+            # Through UTF-16 with surrogatepass: a valid pair becomes its character again, a
+            # lone half becomes U+FFFD.
+            fixed = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+            return fixed, True
+    if isinstance(value, dict):
+        changed = False
+        out = {}
+        for k, v in value.items():
+            k2, c1 = clean_text(k)
+            v2, c2 = clean_text(v)
+            changed = changed or c1 or c2
+            out[k2] = v2
+        return (out, True) if changed else (value, False)
+    if isinstance(value, list | tuple):
+        items = [clean_text(v) for v in value]
+        if any(c for _, c in items):
+            return [v for v, _ in items], True
+        return value, False
+    return value, False

@@ -41,6 +41,8 @@ PERM = 0o777
 #: The conflict of a path that cannot be merged line by line (binary, a type change, ...);
 #: line 0 never occurs in a merge's conflicts (1-based).
 WHOLE_FILE = Conflict(0, 0)
+#: Larger files are not merged line by line (memory: three versions and their lines).
+MAX_MERGE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,11 @@ class Planner:
         assert ours.entry is not None
         o = ours.entry
         mode = _perm(a) if _perm(o) == _perm(b) else _perm(o)
+        if max(a.size, b.size, o.size) > MAX_MERGE_BYTES:
+            # Three versions and their line lists of a huge file would take gigabytes: such a
+            # file is settled as a whole, like a binary one.
+            self._whole_file(path, a, ours, f"larger than {MAX_MERGE_BYTES >> 20} MiB: not merged line by line")
+            return
         base, mine, theirs = self._read(b), self._bytes(ours), self._read(a)
         if is_binary(base) or is_binary(mine) or is_binary(theirs):
             if self._prefer == "theirs":
@@ -186,6 +193,14 @@ class Planner:
         status: Status = "conflict" if result.markers else "merged"
         note = "conflict markers written" if result.markers else ""
         self._record(path, status, final, result.conflicts, note)
+
+    def _whole_file(self, path: bytes, a: Entry, ours: State, why: str) -> None:
+        if self._prefer == "theirs":
+            self._record(path, "reverted", State(a), note=why + "; --theirs: taken back")
+        elif self._prefer == "ours":
+            self._record(path, "untouched", ours, note=why + "; --ours: kept")
+        else:
+            self._record(path, "conflict", ours, [WHOLE_FILE], note=why + " and changed since")
 
     def _revert_rename(self, src: bytes, dst: bytes, step: Step) -> None:
         # The step moved src to dst (same content id). Take back whatever dst holds now.

@@ -88,16 +88,19 @@ def manifest_of(
     return mid, record, fingerprint
 
 
-def conversation_of(ctx: StageContext, messages: Any, task: str | None, records: Records, packed: bool) -> bytes:
+def conversation_of(
+    ctx: StageContext, messages: Any, task: str | None, records: Records, packed: bool, warnings: list[str]
+) -> bytes:
     """Encode the agent's conversation (a delta on the task's last one when it can be); its
-    chunks and record go to ``records``.  Returns its id."""
+    chunks and record go to ``records``, what was replaced to ``warnings``.  Returns its id."""
     from snapstore.records import conversation  # (json) only when there is one
 
     backend = ctx.backend
     base = _conversation_base(backend, task)
     with backend.read() as view:
         cid, record = conversation.write(
-            messages, records.put, ctx.level, encode=False, base=base, inline=packed, get=view.get
+            messages, records.put, ctx.level, encode=False, base=base, inline=packed, get=view.get,
+            warnings=warnings,
         )
     if record is not None:
         records.ops.append(("conversations", cid, record))

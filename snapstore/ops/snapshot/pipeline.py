@@ -86,7 +86,7 @@ def _take(
     result.manifest_id = mid
     counts.count(result, ctx.backend, ctx.manifest_memo.codec, start.parent, mrecord, records.plain)
     if messages is not None:
-        result.conversation_id = encode.conversation_of(ctx, messages, task, records, start.packed)
+        result.conversation_id = encode.conversation_of(ctx, messages, task, records, start.packed, report.warnings)
     encode.compress_lacking(records, ctx, start.packed)
     if skip_unchanged and commit.unchanged(start, result, messages is not None):
         assert start.parent is not None
