@@ -91,6 +91,13 @@ class HookError(SnapstoreError):
     exit_code = 11
 
 
+class ServiceStoppedError(SnapstoreError):
+    """The resident service stopped before answering, and its command did not take effect in
+    full (or not provably): it is never run a second time; the message says what happened."""
+
+    exit_code = 12
+
+
 class InternalError(SnapstoreError):
     """A bug in snapstore: reported as one line (a traceback with ``SNAPSTORE_DEBUG=1``)."""
 
@@ -120,6 +127,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (ConflictError.exit_code, "conflict: the tree changed under a restore or a recovery (nothing of yours was overwritten); `revert`: conflicting changes, listed, nothing changed"),
     (UnsafePathError.exit_code, "an unsafe path in a checkpoint (absolute, `..`, `.git`, below a symlink), or a store found by searching that belongs to another user: refused, nothing written"),
     (HookError.exit_code, "a `before_snapshot` / `before_restore` hook (or plugin) refused the operation; nothing changed"),
+    (ServiceStoppedError.exit_code, "the resident service stopped before answering and the command did not provably finish: it is not run again; the message says what was recorded"),
     (InternalError.exit_code, "an internal error (a bug): one line; `SNAPSTORE_DEBUG=1` shows the traceback"),
     (Interrupted.exit_code, "interrupted (Ctrl-C); an interrupted restore is finished by the next writing command"),
 )
@@ -138,6 +146,7 @@ ERROR_CLASSES: tuple[type[SnapstoreError], ...] = (
     ConflictError,
     UnsafePathError,
     HookError,
+    ServiceStoppedError,
     InternalError,
     Interrupted,
 )

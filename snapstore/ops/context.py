@@ -21,6 +21,7 @@ from snapstore.storage.backend import Backend
 if TYPE_CHECKING:
     from snapstore.records.manifest import Entry
     from snapstore.records.manifest_codec import Codec
+    from snapstore.records.requests import Request
     from snapstore.tree.scan import Found, Listings
     from snapstore.tree.watcher import Watcher
 
@@ -75,7 +76,7 @@ class StageContext:
     # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
     __slots__ = (
         "backend", "root", "excluded", "level", "store_dir", "delta_depth",
-        "manifest_memo", "watcher", "tree_state", "walk_check",
+        "manifest_memo", "watcher", "tree_state", "walk_check", "request",
     )  # fmt: skip
 
     def __init__(
@@ -107,6 +108,9 @@ class StageContext:
         #: The found records a periodic check's full walk must agree with (set by the patch
         #: that preceded it, taken by that walk).
         self.walk_check: dict[bytes, Found] | None = None
+        #: The service request this work is done for (its id goes into the transaction of the
+        #: effect: records.requests); None outside the service.
+        self.request: Request | None = None
 
     @property
     def root_bytes(self) -> bytes:

@@ -91,8 +91,11 @@ def try_service(argv: list[str]) -> int | None:
     if path is None:
         return None
     env = {k: v for k, v in os.environ.items() if k.startswith(protocol.FORWARDED_ENV_PREFIXES)}
+    rid = os.urandom(16).hex()
     request = {
         "v": protocol.version_tag(),
+        "id": rid,
+        "command": command,
         "argv": argv,
         "cwd": cwd,
         "env": env,
@@ -117,10 +120,24 @@ def try_service(argv: list[str]) -> int | None:
         if first is None or first[0] != b"a":  # not accepted (another version, another store)
             return None
         sock.settimeout(None)  # accepted: the command may take as long as it needs
-        return _relay(sock)
+        code, wrote = _relay(sock)
+    if code is not None:
+        return code
+    # The service stopped before answering.  A read-only command that printed nothing runs
+    # here; any other is never run twice: the store says what it did (service.lost).
+    if command in protocol.READ_ONLY_COMMANDS:
+        if not wrote:
+            return None
+        sys.stderr.write("snapstore: error: the service stopped before the command ended: its output above may be incomplete\n")
+        return 12  # ServiceStoppedError's code (errors is not imported on this path)
+    from snapstore.service import lost
+
+    return lost.report(store_dir, rid, command, first[1])
 
 
-def _relay(sock: Any) -> int | None:
+def _relay(sock: Any) -> tuple[int | None, bool]:
+    """Relay the command's output; ``(exit code, whether anything was written)``, the code None
+    when the service stopped before sending it."""
     out, err = sys.stdout.buffer, sys.stderr.buffer
     wrote = False
     while True:
@@ -129,13 +146,7 @@ def _relay(sock: Any) -> int | None:
         except (OSError, ValueError):
             frame = None
         if frame is None:
-            # The service died mid-command. Nothing written yet: run it here (the store's
-            # journal and atomic commits make a rerun safe); else say so.
-            if not wrote:
-                return None
-            err.write(b"snapstore: error: the service stopped in the middle of the command\n")
-            err.flush()
-            return 70
+            return None, wrote
         channel, payload = frame
         if channel == b"o":
             out.write(payload)
@@ -146,7 +157,7 @@ def _relay(sock: Any) -> int | None:
             err.flush()
             wrote = True
         elif channel == b"x":
-            return int(payload)
+            return int(payload), wrote
 
 
 def main() -> int:

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 PROTOCOL = 2
 SOCKET_NAME = "service.sock"
 LOCK_NAME = "service.lock"
+#: Commands that change nothing: a client that lost their answer runs them again itself.
+READ_ONLY_COMMANDS = frozenset({"list", "show", "log", "cat", "diff", "oplog", "verify", "stats"})
+#: Commands whose effect transactions record the request themselves (records.requests).
+SELF_RECORDING_COMMANDS = frozenset({"snapshot", "hook"})
 #: Environment variables forwarded with a request (those the CLI and the store read).
 FORWARDED_ENV_PREFIXES = ("SNAPSTORE_", "TZ")
 

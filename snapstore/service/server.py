@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import select
+import signal
 import socket
 import struct
 import sys
@@ -204,7 +205,9 @@ class Service:
             if os.path.realpath(str(request.get("store", ""))) != self.store_dir:
                 protocol.send_frame(conn, b"n", b"store")
                 return
-            protocol.send_frame(conn, b"a", b"")
+            # The ack names this process: a client that loses the answer waits for it to end
+            # before reading what the request recorded (service.lost).
+            protocol.send_frame(conn, b"a", str(os.getpid()).encode())
             conn.settimeout(None)
             self.requests += 1
             code = self._run(conn, request)
@@ -237,15 +240,47 @@ class Service:
                 sys.stdin = io.StringIO(request["stdin"])
             else:
                 sys.stdin = open(os.devnull)  # noqa: SIM115 - closed below; commands reading stdin run locally
+            command = str(request.get("command") or "")
+            rid = _request_id(request)
+            if rid is not None:
+                from snapstore.records.requests import Request
+
+                self.store.context.request = Request(rid, command)
             try:
                 code = cli_main(argv, open_store=self._provide)
+                if rid is not None:
+                    self._record_outcome(rid, command, code)
+                if os.environ.get("SNAPSTORE_TEST_KILL_SERVICE") == "after-command":
+                    # Crash tests: the work is done and recorded, the answer never leaves.
+                    os.kill(os.getpid(), signal.SIGKILL)
             finally:
+                self.store.context.request = None
                 for stream in (out, err):
                     with contextlib.suppress(OSError, ValueError):
                         stream.flush()
                 sys.stdin.close()
                 sys.stdout, sys.stderr, sys.stdin = saved
         return code
+
+    def _record_outcome(self, rid: bytes, command: str, code: int) -> None:
+        """The outcome row of a command whose effects record none of their own (a tag, a
+        delete, gc, an edit's end...), before the answer goes out: a client that loses the
+        answer reads it instead of running the command again.  A snapshot's row is written
+        with its checkpoint, in the same transaction; one that recorded nothing writes none."""
+        if command in protocol.READ_ONLY_COMMANDS or command in protocol.SELF_RECORDING_COMMANDS:
+            return
+        from snapstore.errors import SnapstoreError
+        from snapstore.records import requests
+
+        try:
+            backend = self.store.backend
+            with backend.read() as view:
+                row = requests.find(view, rid) or {}
+            with backend.write() as batch:
+                requests.record(batch, self.store.context.request, **{**row, "exit": code})
+            backend.sync()
+        except SnapstoreError as exc:  # the store cannot take it: the answer still goes out
+            log.warning("cannot record request %s: %s", rid.hex(), exc)
 
     @contextlib.contextmanager
     def _client_context(self, cwd: str, env: dict[str, str]) -> Iterator[None]:
@@ -277,6 +312,17 @@ class Service:
             "last_error": self.last_error,
             "watcher": self.store.watch_status(),
         }
+
+
+def _request_id(request: dict[str, Any]) -> bytes | None:
+    rid = request.get("id")
+    if not isinstance(rid, str):
+        return None
+    try:
+        raw = bytes.fromhex(rid)
+    except ValueError:
+        return None
+    return raw if len(raw) == 16 else None
 
 
 def main(argv: list[str]) -> int:

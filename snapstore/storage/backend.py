@@ -31,6 +31,7 @@ TABLES = (
     "conversations",  # conversation id -> {base, count, depth, total, chunks}
     "journal",  # restore in progress (crash recovery)
     "oplog",  # 8-byte sequence -> restore/undo operation record
+    "requests",  # service request id -> what the request did (records.requests)
 )
 
 #: The key of the journal entry of a restore in progress (table ``journal``).
@@ -101,6 +102,10 @@ class WriteBatch:
             return None if isinstance(value, _Deleted) else value
         with self._view_factory() as view:
             return view.get(table, key)
+
+    def reading(self) -> AbstractContextManager[ReadView]:
+        """A read view of the store as it is before this batch."""
+        return self._view_factory()
 
     def __len__(self) -> int:
         return sum(len(ops) for ops in self._ops.values())

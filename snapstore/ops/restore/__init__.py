@@ -52,7 +52,7 @@ from snapstore.ops.restore.safety import (
     under,
 )
 from snapstore.ops.snapshot import incremental
-from snapstore.records import manifest
+from snapstore.records import manifest, requests
 from snapstore.records.checkpoint import Checkpoint, seq_key
 from snapstore.records.manifest import Entry
 from snapstore.tree import scan, worktree
@@ -160,6 +160,8 @@ def run(
     }
     with tables(backend).write() as batch:
         batch.put("journal", journal.JOURNAL_KEY, journal.record(op, steps))
+        # A service request that dies from here on is "begun": the next writer finishes it.
+        requests.record(batch, ctx.request, stage="begun", kind=kind, target=target.id)
     backend.sync()  # the journal is durable before the tree (or a temp file in it) is touched
 
     applier = Applier(ctx.root_bytes, getter(ctx), target_entries, f"{os.getpid()}")
@@ -197,7 +199,7 @@ def run(
     warnings.extend(applier.warnings)
     # The tree's new names are durable (execute synced them): the journal may go, and the stat
     # cache learns the files just written, so the next snapshot reads none of them.
-    seq = journal.finish(backend, op, len(changes), applier.cache)
+    seq = journal.finish(backend, op, len(changes), applier.cache, ctx.request)
     watching.keep_state(ctx, steps, applier.written, seq_key(seq))
     return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
 

@@ -24,8 +24,10 @@ import msgpack
 from snapstore.errors import ConflictError, CorruptError
 from snapstore.ops.restore.plan import ACTIONS, Step
 from snapstore.ops.restore.safety import check_path
+from snapstore.records import requests
 from snapstore.records.checkpoint import next_seq, seq_key
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, Entry
+from snapstore.records.requests import Request
 from snapstore.storage.backend import JOURNAL_KEY, Backend, ReadView, WriteBatch
 from snapstore.tree import worktree
 from snapstore.tree.paths import display, parents
@@ -150,10 +152,14 @@ def pending_ids(view: ReadView) -> list[bytes]:
     return [v for v in (rec.get("target"), rec.get("before")) if isinstance(v, bytes) and len(v) == 32]
 
 
-def finish(backend: Backend, op: dict[str, Any], changed: int, cache: dict[bytes, bytes] | None = None) -> int:
+def finish(
+    backend: Backend, op: dict[str, Any], changed: int, cache: dict[bytes, bytes] | None = None,
+    request: Request | None = None,
+) -> int:
     """Clear the journal and log the operation, in one transaction; returns its sequence.
 
-    ``cache`` (statcache key -> value) refreshes the stat cache of the files the restore wrote.
+    ``cache`` (statcache key -> value) refreshes the stat cache of the files the restore wrote;
+    ``request`` (the service's) is recorded as done in the same transaction.
     """
     with tables(backend).read() as view:
         last = next(iter(view.items("oplog", reverse=True)), None)
@@ -166,6 +172,7 @@ def finish(backend: Backend, op: dict[str, Any], changed: int, cache: dict[bytes
         batch.put("oplog", seq_key(seq), msgpack.packb(entry, use_bin_type=True))
         for key, value in (cache or {}).items():
             batch.put("statcache", key, value)
+        requests.record(batch, request, op=seq, kind=op["kind"], changed=changed)
     backend.sync()
     return seq
 

@@ -17,7 +17,9 @@ from snapstore.ops.snapshot.encode import LAST_MANIFEST, Records
 from snapstore.ops.snapshot.read import Reads
 from snapstore.ops.snapshot.result import SnapshotResult
 from snapstore.ops.snapshot.walk import Inputs, Start
+from snapstore.records import requests
 from snapstore.records.checkpoint import (
+    SAFETY,
     backfill_task_index,
     build_record,
     put_path_rows,
@@ -70,6 +72,8 @@ def commit(
             stats=stats,
         )
         write_rows(batch, cp_id, packed, start.seq, task, tags)
+        if kind != SAFETY:  # (a restore's safety checkpoint is not what the request did)
+            requests.record(batch, ctx.request, checkpoint=cp_id.hex())
         if not start.indexed:
             with backend.read() as view:
                 backfill_task_index(view, batch)

@@ -1,0 +1,174 @@
+"""No command through the service is applied twice (issue 22 class 2).
+
+A real service is SIGKILLed after doing a command's work and before answering (a test seam,
+``SNAPSTORE_TEST_KILL_SERVICE=after-command``, forwarded by the client like every SNAPSTORE_
+variable), or at a random moment during it: the client never runs the command again, says
+what the store recorded, and the tree and the store agree with what it said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import subprocess_env
+
+from snapstore.errors import ServiceStoppedError
+from snapstore.service import daemon
+from snapstore.store import Store
+from snapstore.testing import build_tree, read_tree
+
+CLIENT = [sys.executable, "-c", "from snapstore.service.client import run; run()"]
+KILL = {"SNAPSTORE_TEST_KILL_SERVICE": "after-command"}
+
+
+def client(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(CLIENT + list(args), cwd=cwd, capture_output=True, env=subprocess_env(**env), timeout=120)
+
+
+def local(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "snapstore", *args], cwd=cwd, capture_output=True, env=subprocess_env(), timeout=120)
+
+
+@pytest.fixture
+def project(tmp_path: Path):  # type: ignore[no-untyped-def]
+    root = tmp_path / "proj"
+    build_tree(root, {"a.txt": b"one\n", "b.txt": b"bee\n"})
+    with Store.init(root) as s:
+        s.snapshot("first")
+        (root / "a.txt").write_bytes(b"two\n")
+        (root / "c.txt").write_bytes(b"new\n")
+        s.snapshot("second")
+    yield root
+    daemon.stop(str(root / ".snapstore"))
+
+
+def start(root: Path) -> int:
+    info = daemon.start_detached(str(root / ".snapstore"), 60)
+    return int(info["pid"])
+
+
+def ops(root: Path) -> int:
+    with Store.open(root) as s:
+        return len(s.operations())
+
+
+def test_an_undo_whose_answer_was_lost_is_not_undone_again(project: Path):
+    assert local("restore", "latest~1", "-q", cwd=project).returncode == 0
+    restored = read_tree(project)
+    assert local("undo", "-q", cwd=project).returncode == 0
+    undone = read_tree(project)
+    assert undone != restored
+    before = ops(project)
+    start(project)
+    done = client("undo", cwd=project, **KILL)  # undoes the undo: the restored tree again
+    assert done.returncode == 0, done.stderr
+    assert b"after it finished: operation" in done.stderr and b"(undo" in done.stderr
+    assert read_tree(project) == restored  # once; run twice it would be `undone` again
+    assert ops(project) == before + 1
+
+
+def test_an_edit_whose_answer_was_lost_is_not_applied_again(project: Path):
+    start(project)
+    done = client("edit", "b.txt", "--old", "bee", "--new", "bee\ninserted", cwd=project, **KILL)
+    assert done.returncode == 0, done.stderr
+    assert b"after it finished (exit 0)" in done.stderr
+    assert (project / "b.txt").read_bytes() == b"bee\ninserted\n"
+
+
+def test_a_restore_whose_answer_was_lost_records_one_operation(project: Path):
+    before = ops(project)
+    start(project)
+    done = client("restore", "latest~1", cwd=project, **KILL)
+    assert done.returncode == 0, done.stderr
+    assert ops(project) == before + 1
+    assert (project / "a.txt").read_bytes() == b"one\n"
+    # ... and the next undo has something to undo (no empty operation recorded on top)
+    assert local("undo", "-q", cwd=project).returncode == 0
+    assert (project / "a.txt").read_bytes() == b"two\n"
+
+
+def test_a_snapshot_whose_answer_was_lost_is_reported_not_repeated(project: Path):
+    (project / "b.txt").write_bytes(b"changed\n")
+    with Store.open(project) as s:
+        count = len(s.checkpoints())
+    start(project)
+    done = client("snapshot", "-m", "third", cwd=project, **KILL)
+    assert done.returncode == 0, done.stderr
+    assert b"after it recorded checkpoint" in done.stderr
+    with Store.open(project) as s:
+        assert len(s.checkpoints()) == count + 1 and s.checkpoints()[0].message == "third"
+
+
+def test_a_revert_whose_answer_was_lost_is_not_reverted_again(project: Path):
+    start(project)
+    done = client("revert", "latest", cwd=project, **KILL)
+    assert done.returncode == 0, done.stderr
+    assert (project / "a.txt").read_bytes() == b"one\n" and not (project / "c.txt").exists()
+    with Store.open(project) as s:
+        assert len(s.operations()) == 1
+
+
+def test_a_read_only_command_is_run_again_here(project: Path):
+    start(project)
+    done = client("verify", "-q", cwd=project, **KILL)  # (prints nothing: nothing reached us)
+    assert done.returncode == 0 and done.stderr == b"", done.stderr
+
+
+def test_a_read_only_command_cut_short_says_so(project: Path):
+    start(project)
+    done = client("list", cwd=project, **KILL)  # its lines went out before the kill
+    assert done.returncode == ServiceStoppedError.exit_code
+    assert b"second" in done.stdout and b"may be incomplete" in done.stderr
+
+
+@pytest.mark.slow
+def test_random_kills_during_undo_never_apply_it_twice(project: Path):
+    """The service is SIGKILLed at a random moment while it runs an undo: whatever the client
+    says is true of the store and the tree, and the undo happened at most once."""
+    rng = random.Random(7)
+    big = {f"d/f{i}.txt": os.urandom(2000) for i in range(300)}
+    build_tree(project, big)
+    with Store.open(project) as s:
+        s.snapshot("many files")
+    assert local("restore", "latest~1", "-q", cwd=project).returncode == 0
+    outcomes = {"finished": 0, "begun": 0, "nothing": 0, "answered": 0}
+    for _ in range(20):
+        state = read_tree(project)
+        before = ops(project)
+        pid = start(project)
+        proc = subprocess.Popen(CLIENT + ["undo", "-q"], cwd=project, env=subprocess_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        timer = threading.Timer(rng.uniform(0.0, 0.25), os.kill, (pid, signal.SIGKILL))
+        timer.start()
+        out, err = proc.communicate(timeout=120)
+        timer.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+        if b"in the middle of" in err or (b"not finished" in err):
+            outcomes["begun"] += 1
+            assert proc.returncode == ServiceStoppedError.exit_code
+            assert local("recover", cwd=project).returncode == 0
+        elif b"nothing of it was recorded" in err:
+            outcomes["nothing"] += 1
+            assert proc.returncode == ServiceStoppedError.exit_code
+            assert read_tree(project) == state and ops(project) == before
+            continue
+        elif b"after it finished" in err:
+            outcomes["finished"] += 1
+        else:
+            outcomes["answered"] += 1
+            assert proc.returncode == 0, err
+        assert ops(project) == before + 1, (err, outcomes)  # exactly once
+        assert read_tree(project) != state  # it did go back
+    print("outcomes of the random kills:", outcomes)
+    assert sum(outcomes.values()) == 20
