@@ -246,6 +246,14 @@ def build_server(root: str) -> MCPServer:
             "id prefix."
         ),
     )
+    _add_record_tools(server, tools)
+    _add_read_tools(server, tools)
+    _add_going_back_tools(server, tools)
+    return server
+
+
+def _add_record_tools(server: MCPServer, tools: Tools) -> None:
+    """Register the tools that record: a checkpoint, a safe edit."""
 
     @server.tool(annotations=ADDITIVE)
     def checkpoint_create(message: str, task: str | None = None) -> CreateResult:
@@ -253,6 +261,44 @@ def build_server(root: str) -> MCPServer:
         with _tool_errors():
             cp = tools.store(create=True).snapshot(message, task=task, metadata={"actor": "agent", "tool_name": "checkpoint_create"})
             return CreateResult(checkpoint=_info(cp), reused=cp.reused, warnings=list(cp.warnings))
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def edit_file(
+        path: str,
+        edits: list[EditItem] | None = None,
+        old_text: str | None = None,
+        new_text: str | None = None,
+        expected: str | None = None,
+        replace_all: bool = False,
+        dry_run: bool = False,
+    ) -> EditResult:
+        """Replace ``old_text`` by ``new_text`` in ``path`` (or apply ``edits`` in order):
+        exact match first, then ignoring whitespace, then by similarity; a checkpoint is taken
+        before writing.  ``expected``: the hash from a previous read (refused if it changed)."""
+        with _tool_errors():
+            items = [{"old_text": e["old_text"], "new_text": e["new_text"]} for e in edits or []]
+            if old_text is not None or new_text is not None:
+                items.append({"old_text": old_text or "", "new_text": new_text or ""})
+            report = tools.store(create=True).edit(
+                path, items, expected=expected, dry_run=dry_run, replace_all=replace_all, metadata={"tool_name": "edit_file"}
+            )
+            return EditResult(
+                path=report.path,
+                dry_run=report.dry_run,
+                written=report.written,
+                matches=[
+                    EditMatch(edit=m.edit, level=m.level, start_line=m.start_line, end_line=m.end_line, similarity=round(m.similarity, 4))
+                    for m in report.matches
+                ],
+                diff=report.diff,
+                hash=report.new_hash,
+                previous_hash=report.old_hash,
+                checkpoint=report.checkpoint,
+            )
+
+
+def _add_read_tools(server: MCPServer, tools: Tools) -> None:
+    """Register the read-only tools: list, show, diff, file contents and history."""
 
     @server.tool(annotations=READ_ONLY)
     def checkpoint_list(limit: int = 20, task: str | None = None) -> ListResult:
@@ -316,6 +362,10 @@ def build_server(root: str) -> MCPServer:
                 rows.append(FileVersion(checkpoint=_info(v.checkpoint), status=doc["status"], size=doc["size"], added=doc["added"] or 0, removed=doc["removed"] or 0))
             return HistoryResult(path=tools.rel(path), versions=rows)
 
+
+def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
+    """Register the tools that go back: restore, revert, undo (dry runs unless told otherwise)."""
+
     @server.tool(annotations=DESTRUCTIVE)
     def checkpoint_restore(ref: str, paths: list[str] | None = None, dry_run: bool = True) -> RestoreResult:
         """Make the files (or just ``paths``) equal to checkpoint ``ref``.  A dry run unless
@@ -340,8 +390,10 @@ def build_server(root: str) -> MCPServer:
         fail with the list of conflicts unless ``conflicts`` is "markers", "ours" or "theirs";
         ``undo`` takes a real revert back."""
         with _tool_errors():
+            from snapstore.ops.revert import split_range
+
             rel = [tools.rel(p) for p in paths] if paths else None
-            ranged = ref is not None and ".." in ref
+            ranged = ref is not None and split_range(ref) is not None
             report = tools.store().revert(
                 None if ranged else ref, range=ref if ranged else None, task=task, actor=actor,
                 paths=rel, conflicts=conflicts, dry_run=dry_run,
@@ -365,42 +417,6 @@ def build_server(root: str) -> MCPServer:
         """Put the files back as they were before the last restore or undo."""
         with _tool_errors():
             return tools.restore_result(tools.store().undo())
-
-    @server.tool(annotations=DESTRUCTIVE)
-    def edit_file(
-        path: str,
-        edits: list[EditItem] | None = None,
-        old_text: str | None = None,
-        new_text: str | None = None,
-        expected: str | None = None,
-        replace_all: bool = False,
-        dry_run: bool = False,
-    ) -> EditResult:
-        """Replace ``old_text`` by ``new_text`` in ``path`` (or apply ``edits`` in order):
-        exact match first, then ignoring whitespace, then by similarity; a checkpoint is taken
-        before writing.  ``expected``: the hash from a previous read (refused if it changed)."""
-        with _tool_errors():
-            items = [{"old_text": e["old_text"], "new_text": e["new_text"]} for e in edits or []]
-            if old_text is not None or new_text is not None:
-                items.append({"old_text": old_text or "", "new_text": new_text or ""})
-            report = tools.store(create=True).edit(
-                path, items, expected=expected, dry_run=dry_run, replace_all=replace_all, metadata={"tool_name": "edit_file"}
-            )
-            return EditResult(
-                path=report.path,
-                dry_run=report.dry_run,
-                written=report.written,
-                matches=[
-                    EditMatch(edit=m.edit, level=m.level, start_line=m.start_line, end_line=m.end_line, similarity=round(m.similarity, 4))
-                    for m in report.matches
-                ],
-                diff=report.diff,
-                hash=report.new_hash,
-                previous_hash=report.old_hash,
-                checkpoint=report.checkpoint,
-            )
-
-    return server
 
 
 def serve(root: str) -> None:

@@ -278,12 +278,9 @@ def _walk(
             continue
         if scanned is None:  # another project's store: not ours to copy or to restore
             here.release()
-            dir_index[rel_dir] = -1
-            _mark_parents(dir_index, rel_dir)
-            if listings is not None:
-                listings[rel_dir] = Listing(parent_rules, (), (), STORE)
+            _skip_store(rel_dir, parent_rules, dir_index, listings)
             continue
-        rules, subdirs, recorded, rule_notes = scanned
+        rules, subdirs, recorded, _ = scanned
         holder = here if held[0] < MAX_HELD_FDS else None
         if holder is not None:
             here.pending += len(subdirs)
@@ -293,21 +290,36 @@ def _walk(
             stack.append((rel, rules, holder))
         here.release()  # the listing is done; the fd stays open while subdirs wait for it
         if listings is not None:
-            notes, special, unreadable = notes_since(report, since)
-            names = tuple([f[0] for f in found[first:]])
-            listings[rel_dir] = Listing(
-                rules, names, tuple([d[0] for d in subdirs]), LISTED, notes, rule_notes, special, unreadable
-            )
+            listings[rel_dir] = _listed(report, since, found[first:], scanned)
         if recorded and rel_dir:
             _mark_parents(dir_index, rel_dir + b"/")  # marks rel_dir and every directory above it
+    _add_empty_dirs(order, dir_index, found)
+    found.sort()  # paths are unique, so tuples order by path alone
+    return found
+
+
+def _skip_store(rel_dir: bytes, rules: ignore.Rules, dir_index: dict[bytes, int], listings: Listings | None) -> None:
+    dir_index[rel_dir] = -1
+    _mark_parents(dir_index, rel_dir)
+    if listings is not None:
+        listings[rel_dir] = Listing(rules, (), (), STORE)
+
+
+def _listed(report: ScanReport, since: Mark, recorded: list[Found], scanned: Scanned) -> Listing:
+    """A listed directory's :class:`Listing` (for a watching Store's patches)."""
+    rules, subdirs, _, rule_notes = scanned
+    notes, special, unreadable = notes_since(report, since)
+    names = tuple([f[0] for f in recorded])
+    return Listing(rules, names, tuple([d[0] for d in subdirs]), LISTED, notes, rule_notes, special, unreadable)
+
+
+def _add_empty_dirs(order: list[tuple[bytes, Stat]], dir_index: dict[bytes, int], found: list[Found]) -> None:
     # Deepest first (a directory is always listed after its parent): an empty directory makes
     # its parents non-empty, so only the leaves of a chain of empty directories are recorded.
     for rel, dst in reversed(order):
         if dir_index.get(rel, 0) == 0:
             found.append(Found(rel, DIR, dst))
             _mark_parents(dir_index, rel)
-    found.sort()  # paths are unique, so tuples order by path alone
-    return found
 
 
 def scan_dir(
@@ -329,18 +341,10 @@ def scan_dir(
     directory is another project's store (nothing in it is recorded).  Raises OSError when it
     cannot be listed.
     """
-    dirents = _list(fd)
-    names = {d[0] for d in dirents}
-    if is_store(names):
-        if rel_dir:
-            return None
-        # the tree root itself is a store: leave its files out, walk the rest
-        dirents = [d for d in dirents if d[0] not in STORE_MARKERS]
-    rule_notes = 0
-    if rules is None:
-        rule_notes = len(report.warnings)
-        rules = ignore.rules_for_dir(parent_rules, fd, rel_dir, names, report.warn)
-        rule_notes = len(report.warnings) - rule_notes
+    listed = _listing(fd, rel_dir, parent_rules, report, rules)
+    if listed is None:
+        return None
+    dirents, rules, rule_notes = listed
     prefix = rel_dir + b"/" if rel_dir else b""
     recorded = False  # something recorded, ignored or excluded directly in this directory
     subdirs: list[tuple[bytes, Stat]] = []
@@ -384,18 +388,44 @@ def scan_dir(
         if rules and ignore.is_ignored(rules, rel, False):
             recorded = True
             continue
-        if stat.S_ISLNK(mode):
-            try:
-                target = os.readlink(name, dir_fd=fd)
-            except OSError as exc:
-                _skipped(report, rel, exc, "read link")
-                continue
-            found.append(Found(rel, SYMLINK, compact(st), target))
-            recorded = True
-        else:  # (a directory holding only these is recorded as empty, as before)
-            report.special += 1
-            report.warn(f"skipped special file (FIFO, socket or device): {display(rel)}")
+        recorded = _other(fd, name, rel, st, found, report) or recorded
     return Scanned(rules, subdirs, recorded, rule_notes)
+
+
+def _listing(
+    fd: int, rel_dir: bytes, parent_rules: ignore.Rules, report: ScanReport, rules: ignore.Rules | None
+) -> tuple[list[tuple[bytes, os.DirEntry[str]]], ignore.Rules, int] | None:
+    """The directory's entries and rules (and how many warnings the rules added); None for
+    another project's store."""
+    dirents = _list(fd)
+    names = {d[0] for d in dirents}
+    if is_store(names):
+        if rel_dir:
+            return None
+        # the tree root itself is a store: leave its files out, walk the rest
+        dirents = [d for d in dirents if d[0] not in STORE_MARKERS]
+    rule_notes = 0
+    if rules is None:
+        rule_notes = len(report.warnings)
+        rules = ignore.rules_for_dir(parent_rules, fd, rel_dir, names, report.warn)
+        rule_notes = len(report.warnings) - rule_notes
+    return dirents, rules, rule_notes
+
+
+def _other(fd: int, name: bytes, rel: bytes, st: os.stat_result, found: list[Found], report: ScanReport) -> bool:
+    """A symlink (recorded: True) or a special file (skipped, said so: False)."""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(name, dir_fd=fd)
+        except OSError as exc:
+            _skipped(report, rel, exc, "read link")
+            return False
+        found.append(Found(rel, SYMLINK, compact(st), target))
+        return True
+    # (a directory holding only these is recorded as empty, as before)
+    report.special += 1
+    report.warn(f"skipped special file (FIFO, socket or device): {display(rel)}")
+    return False
 
 
 def _list(fd: int) -> list[tuple[bytes, os.DirEntry[str]]]:

@@ -150,6 +150,21 @@ def run(
 
     with tables(backend).read() as view:
         contents = verify_sources(view.get, target_entries, steps, tables(backend).read)
+    op = _journal(ctx, target, safety, kind, paths, steps)
+    applier = _apply(ctx, safety, target_entries, contents, steps, found)
+    warnings.extend(applier.warnings)
+    # The tree's new names are durable (execute synced them): the journal may go, and the stat
+    # cache learns the files just written, so the next snapshot reads none of them.
+    seq = journal.finish(backend, op, len(changes), applier.cache, ctx.request)
+    watching.keep_state(ctx, steps, applier.written, seq_key(seq))
+    return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
+
+
+def _journal(
+    ctx: StageContext, target: Checkpoint, safety: Checkpoint, kind: str, paths: Sequence[str | bytes] | None,
+    steps: list[Step],
+) -> dict[str, Any]:
+    """Journal the operation and its steps, durably, before the tree is touched; its record."""
     op = {
         "kind": kind,
         "target": bytes.fromhex(target.id),
@@ -158,12 +173,20 @@ def run(
         "time_ns": time.time_ns(),
         "pid": os.getpid(),
     }
-    with tables(backend).write() as batch:
+    with tables(ctx.backend).write() as batch:
         batch.put("journal", journal.JOURNAL_KEY, journal.record(op, steps))
         # A service request that dies from here on is "begun": the next writer finishes it.
         requests.record(batch, ctx.request, stage="begun", kind=kind, target=target.id)
-    backend.sync()  # the journal is durable before the tree (or a temp file in it) is touched
+    ctx.backend.sync()  # the journal is durable before the tree (or a temp file in it) is touched
+    return op
 
+
+def _apply(
+    ctx: StageContext, safety: Checkpoint, target_entries: dict[bytes, Entry], contents: dict[bytes, list[bytes]],
+    steps: list[Step], found: dict[bytes, scan.Found],
+) -> Applier:
+    """Carry out ``steps``, each path checked against what the safety checkpoint saw just
+    before it is touched; a conflict or an I/O error rolls back what was done."""
     applier = Applier(ctx.root_bytes, getter(ctx), target_entries, f"{os.getpid()}")
     applier.contents = contents
     done = batch_mod.Run()
@@ -188,7 +211,7 @@ def run(
         applier.close()
         if isinstance(exc, ConflictError | OSError):
             _roll_back_or_keep_journal(ctx, safety, done.done, exc)
-            journal.clear(backend)
+            journal.clear(ctx.backend)
             if isinstance(exc, OSError):
                 raise TreeIOError(
                     f"restore failed and was rolled back: {exc.strerror or exc}"
@@ -196,12 +219,7 @@ def run(
                 ) from exc
         raise
     applier.close()
-    warnings.extend(applier.warnings)
-    # The tree's new names are durable (execute synced them): the journal may go, and the stat
-    # cache learns the files just written, so the next snapshot reads none of them.
-    seq = journal.finish(backend, op, len(changes), applier.cache, ctx.request)
-    watching.keep_state(ctx, steps, applier.written, seq_key(seq))
-    return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
+    return applier
 
 
 def _load_checked(ctx: StageContext, target: Checkpoint) -> dict[bytes, Entry]:

@@ -86,26 +86,8 @@ def plan(
         wanted = [p for p in among if selected(p)]
         cur = {p: current[p] for p in wanted if p in current}
         tgt = {p: target[p] for p in wanted if p in target}
-    blocked = {p for p, e in current.items() if e.kind == UNREADABLE}
-    above_blocked: dict[bytes, bytes] = {}
-    for b in sorted(blocked, reverse=True):
-        for d in parents(b):
-            above_blocked[d] = b
-    left: set[bytes] = set()
-    warnings: list[str] = []
-
-    def blocker(path: bytes, keeps_dir: bool) -> bytes | None:
-        # The unreadable path that forbids touching ``path``, if any.
-        if path in blocked:
-            return path
-        for d in parents(path):
-            if d in blocked:
-                return d
-        if not keeps_dir and path in above_blocked:
-            return above_blocked[path]
-        return None
-
-    changes: list[Change] = []
+    blocked = _Blocked(current)
+    p = Plan([], [], [], [])
     removals: list[Step] = []
     writes: list[Step] = []
     dir_modes: list[Step] = []
@@ -113,24 +95,66 @@ def plan(
     for c in compare(cur, tgt):
         new, old = c.new, c.old
         if new is not None and new.kind == UNREADABLE:
-            warnings.append(f"not restored: {display(c.path)} was unreadable when checkpointed")
+            p.warnings.append(f"not restored: {display(c.path)} was unreadable when checkpointed")
             continue
-        why = blocker(c.path, new is not None and new.kind == DIR)
+        why = blocked.by(c.path, new is not None and new.kind == DIR)
         if why is not None:
-            left.add(why)
+            blocked.left.add(why)
             continue
-        changes.append(c)
+        p.changes.append(c)
         if old is not None and c.status in (DELETED, TYPE_CHANGED):
             removals.append(Step("rmdir" if old.kind == DIR else "delete", c.path))
             removed_parents.update(parents(c.path))
         if new is not None and c.status in (ADDED, MODIFIED, TYPE_CHANGED, MODE_CHANGED):
-            if new.kind == DIR:
-                if c.status != MODIFIED:  # MODIFIED: the directory is there, its mode differs
-                    writes.append(Step("mkdir", c.path))
-                if exact_mode(new.mode) is not None:
-                    dir_modes.append(Step("dirmode", c.path))
-            else:
-                writes.append(Step(_WRITE_ACTION[new.kind], c.path))
+            _write_steps(c.path, new, c.status, writes, dir_modes)
+    removals += _emptied_dirs(removed_parents, target, tgt, blocked)
+    removals.sort(key=lambda s: s.path, reverse=True)
+    writes.sort(key=lambda s: s.path)
+    dir_modes.sort(key=lambda s: s.path, reverse=True)
+    p.steps = removals + writes + dir_modes
+    p.unrecorded = sorted(blocked.left)
+    return p
+
+
+class _Blocked:
+    """The paths the safety checkpoint could not record (unreadable), and what they forbid
+    touching: themselves, what is below them, and the directories holding them."""
+
+    def __init__(self, current: dict[bytes, Entry]):
+        self.paths = {p for p, e in current.items() if e.kind == UNREADABLE}
+        self.above: dict[bytes, bytes] = {}
+        for b in sorted(self.paths, reverse=True):
+            for d in parents(b):
+                self.above[d] = b
+        #: The blocking paths a step was dropped for (reported: left as they are).
+        self.left: set[bytes] = set()
+
+    def by(self, path: bytes, keeps_dir: bool) -> bytes | None:
+        """The unreadable path that forbids touching ``path``, if any."""
+        if path in self.paths:
+            return path
+        for d in parents(path):
+            if d in self.paths:
+                return d
+        if not keeps_dir and path in self.above:
+            return self.above[path]
+        return None
+
+
+def _write_steps(path: bytes, new: Entry, status: str, writes: list[Step], dir_modes: list[Step]) -> None:
+    if new.kind == DIR:
+        if status != MODIFIED:  # MODIFIED: the directory is there, its mode differs
+            writes.append(Step("mkdir", path))
+        if exact_mode(new.mode) is not None:
+            dir_modes.append(Step("dirmode", path))
+    else:
+        writes.append(Step(_WRITE_ACTION[new.kind], path))
+
+
+def _emptied_dirs(
+    removed_parents: set[bytes], target: dict[bytes, Entry], tgt: dict[bytes, Entry], blocked: _Blocked
+) -> list[Step]:
+    """The directories the removals leave empty and the target does not keep."""
     target_keys: list[bytes] = []
 
     def needed(d: bytes) -> bool:
@@ -142,19 +166,17 @@ def plan(
             target_keys.extend(sorted(target))
         return has_below(target_keys, d)
 
+    out = []
     for d in removed_parents:
         if needed(d):
             continue
-        if d in above_blocked:
-            left.add(above_blocked[d])
+        if d in blocked.above:
+            blocked.left.add(blocked.above[d])
             continue
         # A directory left empty by the removals goes too; one the target puts a file or
         # symlink at must go (an error if it still holds ignored files).
-        removals.append(Step("rmdir" if d in tgt else "prune", d))
-    removals.sort(key=lambda s: s.path, reverse=True)
-    writes.sort(key=lambda s: s.path)
-    dir_modes.sort(key=lambda s: s.path, reverse=True)
-    return Plan(changes, removals + writes + dir_modes, sorted(left), warnings)
+        out.append(Step("rmdir" if d in tgt else "prune", d))
+    return out
 
 
 def skip_ignored(

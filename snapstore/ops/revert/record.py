@@ -166,13 +166,7 @@ def record_target(
         streams.append((mid, mrecord))
     ids = list(plain)
     missing = [cid for cid, present in zip(ids, ctx.backend.has_many("chunks", ids)) if not present]
-    stats: dict[str, Any] = {
-        "files": sum(1 for e in ordered if e.is_file),
-        "bytes": sum(e.size for e in ordered if e.is_file),
-        "added": sum(1 for o in outcomes if o.final.entry is not None and o.path not in current),
-        "modified": sum(1 for o in outcomes if o.final.entry is not None and o.path in current and current[o.path] != o.final.entry),
-        "deleted": sum(1 for o in outcomes if o.final.entry is None and o.path in current),
-    }
+    stats = _stats(ordered, outcomes, current)
     with ctx.backend.read() as view:  # the writer lock is held: nobody appends meanwhile
         last = next(iter(view.items("log", reverse=True)), None)
         in_packs = packs.writes_packs(view.get)
@@ -200,3 +194,13 @@ def record_target(
     ctx.backend.sync()
     return parse_record(cp_id, packed)
 
+
+def _stats(ordered: list[Entry], outcomes: list[PathOutcome], current: dict[bytes, Entry]) -> dict[str, Any]:
+    """The target record's counts, against the tree it replaces (the safety checkpoint)."""
+    return {
+        "files": sum(1 for e in ordered if e.is_file),
+        "bytes": sum(e.size for e in ordered if e.is_file),
+        "added": sum(1 for o in outcomes if o.final.entry is not None and o.path not in current),
+        "modified": sum(1 for o in outcomes if o.final.entry is not None and o.path in current and current[o.path] != o.final.entry),
+        "deleted": sum(1 for o in outcomes if o.final.entry is None and o.path in current),
+    }
