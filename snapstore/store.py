@@ -19,7 +19,6 @@ import msgpack
 from snapstore.errors import (
     CorruptError,
     FormatVersionError,
-    RefError,
     StoreExistsError,
     StoreNotFoundError,
     TreeIOError,
@@ -28,6 +27,7 @@ from snapstore.errors import (
 )
 from snapstore.facade.going_back import GoingBackMixin
 from snapstore.facade.reading import ReadingMixin
+from snapstore.facade.tags import TagsMixin, check_tag
 from snapstore.facade.upkeep import UpkeepMixin
 from snapstore.hooks import HookRegistry
 from snapstore.ops.context import StageContext
@@ -37,7 +37,7 @@ from snapstore.records.checkpoint import (
     Checkpoint,
     parse_record,
 )
-from snapstore.storage import chunker, lmdb_generations, objects, packs
+from snapstore.storage import chunker, creation, lmdb_generations, objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.storage.discovery import STORE_DIRNAME
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
@@ -65,7 +65,7 @@ class _ThreadLock:
             yield
 
 
-class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
+class Store(ReadingMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
     """A snapshot store for one directory tree.
 
     Open one with :meth:`init` (creates it), :meth:`open` (a tree's store, or a store directory)
@@ -131,7 +131,14 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
             )
         if not 1 <= compression_level <= 22:
             raise UsageError("the compression level must be between 1 and 22")
-        _build_store(store_dir, root, inside, compression_level)
+        creation.build(store_dir, {
+            b"format": str(FORMAT_VERSION).encode(),
+            b"root": os.fsencode(root),
+            b"layout": b"inside" if inside else b"outside",
+            b"chunker": msgpack.packb(chunker.PARAMS),
+            b"compression": str(compression_level).encode(),
+            b"created": str(time.time_ns()).encode(),
+        })
         backend = LmdbBackend(store_dir)
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
         return cls(backend, root, store_dir, lock, compression_level)
@@ -344,7 +351,7 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
         returns that one (``reused`` is True) and records nothing.
         """
         for tag in tags:
-            _check_tag(tag)
+            check_tag(tag)
         # Text that is not valid Unicode (a cut emoji in a transcript, a non-UTF-8 byte in an
         # argument) is stored with U+FFFD in its place, and said so, never refused.
         # (The conversation's messages are checked as they are encoded: records/conversation.py.)
@@ -427,136 +434,6 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
             checkpoint=lambda message, meta: self.snapshot(message, task=task, metadata=meta, skip_unchanged=True),
         )
 
-    # -- tags and a change token (for the web UI, snapstore.ui) -------------------------------
-
-    def tag(self, ref: str, name: str) -> str | None:
-        """Name checkpoint ``ref`` ``name``; returns the id the tag named before (None if new).
-
-        As with ``snapshot --tag``, a tag names one checkpoint: an existing tag moves.
-        """
-        _check_tag(name)
-        with self._lock.held():
-            cp = self.resolve(ref)
-            with self.backend.read() as view:
-                before = view.get("tags", name.encode())
-            with self.backend.write() as batch:
-                batch.put("tags", name.encode(), bytes.fromhex(cp.id))
-            self.backend.sync()
-        return before.hex() if before is not None else None
-
-    def untag(self, name: str) -> str:
-        """Remove tag ``name`` (RefError if there is none); returns the id it named."""
-        with self._lock.held():
-            with self.backend.read() as view:
-                before: bytes | None = view.get("tags", name.encode())
-            if before is None:
-                raise RefError(f"no tag {name!r}")
-            with self.backend.write() as batch:
-                batch.delete("tags", name.encode())
-            self.backend.sync()
-        return before.hex()
-
-    def revision(self) -> str:
-        """A short token that changes whenever checkpoints, tags or operations change.
-
-        Cheap (no record is decoded): a UI polls it to know when to refresh.
-        """
-        import blake3
-
-        h = blake3.blake3()
-        with self.backend.read() as view:
-            for table in ("log", "oplog"):
-                last = next(iter(view.items(table, reverse=True)), None)
-                h.update(b"%d:" % view.count(table) + (last[0] if last else b"-"))
-            for key, value in view.items("tags"):
-                h.update(key + b"\0" + value)
-        return h.hexdigest()[:16]
-
-
-def _build_store(store_dir: str, root: str, inside: bool, compression_level: int) -> None:
-    """Make a store at ``store_dir`` all at once: built in a private directory beside it, then
-    renamed into place, so a failed ``init`` (a full disk, a refused map, a kill) leaves no
-    half-made store behind.  An existing non-empty directory (``init --store DIR``) is filled
-    in place instead, and what was made in it is removed again on failure."""
-    import shutil
-    import tempfile
-
-    from snapstore.storage.lmdb_backend import LmdbBackend
-
-    parent = os.path.dirname(store_dir)
-    try:
-        os.makedirs(parent, exist_ok=True)
-        _remove_killed_inits(parent)
-        in_place = os.path.isdir(store_dir) and bool(os.listdir(store_dir))
-        # Owner-only (mkdtemp makes it 0700): the store holds every file's content, including
-        # files the owner made unreadable to others (mode 0600 in the tree).
-        work = store_dir if in_place else tempfile.mkdtemp(prefix=INIT_PREFIX, dir=parent)
-    except OSError as exc:
-        raise TreeIOError(f"cannot create {store_dir}: {exc.strerror}") from exc
-    before = set(os.listdir(work)) if in_place else set()
-    try:
-        backend = LmdbBackend(work, create=True)
-        try:
-            with backend.write() as batch:
-                batch.put("meta", b"format", str(FORMAT_VERSION).encode())
-                batch.put("meta", b"root", os.fsencode(root))
-                batch.put("meta", b"layout", b"inside" if inside else b"outside")
-                batch.put("meta", b"chunker", msgpack.packb(chunker.PARAMS))
-                batch.put("meta", b"compression", str(compression_level).encode())
-                batch.put("meta", b"created", str(time.time_ns()).encode())
-            backend.sync()
-        finally:
-            backend.close()
-        if not in_place:
-            try:
-                os.rename(work, store_dir)  # replaces an empty directory; fails on anything else
-            except OSError as exc:
-                if lmdb_generations.is_store(store_dir):
-                    raise StoreExistsError(f"a store already exists at {store_dir}") from exc
-                raise TreeIOError(f"cannot create {store_dir}: {exc.strerror}") from exc
-            _fsync_dir(parent)
-    except BaseException:
-        if not in_place:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            for name in set(os.listdir(work)) - before:  # what this init made, nothing else
-                made = os.path.join(work, name)
-                try:
-                    shutil.rmtree(made) if os.path.isdir(made) and not os.path.islink(made) else os.unlink(made)
-                except OSError:
-                    pass
-        raise
-
-
-#: The prefix of the private directory an init builds a store in (see _build_store).
-INIT_PREFIX = ".snapstore-init-"
-
-
-def _remove_killed_inits(parent: str) -> None:
-    """Remove what an init killed midway left in ``parent`` (its private directory, holding at
-    most the LMDB files), so the next snapshot does not record it."""
-    import shutil
-
-    for name in os.listdir(parent):
-        path = os.path.join(parent, name)
-        if not name.startswith(INIT_PREFIX) or os.path.islink(path) or not os.path.isdir(path):
-            continue
-        if os.stat(path).st_uid == os.geteuid() and set(os.listdir(path)) <= {"data.mdb", "lock.mdb"}:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
 
 def _same_dir(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
@@ -573,14 +450,3 @@ def _not_this_tree(store_dir: str, root: str, asked: str) -> str:
         f"the command in {root}, or, if the tree was moved or copied, re-point the store with "
         f"'snapstore --store {store_dir} relocate {os.path.abspath(asked)}'"
     )
-
-
-def _check_tag(tag: str) -> None:
-    import re
-
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,99}", tag) or tag.startswith("latest"):
-        raise UsageError(
-            f"bad tag {tag!r}: use letters, digits, '_', '.', '-', '/' (and not 'latest...')"
-        )
-    if all(c in "0123456789abcdefABCDEF" for c in tag) and len(tag) >= 4:
-        raise UsageError(f"bad tag {tag!r}: it could be mistaken for a checkpoint id")
