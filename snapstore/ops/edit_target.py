@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 
 from snapstore.errors import ConflictError, TreeIOError, UnsafePathError, UsageError
+from snapstore.tree.atomic import create_temp, write_all
 
 #: Files larger than this are not edited (the whole file is held in memory, twice).
 MAX_EDIT_BYTES = 64 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def rename(tmp: str, name: str, dir_fd: int) -> None:
@@ -136,17 +135,9 @@ class Target:
     def _stage(self, dir_fd: int, data: bytes, like: os.stat_result) -> tuple[str, os.stat_result]:
         """A temp file beside the target holding ``data``, with the target's mode (and owner,
         when root edits another user's file), durable."""
-        while True:
-            tmp = f".{self._name}.snapstore-tmp.{secrets.token_hex(8)}"
-            try:
-                fd = os.open(tmp, _TMP_FLAGS, 0o600, dir_fd=dir_fd)
-                break
-            except FileExistsError:
-                continue
+        tmp, fd = create_temp(dir_fd, self._name)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             if os.geteuid() == 0 and (like.st_uid, like.st_gid) != (0, 0):
                 os.fchown(fd, like.st_uid, like.st_gid)
             os.fchmod(fd, stat.S_IMODE(like.st_mode))

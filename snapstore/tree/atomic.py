@@ -30,17 +30,9 @@ def write_file_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o6
         raise TreeIOError(f"cannot write {target}: {exc.strerror}") from exc
     tmp = ""
     try:
-        while True:
-            tmp = f".{name}.snapstore-tmp.{secrets.token_hex(8)}"
-            try:
-                fd = os.open(tmp, _FLAGS, mode, dir_fd=dir_fd)
-                break
-            except FileExistsError:
-                continue
+        tmp, fd = create_temp(dir_fd, name, mode)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -59,3 +51,21 @@ def write_file_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o6
             except OSError:
                 pass
         os.close(dir_fd)
+
+
+def create_temp(dir_fd: int, name: str, mode: int = 0o600) -> tuple[str, int]:
+    """A new temp file beside ``name`` in directory ``dir_fd``: an unpredictable name created
+    ``O_EXCL | O_NOFOLLOW`` (nothing planted there is followed or reused); its name and fd."""
+    while True:
+        tmp = f".{name}.snapstore-tmp.{secrets.token_hex(8)}"
+        try:
+            return tmp, os.open(tmp, _FLAGS, mode, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (short writes continued)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
