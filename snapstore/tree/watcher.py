@@ -2,15 +2,22 @@
 
 Events are hints, never the truth: they only narrow which directories are listed again and
 which paths are re-examined; the stat cache (with its racy-file rule) still decides whether a
-file's content is read.  Whenever the hints cannot be trusted, :meth:`Watcher.take` says
-``full=True`` and the caller walks the whole tree:
+file's content is read.  A watcher never vouches for what it cannot see:
 
-* at start, before the first complete walk;
-* after the kernel's event queue overflowed (``IN_Q_OVERFLOW``);
-* when adding a watch failed (``max_user_watches`` / ``max_user_instances`` reached);
+* at start, before the first complete walk, and after the kernel's event queue overflowed
+  (``IN_Q_OVERFLOW``), :meth:`Watcher.take` says ``full=True`` and the caller walks the tree;
+* a directory whose watch could not be added (``max_user_watches`` reached, or any other
+  refusal) is *blind*, and so is everything below it: :meth:`Watcher.take` retries its watch
+  and names it in ``Changes.blind`` every time, and the caller walks it completely, until a
+  watch is added;
+* a write through another hard link names that link (or nothing, outside the tree), and a
+  write through a shared memory mapping gives no event until the mapping goes
+  (``IN_CLOSE_WRITE`` at ``munmap``): the caller re-stats files with more than one link and
+  the files :func:`mapped_for_write` finds mapped (ops.snapshot.incremental);
 * on file systems whose events are unreliable (network and FUSE file systems, found with
-  ``statfs``): there the watcher is not used at all;
-* periodically (``consistency_interval``), as a check whose divergences are counted.
+  ``statfs``) the watcher is not used at all, nor when no inotify instance can be made
+  (``max_user_instances``): then every snapshot walks;
+* periodically (``consistency_interval``), a full walk checks it; divergences are counted.
 
 A directory that appears is watched first and listed after (the caller lists it as a dirty
 subtree), so nothing created between the two steps is missed.
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import time
 from dataclasses import dataclass, field
@@ -59,6 +67,8 @@ class Changes:
     #: Paths whose content, metadata or type may differ.
     paths: set[bytes] = field(default_factory=set)
     reason: str = ""
+    #: Directories with no watch on them or below them: walk them completely.
+    blind: set[bytes] = field(default_factory=set)
 
 
 class _StatFs(ctypes.Structure):
@@ -102,6 +112,9 @@ class Watcher:
         self._wd: dict[int, bytes] = {}
         self._pending = Changes(full=True, reason="start")
         self._last_full = 0.0
+        #: Directories whose watch could not be added (nothing below them is watched either):
+        #: retried and walked at every :meth:`take` until a watch is added.
+        self.blind: set[bytes] = set()
         #: Counters for ``serve --status``.
         self.events = 0
         self.overflows = 0
@@ -118,7 +131,12 @@ class Watcher:
         self.walks = 0
         self.patched = 0
         self.looks = 0
+        #: Re-stat'ed without an event (counted by ops.snapshot.incremental): files with more
+        #: than one hard link, files mapped shared and writable.
+        self.links_restatted = 0
+        self.mapped_restatted = 0
         self.last_error: str | None = None
+        self._real_root = os.fsencode(os.path.realpath(root))
 
     @property
     def watched_dirs(self) -> int:
@@ -138,7 +156,11 @@ class Watcher:
         return name in (b".git", b".snapstore") or rel in self.excluded
 
     def watch_tree(self, rel: bytes = b"") -> None:
-        """Watch ``rel`` and every directory below it (watch first, then list)."""
+        """Watch ``rel`` and every directory below it (watch first, then list).
+
+        A directory whose watch cannot be added becomes blind (:attr:`blind`), with everything
+        below it (nothing below is tried); one that is watched now is no longer blind.
+        """
         stack = [rel]
         while stack:
             current = stack.pop()
@@ -148,12 +170,14 @@ class Watcher:
             try:
                 wd = self._inotify.add_watch(path, self._mask)
             except OSError as exc:
-                if exc.errno in (28, 24):  # ENOSPC (max_user_watches), EMFILE
+                if exc.errno in _GONE:
+                    self.blind.discard(current)  # vanished or replaced: its parent's events say so
+                else:  # ENOSPC (max_user_watches), EACCES, ...: walked at every snapshot
                     self.watch_failures += 1
-                    self.last_error = f"cannot add a watch ({os.strerror(exc.errno)}): walking instead"
-                    self._pending.full = True
-                    self._pending.reason = "watch limit"
-                continue  # vanished or unreadable: the walk reports it
+                    self.last_error = f"cannot watch {_show(current)}: {os.strerror(exc.errno or 0)}"
+                    self.blind.add(current)
+                continue
+            self.blind.discard(current)
             self._wd[wd] = current
             try:
                 with os.scandir(path) as it:
@@ -197,9 +221,17 @@ class Watcher:
                     self._pending.subtrees.add(rel)
 
     def take(self) -> Changes:
-        """The changes since the last call (after reading the queue), then start afresh."""
+        """The changes since the last call (after reading the queue), then start afresh.
+
+        Blind directories are retried first (a watch added now sees what comes next) and named
+        in ``blind`` all the same: what changed in them before has no event.
+        """
         self.poll()
         changes = self._pending
+        changes.blind |= self.blind
+        for rel in sorted(self.blind):
+            if rel in self.blind:  # (not made watchable by retrying a directory above it)
+                self.watch_tree(rel)
         if not changes.full and time.monotonic() - self._last_full > self.consistency_interval:
             changes.full, changes.reason = True, "periodic consistency check"
         if changes.full:
@@ -217,17 +249,33 @@ class Watcher:
         p.dirs |= changes.dirs
         p.subtrees |= changes.subtrees
         p.paths |= changes.paths
+        p.blind |= changes.blind
 
     def peek(self) -> Changes:
         """The changes since the last :meth:`take` (after reading the queue), left pending: a
-        read-only look (``diff`` against the tree) must not hide them from the next snapshot."""
+        read-only look (``diff`` against the tree) must not hide them from the next snapshot
+        (nor add watches: blind directories stay blind until the next :meth:`take`)."""
         self.poll()
         p = self._pending
-        return Changes(p.full, set(p.dirs), set(p.subtrees), set(p.paths), p.reason)
+        return Changes(p.full, set(p.dirs), set(p.subtrees), set(p.paths), p.reason, p.blind | self.blind)
+
+    def mode(self) -> str:
+        """What a snapshot through this watcher does, in words (``serve --status``)."""
+        if not self.blind:
+            return f"watching {self.watched_dirs} directories: snapshots re-examine what events name"
+        return (
+            f"watching {self.watched_dirs} directories; {len(self.blind)} could not be watched "
+            f"({self.last_error}): walking those {len(self.blind)} unwatched directories (with "
+            "everything below them) at every checkpoint, and retrying their watches"
+        )
 
     def status(self) -> dict[str, Any]:
         return {
+            "watching": True,
+            "mode": self.mode(),
             "watched_dirs": self.watched_dirs,
+            "blind_dirs": len(self.blind),
+            "blind": sorted(_show(b) for b in self.blind)[:10],
             "events": self.events,
             "overflows": self.overflows,
             "watch_failures": self.watch_failures,
@@ -237,8 +285,57 @@ class Watcher:
             "walks": self.walks,
             "patched": self.patched,
             "looks": self.looks,
+            "links_restatted": self.links_restatted,
+            "mapped_restatted": self.mapped_restatted,
             "last_error": self.last_error,
         }
+
+    def mapped_for_write(self) -> set[bytes]:
+        """The tree's files that some process maps shared and writable now (see the module's
+        function), relative to the root."""
+        return mapped_for_write(self._real_root)
+
+
+#: add_watch errors that mean the directory is gone or is no longer one (not blindness).
+_GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
+def _show(rel: bytes) -> str:
+    return rel.decode("utf-8", "replace") or "."
+
+
+def mapped_for_write(real_root: bytes) -> set[bytes]:
+    """Root-relative paths of the files below ``real_root`` (a resolved path) that a process
+    maps ``MAP_SHARED`` with write access now, from ``/proc/*/maps``.
+
+    A write through such a mapping gives no inotify event until the mapping goes
+    (``IN_CLOSE_WRITE`` at ``munmap`` or exit), only a new mtime: the caller re-stats them.
+    Processes whose maps this user cannot read (other users', unless root) and paths not valid
+    as written in a maps line (a newline in a name) are not seen: the periodic walk covers
+    those.  About a millisecond for a hundred processes.
+    """
+    prefix = real_root.rstrip(b"/") + b"/"
+    out: set[bytes] = set()
+    try:
+        pids = [p for p in os.listdir(b"/proc") if p.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            with open(b"/proc/" + pid + b"/maps", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue  # gone, or not ours to read
+        if prefix not in data:
+            continue
+        for line in data.splitlines():
+            fields = line.split(None, 5)
+            if len(fields) < 6 or fields[1][1:2] != b"w" or fields[1][3:4] != b"s":
+                continue
+            path = fields[5]
+            if path.startswith(prefix) and not path.endswith(b" (deleted)"):
+                out.add(path[len(prefix) :])
+    return out
 
 
 def watchable(root: str) -> str | None:

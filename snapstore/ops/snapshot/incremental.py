@@ -8,10 +8,15 @@ patches that state with what the watcher names (:mod:`snapstore.tree.rescan`: ch
 lstat-ed again, directories whose listing changed are listed again, new subtrees walked) instead
 of walking the tree and loading the whole stat cache.  The state is used only when nothing else
 can have changed the store in between (the newest log and oplog keys are still the ones this
-context wrote).  An overflow, a failed watch, a changed ignore file, a periodic consistency
-check or any doubt means a full walk (:mod:`.walk`), whose result becomes the new state.
-Events narrow what is looked at; the stat cache (with its racy-file rule) still decides what is
-read.
+context wrote).  An overflow, a changed ignore file, a periodic consistency check or any doubt
+means a full walk (:mod:`.walk`), whose result becomes the new state.  Events narrow what is
+looked at; the stat cache (with its racy-file rule) still decides what is read.
+
+What makes no event is looked at every time (:func:`blind_spots`): directories the watcher
+could not watch are walked, files with more than one hard link (``TreeState.links``: a write
+through another link names only that one) and files mapped shared and writable are re-stat'ed.
+A file that gains a link it did not have means a full walk: its other links in the tree are
+not known, and a write through it named none of them.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from snapstore.records.manifest import Entry
 from snapstore.tree import rescan, scan, statcache, worktree
 
 if TYPE_CHECKING:
-    from snapstore.tree.watcher import Changes
+    from snapstore.tree.watcher import Changes, Watcher
 
 
 class Walked(NamedTuple):
@@ -32,6 +37,8 @@ class Walked(NamedTuple):
 
     found: dict[bytes, scan.Found] | list[scan.Found]
     listings: scan.Listings
+    #: The files with more than one hard link.
+    links: set[bytes] | list[bytes]
 
 
 class Patched(NamedTuple):
@@ -45,6 +52,8 @@ class Patched(NamedTuple):
     stale: list[bytes]
     #: Every path whose entry may differ from the state's (removed, found anew or again).
     touched: set[bytes]
+    #: The files with more than one hard link now (the state's next ``links``).
+    links: set[bytes]
 
 
 #: The watcher's reason for a full walk that checks it (tree.watcher.Watcher.take).
@@ -67,6 +76,7 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     check = changes.full and changes.reason == PERIODIC
     if changes.full and not check:
         return None
+    blind_spots(watcher, state, changes)
     patched = _patch(ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree)
     if patched is not None and not check and not _report(report or scan.ScanReport(), state.listings):
         return None
@@ -77,6 +87,17 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
             ctx.walk_check = state.found
         return None
     return patched
+
+
+def blind_spots(watcher: Watcher, state: TreeState, changes: Changes) -> None:
+    """Add to ``changes`` the files no event may name: every file with more than one hard link
+    and every file mapped shared and writable now (re-stat'ed: a write changes their mtime).
+    (The directories the watcher cannot see are already in ``changes.blind``.)"""
+    mapped = watcher.mapped_for_write()
+    watcher.links_restatted += len(state.links)
+    watcher.mapped_restatted += len(mapped)
+    changes.paths |= state.links
+    changes.paths |= mapped
 
 
 def _report(report: scan.ScanReport, listings: scan.Listings) -> bool:
@@ -110,6 +131,9 @@ def _patch(
     patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watch)
     if patch is None:
         return None
+    links = _links_after(state.links, patch, found)
+    if links is None:
+        return None
     entries = dict(state.entries)  # (the old dict is also the manifest memo's: keep it intact)
     stale: list[bytes] = []
     cache = state.cache
@@ -127,7 +151,25 @@ def _patch(
         to_read = []
     touched = set(patch.removed)
     touched.update(f.path for f in changed)
-    return Patched(list(found.values()), cache, entries, to_read, stale, touched)
+    return Patched(list(found.values()), cache, entries, to_read, stale, touched, links)
+
+
+def _links_after(before: set[bytes], patch: rescan.Patch, found: dict[bytes, scan.Found]) -> set[bytes] | None:
+    """The files with more than one link after ``patch`` (a new set); None when a file gained
+    a link: its other links in the tree may have been written with no event naming it (and
+    their state is stale too), so only a full walk can say."""
+    if not patch.links <= before:
+        return None
+    if not patch.removed and not patch.updated:
+        return before
+    after = set(before)
+    for path in patch.removed:
+        if path not in found:
+            after.discard(path)
+    for f in patch.updated:
+        if f.path not in patch.links:
+            after.discard(f.path)  # examined again, with one link now (or not a file)
+    return after
 
 
 def current_state(ctx: StageContext) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]] | None:
@@ -183,6 +225,7 @@ def _look(
     changes = watcher.peek()
     if changes.full:
         return None
+    blind_spots(watcher, state, changes)
     found = dict(state.found)
     report = scan.ScanReport()
     # No watch is added: a read-only look must not change what is watched (the next
@@ -241,7 +284,8 @@ def remember(
     cache.update(updates)
     found = walked.found
     by_path = found if isinstance(found, dict) else {f.path: f for f in found}
-    ctx.tree_state = TreeState(by_path, cache, entries, keys, walked.listings)
+    links = walked.links if isinstance(walked.links, set) else set(walked.links)
+    ctx.tree_state = TreeState(by_path, cache, entries, keys, walked.listings, links)
 
 
 def forget(ctx: StageContext) -> None:

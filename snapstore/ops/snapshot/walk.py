@@ -114,7 +114,7 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     state = ctx.tree_state
     if patched is not None and state is not None:  # (serve --status shows how often each way)
         watcher.patched += 1
-        walked = Walked(state.found, state.listings)
+        walked = Walked(state.found, state.listings, patched.links)
         return Inputs(patched.found, patched.cache, patched.entries, patched.to_read, patched.stale, walked)
     watcher.walks += 1
     listings: scan.Listings = {}
@@ -124,4 +124,4 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
         cache = dict(view.items("statcache"))
     entries, to_read = worktree.classify(found, cache)
     stale = incremental.stale_cache_keys(cache, found)
-    return Inputs(found, cache, entries, to_read, stale, Walked(found, listings))
+    return Inputs(found, cache, entries, to_read, stale, Walked(found, listings, report.links))
