@@ -76,8 +76,8 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     check = changes.full and changes.reason == PERIODIC
     if changes.full and not check:
         return None
-    blind_spots(watcher, state, changes)
-    patched = _patch(ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree)
+    mapped = blind_spots(watcher, state, changes)
+    patched = _patch(ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped)
     if patched is not None and not check and not _report(report or scan.ScanReport(), state.listings):
         return None
     if check:
@@ -89,15 +89,23 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     return patched
 
 
-def blind_spots(watcher: Watcher, state: TreeState, changes: Changes) -> None:
+#: A file mapped shared and writable up to this size is read again at every snapshot while it
+#: is mapped; a larger one only re-stat'ed.
+MAPPED_REREAD_MAX = 16 << 20
+
+
+def blind_spots(watcher: Watcher, state: TreeState, changes: Changes) -> set[bytes]:
     """Add to ``changes`` the files no event may name: every file with more than one hard link
-    and every file mapped shared and writable now (re-stat'ed: a write changes their mtime).
+    (re-stat'ed: a write through another link changes their mtime) and every file mapped
+    shared and writable now, which it returns: those are read again (:func:`_patch`), since a
+    write to a page already dirty (or any write after the first on tmpfs) keeps the mtime.
     (The directories the watcher cannot see are already in ``changes.blind``.)"""
     mapped = watcher.mapped_for_write()
     watcher.links_restatted += len(state.links)
     watcher.mapped_restatted += len(mapped)
     changes.paths |= state.links
     changes.paths |= mapped
+    return mapped
 
 
 def _report(report: scan.ScanReport, listings: scan.Listings) -> bool:
@@ -126,8 +134,10 @@ def _patch(
     changes: Changes,
     report: scan.ScanReport,
     watch: Callable[[bytes], None] | None,
+    reread: set[bytes] | frozenset[bytes] = frozenset(),
 ) -> Patched | None:
-    """Apply ``changes`` to ``found`` and ``listings`` and derive the entries (a new dict)."""
+    """Apply ``changes`` to ``found`` and ``listings`` and derive the entries (a new dict);
+    the files of ``reread`` (up to MAPPED_REREAD_MAX) are read whatever the stat cache says."""
     patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watch)
     if patch is None:
         return None
@@ -146,6 +156,11 @@ def _patch(
     changed = list({f.path: f for f in patch.updated if found.get(f.path) is f}.values())
     if changed:
         fresh, to_read = worktree.classify(changed, cache)
+        for path in reread:
+            f = found.get(path)
+            if path in fresh and f is not None and f.st is not None and f.st.st_size <= MAPPED_REREAD_MAX:
+                del fresh[path]
+                to_read.append(f)
         entries.update(fresh)
     else:
         to_read = []
@@ -225,12 +240,12 @@ def _look(
     changes = watcher.peek()
     if changes.full:
         return None
-    blind_spots(watcher, state, changes)
+    mapped = blind_spots(watcher, state, changes)
     found = dict(state.found)
     report = scan.ScanReport()
     # No watch is added: a read-only look must not change what is watched (the next
     # snapshot's patch adds it).
-    patched = _patch(ctx, state, found, dict(state.listings), changes, report, None)
+    patched = _patch(ctx, state, found, dict(state.listings), changes, report, None, mapped)
     if patched is None:
         return None
     entries = patched.entries
