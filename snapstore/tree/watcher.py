@@ -135,8 +135,17 @@ class Watcher:
         #: than one hard link, files mapped shared and writable.
         self.links_restatted = 0
         self.mapped_restatted = 0
+        #: inode -> the tree's paths with it (() for none), for files mapped by another name
+        #: (ops.snapshot.incremental keeps it).
+        self.inode_memo: dict[int, tuple[bytes, ...]] = {}
+        #: The files found mapped at the last snapshot (read once more by the next one).
+        self.last_mapped: set[bytes] = set()
         self.last_error: str | None = None
         self._real_root = os.fsencode(os.path.realpath(root))
+        try:
+            self._dev: int | None = os.stat(self._real_root).st_dev
+        except OSError:
+            self._dev = None
 
     @property
     def watched_dirs(self) -> int:
@@ -237,8 +246,23 @@ class Watcher:
         if changes.full:
             self.full_rescans += 1
             self._last_full = time.monotonic()
+            if changes.reason != "start":  # (watched just now)
+                self.rewatch()
         self._pending = Changes(full=False)
         return changes
+
+    def rewatch(self) -> None:
+        """Watch the whole tree again, before a full walk: after an overflow the events of the
+        directories made meanwhile are lost, so nothing would ever watch them (nor call them
+        blind); the watches of directories gone or moved out are removed."""
+        old, self._wd = self._wd, {}
+        self.blind.clear()
+        self.watch_tree()
+        for wd in old.keys() - self._wd.keys():
+            try:
+                self._inotify.rm_watch(wd)
+            except OSError:
+                pass  # already gone with its directory
 
     def give_back(self, changes: Changes) -> None:
         """Make ``changes`` (from :meth:`take`) pending again, with any that came since: for a
@@ -290,10 +314,10 @@ class Watcher:
             "last_error": self.last_error,
         }
 
-    def mapped_for_write(self) -> set[bytes]:
+    def mapped_for_write(self) -> tuple[set[bytes], set[int]]:
         """The tree's files that some process maps shared and writable now (see the module's
-        function), relative to the root."""
-        return mapped_for_write(self._real_root)
+        function)."""
+        return mapped_for_write(self._real_root, self._dev)
 
 
 #: add_watch errors that mean the directory is gone or is no longer one (not blindness).
@@ -304,38 +328,50 @@ def _show(rel: bytes) -> str:
     return rel.decode("utf-8", "replace") or "."
 
 
-def mapped_for_write(real_root: bytes) -> set[bytes]:
-    """Root-relative paths of the files below ``real_root`` (a resolved path) that a process
-    maps ``MAP_SHARED`` with write access now, from ``/proc/*/maps``.
+def mapped_for_write(real_root: bytes, dev: int | None) -> tuple[set[bytes], set[int]]:
+    """What processes map ``MAP_SHARED`` with write access now, from ``/proc/*/maps``: the
+    root-relative paths of the files mapped by a name below ``real_root`` (a resolved path),
+    and the inode numbers of the files on the tree's device (``dev``) mapped by another name
+    (outside the tree, or a name since deleted: the file may still have a link in the tree).
 
     A write through such a mapping gives no inotify event until the mapping goes
-    (``IN_CLOSE_WRITE`` at ``munmap`` or exit), only a new mtime: the caller re-stats them.
-    Processes whose maps this user cannot read (other users', unless root) and paths not valid
-    as written in a maps line (a newline in a name) are not seen: the periodic walk covers
+    (``IN_CLOSE_WRITE`` at ``munmap`` or exit), only a new mtime: the caller re-stats and reads
+    them.  Processes whose maps this user cannot read (other users', unless root) are not
+    seen, nor names the maps file cannot show (a newline in a name): the periodic walk covers
     those.  About a millisecond for a hundred processes.
     """
     prefix = real_root.rstrip(b"/") + b"/"
-    out: set[bytes] = set()
+    paths: set[bytes] = set()
+    inodes: set[int] = set()
     try:
         pids = [p for p in os.listdir(b"/proc") if p.isdigit()]
     except OSError:
-        return out
+        return paths, inodes
     for pid in pids:
         try:
             with open(b"/proc/" + pid + b"/maps", "rb") as f:
                 data = f.read()
         except OSError:
             continue  # gone, or not ours to read
-        if prefix not in data:
-            continue
         for line in data.splitlines():
             fields = line.split(None, 5)
             if len(fields) < 6 or fields[1][1:2] != b"w" or fields[1][3:4] != b"s":
                 continue
             path = fields[5]
             if path.startswith(prefix) and not path.endswith(b" (deleted)"):
-                out.add(path[len(prefix) :])
-    return out
+                paths.add(path[len(prefix) :])
+            elif dev is not None and _dev(fields[3]) == dev:
+                inodes.add(int(fields[4]))
+    return paths, inodes
+
+
+def _dev(field: bytes) -> int | None:
+    """The device number of a maps line's ``major:minor`` (hexadecimal) field."""
+    major, _, minor = field.partition(b":")
+    try:
+        return os.makedev(int(major, 16), int(minor, 16))
+    except ValueError:
+        return None
 
 
 def watchable(root: str) -> str | None:

@@ -21,11 +21,12 @@ not known, and a write through it named none of them.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from snapstore.ops.context import Keys, StageContext, TreeState
-from snapstore.records.manifest import Entry
+from snapstore.records.manifest import EXEC, Entry
 from snapstore.tree import rescan, scan, statcache, worktree
 
 if TYPE_CHECKING:
@@ -94,18 +95,75 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
 MAPPED_REREAD_MAX = 16 << 20
 
 
-def blind_spots(watcher: Watcher, state: TreeState, changes: Changes) -> set[bytes]:
+def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool = False) -> set[bytes]:
     """Add to ``changes`` the files no event may name: every file with more than one hard link
     (re-stat'ed: a write through another link changes their mtime) and every file mapped
-    shared and writable now, which it returns: those are read again (:func:`_patch`), since a
-    write to a page already dirty (or any write after the first on tmpfs) keeps the mtime.
-    (The directories the watcher cannot see are already in ``changes.blind``.)"""
-    mapped = watcher.mapped_for_write()
+    shared and writable now or at the last snapshot (the mapping may have been written and
+    gone since, and its ``IN_CLOSE_WRITE`` names the name it was made by), which it returns:
+    those are read again (:func:`_patch`), since a write to a page already dirty (or any
+    write after the first on tmpfs) keeps the mtime.  (The directories the watcher cannot see
+    are already in ``changes.blind``.)  ``look``: a read-only look, which remembers nothing."""
+    mapped, inodes = watcher.mapped_for_write()
+    if inodes:
+        mapped |= _by_inode(watcher.inode_memo, state.found, inodes)
+    if not look:
+        mapped, watcher.last_mapped = mapped | watcher.last_mapped, mapped
+    else:
+        mapped |= watcher.last_mapped
     watcher.links_restatted += len(state.links)
     watcher.mapped_restatted += len(mapped)
     changes.paths |= state.links
     changes.paths |= mapped
     return mapped
+
+
+def _by_inode(memo: dict[int, tuple[bytes, ...]], found: dict[bytes, scan.Found], inodes: set[int]) -> set[bytes]:
+    """The tree's files with one of these inode numbers: files mapped by another name (outside
+    the tree, or a name since deleted) still write to them.
+
+    ``memo`` keeps the answer per inode (the watcher's ``inode_memo``; () when not in the tree),
+    so the tree is searched only for an inode not seen before; an answer stands while the
+    paths still have that inode, and a patch drops the inodes of what it found anew
+    (:func:`_patch`), a full walk all of them.
+    """
+    out: set[bytes] = set()
+    unknown: set[int] = set()
+    for ino in inodes:
+        paths = memo.get(ino)
+        if paths is None or not all(_has_inode(found.get(p), ino) for p in paths):
+            unknown.add(ino)
+        else:
+            out.update(paths)
+    if unknown:
+        hits: dict[int, list[bytes]] = {ino: [] for ino in unknown}
+        for f in found.values():
+            if f.kind <= EXEC and f.st is not None and f.st.st_ino in hits:
+                hits[f.st.st_ino].append(f.path)
+        if len(memo) > 4096:  # (inodes of short-lived mappings elsewhere on the device)
+            memo.clear()
+        for ino, hit in hits.items():
+            memo[ino] = tuple(hit)
+            out.update(hit)
+    return out
+
+
+def _has_inode(f: scan.Found | None, ino: int) -> bool:
+    return f is not None and f.st is not None and f.st.st_ino == ino
+
+
+def reread_mapped(watcher: Watcher, found: list[scan.Found], entries: dict[bytes, Entry], to_read: list[scan.Found]) -> None:
+    """After a full walk: the files mapped shared and writable now or at the last snapshot are
+    read whatever the stat cache says (see :func:`blind_spots`); ``entries`` and ``to_read``
+    are changed in place."""
+    mapped, _ = watcher.mapped_for_write()
+    mapped, watcher.last_mapped = mapped | watcher.last_mapped, mapped
+    for path in mapped:
+        if path in entries and entries[path].kind <= EXEC:
+            i = bisect.bisect_left(found, (path,))
+            f = found[i] if i < len(found) else None
+            if f is not None and f.path == path and f.st is not None and f.st.st_size <= MAPPED_REREAD_MAX:
+                del entries[path]
+                to_read.append(f)
 
 
 def _report(report: scan.ScanReport, listings: scan.Listings) -> bool:
@@ -144,6 +202,11 @@ def _patch(
     links = _links_after(state.links, patch, found)
     if links is None:
         return None
+    memo = ctx.watcher.inode_memo if ctx.watcher is not None else None
+    if memo:
+        for f in patch.updated:  # an inode answered "not in the tree" may be in it now
+            if f.st is not None:
+                memo.pop(f.st.st_ino, None)
     entries = dict(state.entries)  # (the old dict is also the manifest memo's: keep it intact)
     stale: list[bytes] = []
     cache = state.cache
@@ -157,10 +220,10 @@ def _patch(
     if changed:
         fresh, to_read = worktree.classify(changed, cache)
         for path in reread:
-            f = found.get(path)
-            if path in fresh and f is not None and f.st is not None and f.st.st_size <= MAPPED_REREAD_MAX:
+            mapped = found.get(path)
+            if path in fresh and mapped is not None and mapped.st is not None and mapped.st.st_size <= MAPPED_REREAD_MAX:
                 del fresh[path]
-                to_read.append(f)
+                to_read.append(mapped)
         entries.update(fresh)
     else:
         to_read = []
@@ -240,7 +303,7 @@ def _look(
     changes = watcher.peek()
     if changes.full:
         return None
-    mapped = blind_spots(watcher, state, changes)
+    mapped = blind_spots(watcher, state, changes, look=True)
     found = dict(state.found)
     report = scan.ScanReport()
     # No watch is added: a read-only look must not change what is watched (the next

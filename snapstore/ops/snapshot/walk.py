@@ -123,5 +123,7 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     with ctx.backend.read() as view:  # the watcher's state keeps the cache as a dict
         cache = dict(view.items("statcache"))
     entries, to_read = worktree.classify(found, cache)
+    incremental.reread_mapped(watcher, found, entries, to_read)
     stale = incremental.stale_cache_keys(cache, found)
+    watcher.inode_memo.clear()  # (a path may have any inode now)
     return Inputs(found, cache, entries, to_read, stale, Walked(found, listings, report.links))
