@@ -81,6 +81,31 @@ def test_directories_past_max_user_watches_are_walked_at_every_checkpoint(tmp_pa
         plain.close()
 
 
+def test_directories_made_during_a_queue_overflow_are_watched_after_it(tmp_path: Path):
+    root = tmp_path / "t"
+    build_tree(root, {"busy/a.txt": b"a\n", "b.txt": b"b\n"})
+    Store.init(root).close()
+    with limited("max_queued_events", 16):  # the queue's size is fixed when the instance is made
+        watched = Store.open(root, watch=True)
+    plain = Store.open(root)
+    try:
+        watched.snapshot("start")
+        for k in range(40):  # ~120 events: the queue overflows
+            (root / "busy" / f"f{k}").write_bytes(b"%d\n" % k)
+        (root / "made-meanwhile" / "deeper").mkdir(parents=True)  # its event is lost
+        cp = watched.snapshot("after the overflow")  # a full walk
+        assert watched.watch_status()["overflows"] >= 1
+        assert _same(plain, cp.id) == []
+        for i in range(2):
+            (root / "made-meanwhile" / "deeper" / "late.txt").write_bytes(b"late %d\n" % i)
+            cp = watched.snapshot(f"patched {i}")
+            assert _same(plain, cp.id) == [], i
+            assert watched.read_bytes(cp.id, "made-meanwhile/deeper/late.txt") == b"late %d\n" % i
+    finally:
+        watched.close()
+        plain.close()
+
+
 def _linked_store(tmp_path: Path) -> tuple[Path, Path, Store, Store]:
     root, outside = tmp_path / "t", tmp_path / "outside"
     build_tree(root, {"a.txt": b"a\n", "src/b.txt": b"b\n", "src/c.txt": b"c\n"})
@@ -187,6 +212,48 @@ def test_writes_through_a_live_shared_mapping_are_in_the_next_checkpoint(any_fs:
         assert watched.watch_status()["mapped_restatted"] >= 3
     finally:
         m.close()
+        watched.close()
+        plain.close()
+
+
+def test_a_mapping_made_through_another_name_is_followed(any_fs: Path, monkeypatch):
+    """Mapped through a second link, which is then deleted (the maps file says "(deleted)"),
+    and unmapped between two checkpoints (IN_CLOSE_WRITE names the deleted link)."""
+    from snapstore.tree import statcache
+
+    monkeypatch.setattr(statcache, "now_ns", lambda: time.time_ns() + 10_000_000_000)
+    root = any_fs / "t"
+    build_tree(root, {"f.bin": bytes(8192), "other.txt": b"o\n"})
+    os.link(root / "f.bin", root / "h.bin")
+    Store.init(root).close()
+    watched, plain = Store.open(root, watch=True), Store.open(root)
+    try:
+        watched.snapshot("start")
+        watched.snapshot("patched")
+        fd = os.open(root / "h.bin", os.O_RDWR)
+        m = mmap.mmap(fd, 8192)
+        os.close(fd)
+
+        def write(i: int, label: str) -> None:
+            time.sleep(0.02)
+            m[i * 10 : i * 10 + 2] = b"w%d" % i
+            m.flush()
+            cp = watched.snapshot(label)
+            assert watched.read_bytes(cp.id, "f.bin")[i * 10 : i * 10 + 2] == b"w%d" % i, label
+            assert _same(plain, cp.id) == [], label
+
+        write(1, "mapped through h.bin")
+        os.unlink(root / "h.bin")
+        write(2, "h.bin deleted")
+        write(3, "f.bin has one link now")
+        time.sleep(0.02)
+        m[40:43] = b"w4!"
+        m.flush()
+        m.close()  # its IN_CLOSE_WRITE names h.bin, which is gone
+        cp = watched.snapshot("unmapped")
+        assert watched.read_bytes(cp.id, "f.bin")[40:43] == b"w4!"
+        assert _same(plain, cp.id) == []
+    finally:
         watched.close()
         plain.close()
 

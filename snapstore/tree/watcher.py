@@ -331,8 +331,9 @@ def _show(rel: bytes) -> str:
 def mapped_for_write(real_root: bytes, dev: int | None) -> tuple[set[bytes], set[int]]:
     """What processes map ``MAP_SHARED`` with write access now, from ``/proc/*/maps``: the
     root-relative paths of the files mapped by a name below ``real_root`` (a resolved path),
-    and the inode numbers of the files on the tree's device (``dev``) mapped by another name
-    (outside the tree, or a name since deleted: the file may still have a link in the tree).
+    and the inode numbers of all the files mapped on the tree's device (``dev``): a file mapped
+    by another name (outside the tree, a name since deleted, another link in it) may have a
+    link in the tree that the mapping writes to.
 
     A write through such a mapping gives no inotify event until the mapping goes
     (``IN_CLOSE_WRITE`` at ``munmap`` or exit), only a new mtime: the caller re-stats and reads
@@ -360,8 +361,8 @@ def mapped_for_write(real_root: bytes, dev: int | None) -> tuple[set[bytes], set
             path = fields[5]
             if path.startswith(prefix) and not path.endswith(b" (deleted)"):
                 paths.add(path[len(prefix) :])
-            elif dev is not None and _dev(fields[3]) == dev:
-                inodes.add(int(fields[4]))
+            if dev is not None and _dev(fields[3]) == dev:
+                inodes.add(int(fields[4]))  # (its other links in the tree write to it too)
     return paths, inodes
 
 
