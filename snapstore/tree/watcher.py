@@ -33,6 +33,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -349,30 +350,37 @@ def mapped_for_write(real_root: bytes, dev: int | None) -> tuple[set[bytes], set
     except OSError:
         return paths, inodes
     for pid in pids:
-        try:
-            with open(b"/proc/" + pid + b"/maps", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue  # gone, or not ours to read
-        for line in data.splitlines():
-            fields = line.split(None, 5)
-            if len(fields) < 6 or fields[1][1:2] != b"w" or fields[1][3:4] != b"s":
-                continue
-            path = fields[5]
+        data = _read_maps(b"/proc/" + pid + b"/maps")
+        if b"w-s " not in data and b"wxs " not in data:
+            continue  # (most processes map nothing shared and writable)
+        for m in _SHARED_WRITABLE.finditer(data):
+            major, minor, ino, path = m.groups()
             if path.startswith(prefix) and not path.endswith(b" (deleted)"):
                 paths.add(path[len(prefix) :])
-            if dev is not None and _dev(fields[3]) == dev:
-                inodes.add(int(fields[4]))  # (its other links in the tree write to it too)
+            if dev is not None and os.makedev(int(major, 16), int(minor, 16)) == dev:
+                inodes.add(int(ino))  # (its other links in the tree write to it too)
     return paths, inodes
 
 
-def _dev(field: bytes) -> int | None:
-    """The device number of a maps line's ``major:minor`` (hexadecimal) field."""
-    major, _, minor = field.partition(b":")
+#: A maps line of a shared mapping with write access: device, inode, name.
+_SHARED_WRITABLE = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ [r-]w[x-]s [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) (\d+) +(.*)$", re.M)
+
+
+def _read_maps(path: bytes) -> bytes:
+    """A /proc maps file (empty when the process is gone or not ours to read)."""
     try:
-        return os.makedev(int(major, 16), int(minor, 16))
-    except ValueError:
-        return None
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def watchable(root: str) -> str | None:

@@ -103,7 +103,8 @@ def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool
     those are read again (:func:`_patch`), since a write to a page already dirty (or any
     write after the first on tmpfs) keeps the mtime.  (The directories the watcher cannot see
     are already in ``changes.blind``.)  ``look``: a read-only look, which remembers nothing."""
-    mapped, inodes = watcher.mapped_for_write()
+    named, inodes = watcher.mapped_for_write()
+    mapped = {p for p in named if p in state.found}  # (not the store's own lock file)
     if inodes:
         mapped |= _by_inode(watcher.inode_memo, state.found, inodes)
     if not look:
@@ -205,8 +206,8 @@ def _patch(
     memo = ctx.watcher.inode_memo if ctx.watcher is not None else None
     if memo:
         for f in patch.updated:  # an inode answered "not in the tree" may be in it now
-            if f.st is not None:
-                memo.pop(f.st.st_ino, None)
+            if f.st is not None and memo.get(f.st.st_ino) == ():
+                del memo[f.st.st_ino]  # (an answer with paths is checked when used)
     entries = dict(state.entries)  # (the old dict is also the manifest memo's: keep it intact)
     stale: list[bytes] = []
     cache = state.cache
