@@ -184,7 +184,10 @@ class Watcher:
                     self.blind.discard(current)  # vanished or replaced: its parent's events say so
                 else:  # ENOSPC (max_user_watches), EACCES, ...: walked at every snapshot
                     self.watch_failures += 1
-                    self.last_error = f"cannot watch {_show(current)}: {os.strerror(exc.errno or 0)}"
+                    why = os.strerror(exc.errno or 0)
+                    if exc.errno == errno.ENOSPC:
+                        why = "fs.inotify.max_user_watches reached"
+                    self.last_error = f"cannot watch {_show(current)}: {why}"
                     self.blind.add(current)
                 continue
             self.blind.discard(current)
