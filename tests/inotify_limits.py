@@ -2,8 +2,11 @@
 short while, always restored.
 
 The limits are per user and machine-wide, so a lowered one also applies to every other process
-of this user while it is in force: callers keep the window short (a few checkpoints), and the
-windows of this process and of other test workers are serialised by a lock file.
+of this user while it is in force (another test's Store or service would lose its watches or its
+inotify instance).  So every test holds a shared lock on one lock file while it runs (an
+autouse fixture in tests/conftest.py: :func:`hold_shared`), and :func:`limited` turns it into
+an exclusive one for its window: no other test of any worker runs while a limit is lowered.
+Callers still keep the window short (a few checkpoints).
 """
 
 from __future__ import annotations
@@ -37,13 +40,34 @@ def _write(name: str, value: int) -> None:
         f.write(f"{value}\n")
 
 
+_fd: int | None = None  # this process's descriptor of the lock file
+
+
+def _lock_fd() -> int:
+    global _fd
+    if _fd is None:
+        _fd = os.open(_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    return _fd
+
+
+def hold_shared() -> None:
+    """Take the shared lock for the test that starts (released by :func:`release`)."""
+    fcntl.flock(_lock_fd(), fcntl.LOCK_SH)
+
+
+def release() -> None:
+    if _fd is not None:
+        fcntl.flock(_fd, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def limited(name: str, value: int) -> Iterator[int]:
     """``fs.inotify.<name>`` set to ``value`` inside the block (the original value is yielded
-    and written back on the way out, whatever happens)."""
+    and written back on the way out, whatever happens), with no other test running."""
     skip_unless_settable(name)
-    with open(_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    fd = _lock_fd()
+    fcntl.flock(fd, fcntl.LOCK_EX)  # (converts this test's shared lock: waits for the others)
+    try:
         original = read(name)
         try:
             _write(name, value)
@@ -53,6 +77,8 @@ def limited(name: str, value: int) -> Iterator[int]:
             yield original
         finally:
             _write(name, original)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_SH)
 
 
 def watches_in_use() -> int:
