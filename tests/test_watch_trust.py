@@ -106,6 +106,32 @@ def test_directories_made_during_a_queue_overflow_are_watched_after_it(tmp_path:
         plain.close()
 
 
+def test_a_tree_with_no_watch_at_all_is_walked_at_every_checkpoint(tmp_path: Path, monkeypatch):
+    """Every watch refused (the root's too): the whole tree is walked, every time (no sysctl
+    needed: the refusal is simulated)."""
+    import inotify_simple
+
+    def refuse(self, path, mask):
+        raise OSError(28, "No space left on device")
+
+    root = tmp_path / "t"
+    _dirs_tree(root, 5)
+    Store.init(root).close()
+    monkeypatch.setattr(inotify_simple.INotify, "add_watch", refuse)
+    watched, plain = Store.open(root, watch=True), Store.open(root)
+    try:
+        assert watched.watch_status()["blind"] == ["."]
+        assert "max_user_watches" in watched.watch_status()["mode"]
+        watched.snapshot("start")
+        for round_ in range(3):
+            _edit_all(root, 5, round_)
+            cp = watched.snapshot(f"round {round_}")
+            assert _same(plain, cp.id) == [], round_
+    finally:
+        watched.close()
+        plain.close()
+
+
 def _linked_store(tmp_path: Path) -> tuple[Path, Path, Store, Store]:
     root, outside = tmp_path / "t", tmp_path / "outside"
     build_tree(root, {"a.txt": b"a\n", "src/b.txt": b"b\n", "src/c.txt": b"c\n"})

@@ -179,6 +179,8 @@ class _Patcher:
         """Was ``rel`` walked anew (itself or a directory above it)?"""
         if not self.walked:
             return False
+        if b"" in self.walked:  # the root walked anew (a blind root)
+            return True
         return rel in self.walked or any(a in self.walked for a in iter_parents(rel))
 
     def drop(self, top: bytes) -> None:
