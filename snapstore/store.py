@@ -100,6 +100,8 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         self.notes: list[str] = []
         #: Lifecycle hooks (see snapstore.hooks): ``store.hooks.register(event, fn)``.
         self.hooks = HookRegistry(self)
+        #: Why :meth:`watch` could not watch (for :meth:`watch_status`).
+        self._unwatched: str | None = None
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -291,27 +293,39 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
     def watch(self) -> str | None:
         """Watch the tree so snapshots cost O(changed); returns why not when it cannot.
 
-        Events are hints: a snapshot re-examines the paths they name and walks the whole tree
-        whenever they cannot be trusted (at start, after an overflow, when a directory's
-        listing changed, periodically).  Not available on file systems without reliable
-        events (NFS, FUSE, ...): then every snapshot walks, as without ``watch``.
+        Events are hints: a snapshot re-examines the paths they name, walks the directories
+        it could not watch, re-stats files with more than one link, and walks the whole tree
+        whenever the events cannot be trusted (at start, after an overflow, periodically).
+        Not available on file systems without reliable events (NFS, FUSE, ...) nor when no
+        inotify instance can be made (``fs.inotify.max_user_instances``): then every snapshot
+        walks, as without ``watch``, and :meth:`watch_status` says why.
         """
         from snapstore.tree import watcher
 
         if self.context.watcher is not None:
             return None
         why = watcher.watchable(self.root)
-        if why is not None:
-            return why
-        w = watcher.Watcher(self.root, self.excluded)
-        w.watch_tree()
-        self.context.watcher = w
-        return None
+        if why is None:
+            try:
+                w = watcher.Watcher(self.root, self.excluded)
+            except OSError as exc:  # EMFILE: max_user_instances; ENFILE, ENOMEM
+                why = f"cannot make an inotify instance ({exc.strerror or exc})"
+            else:
+                w.watch_tree()
+                self.context.watcher = w
+                return None
+        self._unwatched = why
+        return why
 
     def watch_status(self) -> dict[str, Any] | None:
-        """The watcher's counters (events, overflows, full walks, ...), None when not watching."""
+        """The watcher's counters (events, overflows, full walks, blind directories, ...) and
+        ``mode`` (what a snapshot does, in words); None when not asked to watch."""
         w = self.context.watcher
-        return None if w is None else dict(w.status())
+        if w is not None:
+            return dict(w.status())
+        if self._unwatched is None:
+            return None
+        return {"watching": False, "mode": f"not watching ({self._unwatched}): every checkpoint walks the whole tree"}
 
     def close(self) -> None:
         """Release the store (the LMDB environment closes with its last user)."""

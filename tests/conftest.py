@@ -20,6 +20,17 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "snapstore"))
 
 
+@pytest.fixture(autouse=True)
+def _inotify_limits_lock():
+    """Every test runs under a shared lock that a test lowering an inotify limit makes
+    exclusive (tests/inotify_limits.py): the limits are per user, machine-wide."""
+    import inotify_limits
+
+    inotify_limits.hold_shared()
+    yield
+    inotify_limits.release()
+
+
 @pytest.fixture
 def tree(tmp_path):
     """An empty working tree directory."""

@@ -82,17 +82,27 @@ def test_overflow_asks_for_a_full_walk(tmp_path: Path):
     w.close()
 
 
-def test_a_failing_watch_add_asks_for_a_full_walk(watched, monkeypatch):
+def test_a_refused_watch_makes_its_directory_blind_until_a_retry_succeeds(watched, monkeypatch):
     root, w = watched
+    real = w._inotify.add_watch
 
     def refuse(path: bytes, mask: int) -> int:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(w._inotify, "add_watch", refuse)
-    (root / "newdir").mkdir()
+    (root / "newdir" / "inner").mkdir(parents=True)
+    for _ in range(3):  # every take names it again, with everything below it unwatched
+        changes = w.take()
+        assert not changes.full
+        assert changes.blind == {b"newdir"}
+        assert "walking those 1 unwatched directories" in w.status()["mode"]
+    assert w.watch_failures >= 3 and w.status()["blind_dirs"] == 1
+    monkeypatch.setattr(w._inotify, "add_watch", real)
+    changes = w.take()  # retried: watched now, and walked this once more
+    assert changes.blind == {b"newdir"} and not w.blind
+    (root / "newdir" / "inner" / "x").write_bytes(b"x")
     changes = w.take()
-    assert changes.full and changes.reason == "watch limit"
-    assert w.watch_failures == 1
+    assert not changes.blind and b"newdir/inner/x" in changes.paths  # its events arrive
 
 
 def test_periodic_consistency_check(watched):

@@ -34,7 +34,7 @@ class TreeState:
 
     # (Plain classes here: a NamedTuple costs ~0.5 ms to create, and every CLI process imports
     # this module; a dataclass, its import.)
-    __slots__ = ("found", "cache", "entries", "keys", "listings")
+    __slots__ = ("found", "cache", "entries", "keys", "listings", "links")
 
     def __init__(
         self,
@@ -43,6 +43,7 @@ class TreeState:
         entries: dict[bytes, Entry],
         keys: Keys,
         listings: Listings,
+        links: set[bytes] | None = None,
     ) -> None:
         self.found = found
         #: The stat cache, as a dict.
@@ -54,6 +55,9 @@ class TreeState:
         self.keys = keys
         #: Each walked directory's listing (what :mod:`snapstore.tree.rescan` patches).
         self.listings = listings
+        #: The files found with more than one hard link: re-stat'ed at every snapshot, since a
+        #: write through another link (in the tree or outside it) gives no event naming them.
+        self.links: set[bytes] = set() if links is None else links
 
 
 class ManifestMemo:

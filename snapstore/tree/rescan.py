@@ -11,7 +11,12 @@ walk would find now:
   subdirectory walked completely (:func:`snapstore.tree.scan.walk_below`);
 * a directory the watcher saw appear (a subtree) is forgotten and walked completely;
 * a file whose content or metadata changed is lstat-ed again; any other changed path (a
-  symlink, an empty directory, something that changed type) has its directory listed again.
+  symlink, an empty directory, something that changed type) has its directory listed again;
+* a blind directory (no watch on it or below it: ``Changes.blind``) is walked completely, as
+  a new subtree is, at every snapshot until the watcher can watch it.
+
+Files found with more than one hard link are reported (``Patch.links``): the caller re-stats
+them at every snapshot, since a write through another link names only that link.
 
 The rules in force in each directory are kept in its listing.  When an ignore file is among
 the changed paths those rules may be stale, so :func:`apply` gives up (None) and the caller
@@ -38,6 +43,7 @@ class Changes(Protocol):
     dirs: set[bytes]
     subtrees: set[bytes]
     paths: set[bytes]
+    blind: set[bytes]
 
 
 class Patch(NamedTuple):
@@ -48,6 +54,8 @@ class Patch(NamedTuple):
     updated: list[scan.Found]
     #: Directories listed again and subtrees walked (for the report and the tests).
     listed: int
+    #: The files examined (listed again, walked or lstat-ed) that have more than one link.
+    links: set[bytes]
 
 
 def parent_of(rel: bytes) -> bytes:
@@ -85,8 +93,12 @@ def apply(
     """
     if touches_rules(changes.paths, changes.subtrees):
         return None
-    vanished = report.vanished
-    p = _Patcher(root, excluded, found, listings, report, watch, changes.subtrees, changes.paths)
+    vanished, links_from = report.vanished, len(report.links)
+    # A blind directory is walked as a subtree the watcher announced: it has just retried the
+    # watch (Watcher.take), so the walk must not add it again.
+    announced = changes.subtrees | changes.blind if changes.blind else changes.subtrees
+    p = _Patcher(root, excluded, found, listings, report, watch, announced, changes.paths)
+    links: set[bytes] = set()
     relist = set(changes.dirs)
     files: list[bytes] = []
     for path in changes.paths:
@@ -127,9 +139,12 @@ def apply(
         f = scan.Found(path, EXEC if st.st_mode & 0o100 else FILE, scan.compact(st), b"")
         found[path] = f
         p.updated.append(f)
+        if st.st_nlink > 1:
+            links.add(path)
     if report.vanished != vanished:
         return None  # something moved while it was listed: the whole walk decides
-    return Patch(p.removed, p.updated, p.listed)
+    links.update(report.links[links_from:])
+    return Patch(p.removed, p.updated, p.listed, links)
 
 
 def _parent_rules(listings: scan.Listings, rel: bytes) -> ignore.Rules:
@@ -164,6 +179,8 @@ class _Patcher:
         """Was ``rel`` walked anew (itself or a directory above it)?"""
         if not self.walked:
             return False
+        if b"" in self.walked:  # the root walked anew (a blind root)
+            return True
         return rel in self.walked or any(a in self.walked for a in iter_parents(rel))
 
     def drop(self, top: bytes) -> None:

@@ -76,7 +76,7 @@ class ScanReport:
     """What a walk skipped, and why (shown to the user as warnings and counts)."""
 
     # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
-    __slots__ = ("special", "vanished", "unreadable", "mode_bits_dropped", "warnings")
+    __slots__ = ("special", "vanished", "unreadable", "mode_bits_dropped", "warnings", "links")
 
     def __init__(self) -> None:
         self.special = 0  # FIFOs, sockets, devices
@@ -85,6 +85,10 @@ class ScanReport:
         #: Files and directories whose setuid, setgid or sticky bit was dropped (never recorded).
         self.mode_bits_dropped = 0
         self.warnings: list[str] = []
+        #: Files recorded with more than one hard link: a write through another link names
+        #: only that link (or nothing, outside the tree), so a watching Store re-stats these
+        #: at every snapshot (ops.snapshot.incremental).
+        self.links: list[bytes] = []
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -367,6 +371,8 @@ def scan_dir(
             recorded = True
             if rules and ignore.is_ignored(rules, rel, False):
                 continue
+            if st.st_nlink > 1:
+                report.links.append(rel)
             found.append(
                 _new(
                     Found,

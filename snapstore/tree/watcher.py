@@ -2,15 +2,22 @@
 
 Events are hints, never the truth: they only narrow which directories are listed again and
 which paths are re-examined; the stat cache (with its racy-file rule) still decides whether a
-file's content is read.  Whenever the hints cannot be trusted, :meth:`Watcher.take` says
-``full=True`` and the caller walks the whole tree:
+file's content is read.  A watcher never vouches for what it cannot see:
 
-* at start, before the first complete walk;
-* after the kernel's event queue overflowed (``IN_Q_OVERFLOW``);
-* when adding a watch failed (``max_user_watches`` / ``max_user_instances`` reached);
+* at start, before the first complete walk, and after the kernel's event queue overflowed
+  (``IN_Q_OVERFLOW``), :meth:`Watcher.take` says ``full=True`` and the caller walks the tree;
+* a directory whose watch could not be added (``max_user_watches`` reached, or any other
+  refusal) is *blind*, and so is everything below it: :meth:`Watcher.take` retries its watch
+  and names it in ``Changes.blind`` every time, and the caller walks it completely, until a
+  watch is added;
+* a write through another hard link names that link (or nothing, outside the tree), and a
+  write through a shared memory mapping gives no event until the mapping goes
+  (``IN_CLOSE_WRITE`` at ``munmap``): the caller re-stats files with more than one link and
+  the files :func:`mapped_for_write` finds mapped (ops.snapshot.incremental);
 * on file systems whose events are unreliable (network and FUSE file systems, found with
-  ``statfs``): there the watcher is not used at all;
-* periodically (``consistency_interval``), as a check whose divergences are counted.
+  ``statfs``) the watcher is not used at all, nor when no inotify instance can be made
+  (``max_user_instances``): then every snapshot walks;
+* periodically (``consistency_interval``), a full walk checks it; divergences are counted.
 
 A directory that appears is watched first and listed after (the caller lists it as a dirty
 subtree), so nothing created between the two steps is missed.
@@ -24,7 +31,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +68,8 @@ class Changes:
     #: Paths whose content, metadata or type may differ.
     paths: set[bytes] = field(default_factory=set)
     reason: str = ""
+    #: Directories with no watch on them or below them: walk them completely.
+    blind: set[bytes] = field(default_factory=set)
 
 
 class _StatFs(ctypes.Structure):
@@ -102,6 +113,9 @@ class Watcher:
         self._wd: dict[int, bytes] = {}
         self._pending = Changes(full=True, reason="start")
         self._last_full = 0.0
+        #: Directories whose watch could not be added (nothing below them is watched either):
+        #: retried and walked at every :meth:`take` until a watch is added.
+        self.blind: set[bytes] = set()
         #: Counters for ``serve --status``.
         self.events = 0
         self.overflows = 0
@@ -118,7 +132,21 @@ class Watcher:
         self.walks = 0
         self.patched = 0
         self.looks = 0
+        #: Re-stat'ed without an event (counted by ops.snapshot.incremental): files with more
+        #: than one hard link, files mapped shared and writable.
+        self.links_restatted = 0
+        self.mapped_restatted = 0
+        #: inode -> the tree's paths with it (() for none), for files mapped by another name
+        #: (ops.snapshot.incremental keeps it).
+        self.inode_memo: dict[int, tuple[bytes, ...]] = {}
+        #: The files found mapped at the last snapshot (read once more by the next one).
+        self.last_mapped: set[bytes] = set()
         self.last_error: str | None = None
+        self._real_root = os.fsencode(os.path.realpath(root))
+        try:
+            self._dev: int | None = os.stat(self._real_root).st_dev
+        except OSError:
+            self._dev = None
 
     @property
     def watched_dirs(self) -> int:
@@ -138,7 +166,11 @@ class Watcher:
         return name in (b".git", b".snapstore") or rel in self.excluded
 
     def watch_tree(self, rel: bytes = b"") -> None:
-        """Watch ``rel`` and every directory below it (watch first, then list)."""
+        """Watch ``rel`` and every directory below it (watch first, then list).
+
+        A directory whose watch cannot be added becomes blind (:attr:`blind`), with everything
+        below it (nothing below is tried); one that is watched now is no longer blind.
+        """
         stack = [rel]
         while stack:
             current = stack.pop()
@@ -148,12 +180,17 @@ class Watcher:
             try:
                 wd = self._inotify.add_watch(path, self._mask)
             except OSError as exc:
-                if exc.errno in (28, 24):  # ENOSPC (max_user_watches), EMFILE
+                if exc.errno in _GONE:
+                    self.blind.discard(current)  # vanished or replaced: its parent's events say so
+                else:  # ENOSPC (max_user_watches), EACCES, ...: walked at every snapshot
                     self.watch_failures += 1
-                    self.last_error = f"cannot add a watch ({os.strerror(exc.errno)}): walking instead"
-                    self._pending.full = True
-                    self._pending.reason = "watch limit"
-                continue  # vanished or unreadable: the walk reports it
+                    why = os.strerror(exc.errno or 0)
+                    if exc.errno == errno.ENOSPC:
+                        why = "fs.inotify.max_user_watches reached"
+                    self.last_error = f"cannot watch {_show(current)}: {why}"
+                    self.blind.add(current)
+                continue
+            self.blind.discard(current)
             self._wd[wd] = current
             try:
                 with os.scandir(path) as it:
@@ -197,16 +234,39 @@ class Watcher:
                     self._pending.subtrees.add(rel)
 
     def take(self) -> Changes:
-        """The changes since the last call (after reading the queue), then start afresh."""
+        """The changes since the last call (after reading the queue), then start afresh.
+
+        Blind directories are retried first (a watch added now sees what comes next) and named
+        in ``blind`` all the same: what changed in them before has no event.
+        """
         self.poll()
         changes = self._pending
+        changes.blind |= self.blind
+        for rel in sorted(self.blind):
+            if rel in self.blind:  # (not made watchable by retrying a directory above it)
+                self.watch_tree(rel)
         if not changes.full and time.monotonic() - self._last_full > self.consistency_interval:
             changes.full, changes.reason = True, "periodic consistency check"
         if changes.full:
             self.full_rescans += 1
             self._last_full = time.monotonic()
+            if changes.reason != "start":  # (watched just now)
+                self.rewatch()
         self._pending = Changes(full=False)
         return changes
+
+    def rewatch(self) -> None:
+        """Watch the whole tree again, before a full walk: after an overflow the events of the
+        directories made meanwhile are lost, so nothing would ever watch them (nor call them
+        blind); the watches of directories gone or moved out are removed."""
+        old, self._wd = self._wd, {}
+        self.blind.clear()
+        self.watch_tree()
+        for wd in old.keys() - self._wd.keys():
+            try:
+                self._inotify.rm_watch(wd)
+            except OSError:
+                pass  # already gone with its directory
 
     def give_back(self, changes: Changes) -> None:
         """Make ``changes`` (from :meth:`take`) pending again, with any that came since: for a
@@ -217,17 +277,33 @@ class Watcher:
         p.dirs |= changes.dirs
         p.subtrees |= changes.subtrees
         p.paths |= changes.paths
+        p.blind |= changes.blind
 
     def peek(self) -> Changes:
         """The changes since the last :meth:`take` (after reading the queue), left pending: a
-        read-only look (``diff`` against the tree) must not hide them from the next snapshot."""
+        read-only look (``diff`` against the tree) must not hide them from the next snapshot
+        (nor add watches: blind directories stay blind until the next :meth:`take`)."""
         self.poll()
         p = self._pending
-        return Changes(p.full, set(p.dirs), set(p.subtrees), set(p.paths), p.reason)
+        return Changes(p.full, set(p.dirs), set(p.subtrees), set(p.paths), p.reason, p.blind | self.blind)
+
+    def mode(self) -> str:
+        """What a snapshot through this watcher does, in words (``serve --status``)."""
+        if not self.blind:
+            return f"watching {self.watched_dirs} directories: snapshots re-examine what events name"
+        return (
+            f"watching {self.watched_dirs} directories; {len(self.blind)} could not be watched "
+            f"({self.last_error}): walking those {len(self.blind)} unwatched directories (with "
+            "everything below them) at every checkpoint, and retrying their watches"
+        )
 
     def status(self) -> dict[str, Any]:
         return {
+            "watching": True,
+            "mode": self.mode(),
             "watched_dirs": self.watched_dirs,
+            "blind_dirs": len(self.blind),
+            "blind": sorted(_show(b) for b in self.blind)[:10],
             "events": self.events,
             "overflows": self.overflows,
             "watch_failures": self.watch_failures,
@@ -237,8 +313,77 @@ class Watcher:
             "walks": self.walks,
             "patched": self.patched,
             "looks": self.looks,
+            "links_restatted": self.links_restatted,
+            "mapped_restatted": self.mapped_restatted,
             "last_error": self.last_error,
         }
+
+    def mapped_for_write(self) -> tuple[set[bytes], set[int]]:
+        """The tree's files that some process maps shared and writable now (see the module's
+        function)."""
+        return mapped_for_write(self._real_root, self._dev)
+
+
+#: add_watch errors that mean the directory is gone or is no longer one (not blindness).
+_GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
+def _show(rel: bytes) -> str:
+    return rel.decode("utf-8", "replace") or "."
+
+
+def mapped_for_write(real_root: bytes, dev: int | None) -> tuple[set[bytes], set[int]]:
+    """What processes map ``MAP_SHARED`` with write access now, from ``/proc/*/maps``: the
+    root-relative paths of the files mapped by a name below ``real_root`` (a resolved path),
+    and the inode numbers of all the files mapped on the tree's device (``dev``): a file mapped
+    by another name (outside the tree, a name since deleted, another link in it) may have a
+    link in the tree that the mapping writes to.
+
+    A write through such a mapping gives no inotify event until the mapping goes
+    (``IN_CLOSE_WRITE`` at ``munmap`` or exit), only a new mtime: the caller re-stats and reads
+    them.  Processes whose maps this user cannot read (other users', unless root) are not
+    seen, nor names the maps file cannot show (a newline in a name): the periodic walk covers
+    those.  About a millisecond for a hundred processes.
+    """
+    prefix = real_root.rstrip(b"/") + b"/"
+    paths: set[bytes] = set()
+    inodes: set[int] = set()
+    try:
+        pids = [p for p in os.listdir(b"/proc") if p.isdigit()]
+    except OSError:
+        return paths, inodes
+    for pid in pids:
+        data = _read_maps(b"/proc/" + pid + b"/maps")
+        if b"w-s " not in data and b"wxs " not in data:
+            continue  # (most processes map nothing shared and writable)
+        for m in _SHARED_WRITABLE.finditer(data):
+            major, minor, ino, path = m.groups()
+            if path.startswith(prefix) and not path.endswith(b" (deleted)"):
+                paths.add(path[len(prefix) :])
+            if dev is not None and os.makedev(int(major, 16), int(minor, 16)) == dev:
+                inodes.add(int(ino))  # (its other links in the tree write to it too)
+    return paths, inodes
+
+
+#: A maps line of a shared mapping with write access: device, inode, name.
+_SHARED_WRITABLE = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ [r-]w[x-]s [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) (\d+) +(.*)$", re.M)
+
+
+def _read_maps(path: bytes) -> bytes:
+    """A /proc maps file (empty when the process is gone or not ours to read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def watchable(root: str) -> str | None:

@@ -105,7 +105,10 @@ Details: *landed / absent* = the killed snapshot's checkpoint was there whole / 
 *refused (locked)* = a writer that gave up waiting for the lock (exit 5), *conflict* = a restore
 stopped and rolled back because another process edited the tree under it (exit 9),
 *held-reader* = checks that a process's long-lived Store saw the newest checkpoint a fresh one
-saw (none may fail), *compactions* = `gc --compact` runs that succeeded during the concurrency run.
+saw (none may fail), *compactions* = `gc --compact` runs that succeeded during the concurrency run;
+watch vs walk: a trial is one checkpoint taken through the watcher and compared with the tree,
+*blind_dirs_seen* = unwatched directories walked, summed over the checkpoints that had any,
+*walks* / *patched* = checkpoints that walked the whole tree / were patched from the events.
 
 ## What each category guarantees
 

@@ -47,6 +47,12 @@ CATEGORIES = OrderedDict(
          "names, symlink loops, files changing under the scan, permission denied: each gets a "
          "clear error (documented exit code) or a documented skip; nothing outside the tree is "
          "written and nothing stored is lost"),
+        ("watch vs walk", "random edits (files and directories created, rewritten, truncated, "
+         "renamed, deleted; hard links in the tree, into it from outside and out of it, with "
+         "writes through each; writes through live shared mappings; chmod; symlinks) with phases "
+         "of watch-limit exhaustion and event-queue overflow: every checkpoint taken through a "
+         "watching Store equals the tree on disk byte for byte and a full walk (trials: "
+         "checkpoints compared; failed: divergent ones)"),
         ("model (stateful)", "random sequences of edit, snapshot, restore, partial restore, undo "
          "and diff agree with an in-memory model (path -> content) after every step"),
     ]

@@ -60,7 +60,7 @@ def _patch(
     written: dict[bytes, tuple[os.stat_result, bytes]],
     oplog_key: bytes,
 ) -> bool:
-    if changes.full or changes.subtrees:
+    if changes.full or changes.subtrees or changes.blind:
         return False
     if any(s.action not in ("write", "chmod") for s in steps) or len(written) != len(steps):
         return False  # removals, directories, symlinks, or a file the write rule cannot vouch for

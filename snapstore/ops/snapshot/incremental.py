@@ -8,23 +8,29 @@ patches that state with what the watcher names (:mod:`snapstore.tree.rescan`: ch
 lstat-ed again, directories whose listing changed are listed again, new subtrees walked) instead
 of walking the tree and loading the whole stat cache.  The state is used only when nothing else
 can have changed the store in between (the newest log and oplog keys are still the ones this
-context wrote).  An overflow, a failed watch, a changed ignore file, a periodic consistency
-check or any doubt means a full walk (:mod:`.walk`), whose result becomes the new state.
-Events narrow what is looked at; the stat cache (with its racy-file rule) still decides what is
-read.
+context wrote).  An overflow, a changed ignore file, a periodic consistency check or any doubt
+means a full walk (:mod:`.walk`), whose result becomes the new state.  Events narrow what is
+looked at; the stat cache (with its racy-file rule) still decides what is read.
+
+What makes no event is looked at every time (:func:`blind_spots`): directories the watcher
+could not watch are walked, files with more than one hard link (``TreeState.links``: a write
+through another link names only that one) and files mapped shared and writable are re-stat'ed.
+A file that gains a link it did not have means a full walk: its other links in the tree are
+not known, and a write through it named none of them.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from snapstore.ops.context import Keys, StageContext, TreeState
-from snapstore.records.manifest import Entry
+from snapstore.records.manifest import EXEC, Entry
 from snapstore.tree import rescan, scan, statcache, worktree
 
 if TYPE_CHECKING:
-    from snapstore.tree.watcher import Changes
+    from snapstore.tree.watcher import Changes, Watcher
 
 
 class Walked(NamedTuple):
@@ -32,6 +38,8 @@ class Walked(NamedTuple):
 
     found: dict[bytes, scan.Found] | list[scan.Found]
     listings: scan.Listings
+    #: The files with more than one hard link.
+    links: set[bytes] | list[bytes]
 
 
 class Patched(NamedTuple):
@@ -45,6 +53,8 @@ class Patched(NamedTuple):
     stale: list[bytes]
     #: Every path whose entry may differ from the state's (removed, found anew or again).
     touched: set[bytes]
+    #: The files with more than one hard link now (the state's next ``links``).
+    links: set[bytes]
 
 
 #: The watcher's reason for a full walk that checks it (tree.watcher.Watcher.take).
@@ -67,7 +77,8 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     check = changes.full and changes.reason == PERIODIC
     if changes.full and not check:
         return None
-    patched = _patch(ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree)
+    mapped = blind_spots(watcher, state, changes)
+    patched = _patch(ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped)
     if patched is not None and not check and not _report(report or scan.ScanReport(), state.listings):
         return None
     if check:
@@ -77,6 +88,83 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
             ctx.walk_check = state.found
         return None
     return patched
+
+
+#: A file mapped shared and writable up to this size is read again at every snapshot while it
+#: is mapped; a larger one only re-stat'ed.
+MAPPED_REREAD_MAX = 16 << 20
+
+
+def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool = False) -> set[bytes]:
+    """Add to ``changes`` the files no event may name: every file with more than one hard link
+    (re-stat'ed: a write through another link changes their mtime) and every file mapped
+    shared and writable now or at the last snapshot (the mapping may have been written and
+    gone since, and its ``IN_CLOSE_WRITE`` names the name it was made by), which it returns:
+    those are read again (:func:`_patch`), since a write to a page already dirty (or any
+    write after the first on tmpfs) keeps the mtime.  (The directories the watcher cannot see
+    are already in ``changes.blind``.)  ``look``: a read-only look, which remembers nothing."""
+    named, inodes = watcher.mapped_for_write()
+    mapped = {p for p in named if p in state.found}  # (not the store's own lock file)
+    if inodes:
+        mapped |= _by_inode(watcher.inode_memo, state.found, inodes)
+    if not look:
+        mapped, watcher.last_mapped = mapped | watcher.last_mapped, mapped
+    else:
+        mapped |= watcher.last_mapped
+    watcher.links_restatted += len(state.links)
+    watcher.mapped_restatted += len(mapped)
+    changes.paths |= state.links
+    changes.paths |= mapped
+    return mapped
+
+
+def _by_inode(memo: dict[int, tuple[bytes, ...]], found: dict[bytes, scan.Found], inodes: set[int]) -> set[bytes]:
+    """The tree's files with one of these inode numbers: files mapped by another name (outside
+    the tree, or a name since deleted) still write to them.
+
+    ``memo`` keeps the answer per inode (the watcher's ``inode_memo``; () when not in the tree),
+    so the tree is searched only for an inode not seen before; an answer stands while the
+    paths still have that inode, and a patch drops the inodes of what it found anew
+    (:func:`_patch`), a full walk all of them.
+    """
+    out: set[bytes] = set()
+    unknown: set[int] = set()
+    for ino in inodes:
+        paths = memo.get(ino)
+        if paths is None or not all(_has_inode(found.get(p), ino) for p in paths):
+            unknown.add(ino)
+        else:
+            out.update(paths)
+    if unknown:
+        hits: dict[int, list[bytes]] = {ino: [] for ino in unknown}
+        for f in found.values():
+            if f.kind <= EXEC and f.st is not None and f.st.st_ino in hits:
+                hits[f.st.st_ino].append(f.path)
+        if len(memo) > 4096:  # (inodes of short-lived mappings elsewhere on the device)
+            memo.clear()
+        for ino, hit in hits.items():
+            memo[ino] = tuple(hit)
+            out.update(hit)
+    return out
+
+
+def _has_inode(f: scan.Found | None, ino: int) -> bool:
+    return f is not None and f.st is not None and f.st.st_ino == ino
+
+
+def reread_mapped(watcher: Watcher, found: list[scan.Found], entries: dict[bytes, Entry], to_read: list[scan.Found]) -> None:
+    """After a full walk: the files mapped shared and writable now or at the last snapshot are
+    read whatever the stat cache says (see :func:`blind_spots`); ``entries`` and ``to_read``
+    are changed in place."""
+    mapped, _ = watcher.mapped_for_write()
+    mapped, watcher.last_mapped = mapped | watcher.last_mapped, mapped
+    for path in mapped:
+        if path in entries and entries[path].kind <= EXEC:
+            i = bisect.bisect_left(found, (path,))
+            f = found[i] if i < len(found) else None
+            if f is not None and f.path == path and f.st is not None and f.st.st_size <= MAPPED_REREAD_MAX:
+                del entries[path]
+                to_read.append(f)
 
 
 def _report(report: scan.ScanReport, listings: scan.Listings) -> bool:
@@ -105,11 +193,21 @@ def _patch(
     changes: Changes,
     report: scan.ScanReport,
     watch: Callable[[bytes], None] | None,
+    reread: set[bytes] | frozenset[bytes] = frozenset(),
 ) -> Patched | None:
-    """Apply ``changes`` to ``found`` and ``listings`` and derive the entries (a new dict)."""
+    """Apply ``changes`` to ``found`` and ``listings`` and derive the entries (a new dict);
+    the files of ``reread`` (up to MAPPED_REREAD_MAX) are read whatever the stat cache says."""
     patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watch)
     if patch is None:
         return None
+    links = _links_after(state.links, patch, found)
+    if links is None:
+        return None
+    memo = ctx.watcher.inode_memo if ctx.watcher is not None else None
+    if memo:
+        for f in patch.updated:  # an inode answered "not in the tree" may be in it now
+            if f.st is not None and memo.get(f.st.st_ino) == ():
+                del memo[f.st.st_ino]  # (an answer with paths is checked when used)
     entries = dict(state.entries)  # (the old dict is also the manifest memo's: keep it intact)
     stale: list[bytes] = []
     cache = state.cache
@@ -122,12 +220,35 @@ def _patch(
     changed = list({f.path: f for f in patch.updated if found.get(f.path) is f}.values())
     if changed:
         fresh, to_read = worktree.classify(changed, cache)
+        for path in reread:
+            mapped = found.get(path)
+            if path in fresh and mapped is not None and mapped.st is not None and mapped.st.st_size <= MAPPED_REREAD_MAX:
+                del fresh[path]
+                to_read.append(mapped)
         entries.update(fresh)
     else:
         to_read = []
     touched = set(patch.removed)
     touched.update(f.path for f in changed)
-    return Patched(list(found.values()), cache, entries, to_read, stale, touched)
+    return Patched(list(found.values()), cache, entries, to_read, stale, touched, links)
+
+
+def _links_after(before: set[bytes], patch: rescan.Patch, found: dict[bytes, scan.Found]) -> set[bytes] | None:
+    """The files with more than one link after ``patch`` (a new set); None when a file gained
+    a link: its other links in the tree may have been written with no event naming it (and
+    their state is stale too), so only a full walk can say."""
+    if not patch.links <= before:
+        return None
+    if not patch.removed and not patch.updated:
+        return before
+    after = set(before)
+    for path in patch.removed:
+        if path not in found:
+            after.discard(path)
+    for f in patch.updated:
+        if f.path not in patch.links:
+            after.discard(f.path)  # examined again, with one link now (or not a file)
+    return after
 
 
 def current_state(ctx: StageContext) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]] | None:
@@ -183,11 +304,12 @@ def _look(
     changes = watcher.peek()
     if changes.full:
         return None
+    mapped = blind_spots(watcher, state, changes, look=True)
     found = dict(state.found)
     report = scan.ScanReport()
     # No watch is added: a read-only look must not change what is watched (the next
     # snapshot's patch adds it).
-    patched = _patch(ctx, state, found, dict(state.listings), changes, report, None)
+    patched = _patch(ctx, state, found, dict(state.listings), changes, report, None, mapped)
     if patched is None:
         return None
     entries = patched.entries
@@ -241,7 +363,8 @@ def remember(
     cache.update(updates)
     found = walked.found
     by_path = found if isinstance(found, dict) else {f.path: f for f in found}
-    ctx.tree_state = TreeState(by_path, cache, entries, keys, walked.listings)
+    links = walked.links if isinstance(walked.links, set) else set(walked.links)
+    ctx.tree_state = TreeState(by_path, cache, entries, keys, walked.listings, links)
 
 
 def forget(ctx: StageContext) -> None:

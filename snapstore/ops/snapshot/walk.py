@@ -114,7 +114,7 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     state = ctx.tree_state
     if patched is not None and state is not None:  # (serve --status shows how often each way)
         watcher.patched += 1
-        walked = Walked(state.found, state.listings)
+        walked = Walked(state.found, state.listings, patched.links)
         return Inputs(patched.found, patched.cache, patched.entries, patched.to_read, patched.stale, walked)
     watcher.walks += 1
     listings: scan.Listings = {}
@@ -123,5 +123,7 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     with ctx.backend.read() as view:  # the watcher's state keeps the cache as a dict
         cache = dict(view.items("statcache"))
     entries, to_read = worktree.classify(found, cache)
+    incremental.reread_mapped(watcher, found, entries, to_read)
     stale = incremental.stale_cache_keys(cache, found)
-    return Inputs(found, cache, entries, to_read, stale, Walked(found, listings))
+    watcher.inode_memo.clear()  # (a path may have any inode now)
+    return Inputs(found, cache, entries, to_read, stale, Walked(found, listings, report.links))
