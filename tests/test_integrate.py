@@ -121,6 +121,11 @@ def test_invalid_settings_are_refused_untouched(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "not valid JSON" in bad.stderr and "nothing changed" in bad.stderr
     assert (project / ".claude" / "settings.json").read_text() == '{"hooks": {'
     assert not (project / ".claude" / "settings.json.bak").exists()
+    # Valid JSON that is not an object is refused the same way.
+    (project / ".claude" / "settings.json").write_text("[1, 2]")
+    bad = run(project, "claude-code")
+    assert bad.returncode == 2 and "JSON object" in bad.stderr and "nothing changed" in bad.stderr
+    assert (project / ".claude" / "settings.json").read_text() == "[1, 2]"
 
 
 def test_print_for_other_agents(tmp_path: Path) -> None:

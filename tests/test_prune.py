@@ -350,10 +350,12 @@ def test_cli_errors_are_one_line_with_documented_codes(tree, store, run_cli, arg
 def test_cli_delete_refuses_what_undo_needs(tree, store, run_cli):
     cps = make(store, tree, 2)
     store.restore(cps[0].id)
+    before = store.operations()[0].before  # the tree as it was: what undo goes back to
     store.close()
-    r = run_cli("delete", cps[0].id, cwd=tree)
-    assert r.code == 2 and "undo" in r.err
-    assert_one_line_error(r.err)
+    for needed in (cps[0].id, before):  # the operation's target, and its "before"
+        r = run_cli("delete", needed, cwd=tree)
+        assert r.code == 2 and "undo" in r.err, (needed, r.err)
+        assert_one_line_error(r.err)
 
 
 def test_cli_locked_store_exit_code(tree, store, run_cli):
