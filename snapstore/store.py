@@ -7,6 +7,7 @@ Every method that writes holds the store's writer lock; reads take no lock.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -97,8 +98,10 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
         )
         #: Lifecycle hooks (see snapstore.hooks): ``store.hooks.register(event, fn)``.
         self.hooks = HookRegistry(self)
-        #: Why :meth:`watch` could not watch (for :meth:`watch_status`).
+        #: Why :meth:`watch` could not watch (for :meth:`watch_status`), and whether each
+        #: snapshot tries again (no inotify instance could be made: one may be free later).
         self._unwatched: str | None = None
+        self._watch_retry = False
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -302,10 +305,14 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
             try:
                 w = watcher.Watcher(self.root, self.excluded)
             except OSError as exc:  # EMFILE: max_user_instances; ENFILE, ENOMEM
-                why = f"cannot make an inotify instance ({exc.strerror or exc})"
+                why = f"cannot make an inotify instance: {exc.strerror or exc}"
+                if exc.errno == errno.EMFILE:
+                    why += " (fs.inotify.max_user_instances reached)"
+                self._watch_retry = True
             else:
                 w.watch_tree()
                 self.context.watcher = w
+                self._unwatched, self._watch_retry = None, False
                 return None
         self._unwatched = why
         return why
@@ -318,7 +325,8 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
             return dict(w.status())
         if self._unwatched is None:
             return None
-        return {"watching": False, "mode": f"not watching ({self._unwatched}): every checkpoint walks the whole tree"}
+        again = "; each checkpoint tries again to watch" if self._watch_retry else ""
+        return {"watching": False, "mode": f"not watching ({self._unwatched}): every checkpoint walks the whole tree{again}"}
 
     def close(self) -> None:
         """Release the store (the LMDB environment closes with its last user)."""
@@ -363,6 +371,8 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
         self.hooks.before(
             "before_snapshot", message=message, task=task, tags=list(tags), metadata=metadata
         )
+        if self._watch_retry:
+            self.watch()  # (no inotify instance could be made before: one may be free now)
         with self._lock.held():
             self._recover()
             from snapstore.ops import snapshot
