@@ -300,7 +300,7 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin):
 
         if self.context.watcher is not None:
             return None
-        why = watcher.watchable(self.root)
+        why = None if self._watch_retry else watcher.watchable(self.root)  # (checked once)
         if why is None:
             try:
                 w = watcher.Watcher(self.root, self.excluded)
