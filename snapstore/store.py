@@ -7,6 +7,7 @@ Every method that writes holds the store's writer lock; reads take no lock.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -100,8 +101,10 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         self.notes: list[str] = []
         #: Lifecycle hooks (see snapstore.hooks): ``store.hooks.register(event, fn)``.
         self.hooks = HookRegistry(self)
-        #: Why :meth:`watch` could not watch (for :meth:`watch_status`).
+        #: Why :meth:`watch` could not watch (for :meth:`watch_status`), and whether each
+        #: snapshot tries again (no inotify instance could be made: one may be free later).
         self._unwatched: str | None = None
+        self._watch_retry = False
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -304,15 +307,19 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
 
         if self.context.watcher is not None:
             return None
-        why = watcher.watchable(self.root)
+        why = None if self._watch_retry else watcher.watchable(self.root)  # (checked once)
         if why is None:
             try:
                 w = watcher.Watcher(self.root, self.excluded)
             except OSError as exc:  # EMFILE: max_user_instances; ENFILE, ENOMEM
-                why = f"cannot make an inotify instance ({exc.strerror or exc})"
+                why = f"cannot make an inotify instance: {exc.strerror or exc}"
+                if exc.errno == errno.EMFILE:
+                    why += " (fs.inotify.max_user_instances reached)"
+                self._watch_retry = True
             else:
                 w.watch_tree()
                 self.context.watcher = w
+                self._unwatched, self._watch_retry = None, False
                 return None
         self._unwatched = why
         return why
@@ -325,7 +332,8 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
             return dict(w.status())
         if self._unwatched is None:
             return None
-        return {"watching": False, "mode": f"not watching ({self._unwatched}): every checkpoint walks the whole tree"}
+        again = "; each checkpoint tries again to watch" if self._watch_retry else ""
+        return {"watching": False, "mode": f"not watching ({self._unwatched}): every checkpoint walks the whole tree{again}"}
 
     def close(self) -> None:
         """Release the store (the LMDB environment closes with its last user)."""
@@ -374,6 +382,8 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         self.hooks.before(
             "before_snapshot", message=message, task=task, tags=list(tags), metadata=metadata
         )
+        if self._watch_retry:
+            self.watch()  # (no inotify instance could be made before: one may be free now)
         with self._lock.held():
             self._recover()
             from snapstore.ops import snapshot

@@ -290,14 +290,27 @@ def test_without_an_inotify_instance_every_snapshot_walks(tmp_path: Path):
     Store.init(root).close()
     with limited("max_user_instances", 0):
         s = Store.open(root, watch=True)  # inotify_init fails with EMFILE: no crash
+        try:
+            status = s.watch_status()
+            assert status is not None and status["watching"] is False
+            assert "every checkpoint walks the whole tree" in status["mode"]
+            assert "max_user_instances" in status["mode"]
+            (root / "a.txt").write_bytes(b"changed\n")
+            cp = s.snapshot("walked")  # (tries to watch again, in vain)
+            assert s.read_bytes(cp.id, "a.txt") == b"changed\n"
+            assert s.watch_status()["watching"] is False
+        except BaseException:
+            s.close()
+            raise
     try:
-        status = s.watch_status()
-        assert status is not None and status["watching"] is False
-        assert "every checkpoint walks the whole tree" in status["mode"]
-        assert "inotify instance" in status["mode"]
-        (root / "a.txt").write_bytes(b"changed\n")
-        cp = s.snapshot("walked")
-        assert s.read_bytes(cp.id, "a.txt") == b"changed\n"
+        (root / "a.txt").write_bytes(b"again\n")
+        cp = s.snapshot("an instance is free again: watched from now on")
+        assert s.read_bytes(cp.id, "a.txt") == b"again\n"
+        assert s.watch_status()["watching"] is True
+        (root / "a.txt").write_bytes(b"watched\n")
+        cp = s.snapshot("patched")
+        assert s.read_bytes(cp.id, "a.txt") == b"watched\n"
+        assert s.watch_status()["patched"] == 1
     finally:
         s.close()
 
@@ -329,5 +342,7 @@ def test_the_service_serves_unwatched_when_no_inotify_instance_is_left(tmp_path:
         assert json.loads(_cli("serve", "--status", cwd=root).stdout)["requests"] >= 1  # it served
         shown = _cli("cat", "latest", "a.txt", cwd=root)
         assert shown.stdout == "through the service\n", shown
+        # The limit is back: the checkpoint above made the instance it could not make before.
+        assert json.loads(_cli("serve", "--status", cwd=root).stdout)["watcher"]["watching"] is True
     finally:
         _cli("serve", "--stop", cwd=root)
