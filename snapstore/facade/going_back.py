@@ -65,6 +65,8 @@ class GoingBackMixin(StoreBase):
                 self._take_safety(f"after {kind} to {target.short_id}")
             except SnapstoreError as exc:
                 report.warnings.append(f"the tree after the {kind} was not recorded: {exc}")
+            finally:
+                self.context.found_hint = None  # used by that record or by nothing
         report.warnings.extend(self.hooks.after("after_restore", report=report))
         return report
 

@@ -80,7 +80,7 @@ class StageContext:
     # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
     __slots__ = (
         "backend", "root", "excluded", "level", "store_dir", "delta_depth",
-        "manifest_memo", "watcher", "tree_state", "walk_check", "request",
+        "manifest_memo", "watcher", "tree_state", "walk_check", "request", "found_hint",
     )  # fmt: skip
 
     def __init__(
@@ -115,6 +115,10 @@ class StageContext:
         #: The service request this work is done for (its id goes into the transaction of the
         #: effect: records.requests); None outside the service.
         self.request: Request | None = None
+        #: What a walk would find right after a restore (ops.restore.after), for the record
+        #: of the tree it left: (the oplog key of that restore, the records).  Used once, only
+        #: while nothing else was recorded since; cleared by whoever set it.
+        self.found_hint: tuple[bytes, list[Found]] | None = None
 
     @property
     def root_bytes(self) -> bytes:

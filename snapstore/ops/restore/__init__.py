@@ -157,6 +157,11 @@ def run(
     # cache learns the files just written, so the next snapshot reads none of them.
     seq = journal.finish(backend, op, len(changes), applier.cache, ctx.request)
     watching.keep_state(ctx, steps, applier.written, seq_key(seq))
+    if ctx.watcher is None:  # (a watching context keeps its own state: keep_state above)
+        from snapstore.ops.restore.after import found_after
+
+        after = found_after(ctx.root_bytes, found, steps)
+        ctx.found_hint = (seq_key(seq), after) if after is not None else None
     return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
 
 

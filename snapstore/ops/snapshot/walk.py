@@ -107,7 +107,11 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     patched = incremental.prepare(ctx, keys, report)
     watcher = ctx.watcher
     if watcher is None:
-        found = scan.walk(ctx.root_bytes, ctx.excluded, report)
+        hint, ctx.found_hint = ctx.found_hint, None
+        if hint is not None and hint[0] == keys[1]:  # right after that restore: no walk needed
+            found = hint[1]
+        else:
+            found = scan.walk(ctx.root_bytes, ctx.excluded, report)
         with ctx.backend.read() as view:
             entries, to_read, stale = worktree.classify_sorted(found, view.items("statcache"))
         return Inputs(found if keep_found else [], {}, entries, to_read, stale, None)

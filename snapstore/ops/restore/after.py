@@ -1,0 +1,85 @@
+"""The tree as a restore left it, without walking it again (for the record taken after it).
+
+The restore's safety checkpoint walked the tree just before; the restore then changed only the
+paths of its steps.  So the walk's records, with each step's path looked at again (``lstat``,
+and ``listdir`` for a directory that may now be empty), are what a new walk would find, at
+O(changed) cost.  When that cannot be known so cheaply (an ignore file changed, which may hide
+or show anything) there is no hint, and the record walks as before.  A wrong hint could not hide
+a change anyway: the next snapshot walks (or watches) for itself and compares its own manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from snapstore.ops.restore.plan import Step
+from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK
+from snapstore.tree import scan
+from snapstore.tree.ignore import IGNORE_FILES
+from snapstore.tree.paths import parents
+
+
+def found_after(root: bytes, found: dict[bytes, scan.Found], steps: list[Step]) -> list[scan.Found] | None:
+    """The walk's records after ``steps`` (sorted by path), or None when a walk is needed."""
+    if any(s.path.rsplit(b"/", 1)[-1] in IGNORE_FILES for s in steps):
+        return None
+    out = dict(found)
+    dirs: set[bytes] = set()
+    for s in steps:
+        dirs.update(parents(s.path))
+        try:
+            st = os.lstat(os.path.join(root, s.path))
+        except FileNotFoundError:
+            _drop(out, s.path)
+            continue
+        except OSError:
+            return None
+        mode = st.st_mode
+        if stat.S_ISREG(mode):
+            out[s.path] = scan.Found(s.path, EXEC if mode & 0o100 else FILE, scan.compact(st), b"")
+        elif stat.S_ISLNK(mode):
+            try:
+                out[s.path] = scan.Found(s.path, SYMLINK, scan.compact(st), os.readlink(os.path.join(root, s.path)))
+            except OSError:
+                return None
+        elif stat.S_ISDIR(mode):
+            if s.path in out and out[s.path].kind != DIR:
+                del out[s.path]  # what was there before the restore (a file, a symlink)
+            dirs.add(s.path)
+        else:
+            return None  # something the restore did not write appeared: let a walk say what
+    for d in sorted(dirs, key=len, reverse=True):  # deepest first, as a walk decides emptiness
+        if not _empty_dir_record(root, d, out):
+            return None
+    return sorted(out.values())
+
+
+def _drop(out: dict[bytes, scan.Found], path: bytes) -> None:
+    out.pop(path, None)
+    prefix = path + b"/"
+    for p in [p for p in out if p.startswith(prefix)]:
+        del out[p]
+
+
+def _empty_dir_record(root: bytes, d: bytes, out: dict[bytes, scan.Found]) -> bool:
+    """Record ``d`` as an empty DIR exactly when a walk would (it exists and holds nothing at
+    all), else drop such a record; False when it cannot be told."""
+    record = out.get(d)
+    if record is not None and record.kind != DIR:
+        return True  # a file or symlink there now (its step set it), or unreadable as it was
+    out.pop(d, None)
+    prefix = d + b"/"
+    if any(p.startswith(prefix) for p in out):
+        return True
+    try:
+        st = os.lstat(os.path.join(root, d))
+        if not stat.S_ISDIR(st.st_mode):
+            return True  # gone, or its record is that of a file (set above)
+        if not os.listdir(os.path.join(root, d)):
+            out[d] = scan.Found(d, DIR, scan.compact(st), b"")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True

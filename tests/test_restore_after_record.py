@@ -1,0 +1,79 @@
+"""The record of the tree a restore left (taken without walking it again: ops.restore.after) is
+exactly what a walk finds: a snapshot right after the restore, of the unchanged tree, reuses it.
+Random trees and restores: files, exec bits, symlinks, empty directories, a file becoming a
+directory and back, ignored files, partial restores and undos."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from snapstore.ops.restore import after
+from snapstore.store import Store
+
+
+def _mutate(tree: Path, rng: random.Random) -> None:
+    names = [f"d{i}/f{j}" for i in range(3) for j in range(3)] + ["top", "x"]
+    for _ in range(rng.randint(1, 5)):
+        rel = rng.choice(names)
+        p = tree / rel
+        op = rng.choice(["write", "delete", "exec", "link", "emptydir", "dirify", "ignored"])
+        if op in ("dirify", "emptydir"):
+            if p.is_dir() and not p.is_symlink():
+                continue
+            if p.exists() or p.is_symlink():
+                p.unlink()
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.mkdir()
+            if op == "dirify":
+                (p / "inner").write_text(f"inner {rng.random()}\n")
+            continue
+        if p.is_dir() and not p.is_symlink():
+            continue
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if op == "write":
+            if p.is_symlink():
+                p.unlink()
+            p.write_text(f"{rel} {rng.random()}\n")
+        elif op == "delete":
+            if p.exists() or p.is_symlink():
+                p.unlink()
+        elif op == "exec" and p.is_file() and not p.is_symlink():
+            p.chmod(p.stat().st_mode ^ 0o111)
+        elif op == "link":
+            if p.exists() or p.is_symlink():
+                p.unlink()
+            os.symlink(f"target-{rng.randint(0, 3)}", p)
+        elif op == "ignored":
+            (p.parent / "build.log").write_text("ignored\n")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_record_after_a_restore_is_what_a_walk_finds(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch):
+    rng = random.Random(seed)
+    tree = tmp_path / "t"
+    tree.mkdir()
+    (tree / ".gitignore").write_text("*.log\n")
+    used = []
+    real = after.found_after
+    monkeypatch.setattr(after, "found_after", lambda *a: (used.append(1), real(*a))[1])
+    with Store.init(tree) as store:
+        ids = []
+        for _ in range(6):
+            _mutate(tree, rng)
+            ids.append(store.snapshot("step").id)
+        for _ in range(8):
+            _mutate(tree, rng)
+            how = rng.choice(["full", "partial", "undo"])
+            if how == "undo" and store.operations():
+                store.undo()
+            elif how == "partial":
+                store.restore(rng.choice(ids), [rng.choice(["d0", "d1", "top", "x", "d2/f1"])])
+            else:
+                store.restore(rng.choice(ids))
+            check = store.snapshot("right after", skip_unchanged=True)
+            assert check.reused, f"seed {seed}: the record after the {how} is not the tree"
+    assert used  # the hint was made (the walk-free path ran)
