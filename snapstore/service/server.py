@@ -276,6 +276,8 @@ class Service:
             backend = self.store.backend
             with backend.read() as view:
                 row = requests.find(view, rid) or {}
+            if "op" in row and code == 0:
+                return  # the operation's own row says it all (service.lost reads exit 0)
             with backend.write() as batch:
                 requests.record(batch, self.store.context.request, **{**row, "exit": code})
             backend.sync()
