@@ -9,13 +9,18 @@ Every event arrives as one JSON object on stdin (``session_id``, ``hook_event_na
                               last checkpoint: those are the user's changes (``actor=user``)
 ``PostToolUse``               "after <tool>: ...": the tool's changes, shell commands included
                               (``actor=agent``); nothing when the tool changed nothing
+``PostToolUseFailure``        "after failed <tool>: ...": the same for a call that failed (a Bash
+                              command that exited non-zero still changed what it changed)
 ``Stop`` / ``SubagentStop``   "end of turn" / "end of subagent turn", with the transcript; any
                               change since the last tool call is the user's (``actor=user``)
 ``PreCompact``                "before compaction", with the transcript (compaction loses context)
 ``SessionStart``/``SessionEnd`` nothing (no tree change to attribute; SessionEnd has ~1.5 s)
 ============================  =====================================================================
 
-Every checkpoint has task = the session id and metadata ``actor`` ("user" or "agent"),
+A "user" label holds only while no tool call of the agent runs (parallel, or in the background):
+otherwise the changes are the agent's (:mod:`snapstore.integrations.hook_state`).
+
+Every checkpoint has task = the session id and metadata ``actor`` ("user", "agent" or "unknown"),
 ``event``, ``session_id`` and, for tool events, ``tool_name`` and ``tool_use_id``: the contract
 other tools (selective revert) rely on.  The hook never exits 2 (that would block the tool
 call) and never prints on ``UserPromptSubmit``/``SessionStart`` (plain output there goes into
@@ -37,11 +42,11 @@ from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundErro
 from snapstore.store import Store
 
 #: The tools whose calls change files; the hook entries' matcher (also snapstore's own MCP edit).
-TOOLS = ("Bash", "Write", "Edit", "MultiEdit", "NotebookEdit", "mcp__snapstore__edit_file")
+TOOLS = ("Bash", "PowerShell", "Write", "Edit", "MultiEdit", "NotebookEdit", "mcp__snapstore__edit_file")
 MATCHER = "|".join(TOOLS)
 #: Events the settings entries subscribe to (SessionStart and SessionEnd record nothing).
-EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SubagentStop", "PreCompact")
-TOOL_EVENTS = ("PreToolUse", "PostToolUse")
+EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop", "PreCompact")
+TOOL_EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
 SILENT_EVENTS = ("UserPromptSubmit", "SessionStart")
 LOG_NAME = "hook.log"
 WARNED_NAME = "hook-warned-sessions"
@@ -111,7 +116,7 @@ def tool_subject(tool: str, tool_input: Any, project: str) -> str:
     """What a tool call is about: the command of a Bash call, else the file (relative)."""
     if not isinstance(tool_input, dict):
         return ""
-    if tool == "Bash":
+    if tool in ("Bash", "PowerShell"):
         return _one_line(str(tool_input.get("command", "")))
     for key in ("file_path", "notebook_path", "path"):
         value = tool_input.get(key)
@@ -135,7 +140,7 @@ def plan(event: dict[str, Any], project: str) -> dict[str, Any] | None:
     elif name in TOOL_EVENTS:
         tool = str(event.get("tool_name", ""))
         subject = tool_subject(tool, event.get("tool_input"), project)
-        when = "before" if name == "PreToolUse" else "after"
+        when = {"PreToolUse": "before", "PostToolUse": "after"}.get(name, "after failed")
         meta.update(actor="user" if when == "before" else "agent", tool_name=tool, tool_use_id=str(event.get("tool_use_id", "")))
         args["message"] = f"{when} {tool}: {subject}" if subject else f"{when} {tool}"
         args["skip_unchanged"] = True
@@ -175,7 +180,16 @@ def run(
         # ``with``: a store lent by the resident service is not closed, an own one is.
         with _open_or_create(open_store, project) as store:
             store_dir = store.store_dir
-            _record(store, args)
+            session = str(event.get("session_id") or "")
+            if store_dir is not None and session:
+                from snapstore.integrations import hook_state
+
+                with hook_state.session(store_dir, session) as calls:
+                    hook_state.attribute(args["metadata"], calls)
+                    _record(store, args)
+                    hook_state.advance(event, calls)
+            else:
+                _record(store, args)
             idle = _idle_timeout(store)
         if start_service and store_dir is not None:
             from snapstore.service import daemon
