@@ -13,12 +13,26 @@ from snapstore.errors import UsageError
 HOOK_LOCK_TIMEOUT = 10.0
 
 
+#: Agents whose hooks ``snapstore hook AGENT`` handles (Claude Code's payload shape).
+HOOK_AGENTS = ("claude-code", "codex")
+
+
+def _event_cwd(raw: str) -> str | None:
+    import json
+
+    try:
+        cwd = json.loads(raw).get("cwd")
+    except (ValueError, AttributeError):
+        return None
+    return cwd if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd) else None
+
+
 @command(example="echo '{...event...}' | snapstore hook claude-code   # as Claude Code runs it")
 @click.argument("agent")
 @click.option("--no-service", is_flag=True, envvar="SNAPSTORE_NO_SERVICE", help="Do not start the resident service (also SNAPSTORE_NO_SERVICE=1).")
 @click.pass_obj
 def hook(obj: Ctx, agent: str, no_service: bool) -> None:
-    """Record checkpoints for one agent hook event read on stdin (agent: claude-code).
+    """Record checkpoints for one agent hook event read on stdin (agent: claude-code, codex).
 
     Always exits 0 (exit 2 would block the agent's tool call): a failure is logged in the
     store's hook.log and shown once per session as a systemMessage.
@@ -26,28 +40,31 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
     from snapstore.integrations import claude_code
 
     raw = read_stdin_text()
-    if agent != "claude-code":
+    if agent not in HOOK_AGENTS:
         if not any(f'"{name}"' in raw for name in claude_code.SILENT_EVENTS):
-            echo_json({"systemMessage": f"snapstore: unknown agent {agent!r} in the hook command (use claude-code)"})
+            echo_json({"systemMessage": f"snapstore: unknown agent {agent!r} in the hook command (use {' or '.join(HOOK_AGENTS)})"})
         raise Exit(0)
     in_service = obj.in_service
-    # In the service the client has already moved to $CLAUDE_PROJECT_DIR (the service's own
-    # environment is that of whoever started it).
-    project = os.getcwd() if in_service else (os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd())
+    if agent == "codex":  # Codex names the session's directory in the event itself
+        project = _event_cwd(raw) or os.getcwd()
+    else:
+        # In the service the client has already moved to $CLAUDE_PROJECT_DIR (the service's own
+        # environment is that of whoever started it).
+        project = os.getcwd() if in_service else (os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd())
     obj.directory = os.path.join(project, obj.directory) if obj.directory != "." else project
     obj.lock_timeout = min(obj.lock_timeout, HOOK_LOCK_TIMEOUT)
-    out = claude_code.run(raw, project, obj.open, start_service=not (in_service or no_service))
+    out = claude_code.run(raw, project, obj.open, start_service=not (in_service or no_service), agent=agent)
     if out:
         click.echo(out)
 
 
-@command(example="snapstore integrate claude-code --mcp\nsnapstore integrate claude-code --remove\nsnapstore integrate --print cursor > .cursor/mcp.json")
+@command(example="snapstore integrate claude-code --mcp\nsnapstore integrate codex --mcp   # .codex/hooks.json and .codex/config.toml\nsnapstore integrate claude-code --remove\nsnapstore integrate --print cursor > .cursor/mcp.json")
 @click.argument("agent", required=False)
 @click.option("--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True, help="Which settings file: .claude/settings.json, .claude/settings.local.json or ~/.claude/settings.json.")
 @click.option("--mcp", is_flag=True, help="Also register the MCP server (.mcp.json, or ~/.claude.json for local/user).")
 @click.option("--remove", is_flag=True, help="Take snapstore's entries (only those) out again.")
 @click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
-@click.option("--print", "print_for", type=click.Choice(["cursor", "cline", "generic"]), help="Print the MCP server JSON for another agent instead.")
+@click.option("--print", "print_for", type=click.Choice(["cursor", "cline", "codex", "generic"]), help="Print the MCP server configuration for another agent instead (codex: the TOML table).")
 @click.pass_obj
 def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, dry_run: bool, print_for: str | None) -> None:
     """Add snapstore's hooks (and MCP server) to an agent's settings, keeping everything else.
@@ -61,10 +78,15 @@ def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, 
             raise UsageError("--print takes the agent itself: snapstore integrate --print cursor")
         click.echo(settings.printable_config(print_for))
         return
-    if agent != "claude-code":
-        raise UsageError("integrate what? snapstore integrate claude-code, or --print cursor|cline|generic")
-    project = os.environ.get("CLAUDE_PROJECT_DIR") or obj.directory
-    lines = settings.integrate_claude_code(project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
+    if agent == "codex":
+        from snapstore.integrations import codex
+
+        lines = codex.integrate(obj.directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
+    elif agent == "claude-code":
+        project = os.environ.get("CLAUDE_PROJECT_DIR") or obj.directory
+        lines = settings.integrate_claude_code(project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
+    else:
+        raise UsageError("integrate what? snapstore integrate claude-code|codex, or --print cursor|cline|codex|generic")
     prefix = "would change " if dry_run else ""
     for line in lines:
         click.echo(prefix + line)

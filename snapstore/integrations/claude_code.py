@@ -112,12 +112,21 @@ def _one_line(text: str, width: int = LABEL_WIDTH) -> str:
     return ""
 
 
+def patch_files(patch: str) -> list[str]:
+    """The files a Codex ``apply_patch`` patch adds, updates or deletes."""
+    import re
+
+    return re.findall(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", patch, flags=re.MULTILINE)
+
+
 def tool_subject(tool: str, tool_input: Any, project: str) -> str:
     """What a tool call is about: the command of a Bash call, else the file (relative)."""
     if not isinstance(tool_input, dict):
         return ""
     if tool in ("Bash", "PowerShell"):
         return _one_line(str(tool_input.get("command", "")))
+    if tool == "apply_patch":  # Codex's file edits: the patch names the files
+        return _one_line(", ".join(patch_files(str(tool_input.get("command", "")))))
     for key in ("file_path", "notebook_path", "path"):
         value = tool_input.get(key)
         if isinstance(value, str) and value:
@@ -161,6 +170,7 @@ def run(
     open_store: Callable[[], Store],
     *,
     start_service: bool = True,
+    agent: str = "claude-code",
 ) -> str:
     """Handle one event (the JSON text ``raw``); returns what to print (often nothing).
 
@@ -177,6 +187,7 @@ def run(
         args = plan(event, project)
         if args is None:
             return ""
+        args["metadata"]["agent"] = agent  # which agent's hook recorded it
         # ``with``: a store lent by the resident service is not closed, an own one is.
         with _open_or_create(open_store, project) as store:
             store_dir = store.store_dir

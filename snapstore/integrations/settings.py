@@ -22,14 +22,16 @@ from snapstore.integrations.claude_code import EVENTS, MATCHER, TOOL_EVENTS
 from snapstore.tree.atomic import write_file_atomic
 from snapstore.tree.paths import is_inside
 
-HOOK_COMMAND = "snapstore hook claude-code"
 #: Seconds Claude Code gives the hook (the first event may create the store and start the
 #: service; later ones take milliseconds).
 HOOK_TIMEOUT = 20
 SERVER_NAME = "snapstore"
 MCP_ENTRY: dict[str, Any] = {"type": "stdio", "command": "snapstore", "args": ["mcp"]}
 SCOPES = ("project", "local", "user")
-PRINTABLE = ("cursor", "cline", "generic")
+PRINTABLE = ("cursor", "cline", "codex", "generic")
+#: Codex's MCP server entry: a TOML table in its config.toml (integrations.codex writes it).
+CODEX_MCP_TABLE = "[mcp_servers.snapstore]"
+CODEX_MCP_TOML = f'{CODEX_MCP_TABLE}\ncommand = "snapstore"\nargs = ["mcp"]\n'
 
 
 def settings_path(scope: str, project: str, home: str) -> str:
@@ -54,36 +56,50 @@ def mcp_location(scope: str, project: str, home: str) -> tuple[str, list[str]]:
     raise UsageError(f"unknown scope {scope!r} (use {', '.join(SCOPES)})")
 
 
-def is_own_hook(hook: Any) -> bool:
-    """Whether a hook entry is snapstore's (``[/path/to/]snapstore hook claude-code ...``)."""
+class HookSpec:
+    """What snapstore subscribes to in one agent's hook settings (Claude Code's shape)."""
+
+    def __init__(self, agent: str, events: tuple[str, ...], tool_events: tuple[str, ...], matcher: str):
+        self.agent = agent
+        self.events = events
+        self.tool_events = tool_events
+        self.matcher = matcher
+        self.command = f"snapstore hook {agent}"
+
+
+CLAUDE_CODE = HookSpec("claude-code", EVENTS, TOOL_EVENTS, MATCHER)
+
+
+def is_own_hook(hook: Any, agent: str = "claude-code") -> bool:
+    """Whether a hook entry is snapstore's (``[/path/to/]snapstore hook AGENT ...``)."""
     if not isinstance(hook, dict) or not isinstance(hook.get("command"), str):
         return False
     words = hook["command"].split()
-    return len(words) >= 3 and os.path.basename(words[0]) == "snapstore" and words[1:3] == ["hook", "claude-code"]
+    return len(words) >= 3 and os.path.basename(words[0]) == "snapstore" and words[1:3] == ["hook", agent]
 
 
-def add_hooks(doc: dict[str, Any]) -> list[str]:
+def add_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
     """Merge snapstore's hook entries into a settings document; the changes made."""
     hooks = doc.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise UsageError("the settings' \"hooks\" is not a JSON object: not touching it")
     changes = []
-    for event in EVENTS:
+    for event in spec.events:
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise UsageError(f"the settings' hooks.{event} is not a JSON list: not touching it")
-        if any(is_own_hook(h) for g in groups if isinstance(g, dict) for h in g.get("hooks", []) or []):
+        if any(is_own_hook(h, spec.agent) for g in groups if isinstance(g, dict) for h in g.get("hooks", []) or []):
             continue
-        group: dict[str, Any] = {"hooks": [{"type": "command", "command": HOOK_COMMAND, "timeout": HOOK_TIMEOUT}]}
-        if event in TOOL_EVENTS:
-            group = {"matcher": MATCHER, **group}
+        group: dict[str, Any] = {"hooks": [{"type": "command", "command": spec.command, "timeout": HOOK_TIMEOUT}]}
+        if event in spec.tool_events:
+            group = {"matcher": spec.matcher, **group}
         groups.append(group)
-        where = f" (matcher {MATCHER})" if event in TOOL_EVENTS else ""
-        changes.append(f"added hook {event}: {HOOK_COMMAND}{where}")
+        where = f" (matcher {spec.matcher})" if event in spec.tool_events else ""
+        changes.append(f"added hook {event}: {spec.command}{where}")
     return changes
 
 
-def remove_hooks(doc: dict[str, Any]) -> list[str]:
+def remove_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
     """Take snapstore's hook entries (only those) out of a settings document."""
     hooks = doc.get("hooks")
     if not isinstance(hooks, dict):
@@ -96,13 +112,13 @@ def remove_hooks(doc: dict[str, Any]) -> list[str]:
         kept_groups = []
         for group in groups:
             inner = group.get("hooks") if isinstance(group, dict) else None
-            if not isinstance(inner, list) or not any(is_own_hook(h) for h in inner):
+            if not isinstance(inner, list) or not any(is_own_hook(h, spec.agent) for h in inner):
                 kept_groups.append(group)
                 continue
             for h in inner:
-                if is_own_hook(h):
+                if is_own_hook(h, spec.agent):
                     changes.append(f"removed hook {event}: {h['command']}")
-            rest = [h for h in inner if not is_own_hook(h)]
+            rest = [h for h in inner if not is_own_hook(h, spec.agent)]
             if rest:
                 kept_groups.append({**group, "hooks": rest})
         if kept_groups:
@@ -255,6 +271,8 @@ def integrate_claude_code(
 def printable_config(agent: str) -> str:
     """The MCP server JSON for Cursor (``.cursor/mcp.json``), Cline
     (``cline_mcp_settings.json``) or any other client that reads ``mcpServers``."""
+    if agent == "codex":
+        return CODEX_MCP_TOML.rstrip("\n")
     entry: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
     if agent == "cline":
         entry.update(disabled=False, autoApprove=[])
