@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import click
@@ -14,12 +15,10 @@ HOOK_LOCK_TIMEOUT = 10.0
 
 
 #: Agents whose hooks ``snapstore hook AGENT`` handles (Claude Code's payload shape).
-HOOK_AGENTS = ("claude-code", "codex")
+HOOK_AGENTS = ("claude-code", "codex", "gemini")
 
 
 def _event_cwd(raw: str) -> str | None:
-    import json
-
     try:
         cwd = json.loads(raw).get("cwd")
     except (ValueError, AttributeError):
@@ -32,7 +31,7 @@ def _event_cwd(raw: str) -> str | None:
 @click.option("--no-service", is_flag=True, envvar="SNAPSTORE_NO_SERVICE", help="Do not start the resident service (also SNAPSTORE_NO_SERVICE=1).")
 @click.pass_obj
 def hook(obj: Ctx, agent: str, no_service: bool) -> None:
-    """Record checkpoints for one agent hook event read on stdin (agent: claude-code, codex).
+    """Record checkpoints for one agent hook event read on stdin (agent: claude-code, codex, gemini).
 
     Always exits 0 (exit 2 would block the agent's tool call): a failure is logged in the
     store's hook.log and shown once per session as a systemMessage.
@@ -45,7 +44,20 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
             echo_json({"systemMessage": f"snapstore: unknown agent {agent!r} in the hook command (use {' or '.join(HOOK_AGENTS)})"})
         raise Exit(0)
     in_service = obj.in_service
-    if agent == "codex":  # Codex names the session's directory in the event itself
+    if agent == "gemini":  # other event names, no call ids: mapped onto the one event model
+        from snapstore.integrations import gemini
+
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        event = gemini.normalize(doc) if isinstance(doc, dict) else None
+        if event is None:  # nothing to record; Gemini reads stdout as JSON
+            click.echo("{}")
+            return
+        raw = json.dumps(event)
+        project = gemini.project_of(event) or os.getcwd()
+    elif agent == "codex":  # Codex names the session's directory in the event itself
         project = _event_cwd(raw) or os.getcwd()
     else:
         # In the service the client has already moved to $CLAUDE_PROJECT_DIR (the service's own
@@ -54,8 +66,8 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
     obj.directory = os.path.join(project, obj.directory) if obj.directory != "." else project
     obj.lock_timeout = min(obj.lock_timeout, HOOK_LOCK_TIMEOUT)
     out = claude_code.run(raw, project, obj.open, start_service=not (in_service or no_service), agent=agent)
-    if out:
-        click.echo(out)
+    if out or agent == "gemini":
+        click.echo(out or "{}")
 
 
 @command(example="snapstore integrate claude-code --mcp\nsnapstore integrate codex --mcp   # .codex/hooks.json and .codex/config.toml\nsnapstore integrate claude-code --remove\nsnapstore integrate --print cursor > .cursor/mcp.json")
@@ -78,15 +90,16 @@ def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, 
             raise UsageError("--print takes the agent itself: snapstore integrate --print cursor")
         click.echo(settings.printable_config(print_for))
         return
-    if agent == "codex":
-        from snapstore.integrations import codex
+    if agent in ("codex", "gemini"):
+        from importlib import import_module
 
-        lines = codex.integrate(obj.directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
+        adapter = import_module(f"snapstore.integrations.{agent}")
+        lines = adapter.integrate(obj.directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
     elif agent == "claude-code":
         project = os.environ.get("CLAUDE_PROJECT_DIR") or obj.directory
         lines = settings.integrate_claude_code(project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
     else:
-        raise UsageError("integrate what? snapstore integrate claude-code|codex, or --print cursor|cline|codex|generic")
+        raise UsageError("integrate what? snapstore integrate claude-code|codex|gemini, or --print cursor|cline|codex|generic")
     prefix = "would change " if dry_run else ""
     for line in lines:
         click.echo(prefix + line)

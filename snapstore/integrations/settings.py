@@ -59,12 +59,16 @@ def mcp_location(scope: str, project: str, home: str) -> tuple[str, list[str]]:
 class HookSpec:
     """What snapstore subscribes to in one agent's hook settings (Claude Code's shape)."""
 
-    def __init__(self, agent: str, events: tuple[str, ...], tool_events: tuple[str, ...], matcher: str):
+    def __init__(
+        self, agent: str, events: tuple[str, ...], tool_events: tuple[str, ...], matcher: str, timeout: int = HOOK_TIMEOUT
+    ):
         self.agent = agent
         self.events = events
         self.tool_events = tool_events
         self.matcher = matcher
         self.command = f"snapstore hook {agent}"
+        #: In the unit the agent reads (seconds for Claude Code and Codex, milliseconds for Gemini).
+        self.timeout = timeout
 
 
 CLAUDE_CODE = HookSpec("claude-code", EVENTS, TOOL_EVENTS, MATCHER)
@@ -90,7 +94,7 @@ def add_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
             raise UsageError(f"the settings' hooks.{event} is not a JSON list: not touching it")
         if any(is_own_hook(h, spec.agent) for g in groups if isinstance(g, dict) for h in g.get("hooks", []) or []):
             continue
-        group: dict[str, Any] = {"hooks": [{"type": "command", "command": spec.command, "timeout": HOOK_TIMEOUT}]}
+        group: dict[str, Any] = {"hooks": [{"type": "command", "command": spec.command, "timeout": spec.timeout}]}
         if event in spec.tool_events:
             group = {"matcher": spec.matcher, **group}
         groups.append(group)
@@ -145,13 +149,14 @@ def _servers(doc: dict[str, Any], keys: list[str], create: bool) -> dict[str, An
     return node
 
 
-def add_server(doc: dict[str, Any], keys: list[str]) -> list[str]:
+def add_server(doc: dict[str, Any], keys: list[str], entry: dict[str, Any] | None = None) -> list[str]:
+    entry = entry if entry is not None else MCP_ENTRY
     servers = _servers(doc, keys, create=True)
     assert servers is not None
-    if servers.get(SERVER_NAME) == MCP_ENTRY:
+    if servers.get(SERVER_NAME) == entry:
         return []
     verb = "updated" if SERVER_NAME in servers else "added"
-    servers[SERVER_NAME] = copy.deepcopy(MCP_ENTRY)
+    servers[SERVER_NAME] = copy.deepcopy(entry)
     return [f"{verb} MCP server {SERVER_NAME}: snapstore mcp"]
 
 
