@@ -15,7 +15,7 @@ HOOK_LOCK_TIMEOUT = 10.0
 
 
 #: Agents whose hooks ``snapstore hook AGENT`` handles (Claude Code's payload shape).
-HOOK_AGENTS = ("claude-code", "codex", "gemini")
+HOOK_AGENTS = ("claude-code", "codex", "gemini", "copilot")
 
 
 def _event_cwd(raw: str) -> str | None:
@@ -31,7 +31,8 @@ def _event_cwd(raw: str) -> str | None:
 @click.option("--no-service", is_flag=True, envvar="SNAPSTORE_NO_SERVICE", help="Do not start the resident service (also SNAPSTORE_NO_SERVICE=1).")
 @click.pass_obj
 def hook(obj: Ctx, agent: str, no_service: bool) -> None:
-    """Record checkpoints for one agent hook event read on stdin (agent: claude-code, codex, gemini).
+    """Record checkpoints for one agent hook event read on stdin (agent: claude-code, codex, gemini,
+    copilot).
 
     Always exits 0 (exit 2 would block the agent's tool call): a failure is logged in the
     store's hook.log and shown once per session as a systemMessage.
@@ -44,19 +45,22 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
             echo_json({"systemMessage": f"snapstore: unknown agent {agent!r} in the hook command (use {' or '.join(HOOK_AGENTS)})"})
         raise Exit(0)
     in_service = obj.in_service
-    if agent == "gemini":  # other event names, no call ids: mapped onto the one event model
-        from snapstore.integrations import gemini
+    if agent in ("gemini", "copilot"):  # other names, no call ids: mapped onto the one event model
+        from importlib import import_module
 
+        adapter = import_module(f"snapstore.integrations.{agent}")
         try:
             doc = json.loads(raw)
         except ValueError:
             doc = None
-        event = gemini.normalize(doc) if isinstance(doc, dict) else None
-        if event is None:  # nothing to record; Gemini reads stdout as JSON
-            click.echo("{}")
+        event = adapter.normalize(doc) if isinstance(doc, dict) else None
+        if event is None:  # nothing to record (Gemini reads stdout as JSON)
+            if agent == "gemini":
+                click.echo("{}")
             return
         raw = json.dumps(event)
-        project = gemini.project_of(event) or os.getcwd()
+        project = _event_cwd(raw) if agent == "copilot" else adapter.project_of(event)
+        project = project or os.getcwd()
     elif agent == "codex":  # Codex names the session's directory in the event itself
         project = _event_cwd(raw) or os.getcwd()
     else:
@@ -66,6 +70,8 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
     obj.directory = os.path.join(project, obj.directory) if obj.directory != "." else project
     obj.lock_timeout = min(obj.lock_timeout, HOOK_LOCK_TIMEOUT)
     out = claude_code.run(raw, project, obj.open, start_service=not (in_service or no_service), agent=agent)
+    if agent == "copilot":
+        return  # Copilot reads a preToolUse hook's output as a permission decision: say nothing
     if out or agent == "gemini":
         click.echo(out or "{}")
 
@@ -90,7 +96,7 @@ def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, 
             raise UsageError("--print takes the agent itself: snapstore integrate --print cursor")
         click.echo(settings.printable_config(print_for))
         return
-    if agent in ("codex", "gemini"):
+    if agent in ("codex", "gemini", "copilot"):
         from importlib import import_module
 
         adapter = import_module(f"snapstore.integrations.{agent}")
@@ -99,7 +105,7 @@ def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, 
         project = os.environ.get("CLAUDE_PROJECT_DIR") or obj.directory
         lines = settings.integrate_claude_code(project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
     else:
-        raise UsageError("integrate what? snapstore integrate claude-code|codex|gemini, or --print cursor|cline|codex|generic")
+        raise UsageError("integrate what? snapstore integrate claude-code|codex|gemini|copilot, or --print cursor|cline|codex|generic")
     prefix = "would change " if dry_run else ""
     for line in lines:
         click.echo(prefix + line)
