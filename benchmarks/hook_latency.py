@@ -1,9 +1,10 @@
-"""Per-event latency of ``snapstore hook claude-code`` for a no-change PreToolUse (issue 13).
+"""Per-event latency of ``snapstore hook AGENT`` for a no-change pre-tool event (issues 13, 23).
 
-``python -m benchmarks.hook_latency [--runs N] [--tree DIR]``: copies the Python standard
-library (the "stdlib tree") to a temporary directory unless ``--tree`` is given, records a first
-checkpoint, then times N hook processes (the console script, event on stdin) without the service
-(in-process) and with it.  Prints the median and the 90th percentile of each.
+``python -m benchmarks.hook_latency [--runs N] [--tree DIR] [--agents a,b] [--small]``: copies
+the Python standard library (the "stdlib tree") to a temporary directory unless ``--tree`` is
+given (``--small``: a 4-file tree instead), records a first checkpoint, then times N hook
+processes (the console script, event on stdin) per agent, without the service (in-process) and
+with it.  Prints the median and the 90th percentile of each.
 """
 
 from __future__ import annotations
@@ -28,17 +29,23 @@ def stdlib_tree(dest: str) -> str:
     return dest
 
 
-def time_events(tree: str, runs: int, env: dict[str, str]) -> list[float]:
-    event = json.dumps({
-        "session_id": "bench", "hook_event_name": "PreToolUse", "transcript_path": "/nonexistent",
-        "cwd": tree, "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "t",
-    })
+#: Each agent's no-change pre-tool event, as its hook receives it.
+EVENTS = {
+    "claude-code": {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "t"},
+    "codex": {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "t", "turn_id": "1"},
+    "gemini": {"hook_event_name": "BeforeTool", "tool_name": "run_shell_command", "tool_input": {"command": "ls"}},
+    "copilot": {"hook_event_name": "PreToolUse", "tool_name": "bash", "tool_input": {"command": "ls"}},
+}
+
+
+def time_events(tree: str, runs: int, env: dict[str, str], agent: str = "claude-code") -> list[float]:
+    event = json.dumps({"session_id": "bench", "transcript_path": "/nonexistent", "cwd": tree, **EVENTS[agent]})
     out = []
     for _ in range(runs):
         start = time.perf_counter()
-        done = subprocess.run([*CLIENT, "hook", "claude-code"], input=event, text=True, capture_output=True, cwd=tree, env=env)
+        done = subprocess.run([*CLIENT, "hook", agent], input=event, text=True, capture_output=True, cwd=tree, env=env)
         out.append(time.perf_counter() - start)
-        if done.returncode != 0 or done.stdout:
+        if done.returncode != 0 or done.stdout.strip() not in ("", "{}"):
             raise SystemExit(f"hook failed: {done.returncode} {done.stdout} {done.stderr}")
     return out
 
@@ -62,23 +69,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--tree", help="an existing tree to use (a store is created in it)")
+    parser.add_argument("--small", action="store_true", help="a 4-file tree instead of the stdlib")
+    parser.add_argument("--agents", default="claude-code", help="comma-separated: " + ",".join(EVENTS))
     args = parser.parse_args()
+    agents = [a for a in args.agents.split(",") if a]
     tmp = tempfile.mkdtemp(prefix="hookbench.")
     try:
-        tree = args.tree or stdlib_tree(os.path.join(tmp, "stdlib"))
+        if args.small:
+            tree = os.path.join(tmp, "small")
+            os.makedirs(os.path.join(tree, "src"))
+            for name in ("README.md", "src/app.py", "src/util.py", "pyproject.toml"):
+                with open(os.path.join(tree, name), "w") as f:
+                    f.write(f"# {name}\n")
+        else:
+            tree = args.tree or stdlib_tree(os.path.join(tmp, "stdlib"))
         files = sum(len(f) for _, _, f in os.walk(tree))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_"))}
         env["CLAUDE_PROJECT_DIR"] = tree
         subprocess.run([*CLIENT, "init", "-q"], cwd=tree, check=True, env=env)
         subprocess.run([*CLIENT, "snapshot", "-q", "-m", "base"], cwd=tree, check=True, env=env)
         print(f"tree: {tree} ({files} files)")
-        local = time_events(tree, args.runs, {**env, "SNAPSTORE_NO_SERVICE": "1"})
-        print(report("without the service", local))
+        for agent in agents:
+            local = time_events(tree, args.runs, {**env, "SNAPSTORE_NO_SERVICE": "1"}, agent)
+            print(report(f"{agent}: without the service", local))
         subprocess.run([*CLIENT, "serve", "--detach"], cwd=tree, check=True, env=env, capture_output=True)
         try:
-            time_events(tree, 3, env)  # warm the service's caches
-            served = time_events(tree, args.runs, env)
-            print(report("with the service", served))
+            for agent in agents:
+                time_events(tree, 3, env, agent)  # warm the service's caches
+                served = time_events(tree, args.runs, env, agent)
+                print(report(f"{agent}: with the service", served))
             # What the hook costs beyond the service's own snapshot and a bare round trip.
             print(report("  snapshot --skip-unchanged", time_command(tree, args.runs, env, "snapshot", "-q", "--skip-unchanged")))
             print(report("  list -n 1 (round trip)", time_command(tree, args.runs, env, "list", "-n", "1")))
