@@ -71,7 +71,7 @@ def test_an_undo_whose_answer_was_lost_is_not_undone_again(project: Path):
     start(project)
     done = client("undo", cwd=project, **KILL)  # undoes the undo: the restored tree again
     assert done.returncode == 0, done.stderr
-    assert b"after it finished: operation" in done.stderr and b"(undo" in done.stderr
+    assert done.stderr.startswith(b"snapstore: the service stopped after the command finished: undo: operation")
     assert read_tree(project) == restored  # once; run twice it would be `undone` again
     assert ops(project) == before + 1
 
@@ -80,7 +80,7 @@ def test_an_edit_whose_answer_was_lost_is_not_applied_again(project: Path):
     start(project)
     done = client("edit", "b.txt", "--old", "bee", "--new", "bee\ninserted", cwd=project, **KILL)
     assert done.returncode == 0, done.stderr
-    assert b"after it finished (exit 0)" in done.stderr
+    assert b"after the command finished: edit:" in done.stderr and b"b.txt written" in done.stderr
     assert (project / "b.txt").read_bytes() == b"bee\ninserted\n"
 
 
@@ -103,7 +103,7 @@ def test_a_snapshot_whose_answer_was_lost_is_reported_not_repeated(project: Path
     start(project)
     done = client("snapshot", "-m", "third", cwd=project, **KILL)
     assert done.returncode == 0, done.stderr
-    assert b"after it recorded checkpoint" in done.stderr
+    assert b"after the command finished: snapshot: checkpoint" in done.stderr
     with Store.open(project) as s:
         assert len(s.checkpoints()) == count + 1 and s.checkpoints()[0].message == "third"
 
@@ -128,6 +128,99 @@ def test_a_read_only_command_cut_short_says_so(project: Path):
     done = client("list", cwd=project, **KILL)  # its lines went out before the kill
     assert done.returncode == ServiceStoppedError.exit_code
     assert b"second" in done.stdout and b"may be incomplete" in done.stderr
+
+
+STOPPED = ServiceStoppedError.exit_code
+
+
+def kill_at(point: str) -> dict[str, str]:
+    return {"SNAPSTORE_TEST_KILL_SERVICE": point}
+
+
+def checkpoints(root: Path) -> int:
+    with Store.open(root) as s:
+        return len(s.checkpoints())
+
+
+def test_an_edit_of_an_unchanged_tree_killed_after_its_write_is_not_applied_again(project: Path):
+    """No checkpoint is recorded (the tree is unchanged since the last one): the write's own
+    row, and the file, say the edit happened."""
+    start(project)
+    done = client("edit", "b.txt", "--old", "bee", "--new", "bee\ninserted", cwd=project, **kill_at("before-exit"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.endswith(b"\nsnapstore: the service stopped after the command finished: edit: b.txt written; it is not run again\n")
+    assert (project / "b.txt").read_bytes() == b"bee\ninserted\n"
+
+
+def test_an_edit_killed_before_its_write_says_the_file_was_not_changed(project: Path):
+    start(project)
+    done = client("edit", "b.txt", "--old", "bee", "--new", "bee\ninserted", cwd=project, **kill_at("before-writing"))
+    assert done.returncode == STOPPED, done.stderr
+    assert b"before edit took effect; the file was not changed" in done.stderr
+    assert (project / "b.txt").read_bytes() == b"bee\n"
+
+
+def test_a_snapshot_killed_before_its_commit_changed_nothing(project: Path):
+    (project / "b.txt").write_bytes(b"changed\n")
+    count = checkpoints(project)
+    start(project)
+    done = client("snapshot", "-m", "third", cwd=project, **kill_at("before-checkpoint"))
+    assert done.returncode == STOPPED
+    assert done.stderr == b"snapstore: error: the service stopped before snapshot took effect; nothing was changed\n"
+    assert checkpoints(project) == count
+
+
+def test_an_unchanged_snapshot_whose_answer_was_lost_says_it_finished(project: Path):
+    """It commits nothing, so its outcome gets a row of its own."""
+    start(project)
+    assert client("snapshot", "--skip-unchanged", cwd=project).returncode == 0
+    count = checkpoints(project)
+    done = client("snapshot", "--skip-unchanged", cwd=project, **KILL)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(b"snapstore: the service stopped after the command finished: snapshot: nothing to record")
+    assert checkpoints(project) == count
+
+
+def test_a_restore_killed_before_its_journal_left_the_tree_alone(project: Path):
+    tree, before = read_tree(project), ops(project)
+    start(project)
+    done = client("restore", "latest~1", cwd=project, **kill_at("before-begun"))
+    assert done.returncode == STOPPED
+    assert b"before restore changed the tree; nothing in the tree was changed" in done.stderr
+    assert read_tree(project) == tree and ops(project) == before
+
+
+def test_a_restore_killed_in_the_middle_is_finished_by_recover(project: Path):
+    with Store.open(project) as s:
+        target = s.checkpoints()[1].id
+    before = ops(project)
+    start(project)
+    done = client("restore", "latest~1", cwd=project, **kill_at("mid-restore"))
+    assert done.returncode == STOPPED
+    assert b"the service stopped in the middle of restore: its restore is partly applied" in done.stderr
+    assert b"'snapstore recover'" in done.stderr
+    assert local("recover", cwd=project).returncode == 0
+    assert ops(project) == before + 1
+    with Store.open(project) as s:
+        assert s.diff(target) == []  # the tree is the target: finished, once
+
+
+def test_a_revert_killed_before_it_touched_the_tree_changed_nothing(project: Path):
+    tree, before = read_tree(project), ops(project)
+    start(project)
+    done = client("revert", "latest", cwd=project, **kill_at("before-begun"))
+    assert done.returncode == STOPPED
+    assert b"before revert changed the tree" in done.stderr and b"reverted tree as checkpoint" in done.stderr
+    assert read_tree(project) == tree and ops(project) == before
+
+
+def test_an_undo_with_nothing_to_undo_reports_its_own_outcome(project: Path):
+    start(project)
+    done = client("undo", cwd=project, **KILL)  # nothing restored yet: nothing to undo
+    plain = local("undo", cwd=project)
+    assert plain.returncode != 0
+    assert done.returncode == plain.returncode, done.stderr
+    assert b"after the command finished: undo: it recorded nothing" in done.stderr
 
 
 @pytest.mark.slow
