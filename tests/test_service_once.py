@@ -265,3 +265,75 @@ def test_random_kills_during_undo_never_apply_it_twice(project: Path):
         assert read_tree(project) != state  # it did go back
     print("outcomes of the random kills:", outcomes)
     assert sum(outcomes.values()) == 20
+
+
+POINTS = ["after-command", "before-exit", "before-checkpoint", "before-safety", "before-begun", "before-done",
+          "before-writing", "before-reverted", "before-writes", "mid-restore", "timer", "timer"]
+COMMANDS = ["undo", "restore", "revert", "edit", "snapshot"]
+
+
+def _trial(project: Path, rng: random.Random, n: int) -> tuple[str, int, bytes]:
+    """One command through a service killed at a random point; returns (command, exit, stderr)
+    after checking what the client said against the tree and the store."""
+    command = rng.choice(COMMANDS)
+    point = rng.choice(POINTS)
+    marker = f"mark{n}".encode()
+    if command == "snapshot":
+        (project / "d" / f"s{n}.txt").write_bytes(os.urandom(64))
+    argv = {"undo": ["undo"], "restore": ["restore", "latest~1"], "revert": ["revert", "latest"],
+            "edit": ["edit", "b.txt", "--old", "bee", "--new", f"bee\n{marker.decode()}"],
+            "snapshot": ["snapshot", "-m", f"s{n}"]}[command]
+    tree, before, cps = read_tree(project), ops(project), checkpoints(project)
+    pid = start(project)
+    env = subprocess_env(**({} if point == "timer" else kill_at(point)))
+    proc = subprocess.Popen(CLIENT + argv, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    timer = threading.Timer(rng.uniform(0.0, 0.3), os.kill, (pid, signal.SIGKILL)) if point == "timer" else None
+    if timer:
+        timer.start()
+    _, err = proc.communicate(timeout=120)
+    if timer:
+        timer.cancel()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    code, last = proc.returncode, (err.strip().splitlines() or [b""])[-1]
+    lost = last.startswith(b"snapstore: the service stopped") or last.startswith(b"snapstore: error: the service stopped")
+    if b"partly applied" in last:
+        assert code == STOPPED
+        assert local("recover", cwd=project).returncode == 0, "recover finishes what the message says"
+    elif b"nothing was changed" in last or b"not changed" in last:
+        assert code == STOPPED, last
+        assert read_tree(project) == tree, (command, point, last)
+        assert ops(project) == before
+    # never applied twice
+    assert ops(project) <= before + 1, (command, point, last)
+    assert (project / "b.txt").read_bytes().count(marker) <= 1, (command, point, last)
+    if command == "edit":
+        assert ((project / "b.txt").read_bytes().count(marker) == 1) == (code == 0), (point, code, last)
+    if command in ("undo", "restore") and code == 0:
+        assert ops(project) == before + 1, (command, point, last)
+    if command == "snapshot":
+        assert checkpoints(project) == cps + (code == 0), (point, code, last)
+    if not lost:
+        assert code != STOPPED, last
+    return command, code, last
+
+
+@pytest.mark.slow
+def test_random_kills_of_every_kind_of_command(project: Path):
+    """30 trials: a random command (undo, restore, revert, edit, snapshot) through a service
+    SIGKILLed at a random named point or after a random delay.  Whatever the client says is
+    true of the tree and the store, nothing is applied twice, and an edit's line is in the file
+    exactly when the client said 0."""
+    build_tree(project, {f"d/f{i}.txt": os.urandom(2000) for i in range(200)})
+    with Store.open(project) as s:
+        s.snapshot("many files")
+    assert local("restore", "latest~1", "-q", cwd=project).returncode == 0
+    rng = random.Random(int(os.environ.get("SNAPSTORE_TRIAL_SEED", "22")))
+    seen: dict[str, int] = {}
+    for n in range(30):
+        (project / "b.txt").write_bytes(b"bee\n")  # each edit has its own marker to find twice
+        command, code, last = _trial(project, rng, n)
+        kind = "answered" if not last.startswith(b"snapstore: ") else last.split(b":")[1].decode() if b"error" in last else "finished"
+        seen[f"{command}/{kind}/{code}"] = seen.get(f"{command}/{kind}/{code}", 0) + 1
+    print("outcomes:", sorted(seen.items()))
+    assert sum(seen.values()) == 30
