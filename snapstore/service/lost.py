@@ -50,7 +50,7 @@ def _summary(command: str, row: dict[str, Any], code: int) -> str:
     if "checkpoint" in row:
         label = "checkpoint before the edit" if command == "edit" else "checkpoint"
         parts.append(f"{label} {str(row['checkpoint'])[:12]} recorded")
-    if row.get("stage") == "writing":
+    if row.get("stage") == "writing" and code == 0:
         parts.append(f"{row.get('path')} written")
     if not parts:
         parts.append("nothing to record" if code == 0 else "it recorded nothing")
