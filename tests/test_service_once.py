@@ -337,3 +337,40 @@ def test_random_kills_of_every_kind_of_command(project: Path):
         seen[f"{command}/{kind}/{code}"] = seen.get(f"{command}/{kind}/{code}", 0) + 1
     print("outcomes:", sorted(seen.items()))
     assert sum(seen.values()) == 30
+
+
+def _request(project: Path, argv: list[str]) -> dict[str, object]:
+    """A request as the client builds it."""
+    from snapstore.service import protocol
+
+    return {"v": protocol.version_tag(), "id": os.urandom(16).hex(), "command": argv[0], "argv": argv,
+            "cwd": str(project), "env": {}, "store": str(project / ".snapstore"), "encoding": "utf-8", "errors": "strict"}
+
+
+def test_a_request_whose_client_gave_up_before_the_acknowledgement_is_never_run(project: Path):
+    """The client's wait for the acknowledgement timed out just as it arrived: the client runs
+    the command itself, so the service must not (it runs only after the client's "go")."""
+    from snapstore.service import protocol
+
+    start(project)
+    with protocol.connect(str(project / ".snapstore" / protocol.SOCKET_NAME), 5) as sock:
+        protocol.send_frame(sock, b"r", protocol.encode_request(_request(project, ["edit", "b.txt", "--old", "bee", "--new", "bee\nlate"])))
+        ack = protocol.recv_frame(sock)
+        assert ack is not None and ack[0] == b"a"
+    # the service is free again only once it has dealt with that request
+    assert client("list", cwd=project).returncode == 0
+    assert (project / "b.txt").read_bytes() == b"bee\n"
+
+
+def test_a_service_that_was_stopped_never_runs_what_its_client_ran_itself(project: Path):
+    """A service frozen (SIGSTOP) past the client's second: the client runs the edit in-process;
+    when the service wakes up it finds the queued request, and does not run it again."""
+    pid = start(project)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        done = client("edit", "b.txt", "--old", "bee", "--new", "bee\nonce", cwd=project)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert done.returncode == 0, done.stderr
+    assert client("list", cwd=project).returncode == 0  # served after the queued request
+    assert (project / "b.txt").read_bytes() == b"bee\nonce\n"

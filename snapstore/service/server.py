@@ -208,6 +208,12 @@ class Service:
             # The ack names this process: a client that loses the answer waits for it to end
             # before reading what the request recorded (service.lost).
             protocol.send_frame(conn, b"a", str(os.getpid()).encode())
+            # Run only once the client confirms it saw the acknowledgement: a client that gave
+            # up waiting (and runs the command itself) closes without confirming.
+            go = protocol.recv_frame(conn)
+            if go is None or go[0] != b"g":
+                log.info("a client gave up before the acknowledgement: its request is not run")
+                return
             conn.settimeout(None)
             self.requests += 1
             code = self._run(conn, request)
