@@ -1,12 +1,13 @@
 """What a client says when the resident service stopped before answering.
 
-The service acknowledged the request, so it may have done the work: the command is never run
-a second time.  Once the service process is gone (its pid came with the acknowledgement), its
-transactions are final, and the request's row (:mod:`snapstore.records.requests`), written in
-the transaction of the request's effect, says what happened: a checkpoint recorded, an
-operation finished, an operation begun (the next writing command finishes it), a command's exit
-code, or nothing at all.
-"""
+The service acknowledged the request (and the client confirmed it), so it may have done the
+work: the command is never run a second time.  Once the service process is gone (its pid came
+with the acknowledgement), its transactions are final, and the request's row
+(:mod:`snapstore.records.requests`; every transaction the request committed updated it) says
+what happened: no row, nothing was written; a checkpoint, a finished operation or an exit code,
+it finished; a journaled restore not finished, the next writing command finishes it; a restore
+with no journal yet, the tree was not touched; an edit whose write was announced, the file's
+hash says whether it was written."""
 
 from __future__ import annotations
 

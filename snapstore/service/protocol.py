@@ -27,7 +27,7 @@ SOCKET_NAME = "service.sock"
 LOCK_NAME = "service.lock"
 #: Commands that change nothing: a client that lost their answer runs them again itself.
 READ_ONLY_COMMANDS = frozenset({"list", "show", "log", "cat", "diff", "oplog", "verify", "stats"})
-#: Commands whose effect transactions record the request themselves (records.requests).
+#: Commands whose recorded checkpoint is their whole effect: that row alone says they finished.
 SELF_RECORDING_COMMANDS = frozenset({"snapshot", "hook"})
 #: Environment variables forwarded with a request (those the CLI and the store read).
 FORWARDED_ENV_PREFIXES = ("SNAPSTORE_", "TZ")
