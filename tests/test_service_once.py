@@ -279,7 +279,7 @@ def _trial(project: Path, rng: random.Random, n: int) -> tuple[str, int, bytes]:
     point = rng.choice(POINTS)
     marker = f"mark{n}".encode()
     if command == "snapshot":
-        (project / "d" / f"s{n}.txt").write_bytes(os.urandom(64))
+        (project / f"s{n}.txt").write_bytes(os.urandom(64))
     argv = {"undo": ["undo"], "restore": ["restore", "latest~1"], "revert": ["revert", "latest"],
             "edit": ["edit", "b.txt", "--old", "bee", "--new", f"bee\n{marker.decode()}"],
             "snapshot": ["snapshot", "-m", f"s{n}"]}[command]

@@ -78,6 +78,9 @@ def _unfinished(command: str, row: dict[str, Any], pending: bool, root: str, sto
     if command == "edit":
         recorded = f" (checkpoint {str(row['checkpoint'])[:12]} of the tree before it was recorded)" if "checkpoint" in row else ""
         return f"the service stopped before {command} took effect; the file was not changed{recorded}; it is not run again"
+    if command in ("snapshot", "hook"):
+        # (the contents it stored and no checkpoint names are found again by the next snapshot)
+        return f"the service stopped before {command} took effect; no checkpoint was recorded, nothing was changed; it is not run again"
     return (f"{stopped}, after it had changed the store ({row.get('writes', 1)} transaction(s)) and before it finished; "
             "it is not run again: see 'snapstore list' and 'snapstore oplog'")
 
