@@ -374,3 +374,23 @@ def test_a_service_that_was_stopped_never_runs_what_its_client_ran_itself(projec
     assert done.returncode == 0, done.stderr
     assert client("list", cwd=project).returncode == 0  # served after the queued request
     assert (project / "b.txt").read_bytes() == b"bee\nonce\n"
+
+
+def test_a_delete_killed_after_its_write_is_not_called_a_no_op(project: Path):
+    """delete records no stage of its own: the stamp on its transaction is what tells the
+    client that it changed the store (without it: "nothing was changed", which is false)."""
+    count = checkpoints(project)
+    start(project)
+    done = client("delete", "latest~1", cwd=project, **kill_at("before-exit"))
+    assert done.returncode == STOPPED
+    assert b"the service stopped in the middle of delete, after it had changed the store" in done.stderr, done.stderr
+    assert checkpoints(project) == count - 1
+
+
+def test_a_delete_killed_before_its_write_changed_nothing(project: Path):
+    count = checkpoints(project)
+    start(project)
+    done = client("delete", "latest~1", cwd=project, **kill_at("before-writes"))
+    assert done.returncode == STOPPED
+    assert b"before delete took effect; nothing was changed" in done.stderr, done.stderr
+    assert checkpoints(project) == count
