@@ -451,11 +451,13 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         Returns an :class:`~snapstore.ops.edit.EditReport` with the unified diff.
         """
         from snapstore.ops import edit as edit_op
+        from snapstore.records import requests
 
         return edit_op.run(
             self.root, self.store_dir, os.fspath(path), edits, expected=expected, dry_run=dry_run,
             replace_all=replace_all, metadata=metadata, hold=self._lock.held,
             checkpoint=lambda message, meta: self.snapshot(message, task=task, metadata=meta, skip_unchanged=True),
+            announce=lambda rel, old, new: requests.note(self.context.backend, self.context.request, stage="writing", path=rel, old=old, new=new),
         )
 
 

@@ -110,6 +110,7 @@ def run(
     dry_run: bool = False,
     replace_all: bool = False,
     metadata: dict[str, Any] | None = None,
+    announce: Callable[[str, str, str], None] | None = None,
 ) -> EditReport:
     """Apply ``edits`` to the tree's file ``path``.
 
@@ -117,7 +118,9 @@ def run(
     holds up checkpoints); then, unless ``dry_run``, under ``hold()`` (the writer lock),
     ``checkpoint(message, metadata)`` records the tree (skipping an unchanged one) and the file
     is replaced atomically, only if it still holds the bytes the edit was planned on (see
-    :mod:`snapstore.ops.edit_target`).
+    :mod:`snapstore.ops.edit_target`).  ``announce(path, old hash, new hash)`` is called
+    just before the write (the service records it, so a client that loses the answer can tell
+    from the file whether the edit was written).
     """
     from snapstore.ops.edit_target import Target
 
@@ -137,6 +140,8 @@ def run(
         )
         report.checkpoint = cp.id
         report.warnings.extend(cp.warnings)
+        if announce is not None:
+            announce(rel, report.old_hash, report.new_hash)
         # Only while the file still holds what was planned on (and the checkpoint saw).
         target.replace(new, data)
     report.written = True

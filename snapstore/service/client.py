@@ -115,9 +115,13 @@ def try_service(argv: list[str]) -> int | None:
         try:
             protocol.send_frame(sock, b"r", protocol.encode_request(request))
             first = protocol.recv_frame(sock)
+            if first is None or first[0] != b"a":  # not accepted (another version, another store)
+                return None
+            # From here on the command is the service's, never run here: the service runs it
+            # only after this confirmation (a client that timed out above closes without it).
+            # A failed send means the service's end is closed: it cannot have run it.
+            protocol.send_frame(sock, b"g", b"")
         except (OSError, ValueError):
-            return None
-        if first is None or first[0] != b"a":  # not accepted (another version, another store)
             return None
         sock.settimeout(None)  # accepted: the command may take as long as it needs
         code, wrote = _relay(sock)

@@ -1,12 +1,13 @@
 """What a client says when the resident service stopped before answering.
 
-The service acknowledged the request, so it may have done the work: the command is never run
-a second time.  Once the service process is gone (its pid came with the acknowledgement), its
-transactions are final, and the request's row (:mod:`snapstore.records.requests`), written in
-the transaction of the request's effect, says what happened: a checkpoint recorded, an
-operation finished, an operation begun (the next writing command finishes it), a command's exit
-code, or nothing at all.
-"""
+The service acknowledged the request (and the client confirmed it), so it may have done the
+work: the command is never run a second time.  Once the service process is gone (its pid came
+with the acknowledgement), its transactions are final, and the request's row
+(:mod:`snapstore.records.requests`; every transaction the request committed updated it) says
+what happened: no row, nothing was written; a checkpoint, a finished operation or an exit code,
+it finished; a journaled restore not finished, the next writing command finishes it; a restore
+with no journal yet, the tree was not touched; an edit whose write was announced, the file's
+hash says whether it was written."""
 
 from __future__ import annotations
 
@@ -29,34 +30,85 @@ def report(store_dir: str, rid: str, command: str, ack: bytes) -> int:
     except ValueError:
         pid = 0
     try:
-        row, pending = _outcome(store_dir, bytes.fromhex(rid), pid)
+        row, pending, root = _outcome(store_dir, bytes.fromhex(rid), pid)
     except SnapstoreError as exc:
-        return _say(f"error: the service stopped before answering {command}, and its store cannot be read: {exc}", ServiceStoppedError.exit_code)
-    what = f"the service stopped before answering {command!r}"
+        return _say(f"error: the service stopped before answering {command}, and its store cannot be read: {exc}; it is not run again", ServiceStoppedError.exit_code)
     if row is None:
-        if pending:
-            return _say(f"error: {what}: a restore it began is not finished; the next writing command finishes it ('snapstore recover' does now)", ServiceStoppedError.exit_code)
-        return _say(f"error: {what}, and nothing of it was recorded: it did not take effect (run it again if it is still wanted)", ServiceStoppedError.exit_code)
+        return _say(f"error: the service stopped before {command} took effect; nothing was changed", ServiceStoppedError.exit_code)
+    if row.get("stage") == "writing" and "exit" not in row:
+        return _edit_outcome(command, row, root, store_dir)
+    if "exit" in row or row.get("stage") == "done" or ("checkpoint" in row and command in ("snapshot", "hook")):
+        code = int(row.get("exit", 0))
+        return _say(f"the service stopped after the command finished: {_summary(command, row, code)}", code)
+    return _say(f"error: {_unfinished(command, row, pending, root, store_dir)}", ServiceStoppedError.exit_code)
+
+
+def _summary(command: str, row: dict[str, Any], code: int) -> str:
+    """What a finished request did, from its row."""
+    parts = []
+    if "op" in row:
+        parts.append(f"operation {row['op']} ({row.get('kind', command)}, {row.get('changed', 0)} path(s) changed; see 'snapstore oplog')")
+    if "checkpoint" in row:
+        label = "checkpoint before the edit" if command == "edit" else "checkpoint"
+        parts.append(f"{label} {str(row['checkpoint'])[:12]} recorded")
+    if row.get("stage") == "writing" and code == 0:
+        parts.append(f"{row.get('path')} written")
+    if not parts:
+        parts.append("nothing to record" if code == 0 else "it recorded nothing")
+    return f"{command}: " + ", ".join(parts) + f" (exit {code}); it is not run again"
+
+
+def _unfinished(command: str, row: dict[str, Any], pending: bool, root: str, store_dir: str) -> str:
+    """The line for a request that had begun and not finished when the service stopped."""
+    stopped = f"the service stopped in the middle of {command}"
     if row.get("stage") == "begun":
         kind = row.get("kind", "restore")
-        return _say(f"error: {what}, in the middle of its {kind}: the next writing command finishes it ('snapstore recover' does now); it is not run again", ServiceStoppedError.exit_code)
-    if "op" in row:
-        code = int(row.get("exit", 0))
-        return _say(f"warning: {what}, after it finished: operation {row['op']} ({row.get('kind', 'restore')}, {row.get('changed', 0)} path(s)); it is not run again (see 'snapstore oplog')", code)
-    if "exit" in row:
-        code = int(row["exit"])
-        return _say(f"warning: {what}, after it finished (exit {code}): it is not run again", code)
-    if "checkpoint" in row:
-        cp = str(row["checkpoint"])[:12]
-        if command in ("snapshot", "hook"):
-            return _say(f"warning: {what}, after it recorded checkpoint {cp}", 0)
-        return _say(f"error: {what}, after it recorded checkpoint {cp} and before it finished (for an edit: the file may not hold it; see 'snapstore diff {cp}'); it is not run again", ServiceStoppedError.exit_code)
-    return _say(f"error: {what}; what it did is unclear: see 'snapstore list' and 'snapstore oplog'", ServiceStoppedError.exit_code)
+        if pending:
+            return (f"{stopped}: its {kind} is partly applied; the next writing command finishes it "
+                    "(run 'snapstore recover' to finish it now, or 'snapstore recover --back' to roll it back); it is not run again")
+        return f"{stopped}: its {kind} was begun and has been finished or rolled back since (see 'snapstore oplog'); it is not run again"
+    # A restore, undo or revert touches the tree only once its journal is recorded ("begun");
+    # an edit writes its file only once the write is announced ("writing").
+    if command in ("restore", "undo", "revert"):
+        what = [f"a safety checkpoint {str(row['safety'])[:12]}"] if "safety" in row else []
+        if "reverted" in row:
+            what.append(f"the reverted tree as checkpoint {str(row['reverted'])[:12]}")
+        recorded = f" (it had recorded {' and '.join(what)})" if what else ""
+        return f"the service stopped before {command} changed the tree; nothing in the tree was changed{recorded}; it is not run again"
+    if command == "edit":
+        recorded = f" (checkpoint {str(row['checkpoint'])[:12]} of the tree before it was recorded)" if "checkpoint" in row else ""
+        return f"the service stopped before {command} took effect; the file was not changed{recorded}; it is not run again"
+    if command in ("snapshot", "hook"):
+        # (the contents it stored and no checkpoint names are found again by the next snapshot)
+        return f"the service stopped before {command} took effect; no checkpoint was recorded, nothing was changed; it is not run again"
+    return (f"{stopped}, after it had changed the store ({row.get('writes', 1)} transaction(s)) and before it finished; "
+            "it is not run again: see 'snapstore list' and 'snapstore oplog'")
 
 
-def _outcome(store_dir: str, rid: bytes, pid: int) -> tuple[dict[str, Any] | None, bool]:
-    """The request's row once the service is gone (or the row is final), and whether a restore
-    is pending."""
+def _edit_outcome(command: str, row: dict[str, Any], root: str, store_dir: str) -> int:
+    """An edit stopped around its write: the file says whether the write happened."""
+    from snapstore.errors import ServiceStoppedError, SnapstoreError
+    from snapstore.ops.edit import content_hash
+    from snapstore.ops.edit_target import Target
+
+    path = str(row.get("path"))
+    try:
+        now = content_hash(Target(root, path, store_dir).read())
+    except (SnapstoreError, OSError) as exc:
+        line = f"the service stopped while {command} wrote {path}, which cannot be read now ({exc}); it is not run again"
+    else:
+        if now == row.get("new"):
+            return _say(f"the service stopped after the command finished: {command}: {path} written; it is not run again", 0)
+        if now == row.get("old"):
+            line = f"the service stopped before {command} took effect; {path} was not changed; it is not run again"
+        else:
+            line = f"the service stopped while {command} wrote {path}, which now holds another version (see 'snapstore diff'); it is not run again"
+    return _say(f"error: {line}", ServiceStoppedError.exit_code)
+
+
+def _outcome(store_dir: str, rid: bytes, pid: int) -> tuple[dict[str, Any] | None, bool, str]:
+    """The request's row once the service is gone (or the row is final), whether a restore is
+    pending, and the tree's root."""
     from snapstore.records import requests
     from snapstore.store import Store
 
@@ -65,13 +117,13 @@ def _outcome(store_dir: str, rid: bytes, pid: int) -> tuple[dict[str, Any] | Non
         while True:
             with store.backend.read() as view:
                 row = requests.find(view, rid)
-            final = row is not None and ("exit" in row or "op" in row or ("checkpoint" in row and row.get("command") in ("snapshot", "hook")))
+            final = row is not None and "exit" in row
             if final or not _alive(pid) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         with store.backend.read() as view:  # read again: the service may have ended meanwhile
             row = requests.find(view, rid)
-        return row, store.pending_restore() is not None
+        return row, store.pending_restore() is not None, store.root
 
 
 def _alive(pid: int) -> bool:

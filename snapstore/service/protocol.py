@@ -1,10 +1,13 @@
 """The wire protocol between the thin client and the service (standard library only).
 
 A request is one frame: a dict ``{"v": VERSION, "argv": [...], "cwd": ..., "env": {...},
-"store": DIR}`` in :mod:`marshal` format (built in: the client imports neither json nor re; the
-service accepts it only from a peer with its own uid, checked with SO_PEERCRED).  The service answers with frames ``(channel, payload)``: ``o`` stdout bytes,
-``e`` stderr bytes, ``x`` the exit code (JSON), ``n`` "not served here" (the client then runs
-the command itself).  A frame is a 1-byte channel, a 4-byte big-endian length and the payload.
+"store": DIR, "id": HEX}`` in :mod:`marshal` format (built in: the client imports neither json
+nor re; the service accepts it only from a peer with its own uid, checked with SO_PEERCRED).
+The service answers ``a`` (accepted, with its pid) or ``n`` ("not served here": the client runs
+the command itself); after ``a`` the client sends ``g`` and only then does the service run the
+command (a client that gave up waiting closes without ``g``, so a command is never run both
+here and there).  Then frames ``(channel, payload)``: ``o`` stdout bytes, ``e`` stderr bytes,
+``x`` the exit code.  A frame is a 1-byte channel, a 4-byte big-endian length and the payload.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ if TYPE_CHECKING:
 
 #: Client and service of different versions never talk: the service answers ``n`` and the
 #: client runs in-process.  The package path is part of it, so two installations never mix.
-PROTOCOL = 2
+PROTOCOL = 3
 SOCKET_NAME = "service.sock"
 LOCK_NAME = "service.lock"
 #: Commands that change nothing: a client that lost their answer runs them again itself.
 READ_ONLY_COMMANDS = frozenset({"list", "show", "log", "cat", "diff", "oplog", "verify", "stats"})
-#: Commands whose effect transactions record the request themselves (records.requests).
+#: Commands whose recorded checkpoint is their whole effect: that row alone says they finished.
 SELF_RECORDING_COMMANDS = frozenset({"snapshot", "hook"})
 #: Environment variables forwarded with a request (those the CLI and the store read).
 FORWARDED_ENV_PREFIXES = ("SNAPSTORE_", "TZ")

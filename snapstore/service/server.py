@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import select
-import signal
 import socket
 import struct
 import sys
@@ -29,6 +28,7 @@ from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from snapstore.errors import LockedError, TreeIOError
+from snapstore.records import requests
 from snapstore.service import protocol
 from snapstore.store import Store
 
@@ -208,6 +208,12 @@ class Service:
             # The ack names this process: a client that loses the answer waits for it to end
             # before reading what the request recorded (service.lost).
             protocol.send_frame(conn, b"a", str(os.getpid()).encode())
+            # Run only once the client confirms it saw the acknowledgement: a client that gave
+            # up waiting (and runs the command itself) closes without confirming.
+            go = protocol.recv_frame(conn)
+            if go is None or go[0] != b"g":
+                log.info("a client gave up before the acknowledgement: its request is not run")
+                return
             conn.settimeout(None)
             self.requests += 1
             code = self._run(conn, request)
@@ -243,18 +249,15 @@ class Service:
             command = str(request.get("command") or "")
             rid = _request_id(request)
             if rid is not None:
-                from snapstore.records.requests import Request
-
-                self.store.context.request = Request(rid, command)
+                self._begin_request(rid, command)
             try:
                 code = cli_main(argv, open_store=self._provide)
                 if rid is not None:
                     self._record_outcome(rid, command, code)
-                if os.environ.get("SNAPSTORE_TEST_KILL_SERVICE") == "after-command":
-                    # Crash tests: the work is done and recorded, the answer never leaves.
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    requests.seam(self.store.context.request, "after-command")
             finally:
                 self.store.context.request = None
+                self.store.backend.stamp = None
                 for stream in (out, err):
                     with contextlib.suppress(OSError, ValueError):
                         stream.flush()
@@ -262,25 +265,35 @@ class Service:
                 sys.stdout, sys.stderr, sys.stdin = saved
         return code
 
+    def _begin_request(self, rid: bytes, command: str) -> None:
+        """Every transaction the request makes carries its id (its stages add what they did:
+        records.requests), so a request without a row provably wrote nothing."""
+        request = requests.Request(rid, command)
+        self.store.context.request = request
+        self.store.backend.stamp = lambda batch: requests.stamp(batch, request)
+
     def _record_outcome(self, rid: bytes, command: str, code: int) -> None:
-        """The outcome row of a command whose effects record none of their own (a tag, a
-        delete, gc, an edit's end...), before the answer goes out: a client that loses the
-        answer reads it instead of running the command again.  A snapshot's row is written
-        with its checkpoint, in the same transaction; one that recorded nothing writes none."""
-        if command in protocol.READ_ONLY_COMMANDS or command in protocol.SELF_RECORDING_COMMANDS:
+        """The exit code in the request's row before the answer goes out, unless the row says
+        it all already (a checkpoint recorded, an operation finished, with exit 0): a command
+        that committed nothing (an unchanged snapshot, an undo with nothing to undo) gets a row
+        of its own, so a client that loses the answer can tell "done" from "never happened".
+
+        No extra sync: every commit already writes its data pages (lmdb_env), and a lost answer
+        means this process died, not the machine (whose clients die with it)."""
+        if command in protocol.READ_ONLY_COMMANDS:
             return
         from snapstore.errors import SnapstoreError
-        from snapstore.records import requests
 
+        request = self.store.context.request
+        backend = self.store.backend
+        backend.stamp = None  # (the outcome is not one of the command's writes)
         try:
-            backend = self.store.backend
             with backend.read() as view:
                 row = requests.find(view, rid) or {}
-            if "op" in row and code == 0:
-                return  # the operation's own row says it all (service.lost reads exit 0)
+            if code == 0 and (row.get("stage") == "done" or ("checkpoint" in row and command in protocol.SELF_RECORDING_COMMANDS)):
+                return  # the effect's own row says it all (service.lost reads exit 0)
             with backend.write() as batch:
-                requests.record(batch, self.store.context.request, **{**row, "exit": code})
-            backend.sync()
+                requests.record(batch, request, exit=code)
         except SnapstoreError as exc:  # the store cannot take it: the answer still goes out
             log.warning("cannot record request %s: %s", rid.hex(), exc)
 

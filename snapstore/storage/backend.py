@@ -121,6 +121,10 @@ class WriteBatch:
 class Backend(Protocol):
     """What the stages need from a key-value engine (both backends implement all of it)."""
 
+    #: Called with every non-empty batch just before it is applied, in its transaction (the
+    #: service stamps the request it runs: records.requests.stamp); None almost always.
+    stamp: Callable[[WriteBatch], None] | None
+
     def read(self) -> AbstractContextManager[ReadView]:
         """A consistent view of every table for the duration of the ``with`` block."""
         ...

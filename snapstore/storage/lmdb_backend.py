@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +93,7 @@ class LmdbBackend:
         self._gens = lmdb_generations.acquire(path, create=create, map_size=map_size)
         self._closed = False
         self._applying = self._gens.current
+        self.stamp: Callable[[WriteBatch], None] | None = None
 
     @property
     def path(self) -> str:
@@ -181,6 +182,8 @@ class LmdbBackend:
         batch = WriteBatch(self.read)
         yield batch
         if len(batch):
+            if self.stamp is not None:
+                self.stamp(batch)
             self._apply(batch)
 
     def _apply(self, batch: WriteBatch) -> None:

@@ -7,7 +7,7 @@ writes; a batch is applied under one lock, so it is atomic for every thread.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from snapstore.storage.backend import TABLES, ReadView, WriteBatch
@@ -40,6 +40,7 @@ class MemoryBackend:
     def __init__(self) -> None:
         self.tables: dict[str, dict[bytes, bytes]] = {name: {} for name in TABLES}
         self._lock = threading.Lock()
+        self.stamp: Callable[[WriteBatch], None] | None = None
 
     @contextmanager
     def read(self) -> Iterator[ReadView]:
@@ -65,6 +66,8 @@ class MemoryBackend:
         """A batch applied atomically on clean exit."""
         batch = WriteBatch(self.read)
         yield batch
+        if len(batch) and self.stamp is not None:
+            self.stamp(batch)
         with self._lock:
             inserted = 0
             for table, key, value, only_new in batch.operations():

@@ -199,6 +199,8 @@ def _apply(
     def before(i: int, s: Step) -> None:
         if step_hook is not None:
             step_hook(i)
+        if i == len(steps) // 2:
+            requests.seam(ctx.request, "mid-restore")
         # Implicit directories (parents of entries) are not in the scan: their contents are
         # checked one by one instead.  A directory to create may already exist implicitly
         # (it held files that earlier steps removed): creating it is idempotent.

@@ -172,7 +172,7 @@ def finish(
         batch.put("oplog", seq_key(seq), msgpack.packb(entry, use_bin_type=True))
         for key, value in (cache or {}).items():
             batch.put("statcache", key, value)
-        requests.record(batch, request, op=seq, kind=op["kind"], changed=changed)
+        requests.record(batch, request, stage="done", op=seq, kind=op["kind"], changed=changed)
     backend.sync()
     return seq
 

@@ -16,7 +16,7 @@ from typing import Any
 from snapstore.errors import ConflictError
 from snapstore.ops.context import StageContext
 from snapstore.ops.revert.planner import PathOutcome
-from snapstore.records import manifest
+from snapstore.records import manifest, requests
 from snapstore.records.checkpoint import (
     PATHS_INDEX_META,
     USER,
@@ -191,6 +191,7 @@ def record_target(
         write_rows(batch, cp_id, packed, seq, task, [])
         if changed is not None:  # (an incomplete index stays so: the next snapshot rebuilds it)
             put_path_rows(batch, seq, cp_id, changed)
+        requests.record(batch, ctx.request, reverted=cp_id.hex())
     ctx.backend.sync()
     return parse_record(cp_id, packed)
 

@@ -72,8 +72,9 @@ def commit(
             stats=stats,
         )
         write_rows(batch, cp_id, packed, start.seq, task, tags)
-        if kind != SAFETY:  # (a restore's safety checkpoint is not what the request did)
-            requests.record(batch, ctx.request, checkpoint=cp_id.hex())
+        # (a restore's safety checkpoint is not what the request did: it says the tree was not
+        # touched yet)
+        requests.record(batch, ctx.request, **{"safety" if kind == SAFETY else "checkpoint": cp_id.hex()})
         if not start.indexed:
             with backend.read() as view:
                 backfill_task_index(view, batch)
