@@ -41,7 +41,7 @@ class Call:
 
 
 def drive(tree: Path, scenario: Callable[[Call], Awaitable[None]]) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAPSTORE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_", "GEMINI_"))}
     params = StdioServerParameters(
         command=sys.executable,
         args=["-c", "from snapstore.service.client import run; run()", "mcp"],

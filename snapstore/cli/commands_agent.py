@@ -113,15 +113,22 @@ def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, 
         click.echo("nothing to change: " + ("no snapstore entries found" if remove else "already integrated"))
 
 
-@command(name="mcp", example='snapstore mcp   # registered as {"command": "snapstore", "args": ["mcp"]}')
+@command(name="mcp", example='snapstore mcp   # registered as {"command": "snapstore", "args": ["mcp"]}\nsnapstore mcp --root ~/src/app   # for hosts that start servers in / or $HOME')
+@click.option("--root", metavar="DIR", help="The project's directory (default: -C, an agent's project variable, the current directory).")
+@click.option("--create-anywhere", "anywhere", is_flag=True, help="Let a write tool create a store even at /, at $HOME or among other users' files.")
 @click.pass_obj
-def mcp_(obj: Ctx) -> None:
-    """Run the MCP server (stdio) for the tree in the current directory."""
+def mcp_(obj: Ctx, root: str | None, anywhere: bool) -> None:
+    """Run the MCP server (stdio) for the project: --root (or -C), else $CLAUDE_PROJECT_DIR or
+    $GEMINI_PROJECT_DIR, else the current directory.  A write tool creates a store there only if
+    it is not /, not $HOME and holds no other user's files (unless --create-anywhere)."""
     try:
         from snapstore.integrations import mcp_server
     except ImportError as exc:
         raise UsageError(f"the MCP server needs the mcp package: pip install 'snapstore[agents]' ({exc})") from exc
-    mcp_server.serve(os.path.abspath(obj.directory))
+    from snapstore.integrations.roots import project_root
+
+    given = root or (obj.directory if obj.directory != "." else None)
+    mcp_server.serve(project_root(given, os.getcwd()), anywhere)
 
 
 @command(example="snapstore edit src/app.py --old 'return 1' --new 'return 2'\nsnapstore edit src/app.py --edits edits.json --dry-run")

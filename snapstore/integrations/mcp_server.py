@@ -183,8 +183,10 @@ def _tool_errors() -> Iterator[None]:
 class Tools:
     """The store behind the tools, opened on first use (created by the tools that write)."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, anywhere: bool = False):
         self.root = os.path.abspath(root)
+        #: Whether a store may be created at / , $HOME or among other users' files.
+        self.anywhere = anywhere
         self._store: Store | None = None
 
     def store(self, create: bool = False) -> Store:
@@ -194,6 +196,15 @@ class Tools:
             except StoreNotFoundError:
                 if not create:
                     raise
+                from snapstore.integrations.roots import why_not_create
+
+                why = None if self.anywhere else why_not_create(self.root)
+                if why is not None:
+                    raise UsageError(
+                        f"not creating a store in {self.root}: {why}; start the server in the project "
+                        "('snapstore mcp --root DIR', or -C DIR), run 'snapstore init' there, or pass "
+                        "--create-anywhere"
+                    ) from None
                 try:
                     self._store = Store.init(self.root)
                 except StoreExistsError:
@@ -228,11 +239,12 @@ class Tools:
         )
 
 
-def build_server(root: str) -> MCPServer:
-    """The MCP server for the tree at ``root`` (its store is opened on first use)."""
+def build_server(root: str, anywhere: bool = False) -> MCPServer:
+    """The MCP server for the tree at ``root`` (its store is opened on first use; created by a
+    write tool only where :mod:`snapstore.integrations.roots` allows, unless ``anywhere``)."""
     from snapstore import __version__
 
-    tools = Tools(root)
+    tools = Tools(root, anywhere)
     server = MCPServer(
         "snapstore",
         version=__version__,
@@ -419,9 +431,9 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
             return tools.restore_result(tools.store().undo())
 
 
-def serve(root: str) -> None:
+def serve(root: str, anywhere: bool = False) -> None:
     """Run the MCP server for ``root`` on stdin/stdout until the client closes it."""
-    server = build_server(root)
+    server = build_server(root, anywhere)
     _clean_stdin()
     server.run()
 

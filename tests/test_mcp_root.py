@@ -1,0 +1,75 @@
+"""A safe project root for the MCP server (issue 23 req 3): hosts start stdio servers in / or
+$HOME, and a write tool must not create a store there (snapshotting all of it); --root / -C and
+an agent's project variable name the project; --create-anywhere is the explicit way round."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+
+from snapstore.integrations import roots  # noqa: E402
+
+
+def call_create(cwd: Path, *args: str, **env_extra: str) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_", "GEMINI_"))}
+    env.update(env_extra)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "snapstore", "mcp", *args], cwd=str(cwd), env=env)
+    out: list[Any] = []
+
+    async def main() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            out.append(await session.call_tool("checkpoint_create", {"message": "x"}))
+
+    anyio.run(main)
+    return out[0]
+
+
+def test_no_store_is_created_in_the_home_directory(tmp_path: Path):
+    home = tmp_path / "home"
+    (home / ".config").mkdir(parents=True)
+    (home / ".config" / "token").write_text("secret\n")
+    result = call_create(home, HOME=str(home))
+    assert result.is_error and "home directory" in result.content[0].text and "--root" in result.content[0].text
+    assert not (home / ".snapstore").exists()
+
+
+def test_root_names_the_project_and_create_anywhere_allows_it(tmp_path: Path):
+    home, project = tmp_path / "home", tmp_path / "home" / "proj"
+    project.mkdir(parents=True)
+    (project / "a.py").write_text("x = 1\n")
+    result = call_create(home, "--root", str(project), HOME=str(home))
+    assert not result.is_error, result.content
+    assert (project / ".snapstore").is_dir() and not (home / ".snapstore").exists()
+    result = call_create(home, "--create-anywhere", HOME=str(home))
+    assert not result.is_error and (home / ".snapstore").is_dir()
+
+
+def test_the_agents_project_variable_names_the_project(tmp_path: Path):
+    home, project = tmp_path / "home", tmp_path / "proj"
+    home.mkdir()
+    project.mkdir()
+    result = call_create(home, HOME=str(home), CLAUDE_PROJECT_DIR=str(project))
+    assert not result.is_error and (project / ".snapstore").is_dir()
+
+
+def test_why_not_create(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    assert "root" in (roots.why_not_create("/") or "")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert "home" in (roots.why_not_create(str(tmp_path)) or "")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "a").write_text("a")
+    assert roots.why_not_create(str(mine)) is None
+    if os.geteuid() == 0:
+        os.chown(mine / "a", 54321, 54321)  # a file of another user (no account needed)
+        assert "another user" in (roots.why_not_create(str(mine)) or "")
