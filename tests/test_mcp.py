@@ -75,7 +75,7 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         # A store is made on first use by the tools that write.
         first = await call.ok("checkpoint_create", message="start", task="t1")
         assert first["checkpoint"]["message"] == "start" and first["checkpoint"]["task"] == "t1"
-        assert first["checkpoint"]["metadata"]["actor"] == "agent"
+        assert first["checkpoint"]["metadata"]["actor"] == "unknown"  # not guessed: the caller did not say
 
         edited = await call.ok("edit_file", path=str(tmp_path / "app.py"), old_text="return 1", new_text="return 2")
         assert edited["written"] and edited["matches"][0]["level"] == "exact"
@@ -86,15 +86,18 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         await call.ok("checkpoint_create", message="two")
 
         listed = await call.ok("checkpoint_list", limit=10)
-        # Nothing changed since "start": the edit's checkpoint-before is "start" itself.
+        # Nothing changed since "start": the edit's checkpoint-before is "start" itself; the
+        # edit is then recorded as the agent's (MCP alone has no hook to do it).
         assert edited["checkpoint"] == first["checkpoint"]["id"]
-        assert [c["message"] for c in listed["checkpoints"]] == ["two", "start"]
+        assert [c["message"] for c in listed["checkpoints"]] == ["two", "after edit_file: app.py", "start"]
         assert listed["checkpoints"][0]["index"] == 1
         assert len((await call.ok("checkpoint_list", task="t1"))["checkpoints"]) == 1
 
-        shown = await call.ok("checkpoint_show", ref="latest")
-        assert shown["checkpoint"]["message"] == "two"
+        shown = await call.ok("checkpoint_show", ref="latest~1")
+        assert shown["checkpoint"]["message"] == "after edit_file: app.py"
+        assert shown["checkpoint"]["metadata"]["actor"] == "agent"
         assert [(c["path"], c["status"], c["added"], c["removed"]) for c in shown["changes"]] == [("app.py", "M", 1, 1)]
+        assert (await call.ok("checkpoint_show", ref="latest"))["changes"] == []  # "two": nothing since
 
         diff = await call.ok("checkpoint_diff", ref=first["checkpoint"]["id"], against="latest", patch=True)
         assert [c["path"] for c in diff["changes"]] == ["app.py"] and "-    return 1" in (diff["patch"] or "")
@@ -124,8 +127,9 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert (tmp_path / "app.py").read_text().endswith("return 2\n")
         assert (tmp_path / "notes.txt").read_text() == "changed\n"
 
-        # Revert what "two" changed (app.py: return 1 -> 2), keeping the later notes.txt edit.
-        two = listed["checkpoints"][0]["id"]
+        # Revert what the edit's own checkpoint changed (app.py: return 1 -> 2), keeping the later
+        # notes.txt edit.
+        two = listed["checkpoints"][1]["id"]
         dry = await call.ok("checkpoint_revert", ref=two)
         assert dry["dry_run"] and dry["reverted"] == ["app.py"] and dry["undo_ref"] is None
         assert "-    return 2\n+    return 1" in dry["diff"]

@@ -15,7 +15,7 @@ import base64
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -268,10 +268,13 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
     """Register the tools that record: a checkpoint, a safe edit."""
 
     @server.tool(annotations=ADDITIVE)
-    def checkpoint_create(message: str, task: str | None = None) -> CreateResult:
-        """Record the project's files now as a checkpoint labelled ``message``."""
+    def checkpoint_create(message: str, task: str | None = None, actor: Literal["agent", "user"] | None = None) -> CreateResult:
+        """Record the project's files now as a checkpoint labelled ``message``.  What changed
+        since the previous checkpoint is attributed to ``actor`` when the caller knows who
+        made it ("agent" or "user"), else recorded as "unknown" (never guessed)."""
         with _tool_errors():
-            cp = tools.store(create=True).snapshot(message, task=task, metadata={"actor": "agent", "tool_name": "checkpoint_create"})
+            meta = {"actor": actor or "unknown", "tool_name": "checkpoint_create"}
+            cp = tools.store(create=True).snapshot(message, task=task, metadata=meta)
             return CreateResult(checkpoint=_info(cp), reused=cp.reused, warnings=list(cp.warnings))
 
     @server.tool(annotations=DESTRUCTIVE)
@@ -283,17 +286,25 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
         expected: str | None = None,
         replace_all: bool = False,
         dry_run: bool = False,
+        task: str | None = None,
     ) -> EditResult:
         """Replace ``old_text`` by ``new_text`` in ``path`` (or apply ``edits`` in order):
         exact match first, then ignoring whitespace, then by similarity; a checkpoint is taken
-        before writing.  ``expected``: the hash from a previous read (refused if it changed)."""
+        before writing (what changed before it: actor "unknown") and one after it (this edit:
+        actor "agent"), both in ``task``.  ``expected``: the hash from a previous read (refused
+        if it changed)."""
         with _tool_errors():
             items = [{"old_text": e["old_text"], "new_text": e["new_text"]} for e in edits or []]
             if old_text is not None or new_text is not None:
                 items.append({"old_text": old_text or "", "new_text": new_text or ""})
-            report = tools.store(create=True).edit(
-                path, items, expected=expected, dry_run=dry_run, replace_all=replace_all, metadata={"tool_name": "edit_file"}
+            store = tools.store(create=True)
+            report = store.edit(
+                path, items, expected=expected, dry_run=dry_run, replace_all=replace_all, task=task,
+                metadata={"tool_name": "edit_file", "actor": "unknown"},
             )
+            if report.written:  # the edit itself, recorded as the agent's
+                meta = {"tool_name": "edit_file", "path": report.path, "actor": "agent"}
+                store.snapshot(f"after edit_file: {report.path}", task=task, metadata=meta, skip_unchanged=True)
             return EditResult(
                 path=report.path,
                 dry_run=report.dry_run,

@@ -136,7 +136,9 @@ def run(
     with hold():
         # The checkpoint records what changed before this edit: not the editor's work.
         cp = checkpoint(
-            f"before edit: {rel}", {"tool_name": "snapstore edit", "path": rel, **(metadata or {}), "actor": "user"}
+            # (The CLI's edit runs for a person: what changed before it is the user's; a caller
+            # that cannot know says so in metadata, e.g. the MCP tool's "unknown".)
+            f"before edit: {rel}", {"tool_name": "snapstore edit", "path": rel, "actor": "user", **(metadata or {})}
         )
         report.checkpoint = cp.id
         report.warnings.extend(cp.warnings)

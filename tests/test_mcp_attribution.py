@@ -1,0 +1,50 @@
+"""MCP-only attribution (issue 23 req 2): with no hooks, edit_file records its own change as the
+agent's (a checkpoint after the write), checkpoint_create records what changed since the
+previous checkpoint as "unknown" unless told who, so checkpoint_revert(actor="agent") takes back
+exactly what the agent's tools did and keeps the user's edits."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+
+from snapstore.store import Store  # noqa: E402
+
+
+def test_reverting_the_agent_over_mcp_keeps_the_users_edits(tmp_path: Path):
+    tree = tmp_path / "proj"
+    tree.mkdir()
+    (tree / "a.py").write_text("x = 1\n")
+    (tree / "notes.txt").write_text("v0\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_", "GEMINI_"))}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "snapstore", "mcp"], cwd=str(tree), env=env)
+    results: list[Any] = []
+
+    async def main() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            results.append(await s.call_tool("checkpoint_create", {"message": "start", "task": "s"}))
+            (tree / "notes.txt").write_text("v1 by the user\n")
+            results.append(await s.call_tool("edit_file", {"path": "a.py", "old_text": "x = 1", "new_text": "x = 2", "task": "s"}))
+            (tree / "notes.txt").write_text("v2 by the user\n")
+            results.append(await s.call_tool("checkpoint_create", {"message": "later", "task": "s"}))
+            results.append(await s.call_tool("checkpoint_create", {"message": "mine", "task": "s", "actor": "user"}))
+            results.append(await s.call_tool("checkpoint_revert", {"task": "s", "actor": "agent", "dry_run": False}))
+
+    anyio.run(main)
+    assert not any(r.is_error for r in results), [r.content for r in results if r.is_error]
+    with Store.open(tree) as store:
+        labels = [(c.message, c.metadata.get("actor")) for c in reversed(store.checkpoints(task="s"))]
+    assert ("before edit: a.py", "unknown") in labels and ("after edit_file: a.py", "agent") in labels
+    assert ("later", "unknown") in labels
+    assert (tree / "a.py").read_text() == "x = 1\n"  # the agent's edit is taken back
+    assert (tree / "notes.txt").read_text() == "v2 by the user\n"  # the user's stays
