@@ -48,3 +48,27 @@ def test_reverting_the_agent_over_mcp_keeps_the_users_edits(tmp_path: Path):
     assert ("later", "unknown") in labels
     assert (tree / "a.py").read_text() == "x = 1\n"  # the agent's edit is taken back
     assert (tree / "notes.txt").read_text() == "v2 by the user\n"  # the user's stays
+
+
+def test_restore_results_carry_real_line_counts(tmp_path: Path):
+    tree = tmp_path / "proj"
+    tree.mkdir()
+    (tree / "a.py").write_text("one\ntwo\nthree\n")
+    with Store.init(tree) as store:
+        store.snapshot("v1")
+    (tree / "a.py").write_text("one\nTWO\nthree\nfour\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_", "GEMINI_"))}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "snapstore", "mcp"], cwd=str(tree), env=env)
+    out: list[Any] = []
+
+    async def main() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            out.append(await s.call_tool("checkpoint_restore", {"ref": "latest"}))
+            out.append(await s.call_tool("checkpoint_restore", {"ref": "latest", "dry_run": False}))
+
+    anyio.run(main)
+    for result in out:
+        assert not result.is_error, result.content
+        change = result.structured_content["changes"][0]
+        assert (change["path"], change["added"], change["removed"]) == ("a.py", 1, 2), change

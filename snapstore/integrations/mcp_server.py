@@ -227,12 +227,24 @@ class Tools:
             for c, n in zip(found, counts)
         ]
 
+    def _restore_changes(self, report: Any) -> list[ChangeInfo]:
+        """The restore's changes with their real line counts: the tree's side is on disk before a
+        dry run and in the safety checkpoint after a real one; the target's is in the store."""
+        from snapstore.ops.diff import with_loaders
+
+        ctx = self.store().context
+        found = with_loaders(report.changes, ctx.read_disk if report.dry_run else ctx.read_stored, ctx.read_stored)
+        try:
+            return self.changes(found)
+        except (OSError, SnapstoreError):  # a file gone meanwhile: the paths still say what changed
+            return [ChangeInfo(path=c.to_json()["path"], status=c.status, added=0, removed=0, binary=False) for c in found]
+
     def restore_result(self, report: Any) -> RestoreResult:
         return RestoreResult(
             kind=report.kind,
             dry_run=report.dry_run,
             target=report.target.id,
-            changes=[ChangeInfo(path=c.to_json()["path"], status=c.status, added=0, removed=0, binary=False) for c in report.changes],
+            changes=self._restore_changes(report),
             undo_ref=report.safety.id if report.safety is not None else None,
             operation=report.op_seq,
             warnings=list(report.warnings),
