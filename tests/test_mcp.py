@@ -76,6 +76,7 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         first = await call.ok("checkpoint_create", message="start", task="t1")
         assert first["checkpoint"]["message"] == "start" and first["checkpoint"]["task"] == "t1"
         assert first["checkpoint"]["metadata"]["actor"] == "unknown"  # not guessed: the caller did not say
+        assert first["checkpoint"]["index"] == 1  # "#1": a reference the agent can use
 
         edited = await call.ok("edit_file", path=str(tmp_path / "app.py"), old_text="return 1", new_text="return 2")
         assert edited["written"] and edited["matches"][0]["level"] == "exact"

@@ -286,8 +286,11 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
         made it ("agent" or "user"), else recorded as "unknown" (never guessed)."""
         with _tool_errors():
             meta = {"actor": actor or "unknown", "tool_name": "checkpoint_create"}
-            cp = tools.store(create=True).snapshot(message, task=task, metadata=meta)
-            return CreateResult(checkpoint=_info(cp), reused=cp.reused, warnings=list(cp.warnings))
+            store = tools.store(create=True)
+            cp = store.snapshot(message, task=task, metadata=meta)
+            newest = store.numbered_checkpoints(limit=1)  # its #N, as checkpoint_list shows it
+            index = newest[0][0] if newest and newest[0][1].id == cp.id else None
+            return CreateResult(checkpoint=_info(cp, index), reused=cp.reused, warnings=list(cp.warnings))
 
     @server.tool(annotations=DESTRUCTIVE)
     def edit_file(
