@@ -15,14 +15,39 @@ import base64
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from typing_extensions import TypedDict
+from pydantic import Field
 
 from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError, UsageError
+from snapstore.integrations.mcp_types import (
+    _REF_TEXT,
+    Actor,
+    ChangeInfo,
+    CheckpointInfo,
+    Conflicts,
+    CreateResult,
+    DiffResult,
+    DryRun,
+    EditItem,
+    EditMatch,
+    EditResult,
+    FileContent,
+    FileVersion,
+    HistoryResult,
+    ListResult,
+    Path_,
+    Paths,
+    Ref,
+    RestoreResult,
+    RevertConflict,
+    RevertResult,
+    ShowResult,
+    Task,
+)
 from snapstore.ops.edit import content_hash
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.store import Store
@@ -32,125 +57,6 @@ MAX_FILE_AT_BYTES = 16 << 20
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
-
-
-class CheckpointInfo(TypedDict):
-    id: str
-    short_id: str
-    index: int | None
-    time: str
-    message: str
-    task: str | None
-    kind: str
-    tags: list[str]
-    metadata: dict[str, Any]
-    has_conversation: bool
-
-
-class CreateResult(TypedDict):
-    checkpoint: CheckpointInfo
-    reused: bool
-    warnings: list[str]
-
-
-class ListResult(TypedDict):
-    checkpoints: list[CheckpointInfo]
-
-
-class ChangeInfo(TypedDict):
-    path: str
-    status: str
-    added: int
-    removed: int
-    binary: bool
-
-
-class ShowResult(TypedDict):
-    checkpoint: CheckpointInfo
-    changes: list[ChangeInfo]
-    conversation_messages: int | None
-
-
-class DiffResult(TypedDict):
-    source: str
-    target: str
-    changes: list[ChangeInfo]
-    patch: str | None
-
-
-class FileContent(TypedDict):
-    path: str
-    checkpoint: str
-    encoding: str
-    content: str
-    size: int
-    hash: str
-
-
-class FileVersion(TypedDict):
-    checkpoint: CheckpointInfo
-    status: str
-    size: int | None
-    added: int
-    removed: int
-
-
-class HistoryResult(TypedDict):
-    path: str
-    versions: list[FileVersion]
-
-
-class RestoreResult(TypedDict):
-    kind: str
-    dry_run: bool
-    target: str
-    changes: list[ChangeInfo]
-    undo_ref: str | None
-    operation: int | None
-    warnings: list[str]
-
-
-class RevertConflict(TypedDict):
-    path: str
-    lines: list[list[int]]
-    note: str
-
-
-class RevertResult(TypedDict):
-    dry_run: bool
-    what: str
-    reverted: list[str]
-    merged: list[str]
-    conflicted: list[RevertConflict]
-    untouched: list[str]
-    diff: str
-    undo_ref: str | None
-    operation: int | None
-    warnings: list[str]
-
-
-class EditItem(TypedDict):
-    old_text: str
-    new_text: str
-
-
-class EditMatch(TypedDict):
-    edit: int
-    level: str
-    start_line: int
-    end_line: int
-    similarity: float
-
-
-class EditResult(TypedDict):
-    path: str
-    dry_run: bool
-    written: bool
-    matches: list[EditMatch]
-    diff: str
-    hash: str
-    previous_hash: str
-    checkpoint: str | None
 
 
 def _info(cp: Checkpoint, index: int | None = None) -> CheckpointInfo:
@@ -252,8 +158,8 @@ class Tools:
 
 
 def build_server(root: str, anywhere: bool = False) -> MCPServer:
-    """The MCP server for the tree at ``root`` (its store is opened on first use; created by a
-    write tool only where :mod:`snapstore.integrations.roots` allows, unless ``anywhere``)."""
+    """The MCP server for the tree at `root` (its store is opened on first use; created by a
+    write tool only where :mod:`snapstore.integrations.roots` allows, unless `anywhere`)."""
     from snapstore import __version__
 
     tools = Tools(root, anywhere)
@@ -280,9 +186,13 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
     """Register the tools that record: a checkpoint, a safe edit."""
 
     @server.tool(annotations=ADDITIVE)
-    def checkpoint_create(message: str, task: str | None = None, actor: Literal["agent", "user"] | None = None) -> CreateResult:
-        """Record the project's files now as a checkpoint labelled ``message``.  What changed
-        since the previous checkpoint is attributed to ``actor`` when the caller knows who
+    def checkpoint_create(
+        message: Annotated[str, Field(description="A label for the checkpoint (what is about to happen, or just happened).")],
+        task: Task = None,
+        actor: Actor = None,
+    ) -> CreateResult:
+        """Record the project's files now as a checkpoint labelled `message`.  What changed
+        since the previous checkpoint is attributed to `actor` when the caller knows who
         made it ("agent" or "user"), else recorded as "unknown" (never guessed)."""
         with _tool_errors():
             meta = {"actor": actor or "unknown", "tool_name": "checkpoint_create"}
@@ -294,19 +204,19 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
 
     @server.tool(annotations=DESTRUCTIVE)
     def edit_file(
-        path: str,
-        edits: list[EditItem] | None = None,
-        old_text: str | None = None,
-        new_text: str | None = None,
-        expected: str | None = None,
-        replace_all: bool = False,
-        dry_run: bool = False,
-        task: str | None = None,
+        path: Path_,
+        edits: Annotated[list[EditItem] | None, Field(description="Replacements applied in order (instead of old_text/new_text).")] = None,
+        old_text: Annotated[str | None, Field(description="The text to replace (found exactly, then ignoring whitespace, then by similarity).")] = None,
+        new_text: Annotated[str | None, Field(description="What replaces it.")] = None,
+        expected: Annotated[str | None, Field(description="The hash file_at returned: refused if the file changed since.")] = None,
+        replace_all: Annotated[bool, Field(description="Replace every match (else two matches are an error).")] = False,
+        dry_run: Annotated[bool, Field(description="Only return the diff; write nothing.")] = False,
+        task: Task = None,
     ) -> EditResult:
-        """Replace ``old_text`` by ``new_text`` in ``path`` (or apply ``edits`` in order):
+        """Replace `old_text` by `new_text` in `path` (or apply `edits` in order):
         exact match first, then ignoring whitespace, then by similarity; a checkpoint is taken
         before writing (what changed before it: actor "unknown") and one after it (this edit:
-        actor "agent"), both in ``task``.  ``expected``: the hash from a previous read (refused
+        actor "agent"), both in `task`.  `expected`: the hash from a previous read (refused
         if it changed)."""
         with _tool_errors():
             items = [{"old_text": e["old_text"], "new_text": e["new_text"]} for e in edits or []]
@@ -339,14 +249,16 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
     """Register the read-only tools: list, show, diff, file contents and history."""
 
     @server.tool(annotations=READ_ONLY)
-    def checkpoint_list(limit: int = 20, task: str | None = None) -> ListResult:
-        """Checkpoints, newest first (at most ``limit``); ``#N`` (``index``) is a reference."""
+    def checkpoint_list(
+        limit: Annotated[int, Field(description="At most this many checkpoints, newest first.")] = 20, task: Task = None
+    ) -> ListResult:
+        """Checkpoints, newest first (at most `limit`); `#N` (`index`) is a reference."""
         with _tool_errors():
             rows = tools.store().numbered_checkpoints(task=task)[: max(1, limit)]
             return ListResult(checkpoints=[_info(cp, n) for n, cp in rows])
 
     @server.tool(annotations=READ_ONLY)
-    def checkpoint_show(ref: str) -> ShowResult:
+    def checkpoint_show(ref: Ref) -> ShowResult:
         """One checkpoint: its record and the files it changed against its parent."""
         with _tool_errors():
             store = tools.store()
@@ -357,9 +269,14 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
             return ShowResult(checkpoint=_info(cp), changes=tools.changes(store.changes(cp.id)), conversation_messages=count)
 
     @server.tool(annotations=READ_ONLY)
-    def checkpoint_diff(ref: str, against: str | None = None, paths: list[str] | None = None, patch: bool = False) -> DiffResult:
-        """What changed from checkpoint ``ref`` to ``against`` (default: the files now);
-        with ``patch``, the unified diff too."""
+    def checkpoint_diff(
+        ref: Ref,
+        against: Annotated[str | None, Field(description="The other side: a checkpoint as ref (unset: the files as they are now).")] = None,
+        paths: Paths = None,
+        patch: Annotated[bool, Field(description="Also return the unified diff.")] = False,
+    ) -> DiffResult:
+        """What changed from checkpoint `ref` to `against` (default: the files now);
+        with `patch`, the unified diff too."""
         with _tool_errors():
             from snapstore.ops.textdiff import unified
 
@@ -370,9 +287,9 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
             return DiffResult(source=store.resolve(ref).id, target=target, changes=tools.changes(found), patch=text)
 
     @server.tool(annotations=READ_ONLY)
-    def file_at(ref: str, path: str) -> FileContent:
-        """The content of ``path`` in checkpoint ``ref`` (text, or base64 when not UTF-8),
-        with its ``hash`` (pass it as ``expected`` to edit_file)."""
+    def file_at(ref: Ref, path: Path_) -> FileContent:
+        """The content of `path` in checkpoint `ref` (text, or base64 when not UTF-8),
+        with its `hash` (pass it as `expected` to edit_file)."""
         with _tool_errors():
             store = tools.store()
             cp = store.resolve(ref)
@@ -390,8 +307,8 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
             return FileContent(path=tools.rel(path), checkpoint=cp.id, encoding=encoding, content=content, size=len(data), hash=content_hash(data))
 
     @server.tool(annotations=READ_ONLY)
-    def file_history(path: str) -> HistoryResult:
-        """The checkpoints in which ``path`` changed, oldest first, with lines added/removed."""
+    def file_history(path: Path_) -> HistoryResult:
+        """The checkpoints in which `path` changed, oldest first, with lines added/removed."""
         with _tool_errors():
             versions = tools.store().history(tools.rel(path))
             rows = []
@@ -405,28 +322,30 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
     """Register the tools that go back: restore, revert, undo (dry runs unless told otherwise)."""
 
     @server.tool(annotations=DESTRUCTIVE)
-    def checkpoint_restore(ref: str, paths: list[str] | None = None, dry_run: bool = True) -> RestoreResult:
-        """Make the files (or just ``paths``) equal to checkpoint ``ref``.  A dry run unless
-        ``dry_run`` is false; the real one first records the files as they are and returns
-        ``undo_ref`` (``undo`` puts them back)."""
+    def checkpoint_restore(ref: Ref, paths: Paths = None, dry_run: DryRun = True) -> RestoreResult:
+        """Make the files (or just `paths`) equal to checkpoint `ref`.  A dry run unless
+        `dry_run` is false; the real one first records the files as they are and returns
+        `undo_ref` (`undo` puts them back)."""
         with _tool_errors():
             rel = [tools.rel(p) for p in paths] if paths else None
             return tools.restore_result(tools.store().restore(ref, rel, dry_run=dry_run))
 
     @server.tool(annotations=DESTRUCTIVE)
     def checkpoint_revert(
-        ref: str | None = None,
-        task: str | None = None,
-        actor: str | None = None,
-        paths: list[str] | None = None,
-        conflicts: str = "refuse",
-        dry_run: bool = True,
+        ref: Annotated[str | None, Field(description=_REF_TEXT + " Or a range A..B (what changed from A to B).")] = None,
+        task: Task = None,
+        actor: Annotated[
+            Literal["agent", "user"] | None, Field(description="With task: only the changes this actor made.")
+        ] = None,
+        paths: Paths = None,
+        conflicts: Conflicts = "refuse",
+        dry_run: DryRun = True,
     ) -> RevertResult:
-        """Take back what checkpoint ``ref`` changed (or a range ``"A..B"``, or every change of
-        ``task``, only the ``actor``'s: "agent" or "user"), keeping every change made since.
-        A dry run unless ``dry_run`` is false (``diff`` shows the result).  Conflicting changes
-        fail with the list of conflicts unless ``conflicts`` is "markers", "ours" or "theirs";
-        ``undo`` takes a real revert back."""
+        """Take back what checkpoint `ref` changed (or a range `"A..B"`, or every change of
+        `task`, only the `actor`'s: "agent" or "user"), keeping every change made since.
+        A dry run unless `dry_run` is false (`diff` shows the result).  Conflicting changes
+        fail with the list of conflicts unless `conflicts` is "markers", "ours" or "theirs";
+        `undo` takes a real revert back."""
         with _tool_errors():
             from snapstore.ops.revert import split_range
 
