@@ -157,3 +157,13 @@ def second_user(prefix: str) -> Iterator[tuple[str, int, int]]:
     finally:
         subprocess.run(["userdel", name], capture_output=True)
         subprocess.run(["groupdel", name], capture_output=True)
+
+
+def mcp_params(cwd: Path, *args: str, **env_extra: str):  # type: ignore[no-untyped-def]
+    """How a test starts ``snapstore mcp`` in ``cwd`` through the MCP SDK's own client (no
+    snapstore or agent variables from the test's environment)."""
+    from mcp import StdioServerParameters
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_", "GEMINI_"))}
+    env.update(env_extra)
+    return StdioServerParameters(command=sys.executable, args=["-m", "snapstore", "mcp", *args], cwd=str(cwd), env=env)

@@ -5,8 +5,6 @@ exactly what the agent's tools did and keeps the user's edits."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,8 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+from helpers import mcp_params  # noqa: E402
+from mcp import ClientSession, stdio_client  # noqa: E402
 
 from snapstore.store import Store  # noqa: E402
 
@@ -25,8 +24,7 @@ def test_reverting_the_agent_over_mcp_keeps_the_users_edits(tmp_path: Path):
     tree.mkdir()
     (tree / "a.py").write_text("x = 1\n")
     (tree / "notes.txt").write_text("v0\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_", "GEMINI_"))}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "snapstore", "mcp"], cwd=str(tree), env=env)
+    params = mcp_params(tree)
     results: list[Any] = []
 
     async def main() -> None:
@@ -57,8 +55,7 @@ def test_restore_results_carry_real_line_counts(tmp_path: Path):
     with Store.init(tree) as store:
         store.snapshot("v1")
     (tree / "a.py").write_text("one\nTWO\nthree\nfour\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_", "GEMINI_"))}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "snapstore", "mcp"], cwd=str(tree), env=env)
+    params = mcp_params(tree)
     out: list[Any] = []
 
     async def main() -> None:

@@ -5,7 +5,6 @@ an agent's project variable name the project; --create-anywhere is the explicit 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +13,14 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+from helpers import mcp_params  # noqa: E402
+from mcp import ClientSession, stdio_client  # noqa: E402
 
 from snapstore.integrations import roots  # noqa: E402
 
 
 def call_create(cwd: Path, *args: str, **env_extra: str) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_", "GEMINI_"))}
-    env.update(env_extra)
-    params = StdioServerParameters(command=sys.executable, args=["-m", "snapstore", "mcp", *args], cwd=str(cwd), env=env)
+    params = mcp_params(cwd, *args, **env_extra)
     out: list[Any] = []
 
     async def main() -> None:

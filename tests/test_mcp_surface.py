@@ -3,8 +3,6 @@ Markdown (not reStructuredText) in the descriptions, as the SDK's own client lis
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +11,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+from helpers import mcp_params  # noqa: E402
+from mcp import ClientSession, stdio_client  # noqa: E402
 
 
 def list_tools(tree: Path) -> list[Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_", "GEMINI_"))}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "snapstore", "mcp"], cwd=str(tree), env=env)
+    params = mcp_params(tree)
     out: list[Any] = []
 
     async def main() -> None:
