@@ -129,10 +129,16 @@ def test_invalid_settings_are_refused_untouched(tmp_path: Path) -> None:
 
 
 def test_print_for_other_agents(tmp_path: Path) -> None:
-    for agent in ("cursor", "generic", "cline"):
+    for agent in ("cursor", "generic", "kiro", "copilot"):
         out = run(tmp_path, "--print", agent)
         assert out.returncode == 0
         entry = json.loads(out.stdout)["mcpServers"]["snapstore"]
         assert entry["command"] == "snapstore" and entry["args"] == ["mcp"]
+    # Cline starts servers in / and Windsurf has one file for every workspace: the root is named.
+    for agent in ("cline", "windsurf"):
+        entry = json.loads(run(tmp_path, "--print", agent).stdout)["mcpServers"]["snapstore"]
+        assert entry["args"] == ["mcp", "--root", str(tmp_path)], entry
     assert json.loads(run(tmp_path, "--print", "cline").stdout)["mcpServers"]["snapstore"]["disabled"] is False
+    opencode = json.loads(run(tmp_path, "--print", "opencode").stdout)["mcp"]["snapstore"]
+    assert opencode == {"type": "local", "command": ["snapstore", "mcp"], "enabled": True}
     assert run(tmp_path, "--print", "vim").returncode == 2

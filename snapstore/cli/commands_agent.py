@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
-from snapstore.cli.app import Ctx, Exit, command, echo_json, read_json_list, read_stdin_text
+from snapstore.cli.app import Ctx, command, echo_json, read_json_list, read_stdin_text
 from snapstore.errors import UsageError
+
+#: Agents whose MCP configuration ``integrate --print`` writes out (kept here: click needs the
+#: choices at import, and importing the integrations would slow every command's start).
+PRINTABLE = ("cursor", "cline", "windsurf", "kiro", "copilot", "opencode", "codex", "generic")
+
+if TYPE_CHECKING:
+    from snapstore.store import Store
 
 #: The writer-lock wait of a hook: well inside the 20 s Claude Code gives it.
 HOOK_LOCK_TIMEOUT = 10.0
-
-
-#: Agents whose hooks ``snapstore hook AGENT`` handles (Claude Code's payload shape).
-HOOK_AGENTS = ("claude-code", "codex", "gemini", "copilot")
-
-
-def _event_cwd(raw: str) -> str | None:
-    try:
-        cwd = json.loads(raw).get("cwd")
-    except (ValueError, AttributeError):
-        return None
-    return cwd if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd) else None
 
 
 @command(example="echo '{...event...}' | snapstore hook claude-code   # as Claude Code runs it")
@@ -31,81 +27,50 @@ def _event_cwd(raw: str) -> str | None:
 @click.option("--no-service", is_flag=True, envvar="SNAPSTORE_NO_SERVICE", help="Do not start the resident service (also SNAPSTORE_NO_SERVICE=1).")
 @click.pass_obj
 def hook(obj: Ctx, agent: str, no_service: bool) -> None:
-    """Record checkpoints for one agent hook event read on stdin (agent: claude-code, codex, gemini,
-    copilot).
+    """Record checkpoints for one agent hook event read on stdin (agent: claude-code, codex,
+    gemini, copilot, cursor, cline, windsurf, kiro, opencode).
 
     Always exits 0 (exit 2 would block the agent's tool call): a failure is logged in the
-    store's hook.log and shown once per session as a systemMessage.
+    store's hook.log and shown once per session where the agent shows hook messages.
     """
-    from snapstore.integrations import claude_code
+    from snapstore.integrations import agents
 
-    raw = read_stdin_text()
-    if agent not in HOOK_AGENTS:
-        if not any(f'"{name}"' in raw for name in claude_code.SILENT_EVENTS):
-            echo_json({"systemMessage": f"snapstore: unknown agent {agent!r} in the hook command (use {' or '.join(HOOK_AGENTS)})"})
-        raise Exit(0)
-    in_service = obj.in_service
-    if agent in ("gemini", "copilot"):  # other names, no call ids: mapped onto the one event model
-        from importlib import import_module
-
-        adapter = import_module(f"snapstore.integrations.{agent}")
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            doc = None
-        event = adapter.normalize(doc) if isinstance(doc, dict) else None
-        if event is None:  # nothing to record (Gemini reads stdout as JSON)
-            if agent == "gemini":
-                click.echo("{}")
-            return
-        raw = json.dumps(event)
-        project = _event_cwd(raw) if agent == "copilot" else adapter.project_of(event)
-        project = project or os.getcwd()
-    elif agent == "codex":  # Codex names the session's directory in the event itself
-        project = _event_cwd(raw) or os.getcwd()
-    else:
-        # In the service the client has already moved to $CLAUDE_PROJECT_DIR (the service's own
-        # environment is that of whoever started it).
-        project = os.getcwd() if in_service else (os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd())
-    obj.directory = os.path.join(project, obj.directory) if obj.directory != "." else project
     obj.lock_timeout = min(obj.lock_timeout, HOOK_LOCK_TIMEOUT)
-    out = claude_code.run(raw, project, obj.open, start_service=not (in_service or no_service), agent=agent)
-    if agent == "copilot":
-        return  # Copilot reads a preToolUse hook's output as a permission decision: say nothing
-    if out or agent == "gemini":
-        click.echo(out or "{}")
+    given = obj.directory
+
+    def open_at(project: str) -> Callable[[], Store]:
+        obj.directory = os.path.join(project, given) if given != "." else project
+        return obj.open
+
+    out = agents.hook(agent, read_stdin_text(), open_at, start_service=not (obj.in_service or no_service))
+    if out:
+        click.echo(out)
 
 
-@command(example="snapstore integrate claude-code --mcp\nsnapstore integrate codex --mcp   # .codex/hooks.json and .codex/config.toml\nsnapstore integrate claude-code --remove\nsnapstore integrate --print cursor > .cursor/mcp.json")
+@command(example="snapstore integrate claude-code --mcp\nsnapstore integrate codex --mcp   # .codex/hooks.json and .codex/config.toml\nsnapstore integrate cursor --dry-run\nsnapstore integrate claude-code --remove\nsnapstore integrate --print cline   # paste into Cline's MCP settings")
 @click.argument("agent", required=False)
-@click.option("--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True, help="Which settings file: .claude/settings.json, .claude/settings.local.json or ~/.claude/settings.json.")
-@click.option("--mcp", is_flag=True, help="Also register the MCP server (.mcp.json, or ~/.claude.json for local/user).")
+@click.option("--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True, help="Which settings: the project's, the project's unshared ones (Claude Code's settings.local.json), or your own for every project.")
+@click.option("--mcp", is_flag=True, help="Also register the MCP server where the agent reads it.")
 @click.option("--remove", is_flag=True, help="Take snapstore's entries (only those) out again.")
 @click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
-@click.option("--print", "print_for", type=click.Choice(["cursor", "cline", "codex", "generic"]), help="Print the MCP server configuration for another agent instead (codex: the TOML table).")
+@click.option("--print", "print_for", type=click.Choice(list(PRINTABLE)), help="Print the agent's MCP server configuration instead (codex: the TOML table).")
 @click.pass_obj
 def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, dry_run: bool, print_for: str | None) -> None:
-    """Add snapstore's hooks (and MCP server) to an agent's settings, keeping everything else.
+    """Add snapstore's hooks (and MCP server) to an agent's settings, keeping everything else
+    (agent: claude-code, codex, gemini, copilot, cursor, cline, windsurf, kiro, opencode).
 
-    Idempotent; the previous file is kept as FILE.bak; prints each change.
+    Idempotent; a merged settings file's previous version is kept as FILE.bak; prints each change.
     """
-    from snapstore.integrations import settings
+    from snapstore.integrations import agents, settings
 
     if print_for is not None:
         if agent is not None:
             raise UsageError("--print takes the agent itself: snapstore integrate --print cursor")
-        click.echo(settings.printable_config(print_for))
+        click.echo(settings.printable_config(print_for, obj.directory))
         return
-    if agent in ("codex", "gemini", "copilot"):
-        from importlib import import_module
-
-        adapter = import_module(f"snapstore.integrations.{agent}")
-        lines = adapter.integrate(obj.directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
-    elif agent == "claude-code":
-        project = os.environ.get("CLAUDE_PROJECT_DIR") or obj.directory
-        lines = settings.integrate_claude_code(project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
-    else:
-        raise UsageError("integrate what? snapstore integrate claude-code|codex|gemini|copilot, or --print cursor|cline|codex|generic")
+    if agent is None:
+        raise UsageError(f"integrate what? snapstore integrate {'|'.join(agents.AGENTS)}, or --print AGENT")
+    lines = agents.integrate(agent, obj.directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
     prefix = "would change " if dry_run else ""
     for line in lines:
         click.echo(prefix + line)

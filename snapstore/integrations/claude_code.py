@@ -38,7 +38,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError
+from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError, UsageError
 from snapstore.store import Store
 
 #: The tools whose calls change files; the hook entries' matcher (also snapstore's own MCP edit).
@@ -216,6 +216,14 @@ def _open_or_create(open_store: Callable[[], Store], project: str) -> Store:
         return open_store()
     except StoreNotFoundError:
         pass
+    from snapstore.integrations.roots import why_not_create
+
+    why = why_not_create(project)
+    if why is not None:
+        raise UsageError(
+            f"no store at or above {project}, and none is created there: {why} (run 'snapstore init' in "
+            "the project, or start the agent there)"
+        )
     try:
         return Store.init(project)
     except StoreExistsError:  # another hook created it meanwhile

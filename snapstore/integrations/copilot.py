@@ -17,14 +17,15 @@ import json
 import os
 from typing import Any
 
-import blake3
-
-from snapstore.integrations.settings import HOOK_TIMEOUT, check_in_project
+from snapstore.integrations import event_model
+from snapstore.integrations.settings import HOOK_TIMEOUT
 
 EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop", "PreCompact")
 TOOL_NAMES = {"bash": "Bash", "powershell": "PowerShell", "create": "Write", "edit": "Edit"}
 COMMAND = "snapstore hook copilot"
 FILENAME = "snapstore.json"
+#: Copilot CLI's MCP server entry (``~/.copilot/mcp-config.json``): a local server, every tool.
+MCP_ENTRY: dict[str, Any] = {"type": "local", "command": "snapstore", "args": ["mcp"], "tools": ["*"]}
 
 
 def normalize(event: dict[str, Any]) -> dict[str, Any] | None:
@@ -39,8 +40,7 @@ def normalize(event: dict[str, Any]) -> dict[str, Any] | None:
         if tool not in TOOL_NAMES:
             return None
         out["tool_name"] = TOOL_NAMES[tool]
-        args = json.dumps(event.get("tool_input"), sort_keys=True, default=str)
-        out["tool_use_id"] = "copilot-" + blake3.blake3(f"{tool}\0{args}".encode()).hexdigest()[:16]
+        out["tool_use_id"] = event_model.call_id("copilot", tool, event.get("tool_input"))
         result = event.get("tool_result")
         if name == "PostToolUse" and isinstance(result, dict) and result.get("result_type") in ("failure", "error"):
             out["hook_event_name"] = "PostToolUseFailure"
@@ -53,38 +53,30 @@ def hooks_document() -> dict[str, Any]:
     return {"version": 1, "hooks": {event: [dict(entry)] for event in EVENTS}}
 
 
-def integrate(project: str, *, scope: str = "project", mcp: bool = False, remove: bool = False, dry_run: bool = False) -> list[str]:
+def project_of(event: dict[str, Any]) -> str | None:
+    return event_model.directory(event.get("cwd"))
+
+
+def reply(out: str) -> str:
+    """Nothing: Copilot reads a preToolUse hook's output as a permission decision."""
+    return ""
+
+
+def integrate(
+    project: str, *, scope: str = "project", mcp: bool = False, remove: bool = False, dry_run: bool = False,
+    home: str | None = None,
+) -> list[str]:
     """Write (or ``remove``) ``.github/hooks/snapstore.json``; the changes."""
     from snapstore.errors import UsageError
-    from snapstore.integrations.settings import load
-    from snapstore.tree.atomic import write_file_atomic
+    from snapstore.integrations.hook_files import own_file, server_file
 
     if scope != "project":
         raise UsageError("Copilot CLI reads hooks from the repository only (.github/hooks/): use --scope project")
-    if mcp:
-        raise UsageError("snapstore does not write Copilot CLI's MCP configuration yet: add {\"command\": \"snapstore\", \"args\": [\"mcp\"]} to ~/.copilot/mcp-config.json")
     project = os.path.abspath(project)
     path = os.path.join(project, ".github", "hooks", FILENAME)
-    check_in_project(path, project)
-    doc, raw = load(path)
-    wanted = hooks_document()
-    if remove:
-        if raw is None:
-            return []
-        if not _ours(doc):
-            raise UsageError(f"{path} is not snapstore's (no '{COMMAND}' in it): not removing it")
-        if not dry_run:
-            os.unlink(path)
-        return [f"{path}: removed"]
-    if doc == wanted:
-        return []
-    if raw is not None and not _ours(doc):
-        raise UsageError(f"{path} exists and is not snapstore's: not overwriting it")
-    if not dry_run:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_file_atomic(path, (json.dumps(wanted, indent=2) + "\n").encode(), 0o644)
-    return [f"{path}: {'updated' if raw is not None else 'added'} hooks {', '.join(EVENTS)}: {COMMAND}"]
-
-
-def _ours(doc: dict[str, Any]) -> bool:
-    return COMMAND in json.dumps(doc)
+    text = json.dumps(hooks_document(), indent=2) + "\n"
+    out = own_file(path, project, text, COMMAND, remove=remove, dry_run=dry_run)
+    if mcp:  # Copilot CLI keeps MCP servers per user only
+        config = os.path.join(home if home is not None else os.path.expanduser("~"), ".copilot", "mcp-config.json")
+        out += server_file(config, None, ["mcpServers"], MCP_ENTRY, remove=remove, dry_run=dry_run)
+    return out

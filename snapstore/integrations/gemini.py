@@ -22,13 +22,11 @@ timeouts are in milliseconds.  The project is ``$GEMINI_PROJECT_DIR``, else the 
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-import blake3
-
 from snapstore.errors import UsageError
+from snapstore.integrations import event_model
 from snapstore.integrations.settings import (
     HookSpec,
     add_hooks,
@@ -71,8 +69,7 @@ def normalize(event: dict[str, Any]) -> dict[str, Any] | None:
     tool = str(event.get("tool_name", ""))
     if name in ("PreToolUse", "PostToolUse"):
         out["tool_name"] = TOOL_NAMES.get(tool, tool)
-        args = json.dumps(event.get("tool_input"), sort_keys=True, default=str)
-        out["tool_use_id"] = "gemini-" + blake3.blake3(f"{tool}\0{args}".encode()).hexdigest()[:16]
+        out["tool_use_id"] = event_model.call_id("gemini", tool, event.get("tool_input"))
         response = event.get("tool_response")
         if name == "PostToolUse" and isinstance(response, dict) and response.get("error"):
             out["hook_event_name"] = "PostToolUseFailure"
@@ -85,6 +82,11 @@ def project_of(event: dict[str, Any]) -> str | None:
         if isinstance(candidate, str) and os.path.isabs(candidate) and os.path.isdir(candidate):
             return candidate
     return None
+
+
+def reply(out: str) -> str:
+    """Gemini parses stdout as JSON on exit 0: ``{}`` when there is nothing to say."""
+    return out or "{}"
 
 
 def settings_path(scope: str, project: str, home: str) -> str:

@@ -28,7 +28,7 @@ HOOK_TIMEOUT = 20
 SERVER_NAME = "snapstore"
 MCP_ENTRY: dict[str, Any] = {"type": "stdio", "command": "snapstore", "args": ["mcp"]}
 SCOPES = ("project", "local", "user")
-PRINTABLE = ("cursor", "cline", "codex", "generic")
+PRINTABLE = ("cursor", "cline", "windsurf", "kiro", "copilot", "opencode", "codex", "generic")
 #: Codex's MCP server entry: a TOML table in its config.toml (integrations.codex writes it).
 CODEX_MCP_TABLE = "[mcp_servers.snapstore]"
 CODEX_MCP_TOML = f'{CODEX_MCP_TABLE}\ncommand = "snapstore"\nargs = ["mcp"]\n'
@@ -165,7 +165,10 @@ def remove_server(doc: dict[str, Any], keys: list[str]) -> list[str]:
     entry = servers.get(SERVER_NAME) if servers is not None else None
     if servers is None or not isinstance(entry, dict):
         return []
-    if os.path.basename(str(entry.get("command", ""))) != "snapstore":
+    command = entry.get("command", "")
+    if isinstance(command, list):  # OpenCode's form: the whole argv
+        command = command[0] if command else ""
+    if os.path.basename(str(command)) != "snapstore":
         return []  # a server of that name that is not ours
     del servers[SERVER_NAME]
     return [f"removed MCP server {SERVER_NAME}"]
@@ -273,14 +276,28 @@ def integrate_claude_code(
     return out
 
 
-def printable_config(agent: str) -> str:
-    """The MCP server JSON for Cursor (``.cursor/mcp.json``), Cline
-    (``cline_mcp_settings.json``) or any other client that reads ``mcpServers``."""
+def printable_config(agent: str, project: str = ".") -> str:
+    """The MCP server configuration an agent reads: JSON ``mcpServers`` (Cursor, Windsurf,
+    Kiro, Copilot CLI, any other client), Cline's (rooted at ``project``: Cline starts servers
+    in ``/``; Windsurf's too: one file serves every workspace), OpenCode's ``mcp`` object, or
+    Codex's TOML table."""
     if agent == "codex":
         return CODEX_MCP_TOML.rstrip("\n")
-    entry: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
     if agent == "cline":
-        entry.update(disabled=False, autoApprove=[])
+        from snapstore.integrations.cline import server_entry
+
+        return json.dumps({"mcpServers": {SERVER_NAME: server_entry(project)}}, indent=2)
+    if agent == "opencode":
+        from snapstore.integrations.opencode import MCP_ENTRY as OPENCODE_ENTRY
+
+        return json.dumps({"mcp": {SERVER_NAME: OPENCODE_ENTRY}}, indent=2)
+    if agent == "copilot":
+        from snapstore.integrations.copilot import MCP_ENTRY as COPILOT_ENTRY
+
+        return json.dumps({"mcpServers": {SERVER_NAME: COPILOT_ENTRY}}, indent=2)
+    entry: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
+    if agent == "windsurf":
+        entry["args"] = ["mcp", "--root", os.path.abspath(project)]
     elif agent not in PRINTABLE:
         raise UsageError(f"unknown agent {agent!r} for --print (use {', '.join(PRINTABLE)})")
     return json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)

@@ -1,0 +1,108 @@
+"""The agents snapstore sits in, and ``snapstore hook AGENT``: one payload in, checkpoints out.
+
+Claude Code and Codex send the event model itself (:mod:`snapstore.integrations.event_model`);
+every other agent has an adapter module of its name with ``normalize`` (payload -> event or
+None), ``project_of`` (the project the payload names, or None), ``reply`` (what the agent wants
+on stdout) and ``integrate``.
+
+The project of a hook: an agent's project variable (``$CLAUDE_PROJECT_DIR``,
+``$GEMINI_PROJECT_DIR``) when set, since it names the project whatever directory the agent's
+shell moved to; else the directory the payload names (Codex's and Copilot's ``cwd``, Cursor's
+and Cline's workspace roots, OpenCode's plugin directory); else the working directory.  A hook
+uses the store found there or above; it creates one only where
+:func:`snapstore.integrations.roots.why_not_create` allows (never at ``/``, at ``$HOME`` or among
+other users' files), and says otherwise once per session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from importlib import import_module
+from types import ModuleType
+from typing import Any
+
+from snapstore.store import Store
+
+#: Every agent ``snapstore hook`` and ``snapstore integrate`` know, in the order the docs list them.
+AGENTS = ("claude-code", "codex", "gemini", "copilot", "cursor", "cline", "windsurf", "kiro", "opencode")
+#: Agents whose payload is mapped by an adapter module (the others send the model itself).
+ADAPTED = ("gemini", "copilot", "cursor", "cline", "windsurf", "kiro", "opencode")
+#: Agents whose hook must print a JSON object even when there is nothing to say.
+JSON_REPLY = {"gemini": "{}", "cursor": "{}", "cline": '{"cancel": false}'}
+
+
+def adapter(agent: str) -> ModuleType:
+    """The adapter module of an agent of :data:`ADAPTED`."""
+    return import_module(f"snapstore.integrations.{agent}")
+
+
+def project_variable() -> str | None:
+    """An agent's project variable, when it names an existing directory."""
+    from snapstore.integrations.event_model import directory
+    from snapstore.integrations.roots import PROJECT_VARIABLES
+
+    for name in PROJECT_VARIABLES:
+        found = directory(os.environ.get(name))
+        if found is not None:
+            return found
+    return None
+
+
+def hook(
+    agent: str, raw: str, open_at: Callable[[str], Callable[[], Store]], *, start_service: bool
+) -> str:
+    """Record what one hook payload ``raw`` of ``agent`` calls for; what to print.
+
+    ``open_at(project)`` gives the opener of the store for a project directory.  Never raises.
+    """
+    from snapstore.integrations import claude_code
+
+    if agent not in AGENTS:
+        if any(f'"{name}"' in raw for name in claude_code.SILENT_EVENTS):
+            return ""
+        message = f"snapstore: unknown agent {agent!r} in the hook command (use {', '.join(AGENTS)})"
+        return json.dumps({"systemMessage": message})
+    named: str | None = None
+    module = adapter(agent) if agent in ADAPTED else None
+    if module is not None:
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        event = module.normalize(doc) if isinstance(doc, dict) else None
+        if event is None:  # nothing to record
+            return str(module.reply(""))
+        named = module.project_of(doc)
+        raw = json.dumps(event)
+    elif agent == "codex":  # Codex names the session's directory in the event itself
+        named = _event_cwd(raw)
+    project = project_variable() or named or os.getcwd()
+    out = claude_code.run(raw, project, open_at(project), start_service=start_service, agent=agent)
+    return str(module.reply(out)) if module is not None else out
+
+
+def _event_cwd(raw: str) -> str | None:
+    from snapstore.integrations.event_model import directory
+
+    try:
+        doc: Any = json.loads(raw)
+    except ValueError:
+        return None
+    return directory(doc.get("cwd")) if isinstance(doc, dict) else None
+
+
+def integrate(agent: str, directory: str, *, scope: str, mcp: bool, remove: bool, dry_run: bool) -> list[str]:
+    """``snapstore integrate AGENT``: the changes made (or that would be) to the agent's settings."""
+    from snapstore.errors import UsageError
+    from snapstore.integrations import settings
+
+    if agent == "claude-code":
+        project = os.environ.get("CLAUDE_PROJECT_DIR") or directory
+        return settings.integrate_claude_code(project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
+    if agent not in AGENTS:
+        raise UsageError(f"snapstore does not know the agent {agent!r} (use {', '.join(AGENTS)})")
+    module = adapter(agent)
+    lines: list[str] = module.integrate(directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
+    return lines

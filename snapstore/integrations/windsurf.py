@@ -1,0 +1,85 @@
+"""Windsurf (Cascade): its hooks (``.windsurf/hooks.json``) mapped onto the one event model.
+
+Windsurf sends ``agent_action_name``, ``trajectory_id`` (the conversation: the session),
+``execution_id`` and a ``tool_info`` object per action; hooks run in the workspace, whose root
+is the project.  Windsurf reads nothing from a post-hook's stdout and blocks on exit 2 from a
+pre-hook, which snapstore never uses: the hook prints nothing.
+
+========================================  ====================================================
+Windsurf                                  the event model
+========================================  ====================================================
+``pre_user_prompt`` (``user_prompt``)     ``UserPromptSubmit``
+``pre_write_code`` / ``post_write_code``  ``PreToolUse`` / ``PostToolUse`` of Edit (``file_path``)
+``pre_run_command`` / ``post_run_command``  ``PreToolUse`` / ``PostToolUse`` of Bash (``command_line``)
+``post_cascade_response``                 ``Stop``
+========================================  ====================================================
+
+A call's id is made from its file or command line (a pre and its post carry the same).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from snapstore.errors import UsageError
+from snapstore.integrations import event_model
+from snapstore.integrations.hook_files import flat_settings
+
+AGENT = "windsurf"
+COMMAND = f"snapstore hook {AGENT}"
+EVENTS = ("pre_user_prompt", "pre_write_code", "post_write_code", "pre_run_command", "post_run_command", "post_cascade_response")
+SCOPES = ("project", "user")
+
+
+def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The event in the model's terms, or None when there is nothing to record."""
+    name = str(doc.get("agent_action_name", ""))
+    session = str(doc.get("trajectory_id") or "")
+    raw = doc.get("tool_info")
+    info = raw if isinstance(raw, dict) else {}
+    when = "PreToolUse" if name.startswith("pre_") else "PostToolUse"
+    if name == "pre_user_prompt":
+        return event_model.event("UserPromptSubmit", session, prompt=str(info.get("user_prompt", "")))
+    if name in ("pre_write_code", "post_write_code"):
+        return event_model.tool_event(AGENT, when, session, "Edit", {"file_path": str(info.get("file_path", ""))})
+    if name in ("pre_run_command", "post_run_command"):
+        cwd = event_model.directory(info.get("cwd"))
+        return event_model.tool_event(AGENT, when, session, "Bash", {"command": str(info.get("command_line", ""))}, cwd=cwd)
+    if name == "post_cascade_response":
+        return event_model.event("Stop", session)
+    return None
+
+
+def project_of(doc: dict[str, Any]) -> str | None:
+    """None: hooks run in the workspace, so the working directory is the project."""
+    return None
+
+
+def reply(out: str) -> str:
+    """Nothing: Windsurf does not read a hook's stdout (failures are in hook.log)."""
+    return ""
+
+
+def integrate(
+    project: str, *, scope: str = "project", mcp: bool = False, remove: bool = False, dry_run: bool = False,
+    home: str | None = None,
+) -> list[str]:
+    """Add (or ``remove``) snapstore's hooks in ``.windsurf/hooks.json`` (user scope:
+    ``~/.codeium/windsurf/hooks.json``); the changes."""
+    if scope not in SCOPES:
+        raise UsageError(f"Windsurf has no {scope!r} scope (use {' or '.join(SCOPES)})")
+    if mcp:
+        raise UsageError(
+            "Windsurf keeps MCP servers in ~/.codeium/windsurf/mcp_config.json for every workspace: add the "
+            "output of 'snapstore integrate --print windsurf' there yourself (it names this project's root)"
+        )
+    home = home if home is not None else os.path.expanduser("~")
+    project = os.path.abspath(project)
+    if scope == "project":
+        path, inside = os.path.join(project, ".windsurf", "hooks.json"), project
+    else:
+        path, inside = os.path.join(home, ".codeium", "windsurf", "hooks.json"), None
+    return flat_settings(
+        path, inside, AGENT, EVENTS, lambda _event: {"command": COMMAND, "show_output": False}, remove=remove, dry_run=dry_run,
+    )
