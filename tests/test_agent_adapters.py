@@ -6,7 +6,6 @@ before and its after event open and close one call."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
