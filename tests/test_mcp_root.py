@@ -71,3 +71,46 @@ def test_why_not_create(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     if os.geteuid() == 0:
         os.chown(mine / "a", 54321, 54321)  # a file of another user (no account needed)
         assert "another user" in (roots.why_not_create(str(mine)) or "")
+
+
+def call_with_roots(cwd: Path, roots_given: list[str], *args: str, **env_extra: str) -> Any:
+    """checkpoint_create through a client that declares workspace roots (MCP ``roots/list``)."""
+    from mcp import types
+
+    params = mcp_params(cwd, *args, **env_extra)
+    out: list[Any] = []
+    asked: list[int] = []
+
+    async def list_roots(context: Any) -> types.ListRootsResult:
+        asked.append(1)
+        return types.ListRootsResult(roots=[types.Root(uri=f"file://{r}", name="ws") for r in roots_given])  # type: ignore[arg-type]
+
+    async def main() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write, list_roots_callback=list_roots) as session:
+            await session.initialize()
+            out.append(await session.call_tool("checkpoint_create", {"message": "x"}))
+            out.append(await session.call_tool("checkpoint_list", {}))
+
+    anyio.run(main)
+    return out, len(asked)
+
+
+def test_the_clients_workspace_root_names_the_project(tmp_path: Path):
+    home, project = tmp_path / "home", tmp_path / "my project"
+    home.mkdir()
+    project.mkdir()
+    (project / "a.py").write_text("x = 1\n")
+    (results, asked) = call_with_roots(home, [str(project)], HOME=str(home))
+    assert not results[0].is_error, results[0].content
+    assert (project / ".snapstore").is_dir() and not (home / ".snapstore").exists()
+    assert asked == 1  # once, not at every call
+    assert '"x"' in results[1].content[0].text or "x" in str(results[1].structuredContent)
+
+
+def test_a_named_root_is_not_overridden_by_the_clients(tmp_path: Path):
+    home, project, other = tmp_path / "home", tmp_path / "proj", tmp_path / "other"
+    for d in (home, project, other):
+        d.mkdir()
+    (results, asked) = call_with_roots(home, [str(other)], "--root", str(project), HOME=str(home))
+    assert not results[0].is_error and asked == 0
+    assert (project / ".snapstore").is_dir() and not (other / ".snapstore").exists()

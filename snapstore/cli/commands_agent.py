@@ -84,7 +84,8 @@ def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, 
 @click.pass_obj
 def mcp_(obj: Ctx, root: str | None, anywhere: bool) -> None:
     """Run the MCP server (stdio) for the project: --root (or -C), else $CLAUDE_PROJECT_DIR or
-    $GEMINI_PROJECT_DIR, else the current directory.  A write tool creates a store there only if
+    $GEMINI_PROJECT_DIR, else the client's first workspace root (MCP roots), else the current
+    directory.  A write tool creates a store there only if
     it is not /, not $HOME and holds no other user's files (unless --create-anywhere)."""
     try:
         from snapstore.integrations import mcp_server
@@ -93,7 +94,9 @@ def mcp_(obj: Ctx, root: str | None, anywhere: bool) -> None:
     from snapstore.integrations.roots import project_root
 
     given = root or (obj.directory if obj.directory != "." else None)
-    mcp_server.serve(project_root(given, os.getcwd()), anywhere)
+    chosen = project_root(given, os.getcwd())
+    # Only a root nobody named (the working directory) gives way to the client's workspace roots.
+    mcp_server.serve(chosen, anywhere, named=given is not None or chosen != os.path.abspath(os.getcwd()))
 
 
 @command(example="snapstore edit src/app.py --old 'return 1' --new 'return 2'\nsnapstore edit src/app.py --edits edits.json --dry-run")

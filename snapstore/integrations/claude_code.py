@@ -265,7 +265,7 @@ def _report(exc: Exception, event: dict[str, Any], project: str, store_dir: str 
     if event.get("hook_event_name") in SILENT_EVENTS:
         return ""
     session = str(event.get("session_id", ""))
-    if store_dir is not None and not _first_warning(store_dir, session):
+    if not _first_warning(store_dir or _user_state_dir(), session):
         return ""
     where = f" (details in {log_path})" if log_path else ""
     return json.dumps({"systemMessage": f"snapstore could not record a checkpoint: {message}{where}"})
@@ -282,8 +282,24 @@ def _append(path: str, text: str) -> None:
         pass
 
 
+def _user_state_dir() -> str:
+    """Where a hook without a store remembers whom it warned: the user's runtime directory, else
+    a cache directory of the user's own (so a refused store is said once, not at every call)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = runtime if runtime and os.path.isdir(runtime) else os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "snapstore")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        pass
+    return folder
+
+
 def _first_warning(store_dir: str, session: str) -> bool:
-    """True the first time a session's failure is reported (then remembered in the store)."""
+    """True the first time a session's failure is reported (then remembered in the store); an
+    event without a session id is always reported (there is nothing to remember it by)."""
+    if not session:
+        return True
     path = os.path.join(store_dir, WARNED_NAME)
     try:  # never through a planted symlink, never blocked by a FIFO, never more than 1 MiB
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

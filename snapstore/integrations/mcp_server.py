@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
@@ -89,11 +90,25 @@ def _tool_errors() -> Iterator[None]:
 class Tools:
     """The store behind the tools, opened on first use (created by the tools that write)."""
 
-    def __init__(self, root: str, anywhere: bool = False):
+    def __init__(self, root: str, anywhere: bool = False, named: bool = True):
         self.root = os.path.abspath(root)
         #: Whether a store may be created at / , $HOME or among other users' files.
         self.anywhere = anywhere
+        #: Whether ``root`` was named (--root, -C, a project variable): else the client's
+        #: workspace roots are asked for once, before the first tool opens a store.
+        self.ask_client = not named
         self._store: Store | None = None
+
+    @contextlib.contextmanager
+    def call(self, ctx: Context) -> Iterator[None]:
+        """One tool call: the client's root adopted first (once), errors as one-line tool errors."""
+        if self.ask_client and self._store is None:
+            from snapstore.integrations.roots import from_client
+
+            self.ask_client = False
+            self.root = from_client(ctx) or self.root
+        with _tool_errors():
+            yield
 
     def store(self, create: bool = False) -> Store:
         if self._store is None:
@@ -157,12 +172,12 @@ class Tools:
         )
 
 
-def build_server(root: str, anywhere: bool = False) -> MCPServer:
+def build_server(root: str, anywhere: bool = False, named: bool = True) -> MCPServer:
     """The MCP server for the tree at `root` (its store is opened on first use; created by a
     write tool only where :mod:`snapstore.integrations.roots` allows, unless `anywhere`)."""
     from snapstore import __version__
 
-    tools = Tools(root, anywhere)
+    tools = Tools(root, anywhere, named)
     server = MCPServer(
         "snapstore",
         version=__version__,
@@ -187,6 +202,7 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
 
     @server.tool(annotations=ADDITIVE)
     def checkpoint_create(
+        ctx: Context,
         message: Annotated[str, Field(description="A label for the checkpoint (what is about to happen, or just happened).")],
         task: Task = None,
         actor: Actor = None,
@@ -194,7 +210,7 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
         """Record the project's files now as a checkpoint labelled `message`.  What changed
         since the previous checkpoint is attributed to `actor` when the caller knows who
         made it ("agent" or "user"), else recorded as "unknown" (never guessed)."""
-        with _tool_errors():
+        with tools.call(ctx):
             meta = {"actor": actor or "unknown", "tool_name": "checkpoint_create"}
             store = tools.store(create=True)
             cp = store.snapshot(message, task=task, metadata=meta)
@@ -204,6 +220,7 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
 
     @server.tool(annotations=DESTRUCTIVE)
     def edit_file(
+        ctx: Context,
         path: Path_,
         edits: Annotated[list[EditItem] | None, Field(description="Replacements applied in order (instead of old_text/new_text).")] = None,
         old_text: Annotated[str | None, Field(description="The text to replace (found exactly, then ignoring whitespace, then by similarity).")] = None,
@@ -218,7 +235,7 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
         before writing (what changed before it: actor "unknown") and one after it (this edit:
         actor "agent"), both in `task`.  `expected`: the hash from a previous read (refused
         if it changed)."""
-        with _tool_errors():
+        with tools.call(ctx):
             items = [{"old_text": e["old_text"], "new_text": e["new_text"]} for e in edits or []]
             if old_text is not None or new_text is not None:
                 items.append({"old_text": old_text or "", "new_text": new_text or ""})
@@ -250,17 +267,18 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
 
     @server.tool(annotations=READ_ONLY)
     def checkpoint_list(
+        ctx: Context,
         limit: Annotated[int, Field(description="At most this many checkpoints, newest first.")] = 20, task: Task = None
     ) -> ListResult:
         """Checkpoints, newest first (at most `limit`); `#N` (`index`) is a reference."""
-        with _tool_errors():
+        with tools.call(ctx):
             rows = tools.store().numbered_checkpoints(task=task)[: max(1, limit)]
             return ListResult(checkpoints=[_info(cp, n) for n, cp in rows])
 
     @server.tool(annotations=READ_ONLY)
-    def checkpoint_show(ref: Ref) -> ShowResult:
+    def checkpoint_show(ctx: Context, ref: Ref) -> ShowResult:
         """One checkpoint: its record and the files it changed against its parent."""
-        with _tool_errors():
+        with tools.call(ctx):
             store = tools.store()
             cp = store.resolve(ref)
             count = None
@@ -270,6 +288,7 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
 
     @server.tool(annotations=READ_ONLY)
     def checkpoint_diff(
+        ctx: Context,
         ref: Ref,
         against: Annotated[str | None, Field(description="The other side: a checkpoint as ref (unset: the files as they are now).")] = None,
         paths: Paths = None,
@@ -277,7 +296,7 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
     ) -> DiffResult:
         """What changed from checkpoint `ref` to `against` (default: the files now);
         with `patch`, the unified diff too."""
-        with _tool_errors():
+        with tools.call(ctx):
             from snapstore.ops.textdiff import unified
 
             store = tools.store()
@@ -287,10 +306,10 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
             return DiffResult(source=store.resolve(ref).id, target=target, changes=tools.changes(found), patch=text)
 
     @server.tool(annotations=READ_ONLY)
-    def file_at(ref: Ref, path: Path_) -> FileContent:
+    def file_at(ctx: Context, ref: Ref, path: Path_) -> FileContent:
         """The content of `path` in checkpoint `ref` (text, or base64 when not UTF-8),
         with its `hash` (pass it as `expected` to edit_file)."""
-        with _tool_errors():
+        with tools.call(ctx):
             store = tools.store()
             cp = store.resolve(ref)
             size = store.file_info(cp.id, tools.rel(path)).get("size", 0)
@@ -307,9 +326,9 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
             return FileContent(path=tools.rel(path), checkpoint=cp.id, encoding=encoding, content=content, size=len(data), hash=content_hash(data))
 
     @server.tool(annotations=READ_ONLY)
-    def file_history(path: Path_) -> HistoryResult:
+    def file_history(ctx: Context, path: Path_) -> HistoryResult:
         """The checkpoints in which `path` changed, oldest first, with lines added/removed."""
-        with _tool_errors():
+        with tools.call(ctx):
             versions = tools.store().history(tools.rel(path))
             rows = []
             for v in versions:
@@ -322,16 +341,17 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
     """Register the tools that go back: restore, revert, undo (dry runs unless told otherwise)."""
 
     @server.tool(annotations=DESTRUCTIVE)
-    def checkpoint_restore(ref: Ref, paths: Paths = None, dry_run: DryRun = True) -> RestoreResult:
+    def checkpoint_restore(ctx: Context, ref: Ref, paths: Paths = None, dry_run: DryRun = True) -> RestoreResult:
         """Make the files (or just `paths`) equal to checkpoint `ref`.  A dry run unless
         `dry_run` is false; the real one first records the files as they are and returns
         `undo_ref` (`undo` puts them back)."""
-        with _tool_errors():
+        with tools.call(ctx):
             rel = [tools.rel(p) for p in paths] if paths else None
             return tools.restore_result(tools.store().restore(ref, rel, dry_run=dry_run))
 
     @server.tool(annotations=DESTRUCTIVE)
     def checkpoint_revert(
+        ctx: Context,
         ref: Annotated[str | None, Field(description=_REF_TEXT + " Or a range A..B (what changed from A to B).")] = None,
         task: Task = None,
         actor: Annotated[
@@ -346,7 +366,7 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
         A dry run unless `dry_run` is false (`diff` shows the result).  Conflicting changes
         fail with the list of conflicts unless `conflicts` is "markers", "ours" or "theirs";
         `undo` takes a real revert back."""
-        with _tool_errors():
+        with tools.call(ctx):
             from snapstore.ops.revert import split_range
 
             rel = [tools.rel(p) for p in paths] if paths else None
@@ -370,15 +390,15 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
             )
 
     @server.tool(annotations=DESTRUCTIVE)
-    def undo() -> RestoreResult:
+    def undo(ctx: Context) -> RestoreResult:
         """Put the files back as they were before the last restore or undo."""
-        with _tool_errors():
+        with tools.call(ctx):
             return tools.restore_result(tools.store().undo())
 
 
-def serve(root: str, anywhere: bool = False) -> None:
+def serve(root: str, anywhere: bool = False, named: bool = True) -> None:
     """Run the MCP server for ``root`` on stdin/stdout until the client closes it."""
-    server = build_server(root, anywhere)
+    server = build_server(root, anywhere, named)
     _clean_stdin()
     server.run()
 

@@ -11,6 +11,7 @@ wherever it is (it was made on purpose).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 #: Agents' project variables, in the order they are trusted (Claude Code, Gemini CLI).
 PROJECT_VARIABLES = ("CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR")
@@ -49,4 +50,35 @@ def why_not_create(root: str) -> str | None:
                     return f"it holds files of another user ({entry.name})"
     except OSError as exc:
         return f"it cannot be listed ({exc.strerror})"
+    return None
+
+
+def from_client(ctx: Any) -> str | None:
+    """The first ``file://`` workspace root the MCP client declares (``roots/list``), when it
+    declares the roots capability and that root is a directory here; else None.
+
+    Called from a tool's worker thread: the request goes out on the server's event loop.  The
+    capability is deprecated in the protocol's 2026-07-28 revision; clients that still send it
+    (most editors) name their workspace with it, others are simply not asked.
+    """
+    import warnings
+    from urllib.parse import unquote, urlparse
+
+    import anyio.from_thread
+
+    session = ctx.session
+    caps = session.client_capabilities
+    if caps is None or getattr(caps, "roots", None) is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = anyio.from_thread.run(session.list_roots)
+    except Exception:  # noqa: BLE001 - a client that cannot answer leaves the root as it was
+        return None
+    for root in result.roots:
+        uri = urlparse(str(root.uri))
+        path = unquote(uri.path)
+        if uri.scheme == "file" and os.path.isabs(path) and os.path.isdir(path):
+            return path
     return None
