@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all setup chromium demo test test-fast lint bench bench-quick torture clean
+.PHONY: all setup chromium inspector demo test test-fast lint bench bench-quick torture clean
 
 all: test
 
@@ -37,7 +37,20 @@ chromium:
 	  echo "make: no /usr/bin/chromium and not root with apt-get: the browser tests (tests/test_ui_browser.py) will be skipped"; \
 	fi
 
-test: $(STAMP) lint chromium
+# The official MCP Inspector CLI checks the MCP server's schema (tests/test_mcp_inspector.py):
+# installed under .venv when npm is there and can reach its registry; otherwise that test skips.
+INSPECTOR := $(VENV)/npm/node_modules/.bin/mcp-inspector
+inspector: $(STAMP)
+	@if [ -x $(INSPECTOR) ]; then :; \
+	elif command -v npm >/dev/null 2>&1; then \
+	  echo "installing the MCP Inspector CLI for its test (npm, log: $(VENV)/npm.log)"; \
+	  npm install --prefix $(VENV)/npm --no-audit --no-fund --ignore-scripts @modelcontextprotocol/inspector@2.12.0 > $(VENV)/npm.log 2>&1 || \
+	  echo "make: could not install the MCP Inspector (log: $(VENV)/npm.log): tests/test_mcp_inspector.py will be skipped"; \
+	else \
+	  echo "make: no npm: tests/test_mcp_inspector.py will be skipped"; \
+	fi
+
+test: $(STAMP) lint chromium inspector
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP)
