@@ -99,6 +99,33 @@ def mcp_(obj: Ctx, root: str | None, anywhere: bool) -> None:
     mcp_server.serve(chosen, anywhere, named=given is not None or chosen != os.path.abspath(os.getcwd()))
 
 
+@command(example="snapstore rewind --claude-session 5f0c... --to '#3'   # files and conversation\nclaude --resume <the new session id it prints>")
+@click.option("--claude-session", "session", required=True, metavar="ID", help="The Claude Code session whose checkpoint to go back to.")
+@click.option("--to", "ref", required=True, metavar="REF", help="The checkpoint (#N, latest~N, a tag, an id prefix; #N and latest count within the session).")
+@click.option("--no-files", is_flag=True, help="Only write the new session; leave the files as they are.")
+@click.option("--transcript", metavar="FILE", help="The session's transcript (default: found under ~/.claude/projects).")
+@click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
+@click.pass_obj
+def rewind(obj: Ctx, session: str, ref: str, no_files: bool, transcript: str | None, dry_run: bool) -> None:
+    """Go back to a checkpoint of a Claude Code session: restore the files (undoable: snapstore
+    undo) and write a new session, cut at that checkpoint, for claude --resume.  The original
+    session's transcript is left untouched."""
+    from snapstore.integrations.claude_transcript import rewind as rewind_session
+
+    with obj.open() as store:
+        done = rewind_session(store, session, ref, files=not no_files, transcript=transcript, dry_run=dry_run)
+    cp = done.checkpoint
+    if done.report is not None:
+        verb = "would restore" if dry_run else "restored"
+        click.echo(f"{verb} the files of {cp.short_id} ({cp.message}): {len(done.report.changes)} changed" + ("" if dry_run else "; undo: snapstore undo"))
+    click.echo(f"conversation: {done.kept} of {done.total} transcript lines, up to {cp.iso_time()}")
+    if done.session is None:
+        click.echo("dry run: nothing written", err=True)
+    else:
+        click.echo(f"new session {done.session} ({done.path})")
+        click.echo(f"resume it: claude --resume {done.session}")
+
+
 @command(example="snapstore edit src/app.py --old 'return 1' --new 'return 2'\nsnapstore edit src/app.py --edits edits.json --dry-run")
 @click.argument("path")
 @click.option("--old", "old_text", metavar="TEXT", help="The text to replace.")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 #: on it and runs the command itself.
 CONNECT_TIMEOUT = 1.0
 #: Commands that never go through the service.
-LOCAL_COMMANDS = frozenset({"serve", "init", "relocate", "mcp", "ui", "integrate"})
+LOCAL_COMMANDS = frozenset({"serve", "init", "relocate", "mcp", "ui", "integrate", "rewind"})
 #: Commands whose stdin is read whole here and sent with the request (an agent hook's event:
 #: Claude Code closes stdin after writing it); the service gives it to the command as stdin.
 STDIN_COMMANDS = frozenset({"hook"})

@@ -1,0 +1,217 @@
+"""Claude Code session transcripts: find one, cut it at a checkpoint, write it as a new session.
+
+A transcript is a JSONL file, ``~/.claude/projects/<project>/<session id>.jsonl`` (the project
+directory's path with every character other than a letter or digit turned into ``-``), one JSON
+object per line: ``type`` (``user``, ``assistant``, ``system``, ``summary`` and bookkeeping
+kinds), and for messages ``uuid``, ``parentUuid`` (the previous message, null at the start),
+``sessionId``, ``timestamp`` (ISO 8601, UTC) and ``message`` (``role``, ``content``; an
+assistant's ``tool_use`` blocks are answered by ``tool_result`` blocks of the next user line).
+``claude --resume ID`` opens the file of that id in the project's directory.
+
+Cutting at a checkpoint keeps the lines up to the checkpoint: up to the last message of the
+conversation stored with it when it has one (the hooks store the transcript at a prompt and at
+the end of a turn), else up to its time; then drops a trailing assistant turn whose tool calls
+have no results (the model's API refuses an unanswered ``tool_use``).  The cut is written under
+a new session id, every line's ``sessionId`` rewritten; the original file is never touched.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import uuid as _uuid
+from typing import Any
+
+from snapstore.errors import RefError, UsageError
+
+#: Kinds of line a transcript holds (others are kept as they are, but not needed to resume).
+MESSAGE_TYPES = ("user", "assistant", "system")
+
+
+def projects_dir(home: str | None = None) -> str:
+    return os.path.join(home if home is not None else os.path.expanduser("~"), ".claude", "projects")
+
+
+def project_slug(project: str) -> str:
+    """The directory name Claude Code gives a project's transcripts."""
+    return re.sub(r"[^A-Za-z0-9]", "-", os.path.abspath(project))
+
+
+def check_session(session: str) -> None:
+    """Refuse (UsageError) what cannot be a session id (it becomes a file name)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", session):
+        raise UsageError(f"{session!r} is not a Claude Code session id")
+
+
+def find(session: str, project: str, home: str | None = None) -> str:
+    """The transcript of ``session``: in the project's directory, else in any project's."""
+    check_session(session)
+    base = projects_dir(home)
+    first = os.path.join(base, project_slug(project), session + ".jsonl")
+    if os.path.isfile(first):
+        return first
+    try:
+        folders = sorted(os.listdir(base))
+    except OSError:
+        folders = []
+    for folder in folders:
+        candidate = os.path.join(base, folder, session + ".jsonl")
+        if os.path.isfile(candidate):
+            return candidate
+    raise RefError(f"no transcript of session {session} under {base} (pass --transcript FILE)")
+
+
+def read_lines(path: str) -> list[dict[str, Any]]:
+    """The transcript's objects (a damaged or partial line is skipped, as Claude Code does)."""
+    from snapstore.integrations.claude_code import read_transcript
+
+    messages = read_transcript(path)
+    if messages is None:
+        raise RefError(f"cannot read the transcript {path}")
+    return [m for m in messages if isinstance(m, dict)]
+
+
+def cut(lines: list[dict[str, Any]], stored: list[Any] | None, time_ns: int) -> list[dict[str, Any]]:
+    """The lines up to the checkpoint (see the module's docstring)."""
+    end = None
+    if stored:
+        last = next((m.get("uuid") for m in reversed(stored) if isinstance(m, dict) and m.get("uuid")), None)
+        found = [i for i, line in enumerate(lines) if last is not None and line.get("uuid") == last]
+        if found:
+            end = found[-1] + 1
+        else:  # the original lost those lines (or is another file): the stored ones are the cut
+            lines = [m for m in stored if isinstance(m, dict)]
+            end = len(lines)
+    if end is None:
+        end = 0
+        for i, line in enumerate(lines):
+            stamp = _stamp_ns(line.get("timestamp"))
+            if stamp is not None and stamp > time_ns:
+                break
+            end = i + 1
+    return _answered(lines[:end])
+
+
+def _stamp_ns(value: Any) -> int | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return int(when.timestamp() * 1_000_000) * 1000
+
+
+def _tool_uses(line: dict[str, Any], kind: str) -> set[str]:
+    message = line.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return set()
+    key = "id" if kind == "tool_use" else "tool_use_id"
+    return {str(b.get(key)) for b in content if isinstance(b, dict) and b.get("type") == kind}
+
+
+def _answered(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``lines`` without a trailing run whose tool calls are not all answered."""
+    while lines:
+        asked: set[str] = set()
+        answered: set[str] = set()
+        for line in lines:
+            asked |= _tool_uses(line, "tool_use")
+            answered |= _tool_uses(line, "tool_result")
+        if asked <= answered:
+            return lines
+        pending = asked - answered
+        # Drop from the last line that asks a pending call to the end.
+        last = max(i for i, line in enumerate(lines) if _tool_uses(line, "tool_use") & pending)
+        lines = lines[:last]
+    return lines
+
+
+def problems(lines: list[dict[str, Any]], session: str) -> list[str]:
+    """What makes ``lines`` not a transcript ``claude --resume`` can open (empty: none)."""
+    out = []
+    seen: set[str] = set()
+    for n, line in enumerate(lines, 1):
+        kind = line.get("type")
+        if not isinstance(kind, str):
+            out.append(f"line {n}: no type")
+            continue
+        if kind in MESSAGE_TYPES:
+            uid, parent = line.get("uuid"), line.get("parentUuid")
+            if not isinstance(uid, str) or not uid:
+                out.append(f"line {n}: a {kind} line without a uuid")
+            if parent is not None and parent not in seen:
+                out.append(f"line {n}: parentUuid {parent} is not an earlier line")
+            if line.get("sessionId") != session:
+                out.append(f"line {n}: sessionId is not {session}")
+            if kind != "system" and not isinstance(line.get("message"), dict):
+                out.append(f"line {n}: a {kind} line without a message")
+            if isinstance(uid, str):
+                seen.add(uid)
+    asked = set().union(*(_tool_uses(x, "tool_use") for x in lines)) if lines else set()
+    answered = set().union(*(_tool_uses(x, "tool_result") for x in lines)) if lines else set()
+    if asked - answered:
+        out.append(f"tool calls without results: {', '.join(sorted(asked - answered))}")
+    return out
+
+
+def as_new_session(lines: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """``lines`` under a new session id (every ``sessionId`` rewritten), checked to open."""
+    session = str(_uuid.uuid4())
+    rewritten = [{**line, "sessionId": session} if "sessionId" in line or line.get("type") in MESSAGE_TYPES else line for line in lines]
+    found = problems(rewritten, session)
+    if found:
+        raise UsageError("the cut transcript would not open: " + "; ".join(found[:3]))
+    return session, rewritten
+
+
+def write_session(session: str, lines: list[dict[str, Any]], folder: str) -> str:
+    """Write a session's lines as ``folder/<session>.jsonl`` (owner-only, atomically); its path."""
+    from snapstore.tree.atomic import write_file_atomic
+
+    path = os.path.join(folder, session + ".jsonl")
+    text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    write_file_atomic(path, text.encode("utf-8", "surrogateescape"), 0o600)
+    return path
+
+
+class SessionRewind:
+    """What :func:`rewind` did: the checkpoint, the files' restore report (None with
+    ``files=False``), and the new session (its id and transcript; None on a dry run)."""
+
+    def __init__(self, checkpoint: Any, report: Any, session: str | None, path: str | None, kept: int, total: int):
+        self.checkpoint = checkpoint
+        self.report = report
+        self.session = session
+        self.path = path
+        #: Lines of the original transcript kept in the new one, and how many it had.
+        self.kept, self.total = kept, total
+
+
+def rewind(
+    store: Any, session: str, ref: str, *, files: bool = True, transcript: str | None = None,
+    home: str | None = None, dry_run: bool = False,
+) -> SessionRewind:
+    """Go back to checkpoint ``ref`` of Claude Code session ``session``: the files through the
+    normal (journaled, undoable) restore, and the conversation as a new session cut there, which
+    ``claude --resume`` opens; the original transcript is left as it is."""
+    check_session(session)
+    target = store.resolve(ref, task=session)
+    if target.task != session:
+        raise RefError(f"checkpoint {target.short_id} is not of session {session} (its task is {target.task})")
+    source = transcript or find(session, store.root, home)
+    lines = read_lines(source)
+    kept = cut(lines, store.conversation(target.id), target.time_ns)
+    if not kept:
+        raise RefError(f"the transcript has nothing before checkpoint {target.short_id}: no session to resume")
+    new, rewritten = as_new_session(kept)  # checked before any file is touched
+    report = store.rewind(target.id, files=True, conversation=False, dry_run=dry_run).report if files else None
+    if dry_run:
+        return SessionRewind(target, report, None, None, len(kept), len(lines))
+    path = write_session(new, rewritten, os.path.dirname(os.path.abspath(source)))
+    return SessionRewind(target, report, new, path, len(kept), len(lines))
