@@ -54,8 +54,9 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
 @click.option("--remove", is_flag=True, help="Take snapstore's entries (only those) out again.")
 @click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
 @click.option("--print", "print_for", type=click.Choice(list(PRINTABLE)), help="Print the agent's MCP server configuration instead (codex: the TOML table).")
+@click.option("--http", is_flag=True, help="Claude Code: tool events as http hooks answered by the store's service (no process per event), in .claude/settings.local.json.")
 @click.pass_obj
-def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, dry_run: bool, print_for: str | None) -> None:
+def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, dry_run: bool, print_for: str | None, http: bool) -> None:
     """Add snapstore's hooks (and MCP server) to an agent's settings, keeping everything else
     (agent: claude-code, codex, gemini, copilot, cursor, cline, windsurf, kiro, opencode).
 
@@ -70,7 +71,7 @@ def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, 
         return
     if agent is None:
         raise UsageError(f"integrate what? snapstore integrate {'|'.join(agents.AGENTS)}, or --print AGENT")
-    lines = agents.integrate(agent, obj.directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
+    lines = agents.integrate(agent, obj.directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run, http=http)
     prefix = "would change " if dry_run else ""
     for line in lines:
         click.echo(prefix + line)

@@ -93,14 +93,18 @@ def _event_cwd(raw: str) -> str | None:
     return directory(doc.get("cwd")) if isinstance(doc, dict) else None
 
 
-def integrate(agent: str, directory: str, *, scope: str, mcp: bool, remove: bool, dry_run: bool) -> list[str]:
+def integrate(
+    agent: str, directory: str, *, scope: str, mcp: bool, remove: bool, dry_run: bool, http: bool = False
+) -> list[str]:
     """``snapstore integrate AGENT``: the changes made (or that would be) to the agent's settings."""
     from snapstore.errors import UsageError
     from snapstore.integrations import settings
 
     if agent == "claude-code":
         project = os.environ.get("CLAUDE_PROJECT_DIR") or directory
-        return settings.integrate_claude_code(project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
+        return settings.integrate_claude_code(project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run, http=http)
+    if http:
+        raise UsageError("--http is for Claude Code (the only agent with http hooks): use the command hooks")
     if agent not in AGENTS:
         raise UsageError(f"snapstore does not know the agent {agent!r} (use {', '.join(AGENTS)})")
     module = adapter(agent)

@@ -195,8 +195,9 @@ def run(
             if store_dir is not None and session:
                 from snapstore.integrations import hook_state
 
+                lost = start_service and hook_state.known(store_dir, session) and _http_hooks_on(store_dir)
                 with hook_state.session(store_dir, session) as calls:
-                    hook_state.attribute(args["metadata"], calls)
+                    hook_state.attribute(args["metadata"], calls, lost)
                     _record(store, args)
                     hook_state.advance(event, calls)
             else:
@@ -228,6 +229,14 @@ def _open_or_create(open_store: Callable[[], Store], project: str) -> Store:
         return Store.init(project)
     except StoreExistsError:  # another hook created it meanwhile
         return open_store()
+
+
+def _http_hooks_on(store_dir: str) -> bool:
+    """Whether the store's service answers http hooks (then a command hook that finds the service
+    down cannot vouch that no tool event was lost)."""
+    from snapstore.service.http_hooks import load
+
+    return load(store_dir) is not None
 
 
 def _idle_timeout(store: Store) -> float:

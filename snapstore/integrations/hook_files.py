@@ -18,6 +18,7 @@ from snapstore.errors import TreeIOError, UsageError
 from snapstore.integrations.settings import (
     MAX_SETTINGS_BYTES,
     check_in_project,
+    describe,
     is_own_hook,
     update_file,
 )
@@ -52,7 +53,7 @@ def remove_flat(doc: dict[str, Any], agent: str) -> list[str]:
         if not isinstance(entries, list):
             continue
         kept = [h for h in entries if not is_own_hook(h, agent)]
-        changes += [f"removed hook {event}: {h['command']}" for h in entries if is_own_hook(h, agent)]
+        changes += [f"removed hook {event}: {describe(h)}" for h in entries if is_own_hook(h, agent)]
         if kept:
             hooks[event] = kept
         else:

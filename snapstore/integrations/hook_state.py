@@ -46,13 +46,22 @@ class Calls:
         return {"running": sorted(self.running), "background": sorted(self.background)}
 
 
+def _path(store_dir: str, session_id: str) -> str:
+    name = blake3.blake3(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return os.path.join(store_dir, DIRNAME, name + ".json")
+
+
+def known(store_dir: str, session_id: str) -> bool:
+    """Whether an earlier event of the session was seen."""
+    return os.path.exists(_path(store_dir, session_id))
+
+
 @contextlib.contextmanager
 def session(store_dir: str, session_id: str) -> Iterator[Calls]:
     """The session's open calls, locked for the event; written back when the block ends."""
-    folder = os.path.join(store_dir, DIRNAME)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    name = blake3.blake3(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    fd = os.open(os.path.join(folder, name + ".json"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    path = _path(store_dir, session_id)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         raw = os.pread(fd, 1 << 20, 0)
@@ -69,11 +78,15 @@ def session(store_dir: str, session_id: str) -> Iterator[Calls]:
         os.close(fd)  # (closing drops the flock)
 
 
-def attribute(meta: dict[str, Any], calls: Calls) -> None:
-    """Relabel a checkpoint the event calls the user's when that cannot be known true."""
+def attribute(meta: dict[str, Any], calls: Calls, events_may_be_lost: bool = False) -> None:
+    """Relabel a checkpoint the event calls the user's when that cannot be known true
+    (``events_may_be_lost``: tool events go over HTTP to a service that was not running)."""
     if meta.get("actor") != "user":
         return
-    if not calls.readable:
+    if events_may_be_lost:
+        meta["actor"] = "unknown"
+        meta["attributed"] = "the service was not running: tool events sent to it over http may be lost"
+    elif not calls.readable:
         meta["actor"] = "unknown"
         meta["attributed"] = "the session's hook state could not be read"
     elif calls.open_ids():

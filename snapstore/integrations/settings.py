@@ -69,21 +69,43 @@ class HookSpec:
         self.command = f"snapstore hook {agent}"
         #: In the unit the agent reads (seconds for Claude Code and Codex, milliseconds for Gemini).
         self.timeout = timeout
+        #: ``(url, token)`` of the service's HTTP endpoint: the tool events become ``http``
+        #: hooks there (Claude Code only; service.http_hooks), the others stay commands.
+        self.http: tuple[str, str] | None = None
+
+    def entry(self, event: str) -> dict[str, Any]:
+        """snapstore's hook entry for ``event``."""
+        if self.http is not None and event in self.tool_events:
+            url, token = self.http
+            return {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}, "timeout": self.timeout}
+        return {"type": "command", "command": self.command, "timeout": self.timeout}
 
 
 CLAUDE_CODE = HookSpec("claude-code", EVENTS, TOOL_EVENTS, MATCHER)
 
 
 def is_own_hook(hook: Any, agent: str = "claude-code") -> bool:
-    """Whether a hook entry is snapstore's (``[/path/to/]snapstore hook AGENT ...``)."""
-    if not isinstance(hook, dict) or not isinstance(hook.get("command"), str):
+    """Whether a hook entry is snapstore's: ``[/path/to/]snapstore hook AGENT ...``, or an
+    ``http`` hook to the service's loopback endpoint for AGENT."""
+    if not isinstance(hook, dict):
+        return False
+    url = hook.get("url")
+    if hook.get("type") == "http" and isinstance(url, str):
+        return url.startswith("http://127.0.0.1:") and url.endswith("/snapstore/hook/" + agent)
+    if not isinstance(hook.get("command"), str):
         return False
     words = hook["command"].split()
     return len(words) >= 3 and os.path.basename(words[0]) == "snapstore" and words[1:3] == ["hook", agent]
 
 
+def describe(hook: dict[str, Any]) -> str:
+    """A hook entry in a change line (never its credential)."""
+    return str(hook.get("command") or hook.get("url") or "?")
+
+
 def add_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
-    """Merge snapstore's hook entries into a settings document; the changes made."""
+    """Merge snapstore's hook entries into a settings document; the changes made (an entry of
+    ours in the other form, command or http, is replaced)."""
     hooks = doc.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise UsageError("the settings' \"hooks\" is not a JSON object: not touching it")
@@ -92,15 +114,32 @@ def add_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise UsageError(f"the settings' hooks.{event} is not a JSON list: not touching it")
-        if any(is_own_hook(h, spec.agent) for g in groups if isinstance(g, dict) for h in g.get("hooks", []) or []):
+        wanted = spec.entry(event)
+        ours = [h for g in groups if isinstance(g, dict) for h in g.get("hooks", []) or [] if is_own_hook(h, spec.agent)]
+        if wanted in ours:
             continue
-        group: dict[str, Any] = {"hooks": [{"type": "command", "command": spec.command, "timeout": spec.timeout}]}
+        verb = "added"
+        if ours:  # the other form: take it out first
+            _drop_own(groups, spec.agent)
+            verb = "updated"
+        group: dict[str, Any] = {"hooks": [wanted]}
         if event in spec.tool_events:
             group = {"matcher": spec.matcher, **group}
         groups.append(group)
         where = f" (matcher {spec.matcher})" if event in spec.tool_events else ""
-        changes.append(f"added hook {event}: {spec.command}{where}")
+        changes.append(f"{verb} hook {event}: {describe(wanted)}{where}")
     return changes
+
+
+def _drop_own(groups: list[Any], agent: str) -> None:
+    for group in list(groups):
+        inner = group.get("hooks") if isinstance(group, dict) else None
+        if isinstance(inner, list) and any(is_own_hook(h, agent) for h in inner):
+            rest = [h for h in inner if not is_own_hook(h, agent)]
+            if rest:
+                group["hooks"] = rest
+            else:
+                groups.remove(group)
 
 
 def remove_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
@@ -121,7 +160,7 @@ def remove_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]
                 continue
             for h in inner:
                 if is_own_hook(h, spec.agent):
-                    changes.append(f"removed hook {event}: {h['command']}")
+                    changes.append(f"removed hook {event}: {describe(h)}")
             rest = [h for h in inner if not is_own_hook(h, spec.agent)]
             if rest:
                 kept_groups.append({**group, "hooks": rest})
@@ -226,8 +265,9 @@ def check_in_project(path: str, project: str) -> None:
         )
 
 
-def update_file(path: str, change: Any, dry_run: bool) -> list[str]:
-    """Apply ``change(doc) -> [lines]`` to the JSON file ``path``; write only if it changed."""
+def update_file(path: str, change: Any, dry_run: bool, private: bool = False) -> list[str]:
+    """Apply ``change(doc) -> [lines]`` to the JSON file ``path``; write only if it changed
+    (``private``: owner-only, 0600, as a file holding a credential must be)."""
     doc, raw = load(path)
     changes: list[str] = change(doc)
     if not changes or dry_run:
@@ -240,6 +280,8 @@ def update_file(path: str, change: Any, dry_run: bool) -> list[str]:
     if raw is not None:
         mode = os.stat(path).st_mode & 0o777
         write_file_atomic(path + ".bak", raw, mode)
+    if private:
+        mode = 0o600
     write_file_atomic(path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode(), mode)
     lines = [f"{path}: {line}" for line in changes]
     if raw is not None:
@@ -255,10 +297,21 @@ def integrate_claude_code(
     remove: bool = False,
     dry_run: bool = False,
     home: str | None = None,
+    http: bool = False,
 ) -> list[str]:
-    """Add (or ``remove``) snapstore's hooks, and with ``mcp`` its MCP server; the changes."""
+    """Add (or ``remove``) snapstore's hooks, and with ``mcp`` its MCP server; the changes.
+
+    ``http``: the tool events become ``http`` hooks answered by the store's service
+    (:mod:`snapstore.service.http_hooks`), in the unshared ``settings.local.json`` since they
+    carry a credential; the other events stay command hooks (they start the service)."""
     home = home if home is not None else os.path.expanduser("~")
     project = os.path.abspath(project)
+    spec = CLAUDE_CODE
+    if http and not remove:
+        if scope == "user":
+            raise UsageError("--http hooks carry the credential of one project's store: not in your user settings (use --scope local)")
+        scope = "local"
+        spec = _http_spec(project, dry_run)
     settings = settings_path(scope, project, home)
     if scope != "user":
         check_in_project(settings, project)
@@ -266,7 +319,9 @@ def integrate_claude_code(
         path, keys = mcp_location(scope, project, home)
         if scope == "project":
             check_in_project(path, project)
-    out = update_file(settings, remove_hooks if remove else add_hooks, dry_run)
+    out = update_file(settings, remove_hooks if remove else (lambda doc: add_hooks(doc, spec)), dry_run, private=spec.http is not None)
+    if spec.http is not None and out and not dry_run:
+        out.append(_restart_service(project))
     if mcp:
 
         def server_change(doc: dict[str, Any]) -> list[str]:
@@ -274,6 +329,28 @@ def integrate_claude_code(
 
         out += update_file(path, server_change, dry_run)
     return out
+
+
+def _http_spec(project: str, dry_run: bool) -> HookSpec:
+    """Claude Code's hooks with the tool events over HTTP to the project's store's service."""
+    from snapstore.service import http_hooks
+    from snapstore.store import Store
+
+    store_dir = Store.locate(project)
+    found = http_hooks.load(store_dir) if dry_run else http_hooks.configure(store_dir)
+    port, token = found if found is not None else (0, "(made when written)")
+    spec = HookSpec("claude-code", EVENTS, TOOL_EVENTS, MATCHER)
+    spec.http = (http_hooks.url(port, "claude-code"), token)
+    return spec
+
+
+def _restart_service(project: str) -> str:
+    """Stop the store's running service: the next command hook starts it with the endpoint."""
+    from snapstore.service import daemon
+    from snapstore.store import Store
+
+    stopped = daemon.stop(Store.locate(project))
+    return "the service answers the http hooks from its next start" + (" (stopped it now)" if stopped else "")
 
 
 def printable_config(agent: str, project: str = ".") -> str:

@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from snapstore.errors import LockedError, TreeIOError
 from snapstore.records import requests
-from snapstore.service import protocol
+from snapstore.service import http_hooks, protocol
 from snapstore.store import Store
 
 if TYPE_CHECKING:
@@ -137,19 +137,26 @@ class Service:
             raise TreeIOError(f"{self.store_dir} belongs to another user: not serving it")
         self._take_instance_lock()
         listener = self._bind()
+        web = http_hooks.listen(self.store_dir)
+        if web is not None:
+            log.info("answering agent hooks at %s", http_hooks.url(web[1], "AGENT"))
         log.info("serving %s (tree %s), pid %d", self.store_dir, self.store.root, os.getpid())
         if ready is not None:
             ready.write("ready\n")
             ready.flush()
         last = time.monotonic()
         try:
+            sockets = [listener] + ([web[0]] if web is not None else [])
             while not self._stop:
-                readable, _, _ = select.select([listener], [], [], 1.0)
-                if readable:
-                    conn, _ = listener.accept()
+                readable, _, _ = select.select(sockets, [], [], 1.0)
+                for ready_sock in readable:
+                    conn, _ = ready_sock.accept()
                     served = self.requests
                     with conn:
-                        self._handle(conn)
+                        if ready_sock is listener:
+                            self._handle(conn)
+                        elif web is not None:
+                            http_hooks.serve_one(conn, web[1], web[2], self._run_http_hook)
                     if self.requests != served:  # status requests do not keep it alive
                         last = time.monotonic()
                 if time.monotonic() - last > self.idle_timeout:
@@ -163,6 +170,8 @@ class Service:
                 os.unlink(protocol.SOCKET_NAME, dir_fd=self._dir_fd)
             os.close(self._dir_fd)
             listener.close()
+            if web is not None:
+                web[0].close()
             self.store.close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
@@ -232,22 +241,37 @@ class Service:
         return cast(Store, _Borrowed(self.store))
 
     def _run(self, conn: socket.socket, request: dict[str, Any]) -> int:
-        from snapstore.cli import main as cli_main
-
-        argv = [str(a) for a in request.get("argv", [])]
         encoding = str(request.get("encoding") or "utf-8")
         errors = str(request.get("errors") or "strict")
-        with self._client_context(str(request["cwd"]), dict(request.get("env", {}))):
-            out = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"o"), 1 << 16), encoding=encoding, errors=errors)
-            err = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"e"), 1 << 12), encoding=encoding, errors="backslashreplace")
+        out = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"o"), 1 << 16), encoding=encoding, errors=errors)
+        err = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"e"), 1 << 12), encoding=encoding, errors="backslashreplace")
+        stdin = request.get("stdin")  # a hook's event, read by the client
+        return self._invoke(
+            [str(a) for a in request.get("argv", [])], str(request["cwd"]), dict(request.get("env", {})),
+            stdin if isinstance(stdin, str) else None, out, err, str(request.get("command") or ""), _request_id(request),
+        )
+
+    def _run_http_hook(self, agent: str, body: str) -> str:
+        """An agent's hook event received over HTTP (service.http_hooks): run in the tree's root
+        like a hook the agent started there; its stdout is the answer."""
+        out, err = io.StringIO(), io.StringIO()
+        self.requests += 1
+        self._invoke(["hook", agent], self.store.root, {}, body, out, err, "hook", None)
+        return out.getvalue().strip()
+
+    def _invoke(
+        self, argv: list[str], cwd: str, env: dict[str, str], stdin: str | None, out: Any, err: Any,
+        command: str, rid: bytes | None,
+    ) -> int:
+        from snapstore.cli import main as cli_main
+
+        with self._client_context(cwd, env):
             saved = sys.stdout, sys.stderr, sys.stdin
             sys.stdout, sys.stderr = out, err
-            if isinstance(request.get("stdin"), str):  # a hook's event, read by the client
-                sys.stdin = io.StringIO(request["stdin"])
+            if stdin is not None:
+                sys.stdin = io.StringIO(stdin)
             else:
                 sys.stdin = open(os.devnull)  # noqa: SIM115 - closed below; commands reading stdin run locally
-            command = str(request.get("command") or "")
-            rid = _request_id(request)
             if rid is not None:
                 self._begin_request(rid, command)
             try:
