@@ -1,10 +1,12 @@
 """Per-event latency of ``snapstore hook AGENT`` for a no-change pre-tool event (issues 13, 23).
 
-``python -m benchmarks.hook_latency [--runs N] [--tree DIR] [--agents a,b] [--small]``: copies
-the Python standard library (the "stdlib tree") to a temporary directory unless ``--tree`` is
-given (``--small``: a 4-file tree instead), records a first checkpoint, then times N hook
-processes (the console script, event on stdin) per agent, without the service (in-process) and
-with it.  Prints the median and the 90th percentile of each.
+``python -m benchmarks.hook_latency [--runs N] [--tree DIR | --small | --files N] [--agents a,b]
+[--http]``: copies the Python standard library (the "stdlib tree") to a temporary directory
+unless ``--tree`` is given (``--small``: a 4-file tree; ``--files N``: N small files), records a
+first checkpoint, then times N hook processes (the Python client, event on stdin) per agent,
+without the service (in-process) and with it; ``--http`` also times Claude Code's http hook path
+(``integrate claude-code --http``: a POST answered by the service, measured from this process,
+so without Claude Code's own HTTP client).  Prints the median and the 90th percentile of each.
 """
 
 from __future__ import annotations
@@ -35,17 +37,25 @@ EVENTS = {
     "codex": {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "t", "turn_id": "1"},
     "gemini": {"hook_event_name": "BeforeTool", "tool_name": "run_shell_command", "tool_input": {"command": "ls"}},
     "copilot": {"hook_event_name": "PreToolUse", "tool_name": "bash", "tool_input": {"command": "ls"}},
+    "cursor": {"hook_event_name": "beforeShellExecution", "conversation_id": "bench", "command": "ls"},
+    "cline": {"hookName": "PreToolUse", "taskId": "bench", "preToolUse": {"toolName": "execute_command", "parameters": {"command": "ls"}}},
+    "windsurf": {"agent_action_name": "pre_run_command", "trajectory_id": "bench", "tool_info": {"command_line": "ls"}},
+    "kiro": {"hook_event_name": "preToolUse", "tool_name": "execute_bash", "tool_input": {"command": "ls"}},
+    "opencode": {"hook_event_name": "tool.execute.before", "sessionID": "bench", "callID": "c", "tool": "bash", "args": {"command": "ls"}},
 }
+#: What a no-change event's hook prints, per agent (anything else is a failure).
+QUIET = ("", "{}", '{"cancel": false}')
 
 
 def time_events(tree: str, runs: int, env: dict[str, str], agent: str = "claude-code") -> list[float]:
-    event = json.dumps({"session_id": "bench", "transcript_path": "/nonexistent", "cwd": tree, **EVENTS[agent]})
+    event = json.dumps({"session_id": "bench", "transcript_path": "/nonexistent", "cwd": tree, "workspace_roots": [tree],
+                        "workspaceRoots": [tree], "directory": tree, **EVENTS[agent]})
     out = []
     for _ in range(runs):
         start = time.perf_counter()
         done = subprocess.run([*CLIENT, "hook", agent], input=event, text=True, capture_output=True, cwd=tree, env=env)
         out.append(time.perf_counter() - start)
-        if done.returncode != 0 or done.stdout.strip() not in ("", "{}"):
+        if done.returncode != 0 or done.stdout.strip() not in QUIET:
             raise SystemExit(f"hook failed: {done.returncode} {done.stdout} {done.stderr}")
     return out
 
@@ -59,6 +69,40 @@ def time_command(tree: str, runs: int, env: dict[str, str], *argv: str) -> list[
     return out
 
 
+def time_http(tree: str, runs: int) -> list[float]:
+    """Claude Code's http hook path: the no-change PreToolUse POSTed to the service."""
+    import http.client
+
+    from snapstore.service import http_hooks
+
+    found = http_hooks.load(os.path.join(tree, ".snapstore"))
+    if found is None:
+        raise SystemExit("no http endpoint: integrate claude-code --http failed")
+    port, token = found
+    body = json.dumps({"session_id": "bench", "transcript_path": "/nonexistent", "cwd": tree, **EVENTS["claude-code"]})
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/snapstore/hook/claude-code", body=body, headers={"Authorization": f"Bearer {token}"})
+        answer = conn.getresponse()
+        answer.read()
+        conn.close()
+        out.append(time.perf_counter() - start)
+        if answer.status != 200:
+            raise SystemExit(f"http hook failed: {answer.status}")
+    return out
+
+
+def many_files(dest: str, count: int) -> str:
+    for i in range(count):
+        folder = os.path.join(dest, f"d{i // 100:03d}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"f{i:05d}.py"), "w") as f:
+            f.write(f"# file {i}\nvalue = {i}\n")
+    return dest
+
+
 def report(name: str, samples: list[float]) -> str:
     ordered = sorted(samples)
     p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
@@ -70,7 +114,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--tree", help="an existing tree to use (a store is created in it)")
     parser.add_argument("--small", action="store_true", help="a 4-file tree instead of the stdlib")
+    parser.add_argument("--files", type=int, help="a tree of this many small files instead of the stdlib")
     parser.add_argument("--agents", default="claude-code", help="comma-separated: " + ",".join(EVENTS))
+    parser.add_argument("--http", action="store_true", help="also time Claude Code's http hook path")
     args = parser.parse_args()
     agents = [a for a in args.agents.split(",") if a]
     tmp = tempfile.mkdtemp(prefix="hookbench.")
@@ -81,6 +127,8 @@ def main() -> None:
             for name in ("README.md", "src/app.py", "src/util.py", "pyproject.toml"):
                 with open(os.path.join(tree, name), "w") as f:
                     f.write(f"# {name}\n")
+        elif args.files:
+            tree = many_files(os.path.join(tmp, "many"), args.files)
         else:
             tree = args.tree or stdlib_tree(os.path.join(tmp, "stdlib"))
         files = sum(len(f) for _, _, f in os.walk(tree))
@@ -90,10 +138,16 @@ def main() -> None:
         subprocess.run([*CLIENT, "snapshot", "-q", "-m", "base"], cwd=tree, check=True, env=env)
         print(f"tree: {tree} ({files} files)")
         for agent in agents:
+            time_events(tree, 3, {**env, "SNAPSTORE_NO_SERVICE": "1"}, agent)  # warm the page cache
             local = time_events(tree, args.runs, {**env, "SNAPSTORE_NO_SERVICE": "1"}, agent)
             print(report(f"{agent}: without the service", local))
+        if args.http:
+            subprocess.run([*CLIENT, "integrate", "claude-code", "--http"], cwd=tree, check=True, env=env, capture_output=True)
         subprocess.run([*CLIENT, "serve", "--detach"], cwd=tree, check=True, env=env, capture_output=True)
         try:
+            if args.http:
+                time_http(tree, 3)
+                print(report("claude-code: http hook", time_http(tree, args.runs)))
             for agent in agents:
                 time_events(tree, 3, env, agent)  # warm the service's caches
                 served = time_events(tree, args.runs, env, agent)

@@ -116,7 +116,7 @@ def add_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
             raise UsageError(f"the settings' hooks.{event} is not a JSON list: not touching it")
         wanted = spec.entry(event)
         ours = [h for g in groups if isinstance(g, dict) for h in g.get("hooks", []) or [] if is_own_hook(h, spec.agent)]
-        if wanted in ours:
+        if any(_same_form(h, wanted) for h in ours):
             continue
         verb = "added"
         if ours:  # the other form: take it out first
@@ -129,6 +129,14 @@ def add_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
         where = f" (matcher {spec.matcher})" if event in spec.tool_events else ""
         changes.append(f"{verb} hook {event}: {describe(wanted)}{where}")
     return changes
+
+
+def _same_form(hook: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether an entry of ours already is what ``wanted`` asks for: any command hook of ours
+    (whatever path to snapstore it names), or an http hook to the same URL with the same token."""
+    if wanted.get("type") == "http":
+        return hook.get("type") == "http" and hook.get("url") == wanted["url"] and hook.get("headers") == wanted.get("headers")
+    return hook.get("type") != "http"
 
 
 def _drop_own(groups: list[Any], agent: str) -> None:
