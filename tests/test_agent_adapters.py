@@ -196,3 +196,71 @@ def test_cursor_reports_a_shell_command_twice_as_one_call(tmp_path: Path):
         rows = [(c.message, c.metadata["actor"]) for c in reversed(store.checkpoints(task="cu-1"))]
     # The call closed at its first after-event: the user's later file is the user's.
     assert rows == [("go", "user"), ("after Bash: make", "agent"), ("end of turn", "user")], rows
+
+
+#: Every event each adapter subscribes to, as the agent sends it (documented schema), and the
+#: event of the model it becomes (None: recorded as nothing).
+EVERY_EVENT: list[tuple[str, Payload, str | None]] = [
+    ("cursor", {"hook_event_name": "beforeSubmitPrompt", "conversation_id": "c", "prompt": "p"}, "UserPromptSubmit"),
+    ("cursor", {"hook_event_name": "preToolUse", "conversation_id": "c", "tool_name": "Write", "tool_input": {"file_path": "/p/a"}}, "PreToolUse"),
+    ("cursor", {"hook_event_name": "postToolUse", "conversation_id": "c", "tool_name": "Edit", "tool_input": {"file_path": "/p/a"}}, "PostToolUse"),
+    ("cursor", {"hook_event_name": "postToolUseFailure", "conversation_id": "c", "tool_name": "Shell", "tool_input": {"command": "x"}}, "PostToolUseFailure"),
+    ("cursor", {"hook_event_name": "beforeShellExecution", "conversation_id": "c", "command": "x", "cwd": "/p"}, "PreToolUse"),
+    ("cursor", {"hook_event_name": "afterShellExecution", "conversation_id": "c", "command": "x", "output": ""}, "PostToolUse"),
+    ("cursor", {"hook_event_name": "afterFileEdit", "conversation_id": "c", "file_path": "/p/a", "edits": []}, "PostToolUse"),
+    ("cursor", {"hook_event_name": "stop", "conversation_id": "c", "status": "completed", "loop_count": 0}, "Stop"),
+    ("cursor", {"hook_event_name": "preCompact", "conversation_id": "c"}, "PreCompact"),
+    ("cursor", {"hook_event_name": "preToolUse", "conversation_id": "c", "tool_name": "Read", "tool_input": {}}, None),
+    ("cline", {"hookName": "UserPromptSubmit", "taskId": "t", "userPromptSubmit": {"prompt": "p"}}, "UserPromptSubmit"),
+    ("cline", {"hookName": "PreToolUse", "taskId": "t", "preToolUse": {"toolName": "write_to_file", "parameters": {"path": "a"}}}, "PreToolUse"),
+    ("cline", {"hookName": "PostToolUse", "taskId": "t", "postToolUse": {"toolName": "apply_patch", "parameters": {"path": "a"}, "success": True}}, "PostToolUse"),
+    ("cline", {"hookName": "PostToolUse", "taskId": "t", "postToolUse": {"toolName": "execute_command", "parameters": {"command": "x"}, "success": False}}, "PostToolUseFailure"),
+    ("cline", {"hookName": "TaskComplete", "taskId": "t", "taskComplete": {}}, "Stop"),
+    ("cline", {"hookName": "TaskCancel", "taskId": "t", "taskCancel": {}}, "Stop"),
+    ("cline", {"hookName": "PreCompact", "taskId": "t", "preCompact": {}}, "PreCompact"),
+    ("cline", {"hookName": "TaskStart", "taskId": "t", "taskStart": {}}, None),
+    ("cline", {"hookName": "PreToolUse", "taskId": "t", "preToolUse": {"toolName": "read_file", "parameters": {"path": "a"}}}, None),
+    ("windsurf", {"agent_action_name": "pre_user_prompt", "trajectory_id": "w", "tool_info": {"user_prompt": "p"}}, "UserPromptSubmit"),
+    ("windsurf", {"agent_action_name": "pre_write_code", "trajectory_id": "w", "tool_info": {"file_path": "/p/a"}}, "PreToolUse"),
+    ("windsurf", {"agent_action_name": "post_write_code", "trajectory_id": "w", "tool_info": {"file_path": "/p/a", "edits": []}}, "PostToolUse"),
+    ("windsurf", {"agent_action_name": "pre_run_command", "trajectory_id": "w", "tool_info": {"command_line": "x", "cwd": "/"}}, "PreToolUse"),
+    ("windsurf", {"agent_action_name": "post_run_command", "trajectory_id": "w", "tool_info": {"command_line": "x", "cwd": "/"}}, "PostToolUse"),
+    ("windsurf", {"agent_action_name": "post_cascade_response", "trajectory_id": "w", "tool_info": {"response": "r"}}, "Stop"),
+    ("windsurf", {"agent_action_name": "pre_read_code", "trajectory_id": "w", "tool_info": {"file_path": "/p/a"}}, None),
+    ("kiro", {"hook_event_name": "userPromptSubmit", "cwd": "/", "prompt": "p"}, "UserPromptSubmit"),
+    ("kiro", {"hook_event_name": "preToolUse", "cwd": "/", "tool_name": "fs_write", "tool_input": {"path": "a"}}, "PreToolUse"),
+    ("kiro", {"hook_event_name": "postToolUse", "cwd": "/", "tool_name": "execute_bash", "tool_input": {"command": "x"}, "tool_response": {"success": True}}, "PostToolUse"),
+    ("kiro", {"hook_event_name": "postToolUse", "cwd": "/", "tool_name": "@git/commit", "tool_input": {}, "tool_response": {"success": False}}, "PostToolUseFailure"),
+    ("kiro", {"hook_event_name": "stop", "cwd": "/"}, "Stop"),
+    ("kiro", {"hook_event_name": "agentSpawn", "cwd": "/"}, None),
+    ("kiro", {"hook_event_name": "preToolUse", "cwd": "/", "tool_name": "fs_read", "tool_input": {"path": "a"}}, None),
+    ("opencode", {"hook_event_name": "chat.message", "sessionID": "o", "prompt": "p"}, "UserPromptSubmit"),
+    ("opencode", {"hook_event_name": "tool.execute.before", "sessionID": "o", "callID": "c", "tool": "write", "args": {"filePath": "/p/a"}}, "PreToolUse"),
+    ("opencode", {"hook_event_name": "tool.execute.after", "sessionID": "o", "callID": "c", "tool": "patch", "args": {}}, "PostToolUse"),
+    ("opencode", {"hook_event_name": "tool.execute.after", "sessionID": "o", "callID": "c", "tool": "bash", "args": {"command": "x"}, "exit": 1}, "PostToolUseFailure"),
+    ("opencode", {"hook_event_name": "session.idle", "sessionID": "o"}, "Stop"),
+    ("opencode", {"hook_event_name": "session.compacted", "sessionID": "o"}, "PreCompact"),
+    ("opencode", {"hook_event_name": "tool.execute.before", "sessionID": "o", "callID": "c", "tool": "read", "args": {}}, None),
+]
+
+
+@pytest.mark.parametrize(("agent", "payload", "expected"), EVERY_EVENT, ids=[f"{a}-{i}" for i, (a, _, _) in enumerate(EVERY_EVENT)])
+def test_every_subscribed_event_maps_onto_the_model(agent: str, payload: Payload, expected: str | None):
+    event = agents.adapter(agent).normalize(payload)
+    if expected is None:
+        assert event is None
+        return
+    assert event is not None and event["hook_event_name"] == expected
+    assert event["session_id"]  # every checkpoint of the session lands in one task
+    if expected in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
+        assert event["tool_use_id"] and event["tool_name"]
+
+
+def test_every_event_an_integration_subscribes_to_is_in_the_table():
+    from snapstore.integrations import cline, cursor, kiro, windsurf
+
+    seen = {(a, str(p.get("hook_event_name") or p.get("hookName") or p.get("agent_action_name"))) for a, p, _ in EVERY_EVENT}
+    subscribed = ({("cursor", e) for e in cursor.EVENTS} | {("cline", e) for e in cline.EVENTS}
+                  | {("windsurf", e) for e in windsurf.EVENTS}
+                  | {("kiro", e[:1].lower() + e[1:]) for e in kiro.TRIGGERS})
+    assert subscribed <= seen, subscribed - seen
