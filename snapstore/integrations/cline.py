@@ -27,14 +27,13 @@ from typing import Any
 
 from snapstore.errors import UsageError
 from snapstore.integrations import event_model
-from snapstore.integrations.hook_files import own_file, server_file
+from snapstore.integrations.hook_files import own_file, server_file, where
 
 AGENT = "cline"
 COMMAND = f"snapstore hook {AGENT}"
 EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "TaskComplete", "TaskCancel", "PreCompact")
 TOOLS = {"write_to_file": "Write", "replace_in_file": "Edit", "apply_patch": "Edit", "execute_command": "Bash"}
 SCRIPT = f"#!/bin/sh\n# {COMMAND}: a checkpoint per event (snapstore integrate cline --remove takes it out)\nexec {COMMAND}\n"
-SCOPES = ("project", "user")
 #: Where VS Code-like editors keep Cline's MCP settings, under the home directory.
 MCP_SETTINGS = tuple(
     os.path.join(".config", editor, "User", "globalStorage", "saoudrizwan.claude-dev", "settings", "cline_mcp_settings.json")
@@ -94,14 +93,9 @@ def integrate(
     """Write (or ``remove``) the hook scripts in ``.clinerules/hooks/`` (user scope:
     ``~/Documents/Cline/Hooks/``); with ``mcp``, the server (rooted at the project) in the
     editors' Cline MCP settings that exist; the changes."""
-    if scope not in SCOPES:
-        raise UsageError(f"Cline has no {scope!r} scope (use {' or '.join(SCOPES)})")
+    base, inside, project = where("Cline", scope, project, home)
+    folder = os.path.join(base, *((".clinerules", "hooks") if inside else ("Documents", "Cline", "Hooks")))
     home = home if home is not None else os.path.expanduser("~")
-    project = os.path.abspath(project)
-    if scope == "project":
-        folder, inside = os.path.join(project, ".clinerules", "hooks"), project
-    else:
-        folder, inside = os.path.join(home, "Documents", "Cline", "Hooks"), None
     out: list[str] = []
     for event in EVENTS:  # first check every script (someone else's refuses them all), then write
         own_file(os.path.join(folder, event), inside, SCRIPT, COMMAND, remove=remove, dry_run=True, mode=0o755)

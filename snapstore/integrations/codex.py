@@ -87,24 +87,6 @@ def _mcp_table(path: str, remove: bool, dry_run: bool) -> list[str]:
 
 
 def _read_text(path: str) -> str:
-    return (_raw(path) or b"").decode("utf-8", "surrogateescape")
+    from snapstore.integrations.hook_files import read_small
 
-
-def _raw(path: str) -> bytes | None:
-    """The bytes of ``path`` (None when absent), read as settings are: a regular file, bounded."""
-    import stat
-
-    from snapstore.errors import TreeIOError
-    from snapstore.integrations.settings import MAX_SETTINGS_BYTES
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise TreeIOError(f"cannot read {path}: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SETTINGS_BYTES:
-            raise UsageError(f"{path} is not a regular file of at most {MAX_SETTINGS_BYTES >> 20} MiB: nothing changed")
-        return f.read(MAX_SETTINGS_BYTES)
+    return read_small(path) or ""

@@ -29,9 +29,8 @@ import json
 import os
 from typing import Any
 
-from snapstore.errors import UsageError
 from snapstore.integrations import event_model
-from snapstore.integrations.hook_files import flat_settings, server_file
+from snapstore.integrations.hook_files import flat_settings, server_file, where
 
 AGENT = "cursor"
 COMMAND = f"snapstore hook {AGENT}"
@@ -43,7 +42,6 @@ EVENTS = (
     "beforeShellExecution", "afterShellExecution", "afterFileEdit", "stop", "preCompact",
 )
 TOOL_EVENTS = ("preToolUse", "postToolUse", "postToolUseFailure")
-SCOPES = ("project", "user")
 MCP_ENTRY: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
 
 
@@ -109,12 +107,8 @@ def integrate(
 ) -> list[str]:
     """Add (or ``remove``) snapstore's hooks in ``.cursor/hooks.json`` (``~/.cursor`` for the user
     scope), and with ``mcp`` its server in the ``mcp.json`` beside it; the changes."""
-    if scope not in SCOPES:
-        raise UsageError(f"Cursor has no {scope!r} scope (use {' or '.join(SCOPES)})")
-    home = home if home is not None else os.path.expanduser("~")
-    project = os.path.abspath(project)
-    folder = os.path.join(project if scope == "project" else home, ".cursor")
-    inside = project if scope == "project" else None
+    base, inside, project = where("Cursor", scope, project, home)
+    folder = os.path.join(base, ".cursor")
     out = flat_settings(os.path.join(folder, "hooks.json"), inside, AGENT, EVENTS, _entry, remove=remove, dry_run=dry_run, base={"version": 1})
     if mcp:
         out += server_file(os.path.join(folder, "mcp.json"), inside, ["mcpServers"], MCP_ENTRY, remove=remove, dry_run=dry_run)

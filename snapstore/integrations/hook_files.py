@@ -24,6 +24,18 @@ from snapstore.integrations.settings import (
 )
 
 
+def where(agent: str, scope: str, project: str, home: str | None) -> tuple[str, str | None, str]:
+    """``(base, inside, project)`` for an agent's ``project`` or ``user`` scope: the directory its
+    settings paths start from (the project, or the home directory), the project a write must
+    stay inside (None for the user scope), and the project as an absolute path."""
+    if scope not in ("project", "user"):
+        raise UsageError(f"{agent} has no {scope!r} scope (use project or user)")
+    project = os.path.abspath(project)
+    if scope == "project":
+        return project, project, project
+    return (home if home is not None else os.path.expanduser("~")), None, project
+
+
 def add_flat(doc: dict[str, Any], agent: str, events: tuple[str, ...], entry: Callable[[str], dict[str, Any]]) -> list[str]:
     """Add ``entry(event)`` to ``doc["hooks"][event]`` for each event that has none of ours."""
     hooks = doc.setdefault("hooks", {})

@@ -15,9 +15,8 @@ import json
 import os
 from typing import Any
 
-from snapstore.errors import UsageError
 from snapstore.integrations import event_model
-from snapstore.integrations.hook_files import own_file, server_file
+from snapstore.integrations.hook_files import own_file, server_file, where
 
 AGENT = "kiro"
 COMMAND = f"snapstore hook {AGENT}"
@@ -26,7 +25,6 @@ SHELL_TOOLS = ("execute_bash", "executeBash", "shell", "execute_cmd")
 WRITE_TOOLS = ("fs_write", "fsWrite", "write", "str_replace", "strReplace", "fs_append", "delete", "deleteFile")
 READ_TOOLS = ("fs_read", "fsRead", "read", "readFile", "readMultipleFiles", "grep", "glob", "listDirectory", "web_fetch", "web_search", "introspect", "knowledge", "todo_list", "thinking")
 FILENAME = "snapstore.json"
-SCOPES = ("project", "user")
 MCP_ENTRY: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
 
 
@@ -88,12 +86,8 @@ def integrate(
 ) -> list[str]:
     """Write (or ``remove``) ``.kiro/hooks/snapstore.json``, and with ``mcp`` the server in
     ``.kiro/settings/mcp.json`` (``~/.kiro`` for the user scope); the changes."""
-    if scope not in SCOPES:
-        raise UsageError(f"Kiro has no {scope!r} scope (use {' or '.join(SCOPES)})")
-    home = home if home is not None else os.path.expanduser("~")
-    project = os.path.abspath(project)
-    folder = os.path.join(project if scope == "project" else home, ".kiro")
-    inside = project if scope == "project" else None
+    base, inside, project = where("Kiro", scope, project, home)
+    folder = os.path.join(base, ".kiro")
     text = json.dumps(hooks_document(), indent=2) + "\n"
     out = own_file(os.path.join(folder, "hooks", FILENAME), inside, text, COMMAND, remove=remove, dry_run=dry_run)
     if mcp:

@@ -25,14 +25,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from snapstore.errors import UsageError
 from snapstore.integrations import event_model
-from snapstore.integrations.hook_files import own_file, server_file
+from snapstore.integrations.hook_files import own_file, server_file, where
 
 AGENT = "opencode"
 MARKER = f"snapstore hook {AGENT}"
 TOOLS = {"bash": "Bash", "edit": "Edit", "patch": "Edit", "multiedit": "Edit", "write": "Write"}
-SCOPES = ("project", "user")
 MCP_ENTRY: dict[str, Any] = {"type": "local", "command": ["snapstore", "mcp"], "enabled": True}
 
 
@@ -86,15 +84,10 @@ def integrate(
 ) -> list[str]:
     """Write (or ``remove``) ``.opencode/plugins/snapstore.js`` (user scope:
     ``~/.config/opencode/plugins/``), and with ``mcp`` the server in ``opencode.json``; the changes."""
-    if scope not in SCOPES:
-        raise UsageError(f"OpenCode has no {scope!r} scope (use {' or '.join(SCOPES)})")
-    home = home if home is not None else os.path.expanduser("~")
-    project = os.path.abspath(project)
-    if scope == "project":
-        plugins, config, inside = os.path.join(project, ".opencode", "plugins"), os.path.join(project, "opencode.json"), project
-    else:
-        base = os.path.join(home, ".config", "opencode")
-        plugins, config, inside = os.path.join(base, "plugins"), os.path.join(base, "opencode.json"), None
+    base, inside, project = where("OpenCode", scope, project, home)
+    if inside is None:
+        base = os.path.join(base, ".config", "opencode")
+    plugins, config = os.path.join(base, ".opencode" if inside else "", "plugins"), os.path.join(base, "opencode.json")
     out = own_file(os.path.join(plugins, "snapstore.js"), inside, plugin_text(), MARKER, remove=remove, dry_run=dry_run)
     if mcp:
         out += server_file(config, inside, ["mcp"], MCP_ENTRY, remove=remove, dry_run=dry_run)

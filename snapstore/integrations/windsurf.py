@@ -24,12 +24,11 @@ from typing import Any
 
 from snapstore.errors import UsageError
 from snapstore.integrations import event_model
-from snapstore.integrations.hook_files import flat_settings
+from snapstore.integrations.hook_files import flat_settings, where
 
 AGENT = "windsurf"
 COMMAND = f"snapstore hook {AGENT}"
 EVENTS = ("pre_user_prompt", "pre_write_code", "post_write_code", "pre_run_command", "post_run_command", "post_cascade_response")
-SCOPES = ("project", "user")
 
 
 def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -67,19 +66,13 @@ def integrate(
 ) -> list[str]:
     """Add (or ``remove``) snapstore's hooks in ``.windsurf/hooks.json`` (user scope:
     ``~/.codeium/windsurf/hooks.json``); the changes."""
-    if scope not in SCOPES:
-        raise UsageError(f"Windsurf has no {scope!r} scope (use {' or '.join(SCOPES)})")
+    base, inside, project = where("Windsurf", scope, project, home)
     if mcp:
         raise UsageError(
             "Windsurf keeps MCP servers in ~/.codeium/windsurf/mcp_config.json for every workspace: add the "
             "output of 'snapstore integrate --print windsurf' there yourself (it names this project's root)"
         )
-    home = home if home is not None else os.path.expanduser("~")
-    project = os.path.abspath(project)
-    if scope == "project":
-        path, inside = os.path.join(project, ".windsurf", "hooks.json"), project
-    else:
-        path, inside = os.path.join(home, ".codeium", "windsurf", "hooks.json"), None
+    path = os.path.join(base, *((".windsurf",) if inside else (".codeium", "windsurf")), "hooks.json")
     return flat_settings(
         path, inside, AGENT, EVENTS, lambda _event: {"command": COMMAND, "show_output": False}, remove=remove, dry_run=dry_run,
     )
