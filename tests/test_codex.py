@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import subprocess_env
 
-from snapstore.integrations import codex
+from snapstore.integrations import agents, codex
 from snapstore.store import Store
 
 PATCH = "*** Begin Patch\n*** Update File: src/app.py\n@@\n-x = 1\n+x = 2\n*** End Patch\n"
@@ -87,11 +87,10 @@ def test_integrate_codex_merges_is_idempotent_and_removes_only_its_own(tmp_path:
 
 def test_codex_has_no_local_scope_and_print_gives_the_toml(tmp_path: Path):
     from snapstore.errors import UsageError
-    from snapstore.integrations import settings
 
     with pytest.raises(UsageError, match="no 'local' scope"):
         codex.integrate(str(tmp_path), scope="local")
-    assert settings.printable_config("codex").startswith("[mcp_servers.snapstore]")
+    assert agents.printable_config("codex").startswith("[mcp_servers.snapstore]")
 
 
 def test_a_symlinked_codex_dir_leading_out_of_the_project_is_refused(tmp_path: Path):

@@ -233,7 +233,7 @@ def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_t
     Record:   init, snapshot, list, show, log, cat, diff
     Go back:  restore, undo, revert, oplog, recover
     Upkeep:   verify, prune, delete, gc, stats, config, relocate, serve, upgrade
-    Agents:   hook, integrate, mcp, edit
+    Agents:   hook, integrate, mcp, edit, rewind
     Browse:   ui
 
     Every command takes --help (with an example). References: latest, latest~N, #N, a tag,

@@ -62,12 +62,12 @@ def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, 
 
     Idempotent; a merged settings file's previous version is kept as FILE.bak; prints each change.
     """
-    from snapstore.integrations import agents, settings
+    from snapstore.integrations import agents
 
     if print_for is not None:
         if agent is not None:
             raise UsageError("--print takes the agent itself: snapstore integrate --print cursor")
-        click.echo(settings.printable_config(print_for, obj.directory))
+        click.echo(agents.printable_config(print_for, obj.directory))
         return
     if agent is None:
         raise UsageError(f"integrate what? snapstore integrate {'|'.join(agents.AGENTS)}, or --print AGENT")

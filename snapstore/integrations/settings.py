@@ -359,30 +359,3 @@ def _restart_service(project: str) -> str:
 
     stopped = daemon.stop(Store.locate(project))
     return "the service answers the http hooks from its next start" + (" (stopped it now)" if stopped else "")
-
-
-def printable_config(agent: str, project: str = ".") -> str:
-    """The MCP server configuration an agent reads: JSON ``mcpServers`` (Cursor, Windsurf,
-    Kiro, Copilot CLI, any other client), Cline's (rooted at ``project``: Cline starts servers
-    in ``/``; Windsurf's too: one file serves every workspace), OpenCode's ``mcp`` object, or
-    Codex's TOML table."""
-    if agent == "codex":
-        return CODEX_MCP_TOML.rstrip("\n")
-    if agent == "cline":
-        from snapstore.integrations.cline import server_entry
-
-        return json.dumps({"mcpServers": {SERVER_NAME: server_entry(project)}}, indent=2)
-    if agent == "opencode":
-        from snapstore.integrations.opencode import MCP_ENTRY as OPENCODE_ENTRY
-
-        return json.dumps({"mcp": {SERVER_NAME: OPENCODE_ENTRY}}, indent=2)
-    if agent == "copilot":
-        from snapstore.integrations.copilot import MCP_ENTRY as COPILOT_ENTRY
-
-        return json.dumps({"mcpServers": {SERVER_NAME: COPILOT_ENTRY}}, indent=2)
-    entry: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
-    if agent == "windsurf":
-        entry["args"] = ["mcp", "--root", os.path.abspath(project)]
-    elif agent not in PRINTABLE:
-        raise UsageError(f"unknown agent {agent!r} for --print (use {', '.join(PRINTABLE)})")
-    return json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)

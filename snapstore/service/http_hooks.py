@@ -110,12 +110,16 @@ def peer_uid(conn: socket.socket) -> int | None:
     return None
 
 
-def serve_one(conn: socket.socket, port: int, token: str, run_hook: Callable[[str, str], str]) -> bool:
-    """Answer one connection; True when a hook ran (what keeps the service alive)."""
+def serve_one(
+    conn: socket.socket, port: int, token: str, run_hook: Callable[[str, str], str], agents: tuple[str, ...]
+) -> bool:
+    """Answer one connection for the hooks of ``agents``; True when a hook ran (what keeps the
+    service alive)."""
     conn.settimeout(READ_TIMEOUT)
     uid = peer_uid(conn)
     handler = _Handler.__new__(_Handler)
     handler.setup_for(conn, port, token, run_hook, uid)
+    handler.agents = agents
     handler.handle_one_request()
     with contextlib.suppress(OSError):
         handler.wfile.flush()
@@ -135,6 +139,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         self.port, self.token, self.run_hook, self.uid = port, token, run_hook, uid
         self.ran = False
+        self.agents: tuple[str, ...] = ()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         pass
@@ -155,8 +160,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(200, out or "{}")
 
     def _refusal(self) -> tuple[int, Any] | None:
-        from snapstore.integrations.agents import AGENTS
-
         if self.uid is not None and self.uid != os.getuid():
             return 403, {"error": "another user's connection"}
         if self.headers.get("Host") not in (f"127.0.0.1:{self.port}", f"localhost:{self.port}"):
@@ -164,7 +167,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         given = self.headers.get("Authorization") or ""
         if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
             return 401, {"error": "no or wrong credential"}
-        if not self.path.startswith(PATH_PREFIX) or self.path[len(PATH_PREFIX):] not in AGENTS:
+        if not self.path.startswith(PATH_PREFIX) or self.path[len(PATH_PREFIX):] not in self.agents:
             return 404, {"error": "no such hook"}
         try:
             length = int(self.headers.get("Content-Length") or "")

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from snapstore.errors import LockedError, TreeIOError
+from snapstore.integrations.agents import AGENTS
 from snapstore.records import requests
 from snapstore.service import http_hooks, protocol
 from snapstore.store import Store
@@ -156,7 +157,7 @@ class Service:
                         if ready_sock is listener:
                             self._handle(conn)
                         elif web is not None:
-                            http_hooks.serve_one(conn, web[1], web[2], self._run_http_hook)
+                            http_hooks.serve_one(conn, web[1], web[2], self._run_http_hook, AGENTS)
                     if self.requests != served:  # status requests do not keep it alive
                         last = time.monotonic()
                 if time.monotonic() - last > self.idle_timeout:
