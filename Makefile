@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all setup chromium inspector demo test test-fast lint bench bench-quick torture clean
+.PHONY: all setup native chromium inspector demo test test-fast lint bench bench-quick torture clean
 
 all: test
 
@@ -19,9 +19,19 @@ $(STAMP): pyproject.toml
 	   > $(VENV)/setup.log 2>&1 || { cat $(VENV)/setup.log; echo "make: setup failed (log above)"; exit 1; }
 	@touch $(STAMP)
 
-setup: $(STAMP)
+# The native thin client (snapstore/service/cclient/, issue 24): built with the system C compiler
+# and put in place of pip's `snapstore` script, which stays as `snapstore-py`, its fallback.
+# Without a compiler it says so once and the Python client serves.
+NATIVE := $(VENV)/.native-stamp
+$(NATIVE): $(STAMP) snapstore/service/cclient/snapstore.c snapstore/service/cclient/frames.h snapstore/service/native.py snapstore/service/protocol.py
+	@$(PY) -m snapstore.service.native --install $(VENV)/bin
+	@touch $@
 
-demo: $(STAMP)
+native: $(NATIVE)
+
+setup: $(STAMP) $(NATIVE)
+
+demo: $(STAMP) $(NATIVE)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash examples/demo.sh
 
 # The UI's browser tests drive Debian's chromium (Playwright downloads no browser here): install
@@ -50,21 +60,21 @@ inspector: $(STAMP)
 	  echo "make: no npm: tests/test_mcp_inspector.py will be skipped"; \
 	fi
 
-test: $(STAMP) lint chromium inspector
+test: $(STAMP) $(NATIVE) lint chromium inspector
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(NATIVE)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check snapstore tests benchmarks
 	$(VENV)/bin/mypy
 
-bench: $(STAMP)
+bench: $(STAMP) $(NATIVE)
 	$(PY) -m benchmarks.run --out docs/benchmarks.md
 	$(PY) -m benchmarks.storage_v2 --md docs/benchmarks-storage.md
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) $(NATIVE)
 	$(PY) -m benchmarks.run --quick
 	$(PY) -m benchmarks.storage_v2 --quick --out /tmp/snapstore-storage-v2-quick.json
 

@@ -70,8 +70,9 @@ def parse_globals(argv: list[str]) -> tuple[str | None, str | None, str | None] 
     return command, store, directory
 
 
-def try_service(argv: list[str]) -> int | None:
-    """The exit code of the command run by the store's service, or None to run it here."""
+def _target(argv: list[str]) -> tuple[str, str, str] | None:
+    """``(command, working directory sent, store directory)`` of a command the service may run,
+    or None when it runs here."""
     parsed = parse_globals(argv)
     if parsed is None:
         return None
@@ -85,12 +86,36 @@ def try_service(argv: list[str]) -> int | None:
     start = os.path.join(cwd, directory) if directory else cwd
     store = store or os.environ.get("SNAPSTORE_STORE") or None
     store_dir = protocol.find_store_dir(start, store)
-    if store_dir is None:
+    return None if store_dir is None else (command, cwd, store_dir)
+
+
+def lost_request(argv: list[str], value: str) -> int:
+    """What the native client hands over when its service stopped after accepting a command
+    (``SNAPSTORE_LOST_REQUEST=<id>:<pid>:<command>``): the store says what happened; the
+    command is never run again."""
+    from snapstore.service import lost
+
+    rid, _, rest = value.partition(":")
+    pid, _, command = rest.partition(":")
+    target = _target(argv)
+    if target is None:
+        sys.stderr.write("snapstore: error: the service stopped before answering, and its store cannot be found again\n")
+        return 12
+    return lost.report(target[2], rid, command, pid.encode())
+
+
+def try_service(argv: list[str]) -> int | None:
+    """The exit code of the command run by the store's service, or None to run it here."""
+    target = _target(argv)
+    if target is None:
         return None
+    command, cwd, store_dir = target
     path = protocol.owned_socket(store_dir)
     if path is None:
         return None
     env = {k: v for k, v in os.environ.items() if k.startswith(protocol.FORWARDED_ENV_PREFIXES)}
+    if "COLUMNS" not in env and sys.stdout.isatty():  # the terminal's width, as in-process
+        env["COLUMNS"] = str(os.get_terminal_size(sys.stdout.fileno()).columns)
     rid = os.urandom(16).hex()
     request = {
         "v": protocol.version_tag(),
@@ -184,6 +209,9 @@ def _main(argv: list[str]) -> tuple[int, bool]:
     gone = working_directory_gone(argv)
     if gone is not None:
         return gone, False
+    handed = os.environ.pop("SNAPSTORE_LOST_REQUEST", None)
+    if handed is not None:
+        return lost_request(argv, handed), True
     try:
         code = try_service(argv)
     except BrokenPipeError:

@@ -29,9 +29,9 @@ LOCK_NAME = "service.lock"
 READ_ONLY_COMMANDS = frozenset({"list", "show", "log", "cat", "diff", "oplog", "verify", "stats"})
 #: Commands whose recorded checkpoint is their whole effect: that row alone says they finished.
 SELF_RECORDING_COMMANDS = frozenset({"snapshot", "hook"})
-#: Environment variables forwarded with a request (those the CLI and the store read, and the
-#: agents' project variables, which name a hook's project).
-FORWARDED_ENV_PREFIXES = ("SNAPSTORE_", "TZ", "CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR")
+#: Environment variables forwarded with a request (those the CLI and the store read, the
+#: agents' project variables, which name a hook's project, and the terminal's width).
+FORWARDED_ENV_PREFIXES = ("SNAPSTORE_", "TZ", "CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR", "COLUMNS")
 
 _HEADER_SIZE = 5  # 1-byte channel, 4-byte big-endian length
 MAX_FRAME = 1 << 26

@@ -1,0 +1,142 @@
+"""The native thin client (issue 24 req 1): the same bytes and exit codes as in-process, through
+a real service; the Python client takes over (stdin included) whenever the service cannot
+serve; an answer lost after the service accepted a command is never run twice.  The client is
+compiled here with the system compiler (skipped without one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import subprocess_env
+
+from snapstore.service import daemon, native
+from snapstore.store import Store
+from snapstore.testing import build_tree
+
+pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc): the native client cannot be built")
+
+READ_COMMANDS = [
+    ["list"], ["list", "--json"], ["show", "latest"], ["show", "v2", "--json"], ["cat", "latest~1", "a.txt"],
+    ["diff", "latest~1", "latest", "--stat"], ["diff", "latest~1", "latest", "-p"], ["diff", "--json"],
+    ["log", "a.txt"], ["show", "no-such-ref"], ["cat", "latest", "missing"], ["verify", "-q"], ["config"],
+    ["list", "--no-such-option"], ["-C", "src", "list", "-n", "1"], ["--lock-timeout=5", "list"],
+]
+
+
+@pytest.fixture(scope="module")
+def clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The native client, one built for another version, and the Python client they fall back to."""
+    where = tmp_path_factory.mktemp("native")
+    python_client = where / "snapstore-py"
+    # (It notes each time it runs, for the tests that check who ran a command.)
+    python_client.write_text(
+        "#!/bin/sh\n[ -n \"$FALLBACK_LOG\" ] && echo ran >> \"$FALLBACK_LOG\"\n"
+        f"exec {sys.executable} -c 'from snapstore.service.client import run; run()' \"$@\"\n"
+    )
+    python_client.chmod(0o755)
+    native.build(str(where / "snapstore"), str(python_client))
+    native.build(str(where / "snapstore-other"), str(python_client), tag="0.0.0/0/another-installation")
+    return {"native": where / "snapstore", "other": where / "snapstore-other", "python": python_client}
+
+
+@pytest.fixture
+def project(tmp_path: Path):  # type: ignore[no-untyped-def]
+    root = tmp_path / "proj"
+    build_tree(root, {"a.txt": b"alpha\n", "src/b.py": b"print(1)\n", "src/c.bin": bytes(range(256))})
+    with Store.init(root) as s:
+        s.snapshot("first", task="t1")
+        (root / "a.txt").write_bytes(b"alpha\nbeta\n")
+        s.snapshot("second", task="t1", tags=["v2"])
+    yield root
+    daemon.stop(str(root / ".snapstore"))
+
+
+def run(binary: Path, *args: str, cwd: Path, stdin: bytes | None = None, **env: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([str(binary), *args], cwd=cwd, input=stdin, capture_output=True, env=subprocess_env(**env), timeout=120)
+
+
+def local(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "snapstore", *args], cwd=cwd, capture_output=True, env=subprocess_env(), timeout=120)
+
+
+def served(root: Path) -> int:
+    info = daemon.status(str(root / ".snapstore"))
+    assert info is not None
+    return int(info["requests"])
+
+
+def test_the_same_bytes_and_codes_as_in_process_through_the_service(clients: dict[str, Path], project: Path):
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    before = served(project)
+    log = project.parent / "fallback.log"
+    for argv in READ_COMMANDS:
+        via, here = run(clients["native"], *argv, cwd=project, FALLBACK_LOG=str(log)), local(*argv, cwd=project)
+        assert (via.stdout, via.returncode, via.stderr) == (here.stdout, here.returncode, here.stderr), argv
+    assert served(project) - before == len(READ_COMMANDS)  # every one went through the service
+    assert not log.exists()  # ... from the native client itself
+    # A name that is not UTF-8 reaches the command as the Python client would pass it.
+    odd = os.fsdecode(b"caf\xe9.txt")
+    via, here = run(clients["native"], "cat", "latest", odd, cwd=project), local("cat", "latest", odd, cwd=project)
+    assert (via.stdout, via.returncode, via.stderr) == (here.stdout, here.returncode, here.stderr)
+
+
+def test_writes_and_a_hook_go_through_the_service(clients: dict[str, Path], project: Path):
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    before = served(project)
+    (project / "src" / "b.py").write_bytes(b"print(2)\n")
+    done = run(clients["native"], "snapshot", "-m", "third", "--json", cwd=project / "src")
+    assert done.returncode == 0 and json.loads(done.stdout)["message"] == "third", done.stderr
+    assert run(clients["native"], "restore", "latest~2", "-q", cwd=project).returncode == 0
+    assert (project / "a.txt").read_bytes() == b"alpha\n"
+    assert run(clients["native"], "undo", "-q", cwd=project).returncode == 0
+    assert (project / "src" / "b.py").read_bytes() == b"print(2)\n"
+    event = {"hook_event_name": "PostToolUse", "session_id": "n-1", "tool_name": "Bash", "tool_use_id": "t",
+             "tool_input": {"command": "touch d.txt"}, "transcript_path": "", "cwd": str(project)}
+    (project / "d.txt").write_bytes(b"")
+    hooked = run(clients["native"], "hook", "claude-code", cwd=project, stdin=json.dumps(event).encode(), CLAUDE_PROJECT_DIR=str(project))
+    assert hooked.returncode == 0 and hooked.stdout == b"", hooked.stderr
+    assert served(project) - before == 4
+    with Store.open(project) as s:
+        assert [c.message for c in s.checkpoints(task="n-1")] == ["after Bash: touch d.txt"]
+
+
+def test_the_python_client_takes_over_when_the_service_cannot_serve(clients: dict[str, Path], project: Path):
+    # No service at all: the same output, in-process.
+    via, here = run(clients["native"], "list", cwd=project), local("list", cwd=project)
+    assert (via.stdout, via.returncode) == (here.stdout, here.returncode)
+    # A service of another version answers "not here"; the hook's stdin, already read, is
+    # replayed to the Python client.
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    before = served(project)
+    event = {"hook_event_name": "PostToolUse", "session_id": "n-2", "tool_name": "Bash", "tool_use_id": "t",
+             "tool_input": {"command": "touch e.txt"}, "transcript_path": "", "cwd": str(project)}
+    (project / "e.txt").write_bytes(b"")
+    log = project.parent / "fallback.log"
+    hooked = run(clients["other"], "hook", "claude-code", "--no-service", cwd=project, stdin=json.dumps(event).encode(),
+                 CLAUDE_PROJECT_DIR=str(project), FALLBACK_LOG=str(log))
+    assert hooked.returncode == 0, hooked.stderr
+    assert log.read_text() == "ran\n"  # the native client handed over
+    # Refused by the service as another version's; the Python client (this version) then took
+    # it there itself, with the stdin the native client had read and handed over.
+    assert served(project) == before + 1
+    with Store.open(project) as s:
+        assert [c.message for c in s.checkpoints(task="n-2")] == ["after Bash: touch e.txt"]
+    # Commands the service never runs, and --version / --help, are the Python client's.
+    for argv in (["--version"], ["--help"], ["init"], ["list", "-"]):
+        via, here = run(clients["native"], *argv, cwd=project), local(*argv, cwd=project)
+        assert (via.stdout, via.returncode) == (here.stdout, here.returncode), argv
+
+
+def test_an_answer_lost_after_acceptance_is_never_run_twice(clients: dict[str, Path], project: Path):
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    (project / "a.txt").write_bytes(b"changed\n")
+    done = run(clients["native"], "snapshot", "-m", "lost", cwd=project, SNAPSTORE_TEST_KILL_SERVICE="after-command")
+    with Store.open(project) as s:
+        messages = [c.message for c in s.checkpoints()]
+    assert messages.count("lost") == 1, (messages, done.stderr)  # recorded once, by the service
+    assert done.returncode == 0 and b"recorded" in done.stderr, done.stderr
