@@ -186,7 +186,12 @@ def _relay(sock: Any) -> tuple[int | None, bool]:
             err.flush()
             wrote = True
         elif channel == b"x":
-            return int(payload), wrote
+            try:
+                return int(payload), wrote
+            except ValueError:  # not an exit code: as if the service had stopped
+                return None, wrote
+        else:  # no such channel: the answer cannot be trusted from here on
+            return None, wrote
 
 
 def main() -> int:

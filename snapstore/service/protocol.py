@@ -48,11 +48,31 @@ def encode_request(request: dict[str, Any]) -> bytes:
     return marshal.dumps(request)
 
 
+#: The fields a request may carry, and their types (``argv`` a list of str, ``env`` a dict of
+#: str to str); any other field, or another type, makes it no request.
+_STR_FIELDS = frozenset({"v", "id", "command", "cwd", "store", "encoding", "errors", "stdin", "op"})
+
+
 def decode_request(data: bytes) -> dict[str, Any]:
-    """The request dict; ValueError for anything else."""
-    value = marshal.loads(data)
+    """The request dict; ValueError for anything else (truncated or hostile bytes included:
+    a client of the same user may still send garbage, and the service must outlive it)."""
+    try:
+        value = marshal.loads(data)
+    except Exception as exc:  # marshal raises EOFError, TypeError, ValueError on bad data
+        raise ValueError(f"not a request: {type(exc).__name__}") from None
     if not isinstance(value, dict):
         raise ValueError("a request is a dict")
+    for key, field in value.items():
+        if key in _STR_FIELDS:
+            ok = isinstance(field, str)
+        elif key == "argv":
+            ok = isinstance(field, list) and all(isinstance(a, str) for a in field)
+        elif key == "env":
+            ok = isinstance(field, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in field.items())
+        else:
+            ok = False
+        if not ok:
+            raise ValueError(f"a request's {key!r} is not what it must be")
     return value
 
 

@@ -212,7 +212,7 @@ class Service:
                 protocol.send_frame(conn, b"a", b"")
                 protocol.send_frame(conn, b"x", b"0")
                 return
-            if os.path.realpath(str(request.get("store", ""))) != self.store_dir:
+            if os.path.realpath(str(request.get("store", ""))) != self.store_dir or "cwd" not in request:
                 protocol.send_frame(conn, b"n", b"store")
                 return
             # The ack names this process: a client that loses the answer waits for it to end
