@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all setup native chromium inspector demo test test-fast lint bench bench-quick torture clean
+.PHONY: all setup native fuzz chromium inspector demo test test-fast lint bench bench-quick torture clean
 
 all: test
 
@@ -77,6 +77,25 @@ bench: $(STAMP) $(NATIVE)
 bench-quick: $(STAMP) $(NATIVE)
 	$(PY) -m benchmarks.run --quick
 	$(PY) -m benchmarks.storage_v2 --quick --out /tmp/snapstore-storage-v2-quick.json
+
+# libFuzzer over the native client's side of the protocol (tests/test_native_fuzz.py runs the same
+# target's seeded driver under ASan/UBSan in every `make test`).  Needs clang with libFuzzer:
+# installed with apt-get when root, as for chromium.  FUZZ_SECONDS=600 make fuzz for a long run.
+FUZZ_SECONDS ?= 60
+FUZZ_DIR := $(VENV)/fuzz
+fuzz: $(STAMP)
+	@if ! command -v clang >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing clang with libFuzzer (apt-get)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang libclang-rt-14-dev >/dev/null 2>&1 || true; \
+	fi
+	@if command -v clang >/dev/null 2>&1; then \
+	  mkdir -p $(FUZZ_DIR)/corpus && \
+	  clang -g -O1 -fsanitize=fuzzer,address,undefined -DSNAPSTORE_VERSION_TAG='"fuzz"' -DSNAPSTORE_PYTHON_CLIENT='"/bin/false"' \
+	    -o $(FUZZ_DIR)/fuzz_frames snapstore/service/cclient/fuzz_frames.c && \
+	  $(FUZZ_DIR)/fuzz_frames -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -close_fd_mask=3 $(FUZZ_DIR)/corpus; \
+	else \
+	  echo "make: no clang with libFuzzer: the seeded driver runs in make test (tests/test_native_fuzz.py)"; \
+	fi
 
 torture: $(STAMP)
 	$(PY) -m tests.torture
