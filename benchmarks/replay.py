@@ -122,3 +122,9 @@ def run_replay(bench, comps: dict, corpus: str, tree: str, steps: int, seed: int
         f"{corpus} replay of {steps} steps ({hist.kinds['edited']} file edits, {hist.kinds['added']} "
         f"adds, {hist.kinds['deleted']} deletes, {hist.kinds['renamed']} renames): {per}")
     log(f"{corpus} replay: {per}")
+
+
+if __name__ == "__main__":  # python -m benchmarks.replay --repo PATH: a real repository's history
+    from .repo_replay import main
+
+    raise SystemExit(main())

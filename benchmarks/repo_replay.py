@@ -1,0 +1,180 @@
+"""Replay a git repository's first-parent history as one checkpoint per commit (issue 24 req 5).
+
+``python -m benchmarks.replay --repo PATH [--commits N] [--restores K] [--out FILE.json]``:
+the tree of each of the last N first-parent commits of PATH is laid out in a scratch directory
+(``git read-tree -u --reset`` with a private index: untimed, PATH is only read), and every
+contestant checkpoints it, the order alternating per commit:
+
+- ``snap-cli``: ``snapstore snapshot`` processes without a service;
+- ``snap-svc``: the same with the store's resident service (through the native client when
+  ``make setup`` built it);
+- ``git-cli``: a shadow git repository driven as Cline drives it (``add -A`` + ``commit``);
+- ``snap-watch`` and ``pygit2``: library calls in a resident child process each.
+
+Then K random commits are restored by ``snap-svc`` and ``git-cli`` (the tree is put back at the
+newest commit, untimed, before each), and the store sizes are compared with ``git gc``.
+Reported: per-checkpoint median and p95 per contestant, each snapstore contestant's median
+ratio to its git counterpart (CLI to git-cli, library to pygit2), restore medians, sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+from . import competitors
+from .measure import fmt_bytes, output
+
+
+def first_parent_commits(repo: str, n: int) -> list[str]:
+    """The last ``n`` first-parent commits of ``repo``'s HEAD, oldest first."""
+    shas = output(["git", "-C", repo, "rev-list", "--first-parent", "--reverse", "HEAD"]).split()
+    return shas[-n:]
+
+
+class Layout:
+    """Lays the tree of a commit of ``repo`` out in ``tree`` (files of earlier commits removed)."""
+
+    def __init__(self, repo: str, tree: str, index: str):
+        self.env = dict(os.environ, GIT_DIR=output(["git", "-C", repo, "rev-parse", "--absolute-git-dir"]).strip(),
+                        GIT_WORK_TREE=tree, GIT_INDEX_FILE=index)
+        self.tree = tree
+
+    def checkout(self, sha: str) -> None:
+        subprocess.run(["git", "read-tree", "-u", "--reset", sha], env=self.env, check=True, capture_output=True)
+
+
+def p95(xs: list[float]) -> float:
+    ordered = sorted(xs)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+
+
+def replay(repo: str, commits: int, restores: int, seed: int) -> dict[str, Any]:
+    shas = first_parent_commits(repo, commits)
+    work = tempfile.mkdtemp(prefix="replay.")
+    tree = os.path.join(work, "tree")
+    os.makedirs(tree)
+    layout = Layout(repo, tree, os.path.join(work, "replay.index"))
+    svc = competitors.SnapSvc(tree, os.path.join(work, "snap-svc"))
+    contestants: list[Any] = [
+        competitors.SnapCLI(tree, os.path.join(work, "snap-cli")),
+        svc,
+        competitors.GitCLI(tree, os.path.join(work, "git-cli")),
+        competitors.LibWorker("snapwatch", tree, os.path.join(work, "snap-watch")),
+        competitors.LibWorker("pygit2", tree, os.path.join(work, "pygit2")),
+    ]
+    times: dict[str, list[float]] = {c.name: [] for c in contestants}
+    ids: dict[str, list[str]] = {"snap-svc": [], "git-cli": []}
+    try:
+        for c in contestants:
+            c.setup()
+        layout.checkout(shas[0])
+        for c in contestants:  # the initial checkpoint (not in the per-commit figures)
+            c.checkpoint("initial")
+        svc.start_service()
+        for i, sha in enumerate(shas[1:], 1):
+            layout.checkout(sha)
+            order = contestants if i % 2 else contestants[::-1]
+            for c in order:
+                seconds, _ = c.checkpoint(f"commit {sha[:12]}")
+                times[c.name].append(seconds)
+            ids["snap-svc"].append(svc.latest_id())
+            ids["git-cli"].append(contestants[2].latest_id())
+        served = svc.requests()
+        restore_times = _restores(layout, shas, svc, contestants[2], ids, restores, seed)
+        sizes = _sizes(contestants)
+    finally:
+        for c in contestants:
+            c.close()
+        svc.stop_service()
+        shutil.rmtree(work, ignore_errors=True)
+    return _report(repo, shas, times, restore_times, sizes, served)
+
+
+def _restores(layout: Layout, shas: list[str], svc: Any, git: Any, ids: dict[str, list[str]], k: int, seed: int) -> dict[str, list[float]]:
+    rng = random.Random(seed)
+    picks = [rng.randrange(len(ids["git-cli"]) - 1) for _ in range(k)] if len(ids["git-cli"]) > 1 else []
+    out: dict[str, list[float]] = {"snap-svc": [], "git-cli": []}
+    for n, step in enumerate(picks):
+        pair = [("snap-svc", svc, ids["snap-svc"][step]), ("git-cli", git, ids["git-cli"][step])]
+        for name, contestant, ref in pair if n % 2 else pair[::-1]:
+            layout.checkout(shas[-1])  # every restore starts from the newest commit's tree
+            seconds, _ = contestant.restore(ref)
+            out[name].append(seconds)
+    layout.checkout(shas[-1])
+    return out
+
+
+def _sizes(contestants: list[Any]) -> dict[str, int]:
+    sizes = {c.name: c.disk_bytes() for c in contestants if c.name in ("snap-svc", "git-cli")}
+    sizes["git gc"] = contestants[2].gc_bytes()[0]
+    return sizes
+
+
+def _report(repo: str, shas: list[str], times: dict[str, list[float]], restores: dict[str, list[float]],
+            sizes: dict[str, int], served: int | None) -> dict[str, Any]:
+    med = {k: statistics.median(v) for k, v in times.items() if v}
+    peer = {"snap-cli": "git-cli", "snap-svc": "git-cli", "snap-watch": "pygit2"}
+    rows = [{"contestant": k, "median_ms": med[k] * 1000, "p95_ms": p95(times[k]) * 1000,
+             "vs": peer.get(k), "ratio": med[k] / med[peer[k]] if k in peer and med.get(peer[k]) else None}
+            for k in med]
+    rmed = {k: statistics.median(v) for k, v in restores.items() if v}
+    return {
+        "repo": os.path.abspath(repo), "commits": len(shas), "first": shas[0], "last": shas[-1],
+        "machine": f"{platform.machine()} {os.cpu_count()} cpu, Python {platform.python_version()}, {platform.platform()}",
+        "checkpoints": rows, "served_by_service": served,
+        "restore": {k: {"median_ms": v * 1000, "n": len(restores[k])} for k, v in rmed.items()},
+        "restore_ratio": rmed["snap-svc"] / rmed["git-cli"] if rmed.get("git-cli") and "snap-svc" in rmed else None,
+        "sizes": sizes, "size_ratio": sizes["snap-svc"] / sizes["git gc"] if sizes.get("git gc") else None,
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    lines = [f"Replay of {doc['commits']} first-parent commits of `{os.path.basename(doc['repo'])}` "
+             f"({doc['first'][:12]}..{doc['last'][:12]}), {doc['when']}; {doc['machine']}.", "",
+             "| contestant | per checkpoint, median | p95 | ratio |", "| --- | --- | --- | --- |"]
+    for r in doc["checkpoints"]:
+        ratio = f"{r['ratio']:.2f}x {r['vs']}" if r["ratio"] is not None else ""
+        lines.append(f"| {r['contestant']} | {r['median_ms']:.1f} ms | {r['p95_ms']:.1f} ms | {ratio} |")
+    rs = doc["restore"]
+    if rs:
+        lines += ["", "| restore of a random commit | median |", "| --- | --- |"]
+        lines += [f"| {k} | {v['median_ms']:.1f} ms (n={v['n']}) |" for k, v in rs.items()]
+        if doc["restore_ratio"] is not None:
+            lines.append(f"| ratio snap-svc / git-cli | {doc['restore_ratio']:.2f}x |")
+    sz = doc["sizes"]
+    lines += ["", "| store | bytes |", "| --- | --- |"] + [f"| {k} | {fmt_bytes(v)} |" for k, v in sz.items()]
+    if doc["size_ratio"] is not None:
+        lines.append(f"| ratio snap-svc / git gc | {doc['size_ratio']:.2f}x |")
+    if doc["served_by_service"] is not None:
+        lines += ["", f"(snap-svc: {doc['served_by_service']} requests answered by the service)"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.replay", description=__doc__)
+    parser.add_argument("--repo", required=True, help="a git repository (only read)")
+    parser.add_argument("--commits", type=int, default=150)
+    parser.add_argument("--restores", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", help="write the JSON report here (and FILE.md beside it)")
+    args = parser.parse_args(argv)
+    doc = replay(args.repo, args.commits, args.restores, args.seed)
+    text = markdown(doc)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=2)
+        with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+            f.write(text)
+    return 0
