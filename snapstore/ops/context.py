@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from snapstore.storage.backend import Backend
 
 if TYPE_CHECKING:
+    from snapstore.records.conversation import Memo
     from snapstore.records.manifest import Entry
     from snapstore.records.manifest_codec import Codec
     from snapstore.records.requests import Request
@@ -81,6 +82,7 @@ class StageContext:
     __slots__ = (
         "backend", "root", "excluded", "level", "store_dir", "delta_depth",
         "manifest_memo", "watcher", "tree_state", "walk_check", "request", "found_hint",
+        "conversation_memos",
     )  # fmt: skip
 
     def __init__(
@@ -115,6 +117,9 @@ class StageContext:
         #: The service request this work is done for (its id goes into the transaction of the
         #: effect: records.requests); None outside the service.
         self.request: Request | None = None
+        #: The last conversation written per task (records.conversation.Memo), for the few
+        #: most recent tasks: a conversation that grows costs only its new messages.
+        self.conversation_memos: dict[str | None, Memo] = {}
         #: What a walk would find right after a restore (ops.restore.after), for the record
         #: of the tree it left: (the oplog key of that restore, the records).  Used once, only
         #: while nothing else was recorded since; cleared by whoever set it.

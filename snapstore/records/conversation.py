@@ -46,8 +46,9 @@ INLINE_MAX = 64 << 10
 MAX_RECORDS = 1 << 20
 
 
-def encode_messages(messages: Any, warnings: list[str] | None = None) -> list[bytes]:
-    """Validate and encode ``messages`` (a list of JSON-compatible values) as records.
+def encode_messages(messages: Any, warnings: list[str] | None = None, first: int = 0) -> list[bytes]:
+    """Validate and encode ``messages`` (a list of JSON-compatible values) as records
+    (``first``: the index of the first one in its conversation, for the error message).
 
     Text that is not valid Unicode (a lone surrogate: half of an emoji a transcript cut) is
     stored with U+FFFD in its place and said in ``warnings``: one such message must not cost
@@ -57,7 +58,7 @@ def encode_messages(messages: Any, warnings: list[str] | None = None) -> list[by
         raise UsageError("a conversation must be a JSON list of messages")
     records = []
     replaced = 0
-    for i, message in enumerate(messages):
+    for i, message in enumerate(messages, first):
         try:
             text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -76,6 +77,52 @@ def encode_messages(messages: Any, warnings: list[str] | None = None) -> list[by
     return records
 
 
+#: The most a :class:`Memo` keeps (encoded bytes of one conversation); a longer one is encoded
+#: in full at every checkpoint, as without a memo.
+MEMO_MAX = 64 << 20
+
+
+class Memo:
+    """The last conversation a long-lived Store wrote for one task: copies of its messages,
+    their records and the hash state after them, so that the next checkpoint of a conversation
+    that grew by appending encodes and hashes only the new messages.
+
+    The old messages are compared with ``==`` against the copies (in C: a fraction of encoding
+    them); an earlier message changed in place is then seen and the whole conversation encoded
+    again.  (``==`` holds between 1, 1.0 and True, and between dicts whose keys are in another
+    order: such a change of an earlier message keeps its first encoding.)
+    """
+
+    __slots__ = ("messages", "records", "hasher", "size")
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self.records: list[bytes] = []
+        self.hasher: Any = None
+        self.size = 0
+
+    def encode(self, messages: Any, warnings: list[str] | None) -> tuple[list[bytes], int]:
+        """The records of ``messages`` and how many leading ones are this memo's (whose hash
+        state is :attr:`hasher`)."""
+        n = len(self.messages)
+        if n and isinstance(messages, list | tuple) and len(messages) >= n and list(messages[:n]) == self.messages:
+            return self.records + encode_messages(messages[n:], warnings, first=n), n
+        return encode_messages(messages, warnings), 0
+
+    def keep(self, messages: Any, known: int, records: list[bytes], hasher: Any) -> None:
+        """Remember what was just written (``known`` leading messages were the memo's)."""
+        import copy
+
+        size = self.size if known else 0
+        size += sum(len(r) for r in records[known:])
+        if size > MEMO_MAX:
+            self.__init__()  # type: ignore[misc]  # (reset in place)
+            return
+        fresh = copy.deepcopy(list(messages[known:]))  # the caller may change its own later
+        self.messages = (self.messages[:known] if known else []) + fresh
+        self.records, self.hasher, self.size = records, hasher.copy(), size
+
+
 def write(
     messages: Any,
     put: Put,
@@ -86,6 +133,7 @@ def write(
     inline: bool = False,
     get: Get | None = None,
     warnings: list[str] | None = None,
+    memo: Memo | None = None,
 ) -> tuple[bytes, bytes | None]:
     """Prepare a conversation for storing; returns ``(conversation id, record or None)``.
 
@@ -95,8 +143,22 @@ def write(
     ``base`` is ``(id, message count, depth)`` of a stored conversation that may be a prefix of
     this one (the previous checkpoint's); it is used only if it really is.  The record is None
     when the conversation is already stored under its id (the caller need not write it).
+    ``memo`` (a long-lived Store's, per task) spares re-encoding and re-hashing the messages it
+    holds (:class:`Memo`).
     """
-    records = encode_messages(messages, warnings)
+    records, known = memo.encode(messages, warnings) if memo is not None else (encode_messages(messages, warnings), 0)
+    cid, record, hasher = _write(records, put, level, encode, base, inline, get, memo if known else None)
+    if memo is not None:
+        memo.keep(messages, known, records, hasher)
+    return cid, record
+
+
+def _write(
+    records: list[bytes], put: Put, level: int, encode: bool, base: tuple[bytes, int, int] | None,
+    inline: bool, get: Get | None, memo: Memo | None,
+) -> tuple[bytes, bytes | None, Any]:
+    """:func:`write` on encoded records; also returns the hash state after all of them.
+    ``memo``: its records lead ``records`` and its hash state is theirs."""
     hasher = blake3.blake3()
     start = 0
     depth = 0
@@ -105,8 +167,11 @@ def write(
     if base is not None:
         bid, bcount, bdepth = base
         if bcount <= len(records) and (bdepth < MAX_DEPTH or (inline and get is not None)):
-            for r in records[:bcount]:
-                hasher.update(r)
+            if memo is not None and len(memo.records) == bcount:
+                hasher = memo.hasher.copy()  # the same records: their hash is known
+            else:
+                for r in records[:bcount]:
+                    hasher.update(r)
             if hasher.digest() != bid:
                 pass
             elif bdepth < MAX_DEPTH:
@@ -122,16 +187,16 @@ def write(
         hasher.update(appended)
         cid = hasher.digest()
         if base_id is not None and cid == base_id:
-            return cid, None
+            return cid, None, hasher
         if parts is not None and cid == parts[-1]:
-            return cid, None
+            return cid, None, hasher
         fields: dict[str, Any] = {
             "base": base_id, "count": start, "depth": depth, "total": len(records), "chunks": [],
             "inline": objects.encode_chunk(appended, level), "inline_size": len(appended),
         }
         if parts is not None:
             fields["parts"] = parts
-        return cid, msgpack.packb(fields, use_bin_type=True)
+        return cid, msgpack.packb(fields, use_bin_type=True), hasher
     if parts is not None:  # too big to be inline: a full record of chunks, as in format 1
         hasher, start = blake3.blake3(), 0
     refs = []
@@ -143,12 +208,12 @@ def write(
         refs.append([cid, len(data), len(group)])
     cid = hasher.digest()
     if base_id is not None and cid == base_id:
-        return cid, None  # nothing appended: the same conversation
+        return cid, None, hasher  # nothing appended: the same conversation
     record = msgpack.packb(
         {"base": base_id, "count": start, "depth": depth, "total": len(records), "chunks": refs},
         use_bin_type=True,
     )
-    return cid, record
+    return cid, record, hasher
 
 
 def parse_record(cid: bytes, value: bytes) -> dict[str, Any]:

@@ -88,6 +88,10 @@ def manifest_of(
     return mid, record, fingerprint
 
 
+#: Tasks whose last conversation a Store keeps (records.conversation.Memo).
+MEMO_TASKS = 8
+
+
 def conversation_of(
     ctx: StageContext, messages: Any, task: str | None, records: Records, packed: bool, warnings: list[str]
 ) -> bytes:
@@ -97,10 +101,15 @@ def conversation_of(
 
     backend = ctx.backend
     base = _conversation_base(backend, task)
+    memos = ctx.conversation_memos
+    memo = memos.pop(task, None) or conversation.Memo()
+    memos[task] = memo  # the most recently used last
+    while len(memos) > MEMO_TASKS:
+        del memos[next(iter(memos))]
     with backend.read() as view:
         cid, record = conversation.write(
             messages, records.put, ctx.level, encode=False, base=base, inline=packed, get=view.get,
-            warnings=warnings,
+            warnings=warnings, memo=memo,
         )
     if record is not None:
         records.ops.append(("conversations", cid, record))
