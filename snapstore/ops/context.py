@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from snapstore.storage.backend import Backend
 
 if TYPE_CHECKING:
+    from snapstore.ops.snapshot.ordered import Ordered
     from snapstore.records.conversation import Memo
     from snapstore.records.manifest import Entry
     from snapstore.records.manifest_codec import Codec
@@ -66,11 +67,13 @@ class ManifestMemo:
     an unchanged tree is recognised by one dict comparison, a changed one re-encodes only the
     manifest chunks that changed (``codec``)."""
 
-    __slots__ = ("entries", "mid", "codec")
+    __slots__ = ("entries", "mid", "codec", "ordered")
 
     def __init__(self) -> None:
         #: The entries of manifest ``mid`` (the dict itself: whoever patches entries copies it).
         self.entries: dict[bytes, Entry] | None = None
+        #: Those entries in path order, with their totals (ops.snapshot.ordered.Ordered).
+        self.ordered: Ordered | None = None
         self.mid: bytes | None = None
         self.codec: Codec | None = None
 

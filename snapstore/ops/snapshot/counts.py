@@ -99,11 +99,15 @@ def new_bytes(backend: Backend, objects_: list[Op]) -> int:
 
 def stats(result: SnapshotResult) -> dict[str, Any]:
     """The ``stats`` of the checkpoint's record (``new_bytes`` is added once known)."""
-    sizes = [e[3] for e in result.entries if e[1] <= EXEC]  # files (FILE, EXEC): one pass, no property calls
+    if result.totals is not None:
+        files, size = result.totals
+    else:
+        sizes = [e[3] for e in result.entries if e[1] <= EXEC]  # files (FILE, EXEC): one pass, no property calls
+        files, size = len(sizes), sum(sizes)
     report = result.report
     return {
-        "files": len(sizes),
-        "bytes": sum(sizes),
+        "files": files,
+        "bytes": size,
         "added": result.added,
         "modified": result.modified,
         "deleted": result.deleted,

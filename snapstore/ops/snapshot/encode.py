@@ -80,7 +80,7 @@ def manifest_of(
     else:
         codec = memo.codec = memo.codec or manifest_codec.Codec()
         mid, _, record = manifest_codec.write_manifest(codec, ordered, records.put, ctx.level, encode=False)
-    memo.entries, memo.mid = None, None  # set again once this snapshot is committed
+    memo.entries, memo.mid, memo.ordered = None, None, None  # set again once this snapshot is committed
     if parent is not None and mid == parent.manifest:
         records.plain.clear()  # the parent's manifest: its chunks are stored (no lookups, no page faults)
     if record is not None:

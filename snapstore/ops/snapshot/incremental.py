@@ -55,6 +55,8 @@ class Patched(NamedTuple):
     touched: set[bytes]
     #: The files with more than one hard link now (the state's next ``links``).
     links: set[bytes]
+    #: The entries the patch started from (the state's: the manifest memo's when they agree).
+    base: dict[bytes, Entry]
 
 
 #: The watcher's reason for a full walk that checks it (tree.watcher.Watcher.take).
@@ -230,7 +232,7 @@ def _patch(
         to_read = []
     touched = set(patch.removed)
     touched.update(f.path for f in changed)
-    return Patched(list(found.values()), cache, entries, to_read, stale, touched, links)
+    return Patched(list(found.values()), cache, entries, to_read, stale, touched, links, state.entries)
 
 
 def _links_after(before: set[bytes], patch: rescan.Patch, found: dict[bytes, scan.Found]) -> set[bytes] | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from snapstore.ops.context import Keys, StageContext
 from snapstore.ops.snapshot import commit, counts, encode, incremental, read, walk
+from snapstore.ops.snapshot.ordered import Ordered, order
 from snapstore.ops.snapshot.read import Progress
 from snapstore.ops.snapshot.result import SnapshotResult
 from snapstore.ops.snapshot.write import release_memory
@@ -80,7 +81,8 @@ def _take(
         ctx, tree.to_read, tree.entries, result,
         packed=start.packed, cached=start.cached, progress=progress, workers=workers,
     )  # fmt: skip
-    result.entries = [tree.entries[p] for p in sorted(tree.entries)]
+    ordered = order(ctx.manifest_memo, tree)
+    result.entries, result.totals = ordered.entries, (ordered.files, ordered.size)
     records = encode.Records(reads.kept)
     mid, mrecord, fingerprint = encode.manifest_of(ctx, start.parent, tree.entries, result.entries, records)
     result.manifest_id = mid
@@ -91,14 +93,14 @@ def _take(
     if skip_unchanged and commit.unchanged(start, result, messages is not None):
         assert start.parent is not None
         commit.reuse(ctx, tree, reads, records)
-        _remember(ctx, tree, reads, mid, start.keys)
+        _remember(ctx, tree, reads, mid, start.keys, ordered)
         result.reused = True
         return bytes.fromhex(start.parent.id), start.parent_record, result
     cp_id, packed = commit.commit(
         ctx, start, tree, reads, records, result, fingerprint,
         message=message, task=task, tags=tags, kind=kind, metadata=metadata,
     )  # fmt: skip
-    _remember(ctx, tree, reads, mid, (seq_key(start.seq), start.keys[1]))
+    _remember(ctx, tree, reads, mid, (seq_key(start.seq), start.keys[1]), ordered)
     # An unchanged tree mapped little: spare the madvise pass.  (A pooled read emptied
     # ``to_read``: its writer thread released memory after each commit.)
     if tree.to_read or mrecord is not None:
@@ -106,9 +108,9 @@ def _take(
     return cp_id, packed, result
 
 
-def _remember(ctx: StageContext, tree: walk.Inputs, reads: read.Reads, mid: bytes, keys: Keys) -> None:
+def _remember(ctx: StageContext, tree: walk.Inputs, reads: read.Reads, mid: bytes, keys: Keys, ordered: Ordered) -> None:
     """Keep what this snapshot recorded for the next one: the manifest memo and, when
     watching, the tree state (keyed by the newest log and oplog keys it leaves)."""
     memo = ctx.manifest_memo
-    memo.entries, memo.mid = tree.entries, mid
+    memo.entries, memo.mid, memo.ordered = tree.entries, mid, ordered
     incremental.remember(ctx, tree.walked, tree.cache, reads.cache_updates or {}, tree.stale, tree.entries, keys)

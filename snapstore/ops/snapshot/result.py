@@ -17,7 +17,7 @@ class SnapshotResult:
     # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
     __slots__ = (
         "entries", "manifest_id", "conversation_id", "added", "modified", "deleted",
-        "files_read", "bytes_read", "new_bytes", "reused", "found", "report", "changed",
+        "files_read", "bytes_read", "new_bytes", "reused", "found", "report", "changed", "totals",
     )  # fmt: skip
 
     def __init__(
@@ -40,3 +40,5 @@ class SnapshotResult:
         self.report = report if report is not None else scan.ScanReport()
         #: The paths whose entries differ from the parent's (the ``paths`` index rows).
         self.changed: list[bytes] = []
+        #: ``(files, bytes)`` of the entries when known without a pass over them.
+        self.totals: tuple[int, int] | None = None

@@ -71,7 +71,7 @@ class Inputs:
     """What a snapshot starts from."""
 
     # (Not a NamedTuple: creating one costs ~0.5 ms of the snapshot's import.)
-    __slots__ = ("found", "cache", "entries", "to_read", "stale", "walked")
+    __slots__ = ("found", "cache", "entries", "to_read", "stale", "walked", "touched", "base")
 
     def __init__(
         self,
@@ -94,6 +94,10 @@ class Inputs:
         self.stale = stale
         #: What to keep as the watcher's next state (None without a watcher).
         self.walked = walked
+        #: After a patch: the paths whose entries may differ from ``base``, the entries it
+        #: started from (ops.snapshot.ordered); None after a walk.
+        self.touched: set[bytes] | None = None
+        self.base: dict[bytes, Entry] | None = None
 
 
 def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: bool) -> Inputs:
@@ -119,7 +123,9 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     if patched is not None and state is not None:  # (serve --status shows how often each way)
         watcher.patched += 1
         walked = Walked(state.found, state.listings, patched.links)
-        return Inputs(patched.found, patched.cache, patched.entries, patched.to_read, patched.stale, walked)
+        out = Inputs(patched.found, patched.cache, patched.entries, patched.to_read, patched.stale, walked)
+        out.touched, out.base = patched.touched, patched.base
+        return out
     watcher.walks += 1
     listings: scan.Listings = {}
     found = scan.walk(ctx.root_bytes, ctx.excluded, report, listings)

@@ -1,0 +1,65 @@
+"""The snapshot's entries in path order, and the files and bytes they hold, kept across a
+watching Store's snapshots: O(changed) instead of a sort and a sum over every file.
+
+After a snapshot, the context keeps the ordered list it built (with its paths and totals)
+beside the manifest memo's entries dict.  The next snapshot whose inputs were patched from that
+very dict (``Inputs.base is memo.entries``) and say which paths may differ (``touched``) edits a
+copy of the list in those places only (a bisect each, a C-level insert or delete); any other
+snapshot sorts afresh.  tests/test_snapshot_ordered.py checks both against each other.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import TYPE_CHECKING
+
+from snapstore.records.manifest import EXEC, Entry
+
+if TYPE_CHECKING:
+    from snapstore.ops.context import ManifestMemo
+    from snapstore.ops.snapshot.walk import Inputs
+
+
+class Ordered:
+    """Entries in path order, their paths, and the count and total size of the files."""
+
+    __slots__ = ("entries", "paths", "files", "size")
+
+    def __init__(self, entries: list[Entry], paths: list[bytes], files: int, size: int) -> None:
+        self.entries, self.paths, self.files, self.size = entries, paths, files, size
+
+
+def order(memo: ManifestMemo, tree: Inputs) -> Ordered:
+    """``tree.entries`` in path order (incrementally when the memo allows it)."""
+    kept = memo.ordered
+    if kept is not None and tree.touched is not None and tree.base is not None and tree.base is memo.entries:
+        return _patched(kept, tree.entries, tree.touched)
+    return full(tree.entries)
+
+
+def full(entries: dict[bytes, Entry]) -> Ordered:
+    paths = sorted(entries)
+    ordered = [entries[p] for p in paths]
+    sizes = [e[3] for e in ordered if e[1] <= EXEC]  # files (FILE, EXEC): one pass, no property calls
+    return Ordered(ordered, paths, len(sizes), sum(sizes))
+
+
+def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) -> Ordered:
+    ordered, paths = list(kept.entries), list(kept.paths)  # (the kept lists stay as they were)
+    files, size = kept.files, kept.size
+    for path in sorted(touched):
+        i = bisect_left(paths, path)
+        old = ordered[i] if i < len(paths) and paths[i] == path else None
+        new = entries.get(path)
+        if old is not None and old[1] <= EXEC:
+            files, size = files - 1, size - old[3]
+        if new is not None and new[1] <= EXEC:
+            files, size = files + 1, size + new[3]
+        if old is not None and new is not None:
+            ordered[i] = new
+        elif old is not None:
+            del ordered[i], paths[i]
+        elif new is not None:
+            ordered.insert(i, new)
+            paths.insert(i, path)
+    return Ordered(ordered, paths, files, size)

@@ -1,0 +1,65 @@
+"""A watching Store keeps its entries in path order across snapshots (ops.snapshot.ordered):
+edited in the touched places only, and always what a sort of the whole tree gives, with the
+same file count and byte total (random edits, adds, deletes, renames, type changes)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+from snapstore.ops.snapshot import ordered
+from snapstore.store import Store
+
+
+def test_ordered_entries_and_totals_match_a_full_sort(tmp_path: Path, monkeypatch):
+    seen: list[tuple[list, int, int]] = []
+    used = {"patched": 0}
+    real = ordered._patched
+
+    def checking(kept, entries, touched):
+        out = real(kept, entries, touched)
+        used["patched"] += 1
+        fresh = ordered.full(entries)
+        seen.append((out.entries == fresh.entries and out.paths == fresh.paths, out.files - fresh.files, out.size - fresh.size))
+        return out
+
+    monkeypatch.setattr(ordered, "_patched", checking)
+    rng = random.Random(5)
+    root = tmp_path / "t"
+    for i in range(60):
+        (root / f"d{i % 7}").mkdir(parents=True, exist_ok=True)
+        (root / f"d{i % 7}" / f"f{i}.txt").write_text("x" * i)
+    with Store.init(root) as s:
+        s.close()
+    with Store.open(root, watch=True) as store:
+        store.snapshot("base")
+        time.sleep(0.2)
+        for step in range(40):
+            files = sorted(p for p in root.rglob("*") if p.is_file() and ".snapstore" not in p.parts)
+            for _ in range(rng.randint(1, 4)):
+                what = rng.random()
+                victim = rng.choice(files)
+                if what < 0.4 and victim.exists():
+                    victim.write_text("y" * rng.randint(0, 300))
+                elif what < 0.6:
+                    folder = root / f"d{rng.randint(0, 9)}"
+                    folder.mkdir(exist_ok=True)
+                    (folder / f"new{step}_{rng.randint(0, 999)}.txt").write_text("n" * step)
+                elif what < 0.75 and victim.exists():
+                    victim.unlink()
+                elif what < 0.9 and victim.exists():
+                    victim.rename(victim.with_name("r" + victim.name))
+                elif victim.exists():
+                    victim.unlink()
+                    os.symlink("elsewhere", victim)  # a file becomes a link: not a file any more
+            time.sleep(0.02)
+            cp = store.snapshot(f"step {step}")
+            with Store.open(root) as plain:  # a plain Store walks and sorts: no difference
+                assert plain.diff(cp.id) == [], step
+            files_now = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and ".snapstore" not in p.parts]
+            assert cp.stats["files"] == len(files_now), step
+            assert cp.stats["bytes"] == sum(p.stat().st_size for p in files_now), step
+    assert used["patched"] >= 20  # the incremental path ran
+    assert all(same and df == 0 and ds == 0 for same, df, ds in seen), seen
