@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -61,14 +61,18 @@ def release() -> None:
 
 
 @contextlib.contextmanager
-def limited(name: str, value: int) -> Iterator[int]:
+def limited(name: str, value: int | Callable[[], int]) -> Iterator[int]:
     """``fs.inotify.<name>`` set to ``value`` inside the block (the original value is yielded
-    and written back on the way out, whatever happens), with no other test running."""
+    and written back on the way out, whatever happens), with no other test running.  A
+    callable ``value`` is computed once the others have stopped (a count of watches in use
+    taken before would count theirs)."""
     skip_unless_settable(name)
     fd = _lock_fd()
     fcntl.flock(fd, fcntl.LOCK_EX)  # (converts this test's shared lock: waits for the others)
     try:
         original = read(name)
+        if callable(value):
+            value = value()
         try:
             _write(name, value)
         except OSError as exc:

@@ -55,7 +55,7 @@ def test_directories_past_max_user_watches_are_walked_at_every_checkpoint(tmp_pa
     Store.init(root).close()
     plain = Store.open(root)
     try:
-        with limited("max_user_watches", watches_in_use() + 4):
+        with limited("max_user_watches", lambda: watches_in_use() + 4):
             watched = Store.open(root, watch=True)
             status = watched.watch_status()
             assert status is not None and status["blind_dirs"] > 0, status

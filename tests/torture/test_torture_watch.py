@@ -290,7 +290,8 @@ def _phase(run: Run, name: str, steps: int) -> None:
         inside = max(1, steps // 2)
         run.close_watched()  # (its watches would be counted as someone else's)
         # Room for a few watches only: most of the tree is blind from the start, new directories too.
-        with limited("max_user_watches", watches_in_use() + run.tree.rng.randint(2, 8)):
+        margin = run.tree.rng.randint(2, 8)  # (drawn here: the seed's sequence stays as it was)
+        with limited("max_user_watches", lambda: watches_in_use() + margin):
             run.reopen()
             for _ in range(inside):
                 run.step(name, burst=False)

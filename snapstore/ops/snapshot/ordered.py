@@ -11,13 +11,8 @@ snapshot sorts afresh.  tests/test_snapshot_ordered.py checks both against each 
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING
 
 from snapstore.records.manifest import EXEC, Entry
-
-if TYPE_CHECKING:
-    from snapstore.ops.context import ManifestMemo
-    from snapstore.ops.snapshot.walk import Inputs
 
 
 class Ordered:
@@ -29,12 +24,18 @@ class Ordered:
         self.entries, self.paths, self.files, self.size = entries, paths, files, size
 
 
-def order(memo: ManifestMemo, tree: Inputs) -> Ordered:
-    """``tree.entries`` in path order (incrementally when the memo allows it)."""
-    kept = memo.ordered
-    if kept is not None and tree.touched is not None and tree.base is not None and tree.base is memo.entries:
-        return _patched(kept, tree.entries, tree.touched)
-    return full(tree.entries)
+def order(
+    kept: Ordered | None,
+    kept_of: dict[bytes, Entry] | None,
+    entries: dict[bytes, Entry],
+    touched: set[bytes] | None,
+    base: dict[bytes, Entry] | None,
+) -> Ordered:
+    """``entries`` in path order: ``kept`` (the order of the dict ``kept_of``) edited at
+    ``touched`` when ``entries`` were patched from that very dict (``base``), else sorted."""
+    if kept is not None and touched is not None and base is not None and base is kept_of:
+        return _patched(kept, entries, touched)
+    return full(entries)
 
 
 def full(entries: dict[bytes, Entry]) -> Ordered:

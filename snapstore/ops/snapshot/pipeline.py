@@ -81,7 +81,8 @@ def _take(
         ctx, tree.to_read, tree.entries, result,
         packed=start.packed, cached=start.cached, progress=progress, workers=workers,
     )  # fmt: skip
-    ordered = order(ctx.manifest_memo, tree)
+    memo = ctx.manifest_memo
+    ordered = order(memo.ordered, memo.entries, tree.entries, tree.touched, tree.base)
     result.entries, result.totals = ordered.entries, (ordered.files, ordered.size)
     records = encode.Records(reads.kept)
     mid, mrecord, fingerprint = encode.manifest_of(ctx, start.parent, tree.entries, result.entries, records)
