@@ -72,7 +72,7 @@ lint: $(STAMP)
 
 bench: $(STAMP) $(NATIVE)
 	$(PY) -m benchmarks.run --out docs/benchmarks.md
-	$(PY) -m benchmarks.replay --repo . --commits 150 --out benchmarks/results/replay-own-history.json
+	$(PY) -m benchmarks.replay --repo . --commits 150 --out benchmarks/results/replay-own-history.json --md docs/benchmarks-replay.md
 	$(PY) -m benchmarks.storage_v2 --md docs/benchmarks-storage.md
 
 bench-quick: $(STAMP) $(NATIVE)
