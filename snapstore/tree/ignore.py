@@ -178,10 +178,32 @@ def rules_for_dir(
     return tuple(levels)
 
 
+#: Answers of :func:`is_ignored` per rules object (rules are immutable: a changed ignore file
+#: makes new ones): a watching Store re-lists the same directories again and again, and a
+#: pattern match costs ~100 times a dict lookup.  Bounded: cleared when it grows past the caps.
+_answers: dict[int, tuple[Rules, dict[tuple[bytes, bool], bool]]] = {}
+_MAX_RULES = 256
+_MAX_ANSWERS = 1 << 16
+
+
 def is_ignored(rules: Rules, rel: bytes, is_dir: bool) -> bool:
     """True when ``rel`` (a path relative to the root) is excluded by ``rules``."""
     if not rules:
         return False
+    slot = _answers.get(id(rules))
+    if slot is None or slot[0] is not rules:  # (an id is reused only once its rules are gone)
+        if len(_answers) >= _MAX_RULES:
+            _answers.clear()
+        slot = _answers[id(rules)] = (rules, {})
+    known = slot[1].get((rel, is_dir))
+    if known is None:
+        known = _matches(rules, rel, is_dir)
+        if len(slot[1]) < _MAX_ANSWERS:
+            slot[1][(rel, is_dir)] = known
+    return known
+
+
+def _matches(rules: Rules, rel: bytes, is_dir: bool) -> bool:
     path = os.fsdecode(rel) + ("/" if is_dir else "")
     for level in reversed(rules):
         if level.base:

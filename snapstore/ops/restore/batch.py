@@ -207,16 +207,16 @@ def _stage_all(
         for item in items:
             staged[item[0]] = one(item)
         return
-    from concurrent.futures import ThreadPoolExecutor  # only for restores of many files
+    from snapstore.ops.workers import pool  # only for restores of many files
 
     error: BaseException | None = None
-    with ThreadPoolExecutor(min(WORKERS, len(items)), thread_name_prefix="snapstore-restore") as pool:
-        futures = [(item[0], pool.submit(one, item)) for item in items]
-        for i, fut in futures:  # wait for every writer, so none is left writing after an error
-            try:
-                staged[i] = fut.result()
-            except BaseException as exc:
-                error = error or exc
+    writers = pool("restore", WORKERS)
+    futures = [(item[0], writers.submit(one, item)) for item in items]
+    for i, fut in futures:  # wait for every writer, so none is left writing after an error
+        try:
+            staged[i] = fut.result()
+        except BaseException as exc:
+            error = error or exc
     if error is not None:
         raise error
 

@@ -287,7 +287,7 @@ def _read_ahead(
             budget -= e.size
     if len(todo) < PARALLEL_MIN:
         return {}
-    from concurrent.futures import ThreadPoolExecutor
+    from snapstore.ops.workers import pool
 
     def read(sids: list[bytes]) -> dict[bytes, list[bytes] | CorruptError]:
         out: dict[bytes, list[bytes] | CorruptError] = {}
@@ -304,7 +304,6 @@ def _read_ahead(
     step = -(-len(todo) // READ_THREADS)
     shares = [todo[i : i + step] for i in range(0, len(todo), step)]
     result: dict[bytes, list[bytes] | CorruptError] = {}
-    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="snapstore-verify") as pool:
-        for part in pool.map(read, shares):
-            result.update(part)
+    for part in pool("verify", READ_THREADS).map(read, shares):
+        result.update(part)
     return result
