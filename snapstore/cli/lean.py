@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from snapstore.cli.app import Opener
     from snapstore.store import Store
 
 #: The global options (each takes a value, before or after the command) -> the name they set:
@@ -212,8 +213,11 @@ def failure_code(exc: BaseException, fail: Callable[[str], None]) -> int:
     return InternalError.exit_code
 
 
-def main(argv: list[str]) -> int | None:
-    """Run a plain ``snapshot`` command line without click; None when it is not one."""
+def main(argv: list[str], opener: Opener | None = None) -> int | None:
+    """Run a plain ``snapshot`` command line without click; None when it is not one.
+
+    ``opener`` is the resident service's way to open the store (:data:`snapstore.cli.app.Opener`):
+    the service runs a plain snapshot here too, sparing click's parsing of every request."""
     opts = parse_snapshot(argv)
     if opts is None:
         return None
@@ -225,7 +229,12 @@ def main(argv: list[str]) -> int | None:
         def open_store() -> Store:
             from snapstore.store import Store
 
-            store = Store.find(opts["directory"] or ".", store=opts["store_dir"], lock_timeout=opts["lock_timeout"])
+            if opener is not None:
+                from snapstore.cli.app import Ctx
+
+                store = opener(Ctx(opts["store_dir"], opts["directory"], opts["lock_timeout"], opener))
+            else:
+                store = Store.find(opts["directory"] or ".", store=opts["store_dir"], lock_timeout=opts["lock_timeout"])
             note = store.format_note  # as the click path's Ctx.open says it
             for line in store.notes + ([note] if note is not None else []):
                 _echo(f"snapstore: warning: {line}", err=True)
@@ -241,7 +250,7 @@ def main(argv: list[str]) -> int | None:
             skip_unchanged=opts["skip_unchanged"],
             quiet=opts["quiet"],
             as_json=opts["as_json"],
-            may_start_service=True,
+            may_start_service=opener is None,
         )
         for w in warnings:
             _echo(f"snapstore: warning: {w}", err=True)

@@ -264,6 +264,7 @@ class Service:
         self, argv: list[str], cwd: str, env: dict[str, str], stdin: str | None, out: Any, err: Any,
         command: str, rid: bytes | None,
     ) -> int:
+        from snapstore.cli import lean
         from snapstore.cli import main as cli_main
 
         with self._client_context(cwd, env):
@@ -276,7 +277,11 @@ class Service:
             if rid is not None:
                 self._begin_request(rid, command)
             try:
-                code = cli_main(argv, open_store=self._provide)
+                # A plain snapshot (what agents send after every tool call) skips click's
+                # parsing, as in-process: the same body, the same bytes (cli.lean).
+                code = lean.main(argv, opener=self._provide) if command == "snapshot" else None
+                if code is None:
+                    code = cli_main(argv, open_store=self._provide)
                 if rid is not None:
                     self._record_outcome(rid, command, code)
                     requests.seam(self.store.context.request, "after-command")
