@@ -59,13 +59,16 @@ def manifest_of(
     entries: dict[bytes, Entry],
     ordered: list[Entry],
     records: Records,
+    same: bool | None = None,
 ) -> tuple[bytes, bytes | None, bytes | None]:
     """``(manifest id, its stream record or None, fingerprint or None)`` for ``ordered`` (the
     values of ``entries`` in path order).  The record and the new chunks go to ``records``; the
     fingerprint, when computed, is to be stored with the checkpoint (:data:`LAST_MANIFEST`).
-    The memo is cleared: the caller sets it once the snapshot is committed."""
+    The memo is cleared: the caller sets it once the snapshot is committed.  ``same``: whether
+    ``entries`` are known to equal the memo's (ops.snapshot.ordered), sparing a comparison of
+    every entry; None when not known."""
     memo = ctx.manifest_memo
-    if parent is not None and memo.mid == parent.manifest and memo.entries == entries:
+    if parent is not None and memo.mid == parent.manifest and (same if same is not None else memo.entries == entries):
         return parent.manifest, None, None
     record = fingerprint = None
     if memo.mid is None:  # this context's first snapshot (a CLI process takes only one)

@@ -18,10 +18,13 @@ from snapstore.records.manifest import EXEC, Entry
 class Ordered:
     """Entries in path order, their paths, and the count and total size of the files."""
 
-    __slots__ = ("entries", "paths", "files", "size")
+    __slots__ = ("entries", "paths", "files", "size", "same")
 
-    def __init__(self, entries: list[Entry], paths: list[bytes], files: int, size: int) -> None:
+    def __init__(self, entries: list[Entry], paths: list[bytes], files: int, size: int, same: bool | None = None) -> None:
         self.entries, self.paths, self.files, self.size = entries, paths, files, size
+        #: Whether the entries are those of the kept order's dict (known only when patched:
+        #: then nobody need compare the two dicts); None when not known.
+        self.same = same
 
 
 def order(
@@ -48,6 +51,7 @@ def full(entries: dict[bytes, Entry]) -> Ordered:
 def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) -> Ordered:
     ordered, paths = list(kept.entries), list(kept.paths)  # (the kept lists stay as they were)
     files, size = kept.files, kept.size
+    same = True
     for path in sorted(touched):
         i = bisect_left(paths, path)
         old = ordered[i] if i < len(paths) and paths[i] == path else None
@@ -56,6 +60,8 @@ def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) ->
             files, size = files - 1, size - old[3]
         if new is not None and new[1] <= EXEC:
             files, size = files + 1, size + new[3]
+        if old != new:
+            same = False
         if old is not None and new is not None:
             ordered[i] = new
         elif old is not None:
@@ -63,4 +69,4 @@ def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) ->
         elif new is not None:
             ordered.insert(i, new)
             paths.insert(i, path)
-    return Ordered(ordered, paths, files, size)
+    return Ordered(ordered, paths, files, size, same)
