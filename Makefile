@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all setup native fuzz chromium inspector demo test test-fast lint bench bench-quick torture clean
+.PHONY: all setup native fuzz chromium inspector peers demo test test-fast lint bench bench-quick torture clean
 
 all: test
 
@@ -70,7 +70,19 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check snapstore tests benchmarks
 	$(VENV)/bin/mypy
 
-bench: $(STAMP) $(NATIVE)
+# restic and borg join the stdlib rows as peers (benchmarks/peers.py): installed with apt-get when
+# missing and we are root, as for chromium; otherwise their rows say why they are missing.
+peers:
+	@for tool in restic:restic borg:borgbackup; do exe=$${tool%%:*}; pkg=$${tool##*:}; \
+	  if command -v $$exe >/dev/null 2>&1; then :; \
+	  elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $$pkg for the benchmark's peer rows (apt-get)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$pkg >/dev/null 2>&1 || \
+	      echo "make: could not install $$pkg: no $$exe rows in the benchmark"; \
+	  else echo "make: no $$exe and not root with apt-get: no $$exe rows in the benchmark"; fi; \
+	done
+
+bench: $(STAMP) $(NATIVE) peers
 	$(PY) -m benchmarks.run --out docs/benchmarks.md
 	$(PY) -m benchmarks.replay --repo . --commits 150 --out benchmarks/results/replay-own-history.json --md docs/benchmarks-replay.md
 	$(PY) -m benchmarks.storage_v2 --md docs/benchmarks-storage.md

@@ -40,7 +40,9 @@ RATIO_TARGETS: dict[tuple[str, str, str], float] = {
     ("stdlib", "no-change", "watch"): 0.05,
     ("stdlib", "edit-1", "watch"): 0.1,
 }
-MODES = {"cli": "CLI", "svc": "CLI + service", "lib": "library", "watch": "library, watch=True"}
+MODES = {"cli": "CLI", "svc": "CLI + service", "lib": "library", "watch": "library, watch=True",
+         # snapstore beside the backup tools (benchmarks.peers)
+         "cli-restic": "CLI", "cli-borg": "CLI", "svc-restic": "CLI + service", "svc-borg": "CLI + service"}
 
 BIGFILE_BYTES_TARGET = 256 * KIB
 RSS_TARGET = 100 * MB

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from . import competitors, corpora, replay
+from . import competitors, corpora, peers, replay
 from .common import ORDER, PAIRS, expand, floors, log
 from .competitors import GitCLI, LibWorker, NotBuilt, OpFailed, SnapCLI, SnapSvc
 from .measure import CommandFailed, Series, fmt_bytes, fmt_seconds
@@ -397,6 +397,8 @@ class Bench(ServiceScenarios):
                     self.session(comps, "stdlib", editor, a.session_steps)
                 if a.replay_steps:
                     replay.run_replay(self, comps, "stdlib", tree, a.replay_steps, a.seed)
+                if not a.no_peers:
+                    peers.run_peers(self, comps, "stdlib", tree, os.path.join(work, "state-stdlib"), editor, runs)
                 self.corpora_meta["bigfile"] = "stdlib + one 200 MB file of seeded random bytes"
                 self.bigfile(comps, editor, runs)
             finally:
@@ -456,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resolve-checkpoints", type=int, default=10_000,
                    help="checkpoints in the store whose resolve latency is measured")
     p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--no-peers", action="store_true", help="skip restic and borg (benchmarks.peers)")
     p.add_argument("--snapstore-at", metavar="REV",
                    help="measure snapstore as of git revision REV (exported), not the working tree")
     p.add_argument("--workdir", default="/tmp/snapstore-bench")

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from snapstore.cli.app import Opener
     from snapstore.store import Store
 
 #: The global options (each takes a value, before or after the command) -> the name they set:
@@ -213,7 +212,7 @@ def failure_code(exc: BaseException, fail: Callable[[str], None]) -> int:
     return InternalError.exit_code
 
 
-def main(argv: list[str], opener: Opener | None = None) -> int | None:
+def main(argv: list[str], opener: Callable[[Any], Store] | None = None) -> int | None:
     """Run a plain ``snapshot`` command line without click; None when it is not one.
 
     ``opener`` is the resident service's way to open the store (:data:`snapstore.cli.app.Opener`):
@@ -229,10 +228,11 @@ def main(argv: list[str], opener: Opener | None = None) -> int | None:
         def open_store() -> Store:
             from snapstore.store import Store
 
-            if opener is not None:
-                from snapstore.cli.app import Ctx
+            if opener is not None:  # (what it reads of the click path's Ctx; no click imported here)
+                from types import SimpleNamespace
 
-                store = opener(Ctx(opts["store_dir"], opts["directory"], opts["lock_timeout"], opener))
+                where = SimpleNamespace(store_dir=opts["store_dir"], directory=opts["directory"] or ".", lock_timeout=opts["lock_timeout"])
+                store = opener(where)
             else:
                 store = Store.find(opts["directory"] or ".", store=opts["store_dir"], lock_timeout=opts["lock_timeout"])
             note = store.format_note  # as the click path's Ctx.open says it
