@@ -395,10 +395,10 @@ class Bench(ServiceScenarios):
                 self.diff_and_restore(comps, "stdlib", editor, runs)
                 if a.session_steps:
                     self.session(comps, "stdlib", editor, a.session_steps)
+                if not a.no_peers:  # (before the replay, which deletes and renames the editor's files)
+                    peers.run_peers(self, comps, "stdlib", tree, os.path.join(work, "state-stdlib"), editor, runs)
                 if a.replay_steps:
                     replay.run_replay(self, comps, "stdlib", tree, a.replay_steps, a.seed)
-                if not a.no_peers:
-                    peers.run_peers(self, comps, "stdlib", tree, os.path.join(work, "state-stdlib"), editor, runs)
                 self.corpora_meta["bigfile"] = "stdlib + one 200 MB file of seeded random bytes"
                 self.bigfile(comps, editor, runs)
             finally:
