@@ -28,6 +28,24 @@ def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def _round_trip(where: str, med) -> float | None:
+    """A command answered by a service on an empty store (``list -n 1``): the client's process
+    and one round trip, the least any command through the service costs; None when it fails."""
+    argv = competitors.snapstore_argv()
+    env = competitors.snap_env()
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
+        try:
+            run([*argv, "init", "-q"], cwd=tmp, env=env)
+            run([*argv, "serve", "--detach"], cwd=tmp, env=env)
+        except Exception:  # (a snapstore without the service: no such floor)
+            return None
+        try:
+            ts = [run([*argv, "list", "-n", "1"], cwd=tmp, env=env).seconds for _ in range(7)]
+            return statistics.median(ts[1:])
+        finally:
+            run([*argv, "serve", "--stop"], cwd=tmp, env=env, ok=())
+
+
 def floors(where: str) -> dict:
     """What bounds a command here: a bare interpreter, the thin client, one fsync in ``where``
     (the file system of the stores); medians of 6 runs after a warm-up."""
@@ -37,7 +55,8 @@ def floors(where: str) -> dict:
         return statistics.median(ts[1:])
 
     out = {"python_start_s": med([sys.executable, "-c", "pass"]),
-           "client_version_s": med([*competitors.snapstore_argv(), "--version"])}
+           "client_version_s": med([*competitors.snapstore_argv(), "--version"]),
+           "client_roundtrip_s": _round_trip(where, med)}
     with tempfile.NamedTemporaryFile(dir=where) as f:
         ts = []
         for _ in range(7):
