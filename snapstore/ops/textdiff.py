@@ -69,6 +69,59 @@ def common_ends(a: Sequence[T], b: Sequence[T]) -> tuple[int, int]:
     return head, tail
 
 
+#: Bytes compared per step when looking for the common ends of two files.
+_BLOCK = 1 << 14
+
+
+def _common_prefix(a: bytes, b: memoryview, n: int) -> int:
+    """How many leading bytes ``a`` and ``b`` share, looking at most ``n`` (``startswith`` of a
+    view: memcmp, no copy)."""
+    head = 0
+    while head < n and a.startswith(b[head : min(head + _BLOCK, n)], head):
+        head = min(head + _BLOCK, n)
+    lo, hi = head, min(n, head + _BLOCK)  # the first differing block: bisect it
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a.startswith(b[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _common_suffix(a: bytes, b: memoryview, n: int) -> int:
+    """How many trailing bytes ``a`` and ``b`` share, looking at most ``n``."""
+    la, lb = len(a), len(b)
+    tail = 0
+    while tail < n and a.endswith(b[lb - min(tail + _BLOCK, n) : lb - tail], 0, la - tail):
+        tail = min(tail + _BLOCK, n)
+    lo, hi = tail, min(n, tail + _BLOCK)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a.endswith(b[lb - mid : lb - lo], 0, la - lo):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def changed_lines(old: bytes, new: bytes) -> tuple[list[bytes], list[bytes]]:
+    """The lines of ``old`` and ``new`` between the whole lines they share at their start and
+    at their end (found as bytes, cut at a newline both sides share): what remains to match.
+    Stripping more common lines from the result is :func:`common_ends`' job."""
+    view = memoryview(new)
+    n = min(len(old), len(new))
+    head = old.rfind(b"\n", 0, _common_prefix(old, view, n)) + 1  # a line start on both sides
+    tail = _common_suffix(old, view, n - head)
+    ta, tb = len(old) - tail, len(new) - tail
+    at_line = (ta == head or old[ta - 1 : ta] == b"\n") and (tb == head or new[tb - 1 : tb] == b"\n")
+    if not at_line:  # the shared tail starts inside a line: keep from the next shared newline
+        nl = old.find(b"\n", ta)
+        shift = (nl + 1 - ta) if nl != -1 else tail
+        ta, tb = ta + shift, tb + shift
+    return old[head:ta].splitlines(keepends=True), new[head:tb].splitlines(keepends=True)
+
+
 def is_binary(data: bytes | None) -> bool:
     """Git's rule: a NUL byte in the first 8000 bytes makes a file binary."""
     return data is not None and b"\x00" in data[:BINARY_SNIFF]
@@ -94,9 +147,9 @@ def count(change: Change) -> LineCounts:
     old, new = change.old_bytes(), change.new_bytes()
     if is_binary(old) or is_binary(new):
         return LineCounts(0, 0, True)
-    a, b = _lines(old), _lines(new)
-    # Agents' edits are local: strip the common head and tail first (cheap), so the matcher
-    # only sees the region that changed.
+    # Agents' edits are local: strip the common head and tail first, as bytes (memcmp) and
+    # then as lines, so that only the region that changed is split and matched.
+    a, b = changed_lines(old or b"", new or b"")
     head, tail = common_ends(a, b)
     a, b = a[head : len(a) - tail], b[head : len(b) - tail]
     if not a or not b:
