@@ -85,6 +85,7 @@ peers:
 bench: $(STAMP) $(NATIVE) peers
 	$(PY) -m benchmarks.run --out docs/benchmarks.md
 	$(PY) -m benchmarks.replay --repo . --commits 150 --out benchmarks/results/replay-own-history.json --md docs/benchmarks-replay.md
+	$(PY) -m benchmarks.million --files 1000000 --md docs/benchmarks-million.md
 	$(PY) -m benchmarks.storage_v2 --md docs/benchmarks-storage.md
 
 bench-quick: $(STAMP) $(NATIVE)

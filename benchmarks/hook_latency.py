@@ -1,7 +1,7 @@
 """Per-event latency of ``snapstore hook AGENT`` for a no-change pre-tool event (issues 13, 23).
 
 ``python -m benchmarks.hook_latency [--runs N] [--tree DIR | --small | --files N] [--agents a,b]
-[--http]``: copies the Python standard library (the "stdlib tree") to a temporary directory
+[--http] [--console-script]``: copies the Python standard library (the "stdlib tree") to a temporary directory
 unless ``--tree`` is given (``--small``: a 4-file tree; ``--files N``: N small files), records a
 first checkpoint, then times N hook processes (the Python client, event on stdin) per agent,
 without the service (in-process) and with it; ``--http`` also times Claude Code's http hook path
@@ -23,6 +23,11 @@ import tempfile
 import time
 
 CLIENT = [sys.executable, "-c", "from snapstore.service.client import run; run()"]
+
+
+def use_console_script() -> None:
+    """Time the ``snapstore`` beside this interpreter instead (the native client when built)."""
+    CLIENT[:] = [os.path.join(os.path.dirname(sys.executable), "snapstore")]
 
 
 def stdlib_tree(dest: str) -> str:
@@ -117,7 +122,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, help="a tree of this many small files instead of the stdlib")
     parser.add_argument("--agents", default="claude-code", help="comma-separated: " + ",".join(EVENTS))
     parser.add_argument("--http", action="store_true", help="also time Claude Code's http hook path")
+    parser.add_argument("--console-script", action="store_true",
+                        help="run the snapstore beside this interpreter (the native client when built), not the Python client")
     args = parser.parse_args()
+    if args.console_script:
+        use_console_script()
     agents = [a for a in args.agents.split(",") if a]
     tmp = tempfile.mkdtemp(prefix="hookbench.")
     try:
