@@ -140,3 +140,18 @@ def test_an_answer_lost_after_acceptance_is_never_run_twice(clients: dict[str, P
         messages = [c.message for c in s.checkpoints()]
     assert messages.count("lost") == 1, (messages, done.stderr)  # recorded once, by the service
     assert done.returncode == 0 and b"recorded" in done.stderr, done.stderr
+
+
+def test_a_hook_event_larger_than_a_frame_reaches_the_python_client_whole(clients: dict[str, Path], project: Path):
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    event = {"hook_event_name": "PostToolUse", "session_id": "n-big", "tool_name": "Bash", "tool_use_id": "t",
+             "tool_input": {"command": "touch big.txt", "padding": "x" * (70 << 20)}, "transcript_path": "",
+             "cwd": str(project)}
+    (project / "big.txt").write_bytes(b"")
+    log = project.parent / "fallback.log"
+    done = run(clients["native"], "hook", "claude-code", cwd=project, stdin=json.dumps(event).encode(),
+               CLAUDE_PROJECT_DIR=str(project), FALLBACK_LOG=str(log))
+    assert done.returncode == 0 and done.stdout == b"", done.stdout[-500:]
+    assert log.read_text() == "ran\n"  # handed over, with every byte of the event
+    with Store.open(project) as s:
+        assert [c.message for c in s.checkpoints(task="n-big")] == ["after Bash: touch big.txt"]

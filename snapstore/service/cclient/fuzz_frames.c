@@ -98,7 +98,11 @@ static size_t make_input(uint8_t *out, size_t cap) {
 
 static int marshal_mode(void) {
     struct buf in = {0};
-    if (!read_all(0, &in)) return 1;
+    char chunk[65536];
+    ssize_t n;
+    while ((n = read(0, chunk, sizeof chunk)) > 0)
+        if (!buf_add(&in, chunk, (size_t)n)) return 1;
+    if (n < 0) return 1;
     size_t off = 0;
     while (off + 4 <= in.len) {
         uint32_t n = (uint32_t)(uint8_t)in.data[off] | (uint32_t)(uint8_t)in.data[off + 1] << 8 |

@@ -59,9 +59,10 @@ static const char *const FORWARDED_PREFIXES[] = {"SNAPSTORE_", "TZ", "CLAUDE_PRO
 #define EXIT_SERVICE_STOPPED 12
 
 static char **g_argv;
-/* stdin read for the service (a hook's event), replayed to the Python client if it runs. */
+/* stdin read for the service (a hook's event): all of it in a memfd (replayed to the Python
+ * client if it runs; -1 when not read), and in memory when it fits a request. */
+static int g_stdin_fd = -1;
 static struct buf g_stdin;
-static int g_stdin_read;
 
 static int in_list(const char *s, const char *const *list) {
     for (; *list; list++)
@@ -69,22 +70,10 @@ static int in_list(const char *s, const char *const *list) {
     return 0;
 }
 
-/* Run the Python client with the same arguments (and the stdin this process consumed). */
+/* Run the Python client with the same arguments (and the stdin this process consumed, kept in
+ * a memfd: replayed from its start). */
 static void exec_python(const char *lost) {
-    if (g_stdin_read) {
-        int fd = memfd_create("snapstore-stdin", MFD_CLOEXEC);
-        if (fd < 0) goto fail;
-        size_t off = 0;
-        while (off < g_stdin.len) {
-            ssize_t n = write(fd, g_stdin.data + off, g_stdin.len - off);
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                goto fail;
-            }
-            off += (size_t)n;
-        }
-        if (lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, 0) != 0) goto fail;
-    }
+    if (g_stdin_fd >= 0 && (lseek(g_stdin_fd, 0, SEEK_SET) != 0 || dup2(g_stdin_fd, 0) != 0)) goto fail;
     if (lost) setenv("SNAPSTORE_LOST_REQUEST", lost, 1);
     g_argv[0] = (char *)SNAPSTORE_PYTHON_CLIENT;
     execv(SNAPSTORE_PYTHON_CLIENT, g_argv);
@@ -213,7 +202,10 @@ static int stdout_encoding(const char **encoding, const char **errors) {
     return 0;
 }
 
-static int read_all(int fd, struct buf *b) {
+/* Copy ``fd`` to its end into a new memfd (g_stdin_fd); 0 on an error. */
+static int keep_stdin(int fd) {
+    g_stdin_fd = memfd_create("snapstore-stdin", MFD_CLOEXEC);
+    if (g_stdin_fd < 0) return 0;
     char chunk[65536];
     for (;;) {
         ssize_t n = read(fd, chunk, sizeof chunk);
@@ -222,7 +214,30 @@ static int read_all(int fd, struct buf *b) {
             return 0;
         }
         if (n == 0) return 1;
-        if (!buf_add(b, chunk, (size_t)n)) return 0;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(g_stdin_fd, chunk + off, (size_t)(n - off));
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                return 0;
+            }
+            off += w;
+        }
+    }
+}
+
+/* The kept stdin in memory, when it leaves room in a request frame; 0 otherwise. */
+static int load_stdin(void) {
+    off_t size = lseek(g_stdin_fd, 0, SEEK_END);
+    if (size < 0 || (uint64_t)size > MAX_FRAME / 2 || lseek(g_stdin_fd, 0, SEEK_SET) != 0) return 0;
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(g_stdin_fd, chunk, sizeof chunk);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return 0;
+        }
+        if (n == 0) return 1;
+        if (!buf_add(&g_stdin, chunk, (size_t)n)) return 0;
     }
 }
 
@@ -251,7 +266,7 @@ static int build_request(struct buf *r, const char *rid, const char *command, in
     ok = ok && m_str(r, "store") && m_str(r, store_dir);
     ok = ok && m_str(r, "encoding") && m_str(r, encoding);
     ok = ok && m_str(r, "errors") && m_str(r, errors);
-    if (ok && g_stdin_read) ok = m_str(r, "stdin") && m_strn(r, g_stdin.data ? g_stdin.data : "", g_stdin.len);
+    if (ok && g_stdin_fd >= 0) ok = m_str(r, "stdin") && m_strn(r, g_stdin.data ? g_stdin.data : "", g_stdin.len);
     return ok && buf_byte(r, '0');
 }
 
@@ -321,9 +336,9 @@ int main(int argc, char **argv) {
     }
     int fd = connect_socket(store_dir);
     if (fd < 0) exec_python(NULL);
-    if (stdin_command) {
-        g_stdin_read = 1;
-        if (!read_all(0, &g_stdin)) exec_python(NULL);
+    if (stdin_command && (!keep_stdin(0) || !load_stdin())) {
+        close(fd);
+        exec_python(NULL); /* (a huge or unreadable event: the Python client reads it) */
     }
     uint8_t raw[16];
     char rid[33];
