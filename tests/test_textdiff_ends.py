@@ -13,9 +13,8 @@ LINE = st.sampled_from([b"a\n", b"b\n", b"a\r\n", b"c\r", b"\n", b"\r\n", b"x", 
 FILE = st.lists(LINE, max_size=40).map(b"".join)
 
 
-def reference(old: bytes, new: bytes) -> tuple[int, int]:
-    """The counts as they were computed before: whole files split, common lines stripped."""
-    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+def tally(a: list[bytes], b: list[bytes]) -> tuple[int, int]:
+    """(added, removed) once the common whole lines at both ends are stripped."""
     head, tail = textdiff.common_ends(a, b)
     a, b = a[head : len(a) - tail], b[head : len(b) - tail]
     if not a or not b:
@@ -27,21 +26,15 @@ def reference(old: bytes, new: bytes) -> tuple[int, int]:
         if tag in ("replace", "insert"):
             added += j2 - j1
     return added, removed
+
+
+def reference(old: bytes, new: bytes) -> tuple[int, int]:
+    """The counts as they were computed before: whole files split, common lines stripped."""
+    return tally(old.splitlines(keepends=True), new.splitlines(keepends=True))
 
 
 def counts(old: bytes, new: bytes) -> tuple[int, int]:
-    a, b = textdiff.changed_lines(old, new)
-    head, tail = textdiff.common_ends(a, b)
-    a, b = a[head : len(a) - tail], b[head : len(b) - tail]
-    if not a or not b:
-        return len(b), len(a)
-    added = removed = 0
-    for tag, i1, i2, j1, j2 in textdiff.opcodes(a, b):
-        if tag in ("replace", "delete"):
-            removed += i2 - i1
-        if tag in ("replace", "insert"):
-            added += j2 - j1
-    return added, removed
+    return tally(*textdiff.changed_lines(old, new))
 
 
 @settings(max_examples=600, deadline=None)
