@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from snapstore.records.manifest import Entry, packer
 from snapstore.records.schema import Put
 from snapstore.storage import chunker, objects
+from snapstore.storage.index_tree import IndexTree
 
 #: Entries compared per step when looking for the first and last difference (a slice
 #: comparison runs in C; unchanged entries are the same objects, so each test is a pointer test).
@@ -32,7 +33,10 @@ _STEP = 256
 class Codec:
     """The last manifest :func:`encode_chunks` produced, kept by the caller between calls."""
 
-    __slots__ = ("entries", "records", "ends", "chunks", "cids", "fresh", "changed", "mid", "changed_from")
+    __slots__ = (
+        "entries", "records", "ends", "chunks", "cids", "fresh", "changed", "mid", "changed_from",
+        "index", "kept_prefix", "kept_suffix",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
@@ -49,6 +53,11 @@ class Codec:
         #: The stream id of the current encoding, and of the one ``changed`` started from.
         self.mid: bytes | None = None
         self.changed_from: bytes | None = None
+        #: The index tree of the current encoding, and how many of its chunks at the start
+        #: and at the end the last call kept (objects.write_tree_stream builds only between).
+        self.index = IndexTree()
+        self.kept_prefix = 0
+        self.kept_suffix = 0
 
     def kept(self) -> set[bytes]:
         """The ids of the chunks the last call kept from the encoding before it."""
@@ -71,8 +80,13 @@ def write_manifest(
     hashes only the chunks around them.  The same stream, byte for byte."""
     previous = codec.mid
     codec.mid = None  # until this encoding's stream id is known
-    chunks = encode_chunks(codec, entries, packer())
-    result = objects.write_stream_known(chunks, put, level, encode=encode)
+    try:
+        chunks = encode_chunks(codec, entries, packer())
+        store = (lambda cid, plain: put(cid, objects.encode_chunk(plain, level))) if encode else put
+        result = objects.write_tree_stream(codec.index, chunks, codec.kept_prefix, codec.kept_suffix, store)
+    except BaseException:
+        codec.index = IndexTree()  # (possibly half updated: built whole next time)
+        raise
     codec.changed_from, codec.mid = previous, result[0]
     return result
 
@@ -84,6 +98,7 @@ def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], by
         records = [pack(e) for e in entries]
         _replace(codec, entries, records, 0, len(entries), [], [], [], 0, 0)
         codec.changed = None
+        codec.kept_prefix = codec.kept_suffix = 0
         return list(zip(codec.chunks, codec.cids))
     n_old, n_new = len(old), len(entries)
     p = _common_prefix(old, entries)
@@ -112,6 +127,7 @@ def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], by
     ]
     records = old_records[:start] + middle + old_records[ends[k1] if k1 < len(ends) else n_old :]
     codec.changed = (old[p:tail], entries[p : n_new - s])
+    codec.kept_prefix, codec.kept_suffix = k0, len(ends) - k1 - 1 if k1 < len(ends) else 0
     _replace(codec, entries, records, start, stop, ends[:k0], codec.chunks[:k0], codec.cids[:k0], k1, delta)
     return list(zip(codec.chunks, codec.cids))
 
