@@ -68,7 +68,11 @@ def manifest_of(
     ``entries`` are known to equal the memo's (ops.snapshot.ordered), sparing a comparison of
     every entry; None when not known."""
     memo = ctx.manifest_memo
-    if parent is not None and memo.mid == parent.manifest and (same if same is not None else memo.entries == entries):
+    # (Without ``same``, the dicts are compared, and only two distinct dicts: a patch edits
+    # the memo's own dict in place, which then compares equal to itself whatever it holds.)
+    if same is None:
+        same = memo.entries is not entries and memo.entries == entries
+    if parent is not None and memo.mid == parent.manifest and same:
         return parent.manifest, None, None
     record = fingerprint = None
     if memo.mid is None:  # this context's first snapshot (a CLI process takes only one)
