@@ -18,13 +18,25 @@ from snapstore.records.manifest import EXEC, Entry
 class Ordered:
     """Entries in path order, their paths, and the count and total size of the files."""
 
-    __slots__ = ("entries", "paths", "files", "size", "same")
+    __slots__ = ("entries", "paths", "files", "size", "same", "span")
 
-    def __init__(self, entries: list[Entry], paths: list[bytes], files: int, size: int, same: bool | None = None) -> None:
+    def __init__(
+        self,
+        entries: list[Entry],
+        paths: list[bytes],
+        files: int,
+        size: int,
+        same: bool | None = None,
+        span: tuple[list[Entry], int, int] | None = None,
+    ) -> None:
         self.entries, self.paths, self.files, self.size = entries, paths, files, size
         #: Whether the entries are those of the kept order's dict (known only when patched:
         #: then nobody need compare the two dicts); None when not known.
         self.same = same
+        #: When patched: ``(the kept entries list, prefix, suffix)``, the entries outside its
+        #: first ``prefix`` and last ``suffix`` being the same objects in both lists (the
+        #: manifest codec then compares nothing).
+        self.span = span
 
 
 def order(
@@ -52,8 +64,11 @@ def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) ->
     ordered, paths = list(kept.entries), list(kept.paths)  # (the kept lists stay as they were)
     files, size = kept.files, kept.size
     same = True
-    for path in sorted(touched):
+    lo = hi = 0
+    for k, path in enumerate(sorted(touched)):
         i = bisect_left(paths, path)
+        if k == 0:
+            lo = i  # (positions before the first touched path are the kept list's)
         old = ordered[i] if i < len(paths) and paths[i] == path else None
         new = entries.get(path)
         if old is not None and old[1] <= EXEC:
@@ -69,4 +84,5 @@ def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) ->
         elif new is not None:
             ordered.insert(i, new)
             paths.insert(i, path)
-    return Ordered(ordered, paths, files, size, same)
+        hi = i + (new is not None)  # just past the last touched path: what follows is kept
+    return Ordered(ordered, paths, files, size, same, (kept.entries, lo, len(ordered) - hi))
