@@ -50,8 +50,8 @@ class Codec:
         #: ``(id, size)`` of each chunk, and their total: the index tree's leaves.
         self.leaves: list[tuple[bytes, int]] = []
         self.size = 0
-        #: Where the chunks the last call cut afresh are: ``chunks[start:stop]``.
-        self.fresh = (0, 0)
+        #: Where the chunks the last call cut afresh are: ``chunks[start:stop]`` for each pair.
+        self.fresh: list[tuple[int, int]] = []
         #: The entries of the last call's changed region: ``(before, after)``; every entry
         #: outside them was the same on both sides.  None after a first (whole) encoding.
         self.changed: tuple[list[Entry], list[Entry]] | None = None
@@ -88,20 +88,20 @@ def write_manifest(
     hashes only the chunks around them.  The same stream, byte for byte.
 
     ``stored``: the codec's last encoding is in the store (the caller's parent manifest), so
-    only new chunks and index nodes go to ``put``.  ``span``: ``(base, prefix, suffix)`` when
-    ``entries`` are the list ``base`` with only entries between its first ``prefix`` and last
-    ``suffix`` changed (ops.snapshot.ordered knows it): spares comparing every entry."""
+    only new chunks and index nodes go to ``put``.  ``span``: ``(base, runs)`` when ``entries``
+    are the list ``base`` with only those runs changed (ops.snapshot.ordered knows them):
+    spares comparing every entry, and each run is re-cut on its own."""
     previous = codec.mid
     codec.mid = None  # until this encoding's stream id is known
     store = (lambda cid, plain: put(cid, objects.encode_chunk(plain, level))) if encode else put
     try:
         whole = encode_chunks(codec, entries, packer(), span) or not stored or previous is None
-        start, stop = (0, len(codec.chunks)) if whole else codec.fresh
-        for i in range(start, stop):
-            store(codec.cids[i], codec.chunks[i])
+        for start, stop in [(0, len(codec.chunks))] if whole else codec.fresh:
+            for i in range(start, stop):
+                store(codec.cids[i], codec.chunks[i])
         result = _write_index(codec, store, whole)
     except BaseException:
-        codec.index = IndexTree()  # (possibly half updated: built whole next time)
+        codec.__init__()  # type: ignore[misc]  # (possibly half updated: encoded whole next time)
         raise
     codec.changed_from, codec.mid = previous, result[0]
     return result
@@ -123,78 +123,154 @@ def _write_index(codec: Codec, store: Put, whole: bool) -> tuple[bytes, int, byt
     return objects.tree_id(record), codec.size, record
 
 
-#: ``(base list, prefix, suffix)``: see :func:`write_manifest`.
-Span = tuple[list[Entry], int, int]
+#: A changed run: old entries ``[old_lo, old_hi)`` became new entries ``[new_lo, new_hi)``.
+Run = tuple[int, int, int, int]
+
+#: ``(base list, runs)``: the new entries are ``base`` with only these runs changed, in order
+#: (see :func:`write_manifest`).
+Span = tuple[list[Entry], list[Run]]
 
 
 def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], bytes], span: Span | None = None) -> bool:
     """Cut sorted ``entries`` into chunks: ``codec`` is updated to them (``chunks``, ``cids``,
-    ``leaves``; ``fresh`` says which were cut afresh).  True when all were (no last encoding)."""
+    ``leaves``; ``fresh`` says which were cut afresh).  True when all were (no last encoding).
+
+    Each changed run is re-cut on its own, from the start of the chunk holding its first
+    change to the first cut after it that lies on a key-marked record (a cut the old and the
+    new list both make); runs whose re-cut regions meet are cut as one.  So 100 scattered
+    edits re-cut ~100 regions of a chunk or two, not everything between the first and the last.
+    """
     old = codec.entries
     if not codec.chunks:
-        records = [pack(e) for e in entries]
-        _replace(codec, entries, records, 0, len(entries), 0, 0, 0)
+        _Cutter(codec).finish_whole(entries, [pack(e) for e in entries])
         codec.changed = None
         codec.kept_prefix = codec.kept_suffix = 0
         return True
-    n_old, n_new = len(old), len(entries)
-    if span is not None and span[0] is old:
-        p = min(span[1], n_old, n_new)
-        s = min(span[2], n_old - p, n_new - p)
-    else:
-        p = _common_prefix(old, entries)
-        s = _common_suffix(old, entries, min(n_old, n_new) - p)
-    delta = n_new - n_old
-    ends = codec.ends
-    # The chunk holding the first changed entry (the last chunk when entries were appended);
-    # everything before it stays, and cutting restarts where it starts.
-    k0 = min(bisect_right(ends, p), len(ends) - 1)
-    while k0 and ends[k0 - 1] == p and zlib.crc32(old[p - 1].path) & chunker.RECORD_MASK:
-        k0 -= 1  # that cut was forced by the size of the record that changed: not a safe start
-    start = ends[k0 - 1] if k0 else 0
-    # The first chunk that ends on a key-marked record of the unchanged tail: the cut after it
-    # happens in the new list too, and everything after it stays.
-    tail = n_old - s
-    k1 = len(ends)
-    for k in range(max(k0, bisect_left(ends, tail + 1)), len(ends)):
-        if not zlib.crc32(old[ends[k] - 1].path) & chunker.RECORD_MASK:
-            k1 = k
+    runs = span[1] if span is not None and span[0] is old else _one_run(old, entries)
+    cut = _Cutter(codec)
+    ends, old_records = codec.ends, codec.records
+    before: list[Entry] = []
+    after: list[Entry] = []
+    r = 0
+    while r < len(runs):
+        olo = runs[r][0]
+        # The chunk holding the run's first changed entry (the last chunk for an append); a
+        # cut forced there by the size of the record that changed is not a safe start.
+        k0 = min(bisect_right(ends, olo), len(ends) - 1)
+        if k0 > cut.k and ends[k0 - 1] == olo and zlib.crc32(old[olo - 1].path) & chunker.RECORD_MASK:
+            k0 -= 1
+        k0 = max(k0, cut.k)
+        start = ends[k0 - 1] if k0 else 0
+        cut.keep(k0, start)
+        region_delta = cut.delta
+        pieces: list[bytes] = []
+        at = start
+        while True:
+            olo, ohi, nlo, nhi = runs[r]
+            before.extend(old[olo:ohi])
+            after.extend(entries[nlo:nhi])
+            pieces.extend(old_records[at:olo])
+            pieces.extend(pack(e) for e in entries[nlo:nhi])
+            at, cut.delta = ohi, nhi - ohi
+            # The first chunk that ends on a key-marked record after the run: both lists cut
+            # there, and what follows stays (unless the next run starts inside that chunk).
+            k1 = len(ends)
+            for k in range(max(k0, bisect_left(ends, ohi + 1)), len(ends)):
+                if not zlib.crc32(old[ends[k] - 1].path) & chunker.RECORD_MASK:
+                    k1 = k
+                    break
+            if r + 1 < len(runs) and (k1 == len(ends) or ends[k1] > runs[r + 1][0]):
+                r += 1
+                continue
             break
-    stop = ends[k1] + delta if k1 < len(ends) else n_new
-    old_records = codec.records
-    middle = [
-        old_records[i] if i < p else old_records[i - delta] if i >= n_new - s else pack(entries[i])
-        for i in range(start, stop)
-    ]
-    records = old_records[:start] + middle + old_records[ends[k1] if k1 < len(ends) else n_old :]
-    codec.changed = (old[p:tail], entries[p : n_new - s])
-    codec.kept_prefix, codec.kept_suffix = k0, len(ends) - k1 - 1 if k1 < len(ends) else 0
-    _replace(codec, entries, records, start, stop, k0, k1, delta)
+        stop = ends[k1] if k1 < len(ends) else len(old)
+        pieces.extend(old_records[at:stop])
+        cut.recut(entries, pieces, start + region_delta, stop, min(k1 + 1, len(ends)))
+        r += 1
+    cut.keep(len(ends), len(old))
+    codec.changed = (before, after)
+    codec.kept_prefix = cut.first_fresh
+    codec.kept_suffix = cut.kept_after
+    cut.finish(entries)
     return False
 
 
-def _replace(codec: Codec, entries: list[Entry], records: list[bytes], start: int, stop: int, k0: int, k1: int, delta: int) -> None:
-    """Cut ``records[start:stop]`` afresh in place of the old chunks ``k0`` to ``k1`` (all from
-    ``k0`` on when ``k1`` is past the last), keeping the others (their ends shifted by ``delta``)."""
-    keys = [e.path for e in entries[start:stop]]
-    ends: list[int] = []
-    chunks: list[bytes] = []
-    cids: list[bytes] = []
-    leaves: list[tuple[bytes, int]] = []
-    for end, data in chunker.cut_record_bytes(keys, records[start:stop]):
-        cid = objects.chunk_id(data)
-        ends.append(start + end)
-        chunks.append(data)
-        cids.append(cid)
-        leaves.append((cid, len(data)))
-    last = min(k1 + 1, len(codec.ends))  # the first old chunk kept after the fresh ones
-    size = codec.size - sum(s for _, s in codec.leaves[k0:last]) + sum(s for _, s in leaves)
-    tail_ends = codec.ends[last:]
-    codec.ends = codec.ends[:k0] + ends + ([e + delta for e in tail_ends] if delta else tail_ends)
-    codec.chunks = codec.chunks[:k0] + chunks + codec.chunks[last:]
-    codec.cids = codec.cids[:k0] + cids + codec.cids[last:]
-    codec.leaves = codec.leaves[:k0] + leaves + codec.leaves[last:]
-    codec.entries, codec.records, codec.size, codec.fresh = entries, records, size, (k0, k0 + len(chunks))
+def _one_run(old: list[Entry], new: list[Entry]) -> list[Run]:
+    """The run between the first and the last difference (none when the lists are equal)."""
+    p = _common_prefix(old, new)
+    s = _common_suffix(old, new, min(len(old), len(new)) - p)
+    if p == len(old) == len(new):
+        return []
+    return [(p, len(old) - s, p, len(new) - s)]
+
+
+class _Cutter:
+    """The new encoding, built left to right from old chunks kept and regions cut afresh."""
+
+    __slots__ = ("codec", "k", "done", "delta", "ends", "chunks", "cids", "leaves", "records", "size", "fresh", "first_fresh", "kept_after")
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
+        #: The first old chunk not yet kept or replaced, and the first old record not yet taken.
+        self.k = 0
+        self.done = 0
+        #: New index minus old index of the unchanged entries being kept.
+        self.delta = 0
+        self.ends: list[int] = []
+        self.chunks: list[bytes] = []
+        self.cids: list[bytes] = []
+        self.leaves: list[tuple[bytes, int]] = []
+        self.records: list[bytes] = []
+        self.size = 0
+        self.fresh: list[tuple[int, int]] = []
+        #: Old chunks kept before the first region, and after the last.
+        self.first_fresh = -1
+        self.kept_after = 0
+
+    def keep(self, k_stop: int, record_stop: int) -> None:
+        """Keep the old chunks ``k`` to ``k_stop`` (and their records) as they are."""
+        codec, k, delta = self.codec, self.k, self.delta
+        if k_stop > k:
+            tail = codec.ends[k:k_stop]
+            self.ends.extend([e + delta for e in tail] if delta else tail)
+            self.chunks.extend(codec.chunks[k:k_stop])
+            self.cids.extend(codec.cids[k:k_stop])
+            leaves = codec.leaves[k:k_stop]
+            self.leaves.extend(leaves)
+            self.size += sum(s for _, s in leaves)
+        self.records.extend(codec.records[self.done : record_stop])
+        self.kept_after = k_stop - k
+        self.k, self.done = k_stop, record_stop
+
+    def recut(self, entries: list[Entry], pieces: list[bytes], start_new: int, record_stop: int, k_next: int) -> None:
+        """Cut ``pieces`` (the records of new entries from ``start_new``) afresh, in place of
+        the old chunks up to ``k_next`` and the old records up to ``record_stop``."""
+        if self.first_fresh < 0:
+            self.first_fresh = len(self.chunks)
+        first = len(self.chunks)
+        keys = [e.path for e in entries[start_new : start_new + len(pieces)]]
+        for end, data in chunker.cut_record_bytes(keys, pieces):
+            cid = objects.chunk_id(data)
+            self.ends.append(start_new + end)
+            self.chunks.append(data)
+            self.cids.append(cid)
+            self.leaves.append((cid, len(data)))
+            self.size += len(data)
+        self.fresh.append((first, len(self.chunks)))
+        self.records.extend(pieces)
+        self.k, self.done = k_next, record_stop
+
+    def finish_whole(self, entries: list[Entry], records: list[bytes]) -> None:
+        self.recut(entries, records, 0, 0, 0)
+        self.records = records
+        self.finish(entries)
+
+    def finish(self, entries: list[Entry]) -> None:
+        codec = self.codec
+        codec.entries, codec.records, codec.ends, codec.chunks = entries, self.records, self.ends, self.chunks
+        codec.cids, codec.leaves, codec.size, codec.fresh = self.cids, self.leaves, self.size, self.fresh
+        if self.first_fresh < 0:  # (nothing changed: every chunk kept)
+            codec.kept_prefix, codec.kept_suffix = len(self.chunks), 0
 
 
 def _common_prefix(a: Sequence[Entry], b: Sequence[Entry]) -> int:
