@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@echo "setting up $(VENV) (log: $(VENV)/setup.log)"
 	@$(PYTHON) -m venv $(VENV)
 	@( $(PY) -m pip install --quiet --upgrade pip && \
-	   $(PY) -m pip install -e '.[dev,bench,agents,ui]' --config-settings editable_mode=compat ) \
+	   $(PY) -m pip install -e '.[dev,bench,agents,ui,remotes]' --config-settings editable_mode=compat ) \
 	   > $(VENV)/setup.log 2>&1 || { cat $(VENV)/setup.log; echo "make: setup failed (log above)"; exit 1; }
 	@touch $(STAMP)
 

@@ -1,0 +1,191 @@
+"""Push: publish checkpoints on a remote, wholly or not at all, without a lock.
+
+1. The closure of the checkpoints pushed (:mod:`snapstore.remote.closure`), less what this
+   store knows the remote holds (``remotes`` rows written by earlier pushes and fetches).
+2. **Fresh packs** of exactly those chunks and records, never local packs copied verbatim
+   (they may hold chunks of pruned or never-pushed checkpoints).  Each is written create-only
+   under its BLAKE3-256; 412 means it is already there.  A push whose new data compresses to
+   at most :data:`layout.INLINE_MAX` sends it inside its bundle instead (no pack request).
+3. The **bundle**, create-only under a key of its own (namespace, time, writer, hash): the
+   commit point.  It names every object the checkpoints need, so a reader never lists packs.
+   A crash before it leaves only unreferenced packs; after it, everything is published.
+4. The shared **ref** of the namespace, by compare-and-swap (:mod:`snapstore.remote.refs`).
+
+An incremental push of one checkpoint is 1 PUT (bundle, data inline) plus 1-2 for its ref.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+from snapstore.errors import CorruptError
+from snapstore.remote import closure, layout, refs, state
+from snapstore.remote.state import RemoteConfig
+from snapstore.remote.transport import Transport
+from snapstore.storage import objects, packs
+from snapstore.storage.backend import Backend
+
+Progress = Callable[[int, int], None]  # (done, total) chunks or objects
+Lock = Callable[[], AbstractContextManager[None]]
+
+#: Plain bytes read from the store and compressed per step (bounds a push's memory).
+READ_STEP = 32 << 20
+
+
+class PushReport:
+    """What a push did (``to_json`` for ``--json``: no credential, no endpoint secret)."""
+
+    def __init__(self, remote: str, ref: str) -> None:
+        self.remote = remote
+        self.ref = ref
+        self.checkpoints: list[str] = []
+        self.bundle = ""
+        self.packs = 0  # packs uploaded
+        self.inline = False
+        self.chunks_new = 0
+        self.chunks_known = 0
+        self.bytes_new = 0  # plain bytes of the new chunks
+        self.bytes_sent = 0  # stored bytes of packs and bundle
+        self.ref_outcome = ""  # moved, current, diverged, skipped
+        self.ref_checkpoint: str | None = None  # what the remote ref names now
+        self.ref_rounds = 0
+        self.requests = 0  # requests this push made (set by the caller, who counts them)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _frames_of(get: Callable[[str, bytes], bytes | None], ids: list[bytes], level: int,
+               progress: Callable[[int], None]) -> Iterator[tuple[bytes, list[tuple[bytes, int, int]], int]]:
+    """``(zstd frame, members, plain bytes)`` for the chunks ``ids``, read a step at a time."""
+    group: list[tuple[bytes, bytes]] = []
+    size = 0
+
+    def flush() -> Iterator[tuple[bytes, list[tuple[bytes, int, int]], int]]:
+        for f in packs.solid_frames(group, level):
+            progress(len(f.members))
+            yield f.data, f.members, sum(s for _, _, s in f.members)
+
+    for cid in ids:
+        data = objects.load_chunk(get, cid)
+        group.append((cid, data))
+        size += len(data)
+        if size >= READ_STEP:
+            yield from flush()
+            group, size = [], 0
+    if group:
+        yield from flush()
+
+
+def run(
+    backend: Backend,
+    transport: Transport,
+    cfg: RemoteConfig,
+    records: list[tuple[bytes, bytes]],
+    ns: str,
+    *,
+    level: int,
+    lock: Lock,
+    descends_from: Callable[[bytes], bool],
+    force: bool = False,
+    move_ref: bool = True,
+    progress: Progress | None = None,
+) -> PushReport:
+    """Push the checkpoints ``records`` (``(id, record)``, oldest first) to namespace ``ns``."""
+    report = PushReport(cfg.name, ns)
+    report.checkpoints = [cid.hex() for cid, _ in records]
+    with backend.read() as view:
+        need = closure.of(view.get, records)
+    known_chunks = state.known(backend, cfg.rid, state.KIND_CHUNK, need.chunks)
+    known_streams = state.known(backend, cfg.rid, state.KIND_STREAM, need.streams)
+    known_convs = state.known(backend, cfg.rid, state.KIND_CONV, need.conversations)
+    new_chunks = [c for c in need.chunks if c not in known_chunks]
+    report.chunks_new, report.chunks_known = len(new_chunks), len(known_chunks)
+    needs = set(known_chunks.values()) | set(known_streams.values()) | set(known_convs.values())
+
+    with backend.read() as view:
+        new_streams = [(s, _value(view.get, "streams", s)) for s in need.streams if s not in known_streams]
+        new_convs = [(c, _value(view.get, "conversations", c)) for c in need.conversations if c not in known_convs]
+        placed: dict[bytes, str] = {}  # new chunk -> key of the object it went to
+        frames: list[tuple[bytes, list[tuple[bytes, int, int]]]] = []
+        stored = 0
+        uploaded: list[str] = []
+        done = 0
+
+        def tick(n: int) -> None:  # progress counts chunks (their sizes are known once read)
+            nonlocal done
+            done += n
+            if progress is not None:
+                progress(done, len(new_chunks))
+
+        def upload(pack_frames: list[tuple[bytes, list[tuple[bytes, int, int]]]],
+                   streams: list[tuple[bytes, bytes]], convs: list[tuple[bytes, bytes]]) -> str:
+            body = layout.encode_pack(pack_frames, streams, convs)
+            key = layout.pack_key(objects.chunk_id(body))
+            transport.put_create(key, body)  # None: the same pack is there already
+            report.packs += 1
+            report.bytes_sent += len(body)
+            for _, members in pack_frames:
+                for cid, _, _ in members:
+                    placed[cid] = key
+            uploaded.append(key)
+            return key
+
+        for data, members, plain in _frames_of(view.get, new_chunks, level, tick):
+            report.bytes_new += plain
+            frames.append((data, members))
+            stored += len(data)
+            if stored >= layout.PACK_TARGET:
+                upload(frames, [], [])
+                frames, stored = [], 0
+    inline: bytes | None = None
+    last_records: str | None = None
+    if frames or new_streams or new_convs:
+        body = layout.encode_pack(frames, new_streams, new_convs)
+        if not uploaded and len(body) <= layout.INLINE_MAX:
+            inline = body
+        else:
+            last_records = upload(frames, new_streams, new_convs)
+    needs.update(uploaded)
+    now = time.time_ns()
+    bundle = layout.encode_bundle(ns, cfg.writer, now, records, sorted(needs), inline)
+    key = layout.bundle_key(ns, now, cfg.writer, bundle)
+    # The commit point: the bundle is visible iff this create succeeded (a None answer means a
+    # retried request found our own bundle: its key holds its hash).
+    transport.put_create(key, bundle)
+    report.bundle = key
+    report.inline = inline is not None
+    report.bytes_sent += len(bundle)
+    records_at = last_records or key
+    with lock(), backend.write() as batch:
+        for cid in new_chunks:
+            state.put_known(batch, cfg.rid, state.KIND_CHUNK, cid, placed.get(cid, key))
+        for sid, _ in new_streams:
+            state.put_known(batch, cfg.rid, state.KIND_STREAM, sid, records_at)
+        for rid, _ in new_convs:
+            state.put_known(batch, cfg.rid, state.KIND_CONV, rid, records_at)
+    if not move_ref or not records:
+        report.ref_outcome = "skipped"
+        return report
+    head = records[-1][0]
+    seen = state.seen_ref(backend, cfg.rid, ns)
+    move = refs.advance(
+        transport, ns, layout.Ref(head, key, now, cfg.writer),
+        descends_from=descends_from, force=force, seen=seen,
+    )
+    report.ref_outcome, report.ref_rounds = move.outcome, move.rounds
+    report.ref_checkpoint = move.ref.checkpoint.hex() if move.ref is not None else None
+    if move.ref is not None and move.etag:
+        with lock(), backend.write() as batch:
+            state.put_seen_ref(batch, cfg.rid, ns, state.SeenRef(move.ref.checkpoint, move.etag, move.ref.bundle))
+    return report
+
+
+def _value(get: Callable[[str, bytes], bytes | None], table: str, key: bytes) -> bytes:
+    value = get(table, key)
+    if value is None:
+        raise CorruptError(f"{table} record {key.hex()} vanished during the push; run 'snapstore verify'")
+    return value
