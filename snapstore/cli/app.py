@@ -235,6 +235,7 @@ def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_t
     Upkeep:   verify, prune, delete, gc, stats, config, relocate, serve, upgrade
     Agents:   hook, integrate, mcp, edit, rewind
     Browse:   ui
+    Remotes:  remote, push, fetch, pull, clone
 
     Every command takes --help (with an example). References: latest, latest~N, #N, a tag,
     an id prefix, :/TEXT (newest message containing TEXT), each optionally @TASK.

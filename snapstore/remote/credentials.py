@@ -2,9 +2,11 @@
 
 The store keeps a remote's URL, endpoint, region and profile *name* only.  The keys come, in
 this order, from ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``),
+then a web-identity or container credential the environment names (obstore reads those),
 then the profile (``--profile``, else ``AWS_PROFILE``, else ``default``) of the shared
-credentials file (``AWS_SHARED_CREDENTIALS_FILE``, else ``~/.aws/credentials``).  With none,
-obstore's own chain (instance metadata, web identity, ...) is left to find them.
+credentials file (``AWS_SHARED_CREDENTIALS_FILE``, else ``~/.aws/credentials``).  With none of
+these the command stops (UsageError) before any request: obstore would otherwise ask the
+instance-metadata address, a silent network call to a host the user never named.
 """
 
 from __future__ import annotations
@@ -14,12 +16,25 @@ import os
 
 from snapstore.errors import UsageError
 
+#: Environment variables with which obstore finds credentials by itself.
+_DELEGATED = (
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+_NONE = (
+    "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a profile of "
+    "~/.aws/credentials (AWS_PROFILE or --profile)"
+)
+
 
 def s3_credentials(profile: str | None) -> dict[str, str]:
     """The S3Store config entries that carry credentials (empty: leave it to obstore)."""
     env = os.environ
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
         return {}  # obstore reads these (and AWS_SESSION_TOKEN) itself
+    if any(env.get(v) for v in _DELEGATED):
+        return {}
     name = profile or env.get("AWS_PROFILE") or "default"
     path = env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.expanduser("~/.aws/credentials")
     parser = configparser.RawConfigParser()
@@ -29,13 +44,13 @@ def s3_credentials(profile: str | None) -> dict[str, str]:
     except FileNotFoundError:
         if profile:
             raise UsageError(f"no AWS credentials file ({path}) for the profile {profile!r}") from None
-        return {}
+        raise UsageError(_NONE) from None
     except (OSError, configparser.Error, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read the AWS credentials file {path}: {exc}") from None
     if not parser.has_section(name):
         if profile:
             raise UsageError(f"no profile {profile!r} in {path}")
-        return {}
+        raise UsageError(_NONE)
     section = parser[name]
     key, secret = section.get("aws_access_key_id"), section.get("aws_secret_access_key")
     if not key or not secret:
