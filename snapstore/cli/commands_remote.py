@@ -247,14 +247,14 @@ def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> 
 
 @command(example="snapstore clone s3://bucket/team/project work --endpoint http://127.0.0.1:8333", own_store_option=True)
 @click.argument("url")
-@click.argument("directory", type=click.Path(file_okay=False))
+@click.argument("target", metavar="DIRECTORY", type=click.Path(file_okay=False))
 @click.option("--ref", metavar="REF", help="The remote ref to clone (default: 'default', or the only one).")
 @click.option("--endpoint", metavar="URL", help="The S3 endpoint of a non-AWS engine.")
 @click.option("--region", metavar="REGION", help="The bucket's region.")
 @click.option("--profile", metavar="NAME", help="The AWS profile whose keys to use.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-def clone(url: str, directory: str, ref: str | None, endpoint: str | None, region: str | None,
+def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: str | None,
           profile: str | None, as_json: bool, quiet: bool) -> None:
     """Make DIRECTORY (absent or empty) a tree with a store, holding a remote ref's checkpoint.
 
@@ -264,7 +264,7 @@ def clone(url: str, directory: str, ref: str | None, endpoint: str | None, regio
     from snapstore.store import Store
 
     report = _with_progress("clone", not quiet and not as_json, lambda progress: Store.clone(
-        url, directory, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress))
+        url, target, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress))
     _fetch_lines(report.to_json(), as_json, quiet)
     if not as_json and not quiet:
         click.echo(f"cloned {report.refs[0].checkpoint[:12]} into {report.directory}")

@@ -95,7 +95,7 @@ class RemotesMixin(GoingBackMixin):
         cfg = state.get_config(self.backend, name)
         return {k: v.checkpoint.hex() for k, v in state.seen_refs(self.backend, cfg.rid).items()}
 
-    def _connect(self, name: str, *, writing: bool = False) -> tuple[RemoteConfig, CountingTransport]:
+    def _connect(self, name: str, *, writing: bool = False, empty_ok: bool = False) -> tuple[RemoteConfig, CountingTransport]:
         """The remote's settings and a counting transport.  On first contact its config is
         read (a first push writes it), and before the first push the engine's conditional
         writes are probed; both are remembered, so later commands make neither request.
@@ -107,7 +107,12 @@ class RemotesMixin(GoingBackMixin):
             transport.connect(cfg.parsed, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile)
         )
         if cfg.remote_id is None or (writing and cfg.cas is None):
-            remote_id = cfg.remote_id or doctor.ensure_config(t, time.time_ns(), create=writing)
+            try:
+                remote_id = cfg.remote_id or doctor.ensure_config(t, time.time_ns(), create=writing)
+            except RefError:
+                if empty_ok:  # nothing pushed there yet: an empty remote to list or verify
+                    return cfg, t
+                raise
             cas = doctor.probe(t).ok if writing else cfg.cas
             cfg = cfg._replace(remote_id=remote_id, cas=cas)
             with self._lock.held(), self.backend.write() as batch:
@@ -187,7 +192,7 @@ class RemotesMixin(GoingBackMixin):
         reach into this store; the tree is not touched."""
         from snapstore.remote import fetch
 
-        cfg, t = self._connect(remote)
+        cfg, t = self._connect(remote, empty_ok=not refs)
         report = FetchReport(cfg.name)
         try:
             names = list(refs)
@@ -271,7 +276,7 @@ class RemotesMixin(GoingBackMixin):
         """The remote's refs: name, checkpoint, bundle, time, writer (one LIST, one GET each)."""
         from snapstore.remote import refs
 
-        _, t = self._connect(remote)
+        _, t = self._connect(remote, empty_ok=True)
         out = []
         for name in _ref_names(t):
             ref, _ = refs.read(t, name)
@@ -284,7 +289,7 @@ class RemotesMixin(GoingBackMixin):
         """Read and check everything published on the remote; the report lists every problem."""
         from snapstore.remote import verify
 
-        _, t = self._connect(remote)
+        _, t = self._connect(remote, empty_ok=True)
         return verify.run(t, progress)
 
     def remote_doctor(self, remote: str = "origin") -> DoctorReport:
