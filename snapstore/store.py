@@ -47,6 +47,7 @@ from snapstore.storage.memory import MemoryBackend
 from snapstore.tree.paths import is_inside
 
 if TYPE_CHECKING:
+    from snapstore.facade.remotes import FetchReport
     from snapstore.ops.edit import EditReport
     from snapstore.policy import OperationContext, Policy
 
@@ -264,6 +265,22 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         """Refuse (StoreNotFoundError) when ``start`` is not inside this store's tree."""
         if not _inside(os.fspath(start), self.root):
             raise StoreNotFoundError(_not_this_tree(self.store_dir or "", self.root, os.fspath(start)))
+
+    @classmethod
+    def clone(
+        cls, url: str, directory: str | os.PathLike[str], *, ref: str | None = None, name: str = "origin",
+        endpoint: str | None = None, region: str | None = None, profile: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> FetchReport:
+        """Make ``directory`` (absent or empty) a tree whose store holds remote ref ``ref``
+        (default: ``default``, or the remote's only ref) of ``url``, and restore it there.
+        Reads only what that checkpoint needs; on failure nothing is left behind."""
+        from snapstore.facade.remotes import clone_into
+
+        return clone_into(
+            lambda d: cls.init(d), url, directory, ref=ref, name=name, endpoint=endpoint,
+            region=region, profile=profile, progress=progress,
+        )
 
     @classmethod
     def in_memory(cls, root: str | os.PathLike[str]) -> Store:

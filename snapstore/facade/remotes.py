@@ -230,46 +230,6 @@ class RemotesMixin(GoingBackMixin):
         report.restore = self.restore(got.checkpoint)
         return report
 
-    @staticmethod
-    def clone(
-        url: str, directory: str | os.PathLike[str], *, ref: str | None = None, name: str = "origin",
-        endpoint: str | None = None, region: str | None = None, profile: str | None = None,
-        progress: Progress | None = None,
-    ) -> FetchReport:
-        """Make ``directory`` (absent or empty) a tree with a store, fetch remote ref ``ref``
-        from ``url`` into it and restore that checkpoint.  On failure, what was made is removed."""
-        from snapstore.remote import state
-        from snapstore.store import Store
-
-        target = os.path.abspath(os.fspath(directory))
-        if os.path.lexists(target) and (not os.path.isdir(target) or os.path.islink(target) or os.listdir(target)):
-            raise UsageError(f"{target} exists and is not an empty directory")
-        state.new_config(name, url, endpoint, region, profile)  # checks the arguments first
-        made = not os.path.exists(target)
-        try:
-            os.makedirs(target, exist_ok=True)
-        except OSError as exc:
-            from snapstore.errors import TreeIOError
-
-            raise TreeIOError(f"cannot create {target}: {exc.strerror}") from None
-        try:
-            with Store.init(target) as store:
-                store.remote_add(name, url, endpoint=endpoint, region=region, profile=profile)
-                report = store.pull(ref, remote=name, progress=progress)
-        except BaseException:
-            if made:
-                shutil.rmtree(target, ignore_errors=True)
-            else:
-                for entry in os.listdir(target):
-                    path = os.path.join(target, entry)
-                    if os.path.isdir(path) and not os.path.islink(path):
-                        shutil.rmtree(path, ignore_errors=True)
-                    else:
-                        os.unlink(path)
-            raise
-        report.directory = target
-        return report
-
     # -- looking at a remote ------------------------------------------------------------------
 
     def remote_ls(self, remote: str = "origin") -> list[dict[str, Any]]:
@@ -316,3 +276,48 @@ def _ref_names(t: CountingTransport) -> list[str]:
         except ValueError:
             continue
     return names
+
+
+def clone_into(
+    init: Callable[[str], RemotesMixin], url: str, directory: str | os.PathLike[str], *, ref: str | None = None,
+    name: str = "origin", endpoint: str | None = None, region: str | None = None, profile: str | None = None,
+    progress: Progress | None = None,
+) -> FetchReport:
+    """What :meth:`snapstore.Store.clone` does (``init`` makes the store: ``Store.init``).
+
+    ``directory`` (absent or empty) becomes a tree with a store; remote ref ``ref`` is fetched
+    from ``url`` into it and its checkpoint restored.  On failure, what was made is removed.
+    """
+    from snapstore.remote import state
+
+    target = os.path.abspath(os.fspath(directory))
+    if os.path.lexists(target) and (not os.path.isdir(target) or os.path.islink(target) or os.listdir(target)):
+        raise UsageError(f"{target} exists and is not an empty directory")
+    state.new_config(name, url, endpoint, region, profile)  # checks the arguments first
+    made = not os.path.exists(target)
+    try:
+        os.makedirs(target, exist_ok=True)
+    except OSError as exc:
+        from snapstore.errors import TreeIOError
+
+        raise TreeIOError(f"cannot create {target}: {exc.strerror}") from None
+    try:
+        store = init(target)
+        try:
+            store.remote_add(name, url, endpoint=endpoint, region=region, profile=profile)
+            report = store.pull(ref, remote=name, progress=progress)
+        finally:
+            store.close()  # type: ignore[attr-defined]  # (the Store's; a mixin has no close)
+    except BaseException:
+        if made:
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            for entry in os.listdir(target):
+                path = os.path.join(target, entry)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+        raise
+    report.directory = target
+    return report
