@@ -206,3 +206,26 @@ def test_ref_race_one_winner_losers_retry(remote, tmp_path):
     assert final in {r.checkpoints[-1] for r in second}
     for s in stores:
         s.close()
+
+
+def test_a_long_history_of_small_pushes_stays_cheap_to_clone(remote, tmp_path, monkeypatch):
+    from snapstore.remote import push
+
+    monkeypatch.setattr(push, "MAX_SPREAD", 3)
+    files = {f"f{i}.txt": f"file {i}\n".encode() * 300 for i in range(12)}
+    gathered = 0
+    with make_store(tmp_path / "a", files) as a:
+        remote.add_to(a)
+        assert a.remote_doctor().ok  # first contact, out of the per-push budget
+        for i in range(12):  # each step changes another file: the latest needs every step
+            (tmp_path / "a" / f"f{i}.txt").write_bytes(f"step {i}\n".encode() * 300)
+            a.snapshot(f"step {i}")
+            report = a.push()
+            assert report.requests <= 4
+            gathered += report.gathered
+    assert gathered >= 2
+    counting = Counting(monkeypatch)
+    Store.clone(remote.url, tmp_path / "b", endpoint=remote.endpoint)
+    reads = [key for kind, key in counting.last.calls if kind == "get" and not key.startswith(("refs/", "config"))]
+    assert len(reads) <= 1 + 3 + 1  # the bundle, at most MAX_SPREAD bundles, one gathered pack
+    assert_trees_equal(read_tree(tmp_path / "a"), read_tree(tmp_path / "b"))

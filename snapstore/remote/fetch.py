@@ -11,7 +11,8 @@ unchanged); the tree is never touched (``pull`` restores through the journaled r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -26,6 +27,9 @@ from snapstore.storage.entries import CODEC_ZSTD
 
 Lock = Callable[[], AbstractContextManager[None]]
 Progress = Callable[[int, int], None]
+
+#: Objects read at once by a fetch (each at most a pack, ~16 MiB, held until imported).
+READERS = 6
 
 
 class FetchedRef:
@@ -128,11 +132,10 @@ def add_bundle(
         store_object(backend, cfg, lock, bundle.key, bundle.inline)
     todo = [k for k in bundle.needs if not state.imported(backend, cfg.rid, k)]
     for again in (False, True):
-        for i, key in enumerate(todo):
-            pack, size = read_object(transport, key, bundle.key)
+        for i, (key, (pack, size)) in enumerate(zip(todo, _read_many(transport, todo, bundle.key))):
             out.objects_read += 1
             out.bytes_read += size
-            store_object(backend, cfg, lock, key, pack)
+            store_object(backend, cfg, lock, key, pack)  # (one writer thread: this one)
             if progress is not None:
                 progress(i + 1, len(todo))
         missing = _missing(backend, bundle)
@@ -161,6 +164,27 @@ def add_bundle(
         if added:
             # The path index lists changes between log neighbours: rebuilt by the next snapshot.
             batch.delete("meta", PATHS_INDEX_META)
+
+
+def _read_many(transport: Transport, keys: list[str], needed_by: str) -> Iterator[tuple[layout.Pack | None, int]]:
+    """:func:`read_object` of each key, in order, :data:`READERS` requests in flight (the
+    latency of a remote engine, not its bandwidth, bounds a clone of many small objects)."""
+    if len(keys) < 2:
+        for key in keys:
+            yield read_object(transport, key, needed_by)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="snapstore-fetch")
+    try:
+        pending = deque(pool.submit(read_object, transport, key, needed_by) for key in keys[:READERS])
+        for i in range(len(keys)):
+            result = pending.popleft().result()
+            if i + READERS < len(keys):
+                pending.append(pool.submit(read_object, transport, keys[i + READERS], needed_by))
+            yield result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _missing(backend: Backend, bundle: layout.Bundle) -> str | None:

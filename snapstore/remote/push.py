@@ -33,6 +33,9 @@ Lock = Callable[[], AbstractContextManager[None]]
 
 #: Plain bytes read from the store and compressed per step (bounds a push's memory).
 READ_STEP = 32 << 20
+#: Most bundles (with inline data) a push lets its checkpoints need before gathering their
+#: data into one pack: bounds the objects a clone reads whatever the length of the history.
+MAX_SPREAD = 24
 
 
 class PushReport:
@@ -53,6 +56,7 @@ class PushReport:
         self.ref_checkpoint: str | None = None  # what the remote ref names now
         self.ref_rounds = 0
         self.requests = 0  # requests this push made (set by the caller, who counts them)
+        self.gathered = False  # inline data of earlier bundles gathered into a pack (MAX_SPREAD)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -102,6 +106,16 @@ def run(
     known_chunks = state.known(backend, cfg.rid, state.KIND_CHUNK, need.chunks)
     known_streams = state.known(backend, cfg.rid, state.KIND_STREAM, need.streams)
     known_convs = state.known(backend, cfg.rid, state.KIND_CONV, need.conversations)
+    spread = {k for d in (known_chunks, known_streams, known_convs) for k in d.values() if not k.startswith("packs/")}
+    if len(spread) > MAX_SPREAD:
+        # Small pushes leave their data inline in their bundles, so the checkpoints of a long
+        # history need more and more bundles (a clone reads each).  Past MAX_SPREAD, this push
+        # gathers what its checkpoints hold in those bundles into a fresh pack: a reader then
+        # needs at most MAX_SPREAD + its packs.  Only chunks these checkpoints reach are sent.
+        for d in (known_chunks, known_streams, known_convs):
+            for oid in [oid for oid, k in d.items() if k in spread]:
+                del d[oid]
+        report.gathered = True
     new_chunks = [c for c in need.chunks if c not in known_chunks]
     report.chunks_new, report.chunks_known = len(new_chunks), len(known_chunks)
     needs = set(known_chunks.values()) | set(known_streams.values()) | set(known_convs.values())
@@ -145,7 +159,7 @@ def run(
     last_records: str | None = None
     if frames or new_streams or new_convs:
         body = layout.encode_pack(frames, new_streams, new_convs)
-        if not uploaded and len(body) <= layout.INLINE_MAX:
+        if not uploaded and not report.gathered and len(body) <= layout.INLINE_MAX:
             inline = body
         else:
             last_records = upload(frames, new_streams, new_convs)
