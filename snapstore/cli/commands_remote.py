@@ -35,7 +35,7 @@ def _with_progress(label: str, enabled: bool, run: Callable[..., T]) -> T:
 @global_options
 @click.group(context_settings=CONTEXT, epilog="\b\nExample:\n  snapstore remote add origin s3://bucket/team/project")
 def remote() -> None:
-    """Manage remotes (S3-compatible object storage): add, list, remove, ls, verify, doctor.
+    """Manage remotes (S3-compatible object storage): add, list, remove, ls, verify, gc, doctor.
 
     Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or
     an AWS profile; they are never stored.  See docs/remote.md.
@@ -268,3 +268,26 @@ def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: 
     _fetch_lines(report.to_json(), as_json, quiet)
     if not as_json and not quiet:
         click.echo(f"cloned {report.refs[0].checkpoint[:12]} into {report.directory}")
+
+
+@_sub("snapstore remote gc origin --dry-run")
+@click.argument("name", default="origin")
+@click.option("-n", "--dry-run", is_flag=True, help="Say what would be condemned and deleted; change nothing.")
+@click.option("--grace", "grace_hours", type=click.FloatRange(min=12), default=24, show_default=True,
+              help="Hours a pack no bundle names must have existed (by the engine's clock) before it is condemned.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def gc(obj: Ctx, name: str, dry_run: bool, grace_hours: float, as_json: bool) -> None:
+    """Remove packs no bundle names (killed pushes), in two phases: condemned by one run, deleted
+    by a later one an hour on if still unreferenced. Published checkpoints are never removed."""
+    with obj.open() as store:
+        report = store.remote_gc(name, dry_run=dry_run, grace_s=grace_hours * 3600)
+    if as_json:
+        echo_json(report.to_json())
+        return
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(
+        f"{report.bundles} bundles, {report.packs} packs ({report.live_packs} live): {verb} "
+        f"{len(report.deleted)} ({size(report.bytes_deleted)}), condemned {len(report.condemned)}, "
+        f"{report.waiting} waiting, {len(report.rescued)} rescued"
+    )

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from snapstore.ops.restore import RestoreReport
     from snapstore.remote.doctor import DoctorReport
     from snapstore.remote.fetch import FetchedRef
+    from snapstore.remote.gc import RemoteGcReport
     from snapstore.remote.push import PushReport
     from snapstore.remote.state import RemoteConfig
     from snapstore.remote.transport import CountingTransport
@@ -251,6 +252,20 @@ class RemotesMixin(GoingBackMixin):
 
         _, t = self._connect(remote, empty_ok=True)
         return verify.run(t, progress)
+
+    def remote_gc(
+        self, remote: str = "origin", *, dry_run: bool = False, grace_s: float | None = None,
+        window_s: float | None = None,
+    ) -> RemoteGcReport:
+        """Remove the packs no bundle names, two-phase (condemn, then delete a run later at
+        least ``window_s`` after), never one younger than ``grace_s`` by the engine's clock."""
+        from snapstore.remote import gc
+
+        _, t = self._connect(remote, empty_ok=True)
+        return gc.run(
+            t, dry_run=dry_run, grace_s=gc.GRACE if grace_s is None else grace_s,
+            window_s=gc.WINDOW if window_s is None else window_s,
+        )
 
     def remote_doctor(self, remote: str = "origin") -> DoctorReport:
         """Probe the engine's conditional writes again and remember the answer (a remote that

@@ -3,7 +3,7 @@
 Every object but a ref is immutable and written create-only (``If-None-Match: *``):
 
 * ``config``: msgpack map ``{format, chunker, id, created}``, written once by the first client;
-* ``packs/<h2>/<blake3-256 hex>``: a **pack**: zstd frames of chunks, then a footer (msgpack)
+* ``packs/<h2>/<blake3-256 hex>``: a **pack**: a random nonce, zstd frames of chunks, then a footer (msgpack)
   saying which chunks each frame holds and carrying the stream and conversation records pushed
   with them.  Its name is the BLAKE3-256 of all its bytes (the full 256 bits: a 128-bit name
   could be squatted by a co-tenant who searched for a collision);
@@ -18,6 +18,7 @@ every record against the schema readers use locally (format.md, "What a reader r
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import NamedTuple
 
@@ -35,6 +36,7 @@ FORMAT = 1
 CONFIG_KEY = "config"
 PACK_MAGIC = b"SNAPPACK"
 BUNDLE_MAGIC = b"SNAPBNDL"
+NONCE = 16  # random bytes after PACK_MAGIC
 _TAIL = struct.Struct(">I8s")  # footer length, PACK_MAGIC again (the end of a pack)
 #: A pack closes once it holds this many stored bytes (one PUT each; docs/remote.md, costs).
 PACK_TARGET = 16 << 20
@@ -93,7 +95,9 @@ def encode_pack(
     convs: list[tuple[bytes, bytes]],
 ) -> bytes:
     """A pack of ``(zstd frame, members)`` and records; its name is ``chunk_id`` of it."""
-    out = bytearray(PACK_MAGIC)
+    # A nonce makes every pack's name its own: no two pushes ever write the same key, so a
+    # pusher never mistakes someone else's pack (perhaps condemned by gc) for one it wrote.
+    out = bytearray(PACK_MAGIC + os.urandom(NONCE))
     index = []
     for data, members in frames:
         index.append([len(out), len(data), [[c, o, s] for c, o, s in members]])
@@ -115,11 +119,11 @@ def parse_pack(what: str, body: bytes, name: bytes | None) -> Pack:
 
     if name is not None and chunk_id(body) != name:
         raise bad("its content does not match its name")
-    if len(body) < len(PACK_MAGIC) + _TAIL.size or not body.startswith(PACK_MAGIC):
+    if len(body) < len(PACK_MAGIC) + NONCE + _TAIL.size or not body.startswith(PACK_MAGIC):
         raise bad("not a pack")
     flen, magic = _TAIL.unpack_from(body, len(body) - _TAIL.size)
     end = len(body) - _TAIL.size
-    if magic != PACK_MAGIC or flen > end - len(PACK_MAGIC):
+    if magic != PACK_MAGIC or flen > end - len(PACK_MAGIC) - NONCE:
         raise bad("truncated or no footer")
     try:
         footer = msgpack.unpackb(body[end - flen : end], raw=False, max_bin_len=MAX_OBJECT)
@@ -135,7 +139,7 @@ def parse_pack(what: str, body: bytes, name: bytes | None) -> Pack:
         raise bad("too many records")
     data_end = end - flen
     for f in frames:
-        if f.offset < len(PACK_MAGIC) or f.length <= 0 or f.offset + f.length > data_end:
+        if f.offset < len(PACK_MAGIC) + NONCE or f.length <= 0 or f.offset + f.length > data_end:
             raise bad("a frame lies outside the pack")
         total = sum(s for _, _, s in f.members)
         if total > entries.MAX_FRAME_BYTES or any(s < 0 or o < 0 or o + s > total for _, o, s in f.members):

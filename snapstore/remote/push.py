@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from snapstore.errors import CorruptError
+from snapstore.errors import CorruptError, RemoteError
 from snapstore.remote import closure, layout, refs, state
 from snapstore.remote.state import RemoteConfig
 from snapstore.remote.transport import Transport
@@ -33,6 +33,9 @@ Lock = Callable[[], AbstractContextManager[None]]
 
 #: Plain bytes read from the store and compressed per step (bounds a push's memory).
 READ_STEP = 32 << 20
+#: Longest time from a push's first pack upload to its bundle: past it the push stops (its packs
+#: may already be gc candidates, see :mod:`snapstore.remote.gc`, whose grace is longer).
+PUSH_WINDOW = 6 * 3600
 #: Most bundles (with inline data) a push lets its checkpoints need before gathering their
 #: data into one pack: bounds the objects a clone reads whatever the length of the history.
 MAX_SPREAD = 24
@@ -127,6 +130,7 @@ def run(
         frames: list[tuple[bytes, list[tuple[bytes, int, int]]]] = []
         stored = 0
         uploaded: list[str] = []
+        started: list[float] = []  # monotonic time of the first pack upload (no clock skew)
         done = 0
 
         def tick(n: int) -> None:  # progress counts chunks (their sizes are known once read)
@@ -139,7 +143,9 @@ def run(
                    streams: list[tuple[bytes, bytes]], convs: list[tuple[bytes, bytes]]) -> str:
             body = layout.encode_pack(pack_frames, streams, convs)
             key = layout.pack_key(objects.chunk_id(body))
-            transport.put_create(key, body)  # None: the same pack is there already
+            if not uploaded:
+                started.append(time.monotonic())
+            transport.put_create(key, body)  # None: a retried request found it written
             report.packs += 1
             report.bytes_sent += len(body)
             for _, members in pack_frames:
@@ -164,6 +170,11 @@ def run(
         else:
             last_records = upload(frames, new_streams, new_convs)
     needs.update(uploaded)
+    if started and time.monotonic() - started[0] > PUSH_WINDOW:
+        raise RemoteError(
+            f"the push took more than {PUSH_WINDOW // 3600} h between its first pack and its commit: "
+            "its packs may be collected by remote gc, so nothing was published; push again"
+        )
     now = time.time_ns()
     bundle = layout.encode_bundle(ns, cfg.writer, now, records, sorted(needs), inline)
     key = layout.bundle_key(ns, now, cfg.writer, bundle)

@@ -51,7 +51,10 @@ class Transport:
         raise NotImplementedError
 
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[Listed]:
-        """The objects under ``prefix`` in key order (one request per page of 1,000)."""
+        """The objects under ``prefix`` in key order (one request per page of 1,000).
+
+        ``prefix`` is a whole path ("log/", "refs/"): object_store lists by path segment, so
+        "gc/clock" would list "gc/clock/..." and not the key itself."""
         raise NotImplementedError
 
     def delete(self, key: str) -> None:
