@@ -15,11 +15,15 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from snapstore.errors import RemoteError, UsageError
+from snapstore.errors import RemoteError, SnapstoreError, UsageError
 from snapstore.remote.names import RemoteURL
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
+
+
+#: The largest object read whole (packs close at 16 MiB plus a frame; bundles hold records).
+MAX_GET = 256 << 20
 
 
 class Got(NamedTuple):
@@ -141,9 +145,18 @@ class ObstoreTransport(Transport):
 
         try:
             result = obstore.get(self.store, self.prefix + key)
+            if result.meta["size"] > MAX_GET:
+                # Read whole only what snapstore could have written: a hostile or damaged
+                # engine must not make a fetch allocate without bound.
+                from snapstore.errors import CorruptError
+
+                raise CorruptError(f"remote object {key} is corrupt (it holds {result.meta['size']} bytes, "
+                                   f"more than any snapstore object, {MAX_GET})")
             body = bytes(result.bytes())
         except FileNotFoundError:
             return None
+        except SnapstoreError:
+            raise
         except Exception as exc:
             raise self._error(exc, "read", key) from None
         return Got(body, result.meta.get("e_tag") or "")
