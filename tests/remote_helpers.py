@@ -188,3 +188,41 @@ class IgnoresConditions(tr.Transport):
 
     def delete(self, key: str) -> None:
         self.inner.delete(key)
+
+
+class LaggyListing:
+    """Makes every transport's listing lag: a key created through it is left out of listings
+    until ``lag`` more objects have been created (a count, not a clock: no timing in tests).
+    Reads of the key itself are not delayed (S3 is read-after-write consistent for new keys)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, lag: int) -> None:
+        self.lag = lag
+        self.created: list[str] = []
+        self.hidden = True
+        real = tr.connect
+        outer = self
+
+        class Laggy(tr.Transport):
+            def __init__(self, inner: tr.Transport) -> None:
+                self.inner = inner
+
+            def get(self, key: str) -> tr.Got | None:
+                return self.inner.get(key)
+
+            def put_create(self, key: str, data: bytes) -> str | None:
+                got = self.inner.put_create(key, data)
+                if got is not None:
+                    outer.created.append(key)
+                return got
+
+            def put_update(self, key: str, data: bytes, etag: str) -> str | None:
+                return self.inner.put_update(key, data, etag)
+
+            def list(self, prefix: str, start_after: str | None = None) -> Iterator[tr.Listed]:
+                recent = set(outer.created[-outer.lag :]) if outer.hidden and outer.lag else set()
+                return (e for e in self.inner.list(prefix, start_after) if e.key not in recent)
+
+            def delete(self, key: str) -> None:
+                self.inner.delete(key)
+
+        monkeypatch.setattr(tr, "connect", lambda *a, **kw: Laggy(real(*a, **kw)))

@@ -113,3 +113,24 @@ def test_remote_gc_cli_dry_run(remote, tmp_path, monkeypatch, run_cli):
     assert r.code == 0 and "would delete 0" in r.text and "condemned 0" in r.text  # 24 h grace
     assert run_cli("remote", "gc", "--grace", "1", cwd=tmp_path / "a").code == 2  # below 12 h
     assert orphan in remote.keys("packs/")
+
+
+def test_listings_that_lag_delay_a_fetch_and_never_lose_a_pack(remote, tmp_path, monkeypatch):
+    from remote_helpers import LaggyListing
+
+    monkeypatch.setattr(layout, "INLINE_MAX", 0)
+    lag = LaggyListing(monkeypatch, lag=3)  # the newest 3 objects are missing from listings
+    with make_store(tmp_path / "a", sample_tree("a")) as a, make_store(tmp_path / "g", {"x": b"x"}) as g:
+        remote.add_to(a)
+        remote.add_to(g)
+        a.snapshot("first", task="t")
+        a.push()  # pack, bundle, ref: all three hidden from listings for now
+        assert g.fetch().refs == []  # the ref is not listed yet: nothing fetched, no error
+        condemned = g.remote_gc(grace_s=0, window_s=0).condemned  # the bundle is not listed...
+        assert len(condemned) == 1 and condemned[0].startswith("packs/")  # ...so its pack looks dead
+        lag.hidden = False  # the listings catch up
+        after = g.remote_gc(grace_s=0, window_s=0)
+        assert after.deleted == [] and after.rescued == condemned  # phase two re-lists: rescued
+        fetched = g.fetch()
+        assert [r.name for r in fetched.refs] == ["t"]
+        assert g.remote_verify().ok

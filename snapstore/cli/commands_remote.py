@@ -147,6 +147,7 @@ def doctor(obj: Ctx, name: str, as_json: bool) -> None:
     else:
         for check, ok in report.checks.items():
             click.echo(f"{'ok  ' if ok else 'FAIL'} {check}")
+        click.echo(f"{'ok  ' if report.listing_current else 'lags'} a listing shows a key just written")
         for note in report.notes:
             click.echo(f"note: {note}")
     if not report.ok:

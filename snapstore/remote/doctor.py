@@ -21,7 +21,8 @@ class DoctorReport:
     """The probe's findings; ``ok`` when shared refs are safe on this engine."""
 
     def __init__(self) -> None:
-        self.checks: dict[str, bool] = {}
+        self.checks: dict[str, bool] = {}  # what shared refs need
+        self.listing_current: bool | None = None  # a listing showed a key just written
         self.notes: list[str] = []
 
     @property
@@ -29,7 +30,7 @@ class DoctorReport:
         return bool(self.checks) and all(self.checks.values())
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "checks": self.checks, "notes": self.notes}
+        return {"ok": self.ok, "checks": self.checks, "listing_current": self.listing_current, "notes": self.notes}
 
 
 def probe(transport: Transport) -> DoctorReport:
@@ -48,7 +49,12 @@ def probe(transport: Transport) -> DoctorReport:
         report.checks["a current compare-and-swap succeeds"] = swapped is not None
         got = transport.get(key)
         report.checks["a read returns the last successful write"] = got is not None and got.body == b"4"
-        report.checks["a listing shows a key just written"] = any(e.key == key for e in transport.list("doctor/"))
+        # Not a condition for refs (nothing in the protocol trusts a listing to be complete):
+        # a lag only delays what `fetch` without ref names and `remote gc` see.
+        report.listing_current = any(e.key == key for e in transport.list("doctor/"))
+        if not report.listing_current:
+            report.notes.append("listings lag behind writes: a fetch of every ref may miss the newest "
+                                "ones until the next fetch; gc's grace period covers it")
         if not first:
             report.notes.append("the engine returned no ETag: compare-and-swap is impossible")
     finally:

@@ -53,17 +53,18 @@ class RemoteGcReport:
 
 
 def server_now_ns(transport: Transport) -> int:
-    """The engine's clock: the modification time of an object written just now."""
+    """The engine's clock: the modification time of an object written just now (read back
+    by a GET, read-after-write consistent, not by a listing, which may lag)."""
     got = transport.get(CLOCK_KEY)
     body = os.urandom(8)  # a new ETag each time (see run)
     if got is None:
         transport.put_create(CLOCK_KEY, body)
     else:
         transport.put_update(CLOCK_KEY, body, got.etag)  # (a lost race wrote it just as well)
-    for entry in transport.list("gc/"):  # (prefixes are whole path segments)
-        if entry.key == CLOCK_KEY:
-            return entry.mtime_ns
-    raise RemoteError("the engine does not list an object just written (gc needs its clock)")
+    got = transport.get(CLOCK_KEY)
+    if got is None or not got.mtime_ns:
+        raise RemoteError("the engine gives no modification time for an object just written (gc needs its clock)")
+    return got.mtime_ns
 
 
 def _load_plan(transport: Transport) -> tuple[dict[str, int], str | None]:

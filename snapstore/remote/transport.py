@@ -27,10 +27,12 @@ MAX_GET = 256 << 20
 
 
 class Got(NamedTuple):
-    """An object read whole, and the ETag to compare-and-swap it against."""
+    """An object read whole, the ETag to compare-and-swap it against, and its modification
+    time by the engine's clock (0 when unknown)."""
 
     body: bytes
     etag: str
+    mtime_ns: int = 0
 
 
 class Listed(NamedTuple):
@@ -159,7 +161,8 @@ class ObstoreTransport(Transport):
             raise
         except Exception as exc:
             raise self._error(exc, "read", key) from None
-        return Got(body, result.meta.get("e_tag") or "")
+        mtime = result.meta.get("last_modified")
+        return Got(body, result.meta.get("e_tag") or "", int(mtime.timestamp() * 1e9) if mtime else 0)
 
     def put_create(self, key: str, data: bytes) -> str | None:
         import obstore
