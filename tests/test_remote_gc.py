@@ -134,3 +134,19 @@ def test_listings_that_lag_delay_a_fetch_and_never_lose_a_pack(remote, tmp_path,
         fetched = g.fetch()
         assert [r.name for r in fetched.refs] == ["t"]
         assert g.remote_verify().ok
+
+
+@pytest.mark.parametrize("skew_days", [-1, 1])
+def test_gc_ignores_the_client_clock(remote, tmp_path, monkeypatch, skew_days):
+    """A gc host whose clock is a day off condemns nothing young: it reads the engine's."""
+    import time as time_module
+
+    a, orphan, _ = _orphan_and_live(remote, tmp_path, monkeypatch)
+    real_ns, real_s = time_module.time_ns, time_module.time
+    monkeypatch.setattr(time_module, "time_ns", lambda: real_ns() + skew_days * 86_400 * 10**9)
+    monkeypatch.setattr(time_module, "time", lambda: real_s() + skew_days * 86_400)
+    with a:
+        for _ in range(2):
+            r = a.remote_gc(grace_s=3600, window_s=0)
+            assert r.condemned == [] and r.deleted == []
+    assert orphan in remote.keys("packs/")
