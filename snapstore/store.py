@@ -282,6 +282,32 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
             region=region, profile=profile, progress=progress,
         )
 
+    def remote_view(self, name: str = "origin", *, progress: Callable[[int, int], None] | None = None) -> Store:
+        """A read-only window on remote ``name``: a cache store kept in this store's directory
+        (``remote-cache/``), brought up to date with every checkpoint the remote's refs name
+        (only objects it lacks are read; they are immutable, so never read twice).  Browse it
+        like any store (list, show, log, cat, diff of two checkpoints); close it after use."""
+        from snapstore.facade.remotes import cache_dirs
+        from snapstore.remote import state
+
+        cfg = state.get_config(self.backend, name)
+        if self.store_dir is None:
+            raise UsageError("an in-memory store keeps no remote cache")
+        root, store_dir = cache_dirs(self.store_dir, cfg)
+        if lmdb_generations.is_store(store_dir):
+            cache = type(self).open(store=store_dir)
+        else:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+            cache = type(self).init(root, store=store_dir)
+        try:
+            if not any(c.name == name for c in cache.remote_list()):
+                cache.remote_add(name, cfg.url, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile)
+            cache.fetch(remote=name, progress=progress)
+        except BaseException:
+            cache.close()
+            raise
+        return cache
+
     @classmethod
     def in_memory(cls, root: str | os.PathLike[str]) -> Store:
         """A store kept in memory (for tests and experiments; gone when the object is)."""

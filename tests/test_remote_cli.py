@@ -76,3 +76,45 @@ def test_remote_list_and_remove(tmp_path, run_cli):
     assert run_cli("remote", "remove", "origin", cwd=cwd).code == 0
     assert json.loads(run_cli("remote", "list", "--json", cwd=cwd).text) == []
     assert run_cli("push", cwd=cwd).code == 2  # no remote named origin
+
+
+def test_reading_commands_read_a_remote_through_its_cache(remote, tmp_path, run_cli):
+    with make_store(tmp_path / "a", sample_tree("a")) as a:
+        first = a.snapshot("first", task="t")
+        (tmp_path / "a" / "README.md").write_bytes(b"second version\n")
+        second = a.snapshot("second", task="t")
+        remote.add_to(a)
+        a.push(task="t")
+    with make_store(tmp_path / "b", {"mine.txt": b"mine\n"}) as b:
+        b.snapshot("local")
+    cwd = tmp_path / "b"
+    assert run_cli("remote", "add", "origin", remote.url, *remote.cli_args(), cwd=cwd).code == 0
+    listed = json.loads(run_cli("list", "--remote", "origin", "--json", cwd=cwd).text)["checkpoints"]
+    assert [c["id"] for c in listed] == [second.id, first.id]
+    r = run_cli("cat", "--remote", "origin", first.id, "README.md", cwd=cwd)
+    assert r.code == 0 and r.out == sample_tree("a")["README.md"]
+    r = run_cli("show", "--remote", "origin", second.id, "--json", cwd=cwd)
+    assert r.code == 0 and json.loads(r.text)["id"] == second.id
+    r = run_cli("log", "--remote", "origin", "README.md", "--json", cwd=cwd)
+    assert r.code == 0 and len(json.loads(r.text)["versions"]) == 2
+    r = run_cli("diff", "--remote", "origin", first.id, second.id, "--json", cwd=cwd)
+    assert r.code == 1 and [c["path"] for c in json.loads(r.text)["changes"]] == ["README.md"]
+    assert run_cli("diff", "--remote", "origin", cwd=cwd).code == 2
+    # The store itself is untouched: its own list still has only its own checkpoint.
+    own = json.loads(run_cli("list", "--json", cwd=cwd).text)["checkpoints"]
+    assert [c["message"] for c in own] == ["local"]
+    assert (cwd / ".snapstore" / "remote-cache").is_dir()
+    assert run_cli("remote", "remove", "origin", cwd=cwd).code == 0
+    assert list((cwd / ".snapstore" / "remote-cache").iterdir()) == []
+
+
+def test_remote_commands_never_go_through_the_service(tmp_path, monkeypatch):
+    from snapstore.service.client import _target
+
+    with make_store(tmp_path / "a", {"a.txt": b"a"}) as a:
+        a.snapshot("first")
+    monkeypatch.chdir(tmp_path / "a")
+    assert _target(["list"]) is not None  # (a plain read may go to a running service)
+    for argv in (["list", "--remote", "origin"], ["cat", "--remote=origin", "latest", "a.txt"],
+                 ["push"], ["fetch"], ["pull"], ["remote", "ls"], ["clone", "s3://b/p", "x"]):
+        assert _target(argv) is None, argv

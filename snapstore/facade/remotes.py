@@ -82,12 +82,15 @@ class RemotesMixin(GoingBackMixin):
         return state.all_configs(self.backend)
 
     def remote_remove(self, name: str) -> None:
-        """Forget remote ``name`` and what this store knew about it (the remote is untouched)."""
+        """Forget remote ``name``, what this store knew about it and its browsing cache (the
+        remote is untouched)."""
         from snapstore.remote import state
 
         cfg = state.get_config(self.backend, name)
         with self._lock.held():
             state.remove(self.backend, cfg)
+            if self.store_dir is not None:
+                shutil.rmtree(os.path.dirname(cache_dirs(self.store_dir, cfg)[0]), ignore_errors=True)
 
     def remote_refs_seen(self, name: str) -> dict[str, str]:
         """The remote's refs as this store last saw or set them: name -> checkpoint id."""
@@ -291,6 +294,17 @@ def _ref_names(t: CountingTransport) -> list[str]:
         except ValueError:
             continue
     return names
+
+
+#: Where the browsing caches of a store's remotes live (in the store directory).
+CACHE_DIRNAME = "remote-cache"
+
+
+def cache_dirs(store_dir: str, cfg: RemoteConfig) -> tuple[str, str]:
+    """``(tree, store)`` directories of remote ``cfg``'s browsing cache (its tree stays empty:
+    a cache is only read)."""
+    base = os.path.join(store_dir, CACHE_DIRNAME, cfg.rid.hex())
+    return os.path.join(base, "tree"), os.path.join(base, "store")
 
 
 def clone_into(

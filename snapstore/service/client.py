@@ -83,6 +83,8 @@ def _target(argv: list[str]) -> tuple[str, str, str] | None:
     command, store, directory = parsed
     if command is None or command in LOCAL_COMMANDS:
         return None
+    if any(a == "--remote" or a.startswith("--remote=") for a in argv):
+        return None  # reads a remote: the caller's credentials, never the service's
     cwd = os.getcwd()
     if command in STDIN_COMMANDS:
         # A hook runs wherever the agent is (`cwd` follows `cd`): its project is the store's tree.

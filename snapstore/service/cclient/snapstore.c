@@ -71,6 +71,14 @@ static int in_list(const char *s, const char *const *list) {
     return 0;
 }
 
+/* Whether the command line reads a remote (`--remote NAME`): it then runs in this process with
+ * the caller's credentials, never in the service (as the remote commands do). */
+static int names_remote(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--remote") == 0 || strncmp(argv[i], "--remote=", 9) == 0) return 1;
+    return 0;
+}
+
 /* Run the Python client with the same arguments (and the stdin this process consumed, kept in
  * a memfd: replayed from its start). */
 static void exec_python(const char *lost) {
@@ -319,7 +327,7 @@ int main(int argc, char **argv) {
     g_argv = argv;
     const char *command, *store, *directory, *encoding, *errors;
     if (getenv("SNAPSTORE_LOST_REQUEST") || !parse_globals(argc, argv, &command, &store, &directory) || !command ||
-        in_list(command, LOCAL_COMMANDS) || !stdout_encoding(&encoding, &errors))
+        in_list(command, LOCAL_COMMANDS) || names_remote(argc, argv) || !stdout_encoding(&encoding, &errors))
         exec_python(NULL);
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd)) exec_python(NULL); /* a deleted directory: Python says why */
