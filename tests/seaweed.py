@@ -4,7 +4,7 @@
 bound to 127.0.0.1 on ports picked free, data in a directory of its own, telemetry off.  It is
 ready once a create-only PUT through the S3 gateway succeeds (the gateway answers before the
 volume server takes writes).  It is stopped by its pid: SIGTERM, then SIGKILL (measured:
-SIGTERM alone takes 10-15 s, and SIGKILL loses nothing it acknowledged).
+SIGTERM alone takes 10-15 s, and SIGKILL loses nothing it acknowledged): 1 s, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class SeaweedFS:
             return
         os.kill(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(3)
+            proc.wait(1)
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)

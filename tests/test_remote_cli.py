@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures `remote` and `seaweed` are imported from remote_helpers
 """The remote commands end to end (in-process CLI), and what they cost at start-up."""
 
 from __future__ import annotations
@@ -8,7 +7,7 @@ import subprocess
 import sys
 
 from helpers import subprocess_env
-from remote_helpers import make_store, remote, sample_tree, seaweed  # noqa: F401
+from remote_helpers import make_store, sample_tree
 
 from snapstore.testing import assert_trees_equal, read_tree
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures `remote` and `seaweed` are imported from remote_helpers
 """Remote failures: a pusher killed after every k-th request, corrupt objects planted behind
 the client, an engine that ignores conditional writes, unreachable engines, credentials."""
 
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, assert_one_line_error, subprocess_env
-from remote_helpers import Counting, IgnoresConditions, make_store, remote, sample_tree, seaweed  # noqa: F401
+from remote_helpers import Counting, IgnoresConditions, make_store, sample_tree
 from seaweed import SECRET_KEY
 
 from snapstore.errors import CorruptError, RemoteError

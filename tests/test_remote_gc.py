@@ -1,10 +1,9 @@
-# ruff: noqa: F811 - the fixtures `remote` and `seaweed` are imported from remote_helpers
 """remote gc: two phases, a grace period by the engine's clock, never what a push names."""
 
 from __future__ import annotations
 
 import pytest
-from remote_helpers import Counting, make_store, remote, sample_tree, seaweed  # noqa: F401
+from remote_helpers import Counting, make_store, sample_tree
 
 from snapstore.remote import layout
 from snapstore.remote import transport as tr

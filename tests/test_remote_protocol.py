@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures `remote` and `seaweed` are imported from remote_helpers
 """The remote protocol, run against obstore's in-memory store and a real SeaweedFS.
 
 Round trip byte-exact, the request budget of an incremental push, what a push uploads, what a
@@ -10,7 +9,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from remote_helpers import Counting, make_store, remote, sample_tree, seaweed  # noqa: F401
+from remote_helpers import Counting, make_store, sample_tree
 
 from snapstore.remote import layout
 from snapstore.store import Store

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures `remote` and `seaweed` are imported from remote_helpers
 """Remote push/gc torture: pushers and gc at once on one remote (~5 s per engine in
 ``make test``, 60 s in ``make torture``).
 
@@ -21,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from remote_helpers import Counting, make_store, remote, seaweed  # noqa: E402, F401
+from remote_helpers import Counting, make_store  # noqa: E402
 from torture_tally import record, scaled  # noqa: E402
 
 from snapstore.errors import RemoteError  # noqa: E402
