@@ -87,6 +87,52 @@ def _frames_of(get: Callable[[str, bytes], bytes | None], ids: list[bytes], leve
         yield from flush()
 
 
+class _Packer:
+    """Frames in, packs out: each pack PUT create-only once it holds PACK_TARGET bytes; what
+    is left at the end goes inline in the bundle when small enough (and nothing was packed)."""
+
+    def __init__(self, transport: Transport, report: PushReport) -> None:
+        self.transport = transport
+        self.report = report
+        self.frames: list[tuple[bytes, list[tuple[bytes, int, int]]]] = []
+        self.stored = 0
+        self.placed: dict[bytes, str] = {}  # new chunk -> key of the pack it went to
+        self.uploaded: list[str] = []
+        self.records_at: str | None = None  # the pack holding the new records, if not inline
+        self.started: float | None = None  # monotonic time of the first pack (no clock skew)
+
+    def add(self, data: bytes, members: list[tuple[bytes, int, int]]) -> None:
+        self.frames.append((data, members))
+        self.stored += len(data)
+        if self.stored >= layout.PACK_TARGET:
+            self._upload([], [])
+
+    def finish(self, streams: list[tuple[bytes, bytes]], convs: list[tuple[bytes, bytes]]) -> bytes | None:
+        """Upload the last pack (with the new records), or return it to go inline."""
+        if not (self.frames or streams or convs):
+            return None
+        body = layout.encode_pack(self.frames, streams, convs)
+        if not self.uploaded and not self.report.gathered and len(body) <= layout.INLINE_MAX:
+            return body
+        self.records_at = self._upload(streams, convs, body)
+        return None
+
+    def _upload(self, streams: list[tuple[bytes, bytes]], convs: list[tuple[bytes, bytes]], body: bytes | None = None) -> str:
+        body = body if body is not None else layout.encode_pack(self.frames, streams, convs)
+        key = layout.pack_key(objects.chunk_id(body))
+        if self.started is None:
+            self.started = time.monotonic()
+        self.transport.put_create(key, body)  # None: a retried request found it written
+        self.report.packs += 1
+        self.report.bytes_sent += len(body)
+        for _, members in self.frames:
+            for cid, _, _ in members:
+                self.placed[cid] = key
+        self.uploaded.append(key)
+        self.frames, self.stored = [], 0
+        return key
+
+
 def run(
     backend: Backend,
     transport: Transport,
@@ -126,11 +172,7 @@ def run(
     with backend.read() as view:
         new_streams = [(s, _value(view.get, "streams", s)) for s in need.streams if s not in known_streams]
         new_convs = [(c, _value(view.get, "conversations", c)) for c in need.conversations if c not in known_convs]
-        placed: dict[bytes, str] = {}  # new chunk -> key of the object it went to
-        frames: list[tuple[bytes, list[tuple[bytes, int, int]]]] = []
-        stored = 0
-        uploaded: list[str] = []
-        started: list[float] = []  # monotonic time of the first pack upload (no clock skew)
+        packer = _Packer(transport, report)
         done = 0
 
         def tick(n: int) -> None:  # progress counts chunks (their sizes are known once read)
@@ -139,40 +181,15 @@ def run(
             if progress is not None:
                 progress(done, len(new_chunks))
 
-        def upload(pack_frames: list[tuple[bytes, list[tuple[bytes, int, int]]]],
-                   streams: list[tuple[bytes, bytes]], convs: list[tuple[bytes, bytes]]) -> str:
-            body = layout.encode_pack(pack_frames, streams, convs)
-            key = layout.pack_key(objects.chunk_id(body))
-            if not uploaded:
-                started.append(time.monotonic())
-            transport.put_create(key, body)  # None: a retried request found it written
-            report.packs += 1
-            report.bytes_sent += len(body)
-            for _, members in pack_frames:
-                for cid, _, _ in members:
-                    placed[cid] = key
-            uploaded.append(key)
-            return key
-
         for data, members, plain in _frames_of(view.get, new_chunks, level, tick):
             report.bytes_new += plain
-            frames.append((data, members))
-            stored += len(data)
-            if stored >= layout.PACK_TARGET:
-                upload(frames, [], [])
-                frames, stored = [], 0
-    inline: bytes | None = None
-    last_records: str | None = None
-    if frames or new_streams or new_convs:
-        body = layout.encode_pack(frames, new_streams, new_convs)
-        if not uploaded and not report.gathered and len(body) <= layout.INLINE_MAX:
-            inline = body
-        else:
-            last_records = upload(frames, new_streams, new_convs)
+            packer.add(data, members)
+    inline = packer.finish(new_streams, new_convs)
+    placed, uploaded, last_records = packer.placed, packer.uploaded, packer.records_at
     needs.update(uploaded)
-    if started and time.monotonic() - started[0] > PUSH_WINDOW:
+    if packer.started is not None and time.monotonic() - packer.started > PUSH_WINDOW:
         raise RemoteError(
-            f"the push took more than {PUSH_WINDOW // 3600} h between its first pack and its commit: "
+            f"the push took more than {PUSH_WINDOW / 3600:g} h between its first pack and its commit: "
             "its packs may be collected by remote gc, so nothing was published; push again"
         )
     now = time.time_ns()
