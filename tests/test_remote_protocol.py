@@ -228,3 +228,30 @@ def test_a_long_history_of_small_pushes_stays_cheap_to_clone(remote, tmp_path, m
     reads = [key for kind, key in counting.last.calls if kind == "get" and not key.startswith(("refs/", "config"))]
     assert len(reads) <= 1 + 3 + 1  # the bundle, at most MAX_SPREAD bundles, one gathered pack
     assert_trees_equal(read_tree(tmp_path / "a"), read_tree(tmp_path / "b"))
+
+
+def test_an_incremental_push_reads_only_the_manifest_chunks_that_changed(remote, tmp_path, monkeypatch):
+    from snapstore.records import manifest
+
+    decoded: list[int] = []
+    real = manifest.iter_entries_of_chunks
+
+    def counting(mid, chunks):
+        decoded.append(1)
+        return real(mid, chunks)
+
+    monkeypatch.setattr(manifest, "iter_entries_of_chunks", counting)
+    files = {f"dir{i // 100}/file{i}.txt": f"content {i}\n".encode() for i in range(1500)}
+    with make_store(tmp_path / "a", files) as a:
+        remote.add_to(a)
+        a.snapshot("first")
+        a.push()
+        full = len(decoded)
+        assert full >= 10  # the first push reads every manifest chunk
+        (tmp_path / "a" / "dir7" / "file777.txt").write_bytes(b"changed\n")
+        a.snapshot("second")
+        decoded.clear()
+        report = a.push()
+        assert len(decoded) <= 2 and report.requests <= 4, (len(decoded), full)
+    Store.clone(remote.url, tmp_path / "b", endpoint=remote.endpoint)
+    assert_trees_equal(read_tree(tmp_path / "a"), read_tree(tmp_path / "b"))

@@ -18,11 +18,18 @@ from snapstore.storage.objects import Getter
 class Closure:
     """Ordered sets (dicts) of chunk ids, stream record ids and conversation record ids."""
 
-    def __init__(self, get: Getter) -> None:
+    def __init__(self, get: Getter, *, skip_leaves: frozenset[bytes] = frozenset(), track: bool = False) -> None:
         self.get = get
         self.chunks: dict[bytes, None] = {}
         self.streams: dict[bytes, None] = {}
         self.conversations: dict[bytes, None] = {}
+        #: Manifest chunks whose entries are not walked (the caller knows where their closure is).
+        self.skip_leaves = skip_leaves
+        #: With ``track``: each walked manifest chunk's file streams, and each stream's nodes
+        #: (all of them: a stream is then walked whole, never cut short at a node seen before).
+        self.track = track
+        self.leaf_streams: dict[bytes, list[bytes]] = {}
+        self.stream_nodes: dict[bytes, list[bytes]] = {}
         self._streams_done: set[bytes] = set()
         self._walked: dict[bytes, int] = {}
 
@@ -32,8 +39,12 @@ class Closure:
         self._streams_done.add(sid)
         if self.get("streams", sid) is not None:
             self.streams[sid] = None
-        for nid, _, _ in objects.walk_stream(self.get, sid, walked=self._walked, distinct=distinct):
+        walked = None if self.track else self._walked
+        nodes = [nid for nid, _, _ in objects.walk_stream(self.get, sid, walked=walked, distinct=distinct)]
+        for nid in nodes:
             self.chunks[nid] = None
+        if self.track:
+            self.stream_nodes[sid] = nodes
 
     def checkpoint(self, cid: bytes, packed: bytes) -> None:
         """Add what checkpoint ``cid`` (its record ``packed``) reaches; CorruptError when
@@ -41,10 +52,16 @@ class Closure:
         mid, conv = references(cid, packed)
         self.stream(mid, distinct=True)
         for leaf in objects.leaf_ids(self.get, mid):
+            if leaf in self.skip_leaves or leaf in self.leaf_streams:
+                continue
             data = objects.load_chunk(self.get, leaf)
+            files = []
             for e in manifest.iter_entries_of_chunks(mid, [data]):
                 if e.is_file:
                     self.stream(e.ref)
+                    files.append(e.ref)
+            if self.track:
+                self.leaf_streams[leaf] = files
         if conv is None:
             return
         if self.get("conversations", conv) is not None:
@@ -56,9 +73,21 @@ class Closure:
             self.stream(conv)
 
 
-def of(get: Getter, records: list[tuple[bytes, bytes]]) -> Closure:
-    """The closure of the checkpoints ``(id, record)``."""
-    c = Closure(get)
+def manifest_leaves(get: Getter, records: list[tuple[bytes, bytes]]) -> set[bytes]:
+    """The manifest chunks of the checkpoints ``(id, record)`` (their index walked, no entry read)."""
+    out: set[bytes] = set()
+    for cid, packed in records:
+        out.update(objects.leaf_ids(get, references(cid, packed)[0]))
+    return out
+
+
+def of(
+    get: Getter, records: list[tuple[bytes, bytes]], *, skip_leaves: frozenset[bytes] = frozenset(),
+    track: bool = False,
+) -> Closure:
+    """The closure of the checkpoints ``(id, record)``, less what the entries of the manifest
+    chunks ``skip_leaves`` reach (see :class:`Closure`)."""
+    c = Closure(get, skip_leaves=skip_leaves, track=track)
     for cid, packed in records:
         try:
             c.checkpoint(cid, packed)

@@ -87,6 +87,36 @@ def _frames_of(get: Callable[[str, bytes], bytes | None], ids: list[bytes], leve
         yield from flush()
 
 
+class _Plan:
+    """What a push needs: the closure walked (less the manifest chunks ``leaf_rows`` covers),
+    and where the remote already holds each part of it."""
+
+    def __init__(self, backend: Backend, cfg: RemoteConfig, records: list[tuple[bytes, bytes]],
+                 leaf_rows: dict[bytes, list[str]]) -> None:
+        with backend.read() as view:
+            self.need = closure.of(view.get, records, skip_leaves=frozenset(leaf_rows), track=True)
+        self.leaf_rows = leaf_rows
+        self.chunks = state.known(backend, cfg.rid, state.KIND_CHUNK, self.need.chunks)
+        self.streams = state.known(backend, cfg.rid, state.KIND_STREAM, self.need.streams)
+        self.convs = state.known(backend, cfg.rid, state.KIND_CONV, self.need.conversations)
+
+    def objects(self) -> set[str]:
+        """Every remote object holding a part of the closure already there."""
+        out = {k for d in (self.chunks, self.streams, self.convs) for k in d.values()}
+        out.update(k for keys in self.leaf_rows.values() for k in keys)
+        return out
+
+    def spread(self) -> set[str]:
+        """The bundles (data inline) among :meth:`objects`."""
+        return {k for k in self.objects() if not k.startswith("packs/")}
+
+    def drop(self, keys: set[str]) -> None:
+        """Send again what these objects hold (it goes into this push's fresh pack)."""
+        for d in (self.chunks, self.streams, self.convs):
+            for oid in [oid for oid, k in d.items() if k in keys]:
+                del d[oid]
+
+
 class _Packer:
     """Frames in, packs out: each pack PUT create-only once it holds PACK_TARGET bytes; what
     is left at the end goes inline in the bundle when small enough (and nothing was packed)."""
@@ -150,24 +180,25 @@ def run(
     """Push the checkpoints ``records`` (``(id, record)``, oldest first) to namespace ``ns``."""
     report = PushReport(cfg.name, ns)
     report.checkpoints = [cid.hex() for cid, _ in records]
+    # Manifest chunks an earlier push recorded need no walk: their entries' closure is in the
+    # objects listed (an incremental push walks only the chunks its changes touched).
     with backend.read() as view:
-        need = closure.of(view.get, records)
-    known_chunks = state.known(backend, cfg.rid, state.KIND_CHUNK, need.chunks)
-    known_streams = state.known(backend, cfg.rid, state.KIND_STREAM, need.streams)
-    known_convs = state.known(backend, cfg.rid, state.KIND_CONV, need.conversations)
-    spread = {k for d in (known_chunks, known_streams, known_convs) for k in d.values() if not k.startswith("packs/")}
-    if len(spread) > MAX_SPREAD:
+        leaves = closure.manifest_leaves(view.get, records)
+    leaf_rows = state.leaf_objects(backend, cfg.rid, leaves)
+    plan = _Plan(backend, cfg, records, leaf_rows)
+    if len(plan.spread()) > MAX_SPREAD:
         # Small pushes leave their data inline in their bundles, so the checkpoints of a long
         # history need more and more bundles (a clone reads each).  Past MAX_SPREAD, this push
         # gathers what its checkpoints hold in those bundles into a fresh pack: a reader then
         # needs at most MAX_SPREAD + its packs.  Only chunks these checkpoints reach are sent.
-        for d in (known_chunks, known_streams, known_convs):
-            for oid in [oid for oid, k in d.items() if k in spread]:
-                del d[oid]
+        if leaf_rows:
+            plan = _Plan(backend, cfg, records, {})  # every entry walked: all that is scattered
+        plan.drop(plan.spread())
         report.gathered = True
+    need, known_chunks, known_streams, known_convs = plan.need, plan.chunks, plan.streams, plan.convs
     new_chunks = [c for c in need.chunks if c not in known_chunks]
     report.chunks_new, report.chunks_known = len(new_chunks), len(known_chunks)
-    needs = set(known_chunks.values()) | set(known_streams.values()) | set(known_convs.values())
+    needs = plan.objects()
 
     with backend.read() as view:
         new_streams = [(s, _value(view.get, "streams", s)) for s in need.streams if s not in known_streams]
@@ -202,13 +233,23 @@ def run(
     report.inline = inline is not None
     report.bytes_sent += len(bundle)
     records_at = last_records or key
+    def chunk_at(cid: bytes) -> str:
+        return placed.get(cid) or known_chunks.get(cid) or key
+
+    def stream_at(sid: bytes) -> str | None:
+        return known_streams.get(sid) or (records_at if sid in need.streams else None)
+
     with lock(), backend.write() as batch:
         for cid in new_chunks:
-            state.put_known(batch, cfg.rid, state.KIND_CHUNK, cid, placed.get(cid, key))
+            state.put_known(batch, cfg.rid, state.KIND_CHUNK, cid, chunk_at(cid))
         for sid, _ in new_streams:
             state.put_known(batch, cfg.rid, state.KIND_STREAM, sid, records_at)
         for rid, _ in new_convs:
             state.put_known(batch, cfg.rid, state.KIND_CONV, rid, records_at)
+        for leaf, files in need.leaf_streams.items():
+            held = {chunk_at(n) for sid in files for n in need.stream_nodes[sid]}
+            held.update(k for k in map(stream_at, files) if k is not None)
+            state.put_leaf_objects(batch, cfg.rid, leaf, sorted(held))
     if not move_ref or not records:
         report.ref_outcome = "skipped"
         return report

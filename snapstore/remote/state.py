@@ -5,6 +5,7 @@
 | ``c:`` + name | msgpack ``{url, endpoint, region, profile, rid, writer, remote_id, cas}`` |
 | ``k`` + rid + kind + id | the key of the remote object holding chunk (``c``), stream record (``s``) or conversation record (``v``) ``id``: what a push need not upload again |
 | ``o`` + rid + object key | empty: that remote object was imported whole (a fetch skips it) |
+| ``m`` + rid + manifest chunk id | msgpack list of the object keys holding everything the entries of that manifest chunk reach (written by a push once its bundle is published): the next push skips those entries |
 | ``r`` + rid + ref name | msgpack ``{checkpoint, etag, bundle}``: the ref as last seen or set |
 
 ``rid`` is 8 random bytes given at ``remote add``; removing the remote removes its rows.
@@ -20,6 +21,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from snapstore.errors import CorruptError, UsageError
+from snapstore.remote.layout import is_data_key
 from snapstore.remote.names import RemoteURL, parse_url
 from snapstore.storage.backend import Backend, WriteBatch
 
@@ -105,7 +107,7 @@ def all_configs(backend: Backend) -> list[RemoteConfig]:
 def remove(backend: Backend, cfg: RemoteConfig) -> None:
     """Remove a remote and every row it owns (in bounded batches; the config row last, so a
     crash leaves the remote listed and ``remote remove`` finishes it)."""
-    for prefix in (b"k" + cfg.rid, b"o" + cfg.rid, b"r" + cfg.rid):
+    for prefix in (b"k" + cfg.rid, b"o" + cfg.rid, b"r" + cfg.rid, b"m" + cfg.rid):
         while True:
             with backend.read() as view:
                 keys = [k for k, _ in _take(view.items(TABLE, prefix=prefix), 4096)]
@@ -154,6 +156,27 @@ def imported(backend: Backend, rid: bytes, key: str) -> bool:
 
 def put_imported(batch: WriteBatch, rid: bytes, key: str) -> None:
     batch.put(TABLE, b"o" + rid + key.encode(), b"")
+
+
+def leaf_objects(backend: Backend, rid: bytes, leaves: Iterable[bytes]) -> dict[bytes, list[str]]:
+    """For each manifest chunk a push recorded, the objects its entries' closure lives in."""
+    out = {}
+    with backend.read() as view:
+        for leaf in leaves:
+            raw = view.get(TABLE, b"m" + rid + leaf)
+            if raw is None:
+                continue
+            try:
+                keys = msgpack.unpackb(raw, raw=False)
+            except (ValueError, TypeError, msgpack.UnpackException):
+                continue  # a cache only: that chunk's entries are walked again
+            if isinstance(keys, list) and all(isinstance(k, str) and is_data_key(k) for k in keys):
+                out[leaf] = keys
+    return out
+
+
+def put_leaf_objects(batch: WriteBatch, rid: bytes, leaf: bytes, keys: list[str]) -> None:
+    batch.put(TABLE, b"m" + rid + leaf, msgpack.packb(sorted(keys)))
 
 
 # -- refs as last seen -------------------------------------------------------------------------
