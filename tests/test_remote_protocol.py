@@ -255,3 +255,16 @@ def test_an_incremental_push_reads_only_the_manifest_chunks_that_changed(remote,
         assert len(decoded) <= 2 and report.requests <= 4, (len(decoded), full)
     Store.clone(remote.url, tmp_path / "b", endpoint=remote.endpoint)
     assert_trees_equal(read_tree(tmp_path / "a"), read_tree(tmp_path / "b"))
+
+
+def test_a_ref_moved_by_another_writer_is_never_reported_current(remote, tmp_path):
+    with make_store(tmp_path / "a", sample_tree("a")) as a, make_store(tmp_path / "b", sample_tree("b")) as b:
+        remote.add_to(a)
+        remote.add_to(b)
+        a.snapshot("a")
+        b.snapshot("b")
+        assert a.push().ref_outcome == "moved"
+        assert b.push(force=True).ref_outcome == "moved"
+        again = a.push()  # the same checkpoint as a last saw the ref at
+        assert again.ref_outcome == "diverged"
+        assert again.ref_checkpoint == b.resolve("latest").id

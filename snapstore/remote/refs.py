@@ -55,9 +55,9 @@ def advance(
     key = layout.ref_key(name)
     body = layout.encode_ref(new)
     cur: layout.Ref | None
-    if seen is not None:
+    if seen is not None and seen.checkpoint != new.checkpoint:
         cur, etag = layout.Ref(seen.checkpoint, seen.bundle, 0, ""), seen.etag
-    else:
+    else:  # (a ref seen at our checkpoint already is read: "current" must be true now)
         cur, etag = read(transport, name)
     for rounds in range(1, MAX_ROUNDS + 1):
         if cur is None:
