@@ -1,7 +1,10 @@
-"""The UI's routes: each parses its request, calls one page function under a lock, answers.
+"""The UI's routes: each parses its request, calls one page function in a worker thread, answers.
 
-The Store is used from one request at a time (``UiApp.lock``): pages are quick, and a restore
-must not interleave with a page that reads the tree.  Nothing from a request reaches the file
+Store calls run one at a time (``UiApp.lock``): a restore must not interleave with a page that
+reads the tree.  Pages hold the lock only for each Store call (:mod:`snapstore.ui.locked`), never
+while they render, and render within a :class:`~snapstore.ui.budget.Budget`; so a page busy with
+a huge diff holds back no other page.  An action (restore, undo, tag) holds the lock from its
+check to its act, so a confirmed plan is the plan carried out.  Nothing from a request reaches the file
 system but through Store methods (paths travel as tokens of their bytes, see
 :func:`snapstore.ui.html.path_token`, and go to ``read_bytes``, ``history``, ``restore``...).
 Static files are a fixed set read from the package.
@@ -25,9 +28,11 @@ from snapstore.errors import (
     UnsafePathError,
     UsageError,
 )
-from snapstore.ui import actions, views
+from snapstore.ui import actions, budget, views
+from snapstore.ui.download import stream
 from snapstore.ui.highlight import stylesheet
 from snapstore.ui.html import Html, error_body, page, path_from_token
+from snapstore.ui.locked import locked
 from snapstore.ui.security import AdmitPeer, Credentials, Guard, allowed_hosts
 
 if TYPE_CHECKING:
@@ -62,7 +67,9 @@ class UiApp:
 
     def __init__(self, store: Store):
         self.store = store
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        #: what reading pages use: each Store call under the lock, the rest outside it
+        self.reader = locked(store, self.lock)
         self.root = store.root
         self.static: dict[str, tuple[bytes, str]] = {
             "ui.css": (_resource("ui.css"), "text/css; charset=utf-8"),
@@ -80,16 +87,21 @@ class UiApp:
 
         return await run_in_threadpool(locked)
 
-    async def page(self, fn: Callable[[], tuple[str, Html]], active: str = "") -> Response:
-        """A whole page from ``fn() -> (title, body)``; a Store error becomes an error page."""
+    async def page(self, fn: Callable[[], tuple[str, Html]], active: str = "", *, act: bool = False) -> Response:
+        """A whole page from ``fn() -> (title, body)``; a Store error becomes an error page.
+
+        ``fn`` runs in a worker thread: holding the lock throughout when it acts (``act``),
+        otherwise free, its Store calls made through :attr:`reader`.
+        """
+        from starlette.concurrency import run_in_threadpool
         from starlette.responses import HTMLResponse
 
         def build() -> tuple[str, Html, str]:
             title, body = fn()
-            return title, body, self.store.revision()
+            return title, body, self.reader.revision()
 
         try:
-            title, body, revision = await self.run(build)
+            title, body, revision = await (self.run(build) if act else run_in_threadpool(build))
         except SnapstoreError as exc:
             return self.error_page(exc)
         except Exception as exc:  # a bug: say so in one line, keep the server up
@@ -110,14 +122,15 @@ class UiApp:
 
     async def timeline(self, request: Request) -> Response:
         f, limit = _filters(request)
-        return await self.page(lambda: views.timeline(self.store, f, limit), "timeline")
+        return await self.page(lambda: views.timeline(self.reader, f, limit), "timeline")
 
     async def timeline_fragment(self, request: Request) -> Response:
+        from starlette.concurrency import run_in_threadpool
         from starlette.responses import HTMLResponse
 
         f, limit = _filters(request)
         try:
-            html = await self.run(lambda: views.timeline_list(self.store, f, limit))
+            html = await run_in_threadpool(lambda: views.timeline_list(self.reader, f, limit))
         except SnapstoreError as exc:
             return HTMLResponse(error_body(_status(exc), exc.message), status_code=_status(exc))
         return HTMLResponse(html)
@@ -125,20 +138,34 @@ class UiApp:
     async def revision(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
 
-        return JSONResponse({"revision": await self.run(self.store.revision)})
+        return JSONResponse({"revision": await self.run(self.reader.revision)})
 
     async def checkpoint(self, request: Request) -> Response:
         ref, view, only = request.path_params["cid"], _view(request), _path(request)
-        return await self.page(lambda: views.checkpoint(self.store, ref, view, only))
+        b = budget.for_request(_full(request))
+        return await self.page(lambda: views.checkpoint(self.reader, ref, view, only, b))
 
     async def file(self, request: Request) -> Response:
         ref, path = request.path_params["cid"], _path(request) or b""
-        return await self.page(lambda: views.file_at(self.store, ref, path))
+        b = budget.for_request(_full(request))
+        return await self.page(lambda: views.file_at(self.reader, ref, path, b))
 
     async def raw(self, request: Request) -> Response:
+        """A file's bytes as an attachment, streamed (the store's size in Content-Length)."""
+        from starlette.responses import StreamingResponse
+
         ref, path = request.path_params["cid"], _path(request) or b""
         name = path.rsplit(b"/", 1)[-1].decode("utf-8", "replace") or "file"
-        return await self.download(lambda: (name, self.store.read_bytes(ref, path)), "application/octet-stream")
+        try:
+            info = await self.run(lambda: self.store.file_info(ref, path))  # errors before any byte
+        except SnapstoreError as exc:
+            return self.error_page(exc)
+        if "hash" not in info:
+            return self.error_page(RefError(f"{info['path']} is not a file in that checkpoint"))
+        cid = info["checkpoint"]
+        headers = {"content-disposition": _attachment(name), "content-length": str(info["size"])}
+        body = stream(lambda: self.store.iter_bytes(cid, path))
+        return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
     async def conversation(self, request: Request) -> Response:
         ref = request.path_params["cid"]
@@ -152,20 +179,20 @@ class UiApp:
             name, data = await self.run(fn)
         except SnapstoreError as exc:
             return self.error_page(exc)
-        disposition = f"attachment; filename*=UTF-8''{quote(name, safe='')}"
-        return Response(data, media_type=media_type, headers={"content-disposition": disposition})
+        return Response(data, media_type=media_type, headers={"content-disposition": _attachment(name)})
 
     async def history(self, request: Request) -> Response:
         path = _path(request)
-        return await self.page(lambda: views.history(self.store, path))
+        return await self.page(lambda: views.history(self.reader, path))
 
     async def compare(self, request: Request) -> Response:
         q = request.query_params
         a, b, view, only = q.get("a", "").strip(), q.get("b", "").strip(), _view(request), _path(request)
-        return await self.page(lambda: views.compare(self.store, a, b, view, only), "compare")
+        cap = budget.for_request(_full(request))
+        return await self.page(lambda: views.compare(self.reader, a, b, view, only, cap), "compare")
 
     async def operations(self, request: Request) -> Response:
-        return await self.page(lambda: views.operations(self.store), "ops")
+        return await self.page(lambda: views.operations(self.reader), "ops")
 
     async def static_file(self, request: Request) -> Response:
         from starlette.responses import PlainTextResponse, Response
@@ -180,21 +207,21 @@ class UiApp:
     async def restore_preview(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
         paths = _form_paths(form)
-        return await self.page(lambda: actions.restore_preview(self.store, ref, paths))
+        return await self.page(lambda: actions.restore_preview(self.store, ref, paths), act=True)
 
     async def restore(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
         paths, plan, confirm = _form_paths(form), _one(form, "plan"), _one(form, "confirm")
-        return await self.page(lambda: actions.restore_confirm(self.store, ref, paths, plan, confirm))
+        return await self.page(lambda: actions.restore_confirm(self.store, ref, paths, plan, confirm), act=True)
 
     async def undo_preview(self, request: Request) -> Response:
         await _form(request)
-        return await self.page(lambda: actions.undo_preview(self.store), "ops")
+        return await self.page(lambda: actions.undo_preview(self.store), "ops", act=True)
 
     async def undo(self, request: Request) -> Response:
         form = await _form(request)
         plan, confirm = _one(form, "plan"), _one(form, "confirm")
-        return await self.page(lambda: actions.undo_confirm(self.store, plan, confirm), "ops")
+        return await self.page(lambda: actions.undo_confirm(self.store, plan, confirm), "ops", act=True)
 
     async def tag(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
@@ -233,6 +260,15 @@ def _filters(request: Request) -> tuple[views.Filters, int]:
     except ValueError:
         limit = views.PAGE
     return f, limit
+
+
+def _full(request: Request) -> bool:
+    """Whether the reader asked to see a large diff or file anyway (the larger limits)."""
+    return request.query_params.get("full") == "1"
+
+
+def _attachment(name: str) -> str:
+    return f"attachment; filename*=UTF-8''{quote(name, safe='')}"
 
 
 def _view(request: Request) -> str:

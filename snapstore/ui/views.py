@@ -15,6 +15,7 @@ from snapstore.ops.diff import Change
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
 from snapstore.ui import diffview
+from snapstore.ui.budget import FULL, Budget
 from snapstore.ui.html import (
     Html,
     counts_el,
@@ -157,14 +158,20 @@ def changes_section(
     restore_ref: str | None = None,
     more_link: Any = None,
     view_link: Any = None,
+    budget: Budget | None = None,
+    extra: Any = None,
 ) -> Html:
-    """The list of changed files (with checkboxes to restore a selection) and their diffs."""
+    """The list of changed files (with checkboxes to restore a selection) and their diffs.
+
+    The diffs are rendered within ``budget`` (one per request); a diff that does not fit is
+    cut or listed with ``extra(change)``: its "show anyway" and download links.
+    """
+    budget = budget or Budget()
     if not changes:
         return Html('<p class="empty">No file changed.</p>')
     rows = []
     for i, (c, n) in enumerate(zip(changes, counts)):
-        added, removed, binary = n.added, n.removed, n.binary or bool(n.not_counted)
-        lines = "binary" if binary else f"+{added} -{removed}"
+        lines = n.note or f"+{n.added} -{n.removed}"
         box = fmt('<td><input type="checkbox" name="p" value="{}" aria-label="select {}"></td>', path_token(c.path), c.display_path) if restore_ref else Html("")
         target = f"#f-{i}" if i < MAX_INLINE_DIFFS else (more_link(c) if more_link else "#")
         rows.append(
@@ -193,11 +200,17 @@ def changes_section(
     diffs = []
     for i, (c, n) in enumerate(zip(changes[:MAX_INLINE_DIFFS], counts)):
         lines = n.note or f"+{n.added} -{n.removed}"
+        links = extra(c) if extra else Html("")
+        if budget.exhausted():
+            # the page's rows or time are spent: list the rest, each a link to its own page
+            own = more_link(c) if more_link else "#"
+            body = fmt('<p class="note toolarge">Not rendered: this page reached its limit. <a href="{}">Show this diff alone</a> {}</p>', own, links)
+        else:
+            body = diffview.change_body(c, view, budget, links)
         diffs.append(
             fmt(
                 '<section class="filediff" id="f-{}"><h3><span class="st st-{}">{}</span> {} <small>{}</small></h3>{}</section>',
-                i, c.status, diffview.STATUS_WORDS.get(c.status, c.status), c.display_path, lines,
-                diffview.change_body(c, view),
+                i, c.status, diffview.STATUS_WORDS.get(c.status, c.status), c.display_path, lines, body,
             )
         )
     if len(changes) > MAX_INLINE_DIFFS:
@@ -241,7 +254,7 @@ def _message_text(m: Any) -> str:
 # -- a checkpoint -----------------------------------------------------------------------------
 
 
-def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None) -> Page:
+def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, budget: Budget | None = None) -> Page:
     """A checkpoint's record, actions, changed files with diffs, and conversation."""
     from snapstore.ui import actions
 
@@ -270,6 +283,11 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None) -> 
         changes, counts, view, file_link=file_link, restore_ref=cp.id,
         more_link=lambda c: url(f"/c/{cp.id}", p=path_token(c.path)),
         view_link=lambda v: url(f"/c/{cp.id}", p=path_token(only) if only else None, view=v),
+        budget=budget,
+        extra=lambda c: more_links(
+            c, budget, lambda: url(f"/c/{cp.id}", p=path_token(c.path), view=view, full=1),
+            new=cp.id, old=cp.parent,
+        ),
     )
     if messages is None:
         convo = Html('<p class="empty">No conversation is stored with this checkpoint.</p>')
@@ -299,20 +317,47 @@ def _checkpoint_file_link(cp: Checkpoint) -> Any:
     return link
 
 
-def file_at(store: Store, ref: str, path: bytes) -> Page:
-    """The file ``path`` as checkpoint ``ref`` holds it."""
+def file_at(store: Store, ref: str, path: bytes, budget: Budget | None = None) -> Page:
+    """The file ``path`` as checkpoint ``ref`` holds it: its first lines, within ``budget``
+    (only that much of the file is read: a 50 MB file costs what a short one does)."""
+    budget = budget or Budget()
     cp = store.resolve(ref)
-    data = store.read_bytes(cp.id, path)
+    size = int(store.file_info(cp.id, path)["size"])  # a RefError for a path it does not hold
+    data, _ = diffview.read_head(store.iter_bytes(cp.id, path), budget.limits.file_bytes)
     token = path_token(path)
+    raw = url(f"/c/{cp.id}/raw", p=token)
+    anyway = None if budget.full or size <= len(data) else url(f"/c/{cp.id}/file", p=token, full=1)
+    more = _links(anyway, [("download it", raw)])
     body = fmt(
         '<h1><code>{}</code> <small>at checkpoint <a href="/c/{}">{}</a></small></h1><p>{} · '
         '<a href="{}" download>download</a> · <a href="{}">history</a></p>'
         '<form method="post" action="/c/{}/restore/preview"><input type="hidden" name="p" value="{}">'
         '<button type="submit" class="action">Preview restoring this file…</button></form>{}',
-        display(path), cp.id, cp.short_id, size_el(len(data)), url(f"/c/{cp.id}/raw", p=token),
-        url("/history", p=token), cp.id, token, diffview.file_table(path, data),
+        display(path), cp.id, cp.short_id, size_el(size), raw,
+        url("/history", p=token), cp.id, token, diffview.file_table(path, data, size, budget, more),
     )
     return display(path), body
+
+
+def more_links(change: Change, budget: Budget | None, anyway: Any, *, new: str | None, old: str | None) -> Html:
+    """A cut or unshown diff's way out: "show anyway" (the same view with the larger limits,
+    when they would show it) and the raw downloads of its stored sides."""
+    sizes = [e.size for e in (change.old, change.new) if e is not None and e.is_file]
+    fits = max(sizes, default=0) <= FULL.file_bytes
+    show = anyway() if fits and not (budget and budget.full) else None
+    downloads = []
+    token = path_token(change.path)
+    if old and change.old is not None and change.old.is_file:
+        downloads.append(("download the old version", url(f"/c/{old}/raw", p=token)))
+    if new and change.new is not None and change.new.is_file:
+        downloads.append(("download the new version", url(f"/c/{new}/raw", p=token)))
+    return _links(show, downloads)
+
+
+def _links(anyway: str | None, downloads: list[tuple[str, str]]) -> Html:
+    parts = [fmt('<a href="{}" class="anyway">Show anyway</a>', anyway)] if anyway else []
+    parts += [fmt('<a href="{}" download>{}</a>', href, label) for label, href in downloads]
+    return join(parts, " · ")
 
 
 def history(store: Store, path: bytes | None) -> Page:
@@ -346,7 +391,7 @@ def history(store: Store, path: bytes | None) -> Page:
     return f"History of {shown}", body
 
 
-def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None) -> Page:
+def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None, budget: Budget | None = None) -> Page:
     """Two checkpoints compared (``b`` empty: checkpoint ``a`` against the working tree)."""
     recent = store.numbered_checkpoints()[:100]
     options = join(fmt('<option value="{}">{} {}</option>', c.short_id, f"#{n}", c.message[:60]) for n, c in recent)
@@ -374,6 +419,11 @@ def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None) 
         changes, counts, view, file_link=file_link,
         more_link=lambda c: url("/compare", a=a, b=b, p=path_token(c.path)),
         view_link=lambda v: url("/compare", a=a, b=b, p=path_token(only) if only else None, view=v),
+        budget=budget,
+        extra=lambda c: more_links(
+            c, budget, lambda: url("/compare", a=a, b=b, p=path_token(c.path), view=view, full=1),
+            new=new.id if new else None, old=old.id,
+        ),
     )
     body = fmt(
         '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} path(s) differ.</p>{}',
