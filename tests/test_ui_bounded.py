@@ -71,14 +71,24 @@ def big_store(tree: Path) -> Iterator[Store]:
         yield store
 
 
-def test_the_ui_diff_is_the_librarys_and_counts_what_the_cli_counts(big_store: Store):
+def test_the_ui_diff_is_the_librarys_and_counts_what_the_cli_counts(big_store: Store, monkeypatch):
+    calls: list[int] = []
+    library = textdiff.opcodes
+
+    def spy(a, b):
+        calls.append(len(a))
+        return library(a, b)
+
+    monkeypatch.setattr(textdiff, "opcodes", spy)
     change = big_store.changes("latest")[0]
     a, _ = diffview.split_lines(change.old_bytes() or b"")
     b, _ = diffview.split_lines(change.new_bytes() or b"")
     codes = diffview.opcodes(a, b)
+    assert calls, "the UI matched the lines without the library's diff"
     added = sum(j2 - j1 for tag, _i1, _i2, j1, j2 in codes if tag != "equal")
     removed = sum(i2 - i1 for tag, i1, i2, _j1, _j2 in codes if tag != "equal")
     assert (added, removed) == (26_667, 26_667)
+    monkeypatch.setattr(textdiff, "opcodes", library)
     assert textdiff.count(change)[:2] == (added, removed)
 
 
