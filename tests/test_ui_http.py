@@ -453,7 +453,7 @@ def test_the_timeline_groups_by_task_and_session_and_shows_who(client: TestClien
     assert "agent · Edit" in html and "agent · Write" in html and ">user<" in html
     assert 'class="tag"' in html and "#start" in html
     assert re.search(r'<span class="add">\+1</span> <span class="mod">~1</span> <span class="del">-0</span>', html)
-    assert "<time datetime=" in html and '<th>Who</th>' in html
+    assert "<time datetime=" in html and '>Who</th>' in html
 
 
 def test_the_timeline_filters(client: TestClient, ui_store: Store):

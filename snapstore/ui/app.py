@@ -28,7 +28,7 @@ from snapstore.errors import (
     UnsafePathError,
     UsageError,
 )
-from snapstore.ui import actions, budget, views
+from snapstore.ui import actions, budget, timeline, views
 from snapstore.ui.download import stream
 from snapstore.ui.highlight import stylesheet
 from snapstore.ui.html import Html, error_body, page, path_from_token
@@ -121,16 +121,16 @@ class UiApp:
     # -- reading -------------------------------------------------------------------------------
 
     async def timeline(self, request: Request) -> Response:
-        f, limit = _filters(request)
-        return await self.page(lambda: views.timeline(self.reader, f, limit), "timeline")
+        f, before = _filters(request)
+        return await self.page(lambda: timeline.timeline(self.reader, f, before), "timeline")
 
     async def timeline_fragment(self, request: Request) -> Response:
         from starlette.concurrency import run_in_threadpool
         from starlette.responses import HTMLResponse
 
-        f, limit = _filters(request)
+        f, before = _filters(request)
         try:
-            html = await run_in_threadpool(lambda: views.timeline_list(self.reader, f, limit))
+            html = await run_in_threadpool(lambda: timeline.timeline_list(self.reader, f, before))
         except SnapstoreError as exc:
             return HTMLResponse(error_body(_status(exc), exc.message), status_code=_status(exc))
         return HTMLResponse(html)
@@ -246,9 +246,10 @@ def _resource(name: str) -> bytes:
     return resources.files("snapstore.ui").joinpath("static", name).read_bytes()
 
 
-def _filters(request: Request) -> tuple[views.Filters, int]:
+def _filters(request: Request) -> tuple[timeline.Filters, int | None]:
+    """The timeline's filters and its page (``before``: the log number its rows are below)."""
     q = request.query_params
-    f = views.Filters(
+    f = timeline.Filters(
         q=q.get("q", "").strip(),
         path=q.get("path", "").strip(),
         task=q.get("task", "").strip(),
@@ -256,10 +257,10 @@ def _filters(request: Request) -> tuple[views.Filters, int]:
         safety=q.get("safety", "") == "1",
     )
     try:
-        limit = max(1, min(100_000, int(q.get("limit", views.PAGE))))
+        before = max(0, int(q["before"])) if q.get("before") else None
     except ValueError:
-        limit = views.PAGE
-    return f, limit
+        before = None  # a mangled cursor: the first page
+    return f, before
 
 
 def _full(request: Request) -> bool:

@@ -62,11 +62,14 @@ def url(base: str, /, **params: str | int | None) -> str:
 # -- small pieces -----------------------------------------------------------------------------
 
 
-def time_el(time_ns: int) -> Html:
-    """A ``<time>``: the server's local format, re-rendered in the browser's locale by ui.js."""
+def time_el(time_ns: int, *, relative: bool = False) -> Html:
+    """A ``<time>``: the server's local format, re-rendered in the browser's locale by ui.js
+    (``relative``: as "5 minutes ago", the date and time in its title)."""
     import datetime as _dt
 
     iso = _dt.datetime.fromtimestamp(time_ns / 1e9, _dt.timezone.utc).isoformat(timespec="seconds")
+    if relative:
+        return fmt('<time datetime="{}" class="rel">{}</time>', iso, render.local_time(time_ns))
     return fmt('<time datetime="{}">{}</time>', iso, render.local_time(time_ns))
 
 

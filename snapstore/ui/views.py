@@ -8,7 +8,6 @@ the Store's own (RefError for an unknown checkpoint or path, ...), shown by the 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from snapstore.ops.diff import Change
@@ -20,11 +19,9 @@ from snapstore.ui.html import (
     Html,
     counts_el,
     fmt,
-    group_key,
     join,
     path_token,
     size_el,
-    tags_el,
     time_el,
     url,
     who,
@@ -36,114 +33,11 @@ if TYPE_CHECKING:
 
 #: Diffs shown inline on one page; the rest are listed with a link to their own diff.
 MAX_INLINE_DIFFS = 40
-#: Timeline rows per page (a "more" link shows the next ones).
-PAGE = 200
 #: A conversation message longer than this (characters or lines) is collapsed.
 LONG_MESSAGE = 600
 LONG_LINES = 12
 
 Page = tuple[str, Html]
-
-
-@dataclass(frozen=True)
-class Filters:
-    """The timeline's filters (each empty when unused)."""
-
-    q: str = ""
-    path: str = ""
-    task: str = ""
-    tag: str = ""
-    safety: bool = False
-
-    def query(self) -> dict[str, str | int | None]:
-        return {"q": self.q, "path": self.path, "task": self.task, "tag": self.tag, "safety": 1 if self.safety else None}
-
-
-# -- the timeline -----------------------------------------------------------------------------
-
-
-def timeline(store: Store, f: Filters, limit: int = PAGE) -> Page:
-    """The filter form and the grouped list of checkpoints."""
-    everything = store.numbered_checkpoints(include_safety=True)
-    tasks = sorted({c.task for _, c in everything if c.task})
-    tags = sorted({t for _, c in everything for t in c.tags})
-    options = join(fmt('<option value="{}">', t) for t in tasks)
-    tag_options = join(fmt('<option value="{}">', t) for t in tags)
-    form = fmt(
-        '<form class="filters" method="get" action="/" role="search">'
-        '<label>Message <input name="q" value="{}" placeholder="text in the message" id="filter-q"></label>'
-        '<label>Path <input name="path" value="{}" placeholder="src/app.py"></label>'
-        '<label>Task <input name="task" value="{}" list="tasks"></label><datalist id="tasks">{}</datalist>'
-        '<label>Tag <input name="tag" value="{}" list="tags"></label><datalist id="tags">{}</datalist>'
-        '<label class="check"><input type="checkbox" name="safety" value="1"{}> safety checkpoints</label>'
-        '<button type="submit">Filter</button> <a href="/">Clear</a></form>',
-        f.q, f.path, f.task, options, f.tag, tag_options, Html(" checked") if f.safety else Html(""),
-    )
-    src = url("/timeline.frag", **f.query(), limit=limit if limit != PAGE else None)
-    body = fmt(
-        '<h1>Checkpoints</h1>{}<div id="timeline" data-src="{}" aria-live="polite">{}</div>',
-        form, src, timeline_list(store, f, limit, everything),
-    )
-    return "Timeline", body
-
-
-def timeline_list(
-    store: Store, f: Filters, limit: int = PAGE, everything: list[tuple[int | None, Checkpoint]] | None = None
-) -> Html:
-    """The list part of the timeline (also served alone, for live updates)."""
-    rows = everything if everything is not None else store.numbered_checkpoints(include_safety=True)
-    if not f.safety:
-        rows = [(n, c) for n, c in rows if not c.is_safety]
-    if f.task:
-        rows = [(n, c) for n, c in rows if c.task == f.task]
-    if f.tag:
-        rows = [(n, c) for n, c in rows if f.tag in c.tags]
-    if f.q:
-        needle = f.q.casefold()
-        rows = [(n, c) for n, c in rows if needle in c.message.casefold()]
-    if f.path:
-        touched = {v.checkpoint.id for v in store.history(f.path)}
-        rows = [(n, c) for n, c in rows if c.id in touched]
-    if not rows:
-        return Html('<p class="empty">No checkpoint matches.</p>' if any(f.query().values()) else '<p class="empty">No checkpoints yet: run <code>snapstore snapshot</code>.</p>')
-    shown, more = rows[:limit], len(rows) - limit
-    groups: list[tuple[tuple[str, str], list[tuple[int | None, Checkpoint]]]] = []
-    for n, c in shown:
-        key = group_key(c)
-        if groups and groups[-1][0] == key:
-            groups[-1][1].append((n, c))
-        else:
-            groups.append((key, [(n, c)]))
-    parts = [_group(key, members) for key, members in groups]
-    if more > 0:
-        parts.append(fmt('<p><a href="{}">Show {} more</a></p>', url("/", **f.query(), limit=limit + PAGE), more))
-    return join(parts)
-
-
-def _group(key: tuple[str, str], members: list[tuple[int | None, Checkpoint]]) -> Html:
-    kind, name = key
-    title = fmt("{}: <strong>{}</strong>", kind, name) if kind else Html("No task")
-    oldest, newest = members[-1][1], members[0][1]
-    span = fmt("{} checkpoint(s), {} – {}", len(members), time_el(oldest.time_ns), time_el(newest.time_ns))
-    rows = join(_row(n, c) for n, c in members)
-    return fmt(
-        '<section class="group"><h2>{} <small>{}</small></h2><table class="timeline"><thead><tr>'
-        "<th>#</th><th>Time</th><th>Message</th><th>Changes</th><th>Who</th><th>Id</th></tr></thead>"
-        "<tbody>{}</tbody></table></section>",
-        title, span, rows,
-    )
-
-
-def _row(n: int | None, c: Checkpoint) -> Html:
-    href = f"/c/{c.id}"
-    label = f"#{n}" if n else "safety"
-    message = c.message or "(no message)"
-    return fmt(
-        '<tr class="cp{}" data-href="{}"><td class="ref">{}</td><td>{}</td>'
-        '<td class="msg"><a href="{}">{}</a> {}</td><td>{}</td><td class="who">{}</td><td class="id"><code>{}</code></td></tr>',
-        " safety" if c.is_safety else "", href, label, time_el(c.time_ns), href, message, tags_el(c.tags),
-        counts_el(c.stats), who(c) or "–", c.short_id,
-    )
 
 
 # -- changes (a checkpoint's, or a comparison's) ----------------------------------------------
@@ -258,8 +152,7 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, bud
     """A checkpoint's record, actions, changed files with diffs, and conversation."""
     from snapstore.ui import actions
 
-    cp = store.resolve(ref)
-    number = dict((c.id, n) for n, c in store.numbered_checkpoints(include_safety=True)).get(cp.id)
+    cp, newer, older = store.log_neighbours(ref)
     changes = store.changes(cp.id)
     if only is not None:
         changes = [c for c in changes if c.path == only]
@@ -296,13 +189,30 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, bud
             '<p><a class="action" href="/c/{}/conversation.json" download>Rewind: download the conversation up to here (JSON, {} messages)</a></p>{}',
             cp.id, len(messages), _conversation(messages),
         )
-    label = f"#{number}" if number else ("safety" if cp.is_safety else "")
+    label = f"{cp.seq}{' (safety)' if cp.is_safety else ''}" if cp.seq else ("safety" if cp.is_safety else "")
     body = fmt(
-        '<h1>Checkpoint {} <code>{}</code></h1><p class="message">{}</p>{}{}'
+        '<h1>Checkpoint {} <code>{}</code></h1>{}<p class="message">{}</p>{}{}'
         "<h2>Changed files <small>against its parent</small></h2>{}<h2 id=\"conversation\">Conversation</h2>{}",
-        label, cp.short_id, cp.message or "(no message)", record, actions.checkpoint_actions(cp), section, convo,
+        label, cp.short_id, neighbours_nav(older, newer), cp.message or "(no message)", record,
+        actions.checkpoint_actions(cp), section, convo,
     )
     return f"{label} {cp.message or cp.short_id}", body
+
+
+def neighbours_nav(older: Checkpoint | None, newer: Checkpoint | None) -> Html:
+    """Links to the checkpoints just older and newer in the log (keys ``[`` and ``]``)."""
+    def link(c: Checkpoint | None, rel: str, text: str) -> Html:
+        if c is None:
+            return fmt('<span class="none">{}</span>', f"no {text.lower()} checkpoint")
+        return fmt(
+            '<a href="/c/{}" id="{}" rel="{}" aria-keyshortcuts="{}">{} <small>{} {}</small></a>',
+            c.id, text.lower(), rel, "[" if rel == "prev" else "]", text, c.seq, c.message[:60] or c.short_id,
+        )
+
+    return fmt(
+        '<nav class="neighbours" aria-label="Older and newer checkpoints">{} {}</nav>',
+        link(older, "prev", "Older"), link(newer, "next", "Newer"),
+    )
 
 
 def _checkpoint_file_link(cp: Checkpoint) -> Any:
@@ -455,4 +365,4 @@ def operations(store: Store) -> Page:
     return "Operations", body
 
 
-__all__ = ["Filters", "checkpoint", "compare", "file_at", "history", "operations", "timeline", "timeline_list"]
+__all__ = ["checkpoint", "compare", "file_at", "history", "operations"]
