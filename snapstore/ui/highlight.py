@@ -78,8 +78,8 @@ def _lex(lexer: Lexer, lines: list[str]) -> list[Html] | None:
 
 
 def stylesheet() -> str:
-    """The CSS for the token classes (Pygments' default style), scoped to ``.hl``."""
-    from pygments.formatters import HtmlFormatter
+    """The CSS for the token classes, scoped to ``.hl``: readable on every diff background, in
+    the light and the dark scheme (:mod:`snapstore.ui.palette`)."""
+    from snapstore.ui.palette import token_css
 
-    css: str = HtmlFormatter(style="default").get_style_defs(".hl")
-    return css
+    return token_css(".hl")

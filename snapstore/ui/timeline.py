@@ -195,10 +195,10 @@ def rows_html(f: Filters, before: int | None, rows: Rows) -> Html:
 def _pager(f: Filters, before: int | None, rows: Rows) -> Html:
     links = []
     if before is not None:
-        links.append(fmt('<a href="{}">Newest</a>', url("/", **f.query())))
+        links.append(fmt('<a href="{}" id="newer">Newest</a>', url("/", **f.query())))
     if rows.after is not None:
         what = "Search older checkpoints" if rows.stopped else "Older checkpoints"
-        links.append(fmt('<a href="{}" rel="next">{} →</a>', url("/", **f.query(), before=rows.after), what))
+        links.append(fmt('<a href="{}" rel="next" id="older">{} →</a>', url("/", **f.query(), before=rows.after), what))
     if not links:
         return Html("")
     return fmt('<nav class="pager" aria-label="Pages">{}</nav>', join(links, " "))

@@ -295,7 +295,7 @@ def history(store: Store, path: bytes | None) -> Page:
     table = join(rows) if rows else Html('<tr><td colspan="6" class="empty">This path changed in no checkpoint.</td></tr>')
     body = fmt(
         '<h1>History of <code>{}</code></h1>{}<table class="files"><thead><tr><th>Time</th><th>Change</th><th>Size</th>'
-        "<th>Lines</th><th>Checkpoint</th><th></th></tr></thead><tbody>{}</tbody></table>",
+        "<th>Lines</th><th>Checkpoint</th><th>Open</th></tr></thead><tbody>{}</tbody></table>",
         shown, form, table,
     )
     return f"History of {shown}", body
@@ -336,7 +336,7 @@ def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None, 
         ),
     )
     body = fmt(
-        '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} path(s) differ.</p>{}',
+        '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} path(s) differ.</p><h2>Changed files</h2>{}',
         form, old.id, old.short_id, old.message, right, len(changes), section,
     )
     return "Compare", body

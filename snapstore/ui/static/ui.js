@@ -5,12 +5,27 @@
   const UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
   const number = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
   const dateTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+  const relative = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+  const SPANS = [[60, "second"], [3600, "minute"], [86400, "hour"], [604800, "day"], [2629800, "week"], [31557600, "month"], [Infinity, "year"]];
+
+  // "5 minutes ago": the unit that keeps the number small (the full date is the title).
+  function ago(d) {
+    const s = (d.getTime() - Date.now()) / 1000;
+    let unit = 1;
+    for (const [limit, name] of SPANS) {
+      if (Math.abs(s) < limit) return relative.format(Math.round(s / unit), name);
+      unit = limit;
+    }
+    return dateTime.format(d);
+  }
 
   // Times and sizes arrive in the server's format; show them in the reader's locale.
   function localise(root) {
     root.querySelectorAll("time[datetime]").forEach(function (el) {
       const d = new Date(el.getAttribute("datetime"));
-      if (!isNaN(d)) { el.title = el.textContent; el.textContent = dateTime.format(d); }
+      if (isNaN(d)) return;
+      el.title = dateTime.format(d);
+      el.textContent = el.classList.contains("rel") ? ago(d) : dateTime.format(d);
     });
     root.querySelectorAll("data.size[value]").forEach(function (el) {
       let n = Number(el.getAttribute("value")), u = 0;
@@ -45,6 +60,11 @@
     else if (e.key === "k") { move(-1); e.preventDefault(); }
     else if (e.key === "Enter" && selected && (!t || t === document.body || t.classList.contains("cp"))) {
       window.location.href = selected.getAttribute("data-href"); e.preventDefault();
+    }
+    else if (e.key === "[" || e.key === "]") {
+      // older / newer checkpoint (on a checkpoint page), older / newer page (on the timeline)
+      const link = document.getElementById(e.key === "[" ? "older" : "newer");
+      if (link) { link.click(); e.preventDefault(); }
     }
     else if (e.key === "/") { const q = document.getElementById("filter-q"); if (q) { q.focus(); e.preventDefault(); } }
     else if (e.key === "u" || e.key === "s") {
