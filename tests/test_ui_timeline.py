@@ -42,7 +42,7 @@ def labels(html: str) -> list[int]:
 
 
 def older_link(html: str) -> str | None:
-    found = re.search(r'<a href="([^"]+)" rel="next">', html)
+    found = re.search(r'<a href="([^"]+)" rel="next" id="older">', html)
     return found.group(1).replace("&amp;", "&") if found else None
 
 

@@ -14,7 +14,8 @@ from snapstore.ops.diff import Change
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
 from snapstore.ui import diffview
-from snapstore.ui.budget import FULL, Budget
+from snapstore.ui.budget import Budget
+from snapstore.ui.changes import changes_section, links, more_links, old_path
 from snapstore.ui.html import (
     Html,
     counts_el,
@@ -28,88 +29,13 @@ from snapstore.ui.html import (
 )
 
 if TYPE_CHECKING:
-    from snapstore.ops.textdiff import LineCounts
     from snapstore.store import Store
 
-#: Diffs shown inline on one page; the rest are listed with a link to their own diff.
-MAX_INLINE_DIFFS = 40
 #: A conversation message longer than this (characters or lines) is collapsed.
 LONG_MESSAGE = 600
 LONG_LINES = 12
 
 Page = tuple[str, Html]
-
-
-# -- changes (a checkpoint's, or a comparison's) ----------------------------------------------
-
-
-def changes_section(
-    changes: list[Change],
-    counts: list[LineCounts],
-    view: str,
-    *,
-    file_link: Any,
-    restore_ref: str | None = None,
-    more_link: Any = None,
-    view_link: Any = None,
-    budget: Budget | None = None,
-    extra: Any = None,
-) -> Html:
-    """The list of changed files (with checkboxes to restore a selection) and their diffs.
-
-    The diffs are rendered within ``budget`` (one per request); a diff that does not fit is
-    cut or listed with ``extra(change)``: its "show anyway" and download links.
-    """
-    budget = budget or Budget()
-    if not changes:
-        return Html('<p class="empty">No file changed.</p>')
-    rows = []
-    for i, (c, n) in enumerate(zip(changes, counts)):
-        lines = n.note or f"+{n.added} -{n.removed}"
-        box = fmt('<td><input type="checkbox" name="p" value="{}" aria-label="select {}"></td>', path_token(c.path), c.display_path) if restore_ref else Html("")
-        target = f"#f-{i}" if i < MAX_INLINE_DIFFS else (more_link(c) if more_link else "#")
-        rows.append(
-            fmt(
-                '<tr class="cp" data-href="{}">{}<td class="st st-{}">{} {}</td><td><a href="{}">{}</a></td><td class="lines">{}</td><td>{}</td></tr>',
-                target, box, c.status, c.status, diffview.STATUS_WORDS.get(c.status, c.status), target,
-                c.display_path, lines, file_link(c),
-            )
-        )
-    table = fmt('<table class="files changes"><tbody>{}</tbody></table>', join(rows))
-    if restore_ref:
-        table = fmt(
-            '<form method="post" action="/c/{}/restore/preview">{}<p><button type="submit" class="action">'
-            "Preview restoring the selected files…</button></p></form>",
-            restore_ref, table,
-        )
-    link = view_link or (lambda v: f"?view={v}")
-    toggle = fmt(
-        '<p class="toggle">Diffs: <a href="{}" id="view-unified"{}>unified</a> · '
-        '<a href="{}" id="view-split"{}>side by side</a></p>',
-        link("unified"),
-        Html(' aria-current="true"') if view != "split" else Html(""),
-        link("split"),
-        Html(' aria-current="true"') if view == "split" else Html(""),
-    )
-    diffs = []
-    for i, (c, n) in enumerate(zip(changes[:MAX_INLINE_DIFFS], counts)):
-        lines = n.note or f"+{n.added} -{n.removed}"
-        links = extra(c) if extra else Html("")
-        if budget.exhausted():
-            # the page's rows or time are spent: list the rest, each a link to its own page
-            own = more_link(c) if more_link else "#"
-            body = fmt('<p class="note toolarge">Not rendered: this page reached its limit. <a href="{}">Show this diff alone</a> {}</p>', own, links)
-        else:
-            body = diffview.change_body(c, view, budget, links)
-        diffs.append(
-            fmt(
-                '<section class="filediff" id="f-{}"><h3><span class="st st-{}">{}</span> {} <small>{}</small></h3>{}</section>',
-                i, c.status, diffview.STATUS_WORDS.get(c.status, c.status), c.display_path, lines, body,
-            )
-        )
-    if len(changes) > MAX_INLINE_DIFFS:
-        diffs.append(fmt('<p class="note">{} more file(s): open each from the list above.</p>', len(changes) - MAX_INLINE_DIFFS))
-    return fmt("{}{}{}", table, toggle, join(diffs))
 
 
 def _conversation(messages: list[Any]) -> Html:
@@ -153,7 +79,7 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, bud
     from snapstore.ui import actions
 
     cp, newer, older = store.log_neighbours(ref)
-    changes = store.changes(cp.id)
+    changes = store.changes(cp.id, renames=True)
     if only is not None:
         changes = [c for c in changes if c.path == only]
     counts = store.line_counts(changes)
@@ -221,7 +147,8 @@ def _checkpoint_file_link(cp: Checkpoint) -> Any:
         if c.new is not None and c.new.is_file:
             return fmt('<a href="{}">file</a> · <a href="{}">history</a>', url(f"/c/{cp.id}/file", p=path_token(c.path)), hist)
         if c.old is not None and c.old.is_file and cp.parent:
-            return fmt('<a href="{}">file before</a> · <a href="{}">history</a>', url(f"/c/{cp.parent}/file", p=path_token(c.path)), hist)
+            before = url(f"/c/{cp.parent}/file", p=path_token(old_path(c)))
+            return fmt('<a href="{}">file before</a> · <a href="{}">history</a>', before, hist)
         return fmt('<a href="{}">history</a>', hist)
 
     return link
@@ -237,7 +164,7 @@ def file_at(store: Store, ref: str, path: bytes, budget: Budget | None = None) -
     token = path_token(path)
     raw = url(f"/c/{cp.id}/raw", p=token)
     anyway = None if budget.full or size <= len(data) else url(f"/c/{cp.id}/file", p=token, full=1)
-    more = _links(anyway, [("download it", raw)])
+    more = links(anyway, [("download it", raw)])
     body = fmt(
         '<h1><code>{}</code> <small>at checkpoint <a href="/c/{}">{}</a></small></h1><p>{} · '
         '<a href="{}" download>download</a> · <a href="{}">history</a></p>'
@@ -247,27 +174,6 @@ def file_at(store: Store, ref: str, path: bytes, budget: Budget | None = None) -
         url("/history", p=token), cp.id, token, diffview.file_table(path, data, size, budget, more),
     )
     return display(path), body
-
-
-def more_links(change: Change, budget: Budget | None, anyway: Any, *, new: str | None, old: str | None) -> Html:
-    """A cut or unshown diff's way out: "show anyway" (the same view with the larger limits,
-    when they would show it) and the raw downloads of its stored sides."""
-    sizes = [e.size for e in (change.old, change.new) if e is not None and e.is_file]
-    fits = max(sizes, default=0) <= FULL.file_bytes
-    show = anyway() if fits and not (budget and budget.full) else None
-    downloads = []
-    token = path_token(change.path)
-    if old and change.old is not None and change.old.is_file:
-        downloads.append(("download the old version", url(f"/c/{old}/raw", p=token)))
-    if new and change.new is not None and change.new.is_file:
-        downloads.append(("download the new version", url(f"/c/{new}/raw", p=token)))
-    return _links(show, downloads)
-
-
-def _links(anyway: str | None, downloads: list[tuple[str, str]]) -> Html:
-    parts = [fmt('<a href="{}" class="anyway">Show anyway</a>', anyway)] if anyway else []
-    parts += [fmt('<a href="{}" download>{}</a>', href, label) for label, href in downloads]
-    return join(parts, " · ")
 
 
 def history(store: Store, path: bytes | None) -> Page:
@@ -315,7 +221,7 @@ def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None, 
         return "Compare", fmt("<h1>Compare</h1>{}", form)
     old = store.resolve(a)
     new = store.resolve(b) if b else None
-    changes = store.diff(old.id, new.id if new else None, [only.decode("utf-8", "surrogateescape")] if only else None)
+    changes = store.diff(old.id, new.id if new else None, [only.decode("utf-8", "surrogateescape")] if only else None, renames=True)
     counts = store.line_counts(changes)
     right = fmt('<a href="/c/{}">{}</a> {}', new.id, new.short_id, new.message) if new else Html("the working tree")
 

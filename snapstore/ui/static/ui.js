@@ -73,6 +73,16 @@
     }
   });
 
+  // "fold all" / "unfold all": every file's diff on the page.
+  document.addEventListener("click", function (e) {
+    const b = e.target.closest ? e.target.closest("#fold-all") : null;
+    if (!b) return;
+    const all = Array.from(document.querySelectorAll("details.filediff"));
+    const open = all.some(function (d) { return d.open; });
+    all.forEach(function (d) { d.open = !open; });
+    b.textContent = open ? "unfold all" : "fold all";
+  });
+
   // A confirmation is sent once: the button is disabled as the form goes.
   document.addEventListener("submit", function (e) {
     const b = e.target.querySelector("button[type=submit]");
