@@ -28,7 +28,7 @@ from snapstore.errors import (
     UnsafePathError,
     UsageError,
 )
-from snapstore.ui import actions, budget, timeline, views
+from snapstore.ui import actions, budget, here, timeline, views
 from snapstore.ui.download import stream
 from snapstore.ui.highlight import stylesheet
 from snapstore.ui.html import Html, error_body, page, path_from_token
@@ -131,6 +131,17 @@ class UiApp:
         f, before = _filters(request)
         try:
             html = await run_in_threadpool(lambda: timeline.timeline_list(self.reader, f, before))
+        except SnapstoreError as exc:
+            return HTMLResponse(error_body(_status(exc), exc.message), status_code=_status(exc))
+        return HTMLResponse(html)
+
+    async def here(self, request: Request) -> Response:
+        """The working tree's row of the timeline (it walks the tree: loaded after the page)."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import HTMLResponse
+
+        try:
+            html = await run_in_threadpool(lambda: here.row(self.reader))
         except SnapstoreError as exc:
             return HTMLResponse(error_body(_status(exc), exc.message), status_code=_status(exc))
         return HTMLResponse(html)
@@ -348,6 +359,7 @@ def create_app(
         Route("/", ui.timeline),
         Route("/timeline.frag", ui.timeline_fragment),
         Route("/api/revision", ui.revision),
+        Route("/here.frag", ui.here),
         Route("/c/{cid}", ui.checkpoint),
         Route("/c/{cid}/file", ui.file),
         Route("/c/{cid}/raw", ui.raw),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from snapstore.ops.diff import Change
 from snapstore.ops.renames import Renamed
+from snapstore.tree.paths import display
 from snapstore.ui import diffview
 from snapstore.ui.budget import FULL, Budget
 from snapstore.ui.html import Html, fmt, join, path_token, url
@@ -40,7 +41,7 @@ def old_path(c: Change) -> bytes:
 
 def path_el(c: Change) -> Html:
     if isinstance(c, Renamed):
-        return fmt('<span class="from">{}</span> → {}', Change("D", c.old_path, None, None).display_path, c.display_path)
+        return fmt('<span class="from">{}</span> → {}', display(c.old_path), display(c.path))
     return fmt("{}", c.display_path)
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from snapstore.errors import RefError
 from snapstore.records.checkpoint import Checkpoint
+from snapstore.ui import here
 from snapstore.ui.html import Html, counts_el, fmt, group_key, join, tags_el, time_el, url, who
 
 if TYPE_CHECKING:
@@ -184,6 +185,8 @@ def rows_html(f: Filters, before: int | None, rows: Rows) -> Html:
         else:
             groups.append((key, [c]))
     body = join(_group(key, members) for key, members in groups)
+    if before is None and not f.any():
+        body = fmt("{}{}", here.placeholder(), body)
     return fmt(
         '<table class="timeline"><thead><tr><th scope="col">No.</th><th scope="col">When</th>'
         '<th scope="col">Message</th><th scope="col">Changes</th><th scope="col" class="who">Who</th>'

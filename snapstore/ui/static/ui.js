@@ -112,6 +112,7 @@
         revision = now;
         document.body.dataset.revision = now;
         if (keep) select(box.querySelector('.cp[data-href="' + CSS.escape(keep) + '"]'));
+        here();
       } catch (err) {
         // the server stopped: keep the page as it is
       } finally {
@@ -121,6 +122,34 @@
     setInterval(poll, 2000);
   }
 
+  // The working tree's row: loaded after the page (it walks the tree); it names the
+  // checkpoint the tree equals, which gets a "you are here" mark.
+  async function here() {
+    const box = document.getElementById("worktree");
+    if (!box || !box.dataset.src) return;
+    try {
+      const r = await fetch(box.dataset.src, { credentials: "same-origin", cache: "no-store" });
+      if (!r.ok) return;
+      box.innerHTML = await r.text();  // server-rendered, escaped HTML from this origin
+      const row = box.querySelector("tr[data-here]");
+      const id = row ? row.getAttribute("data-here") : "";
+      if (!id) return;
+      const at = document.querySelector('#timeline tr.cp[data-href="/c/' + CSS.escape(id) + '"]');
+      if (!at) return;
+      at.classList.add("here");
+      const cell = at.querySelector("td.msg");
+      if (cell && !cell.querySelector(".here-badge")) {
+        const badge = document.createElement("span");
+        badge.className = "here-badge";
+        badge.textContent = "you are here";
+        cell.prepend(badge, " ");
+      }
+    } catch (err) {
+      // the server stopped: keep the placeholder
+    }
+  }
+
   localise(document);
   live();
+  here();
 })();
