@@ -99,3 +99,30 @@ def test_the_row_is_only_on_the_unfiltered_first_page(store: Store):
     client = client_for(store)
     assert 'id="worktree"' not in client.get("/?q=first").text
     assert 'id="worktree"' not in client.get("/?before=2").text
+
+
+def test_changed_words_are_marked_inside_a_changed_line(tree: Path):
+    (tree / "m.py").write_text("from operator import itemgetter  # a < b\nx = 1\n")
+    with Store.init(tree) as s:
+        s.snapshot("one")
+        (tree / "m.py").write_text("from operator import attrgetter  # a < b\nsomething = entirely_else()\n")
+        s.snapshot("two")
+        client = client_for(s)
+        for view in ("unified", "split"):
+            html = client.get(f"/c/latest?view={view}").text
+            assert html.count("<del>") == 1 and html.count("<ins>") == 1, view
+            assert '<span class="n"><del>itemgetter</del></span>' in html
+            assert '<span class="n"><ins>attrgetter</ins></span>' in html
+
+
+def test_word_marks_survive_escaping_and_span_boundaries():
+    from snapstore.ui import words
+    from snapstore.ui.html import Html
+
+    old, new = "a <b> & c", "a <x> & c"
+    found = words.changed(old, new)
+    assert found == ([(3, 4)], [(3, 4)])
+    assert words.mark(Html("a &lt;b&gt; &amp; c"), found[0], "del") == "a &lt;<del>b</del>&gt; &amp; c"
+    spanned = words.mark(Html('<span class="k">ab</span><span class="n">cd</span>'), [(1, 3)], "ins")
+    assert spanned == '<span class="k">a<ins>b</ins></span><span class="n"><ins>c</ins>d</span>'
+    assert words.changed("x = 1", "completely different text") is None

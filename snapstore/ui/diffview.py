@@ -18,6 +18,7 @@ from snapstore.ops.diff import Change
 from snapstore.ops.textdiff import common_ends, is_binary
 from snapstore.records.manifest import KIND_NAMES, SYMLINK, Entry
 from snapstore.tree.paths import display
+from snapstore.ui import words
 from snapstore.ui.budget import Budget
 from snapstore.ui.highlight import LOOKBEHIND, highlight
 from snapstore.ui.html import Html, fmt, join, size_el
@@ -199,6 +200,19 @@ def rendered_lines(path: bytes, lines: list[bytes], windows: list[tuple[int, int
     return out
 
 
+def _mark_words(groups: list[list[Opcode]], a: list[bytes], b: list[bytes], old: dict[int, Html], new: dict[int, Html]) -> None:
+    """Mark the changed words of each replaced pair of lines shown (in place)."""
+    for group in groups:
+        for tag, i1, i2, j1, j2 in group:
+            if tag != "replace":
+                continue
+            for i, j in zip(range(i1, i2), range(j1, j2)):
+                found = words.changed(a[i].decode("utf-8", "replace"), b[j].decode("utf-8", "replace"))
+                if found and i in old and j in new:
+                    old[i] = words.mark(old[i], found[0], "del")
+                    new[j] = words.mark(new[j], found[1], "ins")
+
+
 def _describe(e: Entry | None) -> str:
     if e is None:
         return "nothing"
@@ -237,6 +251,7 @@ def change_body(change: Change, view: str, budget: Budget, more: Html | None = N
     budget.spend(used)
     old_h = rendered_lines(change.path, a, [(g[0][1], g[-1][2]) for g in shown])
     new_h = rendered_lines(change.path, b, [(g[0][3], g[-1][4]) for g in shown])
+    _mark_words(shown, a, b, old_h, new_h)
     hunks = [(_hunk_header(full), part) for full, part in zip(groups, shown)]
     table = split_table(old_h, new_h, hunks) if split else unified_table(old_h, new_h, hunks)
     notes = []
