@@ -142,3 +142,16 @@ def test_the_checkpoint_page_links_older_and_newer(long_store: Store):
     assert f'<a href="/c/{newer}" id="newer" rel="next"' in html
     newest = client.get(f"/c/{long_store.resolve('latest').id}").text
     assert 'id="newer"' not in newest and "no newer checkpoint" in newest
+
+
+def test_the_server_turns_nagle_off_so_small_pages_do_not_wait_for_a_delayed_ack():
+    import socket
+
+    from snapstore.ui.server import bind
+
+    sock = bind("127.0.0.1", 0)
+    try:
+        # asyncio sets TCP_NODELAY on accepted sockets only when their proto is TCP (inherited)
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()
