@@ -582,7 +582,7 @@ def test_a_confirmation_of_a_stale_plan_restores_nothing(client: TestClient, ui_
     write(tree, "late.txt", "written after the preview\n")  # the plan now also deletes late.txt
     r = post(client, f"/c/{one}/restore", {"plan": plan, "confirm": "yes"})
     assert r.status_code == 200 and "changed since the preview" in r.text
-    assert "late.txt" in r.text and "has changes no checkpoint holds" in r.text
+    assert "late.txt" in r.text and "unsaved work: kept in the safety checkpoint" in r.text
     assert (tree / "late.txt").exists() and (tree / "src/app.py").read_text() == APP_V2
     assert ui_store.operations() == []
 
@@ -590,7 +590,7 @@ def test_a_confirmation_of_a_stale_plan_restores_nothing(client: TestClient, ui_
 def test_restore_selected_files_only(client: TestClient, ui_store: Store, tree: Path):
     one = cid(ui_store, "#3")
     preview = post(client, f"/c/{one}/restore/preview", [("p", "src/app.py")])
-    assert "src/util.py" not in preview.text.split("Restoring would:")[1]
+    assert "src/util.py" not in preview.text.split('class="confirmbar"')[1]
     r = post(client, f"/c/{one}/restore", [("p", "src/app.py"), ("plan", plan_of(preview.text)), ("confirm", "yes")])
     assert r.status_code == 200
     assert (tree / "src/app.py").read_text() == APP_V1

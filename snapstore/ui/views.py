@@ -249,26 +249,53 @@ def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None, 
 
 
 def operations(store: Store) -> Page:
-    """The operation log (restores and undos), newest first, with the Undo button."""
+    """The operation log (restores and undos), newest first: what each did, to and from which
+    checkpoint, and the Undo of the newest one (the library undoes the last operation)."""
+    from snapstore.errors import RefError
     from snapstore.ui import actions
 
     ops = store.operations()
-    rows = join(
-        fmt(
-            "<tr><td>op {}</td><td>{}</td><td>{}</td><td>to <a href=\"/c/{}\">{}</a></td><td>before <a href=\"/c/{}\">{}</a></td><td>{} path(s){}</td></tr>",
-            op.seq, time_el(op.time_ns), op.kind, op.target, op.target[:12], op.before, op.before[:12], op.changed,
-            (" in " + ", ".join(op.paths)) if op.paths else "",
-        )
-        for op in ops
-    )
     if not ops:
         return "Operations", Html('<h1>Operations</h1><p class="empty">No restore has been done in this store.</p>')
+
+    def named(cid: str) -> Html:
+        try:
+            c = store.resolve(cid)
+        except RefError:
+            return fmt("<code>{}</code> <small>(no longer stored)</small>", cid[:12])
+        return fmt('<a href="/c/{}"><code>{}</code></a> {}', c.id, c.short_id, c.message or "(no message)")
+
+    rows = []
+    for k, op in enumerate(ops):
+        if op.kind == "undo":
+            what = Html("<strong>Undo</strong> of the operation before")
+        elif op.paths:
+            shown = ", ".join(op.paths[:5]) + (f" and {len(op.paths) - 5} more" if len(op.paths) > 5 else "")
+            what = fmt("<strong>Restore</strong> of {}: {}", plural(len(op.paths), "path"), shown)
+        else:
+            what = Html("<strong>Restore</strong> of the whole tree")
+        undo = fmt('<td class="undo">{}</td>', actions.undo_button()) if k == 0 else Html('<td class="undo"></td>')
+        rows.append(
+            fmt(
+                '<tr><td class="ref">op {}</td><td>{}</td><td>{}<br><small>made the tree equal to</small> {}<br>'
+                "<small>the tree before is kept in</small> {}</td><td>{}</td>{}</tr>",
+                op.seq, time_el(op.time_ns, relative=True), what, named(op.target), named(op.before),
+                plural(op.changed, "path"), undo,
+            )
+        )
     body = fmt(
-        '<h1>Operations</h1>{}<table class="files"><thead><tr><th>Op</th><th>Time</th><th>Kind</th><th>Target</th>'
-        "<th>Tree before</th><th>Changed</th></tr></thead><tbody>{}</tbody></table>",
-        actions.undo_button(), rows,
+        '<h1>Operations</h1><p>Every restore and undo, newest first. Undo takes back the newest one (undoing an '
+        "undo redoes what it undid); the tree it replaces is kept in a safety checkpoint first, so nothing is lost.</p>"
+        '<table class="files ops"><thead><tr><th scope="col">Op</th><th scope="col">When</th><th scope="col">What</th>'
+        '<th scope="col">Changed</th><th scope="col">Undo</th></tr></thead><tbody>{}</tbody></table>',
+        join(rows),
     )
     return "Operations", body
+
+
+def plural(n: int, word: str) -> str:
+    """``1 path``, ``3 paths``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 __all__ = ["checkpoint", "compare", "file_at", "history", "operations"]
