@@ -135,6 +135,18 @@ class UiApp:
             return HTMLResponse(error_body(_status(exc), exc.message), status_code=_status(exc))
         return HTMLResponse(html)
 
+    async def prompts(self, request: Request) -> Response:
+        """``{checkpoint id: prompt}`` for the rows of a timeline page (read after its paint)."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        f, before = _filters(request)
+        try:
+            found = await run_in_threadpool(lambda: timeline.prompts(self.reader, f, before))
+        except SnapstoreError as exc:
+            return JSONResponse({"error": exc.message}, status_code=_status(exc))
+        return JSONResponse(found)
+
     async def here(self, request: Request) -> Response:
         """The working tree's row of the timeline (it walks the tree: loaded after the page)."""
         from starlette.concurrency import run_in_threadpool
@@ -360,6 +372,7 @@ def create_app(
         Route("/timeline.frag", ui.timeline_fragment),
         Route("/api/revision", ui.revision),
         Route("/here.frag", ui.here),
+        Route("/timeline.prompts", ui.prompts),
         Route("/c/{cid}", ui.checkpoint),
         Route("/c/{cid}/file", ui.file),
         Route("/c/{cid}/raw", ui.raw),

@@ -163,6 +163,13 @@ def timeline(store: Store, f: Filters, before: int | None = None) -> Page:
     return "Timeline", body
 
 
+def prompts(store: Store, f: Filters, before: int | None = None) -> dict[str, str]:
+    """The prompt each row of a page belongs to (``{id: text}``), for ui.js to fill in."""
+    from snapstore.ui.conversation import prompts as read
+
+    return read(store, page_rows(store, f, before).checkpoints)
+
+
 def timeline_list(store: Store, f: Filters, before: int | None = None) -> Html:
     """The list part of the timeline (also served alone, for live updates)."""
     return rows_html(f, before, page_rows(store, f, before))
@@ -238,4 +245,4 @@ def _row(c: Checkpoint) -> Html:
     )
 
 
-__all__ = ["PAGE", "Filters", "Rows", "page_rows", "path_matcher", "rows_html", "timeline", "timeline_list"]
+__all__ = ["PAGE", "Filters", "Rows", "page_rows", "path_matcher", "prompts", "rows_html", "timeline", "timeline_list"]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from snapstore.errors import SnapstoreError
 from snapstore.ops.diff import Change
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
-from snapstore.ui import diffview
+from snapstore.ui import conversation, diffview
 from snapstore.ui.budget import Budget
 from snapstore.ui.changes import changes_section, links, more_links, old_path
 from snapstore.ui.html import (
@@ -31,44 +32,8 @@ from snapstore.ui.html import (
 if TYPE_CHECKING:
     from snapstore.store import Store
 
-#: A conversation message longer than this (characters or lines) is collapsed.
-LONG_MESSAGE = 600
-LONG_LINES = 12
 
 Page = tuple[str, Html]
-
-
-def _conversation(messages: list[Any]) -> Html:
-    items = []
-    for i, m in enumerate(messages):
-        role = str(m.get("role", "?")) if isinstance(m, dict) else "?"
-        text = _message_text(m)
-        long = len(text) > LONG_MESSAGE or text.count("\n") >= LONG_LINES
-        if long:
-            first = " ".join(text[:200].split())
-            content = fmt("<details><summary>{}… <small>({} characters)</small></summary><pre>{}</pre></details>", first, len(text), text)
-        else:
-            content = fmt("<pre>{}</pre>", text)
-        items.append(fmt('<li class="msg role-{}"><span class="role">{}</span> <small>#{}</small>{}</li>', role, role, i + 1, content))
-    return fmt('<ol class="conversation">{}</ol>', join(items))
-
-
-def _message_text(m: Any) -> str:
-    """The readable text of a message: plain text, text blocks, tool calls as JSON."""
-    content = m.get("content") if isinstance(m, dict) else m
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
-                parts.append(block["text"])
-            elif isinstance(block, dict) and block.get("type") == "tool_use":
-                parts.append(f"[tool call {block.get('name', '?')}] {json.dumps(block.get('input'), ensure_ascii=False)}")
-            else:
-                parts.append(json.dumps(block, ensure_ascii=False))
-        return "\n".join(parts)
-    return json.dumps(content, ensure_ascii=False, indent=1)
 
 
 # -- a checkpoint -----------------------------------------------------------------------------
@@ -110,17 +75,28 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, bud
     )
     if messages is None:
         convo = Html('<p class="empty">No conversation is stored with this checkpoint.</p>')
+        jump = Html("")
+        prompt = Html("")
     else:
+        earlier = 0
+        if cp.parent:
+            try:
+                earlier = len(store.conversation(cp.parent) or [])
+            except SnapstoreError:
+                earlier = 0  # the parent is gone: every message counts as new
         convo = fmt(
             '<p><a class="action" href="/c/{}/conversation.json" download>Rewind: download the conversation up to here (JSON, {} messages)</a></p>{}',
-            cp.id, len(messages), _conversation(messages),
+            cp.id, len(messages), conversation.section(messages, earlier),
         )
+        jump = fmt(' · <a href="#conversation">Conversation</a> <small>({} new)</small>', max(0, len(messages) - earlier))
+        said = conversation.last_prompt(messages)
+        prompt = fmt('<p class="prompt"><span class="prompt-mark">prompt</span> {}</p>', said) if said else Html("")
     label = f"{cp.seq}{' (safety)' if cp.is_safety else ''}" if cp.seq else ("safety" if cp.is_safety else "")
     body = fmt(
-        '<h1>Checkpoint {} <code>{}</code></h1>{}<p class="message">{}</p>{}{}'
-        "<h2>Changed files <small>against its parent</small></h2>{}<h2 id=\"conversation\">Conversation</h2>{}",
-        label, cp.short_id, neighbours_nav(older, newer), cp.message or "(no message)", record,
-        actions.checkpoint_actions(cp), section, convo,
+        '<h1>Checkpoint {} <code>{}</code></h1>{}<p class="message">{}</p>{}{}{}'
+        '<h2>Changed files <small>against its parent{}</small></h2>{}<h2 id="conversation">Conversation</h2>{}',
+        label, cp.short_id, neighbours_nav(older, newer), cp.message or "(no message)", prompt, record,
+        actions.checkpoint_actions(cp), jump, section, convo,
     )
     return f"{label} {cp.message or cp.short_id}", body
 

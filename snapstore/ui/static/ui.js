@@ -113,6 +113,7 @@
         document.body.dataset.revision = now;
         if (keep) select(box.querySelector('.cp[data-href="' + CSS.escape(keep) + '"]'));
         here();
+        prompts();
       } catch (err) {
         // the server stopped: keep the page as it is
       } finally {
@@ -149,7 +150,30 @@
     }
   }
 
+  // Each row's prompt (the last thing a person typed before it): read after the page painted.
+  async function prompts() {
+    const box = document.getElementById("timeline");
+    if (!box || !box.dataset.src) return;
+    try {
+      const r = await fetch(box.dataset.src.replace("/timeline.frag", "/timeline.prompts"), { credentials: "same-origin", cache: "no-store" });
+      if (!r.ok) return;
+      const found = await r.json();
+      box.querySelectorAll("tr.cp[data-href]").forEach(function (row) {
+        const text = found[row.getAttribute("data-href").slice(3)];
+        const cell = row.querySelector("td.msg");
+        if (!text || !cell || cell.querySelector(".prompt")) return;
+        const p = document.createElement("div");
+        p.className = "prompt";
+        p.textContent = text;  // text, never markup
+        cell.append(p);
+      });
+    } catch (err) {
+      // the server stopped: rows without prompts
+    }
+  }
+
   localise(document);
   live();
   here();
+  prompts();
 })();
