@@ -92,7 +92,7 @@ def test_timeline_checkpoint_diff_restore_and_undo(page: Page, served: Running, 
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r"/c/[0-9a-f]{64}$"))
     expect(page.locator("h1")).to_contain_text("Checkpoint 2 ")
-    diff = page.locator("section.filediff", has_text="src/app.py")
+    diff = page.locator(".filediff", has_text="src/app.py")
     expect(diff.locator("table.diff.unified")).to_contain_text("return f'hello, {name}!'")
     expect(diff.locator("tr.del td.mk").first).to_have_text("-")
     page.keyboard.press("s")
