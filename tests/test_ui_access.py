@@ -127,6 +127,12 @@ def restore_preview(page: Page, base: str, store: Store) -> None:
     page.wait_for_selector("#confirm")
 
 
+def revert_preview(page: Page, base: str, store: Store) -> None:
+    page.goto(f"{base}/c/{store.resolve('#2').id}")
+    page.locator("#revert").click()
+    page.wait_for_selector(".confirmbar")
+
+
 def axe_violations(page: Page) -> list[dict[str, Any]]:
     page.add_script_tag(path=str(AXE))
     result = page.evaluate("async () => (await axe.run(document, {resultTypes: ['violations']})).violations")
@@ -147,6 +153,9 @@ def test_axe_core_finds_no_violation_on_any_page(page: Page, served: Running, st
     restore_preview(page, base, store)
     if v := axe_violations(page):
         found["restore preview"] = v
+    revert_preview(page, base, store)
+    if v := axe_violations(page):
+        found["revert preview"] = v
     assert found == {}
 
 
@@ -160,6 +169,8 @@ def test_no_page_is_wider_than_a_390_px_phone(page: Page, served: Running, store
         widths[path] = page.evaluate("() => document.documentElement.scrollWidth")
     restore_preview(page, base, store)
     widths["restore preview"] = page.evaluate("() => document.documentElement.scrollWidth")
+    revert_preview(page, base, store)
+    widths["revert preview"] = page.evaluate("() => document.documentElement.scrollWidth")
     assert {p: w for p, w in widths.items() if w > 390} == {}
 
 

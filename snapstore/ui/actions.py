@@ -60,15 +60,16 @@ def tag_forms(cp: Checkpoint) -> Html:
 
 def checkpoint_actions(cp: Checkpoint) -> Html:
     """The checkpoint page's action bar (each button leads to a preview first)."""
+    from snapstore.ui import revert
+
     parent = fmt(' · <a href="/compare?a={}&amp;b={}">Compare with its parent</a>', cp.parent[:12], cp.short_id) if cp.parent else Html("")
-    # REVERT (issue 14): when Store.revert exists, add here a form POSTing to
-    # /c/{id}/revert/preview (taking back just this checkpoint's changes) and the two routes in
-    # app.py next to the restore ones, built like restore_preview/restore_confirm below.
+    actor = cp.metadata.get("actor")
+    back = Html("") if cp.is_safety else fmt('<div class="actions">{}</div>', revert.forms(cp.id, cp.task, actor if isinstance(actor, str) else None))
     return fmt(
         '<div class="actions"><form class="inline" method="post" action="/c/{}/restore/preview">'
         '<button type="submit" class="action" id="restore-all">Preview restoring the whole tree to this checkpoint…</button></form>'
-        ' <a href="/compare?a={}">Compare with the working tree</a>{}</div>',
-        cp.id, cp.short_id, parent,
+        ' <a href="/compare?a={}">Compare with the working tree</a>{}</div>{}',
+        cp.id, cp.short_id, parent, back,
     )
 
 

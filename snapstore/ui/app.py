@@ -28,7 +28,7 @@ from snapstore.errors import (
     UnsafePathError,
     UsageError,
 )
-from snapstore.ui import actions, budget, here, timeline, views
+from snapstore.ui import actions, budget, here, revert, timeline, views
 from snapstore.ui.download import stream
 from snapstore.ui.highlight import stylesheet
 from snapstore.ui.html import Html, error_body, page, path_from_token
@@ -237,6 +237,16 @@ class UiApp:
         paths, plan, confirm = _form_paths(form), _one(form, "plan"), _one(form, "confirm")
         return await self.page(lambda: actions.restore_confirm(self.store, ref, paths, plan, confirm), act=True)
 
+    async def revert_preview(self, request: Request) -> Response:
+        ref, form = request.path_params.get("cid", ""), await _form(request)
+        task, actor = _one(form, "task"), _one(form, "actor")
+        return await self.page(lambda: revert.preview(self.store, ref, task, actor), act=True)
+
+    async def revert_confirm(self, request: Request) -> Response:
+        ref, form = request.path_params.get("cid", ""), await _form(request)
+        task, actor, plan, confirm = _one(form, "task"), _one(form, "actor"), _one(form, "plan"), _one(form, "confirm")
+        return await self.page(lambda: revert.confirm(self.store, ref, task, actor, plan, confirm), act=True)
+
     async def undo_preview(self, request: Request) -> Response:
         await _form(request)
         return await self.page(lambda: actions.undo_preview(self.store), "ops", act=True)
@@ -383,6 +393,10 @@ def create_app(
         Route("/static/{name}", ui.static_file),
         Route("/c/{cid}/restore/preview", ui.restore_preview, methods=["POST"]),
         Route("/c/{cid}/restore", ui.restore, methods=["POST"]),
+        Route("/c/{cid}/revert/preview", ui.revert_preview, methods=["POST"]),
+        Route("/c/{cid}/revert/confirm", ui.revert_confirm, methods=["POST"]),
+        Route("/revert/preview", ui.revert_preview, methods=["POST"]),
+        Route("/revert/confirm", ui.revert_confirm, methods=["POST"]),
         Route("/undo/preview", ui.undo_preview, methods=["POST"]),
         Route("/undo", ui.undo, methods=["POST"]),
         Route("/c/{cid}/tag", ui.tag, methods=["POST"]),
