@@ -84,3 +84,20 @@ def test_a_long_conversation_renders_only_its_newest_messages(store: Store, monk
 def test_prompts_stop_at_their_time_bound(store: Store, monkeypatch):
     monkeypatch.setattr(conversation, "PROMPT_SECONDS", -1.0)  # spent before the first read
     assert client_for(store).get("/timeline.prompts").json() == {}
+
+
+def test_rewind_files_and_conversation_restores_then_hands_the_conversation_back(store: Store, tree: Path):
+    from urllib.parse import urlencode
+
+    client = client_for(store)
+    two = store.resolve("#2").id
+    page = client.get(f"/c/{two}").text
+    assert 'id="rewind-both"' in page and f'href="/c/{two}/conversation.json" download' in page
+    headers = {"origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"}
+    preview = client.post(f"/c/{two}/restore/preview", content=urlencode({"rewind": "1"}), headers=headers).text
+    assert '<input type="hidden" name="rewind" value="1">' in preview
+    plan = re.search(r'name="plan" value="([0-9a-f]+)"', preview).group(1)
+    done = client.post(f"/c/{two}/restore", content=urlencode({"rewind": "1", "plan": plan, "confirm": "yes"}), headers=headers).text
+    assert 'id="rewound"' in done and f'href="/c/{two}/conversation.json"' in done
+    assert (tree / "a.py").read_text() == "x = 2\n"  # the files are back too
+    assert client.get(f"/c/{two}/conversation.json").json() == SECOND

@@ -109,18 +109,19 @@ def _user_paths(paths: list[bytes]) -> list[str] | None:
     return [p.decode("utf-8", "surrogateescape") for p in paths] or None
 
 
-def restore_preview(store: Store, ref: str, paths: list[bytes], notice: str = "") -> Page:
-    """What restoring ``ref`` (all of it, or ``paths``) would do, and the Confirm button."""
+def restore_preview(store: Store, ref: str, paths: list[bytes], notice: str = "", rewind: bool = False) -> Page:
+    """What restoring ``ref`` (all of it, or ``paths``) would do, and the Confirm button;
+    ``rewind``: the result also hands back the conversation (rewind files and conversation)."""
     report = store.restore(ref, _user_paths(paths), dry_run=True)
     target = report.target
     scope = join((fmt("<code>{}</code>", display(p)) for p in paths), ", ") if paths else Html("the whole tree")
     n = len(report.changes)
     confirm = fmt(
-        '<form method="post" action="/c/{}/restore">{}<input type="hidden" name="plan" value="{}">'
+        '<form method="post" action="/c/{}/restore">{}{}<input type="hidden" name="plan" value="{}">'
         '<input type="hidden" name="confirm" value="yes"><button type="submit" class="action danger" id="confirm"{}>'
         "Restore {} now</button> <a href=\"/c/{}\">Cancel</a></form>",
-        target.id, _hidden_paths(paths), plan_digest(report), Html(" disabled") if not n else Html(""),
-        plural(n, "path"), target.id,
+        target.id, _hidden_paths(paths), Html('<input type="hidden" name="rewind" value="1">') if rewind else Html(""),
+        plan_digest(report), Html(" disabled") if not n else Html(""), plural(n, "path"), target.id,
     )
     diffs = tree_to_target(store, target.id, paths) if report.changes else {}
     body = fmt(
@@ -131,15 +132,22 @@ def restore_preview(store: Store, ref: str, paths: list[bytes], notice: str = ""
     return "Preview restore", body
 
 
-def restore_confirm(store: Store, ref: str, paths: list[bytes], plan: str, confirm: str) -> Page:
+def restore_confirm(store: Store, ref: str, paths: list[bytes], plan: str, confirm: str, rewind: bool = False) -> Page:
     """Restore, if the user confirmed the plan that is still the plan; else the new preview."""
     if confirm != "yes":
         raise UsageError("a restore needs an explicit confirmation (the Restore now button)")
     check = store.restore(ref, _user_paths(paths), dry_run=True)
     if plan_digest(check) != plan:
-        return restore_preview(store, ref, paths, "The tree or the store changed since the preview: check the new plan.")
+        return restore_preview(store, ref, paths, "The tree or the store changed since the preview: check the new plan.", rewind)
     report = store.restore(check.target.id, _user_paths(paths))
-    return "Restored", _result(report)
+    back = Html("")
+    if rewind and report.target.conversation is not None:
+        back = fmt(
+            '<p class="notice" id="rewound"><a class="action" href="/c/{}/conversation.json" download>Download the conversation '
+            "up to this checkpoint (JSON)</a>: the files are back; give it to the agent to rewind the conversation too.</p>",
+            report.target.id,
+        )
+    return "Restored", fmt("{}{}", back, _result(report))
 
 
 # -- undo -------------------------------------------------------------------------------------

@@ -230,12 +230,14 @@ class UiApp:
     async def restore_preview(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
         paths = _form_paths(form)
-        return await self.page(lambda: actions.restore_preview(self.store, ref, paths), act=True)
+        rewind = _one(form, "rewind") == "1"
+        return await self.page(lambda: actions.restore_preview(self.store, ref, paths, rewind=rewind), act=True)
 
     async def restore(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
         paths, plan, confirm = _form_paths(form), _one(form, "plan"), _one(form, "confirm")
-        return await self.page(lambda: actions.restore_confirm(self.store, ref, paths, plan, confirm), act=True)
+        rewind = _one(form, "rewind") == "1"
+        return await self.page(lambda: actions.restore_confirm(self.store, ref, paths, plan, confirm, rewind), act=True)
 
     async def revert_preview(self, request: Request) -> Response:
         ref, form = request.path_params.get("cid", ""), await _form(request)

@@ -85,8 +85,12 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, bud
             except SnapstoreError:
                 earlier = 0  # the parent is gone: every message counts as new
         convo = fmt(
-            '<p><a class="action" href="/c/{}/conversation.json" download>Rewind: download the conversation up to here (JSON, {} messages)</a></p>{}',
-            cp.id, len(messages), conversation.section(messages, earlier),
+            '<div class="actions"><span>Rewind:</span> <a class="action" href="/c/{}/conversation.json" download>the conversation only '
+            "(download it up to here: JSON, {} messages)</a>"
+            '<form class="inline" method="post" action="/c/{}/restore/preview"><input type="hidden" name="rewind" value="1">'
+            '<button type="submit" class="action" id="rewind-both">files and conversation…</button></form>'
+            "<span>(files only: the restore above)</span></div>{}",
+            cp.id, len(messages), cp.id, conversation.section(messages, earlier),
         )
         jump = fmt(' · <a href="#conversation">Conversation</a> <small>({} new)</small>', max(0, len(messages) - earlier))
         said = conversation.last_prompt(messages)
