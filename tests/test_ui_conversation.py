@@ -101,3 +101,16 @@ def test_rewind_files_and_conversation_restores_then_hands_the_conversation_back
     assert 'id="rewound"' in done and f'href="/c/{two}/conversation.json"' in done
     assert (tree / "a.py").read_text() == "x = 2\n"  # the files are back too
     assert client.get(f"/c/{two}/conversation.json").json() == SECOND
+
+
+def labels(html: str) -> list[int]:
+    return [int(n) for n in re.findall(r'<td class="ref"><span title="checkpoint number \d+[^"]*">(\d+)</span>', html)]
+
+
+def test_search_in_conversations_finds_the_step_where_it_was_said(store: Store):
+    client = client_for(store)
+    assert labels(client.get("/?said=POLITE").text) == [2]
+    assert labels(client.get("/?said=greeting").text) == [1]  # said in the first; only earlier in the second
+    assert labels(client.get("/?said=please").text) == [2]  # the assistant's words count too
+    assert labels(client.get("/?said=please&path=*.txt").text) == []  # and every filter must hold
+    assert "No checkpoint matches." in client.get("/?said=nowhere").text

@@ -155,3 +155,12 @@ def test_the_server_turns_nagle_off_so_small_pages_do_not_wait_for_a_delayed_ack
         assert sock.proto == socket.IPPROTO_TCP
     finally:
         sock.close()
+
+
+def test_a_files_history_lists_its_newest_versions_only(long_store: Store, monkeypatch):
+    from snapstore.ui import views
+
+    monkeypatch.setattr(views, "MAX_HISTORY", 4)
+    html = client_for(long_store).get("/history?path=src/a.py").text
+    assert len(re.findall(r'<tr class="cp"', html)) == 4
+    assert "The newest 4 of 15 versions" in html

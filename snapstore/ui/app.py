@@ -287,6 +287,7 @@ def _filters(request: Request) -> tuple[timeline.Filters, int | None]:
     f = timeline.Filters(
         q=q.get("q", "").strip(),
         path=q.get("path", "").strip(),
+        said=q.get("said", "").strip(),
         task=q.get("task", "").strip(),
         tag=q.get("tag", "").strip(),
         safety=q.get("safety", "") == "1",

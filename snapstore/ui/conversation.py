@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from snapstore.errors import RefError
 from snapstore.ui.html import Html, fmt, join
 
 if TYPE_CHECKING:
@@ -92,6 +94,33 @@ def prompts(store: Store, checkpoints: list[Checkpoint]) -> dict[str, str]:
     return out
 
 
+def said_in(store: Store, text: str) -> Callable[[Checkpoint], bool]:
+    """Whether ``text`` (any case) is in a message new in a checkpoint: one its parent's
+    conversation does not have.  The last few conversations read are kept, so walking the log
+    reads each one once (a checkpoint's parent is usually the next row)."""
+    needle = text.casefold()
+    recent: dict[str, list[Any]] = {}
+
+    def messages(cid: str) -> list[Any]:
+        if cid not in recent:
+            if len(recent) >= 4:
+                recent.pop(next(iter(recent)))
+            try:
+                recent[cid] = store.conversation(cid) or []
+            except RefError:
+                recent[cid] = []  # a parent gone: every message counts as new
+        return recent[cid]
+
+    def hit(c: Checkpoint) -> bool:
+        if c.conversation is None:
+            return False
+        mine = messages(c.id)
+        earlier = len(messages(c.parent)) if c.parent else 0
+        return any(needle in message_text(m).casefold() for m in mine[earlier:])
+
+    return hit
+
+
 def _item(i: int, m: Any) -> Html:
     role = str(m.get("role", "?")) if isinstance(m, dict) else "?"
     text = message_text(m)
@@ -131,4 +160,4 @@ def section(messages: list[Any], before: int) -> Html:
     return join(parts)
 
 
-__all__ = ["is_prompt", "last_prompt", "message_text", "prompts", "section"]
+__all__ = ["is_prompt", "last_prompt", "message_text", "prompts", "said_in", "section"]

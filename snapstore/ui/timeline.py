@@ -6,12 +6,14 @@ checkpoints.  Each row is labelled with its log number (``seq``): it never chang
 seen on the page names the same checkpoint after new ones arrive (the CLI's ``#N`` counts from
 the newest and moves; the short id is the reference to copy).
 
-Filters: text in the message; a task (its index); a tag (the one checkpoint it names); a path:
+Filters: text in the message; text in the messages of the conversation new in a checkpoint (so
+the step where it was said, not every later one); a task (its index); a tag (the one checkpoint
+it names); a path:
 a file (the path index), a directory (``src/`` or ``src``: anything under it) or a glob
 (``*.py``, ``src/*/test_*.py``; as :func:`fnmatch.fnmatchcase`, ``*`` crosses ``/``, and a
 pattern without ``/`` also matches file names).  A directory or glob is matched against each
-checkpoint's changes, so such a page stops after :data:`SCAN_SECONDS` with a link to search
-further back.
+checkpoint's changes, and a conversation search reads its conversations, so such a page stops
+after :data:`SCAN_SECONDS` with a link to search further back.
 """
 
 from __future__ import annotations
@@ -47,15 +49,19 @@ class Filters:
 
     q: str = ""
     path: str = ""
+    said: str = ""
     task: str = ""
     tag: str = ""
     safety: bool = False
 
     def query(self) -> dict[str, str | int | None]:
-        return {"q": self.q, "path": self.path, "task": self.task, "tag": self.tag, "safety": 1 if self.safety else None}
+        return {
+            "q": self.q, "path": self.path, "said": self.said, "task": self.task, "tag": self.tag,
+            "safety": 1 if self.safety else None,
+        }
 
     def any(self) -> bool:
-        return bool(self.q or self.path or self.task or self.tag)
+        return bool(self.q or self.path or self.said or self.task or self.tag)
 
 
 @dataclass(frozen=True)
@@ -98,36 +104,45 @@ def page_rows(store: Store, f: Filters, before: int | None) -> Rows:
             return Rows([], None)
         hit = f.tag in cp.tags and (task is None or cp.task == task) and (keep is None or keep(cp))
         return Rows([cp] if hit and (before is None or cp.seq < before) else [], None)
+    hits: list[Callable[[Checkpoint], bool]] = []
     path = f.path.strip()
-    if path and not (_GLOB & set(path)) and not path.endswith("/"):
-        touched = {v.checkpoint.id for v in store.history(path)}
-        if touched:  # a file's path: the path index answers
-
-            def changed(c: Checkpoint) -> bool:
-                return c.id in touched and (keep is None or keep(c))
-
-            rows, after = store.log_page(before=before, limit=PAGE, task=task, include_safety=f.safety, keep=changed, scan=SCAN_RECORDS)
-            return Rows(rows, after, stopped=len(rows) < PAGE and after is not None)
     if path:
-        return _scan(store, path_matcher(path), before, task, f.safety, keep)
+        touched = set()
+        if not (_GLOB & set(path)) and not path.endswith("/"):
+            touched = {v.checkpoint.id for v in store.history(path)}
+        if touched:  # a file's path: the path index answers, no scan
+
+            def changed(c: Checkpoint, first: Callable[[Checkpoint], bool] | None = keep) -> bool:
+                return c.id in touched and (first is None or first(c))
+
+            keep = changed
+        else:
+            match = path_matcher(path)
+            hits.append(lambda c: any(match(ch.path) for ch in store.changes(c.id)))
+    if f.said:
+        from snapstore.ui.conversation import said_in
+
+        hits.append(said_in(store, f.said))
+    if hits:
+        return _scan(store, hits, before, task, f.safety, keep)
     scan = SCAN_RECORDS if (keep or task) else None
     rows, after = store.log_page(before=before, limit=PAGE, task=task, include_safety=f.safety, keep=keep, scan=scan)
     return Rows(rows, after, stopped=len(rows) < PAGE and after is not None)
 
 
 def _scan(
-    store: Store, match: Callable[[bytes], bool], before: int | None, task: str | None, safety: bool,
+    store: Store, hits: list[Callable[[Checkpoint], bool]], before: int | None, task: str | None, safety: bool,
     keep: Callable[[Checkpoint], bool] | None,
 ) -> Rows:
-    """Checkpoints that changed a path ``match`` accepts, reading each one's changes, for at
-    most :data:`SCAN_SECONDS`."""
+    """Checkpoints that every one of ``hits`` accepts (each may read the store: a checkpoint's
+    changes, its conversation), for at most :data:`SCAN_SECONDS`."""
     deadline = time.monotonic() + SCAN_SECONDS
     found: list[Checkpoint] = []
     cursor = before
     while True:
         batch, after = store.log_page(before=cursor, limit=50, task=task, include_safety=safety, keep=keep)
         for c in batch:
-            if any(match(ch.path) for ch in store.changes(c.id)):
+            if all(hit(c) for hit in hits):
                 found.append(c)
             cursor = c.seq
             if len(found) >= PAGE:
@@ -148,11 +163,12 @@ def timeline(store: Store, f: Filters, before: int | None = None) -> Page:
         '<form class="filters" method="get" action="/" role="search" aria-label="Filter the checkpoints">'
         '<label>Message <input name="q" value="{}" placeholder="text in the message" id="filter-q"></label>'
         '<label>Path <input name="path" value="{}" placeholder="src/app.py, src/, *.py"></label>'
+        '<label>Conversation <input name="said" value="{}" placeholder="text in the messages"></label>'
         '<label>Task <input name="task" value="{}" list="tasks"></label><datalist id="tasks">{}</datalist>'
         '<label>Tag <input name="tag" value="{}" list="tags"></label><datalist id="tags">{}</datalist>'
         '<label class="check"><input type="checkbox" name="safety" value="1"{}> safety checkpoints</label>'
         '<button type="submit">Filter</button> <a href="/">Clear</a></form>',
-        f.q, f.path, f.task, join(fmt('<option value="{}">', t) for t in tasks),
+        f.q, f.path, f.said, f.task, join(fmt('<option value="{}">', t) for t in tasks),
         f.tag, join(fmt('<option value="{}">', t) for t in tags), Html(" checked") if f.safety else Html(""),
     )
     src = url("/timeline.frag", **f.query(), before=before)

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 
 Page = tuple[str, Html]
+#: Versions listed on a file's history page (the newest).
+MAX_HISTORY = 500
 
 
 # -- a checkpoint -----------------------------------------------------------------------------
@@ -165,7 +167,7 @@ def history(store: Store, path: bytes | None) -> Page:
     versions = list(reversed(store.history(path)))
     token = path_token(path)
     rows = []
-    for v in versions:
+    for v in versions[:MAX_HISTORY]:
         cp = v.checkpoint
         lines = "binary" if v.binary else f"+{v.added} -{v.removed}"
         see = url(f"/c/{cp.id}/file", p=token) if v.entry is not None and v.entry.is_file else url(f"/c/{cp.id}", p=token)
@@ -179,6 +181,12 @@ def history(store: Store, path: bytes | None) -> Page:
             )
         )
     table = join(rows) if rows else Html('<tr><td colspan="6" class="empty">This path changed in no checkpoint.</td></tr>')
+    if len(versions) > MAX_HISTORY:
+        table = fmt(
+            '{}<tr><td colspan="6" class="note">The newest {} of {} versions (the command line lists them all: '
+            "<code>snapstore log PATH</code>).</td></tr>",
+            table, f"{MAX_HISTORY:,}", f"{len(versions):,}",
+        )
     body = fmt(
         '<h1>History of <code>{}</code></h1>{}<table class="files"><thead><tr><th>Time</th><th>Change</th><th>Size</th>'
         "<th>Lines</th><th>Checkpoint</th><th>Open</th></tr></thead><tbody>{}</tbody></table>",
