@@ -173,3 +173,29 @@ def test_screenshots(page: Page, tmp_path: Path, tree: Path):
     for name in ("timeline.png", "timeline-dark.png", "diff.png", "preview.png", "timeline-phone.png"):
         data = (out / name).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
+
+
+def test_revert_a_checkpoint_and_find_where_something_was_said(page: Page, tree: Path):
+    with Store.init(tree) as store:
+        _demo_history(store, tree)
+        edited = store.resolve("#3")  # "Edit src/auth.py: compare digests in constant time"
+        with background(store) as running:
+            base = open_ui(page, running)
+            page.locator("#filter-q").fill("")
+            page.get_by_label("Conversation").fill("leaks timing")
+            page.get_by_role("button", name="Filter").click()
+            rows = page.locator("#timeline tr.cp")
+            expect(rows).to_have_count(1)
+            expect(rows.first).to_contain_text("compare digests in constant time")
+            page.goto(f"{base}/c/{edited.id}")
+            page.locator("#revert").click()
+            expect(page.locator(".confirmbar")).to_contain_text("1 path would go back")
+            assert "hmac" in (tree / "src/auth.py").read_text()
+            page.locator("#confirm").click()
+            page.wait_for_selector("#result")
+            assert "hmac" not in (tree / "src/auth.py").read_text()  # the agent's edit taken back
+            assert "test_bad" in (tree / "tests/test_auth.py").read_text()  # the later one kept
+            page.locator("#undo").click()
+            page.locator("#confirm").click()
+            page.wait_for_selector("#result")
+            assert "hmac" in (tree / "src/auth.py").read_text()

@@ -65,7 +65,8 @@ def _udiff(data: bytes) -> Html:
 def preview(store: Store, ref: str, task: str = "", actor: str = "", notice: str = "") -> Page:
     """What reverting would do, and the Confirm button (none when a path would conflict)."""
     scope = _scope(ref, task, actor)
-    action = "/revert" if task else f"/c/{ref}/revert"
+    # (by id: a reference such as "#2" would not survive as a URL path)
+    action = "/revert" if task else f"/c/{store.resolve(ref).id}/revert"
     note = fmt('<p class="notice" role="alert">{}</p>', notice) if notice else Html("")
     try:
         report = store.revert(scope["ref"], task=scope["task"], actor=scope["actor"], dry_run=True)
