@@ -522,12 +522,12 @@ def test_a_files_history(client: TestClient, ui_store: Store):
 def test_compare_two_checkpoints_and_a_checkpoint_with_the_working_tree(client: TestClient, ui_store: Store, tree: Path):
     one, three = cid(ui_store, "#3"), cid(ui_store, "#1")
     html = client.get(f"/compare?a={one}&b={three}").text
-    assert "3 path(s) differ" in html and "src/util.py" in html and "page.html" in html
+    assert "3 paths differ" in html and "src/util.py" in html and "page.html" in html
     write(tree, "src/app.py", "print('unsaved')\n")
     html = client.get(f"/compare?a={three}").text
-    assert "the working tree" in html and "1 path(s) differ" in html and "print('unsaved')" in text_of(html)
+    assert "the working tree" in html and "1 path differs" in html and "print('unsaved')" in text_of(html)
     assert f'href="/compare?a={three}&amp;view=split"' in html  # the view toggle keeps the sides
-    assert "0 path(s) differ" in client.get("/compare?a=%231&b=%231").text
+    assert "0 paths differ" in client.get("/compare?a=%231&b=%231").text
 
 
 def test_a_path_that_is_not_utf8_round_trips_through_links(client: TestClient, ui_store: Store, tree: Path):

@@ -164,3 +164,10 @@ def test_a_files_history_lists_its_newest_versions_only(long_store: Store, monke
     html = client_for(long_store).get("/history?path=src/a.py").text
     assert len(re.findall(r'<tr class="cp"', html)) == 4
     assert "The newest 4 of 15 versions" in html
+
+
+def test_an_unknown_address_gets_the_page_frame_and_a_way_back(long_store: Store):
+    client = client_for(long_store)
+    r = client.get("/no/such/page")
+    assert r.status_code == 404 and "<h1>Error 404</h1>" in r.text and 'href="/">Back to the timeline' in r.text
+    assert client.get("/undo").status_code == 405  # an action, asked with GET

@@ -380,6 +380,15 @@ def create_app(
     async def bad_form(request: Request, exc: Exception) -> Response:
         return PlainTextResponse("forms must be application/x-www-form-urlencoded", status_code=415)
 
+    async def not_found(request: Request, exc: Exception) -> Response:
+        """An unknown address: the page frame and a way back, not a bare "Not Found"."""
+        from starlette.exceptions import HTTPException
+        from starlette.responses import HTMLResponse
+
+        status = exc.status_code if isinstance(exc, HTTPException) else 404
+        message = "no such page here" if status == 404 else "this address does not take that method"
+        return HTMLResponse(page(f"Error {status}", error_body(status, message), root=ui.root), status_code=status)
+
     routes = [
         Route("/", ui.timeline),
         Route("/timeline.frag", ui.timeline_fragment),
@@ -405,6 +414,8 @@ def create_app(
         Route("/c/{cid}/tag", ui.tag, methods=["POST"]),
         Route("/c/{cid}/untag", ui.untag, methods=["POST"]),
     ]
-    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {_TooLarge: too_large, _BadForm: bad_form}
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        _TooLarge: too_large, _BadForm: bad_form, 404: not_found, 405: not_found,
+    }
     app = Starlette(routes=routes, exception_handlers=handlers)
     return Guard(app, hosts=allowed_hosts(host, port), port=port, credentials=credentials, token=token, peer=peer)

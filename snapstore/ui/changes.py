@@ -126,7 +126,8 @@ def changes_section(
             )
         )
     if len(changes) > MAX_INLINE_DIFFS:
-        diffs.append(fmt('<p class="note">{} more file(s): open each from the list above.</p>', len(changes) - MAX_INLINE_DIFFS))
+        more = len(changes) - MAX_INLINE_DIFFS
+        diffs.append(fmt('<p class="note">{} more file{}: open each from the list above.</p>', more, "" if more == 1 else "s"))
     return fmt("{}{}{}{}", summary(changes, counts), table, toggle, join(diffs))
 
 

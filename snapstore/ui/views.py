@@ -230,8 +230,9 @@ def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None, 
         ),
     )
     body = fmt(
-        '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} path(s) differ.</p><h2>Changed files</h2>{}',
-        form, old.id, old.short_id, old.message, right, len(changes), section,
+        '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} {}.</p><h2>Changed files</h2>{}',
+        form, old.id, old.short_id, old.message, right, plural(len(changes), "path"),
+        "differs" if len(changes) == 1 else "differ", section,
     )
     return "Compare", body
 
