@@ -95,6 +95,12 @@ def test_you_are_here_prompts_and_relative_times(page: Page, tree: Path):
             first_time = page.locator("#timeline tr.cp time").first
             expect(first_time).to_have_text(re.compile(r"now|ago"))
             assert re.search(r"\d{4}", first_time.get_attribute("title") or "")  # the date, in full
+            page.goto(f"{page.url.rstrip('/')}/c/{target.id}")
+            expect(page.locator("p.here-note")).to_be_visible()  # the checkpoint's page says so too
+            page.goto(page.url.split("/c/")[0] + f"/c/{store.resolve('#1').id}")
+            page.wait_for_load_state("networkidle")
+            expect(page.locator("p.here-note")).to_be_hidden()
+            page.goto(page.url.split("/c/")[0] + "/")
             (tree / "notes.txt").write_text("changed after\n")
             page.reload()
             expect(page.locator("#worktree tr.worktree")).to_contain_text(re.compile(r"\d+ paths? changed since the latest checkpoint"))

@@ -99,9 +99,10 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, bud
         prompt = fmt('<p class="prompt"><span class="prompt-mark">prompt</span> {}</p>', said) if said else Html("")
     label = f"{cp.seq}{' (safety)' if cp.is_safety else ''}" if cp.seq else ("safety" if cp.is_safety else "")
     body = fmt(
-        '<h1>Checkpoint {} <code>{}</code></h1>{}<p class="message">{}</p>{}{}{}'
+        '<h1>Checkpoint {} <code>{}</code></h1>{}<p class="here-note" data-cid="{}" hidden><span class="here-badge">you are here</span> '
+        'the working tree equals this checkpoint</p><p class="message">{}</p>{}{}{}'
         '<h2>Changed files <small>against its parent{}</small></h2>{}<h2 id="conversation">Conversation</h2>{}',
-        label, cp.short_id, neighbours_nav(older, newer), cp.message or "(no message)", prompt, record,
+        label, cp.short_id, neighbours_nav(older, newer), cp.id, cp.message or "(no message)", prompt, record,
         actions.checkpoint_actions(cp), jump, section, convo,
     )
     return f"{label} {cp.message or cp.short_id}", body

@@ -126,6 +126,8 @@
   // The working tree's row: loaded after the page (it walks the tree); it names the
   // checkpoint the tree equals, which gets a "you are here" mark.
   async function here() {
+    const note = document.querySelector("p.here-note[data-cid]");
+    if (note) return hereNote(note);
     const box = document.getElementById("worktree");
     if (!box || !box.dataset.src) return;
     try {
@@ -147,6 +149,20 @@
       }
     } catch (err) {
       // the server stopped: keep the placeholder
+    }
+  }
+
+  // On a checkpoint's page: say so when the working tree equals it.
+  async function hereNote(note) {
+    try {
+      const r = await fetch("/here.frag", { credentials: "same-origin", cache: "no-store" });
+      if (!r.ok) return;
+      const box = document.createElement("tbody");  // the row is a <tr>: parse it where one fits
+      box.innerHTML = await r.text();
+      const row = box.querySelector("tr[data-here]");
+      if (row && row.getAttribute("data-here") === note.dataset.cid) note.hidden = false;
+    } catch (err) {
+      // the server stopped: no note
     }
   }
 
