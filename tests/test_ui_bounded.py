@@ -228,3 +228,13 @@ def test_a_50_mb_file_view_and_download_stay_under_50_mb_of_server_memory(tree: 
 
 def rows_of_file(html: str) -> int:
     return len(re.findall(r'<tr id="L\d+">', html))
+
+
+def test_a_page_whose_time_is_spent_renders_no_more_diffs(tree: Path, monkeypatch):
+    monkeypatch.setattr(budget, "DEFAULT", budget.Limits(page_lines=1000, file_lines=500, file_bytes=MB, seconds=-1.0))
+    (tree / "a.txt").write_text("a\n")
+    with Store.init(tree) as store:
+        store.snapshot("one")
+        page = client_for(store).get("/c/latest").text
+        assert rows(page) == 0 and "Not rendered: this page reached its limit." in page
+        assert "a.txt" in page  # still listed, with its own link
