@@ -111,3 +111,42 @@ def test_a_whole_manifest_cut_in_blocks_is_the_whole_list_cut(monkeypatch, block
     for chunk in expected:
         assert stored.get(objects.chunk_id(chunk)) == chunk
     assert size == sum(len(c) for c in expected)
+
+
+@pytest.mark.parametrize("big", [False, True])
+@pytest.mark.parametrize("seed", range(20))
+def test_scattered_runs_re_cut_on_their_own_are_the_whole_encoding(seed, big):
+    """The runs a watching snapshot's ordered patch gives (ops.snapshot.ordered): each re-cut on
+    its own, the chunks are still exactly the whole-list reference, every new chunk is handed
+    over when the last encoding is stored, and the changed entries are reported."""
+    from snapstore.ops.snapshot import ordered as ordering
+
+    rng = random.Random(5000 + seed)
+    entries = _entries(rng, rng.choice([40, 600, 3000]), big)
+    kept = ordering.full({e.path: e for e in entries})
+    codec = Codec()
+    stored: dict[bytes, bytes] = {}
+    manifest_codec.write_manifest(codec, kept.entries, stored.__setitem__, encode=False)
+    for step in range(15):
+        new = {e.path: e for e in _mutate(rng, kept.entries, big)}
+        for _ in range(rng.choice([0, 3, 30])):  # scattered edits too
+            if new:
+                p = rng.choice(sorted(new))
+                new[p] = new[p]._replace(size=new[p].size + 1)
+        before = {e.path: e for e in kept.entries}
+        touched = {p for p in before.keys() | new.keys() if before.get(p) != new.get(p)}
+        touched |= set(rng.sample(sorted(before), min(3, len(before))))  # (touched, unchanged)
+        patched = ordering.order(kept, before, new, touched, before)
+        assert patched.entries == [new[p] for p in sorted(new)]
+        handed: dict[bytes, bytes] = {}
+        manifest_codec.write_manifest(codec, patched.entries, handed.__setitem__, encode=False, stored=True, span=patched.span)
+        stored.update(handed)
+        expected = _reference(patched.entries)
+        assert codec.chunks == expected, f"step {step}"
+        assert all(objects.chunk_id(c) in stored for c in expected)  # (nothing new was withheld)
+        if codec.changed is not None:  # (None after an empty manifest: encoded whole)
+            old_part, new_part = codec.changed
+            assert {e.path for e in old_part} | {e.path for e in new_part} == {
+                p for p in touched if before.get(p) != new.get(p)
+            }
+        kept = patched

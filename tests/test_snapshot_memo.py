@@ -129,3 +129,40 @@ def test_a_long_lived_store_counts_changes_as_the_diff_does(tmp_path: Path, monk
     assert decoded["n"] == 0  # every count came from the codec
     assert agent.verify().ok  # and every chunk a manifest names was stored
     agent.close()
+
+
+def test_a_watching_snapshot_that_fails_midway_loses_no_change(tmp_path: Path, monkeypatch):
+    """A watching Store patches its state's entries (the memo's dict) in place; a snapshot
+    that fails after that must leave nothing that passes for the last manifest: the next one
+    records the deletion the failed one saw."""
+    import time
+
+    from snapstore.ops.snapshot import read
+
+    root = tmp_path / "t"
+    root.mkdir()
+    _tree(root)
+    agent = Store.init(root)
+    agent.close()
+    agent = Store.open(root, watch=True)
+    agent.snapshot("a")
+    agent.snapshot("b")  # (the state and the memo are this context's now)
+    (root / "d1" / "f1.txt").unlink()
+    time.sleep(0.05)
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("injected failure after the patch")
+
+    monkeypatch.setattr(read, "read_changed", failing)
+    try:
+        agent.snapshot("fails")
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the injected failure did not happen")
+    monkeypatch.undo()
+    after = agent.snapshot("after", skip_unchanged=True)
+    paths = {e.path for e in agent.entries(after.id)}
+    assert b"d1/f1.txt" not in paths
+    assert after.stats["deleted"] == 1
+    agent.close()

@@ -236,3 +236,60 @@ def test_verify_reports_a_damaged_journal(tree, store, value):
         batch.put("journal", JOURNAL_KEY, value)
     problems = store.verify().problems
     assert [p.kind for p in problems] == ["journal"], problems
+
+
+def _big_tree(tree, salt: str) -> None:
+    # Enough entries for a manifest of several chunks (one with a streams record).
+    build_tree(tree, {f"d{i // 100:02d}/f{i:04d}.txt": f"{salt} {i}\n".encode() for i in range(1500)})
+
+
+def _put_stream_record(store_dir, key: bytes, value: bytes) -> None:
+    backend = LmdbBackend(str(store_dir))
+    try:
+        with backend.env.begin(write=True, db=backend.env.open_db(b"streams")) as txn:
+            txn.put(key, value)
+    finally:
+        backend.close()
+
+
+def test_a_manifest_record_put_under_another_manifests_id_is_found(tree, store):
+    """A manifest is named by its tree: a streams record moved under another manifest's id (a
+    whole valid tree, so every chunk and node checks out) no longer matches the id."""
+    _big_tree(tree, "one")
+    first = store.snapshot("one")
+    _big_tree(tree, "two")
+    second = store.snapshot("two")
+    with store.backend.read() as view:
+        first_record = view.get("streams", first.manifest)
+        assert first_record is not None and view.get("streams", second.manifest) is not None
+    assert store.verify().ok
+    _put_stream_record(store.store_dir, second.manifest, first_record)
+    report = Store.open(store.root).verify()
+    problems = [p for p in report.problems if p.kind == "manifest"]
+    assert [p.id for p in problems] == [second.manifest.hex()]
+    assert "names neither its tree nor its content" in problems[0].message
+
+
+def test_a_manifest_named_by_its_contents_hash_still_verifies(tree, store, monkeypatch):
+    """Manifests written before tree ids are named by the BLAKE3 of their bytes: they verify,
+    and a record moved under such an id is still found."""
+    from snapstore.records import manifest
+    from snapstore.storage import objects
+
+    write = objects.write_stream_known
+    monkeypatch.setattr(manifest.objects, "write_stream_known", lambda *a, **k: write(*a, **{**k, "tree": False}))
+    _big_tree(tree, "old")
+    first = store.snapshot("one")
+    _big_tree(tree, "older")
+    second = Store.open(store.root).snapshot("two")  # (a first snapshot: written whole)
+    monkeypatch.undo()
+    mid = second.manifest
+    with store.backend.read() as view:
+        record = view.get("streams", mid)
+        assert record is not None and not objects.id_matches(mid, record)
+        assert chunk_id(objects.read_stream(view.get, mid)) == mid
+        first_record = view.get("streams", first.manifest)
+    assert store.verify().ok
+    _put_stream_record(store.store_dir, mid, first_record)
+    report = Store.open(store.root).verify()
+    assert [p.id for p in report.problems if p.kind == "manifest"] == [second.manifest.hex()]

@@ -346,3 +346,63 @@ def test_the_service_serves_unwatched_when_no_inotify_instance_is_left(tmp_path:
         assert json.loads(_cli("serve", "--status", cwd=root).stdout)["watcher"]["watching"] is True
     finally:
         _cli("serve", "--stop", cwd=root)
+
+
+def test_only_mapped_files_with_another_link_send_a_search_through_the_tree(tmp_path: Path):
+    """A file mapped shared and writable by its one and only name outside the tree (a
+    desktop's databases) cannot be in the tree: its inode is not searched for.  With a second
+    link (which may be in the tree), or deleted, it is."""
+    from snapstore.tree.watcher import mapped_for_write
+
+    root = tmp_path / "t"
+    root.mkdir()
+    db = tmp_path / "elsewhere.db"
+    db.write_bytes(bytes(4096))
+    dev, ino = os.stat(db).st_dev, os.stat(db).st_ino
+    fd = os.open(db, os.O_RDWR)
+    m = mmap.mmap(fd, 4096)
+    os.close(fd)
+    try:
+        _, inodes = mapped_for_write(os.fsencode(root), dev)
+        assert ino not in inodes
+        os.link(db, root / "linked.db")
+        _, inodes = mapped_for_write(os.fsencode(root), dev)
+        assert ino in inodes
+        os.unlink(root / "linked.db")
+        os.rename(db, tmp_path / "moved.db")  # the maps file names the current name
+        _, inodes = mapped_for_write(os.fsencode(root), dev)
+        assert ino not in inodes
+        os.link(tmp_path / "moved.db", root / "again.db")
+        os.unlink(tmp_path / "moved.db")  # the mapped name is "(deleted)": searched
+        _, inodes = mapped_for_write(os.fsencode(root), dev)
+        assert ino in inodes
+    finally:
+        m.close()
+
+
+def test_writes_through_a_mapping_of_an_outside_link_are_in_the_next_checkpoint(tmp_path: Path, monkeypatch):
+    from snapstore.tree import statcache
+
+    monkeypatch.setattr(statcache, "now_ns", lambda: time.time_ns() + 10_000_000_000)
+    root = tmp_path / "t"
+    build_tree(root, {"db.bin": bytes(8192), "other.txt": b"o\n"})
+    os.link(root / "db.bin", tmp_path / "outside.bin")
+    Store.init(root).close()
+    watched, plain = Store.open(root, watch=True), Store.open(root)
+    fd = os.open(tmp_path / "outside.bin", os.O_RDWR)
+    m = mmap.mmap(fd, 8192)
+    os.close(fd)
+    try:
+        watched.snapshot("start")
+        watched.snapshot("patched")
+        for i in range(2):
+            time.sleep(0.02)
+            m[i * 10 : i * 10 + 2] = b"o%d" % i
+            m.flush()
+            cp = watched.snapshot(f"write {i}")
+            assert watched.read_bytes(cp.id, "db.bin")[i * 10 : i * 10 + 2] == b"o%d" % i
+            assert _same(plain, cp.id) == []
+    finally:
+        m.close()
+        watched.close()
+        plain.close()

@@ -70,7 +70,8 @@ class ManifestMemo:
     __slots__ = ("entries", "mid", "codec", "ordered")
 
     def __init__(self) -> None:
-        #: The entries of manifest ``mid`` (the dict itself: whoever patches entries copies it).
+        #: The entries of manifest ``mid`` (the dict itself, which is also the watcher state's: a
+        #: patch edits it in place, and a snapshot that does not finish drops the memo).
         self.entries: dict[bytes, Entry] | None = None
         #: Those entries in path order, with their totals (ops.snapshot.ordered.Ordered).
         self.ordered: Ordered | None = None

@@ -68,6 +68,7 @@ def write_manifest(
     entries: Iterable[Entry], put: Put, level: int = objects.DEFAULT_LEVEL, *, encode: bool = True
 ) -> tuple[bytes, int, bytes | None]:
     """Store sorted ``entries`` as a stream; returns ``(stream id, size, record or None)``.
+    A manifest of more than one chunk is named by its tree (:func:`objects.tree_id`).
 
     ``put(id, value)`` receives each chunk, encoded (or plain when ``encode`` is False).  A
     caller that writes a manifest again and again keeps a
@@ -77,7 +78,7 @@ def write_manifest(
     """
     listed = entries if isinstance(entries, list) else list(entries)
     pairs = ((data, objects.chunk_id(data)) for data in _cut_in_blocks(listed, packer()))
-    return objects.write_stream_known(pairs, put, level, encode=encode)
+    return objects.write_stream_known(pairs, put, level, encode=encode, tree=True)
 
 
 def packer() -> Callable[[Entry], bytes]:

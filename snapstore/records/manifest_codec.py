@@ -10,8 +10,10 @@ that lies in the unchanged tail, and cuts only what is between.  The result is b
 what encoding the whole list gives (tests/test_manifest_cut.py checks it against the
 record-by-record definition).
 
-The codec is an encoding cache only: it never says what the store holds, so every chunk is
-still handed to ``put`` and the caller stores those the store lacks.
+The codec is an encoding cache: by default every chunk (and index node) is handed to ``put``
+and the caller stores those the store lacks.  A caller that knows the last encoding is stored
+(it is the parent checkpoint's manifest) says ``stored=True``: then only the chunks and index
+nodes made afresh are handed over, and nothing is done per kept chunk.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable, Sequence
 from snapstore.records.manifest import Entry, packer
 from snapstore.records.schema import Put
 from snapstore.storage import chunker, objects
+from snapstore.storage.index_tree import IndexTree
 
 #: Entries compared per step when looking for the first and last difference (a slice
 #: comparison runs in C; unchanged entries are the same objects, so each test is a pointer test).
@@ -32,7 +35,10 @@ _STEP = 256
 class Codec:
     """The last manifest :func:`encode_chunks` produced, kept by the caller between calls."""
 
-    __slots__ = ("entries", "records", "ends", "chunks", "cids", "fresh", "changed", "mid", "changed_from")
+    __slots__ = (
+        "entries", "records", "ends", "chunks", "cids", "leaves", "size", "fresh", "changed", "mid",
+        "changed_from", "index", "kept_prefix", "kept_suffix",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
@@ -41,18 +47,22 @@ class Codec:
         self.ends: list[int] = []
         self.chunks: list[bytes] = []
         self.cids: list[bytes] = []
-        #: The ids of the chunks the last call cut afresh (the others it kept).
-        self.fresh: set[bytes] = set()
+        #: ``(id, size)`` of each chunk, and their total: the index tree's leaves.
+        self.leaves: list[tuple[bytes, int]] = []
+        self.size = 0
+        #: Where the chunks the last call cut afresh are: ``chunks[start:stop]`` for each pair.
+        self.fresh: list[tuple[int, int]] = []
         #: The entries of the last call's changed region: ``(before, after)``; every entry
         #: outside them was the same on both sides.  None after a first (whole) encoding.
         self.changed: tuple[list[Entry], list[Entry]] | None = None
         #: The stream id of the current encoding, and of the one ``changed`` started from.
         self.mid: bytes | None = None
         self.changed_from: bytes | None = None
-
-    def kept(self) -> set[bytes]:
-        """The ids of the chunks the last call kept from the encoding before it."""
-        return set(self.cids) - self.fresh
+        #: The index tree of the current encoding, and how many of its chunks at the start
+        #: and at the end the last call kept (objects.write_tree_stream builds only between).
+        self.index = IndexTree()
+        self.kept_prefix = 0
+        self.kept_suffix = 0
 
     def changes_since(self, mid: bytes) -> tuple[dict[bytes, Entry], dict[bytes, Entry]] | None:
         """``(old, new)`` entries by path that may differ between manifest ``mid`` and the
@@ -64,84 +74,203 @@ class Codec:
 
 
 def write_manifest(
-    codec: Codec, entries: list[Entry], put: Put, level: int = objects.DEFAULT_LEVEL, *, encode: bool = True
+    codec: Codec,
+    entries: list[Entry],
+    put: Put,
+    level: int = objects.DEFAULT_LEVEL,
+    *,
+    encode: bool = True,
+    stored: bool = False,
+    span: Span | None = None,
 ) -> tuple[bytes, int, bytes | None]:
     """:func:`snapstore.records.manifest.write_manifest` through ``codec``, which holds the last
     encoding (one manifest at a time): a manifest that changed in a few entries re-encodes and
-    hashes only the chunks around them.  The same stream, byte for byte."""
+    hashes only the chunks around them.  The same stream, byte for byte.
+
+    ``stored``: the codec's last encoding is in the store (the caller's parent manifest), so
+    only new chunks and index nodes go to ``put``.  ``span``: ``(base, runs)`` when ``entries``
+    are the list ``base`` with only those runs changed (ops.snapshot.ordered knows them):
+    spares comparing every entry, and each run is re-cut on its own."""
     previous = codec.mid
     codec.mid = None  # until this encoding's stream id is known
-    chunks = encode_chunks(codec, entries, packer())
-    result = objects.write_stream_known(chunks, put, level, encode=encode)
+    store = (lambda cid, plain: put(cid, objects.encode_chunk(plain, level))) if encode else put
+    try:
+        whole = encode_chunks(codec, entries, packer(), span) or not stored or previous is None
+        for start, stop in [(0, len(codec.chunks))] if whole else codec.fresh:
+            for i in range(start, stop):
+                store(codec.cids[i], codec.chunks[i])
+        result = _write_index(codec, store, whole)
+    except BaseException:
+        codec.__init__()  # type: ignore[misc]  # (possibly half updated: encoded whole next time)
+        raise
     codec.changed_from, codec.mid = previous, result[0]
     return result
 
 
-def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], bytes]) -> list[tuple[bytes, bytes]]:
-    """The chunks of sorted ``entries`` as ``(data, id)`` pairs; ``codec`` is updated to them."""
+def _write_index(codec: Codec, store: Put, whole: bool) -> tuple[bytes, int, bytes | None]:
+    if len(codec.leaves) <= 1:
+        codec.index = IndexTree()
+        if not codec.leaves:  # (the empty manifest: one empty chunk)
+            empty = objects.chunk_id(b"")
+            store(empty, b"")
+            return empty, 0, None
+        return codec.leaves[0][0], codec.size, None
+    height, root = codec.index.update(codec.leaves, codec.kept_prefix, codec.kept_suffix, store)
+    if whole:  # (index nodes kept from the stored tree are stored: only new ones went to put)
+        for nid, plain in codec.index.nodes():
+            store(nid, plain)
+    record = objects.stream_record(codec.size, height, root)
+    return objects.tree_id(record), codec.size, record
+
+
+#: A changed run: old entries ``[old_lo, old_hi)`` became new entries ``[new_lo, new_hi)``.
+Run = tuple[int, int, int, int]
+
+#: ``(base list, runs)``: the new entries are ``base`` with only these runs changed, in order
+#: (see :func:`write_manifest`).
+Span = tuple[list[Entry], list[Run]]
+
+
+def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], bytes], span: Span | None = None) -> bool:
+    """Cut sorted ``entries`` into chunks: ``codec`` is updated to them (``chunks``, ``cids``,
+    ``leaves``; ``fresh`` says which were cut afresh).  True when all were (no last encoding).
+
+    Each changed run is re-cut on its own, from the start of the chunk holding its first
+    change to the first cut after it that lies on a key-marked record (a cut the old and the
+    new list both make); runs whose re-cut regions meet are cut as one.  So 100 scattered
+    edits re-cut ~100 regions of a chunk or two, not everything between the first and the last.
+    """
     old = codec.entries
     if not codec.chunks:
-        records = [pack(e) for e in entries]
-        _replace(codec, entries, records, 0, len(entries), [], [], [], 0, 0)
+        _Cutter(codec).finish_whole(entries, [pack(e) for e in entries])
         codec.changed = None
-        return list(zip(codec.chunks, codec.cids))
-    n_old, n_new = len(old), len(entries)
-    p = _common_prefix(old, entries)
-    s = _common_suffix(old, entries, min(n_old, n_new) - p)
-    delta = n_new - n_old
-    ends = codec.ends
-    # The chunk holding the first changed entry (the last chunk when entries were appended);
-    # everything before it stays, and cutting restarts where it starts.
-    k0 = min(bisect_right(ends, p), len(ends) - 1)
-    while k0 and ends[k0 - 1] == p and zlib.crc32(old[p - 1].path) & chunker.RECORD_MASK:
-        k0 -= 1  # that cut was forced by the size of the record that changed: not a safe start
-    start = ends[k0 - 1] if k0 else 0
-    # The first chunk that ends on a key-marked record of the unchanged tail: the cut after it
-    # happens in the new list too, and everything after it stays.
-    tail = n_old - s
-    k1 = len(ends)
-    for k in range(max(k0, bisect_left(ends, tail + 1)), len(ends)):
-        if not zlib.crc32(old[ends[k] - 1].path) & chunker.RECORD_MASK:
-            k1 = k
+        codec.kept_prefix = codec.kept_suffix = 0
+        return True
+    runs = span[1] if span is not None and span[0] is old else _one_run(old, entries)
+    cut = _Cutter(codec)
+    ends, old_records = codec.ends, codec.records
+    before: list[Entry] = []
+    after: list[Entry] = []
+    r = 0
+    while r < len(runs):
+        olo = runs[r][0]
+        # The chunk holding the run's first changed entry (the last chunk for an append); a
+        # cut forced there by the size of the record that changed is not a safe start.
+        k0 = min(bisect_right(ends, olo), len(ends) - 1)
+        if k0 > cut.k and ends[k0 - 1] == olo and zlib.crc32(old[olo - 1].path) & chunker.RECORD_MASK:
+            k0 -= 1
+        k0 = max(k0, cut.k)
+        start = ends[k0 - 1] if k0 else 0
+        cut.keep(k0, start)
+        region_delta = cut.delta
+        pieces: list[bytes] = []
+        at = start
+        while True:
+            olo, ohi, nlo, nhi = runs[r]
+            before.extend(old[olo:ohi])
+            after.extend(entries[nlo:nhi])
+            pieces.extend(old_records[at:olo])
+            pieces.extend(pack(e) for e in entries[nlo:nhi])
+            at, cut.delta = ohi, nhi - ohi
+            # The first chunk that ends on a key-marked record after the run: both lists cut
+            # there, and what follows stays (unless the next run starts inside that chunk).
+            k1 = len(ends)
+            for k in range(max(k0, bisect_left(ends, ohi + 1)), len(ends)):
+                if not zlib.crc32(old[ends[k] - 1].path) & chunker.RECORD_MASK:
+                    k1 = k
+                    break
+            if r + 1 < len(runs) and (k1 == len(ends) or ends[k1] > runs[r + 1][0]):
+                r += 1
+                continue
             break
-    stop = ends[k1] + delta if k1 < len(ends) else n_new
-    old_records = codec.records
-    middle = [
-        old_records[i] if i < p else old_records[i - delta] if i >= n_new - s else pack(entries[i])
-        for i in range(start, stop)
-    ]
-    records = old_records[:start] + middle + old_records[ends[k1] if k1 < len(ends) else n_old :]
-    codec.changed = (old[p:tail], entries[p : n_new - s])
-    _replace(codec, entries, records, start, stop, ends[:k0], codec.chunks[:k0], codec.cids[:k0], k1, delta)
-    return list(zip(codec.chunks, codec.cids))
+        stop = ends[k1] if k1 < len(ends) else len(old)
+        pieces.extend(old_records[at:stop])
+        cut.recut(entries, pieces, start + region_delta, stop, min(k1 + 1, len(ends)))
+        r += 1
+    cut.keep(len(ends), len(old))
+    codec.changed = (before, after)
+    codec.kept_prefix = cut.first_fresh
+    codec.kept_suffix = cut.kept_after
+    cut.finish(entries)
+    return False
 
 
-def _replace(
-    codec: Codec,
-    entries: list[Entry],
-    records: list[bytes],
-    start: int,
-    stop: int,
-    ends: list[int],
-    chunks: list[bytes],
-    cids: list[bytes],
-    k1: int,
-    delta: int,
-) -> None:
-    # Cut records[start:stop] afresh and keep the old chunks from k1 + 1 on (shifted by delta).
-    keys = [e.path for e in entries[start:stop]]
-    codec.fresh = set()
-    for end, data in chunker.cut_record_bytes(keys, records[start:stop]):
-        ends.append(start + end)
-        chunks.append(data)
-        cid = objects.chunk_id(data)
-        cids.append(cid)
-        codec.fresh.add(cid)
-    if k1 < len(codec.ends):
-        ends.extend(e + delta for e in codec.ends[k1 + 1 :])
-        chunks.extend(codec.chunks[k1 + 1 :])
-        cids.extend(codec.cids[k1 + 1 :])
-    codec.entries, codec.records, codec.ends, codec.chunks, codec.cids = entries, records, ends, chunks, cids
+def _one_run(old: list[Entry], new: list[Entry]) -> list[Run]:
+    """The run between the first and the last difference (none when the lists are equal)."""
+    p = _common_prefix(old, new)
+    s = _common_suffix(old, new, min(len(old), len(new)) - p)
+    if p == len(old) == len(new):
+        return []
+    return [(p, len(old) - s, p, len(new) - s)]
+
+
+class _Cutter:
+    """The new encoding, built left to right from old chunks kept and regions cut afresh."""
+
+    __slots__ = ("codec", "k", "done", "delta", "ends", "chunks", "cids", "leaves", "records", "size", "fresh", "first_fresh", "kept_after")
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
+        #: The first old chunk not yet kept or replaced, and the first old record not yet taken.
+        self.k = 0
+        self.done = 0
+        #: New index minus old index of the unchanged entries being kept.
+        self.delta = 0
+        self.ends: list[int] = []
+        self.chunks: list[bytes] = []
+        self.cids: list[bytes] = []
+        self.leaves: list[tuple[bytes, int]] = []
+        self.records: list[bytes] = []
+        self.size = 0
+        self.fresh: list[tuple[int, int]] = []
+        #: Old chunks kept before the first region, and after the last.
+        self.first_fresh = -1
+        self.kept_after = 0
+
+    def keep(self, k_stop: int, record_stop: int) -> None:
+        """Keep the old chunks ``k`` to ``k_stop`` (and their records) as they are."""
+        codec, k, delta = self.codec, self.k, self.delta
+        if k_stop > k:
+            tail = codec.ends[k:k_stop]
+            self.ends.extend([e + delta for e in tail] if delta else tail)
+            self.chunks.extend(codec.chunks[k:k_stop])
+            self.cids.extend(codec.cids[k:k_stop])
+            leaves = codec.leaves[k:k_stop]
+            self.leaves.extend(leaves)
+            self.size += sum(s for _, s in leaves)
+        self.records.extend(codec.records[self.done : record_stop])
+        self.kept_after = k_stop - k
+        self.k, self.done = k_stop, record_stop
+
+    def recut(self, entries: list[Entry], pieces: list[bytes], start_new: int, record_stop: int, k_next: int) -> None:
+        """Cut ``pieces`` (the records of new entries from ``start_new``) afresh, in place of
+        the old chunks up to ``k_next`` and the old records up to ``record_stop``."""
+        if self.first_fresh < 0:
+            self.first_fresh = len(self.chunks)
+        first = len(self.chunks)
+        keys = [e.path for e in entries[start_new : start_new + len(pieces)]]
+        for end, data in chunker.cut_record_bytes(keys, pieces):
+            cid = objects.chunk_id(data)
+            self.ends.append(start_new + end)
+            self.chunks.append(data)
+            self.cids.append(cid)
+            self.leaves.append((cid, len(data)))
+            self.size += len(data)
+        self.fresh.append((first, len(self.chunks)))
+        self.records.extend(pieces)
+        self.k, self.done = k_next, record_stop
+
+    def finish_whole(self, entries: list[Entry], records: list[bytes]) -> None:
+        self.recut(entries, records, 0, 0, 0)
+        self.records = records
+        self.finish(entries)
+
+    def finish(self, entries: list[Entry]) -> None:
+        codec = self.codec
+        codec.entries, codec.records, codec.ends, codec.chunks = entries, self.records, self.ends, self.chunks
+        codec.cids, codec.leaves, codec.size, codec.fresh = self.cids, self.leaves, self.size, self.fresh
+        if self.first_fresh < 0:  # (nothing changed: every chunk kept)
+            codec.kept_prefix, codec.kept_suffix = len(self.chunks), 0
 
 
 def _common_prefix(a: Sequence[Entry], b: Sequence[Entry]) -> int:

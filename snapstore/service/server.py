@@ -15,6 +15,7 @@ tree disappears or is replaced.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import logging
@@ -146,10 +147,14 @@ class Service:
             ready.write("ready\n")
             ready.flush()
         last = time.monotonic()
+        swept = self.requests
         try:
             sockets = [listener] + ([web[0]] if web is not None else [])
             while not self._stop:
                 readable, _, _ = select.select(sockets, [], [], 1.0)
+                if not readable and swept != self.requests:
+                    swept = self.requests
+                    _sweep()
                 for ready_sock in readable:
                     conn, _ = ready_sock.accept()
                     served = self.requests
@@ -160,6 +165,7 @@ class Service:
                             http_hooks.serve_one(conn, web[1], web[2], self._run_http_hook, AGENTS)
                     if self.requests != served:  # status requests do not keep it alive
                         last = time.monotonic()
+                    gc.freeze()
                 if time.monotonic() - last > self.idle_timeout:
                     log.info("idle for %.0f s: exiting", self.idle_timeout)
                     break
@@ -357,6 +363,17 @@ class Service:
             "last_error": self.last_error,
             "watcher": self.store.watch_status(),
         }
+
+
+def _sweep() -> None:
+    """Collect cyclic garbage once, when idle.  Between requests every object is frozen out
+    of the collector (``gc.freeze``, O(1)): the watcher's state (a few objects per file of
+    the tree) is long-lived, and a full collection walks all of it (8 ms of a 1-file
+    checkpoint at 100k files, measured); what a request left in cycles is collected here,
+    after the first idle second."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 def _request_id(request: dict[str, Any]) -> bytes | None:

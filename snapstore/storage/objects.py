@@ -25,6 +25,7 @@ import msgpack
 
 from snapstore.errors import CorruptError
 from snapstore.storage import entries
+from snapstore.storage.index_tree import IndexTree, Ref, build_index
 
 if TYPE_CHECKING:
     import zstandard
@@ -33,11 +34,6 @@ FLAG_RAW = 0
 FLAG_ZSTD = 1
 
 DEFAULT_LEVEL = 3
-
-#: Index nodes: a boundary after a child whose id's first byte has these bits clear (1 in 16),
-#: with at least 2 and at most NODE_MAX children so every level is at least halved.
-NODE_MASK = 0x0F
-NODE_MAX = 64
 
 #: No chunk's plain bytes may exceed this (data chunks are at most chunker.MAX_SIZE, manifest and
 #: conversation chunks hold whole records): a hard cap on what one decompression allocates.
@@ -50,8 +46,6 @@ MAX_STREAM_BYTES = 1 << 42
 INDEX_NODE_MAX_BYTES = 1 << 20
 
 _local = threading.local()
-
-Ref = tuple[bytes, int]  # (id, plain size)
 
 #: ``get(table, key)``: how readers reach the store (a read view's ``get``).
 Getter = Callable[[str, bytes], "bytes | None"]
@@ -205,36 +199,29 @@ def _inflate(cid: bytes, frame: bytes, max_size: int) -> bytes:
 # -- building streams -----------------------------------------------------------------------
 
 
-def build_index(
-    leaves: list[Ref], emit: Callable[[bytes, bytes], None]
-) -> tuple[int, bytes]:
-    """Build the index tree over ``leaves``; ``emit(id, plain)`` receives each new index node.
-
-    Returns ``(height, root id)``; height 0 means the single leaf is the root.
-    """
-    level = leaves
-    height = 0
-    while len(level) > 1:
-        parents: list[Ref] = []
-        node: list[Ref] = []
-        for i, ref in enumerate(level):
-            node.append(ref)
-            last = i == len(level) - 1
-            if last or len(node) >= NODE_MAX or (len(node) >= 2 and ref[0][0] & NODE_MASK == 0):
-                plain = msgpack.packb([[c, s] for c, s in node])
-                nid = chunk_id(plain)
-                emit(nid, plain)
-                parents.append((nid, sum(s for _, s in node)))
-                node = []
-        level = parents
-        height += 1
-    return height, level[0][0]
-
-
 def stream_record(size: int, height: int, root: bytes) -> bytes:
     """The ``streams`` table value of a stream of more than one chunk."""
     packed: bytes = msgpack.packb([size, height, root])
     return packed
+
+
+#: The BLAKE3 key-derivation context of tree ids: a hash function of its own, so no tree id
+#: is the plain BLAKE3 of any byte string (a one-chunk stream's id).
+TREE_ID_CONTEXT = "snapstore 2026-11-26 stream tree id v1"
+
+
+def tree_id(record: bytes) -> bytes:
+    """The id of a stream named by its tree (manifests): BLAKE3 in key-derivation mode over
+    its ``streams`` record ``[size, height, root]``.  The root names every index node and
+    chunk below it by hash, so the id commits to the content as the whole-content hash does,
+    and a stream that changed in one chunk gets its id from O(log n) new nodes."""
+    digest: bytes = blake3.blake3(record, derive_key_context=TREE_ID_CONTEXT).digest()
+    return digest
+
+
+def id_matches(sid: bytes, record: bytes) -> bool:
+    """Whether stream ``sid`` is named by its tree (:func:`tree_id`) through ``record``."""
+    return tree_id(record) == sid
 
 
 def parse_stream_record(sid: bytes, value: bytes) -> tuple[int, int, bytes]:
@@ -265,17 +252,19 @@ class StreamBuilder:
 
     :meth:`add` records one chunk (its bytes feed the whole-stream hash); :meth:`finish` builds
     the index tree, hands each index node to ``put(id, stored value)`` and returns
-    ``(stream id, size, stream record or None)``.
+    ``(stream id, size, stream record or None)``.  With ``tree``, a stream of more than one
+    chunk is named by its tree (:func:`tree_id`, manifests) instead of its content's hash.
     """
 
-    def __init__(self) -> None:
-        self._hasher = blake3.blake3()
+    def __init__(self, *, tree: bool = False) -> None:
+        self._hasher = None if tree else blake3.blake3()
         self._leaves: list[Ref] = []
         self._size = 0
 
     def add(self, data: bytes | memoryview, cid: bytes | None = None) -> bytes:
         """Append one chunk's bytes; returns its id."""
-        self._hasher.update(data)
+        if self._hasher is not None:
+            self._hasher.update(data)
         if cid is None:
             cid = chunk_id(data)
         self._leaves.append((cid, len(data)))
@@ -288,12 +277,13 @@ class StreamBuilder:
         """Build the index; ``put`` gets each index node (encoded, or plain if not ``encode``)."""
         if not self._leaves:
             self.add(b"")
-        sid = self._hasher.digest()
         if len(self._leaves) == 1:
-            return sid, self._size, None
+            return self._leaves[0][0], self._size, None
         emit = (lambda nid, plain: put(nid, encode_chunk(plain, level))) if encode else put
         height, root = build_index(self._leaves, emit)
-        return sid, self._size, stream_record(self._size, height, root)
+        record = stream_record(self._size, height, root)
+        sid = tree_id(record) if self._hasher is None else self._hasher.digest()
+        return sid, self._size, record
 
 
 def write_stream_known(
@@ -302,14 +292,16 @@ def write_stream_known(
     level: int = DEFAULT_LEVEL,
     *,
     encode: bool = True,
+    tree: bool = False,
 ) -> tuple[bytes, int, bytes | None]:
     """Store a stream made of chunks given as ``(data, id)`` through ``put(id, value)``.
 
     ``value`` is the stored (encoded) form, or the plain bytes when ``encode`` is False (for a
     caller that compresses only the chunks the store lacks).  Returns ``(stream id, size,
-    stream record or None)``; the caller stores the record.
+    stream record or None)``; the caller stores the record.  ``tree``: name the stream by its
+    tree (:func:`tree_id`), as manifests are.
     """
-    builder = StreamBuilder()
+    builder = StreamBuilder(tree=tree)
     empty = True
     for data, cid in chunks:
         empty = False
@@ -319,6 +311,37 @@ def write_stream_known(
         cid = builder.add(b"")
         put(cid, encode_chunk(b"", level) if encode else b"")
     return builder.finish(put, level, encode=encode)
+
+
+def write_tree_stream(
+    index: IndexTree,
+    chunks: list[tuple[bytes, bytes]],
+    prefix: int,
+    suffix: int,
+    put: Callable[[bytes, bytes], None],
+) -> tuple[bytes, int, bytes | None]:
+    """:func:`write_stream_known` with ``tree=True`` and ``encode=False`` for a stream written
+    again and again (a manifest through its codec): ``index`` holds the last tree, whose
+    leaves' first ``prefix`` and last ``suffix`` are those of ``chunks``, so only the nodes
+    around the change are built.  Every chunk and index node still goes to ``put`` (the caller
+    stores those the store lacks).  The same id and record as :func:`write_stream_known`."""
+    for data, cid in chunks:
+        put(cid, data)
+    if not chunks:
+        empty = chunk_id(b"")
+        put(empty, b"")
+        index.levels = []
+        return empty, 0, None
+    if len(chunks) == 1:
+        index.levels = []
+        return chunks[0][1], len(chunks[0][0]), None
+    leaves = [(cid, len(data)) for data, cid in chunks]
+    height, root = index.update(leaves, prefix, suffix, lambda nid, plain: None)
+    for nid, plain in index.nodes():
+        put(nid, plain)
+    size = sum(s for _, s in leaves)
+    record = stream_record(size, height, root)
+    return tree_id(record), size, record
 
 
 # -- reading streams ------------------------------------------------------------------------

@@ -358,11 +358,26 @@ def mapped_for_write(real_root: bytes, dev: int | None) -> tuple[set[bytes], set
             continue  # (most processes map nothing shared and writable)
         for m in _SHARED_WRITABLE.finditer(data):
             major, minor, ino, path = m.groups()
-            if path.startswith(prefix) and not path.endswith(b" (deleted)"):
+            deleted = path.endswith(b" (deleted)")
+            if path.startswith(prefix) and not deleted:
                 paths.add(path[len(prefix) :])
             if dev is not None and os.makedev(int(major, 16), int(minor, 16)) == dev:
-                inodes.add(int(ino))  # (its other links in the tree write to it too)
+                number = int(ino)
+                if number not in inodes and (deleted or not _sole_link(path, dev, number)):
+                    inodes.add(number)  # (its other links in the tree write to it too)
     return paths, inodes
+
+
+def _sole_link(path: bytes, dev: int, ino: int) -> bool:
+    """Whether ``path`` is the file's one and only link: then no other name of it can be in
+    the tree, and nobody need search the tree for its inode (a desktop maps dozens of
+    databases shared and writable, each a search of every file otherwise).  A link made in
+    the tree later gives an event there, and a file that gains a link means a full walk."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return st.st_ino == ino and st.st_dev == dev and st.st_nlink == 1
 
 
 #: A maps line of a shared mapping with write access: device, inode, name.

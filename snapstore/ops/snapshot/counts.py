@@ -26,9 +26,9 @@ def count(
     """Count what changed against the parent, for a new manifest ``result.manifest_id``.
 
     When the context's manifest ``codec`` re-encoded it from the parent's manifest, it knows
-    which entries may differ: nothing is decoded, and the chunks it kept (the parent's: stored,
-    and the writer lock keeps gc out) are dropped from ``plain``, so the store is asked only
-    about the new ones.  Otherwise :func:`against_parent` decodes what differs."""
+    which entries may differ: nothing is decoded (and it handed over only the chunks it made
+    afresh: the parent's are stored, and the writer lock keeps gc out).  Otherwise
+    :func:`against_parent` decodes what differs."""
     mid = result.manifest_id
     since = None
     if codec is not None and parent is not None and mid != parent.manifest:
@@ -36,10 +36,7 @@ def count(
     if since is None:
         against_parent(result, backend, parent, mid, plain, record)
         return
-    assert codec is not None
     add(result, *since)
-    for cid in codec.kept():
-        plain.pop(cid, None)
 
 
 def against_parent(

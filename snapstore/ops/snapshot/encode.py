@@ -60,15 +60,21 @@ def manifest_of(
     ordered: list[Entry],
     records: Records,
     same: bool | None = None,
+    span: manifest_codec.Span | None = None,
 ) -> tuple[bytes, bytes | None, bytes | None]:
     """``(manifest id, its stream record or None, fingerprint or None)`` for ``ordered`` (the
     values of ``entries`` in path order).  The record and the new chunks go to ``records``; the
     fingerprint, when computed, is to be stored with the checkpoint (:data:`LAST_MANIFEST`).
     The memo is cleared: the caller sets it once the snapshot is committed.  ``same``: whether
     ``entries`` are known to equal the memo's (ops.snapshot.ordered), sparing a comparison of
-    every entry; None when not known."""
+    every entry; None when not known.  ``span``: where ``ordered`` may differ from the list it
+    was patched from (records.manifest_codec.write_manifest)."""
     memo = ctx.manifest_memo
-    if parent is not None and memo.mid == parent.manifest and (same if same is not None else memo.entries == entries):
+    # (Without ``same``, the dicts are compared, and only two distinct dicts: a patch edits
+    # the memo's own dict in place, which then compares equal to itself whatever it holds.)
+    if same is None:
+        same = memo.entries is not entries and memo.entries == entries
+    if parent is not None and memo.mid == parent.manifest and same:
         return parent.manifest, None, None
     record = fingerprint = None
     if memo.mid is None:  # this context's first snapshot (a CLI process takes only one)
@@ -82,7 +88,10 @@ def manifest_of(
         mid, _, record = manifest.write_manifest(ordered, records.put, ctx.level, encode=False)
     else:
         codec = memo.codec = memo.codec or manifest_codec.Codec()
-        mid, _, record = manifest_codec.write_manifest(codec, ordered, records.put, ctx.level, encode=False)
+        stored = parent is not None and codec.mid == parent.manifest  # (the parent's: in the store)
+        mid, _, record = manifest_codec.write_manifest(
+            codec, ordered, records.put, ctx.level, encode=False, stored=stored, span=span
+        )  # fmt: skip
     memo.entries, memo.mid, memo.ordered = None, None, None  # set again once this snapshot is committed
     if parent is not None and mid == parent.manifest:
         records.plain.clear()  # the parent's manifest: its chunks are stored (no lookups, no page faults)

@@ -45,7 +45,8 @@ class Walked(NamedTuple):
 class Patched(NamedTuple):
     """The inputs of a snapshot, derived from the state instead of a walk."""
 
-    found: list[scan.Found]
+    #: The state's records, patched (the state's own dict, or a copy for a look).
+    found: dict[bytes, scan.Found]
     cache: dict[bytes, bytes]
     entries: dict[bytes, Entry]
     to_read: list[scan.Found]
@@ -67,7 +68,8 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     """The snapshot's inputs from the watcher's hints, or None when a full walk is needed.
 
     Always drains the watcher first, so a full walk that follows covers every event so far.
-    The state is patched in place (a snapshot that fails drops it: :func:`forget`).
+    The state is patched in place, its entries too (the manifest memo's dict: a snapshot
+    that fails, or that walks after all, drops both: :func:`forget`).
     """
     watcher = ctx.watcher
     if watcher is None:
@@ -80,8 +82,12 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     if changes.full and not check:
         return None
     mapped = blind_spots(watcher, state, changes)
-    patched = _patch(ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped)
+    patched = _patch(
+        ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped,
+        in_place=not check,
+    )  # fmt: skip
     if patched is not None and not check and not _report(report or scan.ScanReport(), state.listings):
+        forget(ctx)  # (its entries were patched in place: the walk's become the state)
         return None
     if check:
         # The walk that follows checks the watcher (and this patching): what it finds must be
@@ -196,9 +202,13 @@ def _patch(
     report: scan.ScanReport,
     watch: Callable[[bytes], None] | None,
     reread: set[bytes] | frozenset[bytes] = frozenset(),
+    *,
+    in_place: bool = False,
 ) -> Patched | None:
-    """Apply ``changes`` to ``found`` and ``listings`` and derive the entries (a new dict);
-    the files of ``reread`` (up to MAPPED_REREAD_MAX) are read whatever the stat cache says."""
+    """Apply ``changes`` to ``found`` and ``listings`` and derive the entries: the state's own
+    dict edited ``in_place`` (O(changed); the caller drops the state and the memo if the
+    snapshot does not complete), else a copy (a look changes nothing).  The files of
+    ``reread`` (up to MAPPED_REREAD_MAX) are read whatever the stat cache says."""
     patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watch)
     if patch is None:
         return None
@@ -210,7 +220,7 @@ def _patch(
         for f in patch.updated:  # an inode answered "not in the tree" may be in it now
             if f.st is not None and memo.get(f.st.st_ino) == ():
                 del memo[f.st.st_ino]  # (an answer with paths is checked when used)
-    entries = dict(state.entries)  # (the old dict is also the manifest memo's: keep it intact)
+    entries = state.entries if in_place else dict(state.entries)
     stale: list[bytes] = []
     cache = state.cache
     for path in patch.removed:
@@ -232,7 +242,7 @@ def _patch(
         to_read = []
     touched = set(patch.removed)
     touched.update(f.path for f in changed)
-    return Patched(list(found.values()), cache, entries, to_read, stale, touched, links, state.entries)
+    return Patched(found, cache, entries, to_read, stale, touched, links, state.entries)
 
 
 def _links_after(before: set[bytes], patch: rescan.Patch, found: dict[bytes, scan.Found]) -> set[bytes] | None:
@@ -370,8 +380,12 @@ def remember(
 
 
 def forget(ctx: StageContext) -> None:
-    """Drop the state (after anything this context cannot account for)."""
+    """Drop the state and the manifest memo (after anything this context cannot account for:
+    the memo's entries may be the state's, patched in place by a snapshot that did not finish,
+    and must never again pass for the last manifest's)."""
     ctx.tree_state = None
+    memo = ctx.manifest_memo
+    memo.entries = memo.ordered = memo.mid = None
 
 
 def stale_cache_keys(cache: dict[bytes, bytes], found: list[scan.Found]) -> list[bytes]:

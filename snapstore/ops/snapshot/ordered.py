@@ -18,13 +18,26 @@ from snapstore.records.manifest import EXEC, Entry
 class Ordered:
     """Entries in path order, their paths, and the count and total size of the files."""
 
-    __slots__ = ("entries", "paths", "files", "size", "same")
+    __slots__ = ("entries", "paths", "files", "size", "same", "span")
 
-    def __init__(self, entries: list[Entry], paths: list[bytes], files: int, size: int, same: bool | None = None) -> None:
+    def __init__(
+        self,
+        entries: list[Entry],
+        paths: list[bytes],
+        files: int,
+        size: int,
+        same: bool | None = None,
+        span: tuple[list[Entry], list[tuple[int, int, int, int]]] | None = None,
+    ) -> None:
         self.entries, self.paths, self.files, self.size = entries, paths, files, size
         #: Whether the entries are those of the kept order's dict (known only when patched:
         #: then nobody need compare the two dicts); None when not known.
         self.same = same
+        #: When patched: ``(the kept entries list, runs)``, each run ``(old_lo, old_hi,
+        #: new_lo, new_hi)`` a range of that list replaced by one of this list, in order, and
+        #: every entry outside them the same object in both (the manifest codec then compares
+        #: nothing and re-cuts each run on its own).
+        self.span = span
 
 
 def order(
@@ -52,6 +65,8 @@ def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) ->
     ordered, paths = list(kept.entries), list(kept.paths)  # (the kept lists stay as they were)
     files, size = kept.files, kept.size
     same = True
+    runs: list[tuple[int, int, int, int]] = []
+    delta = 0  # (entries inserted minus deleted so far: i - delta is the kept list's index)
     for path in sorted(touched):
         i = bisect_left(paths, path)
         old = ordered[i] if i < len(paths) and paths[i] == path else None
@@ -62,6 +77,12 @@ def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) ->
             files, size = files + 1, size + new[3]
         if old != new:
             same = False
+            olo, ohi, nhi = i - delta, i - delta + (old is not None), i + (new is not None)
+            if runs and runs[-1][1] == olo:  # (adjacent to the last run: one run)
+                runs[-1] = (runs[-1][0], ohi, runs[-1][2], nhi)
+            else:
+                runs.append((olo, ohi, i, nhi))
+            delta += (new is not None) - (old is not None)
         if old is not None and new is not None:
             ordered[i] = new
         elif old is not None:
@@ -69,4 +90,4 @@ def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) ->
         elif new is not None:
             ordered.insert(i, new)
             paths.insert(i, path)
-    return Ordered(ordered, paths, files, size, same)
+    return Ordered(ordered, paths, files, size, same, (kept.entries, runs))

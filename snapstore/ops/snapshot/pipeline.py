@@ -85,7 +85,9 @@ def _take(
     ordered = order(memo.ordered, memo.entries, tree.entries, tree.touched, tree.base)
     result.entries, result.totals = ordered.entries, (ordered.files, ordered.size)
     records = encode.Records(reads.kept)
-    mid, mrecord, fingerprint = encode.manifest_of(ctx, start.parent, tree.entries, result.entries, records, ordered.same)
+    mid, mrecord, fingerprint = encode.manifest_of(
+        ctx, start.parent, tree.entries, result.entries, records, ordered.same, ordered.span
+    )  # fmt: skip
     result.manifest_id = mid
     counts.count(result, ctx.backend, ctx.manifest_memo.codec, start.parent, mrecord, records.plain)
     if messages is not None:
