@@ -73,7 +73,7 @@ axe: $(STAMP)
 	  echo "make: no npm: tests/test_ui_access.py's axe test will be skipped"; \
 	fi
 
-test: $(STAMP) $(NATIVE) lint chromium inspector
+test: $(STAMP) $(NATIVE) lint chromium inspector axe
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP) $(NATIVE)
