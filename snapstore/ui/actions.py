@@ -20,7 +20,7 @@ from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
 from snapstore.ui.diffview import STATUS_WORDS
 from snapstore.ui.html import Html, fmt, join, path_token, tags_el
-from snapstore.ui.preview import plan_page, plural, tree_to_target
+from snapstore.ui.preview import plan_page, plural, tree_to_target, undo_button
 
 if TYPE_CHECKING:
     from snapstore.ops.restore import RestoreReport
@@ -70,14 +70,6 @@ def checkpoint_actions(cp: Checkpoint) -> Html:
         '<button type="submit" class="action" id="restore-all">Preview restoring the whole tree to this checkpoint…</button></form>'
         ' <a href="/compare?a={}">Compare with the working tree</a>{}</div>{}',
         cp.id, cp.short_id, parent, back,
-    )
-
-
-def undo_button() -> Html:
-    """A form leading to the preview of undoing the last restore or undo."""
-    return Html(
-        '<form class="inline" method="post" action="/undo/preview"><button type="submit" class="action" id="undo">'
-        "Undo the last operation…</button></form>"
     )
 
 

@@ -103,3 +103,11 @@ def plan_page(
 
 
 __all__ = ["counts_line", "plan_page", "plural", "tree_to_target"]
+
+
+def undo_button() -> Html:
+    """A form leading to the preview of undoing the last restore or undo."""
+    return Html(
+        '<form class="inline" method="post" action="/undo/preview"><button type="submit" class="action" id="undo">'
+        "Undo the last operation…</button></form>"
+    )

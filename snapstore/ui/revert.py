@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from snapstore.errors import ConflictError, UsageError
 from snapstore.tree.paths import display
 from snapstore.ui.html import Html, fmt, join
-from snapstore.ui.preview import plural
+from snapstore.ui.preview import plural, undo_button
 
 if TYPE_CHECKING:
     from snapstore.ops.revert.record import RevertReport
@@ -109,8 +109,6 @@ def preview(store: Store, ref: str, task: str = "", actor: str = "", notice: str
 
 def confirm(store: Store, ref: str, task: str, actor: str, plan: str, confirmed: str) -> Page:
     """Revert, if the user confirmed the plan that is still the plan; else the new preview."""
-    from snapstore.ui.actions import undo_button
-
     if confirmed != "yes":
         raise UsageError("a revert needs an explicit confirmation (the Revert now button)")
     scope = _scope(ref, task, actor)

@@ -14,7 +14,7 @@ from snapstore.errors import SnapstoreError
 from snapstore.ops.diff import Change
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
-from snapstore.ui import conversation, diffview
+from snapstore.ui import conversation, diffview, preview
 from snapstore.ui.budget import Budget
 from snapstore.ui.changes import changes_section, links, more_links, old_path
 from snapstore.ui.html import (
@@ -242,7 +242,6 @@ def operations(store: Store) -> Page:
     """The operation log (restores and undos), newest first: what each did, to and from which
     checkpoint, and the Undo of the newest one (the library undoes the last operation)."""
     from snapstore.errors import RefError
-    from snapstore.ui import actions
 
     ops = store.operations()
     if not ops:
@@ -264,7 +263,7 @@ def operations(store: Store) -> Page:
             what = fmt("<strong>Restore</strong> of {}: {}", plural(len(op.paths), "path"), shown)
         else:
             what = Html("<strong>Restore</strong> of the whole tree")
-        undo = fmt('<td class="undo">{}</td>', actions.undo_button()) if k == 0 else Html('<td class="undo"></td>')
+        undo = fmt('<td class="undo">{}</td>', preview.undo_button()) if k == 0 else Html('<td class="undo"></td>')
         rows.append(
             fmt(
                 '<tr><td class="ref">op {}</td><td>{}</td><td>{}<br><small>made the tree equal to</small> {}<br>'
