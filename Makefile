@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all setup native fuzz chromium inspector peers demo test test-fast lint bench bench-quick torture clean
+.PHONY: all setup native fuzz chromium inspector axe peers demo test test-fast lint bench bench-quick torture clean
 
 all: test
 
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@echo "setting up $(VENV) (log: $(VENV)/setup.log)"
 	@$(PYTHON) -m venv $(VENV)
 	@( $(PY) -m pip install --quiet --upgrade pip && \
-	   $(PY) -m pip install -e '.[dev,bench,agents,ui]' --config-settings editable_mode=compat ) \
+	   $(PY) -m pip install -e '.[dev,bench,agents,ui,remotes]' --config-settings editable_mode=compat ) \
 	   > $(VENV)/setup.log 2>&1 || { cat $(VENV)/setup.log; echo "make: setup failed (log above)"; exit 1; }
 	@touch $(STAMP)
 
@@ -60,7 +60,20 @@ inspector: $(STAMP)
 	  echo "make: no npm: tests/test_mcp_inspector.py will be skipped"; \
 	fi
 
-test: $(STAMP) $(NATIVE) lint chromium inspector
+# axe-core checks the UI's pages for accessibility in the browser suite (tests/test_ui_access.py):
+# installed under .venv when npm is there and can reach its registry; otherwise that test skips.
+AXE := $(VENV)/npm/node_modules/axe-core/axe.min.js
+axe: $(STAMP)
+	@if [ -f $(AXE) ]; then :; \
+	elif command -v npm >/dev/null 2>&1; then \
+	  echo "installing axe-core for the UI's accessibility test (npm, log: $(VENV)/npm-axe.log)"; \
+	  npm install --prefix $(VENV)/npm --no-audit --no-fund --ignore-scripts axe-core@4.14.1 > $(VENV)/npm-axe.log 2>&1 || \
+	  echo "make: could not install axe-core (log: $(VENV)/npm-axe.log): tests/test_ui_access.py's axe test will be skipped"; \
+	else \
+	  echo "make: no npm: tests/test_ui_access.py's axe test will be skipped"; \
+	fi
+
+test: $(STAMP) $(NATIVE) lint chromium inspector axe
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP) $(NATIVE)

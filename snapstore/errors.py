@@ -98,6 +98,14 @@ class ServiceStoppedError(SnapstoreError):
     exit_code = 12
 
 
+class RemoteError(SnapstoreError):
+    """A remote (S3-compatible object storage) could not be reached, refused the request
+    (permission, credentials), or cannot do what the protocol needs (conditional writes).
+    Nothing local was changed by the failed step; corrupt remote data is CorruptError (6)."""
+
+    exit_code = 13
+
+
 class InternalError(SnapstoreError):
     """A bug in snapstore: reported as one line (a traceback with ``SNAPSTORE_DEBUG=1``)."""
 
@@ -128,6 +136,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (UnsafePathError.exit_code, "an unsafe path in a checkpoint (absolute, `..`, `.git`, below a symlink), or a store found by searching that belongs to another user: refused, nothing written"),
     (HookError.exit_code, "a `before_snapshot` / `before_restore` hook (or plugin) refused the operation; nothing changed"),
     (ServiceStoppedError.exit_code, "the resident service stopped before answering and the command did not provably finish: it is not run again; the message says what was recorded"),
+    (RemoteError.exit_code, "a remote could not be reached, refused the request (permission, credentials) or lacks conditional writes (`remote doctor` says which); nothing local changed. Corrupt remote data is 6"),
     (InternalError.exit_code, "an internal error (a bug): one line; `SNAPSTORE_DEBUG=1` shows the traceback"),
     (Interrupted.exit_code, "interrupted (Ctrl-C); an interrupted restore is finished by the next writing command"),
 )
@@ -147,6 +156,7 @@ ERROR_CLASSES: tuple[type[SnapstoreError], ...] = (
     UnsafePathError,
     HookError,
     ServiceStoppedError,
+    RemoteError,
     InternalError,
     Interrupted,
 )

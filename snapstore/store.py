@@ -28,6 +28,7 @@ from snapstore.errors import (
 )
 from snapstore.facade.going_back import GoingBackMixin
 from snapstore.facade.reading import ReadingMixin
+from snapstore.facade.remotes import RemotesMixin
 from snapstore.facade.tags import TagsMixin, check_tag
 from snapstore.facade.upkeep import UpkeepMixin
 from snapstore.hooks import HookRegistry
@@ -46,6 +47,7 @@ from snapstore.storage.memory import MemoryBackend
 from snapstore.tree.paths import is_inside
 
 if TYPE_CHECKING:
+    from snapstore.facade.remotes import FetchReport
     from snapstore.ops.edit import EditReport
     from snapstore.policy import OperationContext, Policy
 
@@ -66,7 +68,7 @@ class _ThreadLock:
             yield
 
 
-class Store(ReadingMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
+class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
     """A snapshot store for one directory tree.
 
     Open one with :meth:`init` (creates it), :meth:`open` (a tree's store, or a store directory)
@@ -263,6 +265,48 @@ class Store(ReadingMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         """Refuse (StoreNotFoundError) when ``start`` is not inside this store's tree."""
         if not _inside(os.fspath(start), self.root):
             raise StoreNotFoundError(_not_this_tree(self.store_dir or "", self.root, os.fspath(start)))
+
+    @classmethod
+    def clone(
+        cls, url: str, directory: str | os.PathLike[str], *, ref: str | None = None, name: str = "origin",
+        endpoint: str | None = None, region: str | None = None, profile: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> FetchReport:
+        """Make ``directory`` (absent or empty) a tree whose store holds remote ref ``ref``
+        (default: ``default``, or the remote's only ref) of ``url``, and restore it there.
+        Reads only what that checkpoint needs; on failure nothing is left behind."""
+        from snapstore.facade.remotes import clone_into
+
+        return clone_into(
+            lambda d: cls.init(d), url, directory, ref=ref, name=name, endpoint=endpoint,
+            region=region, profile=profile, progress=progress,
+        )
+
+    def remote_view(self, name: str = "origin", *, progress: Callable[[int, int], None] | None = None) -> Store:
+        """A read-only window on remote ``name``: a cache store kept in this store's directory
+        (``remote-cache/``), brought up to date with every checkpoint the remote's refs name
+        (only objects it lacks are read; they are immutable, so never read twice).  Browse it
+        like any store (list, show, log, cat, diff of two checkpoints); close it after use."""
+        from snapstore.facade.remotes import cache_dirs
+        from snapstore.remote import state
+
+        cfg = state.get_config(self.backend, name)
+        if self.store_dir is None:
+            raise UsageError("an in-memory store keeps no remote cache")
+        root, store_dir = cache_dirs(self.store_dir, cfg)
+        if lmdb_generations.is_store(store_dir):
+            cache = type(self).open(store=store_dir)
+        else:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+            cache = type(self).init(root, store=store_dir)
+        try:
+            if not any(c.name == name for c in cache.remote_list()):
+                cache.remote_add(name, cfg.url, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile)
+            cache.fetch(remote=name, progress=progress)
+        except BaseException:
+            cache.close()
+            raise
+        return cache
 
     @classmethod
     def in_memory(cls, root: str | os.PathLike[str]) -> Store:

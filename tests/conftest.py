@@ -7,6 +7,10 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+# The remote suites' fixtures (`seaweed`: one SeaweedFS per session and worker; `remote`: the
+# memory engine and SeaweedFS), defined once here so every module shares the one engine.
+from remote_helpers import remote, seaweed  # noqa: F401
+
 from snapstore.store import Store
 
 # The machine is small: few examples, no deadline (LMDB fsyncs vary a lot), and no complaint

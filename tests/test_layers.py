@@ -22,6 +22,7 @@ LAYERS = {
     "snapstore.records": 2,
     "snapstore.tree": 3,
     "snapstore.ops": 4,
+    "snapstore.remote": 4,  # push/fetch/clone stages beside ops (docs/remote.md)
     "snapstore.store": 5,
     "snapstore.facade": 5,
     "snapstore.hooks": 5,

@@ -5,8 +5,8 @@ click-free ``snapshot`` an agent runs after every tool call and the one table of
 The commands live in ``commands_record`` (init, snapshot, list, show, log, cat),
 ``commands_change`` (diff, restore, undo, oplog), ``commands_revert`` (revert),
 ``commands_upkeep`` (verify, upgrade, prune, delete, gc, stats, config, relocate, recover),
-``commands_agent`` (hook, integrate, mcp, edit), ``commands_service`` (serve) and
-``commands_ui`` (ui).  Each command parses, calls one Store method and renders with
+``commands_agent`` (hook, integrate, mcp, edit), ``commands_service`` (serve),
+``commands_remote`` (remote, push, fetch, pull, clone) and ``commands_ui`` (ui).  Each command parses, calls one Store method and renders with
 :mod:`snapstore.render`.  Heavy modules are imported inside commands so start-up stays cheap.
 
 ``cli`` and ``main`` are loaded on first use: importing this package (for
@@ -32,6 +32,7 @@ def __getattr__(name: str) -> Any:
         commands_agent,
         commands_change,
         commands_record,
+        commands_remote,
         commands_revert,
         commands_service,
         commands_ui,

@@ -49,8 +49,11 @@ class Ctx:
         """Whether the command runs inside the resident service."""
         return self.opener is not None
 
-    def open(self, *, reading: bool = False, upgrading: bool = False) -> Store:
+    def open(self, *, reading: bool = False, upgrading: bool = False, remote: str | None = None) -> Store:
         """The store of the tree the user is in (or names with -C), or the one --store names.
+
+        With ``remote`` (``--remote NAME`` of the reading commands): that remote's browsing
+        cache, brought up to date first (:meth:`snapstore.Store.remote_view`).
 
         A read-only command (``reading``) warns when an interrupted restore is pending: it
         never finishes one itself (writers and ``snapstore recover`` do).  Every command but
@@ -62,6 +65,12 @@ class Ctx:
             from snapstore.store import Store
 
             store = Store.find(self.directory, store=self.store_dir, lock_timeout=self.lock_timeout)
+        if remote is not None:
+            try:
+                view = store.remote_view(remote)
+            finally:
+                store.close()
+            return view
         note = None if upgrading else store.format_note
         for line in store.notes + ([note] if note is not None else []):
             warn(line)
@@ -235,6 +244,7 @@ def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_t
     Upkeep:   verify, prune, delete, gc, stats, config, relocate, serve, upgrade
     Agents:   hook, integrate, mcp, edit, rewind
     Browse:   ui
+    Remotes:  remote, push, fetch, pull, clone
 
     Every command takes --help (with an example). References: latest, latest~N, #N, a tag,
     an id prefix, :/TEXT (newest message containing TEXT), each optionally @TASK.

@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 @click.option("-p", "--patch", is_flag=True, help="A unified diff (binary files are named, not shown).")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"changes": [...]}.')
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing; the exit code says (0 same, 1 different).")
+@click.option("--remote", metavar="NAME", help="Compare two checkpoints of remote NAME (through its local cache, fetched first).")
 @click.pass_context
 def diff(
-    ctx: click.Context, refs: tuple[str, ...], show_stat: bool, renames: bool, patch: bool, as_json: bool, quiet: bool
+    ctx: click.Context, refs: tuple[str, ...], show_stat: bool, renames: bool, patch: bool, as_json: bool, quiet: bool,
+    remote: str | None,
 ) -> None:
     """Compare checkpoints: none = latest vs the tree, one = REF vs the tree, two = A vs B.
 
@@ -40,9 +42,11 @@ def diff(
     paths: list[str] = ctx.meta.get("paths", [])
     if len(refs) > 2:
         raise UsageError("diff takes at most two checkpoints (put paths after --)")
+    if remote is not None and len(refs) != 2:
+        raise UsageError("diff --remote compares two checkpoints of the remote: name both")
     a = refs[0] if refs else "latest"
     b = refs[1] if len(refs) == 2 else None
-    with obj.open(reading=True) as store:
+    with obj.open(reading=True, remote=remote) as store:
         changes = store.diff(a, b, paths=paths or None, renames=renames)
         if not quiet:
             _print_changes(store.line_counts(changes) if show_stat else None, changes, patch, as_json)

@@ -77,8 +77,9 @@ def snapshot(
 @click.option("--all", "include_all", is_flag=True, help="Include the safety checkpoints that restores record.")
 @click.option("-n", "--limit", type=click.IntRange(min=1), help="Show at most N rows.")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"checkpoints": [...]}.')
+@click.option("--remote", metavar="NAME", help="Read remote NAME (through its local cache, fetched first) instead of this store.")
 @click.pass_obj
-def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_json: bool) -> None:
+def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_json: bool, remote: str | None) -> None:
     """List checkpoints, newest first; #N in the first column is a valid reference.
 
     The +/~/- counts are paths of every kind (files, directories, symlinks) added, changed
@@ -86,7 +87,7 @@ def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_j
     """
     from snapstore.render import checkpoint_rows, table
 
-    with obj.open(reading=True) as store:
+    with obj.open(reading=True, remote=remote) as store:
         numbered = store.numbered_checkpoints(task=task, include_safety=include_all, limit=limit)
     if as_json:
         echo_json({"checkpoints": [{**c.to_json(), "index": n} for n, c in numbered]})
@@ -103,13 +104,16 @@ def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_j
 @click.option("--task", metavar="NAME", help="Resolve REF among this task's checkpoints.")
 @click.option("-M", "--find-renames", "renames", is_flag=True, help="Show a removed and an added file as a rename (R).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--remote", metavar="NAME", help="Read remote NAME (through its local cache, fetched first) instead of this store.")
 @click.pass_obj
-def show(obj: Ctx, ref: str, show_conversation: bool, task: str | None, renames: bool, as_json: bool) -> None:
+def show(
+    obj: Ctx, ref: str, show_conversation: bool, task: str | None, renames: bool, as_json: bool, remote: str | None
+) -> None:
     """Show a checkpoint: its record, the files it changed against its parent (lines +/-),
     and its conversation (message count, last user and assistant messages)."""
     from snapstore.render import dump_json, summary_lines
 
-    with obj.open(reading=True) as store:
+    with obj.open(reading=True, remote=remote) as store:
         if show_conversation:
             rewind = store.rewind(ref, files=False, conversation=True, task=task)
             click.echo(dump_json(rewind.conversation))
@@ -126,12 +130,13 @@ def show(obj: Ctx, ref: str, show_conversation: bool, task: str | None, renames:
 @click.option("--task", metavar="NAME", help="Only this task's checkpoints.")
 @click.option("-n", "--limit", type=click.IntRange(min=1), metavar="N", help="Only the newest N versions (reads history only that far back).")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"path": ..., "versions": [...]}.')
+@click.option("--remote", metavar="NAME", help="Read remote NAME (through its local cache, fetched first) instead of this store.")
 @click.pass_obj
-def log_(obj: Ctx, path: str, task: str | None, limit: int | None, as_json: bool) -> None:
+def log_(obj: Ctx, path: str, task: str | None, limit: int | None, as_json: bool, remote: str | None) -> None:
     """List the checkpoints in which PATH changed, oldest version first, with lines +/-."""
     from snapstore.render import history_rows, table
 
-    with obj.open(reading=True) as store:
+    with obj.open(reading=True, remote=remote) as store:
         versions = store.history(path, task=task, limit=limit)
     if as_json:
         echo_json({"path": path, "versions": [v.to_json() for v in versions]})
@@ -146,15 +151,16 @@ def log_(obj: Ctx, path: str, task: str | None, limit: int | None, as_json: bool
 @click.argument("ref")
 @click.argument("path")
 @click.option("--json", "as_json", is_flag=True, help="Print what the checkpoint records (kind, mode, size, content hash) instead of the bytes.")
+@click.option("--remote", metavar="NAME", help="Read remote NAME (through its local cache, fetched first) instead of this store.")
 @click.pass_obj
-def cat(obj: Ctx, ref: str, path: str, as_json: bool) -> None:
+def cat(obj: Ctx, ref: str, path: str, as_json: bool, remote: str | None) -> None:
     """Write the exact bytes of PATH (relative to the tree root) in checkpoint REF to stdout."""
     if as_json:
-        with obj.open(reading=True) as store:
+        with obj.open(reading=True, remote=remote) as store:
             echo_json(store.file_info(ref, path))
         return
     out = sys.stdout.buffer
-    with obj.open(reading=True) as store:
+    with obj.open(reading=True, remote=remote) as store:
         for data in store.iter_bytes(ref, path):
             out.write(data)
     out.flush()

@@ -179,7 +179,9 @@ def opcodes(a: Sequence[bytes], b: Sequence[bytes]) -> list[Opcode]:
     out: list[Opcode] = []
     for op in patience(None, a, b).get_opcodes():
         tag, i1, i2, j1, j2 = op
-        if tag != "replace":
+        if tag != "replace" or (i2 - i1 == 1 and j2 - j1 == 1 and a[i1] != b[j1]):
+            # (one line for one other line: difflib could only say "replace" too, and a scattered
+            # edit of a long file makes tens of thousands of such regions)
             out.append(op)
             continue
         # No line unique to both sides in this region: patience matched nothing here; the

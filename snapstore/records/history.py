@@ -20,6 +20,7 @@ from snapstore.records.checkpoint import (
     damage_of,
     key_seq,
     parse_record,
+    seq_key,
     task_prefix,
 )
 from snapstore.storage.backend import ReadView as View
@@ -35,11 +36,14 @@ class History:
     def __init__(self, view: View):
         self._view = view
 
-    def newest(self) -> Iterator[Checkpoint]:
-        """Readable checkpoints, newest first (safety ones included), read one at a time."""
+    def newest(self, before: int | None = None) -> Iterator[Checkpoint]:
+        """Readable checkpoints, newest first (safety ones included), read one at a time;
+        with ``before``, only those whose log number (``seq``) is lower (newer ones are
+        skipped by key, unread)."""
         get = self._view.get
+        stop = None if before is None else seq_key(before)
         for key, cid in self._view.items("log", reverse=True):
-            if len(cid) != schema.ID_BYTES:
+            if len(cid) != schema.ID_BYTES or (stop is not None and key >= stop):
                 continue
             packed = get("checkpoints", cid)
             if packed is None:
@@ -49,19 +53,20 @@ class History:
             except CorruptError:
                 continue
 
-    def of_task(self, task: str) -> Iterator[Checkpoint] | None:
+    def of_task(self, task: str, before: int | None = None) -> Iterator[Checkpoint] | None:
         """``task``'s readable checkpoints newest first, from the ``tasks`` index; None when
         the store's index is not complete yet (a store made before it, until its next
-        snapshot)."""
+        snapshot); ``before`` as in :meth:`newest`."""
         if self._view.get("meta", TASK_INDEX_META) is None:
             return None
-        return self._indexed(task)
+        return self._indexed(task, before)
 
-    def _indexed(self, task: str) -> Iterator[Checkpoint]:
+    def _indexed(self, task: str, before: int | None = None) -> Iterator[Checkpoint]:
         get = self._view.get
         prefix = task_prefix(task)
+        stop = None if before is None else prefix + seq_key(before)
         for key, cid in self._view.items("tasks", reverse=True, prefix=prefix):
-            if len(cid) != schema.ID_BYTES or len(key) != len(prefix) + 8:
+            if len(cid) != schema.ID_BYTES or len(key) != len(prefix) + 8 or (stop is not None and key >= stop):
                 continue
             packed = get("checkpoints", cid)
             if packed is None:

@@ -21,8 +21,12 @@ if TYPE_CHECKING:
 #: How long a service may take to accept and acknowledge a request before the client gives up
 #: on it and runs the command itself.
 CONNECT_TIMEOUT = 1.0
-#: Commands that never go through the service.
-LOCAL_COMMANDS = frozenset({"serve", "init", "relocate", "mcp", "ui", "integrate", "rewind"})
+#: Commands that never go through the service (the remote ones use the caller's AWS
+#: credentials and network, never the service's).
+LOCAL_COMMANDS = frozenset({
+    "serve", "init", "relocate", "mcp", "ui", "integrate", "rewind",
+    "remote", "push", "fetch", "pull", "clone",
+})
 #: Commands whose stdin is read whole here and sent with the request (an agent hook's event:
 #: Claude Code closes stdin after writing it); the service gives it to the command as stdin.
 STDIN_COMMANDS = frozenset({"hook"})
@@ -79,6 +83,8 @@ def _target(argv: list[str]) -> tuple[str, str, str] | None:
     command, store, directory = parsed
     if command is None or command in LOCAL_COMMANDS:
         return None
+    if any(a == "--remote" or a.startswith("--remote=") for a in argv):
+        return None  # reads a remote: the caller's credentials, never the service's
     cwd = os.getcwd()
     if command in STDIN_COMMANDS:
         # A hook runs wherever the agent is (`cwd` follows `cd`): its project is the store's tree.

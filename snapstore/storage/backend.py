@@ -32,6 +32,7 @@ TABLES = (
     "journal",  # restore in progress (crash recovery)
     "oplog",  # 8-byte sequence -> restore/undo operation record
     "requests",  # service request id -> what the request did (records.requests)
+    "remotes",  # remotes: their settings and what is known to be on them (snapstore.remote.state)
 )
 
 #: The key of the journal entry of a restore in progress (table ``journal``).

@@ -20,6 +20,7 @@ from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
 from snapstore.ui.diffview import STATUS_WORDS
 from snapstore.ui.html import Html, fmt, join, path_token, tags_el
+from snapstore.ui.preview import plan_page, plural, tree_to_target, undo_button
 
 if TYPE_CHECKING:
     from snapstore.ops.restore import RestoreReport
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 Page = tuple[str, Html]
 
-_VERBS = {"A": "create", "M": "overwrite", "D": "delete", "T": "replace", "X": "change the mode of"}
 
 
 def plan_digest(report: RestoreReport) -> str:
@@ -60,44 +60,27 @@ def tag_forms(cp: Checkpoint) -> Html:
 
 def checkpoint_actions(cp: Checkpoint) -> Html:
     """The checkpoint page's action bar (each button leads to a preview first)."""
+    from snapstore.ui import revert
+
     parent = fmt(' · <a href="/compare?a={}&amp;b={}">Compare with its parent</a>', cp.parent[:12], cp.short_id) if cp.parent else Html("")
-    # REVERT (issue 14): when Store.revert exists, add here a form POSTing to
-    # /c/{id}/revert/preview (taking back just this checkpoint's changes) and the two routes in
-    # app.py next to the restore ones, built like restore_preview/restore_confirm below.
+    actor = cp.metadata.get("actor")
+    back = Html("") if cp.is_safety else fmt('<div class="actions">{}</div>', revert.forms(cp.id, cp.task, actor if isinstance(actor, str) else None))
     return fmt(
         '<div class="actions"><form class="inline" method="post" action="/c/{}/restore/preview">'
         '<button type="submit" class="action" id="restore-all">Preview restoring the whole tree to this checkpoint…</button></form>'
-        ' <a href="/compare?a={}">Compare with the working tree</a>{}</div>',
-        cp.id, cp.short_id, parent,
-    )
-
-
-def undo_button() -> Html:
-    """A form leading to the preview of undoing the last restore or undo."""
-    return Html(
-        '<form class="inline" method="post" action="/undo/preview"><button type="submit" class="action" id="undo">'
-        "Undo the last operation…</button></form>"
+        ' <a href="/compare?a={}">Compare with the working tree</a>{}</div>{}',
+        cp.id, cp.short_id, parent, back,
     )
 
 
 # -- restore ----------------------------------------------------------------------------------
 
 
-def _plan_list(report: RestoreReport, unsaved: set[bytes]) -> Html:
-    if not report.changes:
-        return Html('<p class="empty">Nothing would change: the tree already matches.</p>')
-    rows = []
-    for c in report.changes:
-        warn = Html(' <strong class="warn">(has changes no checkpoint holds: kept in the safety checkpoint)</strong>') if c.path in unsaved else Html("")
-        rows.append(fmt('<li><span class="st st-{}">would {}</span> <code>{}</code>{}</li>', c.status, _VERBS.get(c.status, c.status), c.display_path, warn))
-    return fmt('<ul class="plan">{}</ul>', join(rows))
-
-
 def _unsaved(store: Store) -> set[bytes]:
     """Paths whose working-tree state no checkpoint records: the tree against the checkpoint it
     last equalled (the newest checkpoint, or the target of a restore or undo done since)."""
     try:
-        rows = store.checkpoints(include_safety=True)
+        rows, _ = store.log_page(limit=1, include_safety=True)  # the newest only (not all of them)
         ops = store.operations()
         if ops and (not rows or ops[0].time_ns > rows[0].time_ns):
             reference = ops[0].target
@@ -118,44 +101,45 @@ def _user_paths(paths: list[bytes]) -> list[str] | None:
     return [p.decode("utf-8", "surrogateescape") for p in paths] or None
 
 
-def restore_preview(store: Store, ref: str, paths: list[bytes], notice: str = "") -> Page:
-    """What restoring ``ref`` (all of it, or ``paths``) would do, and the Confirm button."""
+def restore_preview(store: Store, ref: str, paths: list[bytes], notice: str = "", rewind: bool = False) -> Page:
+    """What restoring ``ref`` (all of it, or ``paths``) would do, and the Confirm button;
+    ``rewind``: the result also hands back the conversation (rewind files and conversation)."""
     report = store.restore(ref, _user_paths(paths), dry_run=True)
     target = report.target
     scope = join((fmt("<code>{}</code>", display(p)) for p in paths), ", ") if paths else Html("the whole tree")
-    unsaved = _unsaved(store)
-    at_risk = sum(1 for c in report.changes if c.path in unsaved)
-    note = fmt('<p class="notice" role="alert">{}</p>', notice) if notice else Html("")
-    risk = fmt(
-        '<p class="warn">{} of these path(s) hold work that no checkpoint has yet. The restore records the '
-        "tree first (a safety checkpoint), so Undo brings them back.</p>",
-        at_risk,
-    ) if at_risk else Html("")
+    n = len(report.changes)
     confirm = fmt(
-        '<form method="post" action="/c/{}/restore">{}<input type="hidden" name="plan" value="{}">'
+        '<form method="post" action="/c/{}/restore">{}{}<input type="hidden" name="plan" value="{}">'
         '<input type="hidden" name="confirm" value="yes"><button type="submit" class="action danger" id="confirm"{}>'
-        "Restore now ({} path(s))</button> <a href=\"/c/{}\">Cancel</a></form>",
-        target.id, _hidden_paths(paths), plan_digest(report), Html(" disabled") if not report.changes else Html(""),
-        len(report.changes), target.id,
+        "Restore {} now</button> <a href=\"/c/{}\">Cancel</a></form>",
+        target.id, _hidden_paths(paths), Html('<input type="hidden" name="rewind" value="1">') if rewind else Html(""),
+        plan_digest(report), Html(" disabled") if not n else Html(""), plural(n, "path"), target.id,
     )
-    warnings = join(fmt('<p class="warn">{}</p>', w) for w in report.warnings)
+    diffs = tree_to_target(store, target.id, paths) if report.changes else {}
     body = fmt(
-        '<h1>Preview: restore {} to checkpoint <a href="/c/{}">{}</a></h1><p class="message">{}</p>{}'
-        "<p>Dry run: nothing has changed yet. Restoring would:</p>{}{}{}{}",
-        scope, target.id, target.short_id, target.message or "(no message)", note, _plan_list(report, unsaved), risk, warnings, confirm,
+        '<h1>Preview: restore {} to checkpoint <a href="/c/{}">{}</a></h1><p class="message">{}</p>{}',
+        scope, target.id, target.short_id, target.message or "(no message)",
+        plan_page(report, _unsaved(store), diffs, verb="Restoring", confirm=confirm, notice=notice),
     )
     return "Preview restore", body
 
 
-def restore_confirm(store: Store, ref: str, paths: list[bytes], plan: str, confirm: str) -> Page:
+def restore_confirm(store: Store, ref: str, paths: list[bytes], plan: str, confirm: str, rewind: bool = False) -> Page:
     """Restore, if the user confirmed the plan that is still the plan; else the new preview."""
     if confirm != "yes":
         raise UsageError("a restore needs an explicit confirmation (the Restore now button)")
     check = store.restore(ref, _user_paths(paths), dry_run=True)
     if plan_digest(check) != plan:
-        return restore_preview(store, ref, paths, "The tree or the store changed since the preview: check the new plan.")
+        return restore_preview(store, ref, paths, "The tree or the store changed since the preview: check the new plan.", rewind)
     report = store.restore(check.target.id, _user_paths(paths))
-    return "Restored", _result(report)
+    back = Html("")
+    if rewind and report.target.conversation is not None:
+        back = fmt(
+            '<p class="notice" id="rewound"><a class="action" href="/c/{}/conversation.json" download>Download the conversation '
+            "up to this checkpoint (JSON)</a>: the files are back; give it to the agent to rewind the conversation too.</p>",
+            report.target.id,
+        )
+    return "Restored", fmt("{}{}", back, _result(report))
 
 
 # -- undo -------------------------------------------------------------------------------------
@@ -164,16 +148,17 @@ def restore_confirm(store: Store, ref: str, paths: list[bytes], plan: str, confi
 def undo_preview(store: Store, notice: str = "") -> Page:
     """What undoing the last operation would do, and the Confirm button."""
     report = store.undo(dry_run=True)
-    note = fmt('<p class="notice" role="alert">{}</p>', notice) if notice else Html("")
     confirm = fmt(
         '<form method="post" action="/undo"><input type="hidden" name="plan" value="{}"><input type="hidden" name="confirm" value="yes">'
-        '<button type="submit" class="action danger" id="confirm">Undo now ({} path(s))</button> <a href="/ops">Cancel</a></form>',
-        plan_digest(report), len(report.changes),
+        '<button type="submit" class="action danger" id="confirm">Undo now ({})</button> <a href="/ops">Cancel</a></form>',
+        plan_digest(report), plural(len(report.changes), "path"),
     )
+    diffs = tree_to_target(store, report.target.id, []) if report.changes else {}
     body = fmt(
         '<h1>Preview: undo the last operation</h1><p>The tree would go back to checkpoint <a href="/c/{}">{}</a> '
-        "(as it was before the last restore or undo).</p>{}<p>Dry run: nothing has changed yet. Undoing would:</p>{}{}",
-        report.target.id, report.target.short_id, note, _plan_list(report, _unsaved(store)), confirm,
+        "(as it was before the last restore or undo).</p>{}",
+        report.target.id, report.target.short_id,
+        plan_page(report, _unsaved(store), diffs, verb="Undoing", confirm=confirm, notice=notice),
     )
     return "Preview undo", body
 
@@ -188,7 +173,7 @@ def undo_confirm(store: Store, plan: str, confirm: str) -> Page:
 
 
 def _result(report: RestoreReport) -> Html:
-    lines = join(fmt("<li>{}</li>", line) for line in render.restore_lines(report))
+    lines = join(fmt("<li>{}</li>", line) for line in render.restore_lines(report) if "snapstore undo" not in line)
     changed = join(
         fmt('<li><span class="st st-{}">{}</span> <code>{}</code></li>', c.status, STATUS_WORDS.get(c.status, c.status), c.display_path)
         for c in report.changes
@@ -196,8 +181,10 @@ def _result(report: RestoreReport) -> Html:
     warnings = join(fmt('<p class="warn">{}</p>', w) for w in report.warnings)
     verb = "Undone" if report.kind == "undo" else "Restored"
     return fmt(
-        '<h1 id="result">{}</h1><ul class="result">{}</ul>{}<ul class="plan">{}</ul><p>{} <a href="/">Back to the timeline</a></p>',
-        verb, lines, warnings, changed, undo_button(),
+        '<h1 id="result">{}: {}</h1><div class="confirmbar"><ul class="result">{}</ul>{}'
+        '<p>Not what you wanted? {} puts the tree back as it was. <a href="/">Back to the timeline</a></p></div>'
+        '<h2>Every path changed</h2><ul class="plan">{}</ul>',
+        verb, plural(len(report.changes), "path"), lines, warnings, undo_button(), changed,
     )
 
 

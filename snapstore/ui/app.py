@@ -1,7 +1,10 @@
-"""The UI's routes: each parses its request, calls one page function under a lock, answers.
+"""The UI's routes: each parses its request, calls one page function in a worker thread, answers.
 
-The Store is used from one request at a time (``UiApp.lock``): pages are quick, and a restore
-must not interleave with a page that reads the tree.  Nothing from a request reaches the file
+Store calls run one at a time (``UiApp.lock``): a restore must not interleave with a page that
+reads the tree.  Pages hold the lock only for each Store call (:mod:`snapstore.ui.locked`), never
+while they render, and render within a :class:`~snapstore.ui.budget.Budget`; so a page busy with
+a huge diff holds back no other page.  An action (restore, undo, tag) holds the lock from its
+check to its act, so a confirmed plan is the plan carried out.  Nothing from a request reaches the file
 system but through Store methods (paths travel as tokens of their bytes, see
 :func:`snapstore.ui.html.path_token`, and go to ``read_bytes``, ``history``, ``restore``...).
 Static files are a fixed set read from the package.
@@ -25,9 +28,11 @@ from snapstore.errors import (
     UnsafePathError,
     UsageError,
 )
-from snapstore.ui import actions, views
+from snapstore.ui import actions, budget, here, revert, timeline, views
+from snapstore.ui.download import stream
 from snapstore.ui.highlight import stylesheet
 from snapstore.ui.html import Html, error_body, page, path_from_token
+from snapstore.ui.locked import locked
 from snapstore.ui.security import AdmitPeer, Credentials, Guard, allowed_hosts
 
 if TYPE_CHECKING:
@@ -62,7 +67,9 @@ class UiApp:
 
     def __init__(self, store: Store):
         self.store = store
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        #: what reading pages use: each Store call under the lock, the rest outside it
+        self.reader = locked(store, self.lock)
         self.root = store.root
         self.static: dict[str, tuple[bytes, str]] = {
             "ui.css": (_resource("ui.css"), "text/css; charset=utf-8"),
@@ -80,16 +87,21 @@ class UiApp:
 
         return await run_in_threadpool(locked)
 
-    async def page(self, fn: Callable[[], tuple[str, Html]], active: str = "") -> Response:
-        """A whole page from ``fn() -> (title, body)``; a Store error becomes an error page."""
+    async def page(self, fn: Callable[[], tuple[str, Html]], active: str = "", *, act: bool = False) -> Response:
+        """A whole page from ``fn() -> (title, body)``; a Store error becomes an error page.
+
+        ``fn`` runs in a worker thread: holding the lock throughout when it acts (``act``),
+        otherwise free, its Store calls made through :attr:`reader`.
+        """
+        from starlette.concurrency import run_in_threadpool
         from starlette.responses import HTMLResponse
 
         def build() -> tuple[str, Html, str]:
             title, body = fn()
-            return title, body, self.store.revision()
+            return title, body, self.reader.revision()
 
         try:
-            title, body, revision = await self.run(build)
+            title, body, revision = await (self.run(build) if act else run_in_threadpool(build))
         except SnapstoreError as exc:
             return self.error_page(exc)
         except Exception as exc:  # a bug: say so in one line, keep the server up
@@ -109,15 +121,39 @@ class UiApp:
     # -- reading -------------------------------------------------------------------------------
 
     async def timeline(self, request: Request) -> Response:
-        f, limit = _filters(request)
-        return await self.page(lambda: views.timeline(self.store, f, limit), "timeline")
+        f, before = _filters(request)
+        return await self.page(lambda: timeline.timeline(self.reader, f, before), "timeline")
 
     async def timeline_fragment(self, request: Request) -> Response:
+        from starlette.concurrency import run_in_threadpool
         from starlette.responses import HTMLResponse
 
-        f, limit = _filters(request)
+        f, before = _filters(request)
         try:
-            html = await self.run(lambda: views.timeline_list(self.store, f, limit))
+            html = await run_in_threadpool(lambda: timeline.timeline_list(self.reader, f, before))
+        except SnapstoreError as exc:
+            return HTMLResponse(error_body(_status(exc), exc.message), status_code=_status(exc))
+        return HTMLResponse(html)
+
+    async def prompts(self, request: Request) -> Response:
+        """``{checkpoint id: prompt}`` for the rows of a timeline page (read after its paint)."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        f, before = _filters(request)
+        try:
+            found = await run_in_threadpool(lambda: timeline.prompts(self.reader, f, before))
+        except SnapstoreError as exc:
+            return JSONResponse({"error": exc.message}, status_code=_status(exc))
+        return JSONResponse(found)
+
+    async def here(self, request: Request) -> Response:
+        """The working tree's row of the timeline (it walks the tree: loaded after the page)."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import HTMLResponse
+
+        try:
+            html = await run_in_threadpool(lambda: here.row(self.reader))
         except SnapstoreError as exc:
             return HTMLResponse(error_body(_status(exc), exc.message), status_code=_status(exc))
         return HTMLResponse(html)
@@ -125,20 +161,34 @@ class UiApp:
     async def revision(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
 
-        return JSONResponse({"revision": await self.run(self.store.revision)})
+        return JSONResponse({"revision": await self.run(self.reader.revision)})
 
     async def checkpoint(self, request: Request) -> Response:
         ref, view, only = request.path_params["cid"], _view(request), _path(request)
-        return await self.page(lambda: views.checkpoint(self.store, ref, view, only))
+        b = budget.for_request(_full(request))
+        return await self.page(lambda: views.checkpoint(self.reader, ref, view, only, b))
 
     async def file(self, request: Request) -> Response:
         ref, path = request.path_params["cid"], _path(request) or b""
-        return await self.page(lambda: views.file_at(self.store, ref, path))
+        b = budget.for_request(_full(request))
+        return await self.page(lambda: views.file_at(self.reader, ref, path, b))
 
     async def raw(self, request: Request) -> Response:
+        """A file's bytes as an attachment, streamed (the store's size in Content-Length)."""
+        from starlette.responses import StreamingResponse
+
         ref, path = request.path_params["cid"], _path(request) or b""
         name = path.rsplit(b"/", 1)[-1].decode("utf-8", "replace") or "file"
-        return await self.download(lambda: (name, self.store.read_bytes(ref, path)), "application/octet-stream")
+        try:
+            info = await self.run(lambda: self.store.file_info(ref, path))  # errors before any byte
+        except SnapstoreError as exc:
+            return self.error_page(exc)
+        if "hash" not in info:
+            return self.error_page(RefError(f"{info['path']} is not a file in that checkpoint"))
+        cid = info["checkpoint"]
+        headers = {"content-disposition": _attachment(name), "content-length": str(info["size"])}
+        body = stream(lambda: self.store.iter_bytes(cid, path))
+        return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
     async def conversation(self, request: Request) -> Response:
         ref = request.path_params["cid"]
@@ -152,20 +202,20 @@ class UiApp:
             name, data = await self.run(fn)
         except SnapstoreError as exc:
             return self.error_page(exc)
-        disposition = f"attachment; filename*=UTF-8''{quote(name, safe='')}"
-        return Response(data, media_type=media_type, headers={"content-disposition": disposition})
+        return Response(data, media_type=media_type, headers={"content-disposition": _attachment(name)})
 
     async def history(self, request: Request) -> Response:
         path = _path(request)
-        return await self.page(lambda: views.history(self.store, path))
+        return await self.page(lambda: views.history(self.reader, path))
 
     async def compare(self, request: Request) -> Response:
         q = request.query_params
         a, b, view, only = q.get("a", "").strip(), q.get("b", "").strip(), _view(request), _path(request)
-        return await self.page(lambda: views.compare(self.store, a, b, view, only), "compare")
+        cap = budget.for_request(_full(request))
+        return await self.page(lambda: views.compare(self.reader, a, b, view, only, cap), "compare")
 
     async def operations(self, request: Request) -> Response:
-        return await self.page(lambda: views.operations(self.store), "ops")
+        return await self.page(lambda: views.operations(self.reader), "ops")
 
     async def static_file(self, request: Request) -> Response:
         from starlette.responses import PlainTextResponse, Response
@@ -180,21 +230,33 @@ class UiApp:
     async def restore_preview(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
         paths = _form_paths(form)
-        return await self.page(lambda: actions.restore_preview(self.store, ref, paths))
+        rewind = _one(form, "rewind") == "1"
+        return await self.page(lambda: actions.restore_preview(self.store, ref, paths, rewind=rewind), act=True)
 
     async def restore(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
         paths, plan, confirm = _form_paths(form), _one(form, "plan"), _one(form, "confirm")
-        return await self.page(lambda: actions.restore_confirm(self.store, ref, paths, plan, confirm))
+        rewind = _one(form, "rewind") == "1"
+        return await self.page(lambda: actions.restore_confirm(self.store, ref, paths, plan, confirm, rewind), act=True)
+
+    async def revert_preview(self, request: Request) -> Response:
+        ref, form = request.path_params.get("cid", ""), await _form(request)
+        task, actor = _one(form, "task"), _one(form, "actor")
+        return await self.page(lambda: revert.preview(self.store, ref, task, actor), act=True)
+
+    async def revert_confirm(self, request: Request) -> Response:
+        ref, form = request.path_params.get("cid", ""), await _form(request)
+        task, actor, plan, confirm = _one(form, "task"), _one(form, "actor"), _one(form, "plan"), _one(form, "confirm")
+        return await self.page(lambda: revert.confirm(self.store, ref, task, actor, plan, confirm), act=True)
 
     async def undo_preview(self, request: Request) -> Response:
         await _form(request)
-        return await self.page(lambda: actions.undo_preview(self.store), "ops")
+        return await self.page(lambda: actions.undo_preview(self.store), "ops", act=True)
 
     async def undo(self, request: Request) -> Response:
         form = await _form(request)
         plan, confirm = _one(form, "plan"), _one(form, "confirm")
-        return await self.page(lambda: actions.undo_confirm(self.store, plan, confirm), "ops")
+        return await self.page(lambda: actions.undo_confirm(self.store, plan, confirm), "ops", act=True)
 
     async def tag(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
@@ -219,20 +281,31 @@ def _resource(name: str) -> bytes:
     return resources.files("snapstore.ui").joinpath("static", name).read_bytes()
 
 
-def _filters(request: Request) -> tuple[views.Filters, int]:
+def _filters(request: Request) -> tuple[timeline.Filters, int | None]:
+    """The timeline's filters and its page (``before``: the log number its rows are below)."""
     q = request.query_params
-    f = views.Filters(
+    f = timeline.Filters(
         q=q.get("q", "").strip(),
         path=q.get("path", "").strip(),
+        said=q.get("said", "").strip(),
         task=q.get("task", "").strip(),
         tag=q.get("tag", "").strip(),
         safety=q.get("safety", "") == "1",
     )
     try:
-        limit = max(1, min(100_000, int(q.get("limit", views.PAGE))))
+        before = max(0, int(q["before"])) if q.get("before") else None
     except ValueError:
-        limit = views.PAGE
-    return f, limit
+        before = None  # a mangled cursor: the first page
+    return f, before
+
+
+def _full(request: Request) -> bool:
+    """Whether the reader asked to see a large diff or file anyway (the larger limits)."""
+    return request.query_params.get("full") == "1"
+
+
+def _attachment(name: str) -> str:
+    return f"attachment; filename*=UTF-8''{quote(name, safe='')}"
 
 
 def _view(request: Request) -> str:
@@ -307,10 +380,21 @@ def create_app(
     async def bad_form(request: Request, exc: Exception) -> Response:
         return PlainTextResponse("forms must be application/x-www-form-urlencoded", status_code=415)
 
+    async def not_found(request: Request, exc: Exception) -> Response:
+        """An unknown address: the page frame and a way back, not a bare "Not Found"."""
+        from starlette.exceptions import HTTPException
+        from starlette.responses import HTMLResponse
+
+        status = exc.status_code if isinstance(exc, HTTPException) else 404
+        message = "no such page here" if status == 404 else "this address does not take that method"
+        return HTMLResponse(page(f"Error {status}", error_body(status, message), root=ui.root), status_code=status)
+
     routes = [
         Route("/", ui.timeline),
         Route("/timeline.frag", ui.timeline_fragment),
         Route("/api/revision", ui.revision),
+        Route("/here.frag", ui.here),
+        Route("/timeline.prompts", ui.prompts),
         Route("/c/{cid}", ui.checkpoint),
         Route("/c/{cid}/file", ui.file),
         Route("/c/{cid}/raw", ui.raw),
@@ -321,11 +405,17 @@ def create_app(
         Route("/static/{name}", ui.static_file),
         Route("/c/{cid}/restore/preview", ui.restore_preview, methods=["POST"]),
         Route("/c/{cid}/restore", ui.restore, methods=["POST"]),
+        Route("/c/{cid}/revert/preview", ui.revert_preview, methods=["POST"]),
+        Route("/c/{cid}/revert/confirm", ui.revert_confirm, methods=["POST"]),
+        Route("/revert/preview", ui.revert_preview, methods=["POST"]),
+        Route("/revert/confirm", ui.revert_confirm, methods=["POST"]),
         Route("/undo/preview", ui.undo_preview, methods=["POST"]),
         Route("/undo", ui.undo, methods=["POST"]),
         Route("/c/{cid}/tag", ui.tag, methods=["POST"]),
         Route("/c/{cid}/untag", ui.untag, methods=["POST"]),
     ]
-    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {_TooLarge: too_large, _BadForm: bad_form}
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        _TooLarge: too_large, _BadForm: bad_form, 404: not_found, 405: not_found,
+    }
     app = Starlette(routes=routes, exception_handlers=handlers)
     return Guard(app, hosts=allowed_hosts(host, port), port=port, credentials=credentials, token=token, peer=peer)

@@ -1,44 +1,61 @@
-"""Diffs and files as HTML: unified or side by side, highlighted, line-numbered, escaped.
+"""Diffs and files as HTML: unified or side by side, highlighted, line-numbered, escaped, bounded.
 
-The line matching is difflib's (as in :mod:`snapstore.ops.textdiff`), with the common head and
-tail stripped first so an agent's local edit in a long file stays cheap.  Every row carries its
-``+``/``-`` marker as text, so the diff reads without colour.
+Lines are matched by the library's own diff (:func:`snapstore.ops.textdiff.opcodes`: patience,
+difflib only inside the regions patience leaves unmatched), on the part between the common head
+and tail, so a scattered edit of an 80,000-line file costs a fraction of a second, not the
+minutes difflib's quadratic matcher took.  What is *rendered* is capped by the view's
+:class:`~snapstore.ui.budget.Budget`: rows past the cap are counted, not built, and only the
+rows shown are decoded and highlighted.  Every row carries its ``+``/``-`` marker as text, so
+the diff reads without colour.
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
+from snapstore.ops import textdiff
 from snapstore.ops.diff import Change
 from snapstore.ops.textdiff import common_ends, is_binary
 from snapstore.records.manifest import KIND_NAMES, SYMLINK, Entry
 from snapstore.tree.paths import display
-from snapstore.ui.highlight import highlight, split_lines
+from snapstore.ui import words
+from snapstore.ui.budget import Budget
+from snapstore.ui.highlight import LOOKBEHIND, highlight
 from snapstore.ui.html import Html, fmt, join, size_el
 
-#: A side larger than this is not diffed in the page (the file view still shows it).
-MAX_DIFF_BYTES = 2 * 1024 * 1024
 CONTEXT = 3
 
 STATUS_WORDS = {"A": "added", "M": "modified", "D": "deleted", "T": "type changed", "X": "mode changed"}
 
 Opcode = tuple[str, int, int, int, int]
+Lines = Mapping[int, Html]
 
 
-def opcodes(a: list[str], b: list[str]) -> list[Opcode]:
-    """difflib's opcodes for ``a`` -> ``b``, computed on the part between the common head and tail."""
+def split_lines(data: bytes) -> tuple[list[bytes], bool]:
+    """``(lines, ends_with_newline)``: ``data`` cut at each ``\\n`` (a ``\\r`` stays in its line)."""
+    lines = data.split(b"\n")
+    newline_at_end = lines[-1] == b""
+    if newline_at_end:
+        lines.pop()
+    return lines, newline_at_end or not data
+
+
+def opcodes(a: list[bytes], b: list[bytes]) -> list[Opcode]:
+    """The library's opcodes for ``a`` -> ``b``, computed on the part between the common ends."""
     head, tail = common_ends(a, b)
     out: list[Opcode] = []
     if head:
         out.append(("equal", 0, head, 0, head))
-    mid_a, mid_b = a[head : len(a) - tail], b[head : len(b) - tail]
-    if mid_a or mid_b:
-        matcher = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False)
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-            out.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
+    i2, j2 = len(a) - tail, len(b) - tail
+    if head < i2 and head < j2:
+        for tag, x1, x2, y1, y2 in textdiff.opcodes(a[head:i2], b[head:j2]):
+            out.append((tag, x1 + head, x2 + head, y1 + head, y2 + head))
+    elif head < i2:
+        out.append(("delete", head, i2, head, head))
+    elif head < j2:
+        out.append(("insert", head, head, head, j2))
     if tail:
-        out.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
+        out.append(("equal", i2, len(a), j2, len(b)))
     return out
 
 
@@ -65,6 +82,45 @@ def grouped(codes: list[Opcode], n: int = CONTEXT) -> Iterator[list[Opcode]]:
         yield group
 
 
+def _rows(op: Opcode, split: bool) -> int:
+    """How many table rows one opcode takes."""
+    tag, i1, i2, j1, j2 = op
+    if tag == "equal":
+        return i2 - i1
+    return max(i2 - i1, j2 - j1) if split else (i2 - i1) + (j2 - j1)
+
+
+def _clip(op: Opcode, rows: int, split: bool) -> Opcode:
+    """``op`` cut to its first ``rows`` rows (as the table lays them out)."""
+    tag, i1, i2, j1, j2 = op
+    if tag == "equal" or split:
+        return tag, i1, min(i2, i1 + rows), j1, min(j2, j1 + rows)
+    if rows <= i2 - i1:
+        return tag, i1, i1 + rows, j1, j1
+    return tag, i1, i2, j1, j1 + rows - (i2 - i1)
+
+
+def clipped(groups: list[list[Opcode]], limit: int, split: bool) -> tuple[list[list[Opcode]], int, int]:
+    """``(shown, rows_shown, rows_total)``: the hunks cut to ``limit`` rows in all (a hunk
+    may be cut in the middle; the rows past the limit are counted, never built)."""
+    shown: list[list[Opcode]] = []
+    used = total = 0
+    for group in groups:
+        total += sum(_rows(op, split) for op in group)
+        if used >= limit:
+            continue
+        kept: list[Opcode] = []
+        for op in group:
+            room = limit - used
+            if room <= 0:
+                break
+            n = _rows(op, split)
+            kept.append(op if n <= room else _clip(op, room, split))
+            used += min(n, room)
+        shown.append(kept)
+    return shown, used, total
+
+
 def _hunk_header(group: list[Opcode]) -> str:
     i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
     # as in `diff -u`: an empty side is numbered by the line before it
@@ -78,11 +134,12 @@ def _row(cls: str, marker: str, old_no: int | None, new_no: int | None, code: Ht
     )
 
 
-def unified_table(old: list[Html], new: list[Html], codes: list[Opcode]) -> Html:
-    """A unified diff: one column of code, removed lines then added lines per change."""
+def unified_table(old: Lines, new: Lines, hunks: list[tuple[str, list[Opcode]]]) -> Html:
+    """A unified diff: one column of code, removed lines then added lines per change.
+    ``hunks`` pairs each hunk's header with the opcodes to render (maybe clipped)."""
     rows: list[Html] = []
-    for group in grouped(codes):
-        rows.append(fmt('<tr class="hunk"><td colspan="4">{}</td></tr>', _hunk_header(group)))
+    for header, group in hunks:
+        rows.append(fmt('<tr class="hunk"><td colspan="4">{}</td></tr>', header))
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
                 rows += [_row("ctx", " ", i + 1, j1 + k + 1, old[i]) for k, i in enumerate(range(i1, i2))]
@@ -102,11 +159,11 @@ def _half(cls: str, marker: str, no: int | None, code: Html | None) -> Html:
     return fmt('<td class="ln">{}</td><td class="mk {}">{}</td><td class="code {}">{}</td>', no, cls, marker, cls, code)
 
 
-def split_table(old: list[Html], new: list[Html], codes: list[Opcode]) -> Html:
+def split_table(old: Lines, new: Lines, hunks: list[tuple[str, list[Opcode]]]) -> Html:
     """A side-by-side diff: the old file on the left, the new on the right, changes paired."""
     rows: list[Html] = []
-    for group in grouped(codes):
-        rows.append(fmt('<tr class="hunk"><td colspan="6">{}</td></tr>', _hunk_header(group)))
+    for header, group in hunks:
+        rows.append(fmt('<tr class="hunk"><td colspan="6">{}</td></tr>', header))
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
                 for k in range(i2 - i1):
@@ -126,6 +183,36 @@ def split_table(old: list[Html], new: list[Html], codes: list[Opcode]) -> Html:
     )
 
 
+def rendered_lines(path: bytes, lines: list[bytes], windows: list[tuple[int, int]]) -> dict[int, Html]:
+    """The lines in ``windows`` (``[start, end)`` ranges) decoded, escaped and highlighted;
+    each window is lexed from :data:`LOOKBEHIND` lines earlier, so a construct opened shortly
+    above is coloured right.  Lines outside the windows are never decoded."""
+    spans: list[tuple[int, int]] = []
+    for a, b in sorted((max(0, a - LOOKBEHIND), b) for a, b in windows if b > a):
+        if spans and a <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(b, spans[-1][1]))
+        else:
+            spans.append((a, b))
+    out: dict[int, Html] = {}
+    for start, end in spans:
+        text = [line.decode("utf-8", "replace") for line in lines[start:end]]
+        out.update(zip(range(start, end), highlight(path, text)))
+    return out
+
+
+def _mark_words(groups: list[list[Opcode]], a: list[bytes], b: list[bytes], old: dict[int, Html], new: dict[int, Html]) -> None:
+    """Mark the changed words of each replaced pair of lines shown (in place)."""
+    for group in groups:
+        for tag, i1, i2, j1, j2 in group:
+            if tag != "replace":
+                continue
+            for i, j in zip(range(i1, i2), range(j1, j2)):
+                found = words.changed(a[i].decode("utf-8", "replace"), b[j].decode("utf-8", "replace"))
+                if found and i in old and j in new:
+                    old[i] = words.mark(old[i], found[0], "del")
+                    new[j] = words.mark(new[j], found[1], "ins")
+
+
 def _describe(e: Entry | None) -> str:
     if e is None:
         return "nothing"
@@ -134,18 +221,22 @@ def _describe(e: Entry | None) -> str:
     return f"a {KIND_NAMES.get(e.kind, '?')} (mode {e.mode & 0o7777:o})"
 
 
-def change_body(change: Change, view: str) -> Html:
-    """The diff of one change (``view`` is ``"split"`` or ``"unified"``), or why none is shown."""
+def change_body(change: Change, view: str, budget: Budget, more: Html | None = None) -> Html:
+    """The diff of one change (``view`` is ``"split"`` or ``"unified"``), or why none is shown.
+
+    It renders at most what ``budget`` has left for one file; ``more`` (links: "show anyway",
+    downloads) follows the note of a diff that is cut or not shown for its size.
+    """
+    more = more or Html("")
     old_e, new_e = change.old, change.new
     files = [e for e in (old_e, new_e) if e is not None and e.is_file]
     if change.status in ("T", "X") or not files:
         return fmt('<p class="note">Was {}; now {}.</p>', _describe(old_e), _describe(new_e))
-    if any(e.size > MAX_DIFF_BYTES for e in files):
+    if any(e.size > budget.limits.file_bytes for e in files):
         sizes = join((size_el(e.size) for e in files), " → ")
-        return fmt('<p class="note">Too large to show here ({}): open the file instead.</p>', sizes)
-    old_b = change.old_bytes() if old_e is not None and old_e.is_file else b""
-    new_b = change.new_bytes() if new_e is not None and new_e.is_file else b""
-    old_b, new_b = old_b or b"", new_b or b""
+        return fmt('<p class="note toolarge">Too large to show here ({}). {}</p>', sizes, more)
+    old_b = (change.old_bytes() if old_e is not None and old_e.is_file else b"") or b""
+    new_b = (change.new_bytes() if new_e is not None and new_e.is_file else b"") or b""
     if is_binary(old_b) or is_binary(new_b):
         sizes = join((size_el(len(b)) for b in (old_b, new_b)), " → ")
         return fmt('<p class="note">Binary file ({}).</p>', sizes)
@@ -154,33 +245,74 @@ def change_body(change: Change, view: str) -> Html:
     codes = opcodes(a, b)
     if not any(c[0] != "equal" for c in codes):
         return Html('<p class="note">Only the line endings at the end of the file differ.</p>')
+    split = view == "split"
     groups = list(grouped(codes))
-    old_h = highlight(change.path, a, [(g[0][1], g[-1][2]) for g in groups])
-    new_h = highlight(change.path, b, [(g[0][3], g[-1][4]) for g in groups])
-    table = split_table(old_h, new_h, codes) if view == "split" else unified_table(old_h, new_h, codes)
+    shown, used, total = clipped(groups, budget.file_lines(), split)
+    budget.spend(used)
+    old_h = rendered_lines(change.path, a, [(g[0][1], g[-1][2]) for g in shown])
+    new_h = rendered_lines(change.path, b, [(g[0][3], g[-1][4]) for g in shown])
+    _mark_words(shown, a, b, old_h, new_h)
+    hunks = [(_hunk_header(full), part) for full, part in zip(groups, shown)]
+    table = split_table(old_h, new_h, hunks) if split else unified_table(old_h, new_h, hunks)
     notes = []
     if old_e is not None and not a_nl:
         notes.append("the old version has no newline at its end")
     if new_e is not None and not b_nl:
         notes.append("the new version has no newline at its end")
     tail = fmt('<p class="note">{}.</p>', "; ".join(notes).capitalize()) if notes else Html("")
+    if used < total:
+        tail = fmt(
+            '{}<p class="note toolarge">Showing {} of {} lines of this diff. {}</p>', tail, f"{used:,}", f"{total:,}", more
+        )
     return fmt('<div class="scroll">{}</div>{}', table, tail)
 
 
-def file_table(path: bytes, data: bytes) -> Html:
-    """A whole file, line-numbered and highlighted (binary files are described, not shown)."""
+def read_head(pieces: Iterator[bytes], limit: int) -> tuple[bytes, bool]:
+    """``(head, cut)``: the first ``limit`` bytes of a stream (then cut back to a line's
+    end, when there is one) and whether there was more.  Nothing past the limit is read."""
+    buf = bytearray()
+    cut = False
+    try:
+        for piece in pieces:
+            buf += piece[: limit - len(buf)]
+            if len(buf) >= limit:
+                cut = len(piece) > 0
+                break
+    finally:
+        close = getattr(pieces, "close", None)
+        if close is not None:
+            close()  # ends the stream's read transaction now, in this thread
+    if cut:
+        end = buf.rfind(b"\n")
+        if end >= 0:
+            del buf[end + 1 :]
+    return bytes(buf), cut
+
+
+def file_table(path: bytes, data: bytes, size: int, budget: Budget, more: Html | None = None) -> Html:
+    """A file, line-numbered and highlighted, from its first bytes ``data`` (``size`` in all):
+    at most what ``budget`` allows for one file; binary files are described, not shown."""
+    more = more or Html("")
     if is_binary(data):
-        return fmt('<p class="note">A binary file of {}.</p>', size_el(len(data)))
+        return fmt('<p class="note">A binary file of {}.</p>', size_el(size))
     lines, nl = split_lines(data)
+    shown = lines[: budget.file_lines()]
+    budget.spend(len(shown))
     rows = join(
         fmt('<tr id="L{}"><td class="ln">{}</td><td class="code">{}</td></tr>', i, i, code)
-        for i, code in enumerate(highlight(path, lines), 1)
+        for i, code in enumerate(highlight(path, [line.decode("utf-8", "replace") for line in shown]), 1)
     )
-    tail = Html("") if nl else Html('<p class="note">No newline at the end of the file.</p>')
+    if len(shown) < len(lines) or len(data) < size:
+        tail = fmt(
+            '<p class="note toolarge">Showing the first {} lines ({} of {}). {}</p>',
+            f"{len(shown):,}", size_el(sum(len(line) + 1 for line in shown)), size_el(size), more,
+        )
+    else:
+        tail = Html("") if nl else Html('<p class="note">No newline at the end of the file.</p>')
     return fmt(
         '<div class="scroll"><table class="file hl"><colgroup><col class="ln"><col class="code"></colgroup>{}</table></div>{}',
         rows, tail,
     )
 
 
-__all__ = ["STATUS_WORDS", "change_body", "file_table", "grouped", "opcodes"]
+__all__ = ["STATUS_WORDS", "change_body", "clipped", "file_table", "grouped", "opcodes", "read_head", "rendered_lines"]

@@ -22,16 +22,6 @@ MAX_HIGHLIGHT = 512 * 1024
 LOOKBEHIND = 60
 
 
-def split_lines(data: bytes) -> tuple[list[str], bool]:
-    """``(lines, ends_with_newline)``: the text of ``data`` (UTF-8, bad bytes replaced) by line."""
-    text = data.decode("utf-8", "replace")
-    lines = text.split("\n")
-    newline_at_end = lines[-1] == ""
-    if newline_at_end:
-        lines.pop()
-    return lines, newline_at_end or not data
-
-
 def _lexer(path: bytes) -> Lexer | None:
     from pygments.lexers import get_lexer_for_filename
     from pygments.util import ClassNotFound
@@ -55,36 +45,19 @@ def _css_class(ttype: object) -> str:
     return ""
 
 
-def highlight(path: bytes, lines: list[str], windows: list[tuple[int, int]] | None = None) -> list[Html]:
-    """``lines`` (of the file ``path``) as HTML, highlighted when a lexer fits the file name.
-
-    With ``windows`` (``[start, end)`` line ranges: the lines a diff shows), only those are
-    highlighted, each lexed from :data:`LOOKBEHIND` lines earlier: a diff of a long file costs
-    what it shows.  A multi-line string opened further up may then be coloured wrongly; the
-    text never is.
-    """
+def highlight(path: bytes, lines: list[str]) -> list[Html]:
+    """``lines`` (consecutive lines of the file ``path``) as HTML, highlighted when a lexer fits
+    the file name and they are at most :data:`MAX_HIGHLIGHT` bytes (lexing is slow on huge
+    inputs).  A multi-line string opened above the first line may be coloured wrongly; the
+    text never is."""
     out = [esc(line) for line in lines]
     lexer = _lexer(path)
     if lexer is None or any("\r" in line for line in lines):
         return out  # (Pygments turns \r into line breaks: the lines would no longer match)
-    spans = [(0, len(lines))] if windows is None else _merge([(max(0, a - LOOKBEHIND), b) for a, b in windows if b > a])
-    for start, end in spans:
-        if sum(len(line) + 1 for line in lines[start:end]) > MAX_HIGHLIGHT:
-            continue
-        done = _lex(lexer, lines[start:end])
-        if done is not None:
-            out[start:end] = done
-    return out
-
-
-def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(spans):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
-        else:
-            merged.append((a, b))
-    return merged
+    if sum(len(line) + 1 for line in lines) > MAX_HIGHLIGHT:
+        return out
+    done = _lex(lexer, lines)
+    return out if done is None else done
 
 
 def _lex(lexer: Lexer, lines: list[str]) -> list[Html] | None:
@@ -105,8 +78,8 @@ def _lex(lexer: Lexer, lines: list[str]) -> list[Html] | None:
 
 
 def stylesheet() -> str:
-    """The CSS for the token classes (Pygments' default style), scoped to ``.hl``."""
-    from pygments.formatters import HtmlFormatter
+    """The CSS for the token classes, scoped to ``.hl``: readable on every diff background, in
+    the light and the dark scheme (:mod:`snapstore.ui.palette`)."""
+    from snapstore.ui.palette import token_css
 
-    css: str = HtmlFormatter(style="default").get_style_defs(".hl")
-    return css
+    return token_css(".hl")

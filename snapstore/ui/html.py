@@ -62,11 +62,14 @@ def url(base: str, /, **params: str | int | None) -> str:
 # -- small pieces -----------------------------------------------------------------------------
 
 
-def time_el(time_ns: int) -> Html:
-    """A ``<time>``: the server's local format, re-rendered in the browser's locale by ui.js."""
+def time_el(time_ns: int, *, relative: bool = False) -> Html:
+    """A ``<time>``: the server's local format, re-rendered in the browser's locale by ui.js
+    (``relative``: as "5 minutes ago", the date and time in its title)."""
     import datetime as _dt
 
     iso = _dt.datetime.fromtimestamp(time_ns / 1e9, _dt.timezone.utc).isoformat(timespec="seconds")
+    if relative:
+        return fmt('<time datetime="{}" class="rel">{}</time>', iso, render.local_time(time_ns))
     return fmt('<time datetime="{}">{}</time>', iso, render.local_time(time_ns))
 
 
@@ -134,12 +137,13 @@ def page(title: str, body: Html, *, active: str = "", root: str = "", revision: 
 <link rel="stylesheet" href="/static/ui.css"><link rel="stylesheet" href="/static/pygments.css">
 <script src="/static/ui.js" defer></script>
 </head><body data-revision="{revision}">
+<a class="skip" href="#main">Skip to the content</a>
 <header><a class="brand" href="/">snapstore</a><nav>{nav}</nav><span class="root" title="working tree">{root}</span></header>
-<main id="main">
+<main id="main" tabindex="-1">
 {body}
 </main>
 <footer>Keys: <kbd>j</kbd>/<kbd>k</kbd> move, <kbd>Enter</kbd> opens, <kbd>/</kbd> filters,
-<kbd>u</kbd>/<kbd>s</kbd> unified/side-by-side diffs. Nothing leaves this machine.</footer>
+<kbd>[</kbd>/<kbd>]</kbd> older/newer, <kbd>u</kbd>/<kbd>s</kbd> unified/side-by-side diffs. Nothing leaves this machine.</footer>
 </body></html>
 """,
         title=title,

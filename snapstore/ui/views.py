@@ -8,246 +8,45 @@ the Store's own (RefError for an unknown checkpoint or path, ...), shown by the 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from snapstore.errors import SnapstoreError
 from snapstore.ops.diff import Change
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
-from snapstore.ui import diffview
+from snapstore.ui import conversation, diffview, preview
+from snapstore.ui.budget import Budget
+from snapstore.ui.changes import changes_section, links, more_links, old_path
 from snapstore.ui.html import (
     Html,
     counts_el,
     fmt,
-    group_key,
     join,
     path_token,
     size_el,
-    tags_el,
     time_el,
     url,
     who,
 )
 
 if TYPE_CHECKING:
-    from snapstore.ops.textdiff import LineCounts
     from snapstore.store import Store
 
-#: Diffs shown inline on one page; the rest are listed with a link to their own diff.
-MAX_INLINE_DIFFS = 40
-#: Timeline rows per page (a "more" link shows the next ones).
-PAGE = 200
-#: A conversation message longer than this (characters or lines) is collapsed.
-LONG_MESSAGE = 600
-LONG_LINES = 12
 
 Page = tuple[str, Html]
-
-
-@dataclass(frozen=True)
-class Filters:
-    """The timeline's filters (each empty when unused)."""
-
-    q: str = ""
-    path: str = ""
-    task: str = ""
-    tag: str = ""
-    safety: bool = False
-
-    def query(self) -> dict[str, str | int | None]:
-        return {"q": self.q, "path": self.path, "task": self.task, "tag": self.tag, "safety": 1 if self.safety else None}
-
-
-# -- the timeline -----------------------------------------------------------------------------
-
-
-def timeline(store: Store, f: Filters, limit: int = PAGE) -> Page:
-    """The filter form and the grouped list of checkpoints."""
-    everything = store.numbered_checkpoints(include_safety=True)
-    tasks = sorted({c.task for _, c in everything if c.task})
-    tags = sorted({t for _, c in everything for t in c.tags})
-    options = join(fmt('<option value="{}">', t) for t in tasks)
-    tag_options = join(fmt('<option value="{}">', t) for t in tags)
-    form = fmt(
-        '<form class="filters" method="get" action="/" role="search">'
-        '<label>Message <input name="q" value="{}" placeholder="text in the message" id="filter-q"></label>'
-        '<label>Path <input name="path" value="{}" placeholder="src/app.py"></label>'
-        '<label>Task <input name="task" value="{}" list="tasks"></label><datalist id="tasks">{}</datalist>'
-        '<label>Tag <input name="tag" value="{}" list="tags"></label><datalist id="tags">{}</datalist>'
-        '<label class="check"><input type="checkbox" name="safety" value="1"{}> safety checkpoints</label>'
-        '<button type="submit">Filter</button> <a href="/">Clear</a></form>',
-        f.q, f.path, f.task, options, f.tag, tag_options, Html(" checked") if f.safety else Html(""),
-    )
-    src = url("/timeline.frag", **f.query(), limit=limit if limit != PAGE else None)
-    body = fmt(
-        '<h1>Checkpoints</h1>{}<div id="timeline" data-src="{}" aria-live="polite">{}</div>',
-        form, src, timeline_list(store, f, limit, everything),
-    )
-    return "Timeline", body
-
-
-def timeline_list(
-    store: Store, f: Filters, limit: int = PAGE, everything: list[tuple[int | None, Checkpoint]] | None = None
-) -> Html:
-    """The list part of the timeline (also served alone, for live updates)."""
-    rows = everything if everything is not None else store.numbered_checkpoints(include_safety=True)
-    if not f.safety:
-        rows = [(n, c) for n, c in rows if not c.is_safety]
-    if f.task:
-        rows = [(n, c) for n, c in rows if c.task == f.task]
-    if f.tag:
-        rows = [(n, c) for n, c in rows if f.tag in c.tags]
-    if f.q:
-        needle = f.q.casefold()
-        rows = [(n, c) for n, c in rows if needle in c.message.casefold()]
-    if f.path:
-        touched = {v.checkpoint.id for v in store.history(f.path)}
-        rows = [(n, c) for n, c in rows if c.id in touched]
-    if not rows:
-        return Html('<p class="empty">No checkpoint matches.</p>' if any(f.query().values()) else '<p class="empty">No checkpoints yet: run <code>snapstore snapshot</code>.</p>')
-    shown, more = rows[:limit], len(rows) - limit
-    groups: list[tuple[tuple[str, str], list[tuple[int | None, Checkpoint]]]] = []
-    for n, c in shown:
-        key = group_key(c)
-        if groups and groups[-1][0] == key:
-            groups[-1][1].append((n, c))
-        else:
-            groups.append((key, [(n, c)]))
-    parts = [_group(key, members) for key, members in groups]
-    if more > 0:
-        parts.append(fmt('<p><a href="{}">Show {} more</a></p>', url("/", **f.query(), limit=limit + PAGE), more))
-    return join(parts)
-
-
-def _group(key: tuple[str, str], members: list[tuple[int | None, Checkpoint]]) -> Html:
-    kind, name = key
-    title = fmt("{}: <strong>{}</strong>", kind, name) if kind else Html("No task")
-    oldest, newest = members[-1][1], members[0][1]
-    span = fmt("{} checkpoint(s), {} – {}", len(members), time_el(oldest.time_ns), time_el(newest.time_ns))
-    rows = join(_row(n, c) for n, c in members)
-    return fmt(
-        '<section class="group"><h2>{} <small>{}</small></h2><table class="timeline"><thead><tr>'
-        "<th>#</th><th>Time</th><th>Message</th><th>Changes</th><th>Who</th><th>Id</th></tr></thead>"
-        "<tbody>{}</tbody></table></section>",
-        title, span, rows,
-    )
-
-
-def _row(n: int | None, c: Checkpoint) -> Html:
-    href = f"/c/{c.id}"
-    label = f"#{n}" if n else "safety"
-    message = c.message or "(no message)"
-    return fmt(
-        '<tr class="cp{}" data-href="{}"><td class="ref">{}</td><td>{}</td>'
-        '<td class="msg"><a href="{}">{}</a> {}</td><td>{}</td><td class="who">{}</td><td class="id"><code>{}</code></td></tr>',
-        " safety" if c.is_safety else "", href, label, time_el(c.time_ns), href, message, tags_el(c.tags),
-        counts_el(c.stats), who(c) or "–", c.short_id,
-    )
-
-
-# -- changes (a checkpoint's, or a comparison's) ----------------------------------------------
-
-
-def changes_section(
-    changes: list[Change],
-    counts: list[LineCounts],
-    view: str,
-    *,
-    file_link: Any,
-    restore_ref: str | None = None,
-    more_link: Any = None,
-    view_link: Any = None,
-) -> Html:
-    """The list of changed files (with checkboxes to restore a selection) and their diffs."""
-    if not changes:
-        return Html('<p class="empty">No file changed.</p>')
-    rows = []
-    for i, (c, n) in enumerate(zip(changes, counts)):
-        added, removed, binary = n.added, n.removed, n.binary or bool(n.not_counted)
-        lines = "binary" if binary else f"+{added} -{removed}"
-        box = fmt('<td><input type="checkbox" name="p" value="{}" aria-label="select {}"></td>', path_token(c.path), c.display_path) if restore_ref else Html("")
-        target = f"#f-{i}" if i < MAX_INLINE_DIFFS else (more_link(c) if more_link else "#")
-        rows.append(
-            fmt(
-                '<tr class="cp" data-href="{}">{}<td class="st st-{}">{} {}</td><td><a href="{}">{}</a></td><td class="lines">{}</td><td>{}</td></tr>',
-                target, box, c.status, c.status, diffview.STATUS_WORDS.get(c.status, c.status), target,
-                c.display_path, lines, file_link(c),
-            )
-        )
-    table = fmt('<table class="files changes"><tbody>{}</tbody></table>', join(rows))
-    if restore_ref:
-        table = fmt(
-            '<form method="post" action="/c/{}/restore/preview">{}<p><button type="submit" class="action">'
-            "Preview restoring the selected files…</button></p></form>",
-            restore_ref, table,
-        )
-    link = view_link or (lambda v: f"?view={v}")
-    toggle = fmt(
-        '<p class="toggle">Diffs: <a href="{}" id="view-unified"{}>unified</a> · '
-        '<a href="{}" id="view-split"{}>side by side</a></p>',
-        link("unified"),
-        Html(' aria-current="true"') if view != "split" else Html(""),
-        link("split"),
-        Html(' aria-current="true"') if view == "split" else Html(""),
-    )
-    diffs = []
-    for i, (c, n) in enumerate(zip(changes[:MAX_INLINE_DIFFS], counts)):
-        lines = n.note or f"+{n.added} -{n.removed}"
-        diffs.append(
-            fmt(
-                '<section class="filediff" id="f-{}"><h3><span class="st st-{}">{}</span> {} <small>{}</small></h3>{}</section>',
-                i, c.status, diffview.STATUS_WORDS.get(c.status, c.status), c.display_path, lines,
-                diffview.change_body(c, view),
-            )
-        )
-    if len(changes) > MAX_INLINE_DIFFS:
-        diffs.append(fmt('<p class="note">{} more file(s): open each from the list above.</p>', len(changes) - MAX_INLINE_DIFFS))
-    return fmt("{}{}{}", table, toggle, join(diffs))
-
-
-def _conversation(messages: list[Any]) -> Html:
-    items = []
-    for i, m in enumerate(messages):
-        role = str(m.get("role", "?")) if isinstance(m, dict) else "?"
-        text = _message_text(m)
-        long = len(text) > LONG_MESSAGE or text.count("\n") >= LONG_LINES
-        if long:
-            first = " ".join(text[:200].split())
-            content = fmt("<details><summary>{}… <small>({} characters)</small></summary><pre>{}</pre></details>", first, len(text), text)
-        else:
-            content = fmt("<pre>{}</pre>", text)
-        items.append(fmt('<li class="msg role-{}"><span class="role">{}</span> <small>#{}</small>{}</li>', role, role, i + 1, content))
-    return fmt('<ol class="conversation">{}</ol>', join(items))
-
-
-def _message_text(m: Any) -> str:
-    """The readable text of a message: plain text, text blocks, tool calls as JSON."""
-    content = m.get("content") if isinstance(m, dict) else m
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
-                parts.append(block["text"])
-            elif isinstance(block, dict) and block.get("type") == "tool_use":
-                parts.append(f"[tool call {block.get('name', '?')}] {json.dumps(block.get('input'), ensure_ascii=False)}")
-            else:
-                parts.append(json.dumps(block, ensure_ascii=False))
-        return "\n".join(parts)
-    return json.dumps(content, ensure_ascii=False, indent=1)
+#: Versions listed on a file's history page (the newest).
+MAX_HISTORY = 500
 
 
 # -- a checkpoint -----------------------------------------------------------------------------
 
 
-def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None) -> Page:
+def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, budget: Budget | None = None) -> Page:
     """A checkpoint's record, actions, changed files with diffs, and conversation."""
     from snapstore.ui import actions
 
-    cp = store.resolve(ref)
-    number = dict((c.id, n) for n, c in store.numbered_checkpoints(include_safety=True)).get(cp.id)
-    changes = store.changes(cp.id)
+    cp, newer, older = store.log_neighbours(ref)
+    changes = store.changes(cp.id, renames=True)
     if only is not None:
         changes = [c for c in changes if c.path == only]
     counts = store.line_counts(changes)
@@ -270,21 +69,59 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None) -> 
         changes, counts, view, file_link=file_link, restore_ref=cp.id,
         more_link=lambda c: url(f"/c/{cp.id}", p=path_token(c.path)),
         view_link=lambda v: url(f"/c/{cp.id}", p=path_token(only) if only else None, view=v),
+        budget=budget,
+        extra=lambda c: more_links(
+            c, budget, lambda: url(f"/c/{cp.id}", p=path_token(c.path), view=view, full=1),
+            new=cp.id, old=cp.parent,
+        ),
     )
     if messages is None:
         convo = Html('<p class="empty">No conversation is stored with this checkpoint.</p>')
+        jump = Html("")
+        prompt = Html("")
     else:
+        earlier = 0
+        if cp.parent:
+            try:
+                earlier = len(store.conversation(cp.parent) or [])
+            except SnapstoreError:
+                earlier = 0  # the parent is gone: every message counts as new
         convo = fmt(
-            '<p><a class="action" href="/c/{}/conversation.json" download>Rewind: download the conversation up to here (JSON, {} messages)</a></p>{}',
-            cp.id, len(messages), _conversation(messages),
+            '<div class="actions"><span>Rewind:</span> <a class="action" href="/c/{}/conversation.json" download>the conversation only '
+            "(download it up to here: JSON, {} messages)</a>"
+            '<form class="inline" method="post" action="/c/{}/restore/preview"><input type="hidden" name="rewind" value="1">'
+            '<button type="submit" class="action" id="rewind-both">files and conversation…</button></form>'
+            "<span>(files only: the restore above)</span></div>{}",
+            cp.id, len(messages), cp.id, conversation.section(messages, earlier),
         )
-    label = f"#{number}" if number else ("safety" if cp.is_safety else "")
+        jump = fmt(' · <a href="#conversation">Conversation</a> <small>({} new)</small>', max(0, len(messages) - earlier))
+        said = conversation.last_prompt(messages)
+        prompt = fmt('<p class="prompt"><span class="prompt-mark">prompt</span> {}</p>', said) if said else Html("")
+    label = f"{cp.seq}{' (safety)' if cp.is_safety else ''}" if cp.seq else ("safety" if cp.is_safety else "")
     body = fmt(
-        '<h1>Checkpoint {} <code>{}</code></h1><p class="message">{}</p>{}{}'
-        "<h2>Changed files <small>against its parent</small></h2>{}<h2 id=\"conversation\">Conversation</h2>{}",
-        label, cp.short_id, cp.message or "(no message)", record, actions.checkpoint_actions(cp), section, convo,
+        '<h1>Checkpoint {} <code>{}</code></h1>{}<p class="here-note" data-cid="{}" hidden><span class="here-badge">you are here</span> '
+        'the working tree equals this checkpoint</p><p class="message">{}</p>{}{}{}'
+        '<h2>Changed files <small>against its parent{}</small></h2>{}<h2 id="conversation">Conversation</h2>{}',
+        label, cp.short_id, neighbours_nav(older, newer), cp.id, cp.message or "(no message)", prompt, record,
+        actions.checkpoint_actions(cp), jump, section, convo,
     )
     return f"{label} {cp.message or cp.short_id}", body
+
+
+def neighbours_nav(older: Checkpoint | None, newer: Checkpoint | None) -> Html:
+    """Links to the checkpoints just older and newer in the log (keys ``[`` and ``]``)."""
+    def link(c: Checkpoint | None, rel: str, text: str) -> Html:
+        if c is None:
+            return fmt('<span class="none">{}</span>', f"no {text.lower()} checkpoint")
+        return fmt(
+            '<a href="/c/{}" id="{}" rel="{}" aria-keyshortcuts="{}">{} <small>{} {}</small></a>',
+            c.id, text.lower(), rel, "[" if rel == "prev" else "]", text, c.seq, c.message[:60] or c.short_id,
+        )
+
+    return fmt(
+        '<nav class="neighbours" aria-label="Older and newer checkpoints">{} {}</nav>',
+        link(older, "prev", "Older"), link(newer, "next", "Newer"),
+    )
 
 
 def _checkpoint_file_link(cp: Checkpoint) -> Any:
@@ -293,24 +130,31 @@ def _checkpoint_file_link(cp: Checkpoint) -> Any:
         if c.new is not None and c.new.is_file:
             return fmt('<a href="{}">file</a> · <a href="{}">history</a>', url(f"/c/{cp.id}/file", p=path_token(c.path)), hist)
         if c.old is not None and c.old.is_file and cp.parent:
-            return fmt('<a href="{}">file before</a> · <a href="{}">history</a>', url(f"/c/{cp.parent}/file", p=path_token(c.path)), hist)
+            before = url(f"/c/{cp.parent}/file", p=path_token(old_path(c)))
+            return fmt('<a href="{}">file before</a> · <a href="{}">history</a>', before, hist)
         return fmt('<a href="{}">history</a>', hist)
 
     return link
 
 
-def file_at(store: Store, ref: str, path: bytes) -> Page:
-    """The file ``path`` as checkpoint ``ref`` holds it."""
+def file_at(store: Store, ref: str, path: bytes, budget: Budget | None = None) -> Page:
+    """The file ``path`` as checkpoint ``ref`` holds it: its first lines, within ``budget``
+    (only that much of the file is read: a 50 MB file costs what a short one does)."""
+    budget = budget or Budget()
     cp = store.resolve(ref)
-    data = store.read_bytes(cp.id, path)
+    size = int(store.file_info(cp.id, path)["size"])  # a RefError for a path it does not hold
+    data, _ = diffview.read_head(store.iter_bytes(cp.id, path), budget.limits.file_bytes)
     token = path_token(path)
+    raw = url(f"/c/{cp.id}/raw", p=token)
+    anyway = None if budget.full or size <= len(data) else url(f"/c/{cp.id}/file", p=token, full=1)
+    more = links(anyway, [("download it", raw)])
     body = fmt(
         '<h1><code>{}</code> <small>at checkpoint <a href="/c/{}">{}</a></small></h1><p>{} · '
         '<a href="{}" download>download</a> · <a href="{}">history</a></p>'
         '<form method="post" action="/c/{}/restore/preview"><input type="hidden" name="p" value="{}">'
         '<button type="submit" class="action">Preview restoring this file…</button></form>{}',
-        display(path), cp.id, cp.short_id, size_el(len(data)), url(f"/c/{cp.id}/raw", p=token),
-        url("/history", p=token), cp.id, token, diffview.file_table(path, data),
+        display(path), cp.id, cp.short_id, size_el(size), raw,
+        url("/history", p=token), cp.id, token, diffview.file_table(path, data, size, budget, more),
     )
     return display(path), body
 
@@ -324,7 +168,7 @@ def history(store: Store, path: bytes | None) -> Page:
     versions = list(reversed(store.history(path)))
     token = path_token(path)
     rows = []
-    for v in versions:
+    for v in versions[:MAX_HISTORY]:
         cp = v.checkpoint
         lines = "binary" if v.binary else f"+{v.added} -{v.removed}"
         see = url(f"/c/{cp.id}/file", p=token) if v.entry is not None and v.entry.is_file else url(f"/c/{cp.id}", p=token)
@@ -338,15 +182,21 @@ def history(store: Store, path: bytes | None) -> Page:
             )
         )
     table = join(rows) if rows else Html('<tr><td colspan="6" class="empty">This path changed in no checkpoint.</td></tr>')
+    if len(versions) > MAX_HISTORY:
+        table = fmt(
+            '{}<tr><td colspan="6" class="note">The newest {} of {} versions (the command line lists them all: '
+            "<code>snapstore log PATH</code>).</td></tr>",
+            table, f"{MAX_HISTORY:,}", f"{len(versions):,}",
+        )
     body = fmt(
         '<h1>History of <code>{}</code></h1>{}<table class="files"><thead><tr><th>Time</th><th>Change</th><th>Size</th>'
-        "<th>Lines</th><th>Checkpoint</th><th></th></tr></thead><tbody>{}</tbody></table>",
+        "<th>Lines</th><th>Checkpoint</th><th>Open</th></tr></thead><tbody>{}</tbody></table>",
         shown, form, table,
     )
     return f"History of {shown}", body
 
 
-def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None) -> Page:
+def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None, budget: Budget | None = None) -> Page:
     """Two checkpoints compared (``b`` empty: checkpoint ``a`` against the working tree)."""
     recent = store.numbered_checkpoints()[:100]
     options = join(fmt('<option value="{}">{} {}</option>', c.short_id, f"#{n}", c.message[:60]) for n, c in recent)
@@ -360,7 +210,7 @@ def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None) 
         return "Compare", fmt("<h1>Compare</h1>{}", form)
     old = store.resolve(a)
     new = store.resolve(b) if b else None
-    changes = store.diff(old.id, new.id if new else None, [only.decode("utf-8", "surrogateescape")] if only else None)
+    changes = store.diff(old.id, new.id if new else None, [only.decode("utf-8", "surrogateescape")] if only else None, renames=True)
     counts = store.line_counts(changes)
     right = fmt('<a href="/c/{}">{}</a> {}', new.id, new.short_id, new.message) if new else Html("the working tree")
 
@@ -374,35 +224,67 @@ def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None) 
         changes, counts, view, file_link=file_link,
         more_link=lambda c: url("/compare", a=a, b=b, p=path_token(c.path)),
         view_link=lambda v: url("/compare", a=a, b=b, p=path_token(only) if only else None, view=v),
+        budget=budget,
+        extra=lambda c: more_links(
+            c, budget, lambda: url("/compare", a=a, b=b, p=path_token(c.path), view=view, full=1),
+            new=new.id if new else None, old=old.id,
+        ),
     )
     body = fmt(
-        '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} path(s) differ.</p>{}',
-        form, old.id, old.short_id, old.message, right, len(changes), section,
+        '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} {}.</p><h2>Changed files</h2>{}',
+        form, old.id, old.short_id, old.message, right, plural(len(changes), "path"),
+        "differs" if len(changes) == 1 else "differ", section,
     )
     return "Compare", body
 
 
 def operations(store: Store) -> Page:
-    """The operation log (restores and undos), newest first, with the Undo button."""
-    from snapstore.ui import actions
+    """The operation log (restores and undos), newest first: what each did, to and from which
+    checkpoint, and the Undo of the newest one (the library undoes the last operation)."""
+    from snapstore.errors import RefError
 
     ops = store.operations()
-    rows = join(
-        fmt(
-            "<tr><td>op {}</td><td>{}</td><td>{}</td><td>to <a href=\"/c/{}\">{}</a></td><td>before <a href=\"/c/{}\">{}</a></td><td>{} path(s){}</td></tr>",
-            op.seq, time_el(op.time_ns), op.kind, op.target, op.target[:12], op.before, op.before[:12], op.changed,
-            (" in " + ", ".join(op.paths)) if op.paths else "",
-        )
-        for op in ops
-    )
     if not ops:
         return "Operations", Html('<h1>Operations</h1><p class="empty">No restore has been done in this store.</p>')
+
+    def named(cid: str) -> Html:
+        try:
+            c = store.resolve(cid)
+        except RefError:
+            return fmt("<code>{}</code> <small>(no longer stored)</small>", cid[:12])
+        return fmt('<a href="/c/{}"><code>{}</code></a> {}', c.id, c.short_id, c.message or "(no message)")
+
+    rows = []
+    for k, op in enumerate(ops):
+        if op.kind == "undo":
+            what = Html("<strong>Undo</strong> of the operation before")
+        elif op.paths:
+            shown = ", ".join(op.paths[:5]) + (f" and {len(op.paths) - 5} more" if len(op.paths) > 5 else "")
+            what = fmt("<strong>Restore</strong> of {}: {}", plural(len(op.paths), "path"), shown)
+        else:
+            what = Html("<strong>Restore</strong> of the whole tree")
+        undo = fmt('<td class="undo">{}</td>', preview.undo_button()) if k == 0 else Html('<td class="undo"></td>')
+        rows.append(
+            fmt(
+                '<tr><td class="ref">op {}</td><td>{}</td><td>{}<br><small>made the tree equal to</small> {}<br>'
+                "<small>the tree before is kept in</small> {}</td><td>{}</td>{}</tr>",
+                op.seq, time_el(op.time_ns, relative=True), what, named(op.target), named(op.before),
+                plural(op.changed, "path"), undo,
+            )
+        )
     body = fmt(
-        '<h1>Operations</h1>{}<table class="files"><thead><tr><th>Op</th><th>Time</th><th>Kind</th><th>Target</th>'
-        "<th>Tree before</th><th>Changed</th></tr></thead><tbody>{}</tbody></table>",
-        actions.undo_button(), rows,
+        '<h1>Operations</h1><p>Every restore and undo, newest first. Undo takes back the newest one (undoing an '
+        "undo redoes what it undid); the tree it replaces is kept in a safety checkpoint first, so nothing is lost.</p>"
+        '<table class="files ops"><thead><tr><th scope="col">Op</th><th scope="col">When</th><th scope="col">What</th>'
+        '<th scope="col">Changed</th><th scope="col">Undo</th></tr></thead><tbody>{}</tbody></table>',
+        join(rows),
     )
     return "Operations", body
 
 
-__all__ = ["Filters", "checkpoint", "compare", "file_at", "history", "operations", "timeline", "timeline_list"]
+def plural(n: int, word: str) -> str:
+    """``1 path``, ``3 paths``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+__all__ = ["checkpoint", "compare", "file_at", "history", "operations"]

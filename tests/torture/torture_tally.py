@@ -47,6 +47,11 @@ CATEGORIES = OrderedDict(
          "names, symlink loops, files changing under the scan, permission denied: each gets a "
          "clear error (documented exit code) or a documented skip; nothing outside the tree is "
          "written and nothing stored is lost"),
+        ("remote push/gc", "4 pushers (random edits, some killed at a random request) and a "
+         "remote gc loop (grace and push window shrunk to seconds) on one remote: afterwards "
+         "remote verify finds nothing wrong and every ref clones byte-exact to what its pusher "
+         "checkpointed (trials: pushes; failed: a published checkpoint that cannot be cloned "
+         "whole, or a traceback)"),
         ("watch vs walk", "random edits (files and directories created, rewritten, truncated, "
          "renamed, deleted; hard links in the tree, into it from outside and out of it, with "
          "writes through each; writes through live shared mappings; chmod; symlinks) with phases "

@@ -48,7 +48,8 @@
 
 extern char **environ;
 
-static const char *const LOCAL_COMMANDS[] = {"serve", "init", "relocate", "mcp", "ui", "integrate", "rewind", NULL};
+static const char *const LOCAL_COMMANDS[] = {"serve", "init", "relocate", "mcp", "ui", "integrate", "rewind",
+                                              "remote", "push", "fetch", "pull", "clone", NULL};
 static const char *const STDIN_COMMANDS[] = {"hook", NULL};
 static const char *const READ_ONLY_COMMANDS[] = {"list", "show", "log", "cat", "diff", "oplog", "verify", "stats", NULL};
 /* Global options that take a value (snapstore/cli/lean.py GLOBAL_OPTIONS). */
@@ -67,6 +68,14 @@ static struct buf g_stdin;
 static int in_list(const char *s, const char *const *list) {
     for (; *list; list++)
         if (strcmp(s, *list) == 0) return 1;
+    return 0;
+}
+
+/* Whether the command line reads a remote (`--remote NAME`): it then runs in this process with
+ * the caller's credentials, never in the service (as the remote commands do). */
+static int names_remote(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--remote") == 0 || strncmp(argv[i], "--remote=", 9) == 0) return 1;
     return 0;
 }
 
@@ -318,7 +327,7 @@ int main(int argc, char **argv) {
     g_argv = argv;
     const char *command, *store, *directory, *encoding, *errors;
     if (getenv("SNAPSTORE_LOST_REQUEST") || !parse_globals(argc, argv, &command, &store, &directory) || !command ||
-        in_list(command, LOCAL_COMMANDS) || !stdout_encoding(&encoding, &errors))
+        in_list(command, LOCAL_COMMANDS) || names_remote(argc, argv) || !stdout_encoding(&encoding, &errors))
         exec_python(NULL);
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd)) exec_python(NULL); /* a deleted directory: Python says why */

@@ -5,12 +5,27 @@
   const UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
   const number = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
   const dateTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+  const relative = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+  const SPANS = [[60, "second"], [3600, "minute"], [86400, "hour"], [604800, "day"], [2629800, "week"], [31557600, "month"], [Infinity, "year"]];
+
+  // "5 minutes ago": the unit that keeps the number small (the full date is the title).
+  function ago(d) {
+    const s = (d.getTime() - Date.now()) / 1000;
+    let unit = 1;
+    for (const [limit, name] of SPANS) {
+      if (Math.abs(s) < limit) return relative.format(Math.round(s / unit), name);
+      unit = limit;
+    }
+    return dateTime.format(d);
+  }
 
   // Times and sizes arrive in the server's format; show them in the reader's locale.
   function localise(root) {
     root.querySelectorAll("time[datetime]").forEach(function (el) {
       const d = new Date(el.getAttribute("datetime"));
-      if (!isNaN(d)) { el.title = el.textContent; el.textContent = dateTime.format(d); }
+      if (isNaN(d)) return;
+      el.title = dateTime.format(d);
+      el.textContent = el.classList.contains("rel") ? ago(d) : dateTime.format(d);
     });
     root.querySelectorAll("data.size[value]").forEach(function (el) {
       let n = Number(el.getAttribute("value")), u = 0;
@@ -46,11 +61,26 @@
     else if (e.key === "Enter" && selected && (!t || t === document.body || t.classList.contains("cp"))) {
       window.location.href = selected.getAttribute("data-href"); e.preventDefault();
     }
+    else if (e.key === "[" || e.key === "]") {
+      // older / newer checkpoint (on a checkpoint page), older / newer page (on the timeline)
+      const link = document.getElementById(e.key === "[" ? "older" : "newer");
+      if (link) { link.click(); e.preventDefault(); }
+    }
     else if (e.key === "/") { const q = document.getElementById("filter-q"); if (q) { q.focus(); e.preventDefault(); } }
     else if (e.key === "u" || e.key === "s") {
       const link = document.getElementById(e.key === "u" ? "view-unified" : "view-split");
       if (link) { link.click(); e.preventDefault(); }
     }
+  });
+
+  // "fold all" / "unfold all": every file's diff on the page.
+  document.addEventListener("click", function (e) {
+    const b = e.target.closest ? e.target.closest("#fold-all") : null;
+    if (!b) return;
+    const all = Array.from(document.querySelectorAll("details.filediff"));
+    const open = all.some(function (d) { return d.open; });
+    all.forEach(function (d) { d.open = !open; });
+    b.textContent = open ? "unfold all" : "fold all";
   });
 
   // A confirmation is sent once: the button is disabled as the form goes.
@@ -82,6 +112,8 @@
         revision = now;
         document.body.dataset.revision = now;
         if (keep) select(box.querySelector('.cp[data-href="' + CSS.escape(keep) + '"]'));
+        here();
+        prompts();
       } catch (err) {
         // the server stopped: keep the page as it is
       } finally {
@@ -91,6 +123,73 @@
     setInterval(poll, 2000);
   }
 
+  // The working tree's row: loaded after the page (it walks the tree); it names the
+  // checkpoint the tree equals, which gets a "you are here" mark.
+  async function here() {
+    const note = document.querySelector("p.here-note[data-cid]");
+    if (note) return hereNote(note);
+    const box = document.getElementById("worktree");
+    if (!box || !box.dataset.src) return;
+    try {
+      const r = await fetch(box.dataset.src, { credentials: "same-origin", cache: "no-store" });
+      if (!r.ok) return;
+      box.innerHTML = await r.text();  // server-rendered, escaped HTML from this origin
+      const row = box.querySelector("tr[data-here]");
+      const id = row ? row.getAttribute("data-here") : "";
+      if (!id) return;
+      const at = document.querySelector('#timeline tr.cp[data-href="/c/' + CSS.escape(id) + '"]');
+      if (!at) return;
+      at.classList.add("here");
+      const cell = at.querySelector("td.msg");
+      if (cell && !cell.querySelector(".here-badge")) {
+        const badge = document.createElement("span");
+        badge.className = "here-badge";
+        badge.textContent = "you are here";
+        cell.prepend(badge, " ");
+      }
+    } catch (err) {
+      // the server stopped: keep the placeholder
+    }
+  }
+
+  // On a checkpoint's page: say so when the working tree equals it.
+  async function hereNote(note) {
+    try {
+      const r = await fetch("/here.frag", { credentials: "same-origin", cache: "no-store" });
+      if (!r.ok) return;
+      const box = document.createElement("tbody");  // the row is a <tr>: parse it where one fits
+      box.innerHTML = await r.text();
+      const row = box.querySelector("tr[data-here]");
+      if (row && row.getAttribute("data-here") === note.dataset.cid) note.hidden = false;
+    } catch (err) {
+      // the server stopped: no note
+    }
+  }
+
+  // Each row's prompt (the last thing a person typed before it): read after the page painted.
+  async function prompts() {
+    const box = document.getElementById("timeline");
+    if (!box || !box.dataset.src) return;
+    try {
+      const r = await fetch(box.dataset.src.replace("/timeline.frag", "/timeline.prompts"), { credentials: "same-origin", cache: "no-store" });
+      if (!r.ok) return;
+      const found = await r.json();
+      box.querySelectorAll("tr.cp[data-href]").forEach(function (row) {
+        const text = found[row.getAttribute("data-href").slice(3)];
+        const cell = row.querySelector("td.msg");
+        if (!text || !cell || cell.querySelector(".prompt")) return;
+        const p = document.createElement("div");
+        p.className = "prompt";
+        p.textContent = text;  // text, never markup
+        cell.append(p);
+      });
+    } catch (err) {
+      // the server stopped: rows without prompts
+    }
+  }
+
   localise(document);
   live();
+  here();
+  prompts();
 })();

@@ -1,0 +1,167 @@
+"""Remotes against a local SeaweedFS (issue 26): ``python -m benchmarks.remote_bench [--quick]``.
+
+Two workloads, every figure a real run through the library (``Store.push`` / ``clone`` /
+``fetch``), request counts from the transport's own counter:
+
+- **stdlib**: the standard-library corpus (~7,700 files): the first push, a clone, a 1-file
+  incremental push and the fetch of it into the clone;
+- **history**: the seeded edit history of benchmarks.replay on that tree, 150 checkpoints each
+  pushed as it is taken (an agent pushing after every step), then a clone of the latest, and
+  the same 150 checkpoints pushed at once (``push --task``) to a fresh prefix and cloned.
+
+SeaweedFS runs on 127.0.0.1 on this machine (2 cores shared with the client): timings show the
+client's costs and a loopback engine, not a WAN.  ``--md FILE`` writes the table docs/remote.md
+quotes; ``--out FILE`` the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+from seaweed import BUCKET, SeaweedFS  # noqa: E402
+
+from snapstore.store import Store  # noqa: E402
+
+from .corpora import build_stdlib, tree_stats  # noqa: E402
+from .replay import History  # noqa: E402
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _timed(fn: Any) -> tuple[Any, float]:
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def run(work: str, weed: SeaweedFS, steps: int, small: bool) -> dict[str, Any]:
+    os.environ.update(weed.env)
+    res: dict[str, Any] = {}
+    tree = os.path.join(work, "tree")
+    if small:  # --quick: a slice of the stdlib
+        os.makedirs(tree)
+        from .corpora import stdlib_dir
+
+        for name in ("json", "email", "asyncio", "unittest"):
+            shutil.copytree(os.path.join(stdlib_dir(), name), os.path.join(tree, name), symlinks=True)
+    else:
+        build_stdlib(tree)
+    files, size = tree_stats(tree)
+    res["tree"] = {"files": files, "bytes": size}
+    url = f"s3://{BUCKET}/bench-{os.urandom(4).hex()}"
+    with Store.init(tree) as s:
+        s.remote_add("origin", url, endpoint=weed.endpoint)
+        s.snapshot("initial", task="bench")
+        s.remote_doctor()  # first contact (config, probe) kept out of the push figures
+        p, t = _timed(lambda: s.push())
+        res["stdlib_push"] = {"seconds": t, "requests": p.requests, "packs": p.packs,
+                              "bytes_sent": p.bytes_sent, "bytes_new": p.bytes_new}
+        c, t = _timed(lambda: Store.clone(url, os.path.join(work, "clone1"), endpoint=weed.endpoint))
+        res["stdlib_clone"] = {"seconds": t, "requests": c.requests, "objects": c.refs[0].objects_read,
+                               "bytes_read": c.refs[0].bytes_read}
+        hist = History(tree, seed=1)
+        hist.step()
+        s.snapshot("one step", task="bench")
+        p, t = _timed(lambda: s.push())
+        res["incremental_push"] = {"seconds": t, "requests": p.requests, "inline": p.inline,
+                                   "bytes_sent": p.bytes_sent}
+        with Store.open(os.path.join(work, "clone1")) as c1:
+            f, t = _timed(lambda: c1.fetch(["bench"]))
+        res["incremental_fetch"] = {"seconds": t, "requests": f.requests, "objects": f.refs[0].objects_read}
+        per_push: list[float] = []
+        per_req: list[int] = []
+        snaps: list[float] = []
+        for i in range(steps):
+            hist.step()
+            _, ts = _timed(lambda i=i: s.snapshot(f"step {i}", task="bench"))
+            snaps.append(ts)
+            p, t = _timed(lambda: s.push())
+            per_push.append(t)
+            per_req.append(p.requests)
+        res["history_push_each"] = {
+            "checkpoints": steps, "median_seconds": statistics.median(per_push),
+            "max_seconds": max(per_push), "median_requests": statistics.median(per_req),
+            "max_requests": max(per_req), "total_requests": sum(per_req),
+            "median_snapshot_seconds": statistics.median(snaps),
+        }
+        c, t = _timed(lambda: Store.clone(url, os.path.join(work, "clone2"), endpoint=weed.endpoint))
+        res["history_clone"] = {"seconds": t, "requests": c.requests, "objects": c.refs[0].objects_read,
+                                "bytes_read": c.refs[0].bytes_read}
+        url2 = f"s3://{BUCKET}/bench-{os.urandom(4).hex()}"
+        s.remote_add("batch", url2, endpoint=weed.endpoint)
+        s.remote_doctor("batch")
+        p, t = _timed(lambda: s.push(remote="batch", task="bench"))
+        res["history_push_once"] = {"seconds": t, "requests": p.requests, "checkpoints": len(p.checkpoints),
+                                    "packs": p.packs, "bytes_sent": p.bytes_sent}
+        c, t = _timed(lambda: Store.clone(url2, os.path.join(work, "clone3"), endpoint=weed.endpoint))
+        res["history_once_clone"] = {"seconds": t, "requests": c.requests, "objects": c.refs[0].objects_read,
+                                     "bytes_read": c.refs[0].bytes_read}
+    return res
+
+
+def markdown(res: dict[str, Any]) -> str:
+    tr = res["tree"]
+    h = res["history_push_each"]
+    rows = [
+        ("stdlib: first push", res["stdlib_push"]["seconds"], res["stdlib_push"]["requests"],
+         f"{res['stdlib_push']['packs']} packs, {_mib(res['stdlib_push']['bytes_sent'])} sent"),
+        ("stdlib: clone", res["stdlib_clone"]["seconds"], res["stdlib_clone"]["requests"],
+         f"{res['stdlib_clone']['objects']} objects, {_mib(res['stdlib_clone']['bytes_read'])} read"),
+        ("1-step incremental push", res["incremental_push"]["seconds"], res["incremental_push"]["requests"],
+         f"inline: {res['incremental_push']['inline']}, {res['incremental_push']['bytes_sent']} B sent"),
+        ("fetch of that step into the clone", res["incremental_fetch"]["seconds"], res["incremental_fetch"]["requests"],
+         f"{res['incremental_fetch']['objects']} objects"),
+        (f"history: push after each of {h['checkpoints']} steps (median)", h["median_seconds"], h["median_requests"],
+         f"max {h['max_requests']} requests, {h['total_requests']} in all"),
+        ("history: clone of the latest", res["history_clone"]["seconds"], res["history_clone"]["requests"],
+         f"{res['history_clone']['objects']} objects, {_mib(res['history_clone']['bytes_read'])} read"),
+        (f"history: all {res['history_push_once']['checkpoints']} checkpoints in one push", res["history_push_once"]["seconds"],
+         res["history_push_once"]["requests"], f"{res['history_push_once']['packs']} packs, {_mib(res['history_push_once']['bytes_sent'])} sent"),
+        ("history (one push): clone of the latest", res["history_once_clone"]["seconds"], res["history_once_clone"]["requests"],
+         f"{res['history_once_clone']['objects']} objects, {_mib(res['history_once_clone']['bytes_read'])} read"),
+    ]
+    out = [f"Tree: {tr['files']} files, {_mib(tr['bytes'])}; SeaweedFS on 127.0.0.1, 2 cores shared.", "",
+           "| operation | time | requests | notes |", "| --- | ---: | ---: | --- |"]
+    out += [f"| {name} | {sec:.2f} s | {req} | {note} |" for name, sec, req, note in rows]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a slice of the stdlib and 20 history steps")
+    ap.add_argument("--steps", type=int, default=None, help="history steps (default 150; 20 with --quick)")
+    ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--md", help="write the markdown table here")
+    a = ap.parse_args()
+    steps = a.steps if a.steps is not None else (20 if a.quick else 150)
+    with tempfile.TemporaryDirectory(prefix="snapstore-remote-bench-") as work:
+        weed = SeaweedFS(os.path.join(work, "weed"))
+        weed.start()
+        try:
+            res = run(work, weed, steps, a.quick)
+        finally:
+            weed.stop()
+    text = markdown(res)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=2)
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""Remote commands: remote add/list/remove/ls/verify/doctor, push, fetch, pull, clone.
+
+Thin: each parses, calls one Store method, prints lines or ``--json``.  Credentials are never
+options (they would land in shell history and ``ps``): AWS environment variables or a profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from snapstore.cli.app import CONTEXT, Ctx, Exit, cli, command, echo_json, global_options
+from snapstore.errors import ConflictError, CorruptError, RemoteError
+from snapstore.render import size
+
+T = TypeVar("T")
+
+_REMOTE_OPTION = click.option(
+    "--remote", "remote", default="origin", show_default=True, metavar="NAME", help="The remote to use."
+)
+
+
+def _with_progress(label: str, enabled: bool, run: Callable[..., T]) -> T:
+    from snapstore.render import Progress
+
+    progress = Progress(label, enabled=enabled, unit_bytes=False)
+    try:
+        return run(progress=progress)
+    finally:
+        progress.close()
+
+
+@global_options
+@click.group(context_settings=CONTEXT, epilog="\b\nExample:\n  snapstore remote add origin s3://bucket/team/project")
+def remote() -> None:
+    """Manage remotes (S3-compatible object storage): add, list, remove, ls, verify, gc, doctor.
+
+    Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or
+    an AWS profile; they are never stored.  See docs/remote.md.
+    """
+
+
+cli.add_command(remote)
+
+
+def _sub(example: str, name: str | None = None) -> Callable[[Callable[..., Any]], Any]:
+    def decorate(f: Callable[..., Any]) -> Any:
+        lines = "\n".join(f"  {line}" for line in example.strip().splitlines())
+        return remote.command(name, context_settings=CONTEXT, epilog=f"\b\nExample:\n{lines}")(global_options(f))
+
+    return decorate
+
+
+@_sub("snapstore remote add origin s3://bucket/team/project\n"
+      "snapstore remote add local s3://snap/dev --endpoint http://127.0.0.1:8333")
+@click.argument("name")
+@click.argument("url")
+@click.option("--endpoint", metavar="URL", help="The S3 endpoint of a non-AWS engine (https; http only when written so).")
+@click.option("--region", metavar="REGION", help="The bucket's region (default us-east-1).")
+@click.option("--profile", metavar="NAME", help="The AWS profile whose keys to use (its name is stored, never the keys).")
+@click.pass_obj
+def add(obj: Ctx, name: str, url: str, endpoint: str | None, region: str | None, profile: str | None) -> None:
+    """Record a remote (no request is made; nothing secret is stored)."""
+    with obj.open() as store:
+        cfg = store.remote_add(name, url, endpoint=endpoint, region=region, profile=profile)
+    click.echo(f"added remote {cfg.name} {cfg.url}" + (f" at {cfg.endpoint}" if cfg.endpoint else ""))
+
+
+@_sub("snapstore remote list --json", name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print the remotes as JSON.")
+@click.pass_obj
+def list_(obj: Ctx, as_json: bool) -> None:
+    """List the remotes and their refs as last seen (no request is made)."""
+    with obj.open(reading=True) as store:
+        rows = [(cfg, store.remote_refs_seen(cfg.name)) for cfg in store.remote_list()]
+    if as_json:
+        echo_json([dict(cfg.to_json(), refs=seen) for cfg, seen in rows])
+        return
+    for cfg, seen in rows:
+        where = f" at {cfg.endpoint}" if cfg.endpoint else ""
+        click.echo(f"{cfg.name}\t{cfg.url}{where}")
+        for ref, cid in sorted(seen.items()):
+            click.echo(f"  {ref}\t{cid[:12]}")
+
+
+@_sub("snapstore remote remove origin")
+@click.argument("name")
+@click.pass_obj
+def remove(obj: Ctx, name: str) -> None:
+    """Forget a remote and what this store knew of it (nothing on the remote changes)."""
+    with obj.open() as store:
+        store.remote_remove(name)
+    click.echo(f"removed remote {name}")
+
+
+@_sub("snapstore remote ls origin --json")
+@click.argument("name", default="origin")
+@click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON.")
+@click.pass_obj
+def ls(obj: Ctx, name: str, as_json: bool) -> None:
+    """List the refs on the remote (one listing, one read per ref)."""
+    with obj.open(reading=True) as store:
+        rows = store.remote_ls(name)
+    if as_json:
+        echo_json(rows)
+        return
+    for row in rows:
+        click.echo(f"{row['ref']}\t{row['checkpoint'][:12]}\t{row['bundle']}")
+
+
+@_sub("snapstore remote verify origin")
+@click.argument("name", default="origin")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but problems.")
+@click.pass_obj
+def verify(obj: Ctx, name: str, as_json: bool, quiet: bool) -> None:
+    """Read and check every object published on the remote; exit 6 naming each damaged one."""
+    with obj.open(reading=True) as store:
+        report = _with_progress("remote verify", not quiet and not as_json, lambda progress: store.remote_verify(name, progress))
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        for p in report.problems:
+            click.echo(f"problem: {p['object']}: {p['problem']}")
+        if not quiet:
+            click.echo(
+                f"{report.bundles} bundles, {report.checkpoints} checkpoints, {report.refs} refs, "
+                f"{size(report.bytes_read)} read: " + ("ok" if report.ok else f"{len(report.problems)} problems")
+                + (f"; {report.unreferenced_packs} unreferenced packs" if report.unreferenced_packs else "")
+            )
+    if not report.ok:
+        raise Exit(CorruptError.exit_code)
+
+
+@_sub("snapstore remote doctor origin")
+@click.argument("name", default="origin")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.pass_obj
+def doctor(obj: Ctx, name: str, as_json: bool) -> None:
+    """Probe the engine's conditional writes; exit 13 (and no shared-ref moves) if it ignores them."""
+    with obj.open() as store:
+        report = store.remote_doctor(name)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        for check, ok in report.checks.items():
+            click.echo(f"{'ok  ' if ok else 'FAIL'} {check}")
+        click.echo(f"{'ok  ' if report.listing_current else 'lags'} a listing shows a key just written")
+        for note in report.notes:
+            click.echo(f"note: {note}")
+    if not report.ok:
+        raise RemoteError(
+            f"the remote {name} ignores conditional writes: pushes publish their bundles but move no shared ref"
+        )
+
+
+# -- push, fetch, pull, clone -------------------------------------------------------------------
+
+
+@command(example="snapstore push\nsnapstore push --task fix-login\nsnapstore push latest~1 latest --to review")
+@click.argument("refs", nargs=-1)
+@_REMOTE_OPTION
+@click.option("--task", metavar="NAME", help="Push every checkpoint of this task (and move the ref named after it).")
+@click.option("--to", metavar="REF", help="The remote ref to move (default: the task, else 'default').")
+@click.option("--force", is_flag=True, help="Move the ref even when that is not a fast-forward.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def push(obj: Ctx, refs: tuple[str, ...], remote: str, task: str | None, to: str | None, force: bool,
+         as_json: bool, quiet: bool) -> None:
+    """Publish checkpoints on a remote, wholly or not at all (default: the latest one).
+
+    Only the chunks those checkpoints reach and the remote lacks are uploaded.  The remote ref
+    moves by compare-and-swap; when it is not a fast-forward it stays (exit 9), the pushed
+    checkpoints stay published, and --force moves it.
+    """
+    with obj.open(reading=True) as store:
+        report = _with_progress(
+            "push", not quiet and not as_json,
+            lambda progress: store.push(refs, remote=remote, task=task, to=to, force=force, progress=progress),
+        )
+    if as_json:
+        echo_json(report.to_json())
+    elif not quiet:
+        how = "inline" if report.inline else f"{report.packs} packs"
+        click.echo(
+            f"pushed {len(report.checkpoints)} checkpoint(s) to {remote}: {report.chunks_new} new chunks "
+            f"({size(report.bytes_new)}, {size(report.bytes_sent)} sent, {how}), {report.requests} requests"
+        )
+        click.echo(f"ref {report.ref}: {report.ref_outcome}" + (
+            f" (the remote has {report.ref_checkpoint[:12]})" if report.ref_outcome == "diverged" and report.ref_checkpoint else ""))
+    if report.ref_outcome == "diverged":
+        if not as_json:
+            click.echo(
+                f"snapstore: error: the remote ref {report.ref} was not moved: it names a checkpoint that is not "
+                "an ancestor of yours (your checkpoints are published; --force moves the ref)", err=True)
+        raise Exit(ConflictError.exit_code)
+    if report.ref_outcome == "refused":
+        raise RemoteError(f"the remote {remote} ignores conditional writes: the checkpoints are published, the ref was not moved")
+
+
+@command(example="snapstore fetch\nsnapstore fetch default --remote origin")
+@click.argument("refs", nargs=-1)
+@_REMOTE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def fetch(obj: Ctx, refs: tuple[str, ...], remote: str, as_json: bool, quiet: bool) -> None:
+    """Bring the checkpoints remote refs name (default: all) into the store; the tree is untouched."""
+    with obj.open() as store:
+        report = _with_progress(
+            "fetch", not quiet and not as_json, lambda progress: store.fetch(refs, remote=remote, progress=progress)
+        )
+    _fetch_lines(report.to_json(), as_json, quiet)
+
+
+def _fetch_lines(doc: dict[str, Any], as_json: bool, quiet: bool) -> None:
+    if as_json:
+        echo_json(doc)
+        return
+    if quiet:
+        return
+    for r in doc["refs"]:
+        click.echo(f"{r['name']}\t{r['checkpoint'][:12]}\t{len(r['new_checkpoints'])} new checkpoint(s), "
+                   f"{r['objects_read']} objects, {size(r['bytes_read'])}")
+    click.echo(f"{doc['requests']} requests")
+
+
+@command(example="snapstore pull\nsnapstore pull fix-login")
+@click.argument("ref", required=False)
+@_REMOTE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.pass_obj
+def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> None:
+    """Fetch a remote ref (default: 'default', or the only one) and restore the tree to it
+    (journaled; 'snapstore undo' puts the tree back)."""
+    with obj.open() as store:
+        report = _with_progress("pull", not quiet and not as_json, lambda progress: store.pull(ref, remote=remote, progress=progress))
+    _fetch_lines(report.to_json(), as_json, quiet)
+    if report.restore is not None and not as_json and not quiet:
+        click.echo(f"restored {report.refs[0].checkpoint[:12]}: {len(report.restore.changes)} paths changed")
+        for w in report.restore.warnings:
+            click.echo(f"snapstore: warning: {w}", err=True)
+
+
+@command(example="snapstore clone s3://bucket/team/project work --endpoint http://127.0.0.1:8333", own_store_option=True)
+@click.argument("url")
+@click.argument("target", metavar="DIRECTORY", type=click.Path(file_okay=False))
+@click.option("--ref", metavar="REF", help="The remote ref to clone (default: 'default', or the only one).")
+@click.option("--endpoint", metavar="URL", help="The S3 endpoint of a non-AWS engine.")
+@click.option("--region", metavar="REGION", help="The bucket's region.")
+@click.option("--profile", metavar="NAME", help="The AWS profile whose keys to use.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: str | None,
+          profile: str | None, as_json: bool, quiet: bool) -> None:
+    """Make DIRECTORY (absent or empty) a tree with a store, holding a remote ref's checkpoint.
+
+    Reads only what that checkpoint needs.  The remote is recorded as 'origin'.  On failure,
+    nothing is left behind.
+    """
+    from snapstore.store import Store
+
+    report = _with_progress("clone", not quiet and not as_json, lambda progress: Store.clone(
+        url, target, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress))
+    _fetch_lines(report.to_json(), as_json, quiet)
+    if not as_json and not quiet:
+        click.echo(f"cloned {report.refs[0].checkpoint[:12]} into {report.directory}")
+
+
+@_sub("snapstore remote gc origin --dry-run")
+@click.argument("name", default="origin")
+@click.option("-n", "--dry-run", is_flag=True, help="Say what would be condemned and deleted; change nothing.")
+@click.option("--grace", "grace_hours", type=click.FloatRange(min=12), default=24, show_default=True,
+              help="Hours a pack no bundle names must have existed (by the engine's clock) before it is condemned.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def gc(obj: Ctx, name: str, dry_run: bool, grace_hours: float, as_json: bool) -> None:
+    """Remove packs no bundle names (killed pushes), in two phases: condemned by one run, deleted
+    by a later one an hour on if still unreferenced. Published checkpoints are never removed."""
+    with obj.open() as store:
+        report = store.remote_gc(name, dry_run=dry_run, grace_s=grace_hours * 3600)
+    if as_json:
+        echo_json(report.to_json())
+        return
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(
+        f"{report.bundles} bundles, {report.packs} packs ({report.live_packs} live): {verb} "
+        f"{len(report.deleted)} ({size(report.bytes_deleted)}), condemned {len(report.condemned)}, "
+        f"{report.waiting} waiting, {len(report.rescued)} rescued"
+    )

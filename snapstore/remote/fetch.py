@@ -1,0 +1,199 @@
+"""Fetch: bring the checkpoints a remote ref names (and what they reach) into the local store.
+
+Reads the ref, its bundle, then each object the bundle says its checkpoints need, whole, unless
+an earlier fetch imported it already; never a listing of packs or any remote-wide index.  Every
+object is checked before anything of it is written (its name against its hash, each chunk
+against its id, each record against the schema), and the checkpoint records go in last, in one
+transaction, only once their whole closure is in the store: a fetch adds complete checkpoints
+or none.  Remote frames become local packs without recompression (docs/format.md is
+unchanged); the tree is never touched (``pull`` restores through the journaled restore).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+from snapstore.errors import CorruptError, RefError
+from snapstore.records.checkpoint import PATHS_INDEX_META, next_seq, parse_record, write_rows
+from snapstore.remote import closure, layout, refs, state
+from snapstore.remote.state import RemoteConfig
+from snapstore.remote.transport import Transport
+from snapstore.storage import packs
+from snapstore.storage.backend import Backend, WriteBatch
+from snapstore.storage.entries import CODEC_ZSTD
+
+Lock = Callable[[], AbstractContextManager[None]]
+Progress = Callable[[int, int], None]
+
+#: Objects read at once by a fetch (each at most a pack, ~16 MiB, held until imported).
+READERS = 6
+
+
+class FetchedRef:
+    """What fetching one ref did."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.checkpoint = ""
+        self.bundle = ""
+        self.new_checkpoints: list[str] = []
+        self.objects_read = 0
+        self.bytes_read = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def import_pack(batch: WriteBatch, key: str, pack: layout.Pack, has: Callable[[bytes], bool]) -> list[bytes]:
+    """Write a checked pack's chunks and records into ``batch``; returns the chunk ids it holds.
+
+    A frame whose chunks the store has already is skipped; the others become local frames
+    unchanged (each chunk was checked against its id by :func:`layout.frame_chunks`).
+    """
+    frames = []
+    ids: list[bytes] = []
+    for frame in pack.frames:
+        chunks = layout.frame_chunks(key, pack, frame)  # checks every chunk
+        ids.extend(cid for cid, _ in chunks)
+        if all(has(cid) for cid, _ in chunks):
+            continue
+        data = pack.body[frame.offset : frame.offset + frame.length]
+        frames.append(packs.Frame(CODEC_ZSTD, data, list(frame.members)))
+    for table, k, v in packs.pack_ops(frames):
+        batch.put_new(table, k, v)
+    for sid, rec in pack.streams:
+        batch.put_new("streams", sid, rec)
+    for rid, rec in pack.conversations:
+        batch.put_new("conversations", rid, rec)
+    return ids
+
+
+def read_object(transport: Transport, key: str, needed_by: str) -> tuple[layout.Pack | None, int]:
+    """Read and check the object ``key`` (a pack, or a bundle with inline data): its pack."""
+    got = transport.get(key)
+    if got is None:
+        raise CorruptError(f"remote object {key} is missing (needed by {needed_by}); run 'snapstore remote verify'")
+    if key.startswith("packs/"):
+        return layout.parse_pack(key, got.body, layout.pack_name_of(key)), len(got.body)
+    return layout.parse_bundle(key, got.body).inline, len(got.body)
+
+
+def store_object(backend: Backend, cfg: RemoteConfig, lock: Lock, key: str, pack: layout.Pack | None) -> None:
+    """Import one checked object, and remember that it was imported and what it holds."""
+    with lock(), backend.write() as batch:
+        if pack is not None:
+            ids = import_pack(batch, key, pack, lambda c: batch.get("chunks", c) is not None)
+            for cid in ids:
+                state.put_known(batch, cfg.rid, state.KIND_CHUNK, cid, key)
+            for sid, _ in pack.streams:
+                state.put_known(batch, cfg.rid, state.KIND_STREAM, sid, key)
+            for rid, _ in pack.conversations:
+                state.put_known(batch, cfg.rid, state.KIND_CONV, rid, key)
+        state.put_imported(batch, cfg.rid, key)
+
+
+def fetch_ref(
+    backend: Backend, transport: Transport, cfg: RemoteConfig, name: str, *, lock: Lock,
+    progress: Progress | None = None,
+) -> FetchedRef:
+    """Fetch ref ``name``: RefError when the remote has no such ref; CorruptError (nothing of
+    the bundle's checkpoints added) when an object is missing or fails a check."""
+    out = FetchedRef(name)
+    ref, etag = refs.read(transport, name)
+    if ref is None:
+        raise RefError(f"the remote {cfg.name} has no ref {name!r} ('snapstore remote ls {cfg.name}' lists them)")
+    out.checkpoint, out.bundle = ref.checkpoint.hex(), ref.bundle
+    with backend.read() as view:
+        present = view.get("checkpoints", ref.checkpoint) is not None
+    if not present:
+        got = transport.get(ref.bundle)
+        if got is None:
+            raise CorruptError(f"remote object {ref.bundle} is missing (the ref {name} names it)")
+        bundle = layout.parse_bundle(ref.bundle, got.body)
+        out.objects_read += 1
+        out.bytes_read += len(got.body)
+        if ref.checkpoint not in {cid for cid, _ in bundle.checkpoints}:
+            raise CorruptError(f"remote object {ref.bundle} does not hold the checkpoint its ref {name} names")
+        add_bundle(backend, transport, cfg, bundle, lock=lock, out=out, progress=progress)
+    with lock(), backend.write() as batch:
+        state.put_seen_ref(batch, cfg.rid, name, state.SeenRef(ref.checkpoint, etag, ref.bundle))
+    return out
+
+
+def add_bundle(
+    backend: Backend, transport: Transport, cfg: RemoteConfig, bundle: layout.Bundle, *, lock: Lock,
+    out: FetchedRef, progress: Progress | None = None,
+) -> None:
+    """Import what ``bundle``'s checkpoints need, then the checkpoints themselves."""
+    if bundle.inline is not None:
+        store_object(backend, cfg, lock, bundle.key, bundle.inline)
+    todo = [k for k in bundle.needs if not state.imported(backend, cfg.rid, k)]
+    for again in (False, True):
+        for i, (key, (pack, size)) in enumerate(zip(todo, _read_many(transport, todo, bundle.key))):
+            out.objects_read += 1
+            out.bytes_read += size
+            store_object(backend, cfg, lock, key, pack)  # (one writer thread: this one)
+            if progress is not None:
+                progress(i + 1, len(todo))
+        missing = _missing(backend, bundle)
+        if not missing:
+            break
+        if again:
+            raise CorruptError(
+                f"remote object {bundle.key} names checkpoints whose data is not on the remote "
+                f"({missing}); run 'snapstore remote verify'"
+            )
+        # Something imported earlier was removed locally since (gc): read every object again.
+        todo = list(bundle.needs)
+    with lock(), backend.write() as batch:
+        with batch.reading() as view:
+            last = next(iter(view.items("log", reverse=True)), None)
+        seq = next_seq(last[0] if last is not None else None)
+        added = False
+        for cid, rec in bundle.checkpoints:
+            if batch.get("checkpoints", cid) is not None:
+                continue
+            cp = parse_record(cid, rec)
+            write_rows(batch, cid, rec, seq, cp.task, [])
+            seq += 1
+            added = True
+            out.new_checkpoints.append(cid.hex())
+        if added:
+            # The path index lists changes between log neighbours: rebuilt by the next snapshot.
+            batch.delete("meta", PATHS_INDEX_META)
+
+
+def _read_many(transport: Transport, keys: list[str], needed_by: str) -> Iterator[tuple[layout.Pack | None, int]]:
+    """:func:`read_object` of each key, in order, :data:`READERS` requests in flight (the
+    latency of a remote engine, not its bandwidth, bounds a clone of many small objects)."""
+    if len(keys) < 2:
+        for key in keys:
+            yield read_object(transport, key, needed_by)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="snapstore-fetch")
+    try:
+        pending = deque(pool.submit(read_object, transport, key, needed_by) for key in keys[:READERS])
+        for i in range(len(keys)):
+            result = pending.popleft().result()
+            if i + READERS < len(keys):
+                pending.append(pool.submit(read_object, transport, keys[i + READERS], needed_by))
+            yield result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _missing(backend: Backend, bundle: layout.Bundle) -> str | None:
+    """Why the bundle's checkpoints are not whole in the store yet, or None."""
+    try:
+        with backend.read() as view:
+            need = closure.of(view.get, bundle.checkpoints)
+        have = backend.has_many("chunks", list(need.chunks))
+    except CorruptError as exc:
+        return str(exc)
+    lacking = [c for c, ok in zip(need.chunks, have) if not ok]
+    return f"{len(lacking)} chunks, e.g. {lacking[0].hex()}" if lacking else None

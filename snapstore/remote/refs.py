@@ -1,0 +1,74 @@
+"""Moving a shared ref: compare-and-swap only, no lock.
+
+A ref is the one mutable object on a remote.  It is moved with ``If-Match: <etag>`` (or created
+with ``If-None-Match: *``); when the engine answers 412 another writer won, so the loser reads
+the ref again and decides again: a fast-forward (the ref's checkpoint is an ancestor of the new
+one) or ``force`` tries again, anything else is left as it is (*diverged*: the bundle is already
+published, so nothing is lost, and the ref keeps the winner's checkpoint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from snapstore.errors import RemoteError
+from snapstore.remote import layout
+from snapstore.remote.state import SeenRef
+from snapstore.remote.transport import Transport
+
+#: Rounds of read-and-swap before giving up (each lost round means another writer moved it).
+MAX_ROUNDS = 64
+
+
+class RefMove(NamedTuple):
+    """What happened to a ref: ``moved`` (to ours), ``current`` (already ours), ``diverged``."""
+
+    outcome: str
+    ref: layout.Ref | None  # the ref as it is now, as far as we know
+    etag: str
+    rounds: int  # compare-and-swap attempts (1 when nobody raced us)
+
+
+def read(transport: Transport, name: str) -> tuple[layout.Ref | None, str]:
+    key = layout.ref_key(name)
+    got = transport.get(key)
+    if got is None:
+        return None, ""
+    return layout.parse_ref(key, got.body), got.etag
+
+
+def advance(
+    transport: Transport,
+    name: str,
+    new: layout.Ref,
+    *,
+    descends_from: Callable[[bytes], bool],
+    force: bool = False,
+    seen: SeenRef | None = None,
+) -> RefMove:
+    """Point ref ``name`` at ``new`` by compare-and-swap, re-reading after each lost race.
+
+    ``seen`` is the ref as this store last saw or set it: when still current, the swap needs no
+    read first (an incremental push then costs one request for its ref).
+    """
+    key = layout.ref_key(name)
+    body = layout.encode_ref(new)
+    cur: layout.Ref | None
+    if seen is not None and seen.checkpoint != new.checkpoint:
+        cur, etag = layout.Ref(seen.checkpoint, seen.bundle, 0, ""), seen.etag
+    else:  # (a ref seen at our checkpoint already is read: "current" must be true now)
+        cur, etag = read(transport, name)
+    for rounds in range(1, MAX_ROUNDS + 1):
+        if cur is None:
+            got = transport.put_create(key, body)
+        else:
+            if cur.checkpoint == new.checkpoint:
+                return RefMove("current", cur, etag, rounds - 1)
+            if not force and not descends_from(cur.checkpoint):
+                return RefMove("diverged", cur, etag, rounds - 1)
+            got = transport.put_update(key, body, etag)
+        if got is not None:
+            return RefMove("moved", new, got, rounds)
+        cur, etag = read(transport, name)  # lost the race (or our cache was stale)
+    raise RemoteError(f"the ref {name} kept changing: gave up after {MAX_ROUNDS} attempts")

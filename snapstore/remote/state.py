@@ -1,0 +1,217 @@
+"""What a local store remembers about its remotes (the ``remotes`` table, docs/remote.md).
+
+| key | value |
+| --- | --- |
+| ``c:`` + name | msgpack ``{url, endpoint, region, profile, rid, writer, remote_id, cas}`` |
+| ``k`` + rid + kind + id | the key of the remote object holding chunk (``c``), stream record (``s``) or conversation record (``v``) ``id``: what a push need not upload again |
+| ``o`` + rid + object key | empty: that remote object was imported whole (a fetch skips it) |
+| ``m`` + rid + manifest chunk id | msgpack list of the object keys holding everything the entries of that manifest chunk reach (written by a push once its bundle is published): the next push skips those entries |
+| ``r`` + rid + ref name | msgpack ``{checkpoint, etag, bundle}``: the ref as last seen or set |
+
+``rid`` is 8 random bytes given at ``remote add``; removing the remote removes its rows.
+Credentials are never stored (see :mod:`snapstore.remote.credentials`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+import msgpack
+
+from snapstore.errors import CorruptError, UsageError
+from snapstore.remote.layout import is_data_key
+from snapstore.remote.names import RemoteURL, parse_url
+from snapstore.storage.backend import Backend, WriteBatch
+
+TABLE = "remotes"
+KIND_CHUNK, KIND_STREAM, KIND_CONV = b"c", b"s", b"v"
+
+
+class RemoteConfig(NamedTuple):
+    """A remote as ``remote add`` recorded it."""
+
+    name: str
+    url: str
+    endpoint: str | None
+    region: str | None
+    profile: str | None
+    rid: bytes
+    writer: str
+    remote_id: bytes | None = None
+    cas: bool | None = None  # conditional writes probed: True enforced, False ignored
+
+    @property
+    def parsed(self) -> RemoteURL:
+        return parse_url(self.url)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "url": self.url, "endpoint": self.endpoint, "region": self.region,
+            "profile": self.profile, "conditional_writes": self.cas,
+        }
+
+
+def check_name(name: str) -> None:
+    if not name or len(name) > 100 or any(c in name for c in "/\\\0 ") or name.startswith("-"):
+        raise UsageError(f"bad remote name {name!r} (letters, digits, '.', '_', '-')")
+
+
+def _config_key(name: str) -> bytes:
+    return b"c:" + name.encode()
+
+
+def get_config(backend: Backend, name: str) -> RemoteConfig:
+    """The remote ``name``; UsageError when there is none."""
+    with backend.read() as view:
+        raw = view.get(TABLE, _config_key(name))
+    if raw is None:
+        raise UsageError(f"no remote named {name!r} (add one with 'snapstore remote add {name} s3://bucket/prefix')")
+    return _parse(name, raw)
+
+
+def _parse(name: str, raw: bytes) -> RemoteConfig:
+    try:
+        d = msgpack.unpackb(raw, raw=False)
+        return RemoteConfig(
+            name, str(d["url"]), d["endpoint"], d["region"], d["profile"], bytes(d["rid"]),
+            str(d["writer"]), d.get("remote_id"), d.get("cas"),
+        )
+    except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CorruptError(f"the settings of remote {name!r} are damaged ({exc}); remove and add it again") from None
+
+
+def put_config(batch: WriteBatch, cfg: RemoteConfig) -> None:
+    batch.put(TABLE, _config_key(cfg.name), msgpack.packb({
+        "url": cfg.url, "endpoint": cfg.endpoint, "region": cfg.region, "profile": cfg.profile,
+        "rid": cfg.rid, "writer": cfg.writer, "remote_id": cfg.remote_id, "cas": cfg.cas,
+    }, use_bin_type=True))
+
+
+def new_config(name: str, url: str, endpoint: str | None, region: str | None, profile: str | None) -> RemoteConfig:
+    check_name(name)
+    parsed = parse_url(url)
+    if endpoint is not None and not endpoint.startswith(("https://", "http://")):
+        raise UsageError(f"the endpoint must be an http(s) URL, not {endpoint!r}")
+    if endpoint is not None and "@" in endpoint.split("//", 1)[1].split("/", 1)[0]:
+        raise UsageError("credentials never go in an endpoint URL")
+    return RemoteConfig(name, str(parsed), endpoint, region, profile, os.urandom(8), os.urandom(8).hex())
+
+
+def all_configs(backend: Backend) -> list[RemoteConfig]:
+    with backend.read() as view:
+        return [_parse(k[2:].decode(), v) for k, v in view.items(TABLE, prefix=b"c:")]
+
+
+def remove(backend: Backend, cfg: RemoteConfig) -> None:
+    """Remove a remote and every row it owns (in bounded batches; the config row last, so a
+    crash leaves the remote listed and ``remote remove`` finishes it)."""
+    for prefix in (b"k" + cfg.rid, b"o" + cfg.rid, b"r" + cfg.rid, b"m" + cfg.rid):
+        while True:
+            with backend.read() as view:
+                keys = [k for k, _ in _take(view.items(TABLE, prefix=prefix), 4096)]
+            if not keys:
+                break
+            with backend.write() as batch:
+                for k in keys:
+                    batch.delete(TABLE, k)
+    with backend.write() as batch:
+        batch.delete(TABLE, _config_key(cfg.name))
+
+
+def _take(it: Iterator[tuple[bytes, bytes]], n: int) -> Iterator[tuple[bytes, bytes]]:
+    for i, row in enumerate(it):
+        if i >= n:
+            return
+        yield row
+
+
+# -- what is known to be on the remote ------------------------------------------------------
+
+
+def known_key(rid: bytes, kind: bytes, oid: bytes) -> bytes:
+    return b"k" + rid + kind + oid
+
+
+def known(backend: Backend, rid: bytes, kind: bytes, ids: Iterable[bytes]) -> dict[bytes, str]:
+    """For each id known to be on the remote, the key of the object holding it."""
+    out = {}
+    with backend.read() as view:
+        for oid in ids:
+            v = view.get(TABLE, known_key(rid, kind, oid))
+            if v is not None:
+                out[oid] = v.decode()
+    return out
+
+
+def put_known(batch: WriteBatch, rid: bytes, kind: bytes, oid: bytes, key: str) -> None:
+    batch.put(TABLE, known_key(rid, kind, oid), key.encode())
+
+
+def imported(backend: Backend, rid: bytes, key: str) -> bool:
+    with backend.read() as view:
+        return view.get(TABLE, b"o" + rid + key.encode()) is not None
+
+
+def put_imported(batch: WriteBatch, rid: bytes, key: str) -> None:
+    batch.put(TABLE, b"o" + rid + key.encode(), b"")
+
+
+def leaf_objects(backend: Backend, rid: bytes, leaves: Iterable[bytes]) -> dict[bytes, list[str]]:
+    """For each manifest chunk a push recorded, the objects its entries' closure lives in."""
+    out = {}
+    with backend.read() as view:
+        for leaf in leaves:
+            raw = view.get(TABLE, b"m" + rid + leaf)
+            if raw is None:
+                continue
+            try:
+                keys = msgpack.unpackb(raw, raw=False)
+            except (ValueError, TypeError, msgpack.UnpackException):
+                continue  # a cache only: that chunk's entries are walked again
+            if isinstance(keys, list) and all(isinstance(k, str) and is_data_key(k) for k in keys):
+                out[leaf] = keys
+    return out
+
+
+def put_leaf_objects(batch: WriteBatch, rid: bytes, leaf: bytes, keys: list[str]) -> None:
+    batch.put(TABLE, b"m" + rid + leaf, msgpack.packb(sorted(keys)))
+
+
+# -- refs as last seen -------------------------------------------------------------------------
+
+
+class SeenRef(NamedTuple):
+    checkpoint: bytes
+    etag: str
+    bundle: str
+
+
+def _parse_seen(raw: bytes) -> SeenRef | None:
+    try:
+        d = msgpack.unpackb(raw, raw=False)
+        return SeenRef(bytes(d["checkpoint"]), str(d["etag"]), str(d["bundle"]))
+    except (KeyError, ValueError, TypeError, msgpack.UnpackException):
+        return None  # a cache only: a damaged row costs one more request
+
+
+def seen_ref(backend: Backend, rid: bytes, name: str) -> SeenRef | None:
+    with backend.read() as view:
+        raw = view.get(TABLE, b"r" + rid + name.encode("utf-8", "surrogateescape"))
+    return None if raw is None else _parse_seen(raw)
+
+
+def put_seen_ref(batch: WriteBatch, rid: bytes, name: str, ref: SeenRef) -> None:
+    batch.put(TABLE, b"r" + rid + name.encode("utf-8", "surrogateescape"), msgpack.packb(
+        {"checkpoint": ref.checkpoint, "etag": ref.etag, "bundle": ref.bundle}, use_bin_type=True))
+
+
+def seen_refs(backend: Backend, rid: bytes) -> dict[str, SeenRef]:
+    out = {}
+    with backend.read() as view:
+        for k, raw in view.items(TABLE, prefix=b"r" + rid):
+            ref = _parse_seen(raw)
+            if ref is not None:
+                out[k[1 + len(rid) :].decode("utf-8", "surrogateescape")] = ref
+    return out

@@ -1,0 +1,259 @@
+"""The narrow interface the protocol uses to talk to an object store, and its obstore version.
+
+The only module that imports obstore (lazily: the CLI's start-up never pays for it).  Every
+call is one request; :class:`Transport` is what tests wrap to count requests, delay listings or
+kill a pusher after k of them.  obstore's errors become :mod:`snapstore.errors`: a missing
+object is ``None``, a lost create or compare-and-swap race a ``None``/``False`` answer, an
+access refusal or an unreachable engine a :class:`~snapstore.errors.RemoteError` (exit 13) whose
+message is one line with no credential in it (obstore's messages carry the URL, never the
+signature or the keys; they are cut to their first line all the same).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from snapstore.errors import RemoteError, SnapstoreError, UsageError
+from snapstore.remote.names import RemoteURL
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore
+
+
+#: The largest object read whole (packs close at 16 MiB plus a frame; bundles hold records).
+MAX_GET = 256 << 20
+
+
+class Got(NamedTuple):
+    """An object read whole, the ETag to compare-and-swap it against, and its modification
+    time by the engine's clock (0 when unknown)."""
+
+    body: bytes
+    etag: str
+    mtime_ns: int = 0
+
+
+class Listed(NamedTuple):
+    key: str
+    size: int
+    mtime_ns: int
+
+
+class Transport:
+    """One request per call, keys relative to the remote's prefix."""
+
+    def get(self, key: str) -> Got | None:
+        """The object at ``key``, or None when there is none."""
+        raise NotImplementedError
+
+    def put_create(self, key: str, data: bytes) -> str | None:
+        """Create ``key`` only if absent (``If-None-Match: *``): its ETag, or None if it existed."""
+        raise NotImplementedError
+
+    def put_update(self, key: str, data: bytes, etag: str) -> str | None:
+        """Replace ``key`` only if its ETag is ``etag`` (``If-Match``): the new ETag, or None."""
+        raise NotImplementedError
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[Listed]:
+        """The objects under ``prefix`` in key order (one request per page of 1,000).
+
+        ``prefix`` is a whole path ("log/", "refs/"): object_store lists by path segment, so
+        "gc/clock" would list "gc/clock/..." and not the key itself."""
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (no error when it is already gone)."""
+        raise NotImplementedError
+
+
+_MEMORY: dict[str, ObjectStore] = {}
+_MEMORY_LOCK = threading.Lock()
+
+
+def memory_store(name: str) -> ObjectStore:
+    """The process-wide in-memory store ``memory://name`` (for tests: obstore's MemoryStore
+    enforces create and update modes like S3)."""
+    from obstore.store import MemoryStore
+
+    with _MEMORY_LOCK:
+        store = _MEMORY.get(name)
+        if store is None:
+            store = _MEMORY[name] = MemoryStore()
+        return store
+
+
+def connect(url: RemoteURL, *, endpoint: str | None = None, region: str | None = None, profile: str | None = None) -> Transport:
+    """A transport for ``url`` (credentials from the environment or ``profile``)."""
+    try:
+        import obstore  # noqa: F401 - only to say clearly when it is missing
+    except ImportError:
+        raise UsageError("remotes need obstore: pip install 'snapstore[remotes]'") from None
+    if url.scheme == "memory":
+        return ObstoreTransport(memory_store(url.bucket), url.prefix)
+    from datetime import timedelta
+
+    from obstore.store import S3Store
+
+    from snapstore.remote.credentials import s3_credentials
+
+    config: dict[str, Any] = dict(s3_credentials(profile))
+    client: dict[str, Any] = {"connect_timeout": "10s", "timeout": "120s"}
+    if endpoint:
+        config["endpoint"] = endpoint
+        # S3-compatible engines (SeaweedFS, Ceph, MinIO) serve path-style requests.
+        config["virtual_hosted_style_request"] = False
+        if endpoint.startswith("http://"):
+            # Plain HTTP only when the user wrote it; TLS certificates are always verified.
+            client["allow_http"] = True
+    config["region"] = region or "us-east-1"
+    try:
+        store = S3Store(
+            url.bucket,
+            config=config,  # type: ignore[arg-type]  # (built as a plain dict)
+            client_options=client,  # type: ignore[arg-type]
+            retry_config={"max_retries": 4, "retry_timeout": timedelta(seconds=120)},
+        )
+    except Exception as exc:  # obstore raises its own config errors
+        raise RemoteError(f"cannot set up the remote {url}: {_first_line(exc)}") from None
+    return ObstoreTransport(store, url.prefix)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class ObstoreTransport(Transport):
+    """:class:`Transport` over an obstore store (S3Store, MemoryStore)."""
+
+    def __init__(self, store: ObjectStore, prefix: str = "") -> None:
+        self.store = store
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+
+    def _error(self, exc: BaseException, what: str, key: str) -> RemoteError:
+        from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+
+        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
+            return RemoteError(
+                f"the remote refused to {what} {key} (permission denied: check the credentials "
+                f"and the bucket policy): {_first_line(exc)}"
+            )
+        return RemoteError(f"cannot {what} {key} on the remote: {_first_line(exc)}")
+
+    def get(self, key: str) -> Got | None:
+        import obstore
+
+        try:
+            result = obstore.get(self.store, self.prefix + key)
+            if result.meta["size"] > MAX_GET:
+                # Read whole only what snapstore could have written: a hostile or damaged
+                # engine must not make a fetch allocate without bound.
+                from snapstore.errors import CorruptError
+
+                raise CorruptError(f"remote object {key} is corrupt (it holds {result.meta['size']} bytes, "
+                                   f"more than any snapstore object, {MAX_GET})")
+            body = bytes(result.bytes())
+        except FileNotFoundError:
+            return None
+        except SnapstoreError:
+            raise
+        except Exception as exc:
+            raise self._error(exc, "read", key) from None
+        mtime = result.meta.get("last_modified")
+        return Got(body, result.meta.get("e_tag") or "", int(mtime.timestamp() * 1e9) if mtime else 0)
+
+    def put_create(self, key: str, data: bytes) -> str | None:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            r = obstore.put(self.store, self.prefix + key, data, mode="create", use_multipart=False)
+        except (AlreadyExistsError, PreconditionError):
+            return None
+        except Exception as exc:
+            raise self._error(exc, "write", key) from None
+        return r.get("e_tag") or ""
+
+    def put_update(self, key: str, data: bytes, etag: str) -> str | None:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            r = obstore.put(self.store, self.prefix + key, data, mode={"e_tag": etag}, use_multipart=False)
+        except (PreconditionError, AlreadyExistsError, FileNotFoundError):
+            return None
+        except Exception as exc:
+            raise self._error(exc, "update", key) from None
+        return r.get("e_tag") or ""
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[Listed]:
+        import obstore
+
+        try:
+            pages = obstore.list(
+                self.store, self.prefix + prefix,
+                offset=self.prefix + start_after if start_after is not None else None,
+                chunk_size=1000,
+            )
+            for page in pages:
+                for meta in page:
+                    path = meta["path"]
+                    if not path.startswith(self.prefix):
+                        continue
+                    mtime = meta["last_modified"]
+                    yield Listed(path[len(self.prefix) :], int(meta["size"]), int(mtime.timestamp() * 1e9))
+        except Exception as exc:
+            raise self._error(exc, "list", prefix or "/") from None
+
+    def delete(self, key: str) -> None:
+        import obstore
+
+        try:
+            obstore.delete(self.store, self.prefix + key)
+        except FileNotFoundError:
+            return
+        except Exception as exc:
+            raise self._error(exc, "delete", key) from None
+
+
+class CountingTransport(Transport):
+    """Counts the requests made through it (every report says how many a command cost; the
+    tests fail when a push needs more than its budget).  A listing counts one per page."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def requests(self) -> int:
+        return sum(self.counts.values())
+
+    def count(self, kind: str) -> None:
+        with self._lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def get(self, key: str) -> Got | None:
+        self.count("get")
+        return self.inner.get(key)
+
+    def put_create(self, key: str, data: bytes) -> str | None:
+        self.count("put")
+        return self.inner.put_create(key, data)
+
+    def put_update(self, key: str, data: bytes, etag: str) -> str | None:
+        self.count("put")
+        return self.inner.put_update(key, data, etag)
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[Listed]:
+        self.count("list")
+        for i, entry in enumerate(self.inner.list(prefix, start_after)):
+            if i and i % 1000 == 0:
+                self.count("list")
+            yield entry
+
+    def delete(self, key: str) -> None:
+        self.count("delete")
+        self.inner.delete(key)

@@ -1,0 +1,129 @@
+"""``remote verify``: read every published object and report every problem.
+
+Lists the bundles (``log/``) and refs (``refs/``); reads each bundle and every object it needs,
+once each, checking names against hashes, frames, chunk ids and records; imports them into a
+throw-away in-memory store and walks each bundle's checkpoints there, so a chunk a bundle needs
+but no object holds is found too.  Reads the whole remote: a maintenance command, not a per-push
+cost.  Packs no bundle names are counted (``remote gc`` would remove them), not problems.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from snapstore.errors import CorruptError
+from snapstore.remote import closure, layout
+from snapstore.remote.fetch import import_pack
+from snapstore.remote.transport import Transport
+from snapstore.storage.memory import MemoryBackend
+
+Progress = Callable[[int, int], None]
+
+
+class RemoteVerifyReport:
+    def __init__(self) -> None:
+        self.bundles = 0
+        self.refs = 0
+        self.objects = 0
+        self.bytes_read = 0
+        self.checkpoints = 0
+        self.unreferenced_packs = 0
+        self.problems: list[dict[str, str]] = []
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def problem(self, key: str, why: str) -> None:
+        self.problems.append({"object": key, "problem": why})
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["ok"] = self.ok
+        return d
+
+
+def run(transport: Transport, progress: Progress | None = None) -> RemoteVerifyReport:
+    report = RemoteVerifyReport()
+    mem = MemoryBackend()
+    packs_seen: dict[str, bool] = {}  # key -> read and sound
+    bundle_keys = [e.key for e in transport.list("log/")]
+    for i, key in enumerate(bundle_keys):
+        report.bundles += 1
+        got = transport.get(key)
+        if got is None:
+            report.problem(key, "listed but cannot be read")
+            continue
+        report.bytes_read += len(got.body)
+        try:
+            bundle = layout.parse_bundle(key, got.body)
+        except CorruptError as exc:
+            report.problem(key, exc.message)
+            continue
+        packs_seen[key] = True
+        sound = True
+        if bundle.inline is not None:
+            sound = _import(mem, key, bundle.inline, report)
+        for need in bundle.needs:
+            if need not in packs_seen:
+                packs_seen[need] = _read(transport, mem, need, report)
+            if not packs_seen[need]:
+                report.problem(key, f"needs {need}, which is missing or damaged")
+                sound = False
+        if sound:
+            try:
+                with mem.read() as view:
+                    need_ = closure.of(view.get, bundle.checkpoints)
+                lacking = [c for c, ok in zip(need_.chunks, mem.has_many("chunks", list(need_.chunks))) if not ok]
+                if lacking:
+                    report.problem(key, f"its checkpoints need {len(lacking)} chunks no object holds (e.g. {lacking[0].hex()})")
+                report.checkpoints += len(bundle.checkpoints)
+            except CorruptError as exc:
+                report.problem(key, f"its checkpoints cannot be read whole: {exc.message}")
+        if progress is not None:
+            progress(i + 1, len(bundle_keys))
+    for entry in transport.list("refs/"):
+        report.refs += 1
+        got = transport.get(entry.key)
+        if got is None:
+            continue  # moved away between the listing and the read: not a problem
+        try:
+            ref = layout.parse_ref(entry.key, got.body)
+        except CorruptError as exc:
+            report.problem(entry.key, exc.message)
+            continue
+        if ref.bundle not in packs_seen:
+            report.problem(entry.key, f"names the bundle {ref.bundle}, which is missing")
+    for entry in transport.list("packs/"):
+        if entry.key not in packs_seen:
+            report.unreferenced_packs += 1
+    return report
+
+
+def _read(transport: Transport, mem: MemoryBackend, key: str, report: RemoteVerifyReport) -> bool:
+    got = transport.get(key)
+    report.objects += 1
+    if got is None:
+        report.problem(key, "missing")
+        return False
+    report.bytes_read += len(got.body)
+    try:
+        if key.startswith("packs/"):
+            pack: layout.Pack | None = layout.parse_pack(key, got.body, layout.pack_name_of(key))
+        else:
+            pack = layout.parse_bundle(key, got.body).inline
+    except CorruptError as exc:
+        report.problem(key, exc.message)
+        return False
+    return pack is None or _import(mem, key, pack, report)
+
+
+def _import(mem: MemoryBackend, key: str, pack: layout.Pack, report: RemoteVerifyReport) -> bool:
+    try:
+        with mem.write() as batch:
+            import_pack(batch, key, pack, lambda c: batch.get("chunks", c) is not None)
+    except CorruptError as exc:
+        report.problem(key, exc.message)
+        return False
+    return True

@@ -1,0 +1,264 @@
+"""The timeline: checkpoints newest first, a page at a time, filtered, in one aligned table.
+
+A page reads only its own records (:meth:`Store.log_page`: the log is read from the page's
+cursor, ``before``, down to its last row), so the first page costs the same at 20 and at 20,000
+checkpoints.  Each row is labelled with its log number (``seq``): it never changes, so a number
+seen on the page names the same checkpoint after new ones arrive (the CLI's ``#N`` counts from
+the newest and moves; the short id is the reference to copy).
+
+Filters: text in the message; text in the messages of the conversation new in a checkpoint (so
+the step where it was said, not every later one); a task (its index); a tag (the one checkpoint
+it names); a path:
+a file (the path index), a directory (``src/`` or ``src``: anything under it) or a glob
+(``*.py``, ``src/*/test_*.py``; as :func:`fnmatch.fnmatchcase`, ``*`` crosses ``/``, and a
+pattern without ``/`` also matches file names).  A directory or glob is matched against each
+checkpoint's changes, and a conversation search reads its conversations, so such a page stops
+after :data:`SCAN_SECONDS` with a link to search further back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
+
+from snapstore.errors import RefError
+from snapstore.records.checkpoint import Checkpoint
+from snapstore.ui import here
+from snapstore.ui.html import Html, counts_el, fmt, group_key, join, tags_el, time_el, url, who
+
+if TYPE_CHECKING:
+    from snapstore.store import Store
+
+#: Rows per page.
+PAGE = 200
+#: Records a filtered page reads at most before it offers to search further back.
+SCAN_RECORDS = 5_000
+#: Time a directory or glob filter spends at most per page (it reads each checkpoint's changes).
+SCAN_SECONDS = 1.5
+_GLOB = frozenset("*?[")
+
+Page = tuple[str, Html]
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The timeline's filters (each empty when unused)."""
+
+    q: str = ""
+    path: str = ""
+    said: str = ""
+    task: str = ""
+    tag: str = ""
+    safety: bool = False
+
+    def query(self) -> dict[str, str | int | None]:
+        return {
+            "q": self.q, "path": self.path, "said": self.said, "task": self.task, "tag": self.tag,
+            "safety": 1 if self.safety else None,
+        }
+
+    def any(self) -> bool:
+        return bool(self.q or self.path or self.said or self.task or self.tag)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """One page: its checkpoints, the cursor of the next page (None: no older ones), and
+    whether the search stopped early (its bound) rather than at the page's size."""
+
+    checkpoints: list[Checkpoint]
+    after: int | None
+    stopped: bool = False
+
+
+def path_matcher(pattern: str) -> Callable[[bytes], bool]:
+    """Whether a changed path matches the filter ``pattern`` (a directory or a glob)."""
+    if _GLOB & set(pattern):
+        names = "/" not in pattern
+
+        def glob(path: bytes) -> bool:
+            text = path.decode("utf-8", "surrogateescape")
+            return fnmatchcase(text, pattern) or (names and fnmatchcase(text.rsplit("/", 1)[-1], pattern))
+
+        return glob
+    prefix = pattern.strip("/").encode("utf-8", "surrogateescape")
+    return lambda path: path == prefix or path.startswith(prefix + b"/")
+
+
+def page_rows(store: Store, f: Filters, before: int | None) -> Rows:
+    """The checkpoints of one page of the timeline."""
+    needle = f.q.casefold()
+
+    def message(c: Checkpoint) -> bool:
+        return needle in c.message.casefold()
+
+    keep = message if needle else None
+    task = f.task or None
+    if f.tag:
+        try:
+            cp, _, _ = store.log_neighbours(f.tag, include_safety=True)  # (with its seq)
+        except RefError:
+            return Rows([], None)
+        hit = f.tag in cp.tags and (task is None or cp.task == task) and (keep is None or keep(cp))
+        return Rows([cp] if hit and (before is None or cp.seq < before) else [], None)
+    hits: list[Callable[[Checkpoint], bool]] = []
+    path = f.path.strip()
+    if path:
+        touched = set()
+        if not (_GLOB & set(path)) and not path.endswith("/"):
+            touched = {v.checkpoint.id for v in store.history(path)}
+        if touched:  # a file's path: the path index answers, no scan
+
+            def changed(c: Checkpoint, first: Callable[[Checkpoint], bool] | None = keep) -> bool:
+                return c.id in touched and (first is None or first(c))
+
+            keep = changed
+        else:
+            match = path_matcher(path)
+            hits.append(lambda c: any(match(ch.path) for ch in store.changes(c.id)))
+    if f.said:
+        from snapstore.ui.conversation import said_in
+
+        hits.append(said_in(store, f.said))
+    if hits:
+        return _scan(store, hits, before, task, f.safety, keep)
+    scan = SCAN_RECORDS if (keep or task) else None
+    rows, after = store.log_page(before=before, limit=PAGE, task=task, include_safety=f.safety, keep=keep, scan=scan)
+    return Rows(rows, after, stopped=len(rows) < PAGE and after is not None)
+
+
+def _scan(
+    store: Store, hits: list[Callable[[Checkpoint], bool]], before: int | None, task: str | None, safety: bool,
+    keep: Callable[[Checkpoint], bool] | None,
+) -> Rows:
+    """Checkpoints that every one of ``hits`` accepts (each may read the store: a checkpoint's
+    changes, its conversation), for at most :data:`SCAN_SECONDS`."""
+    deadline = time.monotonic() + SCAN_SECONDS
+    found: list[Checkpoint] = []
+    cursor = before
+    while True:
+        batch, after = store.log_page(before=cursor, limit=50, task=task, include_safety=safety, keep=keep)
+        for c in batch:
+            if all(hit(c) for hit in hits):
+                found.append(c)
+            cursor = c.seq
+            if len(found) >= PAGE:
+                return Rows(found, cursor)
+            if time.monotonic() > deadline:
+                return Rows(found, cursor, stopped=True)
+        if after is None:
+            return Rows(found, None)
+        cursor = after
+
+
+def timeline(store: Store, f: Filters, before: int | None = None) -> Page:
+    """The filter form and the page of checkpoints."""
+    rows = page_rows(store, f, before)
+    tasks = sorted({c.task for c in rows.checkpoints if c.task} | ({f.task} if f.task else set()))
+    tags = sorted({t for c in rows.checkpoints for t in c.tags})
+    form = fmt(
+        '<form class="filters" method="get" action="/" role="search" aria-label="Filter the checkpoints">'
+        '<label>Message <input name="q" value="{}" placeholder="text in the message" id="filter-q"></label>'
+        '<label>Path <input name="path" value="{}" placeholder="src/app.py, src/, *.py"></label>'
+        '<label>Conversation <input name="said" value="{}" placeholder="text in the messages"></label>'
+        '<label>Task <input name="task" value="{}" list="tasks"></label><datalist id="tasks">{}</datalist>'
+        '<label>Tag <input name="tag" value="{}" list="tags"></label><datalist id="tags">{}</datalist>'
+        '<label class="check"><input type="checkbox" name="safety" value="1"{}> safety checkpoints</label>'
+        '<button type="submit">Filter</button> <a href="/">Clear</a></form>',
+        f.q, f.path, f.said, f.task, join(fmt('<option value="{}">', t) for t in tasks),
+        f.tag, join(fmt('<option value="{}">', t) for t in tags), Html(" checked") if f.safety else Html(""),
+    )
+    src = url("/timeline.frag", **f.query(), before=before)
+    body = fmt(
+        '<h1>Checkpoints</h1>{}<div id="timeline" data-src="{}" aria-live="polite">{}</div>',
+        form, src, rows_html(f, before, rows),
+    )
+    return "Timeline", body
+
+
+def prompts(store: Store, f: Filters, before: int | None = None) -> dict[str, str]:
+    """The prompt each row of a page belongs to (``{id: text}``), for ui.js to fill in."""
+    from snapstore.ui.conversation import prompts as read
+
+    return read(store, page_rows(store, f, before).checkpoints)
+
+
+def timeline_list(store: Store, f: Filters, before: int | None = None) -> Html:
+    """The list part of the timeline (also served alone, for live updates)."""
+    return rows_html(f, before, page_rows(store, f, before))
+
+
+def rows_html(f: Filters, before: int | None, rows: Rows) -> Html:
+    """One table for the page, a header row per run of the same task (or agent session)."""
+    pager = _pager(f, before, rows)
+    if not rows.checkpoints:
+        if rows.stopped:
+            return fmt('<p class="empty">No match in the checkpoints searched so far.</p>{}', pager)
+        if f.any() or before is not None:
+            return fmt('<p class="empty">No checkpoint matches.</p>{}', pager)
+        return Html('<p class="empty">No checkpoints yet: run <code>snapstore snapshot</code>.</p>')
+    groups: list[tuple[tuple[str, str], list[Checkpoint]]] = []
+    for c in rows.checkpoints:
+        key = group_key(c)
+        if groups and groups[-1][0] == key:
+            groups[-1][1].append(c)
+        else:
+            groups.append((key, [c]))
+    body = join(_group(key, members) for key, members in groups)
+    if before is None and not f.any():
+        body = fmt("{}{}", here.placeholder(), body)
+    return fmt(
+        '<table class="timeline"><thead><tr><th scope="col">No.</th><th scope="col">When</th>'
+        '<th scope="col">Message</th><th scope="col">Changes</th><th scope="col" class="who">Who</th>'
+        '<th scope="col" class="id">Id</th></tr></thead>{}</table>{}',
+        body, pager,
+    )
+
+
+def _pager(f: Filters, before: int | None, rows: Rows) -> Html:
+    links = []
+    if before is not None:
+        links.append(fmt('<a href="{}" id="newer">Newest</a>', url("/", **f.query())))
+    if rows.after is not None:
+        what = "Search older checkpoints" if rows.stopped else "Older checkpoints"
+        links.append(fmt('<a href="{}" rel="next" id="older">{} →</a>', url("/", **f.query(), before=rows.after), what))
+    if not links:
+        return Html("")
+    return fmt('<nav class="pager" aria-label="Pages">{}</nav>', join(links, " "))
+
+
+def plural(n: int, word: str) -> str:
+    """``1 checkpoint``, ``2 checkpoints``."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def _group(key: tuple[str, str], members: list[Checkpoint]) -> Html:
+    kind, name = key
+    title = fmt("{}: <strong>{}</strong>", kind, name) if kind else Html("No task")
+    span = fmt(
+        "{}, {} – {}", plural(len(members), "checkpoint"), time_el(members[-1].time_ns), time_el(members[0].time_ns)
+    )
+    return fmt(
+        '<tbody class="group"><tr class="grp"><th colspan="6" scope="rowgroup">{} <small>{}</small></th></tr>{}</tbody>',
+        title, span, join(_row(c) for c in members),
+    )
+
+
+def _row(c: Checkpoint) -> Html:
+    href = f"/c/{c.id}"
+    message = c.message or "(no message)"
+    label = fmt('<span title="checkpoint number {} (it never changes)">{}</span>', c.seq, c.seq)
+    if c.is_safety:
+        label = fmt("{} <small>safety</small>", label)
+    return fmt(
+        '<tr class="cp{}" data-href="{}"><td class="ref">{}</td><td>{}</td>'
+        '<td class="msg"><a href="{}">{}</a> {}</td><td>{}</td><td class="who">{}</td><td class="id"><code>{}</code></td></tr>',
+        " safety" if c.is_safety else "", href, label, time_el(c.time_ns, relative=True), href, message,
+        tags_el(c.tags), counts_el(c.stats), who(c) or "–", c.short_id,
+    )
+
+
+__all__ = ["PAGE", "Filters", "Rows", "page_rows", "path_matcher", "prompts", "rows_html", "timeline", "timeline_list"]

@@ -1,0 +1,128 @@
+"""Orientation on the pages (issue 27 req 2): the working tree's row and the checkpoint it
+equals, renames shown as renames, a summary, collapsible files (older/newer links:
+test_ui_timeline.py; in the browser: test_ui_browser_flows.py)."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette", reason="the ui extra is not installed (pip install -e '.[ui]')")
+pytest.importorskip("httpx", reason="httpx (for Starlette's TestClient) is not installed")
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from snapstore.store import Store  # noqa: E402
+from snapstore.ui.app import create_app  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+PORT = 47814
+ORIGIN = f"http://127.0.0.1:{PORT}"
+TOKEN = "here-token-0123456789"
+BODY = "".join(f"line {i} of a module that moves\n" for i in range(40))
+
+
+def client_for(store: Store) -> TestClient:
+    client = TestClient(create_app(store, token=TOKEN, host="127.0.0.1", port=PORT), base_url=ORIGIN)
+    assert client.get(f"/?token={TOKEN}").status_code == 200
+    return client
+
+
+@pytest.fixture
+def store(tree: Path) -> Iterator[Store]:
+    (tree / "old_name.py").write_text(BODY)
+    (tree / "app.py").write_text("a = 1\n")
+    with Store.init(tree) as s:
+        s.snapshot("first")
+        (tree / "old_name.py").rename(tree / "new_name.py")
+        (tree / "new_name.py").write_text(BODY.replace("line 7 ", "line seven "))
+        (tree / "app.py").write_text("a = 2\n")
+        s.snapshot("rename and edit")
+        yield s
+
+
+def here_of(client: TestClient) -> tuple[str, str]:
+    """The working tree's row: its text and the id it names (empty: none)."""
+    html = client.get("/here.frag").text
+    found = re.search(r'data-here="([0-9a-f]*)"', html)
+    assert found, html
+    return re.sub(r"<[^>]+>", "", html), found.group(1)
+
+
+def test_a_rename_shows_as_one_renamed_file_with_its_diff(store: Store):
+    html = client_for(store).get("/c/latest").text
+    assert "renamed (" in html and '<span class="from">old_name.py</span> → new_name.py' in html
+    assert "st-A" not in html and "st-D" not in html  # not an added plus a deleted file
+    assert "-line 7 of a module" in re.sub(r"<[^>]+>", "", html).replace("\n", "")
+
+
+def test_the_summary_and_collapsible_files(store: Store):
+    html = client_for(store).get("/c/latest").text
+    assert re.search(r'<p class="summary">2 files changed: 1 modified, 1 renamed; <span class="add">\+2</span> <span class="del">−2</span> lines</p>', html)
+    assert html.count('<details class="filediff"') == 2 and '<details class="filediff" id="f-0" open>' in html
+    assert 'id="fold-all"' in html
+
+
+def test_the_working_tree_row_names_the_checkpoint_the_tree_equals(store: Store, tree: Path):
+    client = client_for(store)
+    assert 'id="worktree" data-src="/here.frag"' in client.get("/").text
+    latest, first = store.resolve("latest").id, store.resolve("#2").id
+    text, here = here_of(client)
+    assert "no changes since the latest checkpoint" in text and here == latest
+    (tree / "app.py").write_text("a = 3\n")
+    (tree / "scratch.txt").write_text("new\n")
+    text, here = here_of(client)
+    assert "2 paths changed since the latest checkpoint" in text and "+1 ~1 -0" in text and here == ""
+    store.restore(first)
+    text, here = here_of(client)
+    assert "it equals checkpoint" in text and here == first
+    store.undo()
+    _, here = here_of(client)
+    assert here == store.operations()[0].target  # the tree as it was before the restore
+
+
+def test_a_selective_restore_names_no_checkpoint(store: Store, tree: Path):
+    client = client_for(store)
+    store.restore(store.resolve("#2").id, ["app.py"])
+    _, here = here_of(client)
+    assert here == ""
+
+
+def test_the_row_is_only_on_the_unfiltered_first_page(store: Store):
+    client = client_for(store)
+    assert 'id="worktree"' not in client.get("/?q=first").text
+    assert 'id="worktree"' not in client.get("/?before=2").text
+
+
+def test_changed_words_are_marked_inside_a_changed_line(tree: Path):
+    (tree / "m.py").write_text("from operator import itemgetter  # a < b\nx = 1\n")
+    with Store.init(tree) as s:
+        s.snapshot("one")
+        (tree / "m.py").write_text("from operator import attrgetter  # a < b\nsomething = entirely_else()\n")
+        s.snapshot("two")
+        client = client_for(s)
+        for view in ("unified", "split"):
+            html = client.get(f"/c/latest?view={view}").text
+            assert html.count("<del>") == 1 and html.count("<ins>") == 1, view
+            assert '<span class="n"><del>itemgetter</del></span>' in html
+            assert '<span class="n"><ins>attrgetter</ins></span>' in html
+
+
+def test_word_marks_survive_escaping_and_span_boundaries():
+    from snapstore.ui import words
+    from snapstore.ui.html import Html
+
+    old, new = "a <b> & c", "a <x> & c"
+    found = words.changed(old, new)
+    assert found == ([(3, 4)], [(3, 4)])
+    assert words.mark(Html("a &lt;b&gt; &amp; c"), found[0], "del") == "a &lt;<del>b</del>&gt; &amp; c"
+    spanned = words.mark(Html('<span class="k">ab</span><span class="n">cd</span>'), [(1, 3)], "ins")
+    assert spanned == '<span class="k">a<ins>b</ins></span><span class="n"><ins>c</ins>d</span>'
+    assert words.changed("x = 1", "completely different text") is None

@@ -1,0 +1,107 @@
+"""Selective revert from the UI (issue 27 req 3): a checkpoint's changes or a task's (by
+actor) taken back with a preview and a confirmation, later changes kept, conflicts never
+settled silently, a stale plan re-previewed, Undo after."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+pytest.importorskip("starlette", reason="the ui extra is not installed (pip install -e '.[ui]')")
+pytest.importorskip("httpx", reason="httpx (for Starlette's TestClient) is not installed")
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from snapstore.store import Store  # noqa: E402
+from snapstore.ui.app import create_app  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+PORT = 47817
+ORIGIN = f"http://127.0.0.1:{PORT}"
+TOKEN = "revert-token-0123456789"
+A1 = "".join(f"line {i}\n" for i in range(20))
+
+
+def client_for(store: Store) -> TestClient:
+    client = TestClient(create_app(store, token=TOKEN, host="127.0.0.1", port=PORT), base_url=ORIGIN)
+    assert client.get(f"/?token={TOKEN}").status_code == 200
+    return client
+
+
+def post(client: TestClient, path: str, data: dict | None = None):
+    headers = {"origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"}
+    return client.post(path, content=urlencode(data or {}), headers=headers, follow_redirects=False)
+
+
+def plan_of(html: str) -> str:
+    found = re.search(r'name="plan" value="([0-9a-f]+)"', html)
+    assert found, "no confirmation form"
+    return found.group(1)
+
+
+@pytest.fixture
+def store(tree: Path) -> Iterator[Store]:
+    (tree / "a.py").write_text(A1)
+    (tree / "b.txt").write_text("b\n")
+    with Store.init(tree) as s:
+        s.snapshot("start", task="t")
+        (tree / "a.py").write_text(A1.replace("line 2\n", "line two\n"))
+        s.snapshot("agent edits a.py", task="t", metadata={"actor": "agent"})
+        (tree / "b.txt").write_text("b by the user\n")
+        s.snapshot("user edits b.txt", task="t", metadata={"actor": "user"})
+        (tree / "a.py").write_text(A1.replace("line 2\n", "line two\n").replace("line 15\n", "line fifteen\n"))
+        s.snapshot("agent edits a.py again", task="t", metadata={"actor": "agent"})
+        yield s
+
+
+def test_take_back_one_checkpoint_keeping_later_changes_then_undo(store: Store, tree: Path):
+    client = client_for(store)
+    cid = store.resolve("#3").id
+    page = client.get(f"/c/{cid}").text
+    assert f'action="/c/{cid}/revert/preview"' in page and 'id="revert-task"' in page
+    preview = post(client, f"/c/{cid}/revert/preview").text
+    assert "Dry run: nothing has changed yet." in preview and "1 path would be merged with the changes made since" in preview
+    assert "-line two" in preview and "+line 2" in preview
+    assert tree.joinpath("a.py").read_text().startswith("line 0\nline 1\nline two\n")  # nothing yet
+    done = post(client, f"/c/{cid}/revert/confirm", {"plan": plan_of(preview), "confirm": "yes"})
+    assert done.status_code == 200 and 'id="result"' in done.text and 'id="undo"' in done.text
+    a = tree.joinpath("a.py").read_text()
+    assert "line 2\n" in a and "line fifteen\n" in a  # taken back, the later edit kept
+    assert tree.joinpath("b.txt").read_text() == "b by the user\n"
+    store.undo()
+    assert "line two\n" in tree.joinpath("a.py").read_text()
+
+
+def test_take_back_a_tasks_agent_changes_only(store: Store, tree: Path):
+    client = client_for(store)
+    preview = post(client, "/revert/preview", {"task": "t", "actor": "agent"}).text
+    done = post(client, "/revert/confirm", {"task": "t", "actor": "agent", "plan": plan_of(preview), "confirm": "yes"})
+    assert done.status_code == 200
+    assert tree.joinpath("a.py").read_text() == A1  # both agent edits gone
+    assert tree.joinpath("b.txt").read_text() == "b by the user\n"  # the user's kept
+
+
+def test_a_conflict_is_shown_and_nothing_can_be_confirmed(store: Store, tree: Path):
+    tree.joinpath("a.py").write_text(A1.replace("line 2\n", "line 2, edited by hand\n"))
+    client = client_for(store)
+    cid = store.resolve("#3").id
+    preview = post(client, f"/c/{cid}/revert/preview")
+    assert preview.status_code == 200 and "would conflict" in preview.text and 'id="confirm"' not in preview.text
+    assert "line 2, edited by hand" in tree.joinpath("a.py").read_text()
+
+
+def test_a_stale_plan_is_previewed_again_and_a_bad_actor_refused(store: Store, tree: Path):
+    client = client_for(store)
+    cid = store.resolve("#3").id
+    r = post(client, f"/c/{cid}/revert/confirm", {"plan": "0" * 32, "confirm": "yes"})
+    assert "changed since the preview" in r.text and "line two\n" in tree.joinpath("a.py").read_text()
+    assert post(client, f"/c/{cid}/revert/confirm", {"plan": "0" * 32}).status_code == 400
+    assert post(client, "/revert/preview", {"task": "t", "actor": "robot"}).status_code == 400
