@@ -67,3 +67,31 @@ def test_ordered_entries_and_totals_match_a_full_sort(tmp_path: Path, monkeypatc
             assert cp.stats["bytes"] == sum(p.stat().st_size for p in files_now), step
     assert used["patched"] >= 20  # the incremental path ran
     assert all(same and df == 0 and ds == 0 for same, df, ds in seen), seen
+
+
+def test_a_checkpoint_with_nothing_touched_copies_no_list(tmp_path: Path):
+    """The usual checkpoint (nothing changed since the last) keeps the very lists of the last
+    one: no copy of a pointer per file; the next edit still gives what a sort gives."""
+    root = tmp_path / "t"
+    (root / "d").mkdir(parents=True)
+    for i in range(50):
+        (root / "d" / f"f{i}.txt").write_text(str(i))
+    with Store.init(root) as s:
+        s.close()
+    with Store.open(root, watch=True) as store:
+        store.snapshot("base")
+        store.snapshot("again")
+        before = store.context.manifest_memo.ordered
+        assert before is not None
+        store.snapshot("nothing changed", skip_unchanged=True)
+        after = store.context.manifest_memo.ordered
+        assert after is not None and after.entries is before.entries and after.paths is before.paths
+        (root / "d" / "f7.txt").write_text("changed")
+        (root / "d" / "new.txt").write_text("new")
+        time.sleep(0.05)
+        cp = store.snapshot("edited")
+        assert cp.stats["modified"] == 1 and cp.stats["added"] == 1
+        assert store.context.manifest_memo.ordered.entries == ordered.full(
+            {e.path: e for e in store.entries(cp.id)}
+        ).entries
+        assert before.entries is not store.context.manifest_memo.ordered.entries  # (copied to edit)

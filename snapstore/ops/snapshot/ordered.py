@@ -50,6 +50,8 @@ def order(
     """``entries`` in path order: ``kept`` (the order of the dict ``kept_of``) edited at
     ``touched`` when ``entries`` were patched from that very dict (``base``), else sorted."""
     if kept is not None and touched is not None and base is not None and base is kept_of:
+        if not touched:  # (the usual checkpoint: nothing to edit, nothing to copy)
+            return Ordered(kept.entries, kept.paths, kept.files, kept.size, True, (kept.entries, []))
         return _patched(kept, entries, touched)
     return full(entries)
 
