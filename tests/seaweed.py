@@ -50,6 +50,7 @@ class SeaweedFS:
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
         self.s3_port = 0
+        self.filer_port = 0
         self.endpoint = ""
 
     @property
@@ -71,6 +72,7 @@ class SeaweedFS:
             }]}, f)
         (s3, s3g, master, masterg, volume, volumeg, filer, filerg) = _free_ports(8)
         self.s3_port = s3
+        self.filer_port = filer
         self.endpoint = f"http://127.0.0.1:{s3}"
         args = [
             weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
@@ -117,6 +119,29 @@ class SeaweedFS:
         key = f"probe-{os.urandom(4).hex()}"
         obstore.put(s, key, b"1", mode="create")
         obstore.delete(s, key)
+
+    def open_uploads(self) -> list[str]:
+        """The keys of the multipart uploads open in the bucket (started, neither completed nor
+        aborted), read from the filer, where the S3 gateway keeps them (``.uploads/``)."""
+        import base64
+        import urllib.error
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.filer_port}/buckets/{BUCKET}/.uploads/?limit=10000"
+        req = urllib.request.Request(url, headers={"Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                listing = json.load(r)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # no upload was ever started
+                return []
+            raise
+        keys = []
+        for entry in listing.get("Entries") or []:
+            key = (entry.get("Extended") or {}).get("key")
+            if key:
+                keys.append(base64.b64decode(key).decode())
+        return sorted(keys)
 
     def log_tail(self) -> str:
         try:
