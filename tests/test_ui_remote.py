@@ -177,3 +177,21 @@ def test_ui_remote_serves_the_remotes_cache_read_only(browsed, tmp_path: Path, r
     assert messages == ["add type hints", "initial import"]
     r = run_cli("ui", "--remote", "nowhere", "--no-browser", cwd=tmp_path / "mate")
     assert r.code != 0 and "nowhere" in r.err and "Traceback" not in r.err
+
+
+def test_served_on_its_address_the_remotes_browser_is_read_only(browsed):
+    """What ``serve`` runs (``_prepare`` with ``remote``), through a real uvicorn on 127.x.y.z."""
+    import httpx
+
+    from snapstore.ui.server import background
+
+    _, view, (first, _) = browsed
+    with background(view, remote="origin") as served, httpx.Client(timeout=30) as http:
+        assert http.get(served.url).status_code == 200  # logs in (the session cookie)
+        base = f"http://{served.host}:{served.port}"
+        page = http.get(f"{base}/").text
+        assert 'class="banner read-only"' in page and "initial import" in page and 'id="worktree"' not in page
+        headers = {"origin": base, "content-type": "application/x-www-form-urlencoded"}
+        r = http.post(f"{base}/c/{first}/restore/preview", content="", headers=headers)
+        assert r.status_code == 403 and "read-only" in r.text
+    assert view.operations() == []
