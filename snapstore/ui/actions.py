@@ -58,11 +58,14 @@ def tag_forms(cp: Checkpoint) -> Html:
     return fmt("{}{}", existing, add)
 
 
-def checkpoint_actions(cp: Checkpoint) -> Html:
-    """The checkpoint page's action bar (each button leads to a preview first)."""
+def checkpoint_actions(cp: Checkpoint, *, read_only: bool = False) -> Html:
+    """The checkpoint page's action bar (each button leads to a preview first; ``read_only``:
+    only the link to compare it with its parent)."""
     from snapstore.ui import revert
 
     parent = fmt(' · <a href="/compare?a={}&amp;b={}">Compare with its parent</a>', cp.parent[:12], cp.short_id) if cp.parent else Html("")
+    if read_only:
+        return fmt('<div class="actions">{}</div>', Html(parent.removeprefix(" · ")))
     actor = cp.metadata.get("actor")
     back = Html("") if cp.is_safety else fmt('<div class="actions">{}</div>', revert.forms(cp.id, cp.task, actor if isinstance(actor, str) else None))
     return fmt(

@@ -31,7 +31,7 @@ from snapstore.errors import (
 from snapstore.ui import actions, budget, here, revert, timeline, views
 from snapstore.ui.download import stream
 from snapstore.ui.highlight import stylesheet
-from snapstore.ui.html import Html, error_body, page, path_from_token
+from snapstore.ui.html import Html, error_body, page, path_from_token, read_only_banner
 from snapstore.ui.locked import locked
 from snapstore.ui.security import AdmitPeer, Credentials, Guard, allowed_hosts
 
@@ -63,14 +63,18 @@ def _status(exc: SnapstoreError) -> int:
 
 
 class UiApp:
-    """The page handlers around one open Store."""
+    """The page handlers around one open Store (``read_only``: pages without a working tree or
+    any form that changes something, and a banner naming ``remote``, what is shown)."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, *, read_only: bool = False, remote: str | None = None):
         self.store = store
         self.lock = threading.RLock()
         #: what reading pages use: each Store call under the lock, the rest outside it
         self.reader = locked(store, self.lock)
-        self.root = store.root
+        self.read_only = read_only
+        self.remote = remote
+        self.banner = read_only_banner(remote) if read_only else Html("")
+        self.root = f"remote {remote} (read-only)" if read_only and remote else store.root
         self.static: dict[str, tuple[bytes, str]] = {
             "ui.css": (_resource("ui.css"), "text/css; charset=utf-8"),
             "ui.js": (_resource("ui.js"), "text/javascript; charset=utf-8"),
@@ -107,22 +111,25 @@ class UiApp:
         except Exception as exc:  # a bug: say so in one line, keep the server up
             print(f"snapstore ui: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
             body = error_body(500, f"internal error: {type(exc).__name__} (see the terminal running snapstore ui)")
-            return HTMLResponse(page("Error 500", body, root=self.root), status_code=500)
-        return HTMLResponse(page(title, body, active=active, root=self.root, revision=revision))
+            return HTMLResponse(page("Error 500", body, root=self.root, banner=self.banner), status_code=500)
+        return HTMLResponse(page(title, body, active=active, root=self.root, revision=revision, banner=self.banner))
 
     def error_page(self, exc: SnapstoreError) -> Response:
         """The page for a Store error (its one-line message, the status its class maps to)."""
+        return self.status_page(_status(exc), exc.message)
+
+    def status_page(self, status: int, message: str) -> Response:
+        """The error page: ``message`` (one line) under ``Error <status>``."""
         from starlette.responses import HTMLResponse
 
-        status = _status(exc)
-        html = page(f"Error {status}", error_body(status, exc.message), root=self.root)
+        html = page(f"Error {status}", error_body(status, message), root=self.root, banner=self.banner)
         return HTMLResponse(html, status_code=status)
 
     # -- reading -------------------------------------------------------------------------------
 
     async def timeline(self, request: Request) -> Response:
         f, before = _filters(request)
-        return await self.page(lambda: timeline.timeline(self.reader, f, before), "timeline")
+        return await self.page(lambda: timeline.timeline(self.reader, f, before, read_only=self.read_only), "timeline")
 
     async def timeline_fragment(self, request: Request) -> Response:
         from starlette.concurrency import run_in_threadpool
@@ -130,7 +137,7 @@ class UiApp:
 
         f, before = _filters(request)
         try:
-            html = await run_in_threadpool(lambda: timeline.timeline_list(self.reader, f, before))
+            html = await run_in_threadpool(lambda: timeline.timeline_list(self.reader, f, before, read_only=self.read_only))
         except SnapstoreError as exc:
             return HTMLResponse(error_body(_status(exc), exc.message), status_code=_status(exc))
         return HTMLResponse(html)
@@ -152,6 +159,8 @@ class UiApp:
         from starlette.concurrency import run_in_threadpool
         from starlette.responses import HTMLResponse
 
+        if self.read_only:
+            return self.status_page(404, "this browser is read-only: it has no working tree")
         try:
             html = await run_in_threadpool(lambda: here.row(self.reader))
         except SnapstoreError as exc:
@@ -166,12 +175,12 @@ class UiApp:
     async def checkpoint(self, request: Request) -> Response:
         ref, view, only = request.path_params["cid"], _view(request), _path(request)
         b = budget.for_request(_full(request))
-        return await self.page(lambda: views.checkpoint(self.reader, ref, view, only, b))
+        return await self.page(lambda: views.checkpoint(self.reader, ref, view, only, b, read_only=self.read_only))
 
     async def file(self, request: Request) -> Response:
         ref, path = request.path_params["cid"], _path(request) or b""
         b = budget.for_request(_full(request))
-        return await self.page(lambda: views.file_at(self.reader, ref, path, b))
+        return await self.page(lambda: views.file_at(self.reader, ref, path, b, read_only=self.read_only))
 
     async def raw(self, request: Request) -> Response:
         """A file's bytes as an attachment, streamed (the store's size in Content-Length)."""
@@ -212,10 +221,10 @@ class UiApp:
         q = request.query_params
         a, b, view, only = q.get("a", "").strip(), q.get("b", "").strip(), _view(request), _path(request)
         cap = budget.for_request(_full(request))
-        return await self.page(lambda: views.compare(self.reader, a, b, view, only, cap), "compare")
+        return await self.page(lambda: views.compare(self.reader, a, b, view, only, cap, read_only=self.read_only), "compare")
 
     async def operations(self, request: Request) -> Response:
-        return await self.page(lambda: views.operations(self.reader), "ops")
+        return await self.page(lambda: views.operations(self.reader, read_only=self.read_only), "ops")
 
     async def static_file(self, request: Request) -> Response:
         from starlette.responses import PlainTextResponse, Response
@@ -226,6 +235,14 @@ class UiApp:
         return Response(found[0], media_type=found[1])
 
     # -- changing (POST only; security.Guard checked the Origin) -------------------------------
+
+    async def refused(self, request: Request) -> Response:
+        """What every change route answers in a read-only browser (nothing is called)."""
+        where = f"the remote {self.remote}" if self.remote else "this store"
+        return self.status_page(
+            403, f"this browser is read-only: {where} cannot be restored, undone, reverted or tagged from here "
+            "(fetch or pull it into your own store first)",
+        )
 
     async def restore_preview(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
@@ -360,8 +377,14 @@ def create_app(
     token: str | None = None,
     credentials: Credentials | None = None,
     peer: AdmitPeer | None = None,
+    read_only: bool = False,
+    remote: str | None = None,
 ) -> Any:
     """The ASGI application: the routes behind :class:`snapstore.ui.security.Guard`.
+
+    ``read_only`` (``snapstore ui --remote NAME`` over the remote's cache store, ``remote`` its
+    name for the banner): no working-tree row or note, no restore, undo, revert or tag form, and
+    every change route answers 403 without touching the store.
 
     ``credentials`` holds the login tokens and sessions (a new set by default); ``token``, when
     given, is added to it as a one-time login token.  ``peer`` decides which connections are
@@ -372,7 +395,7 @@ def create_app(
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
-    ui = UiApp(store)
+    ui = UiApp(store, read_only=read_only, remote=remote)
 
     async def too_large(request: Request, exc: Exception) -> Response:
         return PlainTextResponse("the form is too large", status_code=413)
@@ -387,7 +410,10 @@ def create_app(
 
         status = exc.status_code if isinstance(exc, HTTPException) else 404
         message = "no such page here" if status == 404 else "this address does not take that method"
-        return HTMLResponse(page(f"Error {status}", error_body(status, message), root=ui.root), status_code=status)
+        return HTMLResponse(page(f"Error {status}", error_body(status, message), root=ui.root, banner=ui.banner), status_code=status)
+
+    def change(path: str, handler: Callable[[Request], Awaitable[Response]], methods: list[str]) -> Route:
+        return Route(path, ui.refused if read_only else handler, methods=methods)
 
     routes = [
         Route("/", ui.timeline),
@@ -403,16 +429,16 @@ def create_app(
         Route("/compare", ui.compare),
         Route("/ops", ui.operations),
         Route("/static/{name}", ui.static_file),
-        Route("/c/{cid}/restore/preview", ui.restore_preview, methods=["POST"]),
-        Route("/c/{cid}/restore", ui.restore, methods=["POST"]),
-        Route("/c/{cid}/revert/preview", ui.revert_preview, methods=["POST"]),
-        Route("/c/{cid}/revert/confirm", ui.revert_confirm, methods=["POST"]),
-        Route("/revert/preview", ui.revert_preview, methods=["POST"]),
-        Route("/revert/confirm", ui.revert_confirm, methods=["POST"]),
-        Route("/undo/preview", ui.undo_preview, methods=["POST"]),
-        Route("/undo", ui.undo, methods=["POST"]),
-        Route("/c/{cid}/tag", ui.tag, methods=["POST"]),
-        Route("/c/{cid}/untag", ui.untag, methods=["POST"]),
+        change("/c/{cid}/restore/preview", ui.restore_preview, methods=["POST"]),
+        change("/c/{cid}/restore", ui.restore, methods=["POST"]),
+        change("/c/{cid}/revert/preview", ui.revert_preview, methods=["POST"]),
+        change("/c/{cid}/revert/confirm", ui.revert_confirm, methods=["POST"]),
+        change("/revert/preview", ui.revert_preview, methods=["POST"]),
+        change("/revert/confirm", ui.revert_confirm, methods=["POST"]),
+        change("/undo/preview", ui.undo_preview, methods=["POST"]),
+        change("/undo", ui.undo, methods=["POST"]),
+        change("/c/{cid}/tag", ui.tag, methods=["POST"]),
+        change("/c/{cid}/untag", ui.untag, methods=["POST"]),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         _TooLarge: too_large, _BadForm: bad_form, 404: not_found, 405: not_found,

@@ -123,8 +123,9 @@ def group_key(cp: Checkpoint) -> tuple[str, str]:
 NAV = (("timeline", "/", "Timeline"), ("compare", "/compare", "Compare"), ("ops", "/ops", "Operations"))
 
 
-def page(title: str, body: Html, *, active: str = "", root: str = "", revision: str = "") -> Html:
-    """A whole page: head, navigation, ``body``, and the keyboard help line."""
+def page(title: str, body: Html, *, active: str = "", root: str = "", revision: str = "", banner: Html | None = None) -> Html:
+    """A whole page: head, navigation, ``banner`` (say, :func:`read_only_banner`), ``body``,
+    and the keyboard help line."""
     nav = join(
         fmt('<a href="{}"{}>{}</a>', href, Html(' aria-current="page"') if key == active else Html(""), label)
         for key, href, label in NAV
@@ -138,8 +139,8 @@ def page(title: str, body: Html, *, active: str = "", root: str = "", revision: 
 <script src="/static/ui.js" defer></script>
 </head><body data-revision="{revision}">
 <a class="skip" href="#main">Skip to the content</a>
-<header><a class="brand" href="/">snapstore</a><nav>{nav}</nav><span class="root" title="working tree">{root}</span></header>
-<main id="main" tabindex="-1">
+<header><a class="brand" href="/">snapstore</a><nav>{nav}</nav><span class="root" title="{where}">{root}</span></header>
+{banner}<main id="main" tabindex="-1">
 {body}
 </main>
 <footer>Keys: <kbd>j</kbd>/<kbd>k</kbd> move, <kbd>Enter</kbd> opens, <kbd>/</kbd> filters,
@@ -150,7 +151,20 @@ def page(title: str, body: Html, *, active: str = "", root: str = "", revision: 
         revision=revision,
         nav=nav,
         root=root,
+        where="what is shown" if banner else "working tree",
+        banner=banner or Html(""),
         body=body,
+    )
+
+
+def read_only_banner(remote: str | None) -> Html:
+    """The notice atop every page of a read-only browser (``remote``: the remote it shows)."""
+    what = fmt("the remote <strong>{}</strong>", remote) if remote else Html("a store")
+    return fmt(
+        '<p class="banner read-only" role="status">Read-only: these are the checkpoints of {}, '
+        "as last fetched into a local cache. Nothing here restores, undoes, reverts or tags; "
+        "to work on one, fetch or pull it into your own store (<code>snapstore pull</code>).</p>\n",
+        what,
     )
 
 

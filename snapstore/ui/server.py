@@ -124,6 +124,7 @@ def _prepare(
     *,
     warn: Callable[[str], None] = print,
     on_use: Callable[[], None] | None = None,
+    remote: str | None = None,
 ) -> tuple[Any, socket.socket, Running]:
     import uvicorn
 
@@ -137,7 +138,10 @@ def _prepare(
     sock, host = bind_ui(host, port, warn)
     port = sock.getsockname()[1]
     credentials = Credentials()
-    app = create_app(store, host=host, port=port, credentials=credentials, peer=peer_check(host, warn))
+    app = create_app(
+        store, host=host, port=port, credentials=credentials, peer=peer_check(host, warn),
+        read_only=remote is not None, remote=remote,
+    )
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, server_header=False)
     return Server(config), sock, Running(host, port, credentials, on_use)
 
@@ -150,8 +154,12 @@ def serve(
     open_browser: bool = True,
     echo: Callable[[str], None] = print,
     warn: Callable[[str], None] = print,
+    remote: str | None = None,
 ) -> None:
-    """Serve the UI for ``store`` until interrupted (Ctrl-C); ``host`` None: a random 127.x.y.z."""
+    """Serve the UI for ``store`` until interrupted (Ctrl-C); ``host`` None: a random 127.x.y.z.
+
+    ``remote``: ``store`` is that remote's cache store (:meth:`snapstore.Store.remote_view`),
+    served read-only under a banner naming it."""
     if host is not None and not is_loopback(host):
         warn(
             f"listening on {host}: other machines that reach this address can load the page "
@@ -166,8 +174,9 @@ def serve(
         except OSError:
             pass  # nobody reads the output any more (a closed pipe): the login itself goes on
 
-    server, sock, running = _prepare(store, host, port, ready, warn=warn, on_use=reprint)
-    echo(f"snapstore ui for {store.root}\nopen {running.url}\n(the link works once; Ctrl-C stops it)")
+    server, sock, running = _prepare(store, host, port, ready, warn=warn, on_use=reprint, remote=remote)
+    what = f"the remote {remote} (read-only)" if remote is not None else store.root
+    echo(f"snapstore ui for {what}\nopen {running.url}\n(the link works once; Ctrl-C stops it)")
     page = _launch(running, ready, warn) if open_browser and browser_available() else None
     _exit_on_sigterm()
     try:
@@ -209,10 +218,11 @@ def _launch(running: Running, ready: threading.Event, warn: Callable[[str], None
 
 
 @contextmanager
-def background(store: Store, *, host: str | None = None, port: int = 0) -> Iterator[Running]:
-    """Serve the UI in a thread of this process for the ``with`` block (tests, demos)."""
+def background(store: Store, *, host: str | None = None, port: int = 0, remote: str | None = None) -> Iterator[Running]:
+    """Serve the UI in a thread of this process for the ``with`` block (tests, demos;
+    ``remote``: read-only, as :func:`serve`)."""
     ready = threading.Event()
-    server, sock, running = _prepare(store, host, port, ready)
+    server, sock, running = _prepare(store, host, port, ready, remote=remote)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

@@ -154,8 +154,8 @@ def _scan(
         cursor = after
 
 
-def timeline(store: Store, f: Filters, before: int | None = None) -> Page:
-    """The filter form and the page of checkpoints."""
+def timeline(store: Store, f: Filters, before: int | None = None, *, read_only: bool = False) -> Page:
+    """The filter form and the page of checkpoints (``read_only``: no working-tree row)."""
     rows = page_rows(store, f, before)
     tasks = sorted({c.task for c in rows.checkpoints if c.task} | ({f.task} if f.task else set()))
     tags = sorted({t for c in rows.checkpoints for t in c.tags})
@@ -174,7 +174,7 @@ def timeline(store: Store, f: Filters, before: int | None = None) -> Page:
     src = url("/timeline.frag", **f.query(), before=before)
     body = fmt(
         '<h1>Checkpoints</h1>{}<div id="timeline" data-src="{}" aria-live="polite">{}</div>',
-        form, src, rows_html(f, before, rows),
+        form, src, rows_html(f, before, rows, here_row=not read_only),
     )
     return "Timeline", body
 
@@ -186,13 +186,14 @@ def prompts(store: Store, f: Filters, before: int | None = None) -> dict[str, st
     return read(store, page_rows(store, f, before).checkpoints)
 
 
-def timeline_list(store: Store, f: Filters, before: int | None = None) -> Html:
+def timeline_list(store: Store, f: Filters, before: int | None = None, *, read_only: bool = False) -> Html:
     """The list part of the timeline (also served alone, for live updates)."""
-    return rows_html(f, before, page_rows(store, f, before))
+    return rows_html(f, before, page_rows(store, f, before), here_row=not read_only)
 
 
-def rows_html(f: Filters, before: int | None, rows: Rows) -> Html:
-    """One table for the page, a header row per run of the same task (or agent session)."""
+def rows_html(f: Filters, before: int | None, rows: Rows, *, here_row: bool = True) -> Html:
+    """One table for the page, a header row per run of the same task (or agent session), and
+    first, on the first page of an unfiltered timeline, the working tree's row (``here_row``)."""
     pager = _pager(f, before, rows)
     if not rows.checkpoints:
         if rows.stopped:
@@ -208,7 +209,7 @@ def rows_html(f: Filters, before: int | None, rows: Rows) -> Html:
         else:
             groups.append((key, [c]))
     body = join(_group(key, members) for key, members in groups)
-    if before is None and not f.any():
+    if here_row and before is None and not f.any():
         body = fmt("{}{}", here.placeholder(), body)
     return fmt(
         '<table class="timeline"><thead><tr><th scope="col">No.</th><th scope="col">When</th>'

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from snapstore.errors import SnapstoreError
+from snapstore.errors import SnapstoreError, UsageError
 from snapstore.ops.diff import Change
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
@@ -24,6 +24,7 @@ from snapstore.ui.html import (
     join,
     path_token,
     size_el,
+    tags_el,
     time_el,
     url,
     who,
@@ -41,8 +42,11 @@ MAX_HISTORY = 500
 # -- a checkpoint -----------------------------------------------------------------------------
 
 
-def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, budget: Budget | None = None) -> Page:
-    """A checkpoint's record, actions, changed files with diffs, and conversation."""
+def checkpoint(
+    store: Store, ref: str, view: str, only: bytes | None = None, budget: Budget | None = None, *, read_only: bool = False,
+) -> Page:
+    """A checkpoint's record, actions, changed files with diffs, and conversation
+    (``read_only``: no form that changes anything, nothing about a working tree)."""
     from snapstore.ui import actions
 
     cp, newer, older = store.log_neighbours(ref)
@@ -62,11 +66,11 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, bud
         "<tr><th>Tags</th><td>{}</td></tr>{}</table>",
         cp.id, time_el(cp.time_ns), cp.task or "–", who(cp) or "–", cp.kind, parent,
         st.get("files", 0), size_el(st.get("bytes", 0)), size_el(st.get("new_bytes", 0)), counts_el(st),
-        actions.tag_forms(cp), meta,
+        (tags_el(cp.tags) or "–") if read_only else actions.tag_forms(cp), meta,
     )
     file_link = _checkpoint_file_link(cp)
     section = changes_section(
-        changes, counts, view, file_link=file_link, restore_ref=cp.id,
+        changes, counts, view, file_link=file_link, restore_ref=None if read_only else cp.id,
         more_link=lambda c: url(f"/c/{cp.id}", p=path_token(c.path)),
         view_link=lambda v: url(f"/c/{cp.id}", p=path_token(only) if only else None, view=v),
         budget=budget,
@@ -86,24 +90,34 @@ def checkpoint(store: Store, ref: str, view: str, only: bytes | None = None, bud
                 earlier = len(store.conversation(cp.parent) or [])
             except SnapstoreError:
                 earlier = 0  # the parent is gone: every message counts as new
-        convo = fmt(
-            '<div class="actions"><span>Rewind:</span> <a class="action" href="/c/{}/conversation.json" download>the conversation only '
-            "(download it up to here: JSON, {} messages)</a>"
-            '<form class="inline" method="post" action="/c/{}/restore/preview"><input type="hidden" name="rewind" value="1">'
-            '<button type="submit" class="action" id="rewind-both">files and conversation…</button></form>'
-            "<span>(files only: the restore above)</span></div>{}",
-            cp.id, len(messages), cp.id, conversation.section(messages, earlier),
+        download = fmt(
+            '<a class="action" href="/c/{}/conversation.json" download>the conversation only '
+            "(download it up to here: JSON, {} messages)</a>", cp.id, len(messages),
         )
+        if read_only:
+            rewind = fmt('<div class="actions"><span>Download:</span> {}</div>', download)
+        else:
+            rewind = fmt(
+                '<div class="actions"><span>Rewind:</span> {}'
+                '<form class="inline" method="post" action="/c/{}/restore/preview"><input type="hidden" name="rewind" value="1">'
+                '<button type="submit" class="action" id="rewind-both">files and conversation…</button></form>'
+                "<span>(files only: the restore above)</span></div>",
+                download, cp.id,
+            )
+        convo = fmt("{}{}", rewind, conversation.section(messages, earlier))
         jump = fmt(' · <a href="#conversation">Conversation</a> <small>({} new)</small>', max(0, len(messages) - earlier))
         said = conversation.last_prompt(messages)
         prompt = fmt('<p class="prompt"><span class="prompt-mark">prompt</span> {}</p>', said) if said else Html("")
     label = f"{cp.seq}{' (safety)' if cp.is_safety else ''}" if cp.seq else ("safety" if cp.is_safety else "")
+    here_note = Html("") if read_only else fmt(
+        '<p class="here-note" data-cid="{}" hidden><span class="here-badge">you are here</span> '
+        "the working tree equals this checkpoint</p>", cp.id,
+    )
     body = fmt(
-        '<h1>Checkpoint {} <code>{}</code></h1>{}<p class="here-note" data-cid="{}" hidden><span class="here-badge">you are here</span> '
-        'the working tree equals this checkpoint</p><p class="message">{}</p>{}{}{}'
+        '<h1>Checkpoint {} <code>{}</code></h1>{}{}<p class="message">{}</p>{}{}{}'
         '<h2>Changed files <small>against its parent{}</small></h2>{}<h2 id="conversation">Conversation</h2>{}',
-        label, cp.short_id, neighbours_nav(older, newer), cp.id, cp.message or "(no message)", prompt, record,
-        actions.checkpoint_actions(cp), jump, section, convo,
+        label, cp.short_id, neighbours_nav(older, newer), here_note, cp.message or "(no message)", prompt, record,
+        actions.checkpoint_actions(cp, read_only=read_only), jump, section, convo,
     )
     return f"{label} {cp.message or cp.short_id}", body
 
@@ -137,9 +151,10 @@ def _checkpoint_file_link(cp: Checkpoint) -> Any:
     return link
 
 
-def file_at(store: Store, ref: str, path: bytes, budget: Budget | None = None) -> Page:
+def file_at(store: Store, ref: str, path: bytes, budget: Budget | None = None, *, read_only: bool = False) -> Page:
     """The file ``path`` as checkpoint ``ref`` holds it: its first lines, within ``budget``
-    (only that much of the file is read: a 50 MB file costs what a short one does)."""
+    (only that much of the file is read: a 50 MB file costs what a short one does;
+    ``read_only``: without the restore button)."""
     budget = budget or Budget()
     cp = store.resolve(ref)
     size = int(store.file_info(cp.id, path)["size"])  # a RefError for a path it does not hold
@@ -148,13 +163,15 @@ def file_at(store: Store, ref: str, path: bytes, budget: Budget | None = None) -
     raw = url(f"/c/{cp.id}/raw", p=token)
     anyway = None if budget.full or size <= len(data) else url(f"/c/{cp.id}/file", p=token, full=1)
     more = links(anyway, [("download it", raw)])
+    restore = Html("") if read_only else fmt(
+        '<form method="post" action="/c/{}/restore/preview"><input type="hidden" name="p" value="{}">'
+        '<button type="submit" class="action">Preview restoring this file…</button></form>', cp.id, token,
+    )
     body = fmt(
         '<h1><code>{}</code> <small>at checkpoint <a href="/c/{}">{}</a></small></h1><p>{} · '
-        '<a href="{}" download>download</a> · <a href="{}">history</a></p>'
-        '<form method="post" action="/c/{}/restore/preview"><input type="hidden" name="p" value="{}">'
-        '<button type="submit" class="action">Preview restoring this file…</button></form>{}',
+        '<a href="{}" download>download</a> · <a href="{}">history</a></p>{}{}',
         display(path), cp.id, cp.short_id, size_el(size), raw,
-        url("/history", p=token), cp.id, token, diffview.file_table(path, data, size, budget, more),
+        url("/history", p=token), restore, diffview.file_table(path, data, size, budget, more),
     )
     return display(path), body
 
@@ -196,18 +213,24 @@ def history(store: Store, path: bytes | None) -> Page:
     return f"History of {shown}", body
 
 
-def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None, budget: Budget | None = None) -> Page:
-    """Two checkpoints compared (``b`` empty: checkpoint ``a`` against the working tree)."""
+def compare(
+    store: Store, a: str, b: str, view: str, only: bytes | None = None, budget: Budget | None = None, *,
+    read_only: bool = False,
+) -> Page:
+    """Two checkpoints compared (``b`` empty: checkpoint ``a`` against the working tree, which
+    a ``read_only`` browser has not: there ``b`` is needed)."""
     recent = store.numbered_checkpoints()[:100]
     options = join(fmt('<option value="{}">{} {}</option>', c.short_id, f"#{n}", c.message[:60]) for n, c in recent)
     form = fmt(
         '<form class="filters" method="get" action="/compare"><label>From <input name="a" value="{}" list="cps" required placeholder="#2, a tag, an id"></label>'
-        '<label>To <input name="b" value="{}" list="cps" placeholder="empty: the working tree"></label><datalist id="cps">{}</datalist>'
+        '<label>To <input name="b" value="{}" list="cps" placeholder="{}"></label><datalist id="cps">{}</datalist>'
         '<input type="hidden" name="view" value="{}"><button type="submit">Compare</button></form>',
-        a, b, options, view,
+        a, b, "#1, a tag, an id" if read_only else "empty: the working tree", options, view,
     )
     if not a:
         return "Compare", fmt("<h1>Compare</h1>{}", form)
+    if read_only and not b:
+        raise UsageError("this browser is read-only and has no working tree: name both checkpoints (From and To)")
     old = store.resolve(a)
     new = store.resolve(b) if b else None
     changes = store.diff(old.id, new.id if new else None, [only.decode("utf-8", "surrogateescape")] if only else None, renames=True)
@@ -238,9 +261,10 @@ def compare(store: Store, a: str, b: str, view: str, only: bytes | None = None, 
     return "Compare", body
 
 
-def operations(store: Store) -> Page:
+def operations(store: Store, *, read_only: bool = False) -> Page:
     """The operation log (restores and undos), newest first: what each did, to and from which
-    checkpoint, and the Undo of the newest one (the library undoes the last operation)."""
+    checkpoint, and the Undo of the newest one (the library undoes the last operation; not in a
+    ``read_only`` browser)."""
     from snapstore.errors import RefError
 
     ops = store.operations()
@@ -263,7 +287,7 @@ def operations(store: Store) -> Page:
             what = fmt("<strong>Restore</strong> of {}: {}", plural(len(op.paths), "path"), shown)
         else:
             what = Html("<strong>Restore</strong> of the whole tree")
-        undo = fmt('<td class="undo">{}</td>', preview.undo_button()) if k == 0 else Html('<td class="undo"></td>')
+        undo = fmt('<td class="undo">{}</td>', preview.undo_button()) if k == 0 and not read_only else Html('<td class="undo"></td>')
         rows.append(
             fmt(
                 '<tr><td class="ref">op {}</td><td>{}</td><td>{}<br><small>made the tree equal to</small> {}<br>'
