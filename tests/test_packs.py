@@ -208,6 +208,7 @@ def test_a_damaged_entry_length_is_found_even_when_the_frame_is_cached(tree, sto
 
 
 def test_gc_rewrites_a_mostly_dead_pack_and_keeps_the_live_chunks_readable(tree, store):
+    store.config_set("gc.consolidate", "off")  # the repack alone (consolidation: test_consolidate)
     build_tree(tree, {"live.txt": text(30_000, 20), **{f"dead{i}.txt": text(60_000, 30 + i) for i in range(10)}})
     a = store.snapshot("a")
     for i in range(10):
@@ -226,6 +227,7 @@ def test_gc_rewrites_a_mostly_dead_pack_and_keeps_the_live_chunks_readable(tree,
 
 
 def test_gc_stores_whole_a_live_delta_whose_base_dies(tree, store):
+    store.config_set("gc.consolidate", "off")  # the repack alone (consolidation: test_consolidate)
     old = text(40_000, 40)
     build_tree(tree, {"f.txt": old})
     a = store.snapshot("a")
@@ -243,6 +245,7 @@ def test_gc_stores_whole_a_live_delta_whose_base_dies(tree, store):
 
 
 def test_gc_keeps_a_pack_whose_live_chunk_is_damaged_and_repacks_the_rest(tree, store):
+    store.config_set("gc.consolidate", "off")  # the repack alone (consolidation: test_consolidate)
     # live.txt is one chunk (no index node): its damage must not stop the mark
     build_tree(tree, {"live.txt": text(6_000, 70), **{f"dead{i}.txt": text(60_000, 80 + i) for i in range(6)}})
     a = store.snapshot("a")
@@ -265,6 +268,7 @@ def test_gc_keeps_a_pack_whose_live_chunk_is_damaged_and_repacks_the_rest(tree, 
 
 
 def test_gc_dry_run_changes_nothing(tree, store):
+    store.config_set("gc.consolidate", "off")  # the repack alone (consolidation: test_consolidate)
     build_tree(tree, {"a.txt": text(50_000, 50)})
     a = store.snapshot("a")
     build_tree(tree, {"a.txt": text(50_000, 51)})

@@ -89,6 +89,7 @@ class UpkeepMixin(StoreBase):
                     self.backend,
                     repack_below=float(values["gc.repack-below"]),
                     level=self.compression_level,
+                    consolidation=values["gc.consolidate"],
                 )
         except SnapstoreError as exc:
             return [f"automatic retention failed: {exc}"]
@@ -120,19 +121,23 @@ class UpkeepMixin(StoreBase):
         Holds the writer lock throughout, so no snapshot can be writing meanwhile.  With
         ``compact`` the LMDB file is rewritten so the disk space really comes back.  With
         ``repack_level`` every pack is rewritten at that zstd level (e.g. 9: ~8% smaller than
-        the default 3 for ~3x the CPU, once, when the machine is idle).
+        the default 3 for ~3x the CPU, once, when the machine is idle).  Config
+        ``gc.consolidate`` (``full`` by default) says whether the packs are gathered in path
+        order (:mod:`snapstore.ops.consolidate`).
         """
         from snapstore.ops import gc
 
         with self._lock.held():
             self._recover()
+            values = self.config()
             return gc.run(
                 self.backend,
                 compact=compact and not dry_run,
                 dry_run=dry_run,
-                repack_below=float(self.config()["gc.repack-below"]),
+                repack_below=float(values["gc.repack-below"]),
                 level=self.compression_level if repack_level is None else repack_level,
                 repack_every=repack_level is not None,
+                consolidation=values["gc.consolidate"],
             )
 
     def upgrade(self, progress: Callable[[int, int], None] | None = None) -> UpgradeReport:

@@ -121,10 +121,13 @@ def delta_frame(
     return Frame(CODEC_DELTA, delta, [(cid, 0, len(data))], base, depth)
 
 
-def pack_ops(frames: Iterable[Frame]) -> list[Op]:
-    """Place frames into packs; the ops write each pack and the entry of every chunk in it."""
+def pack_ops(frames: Iterable[Frame], head: bytes = b"") -> list[Op]:
+    """Place frames into packs; the ops write each pack and the entry of every chunk in it.
+
+    ``head``: bytes each pack starts with, which no entry points at (consolidation's mark).
+    """
     ops: list[Op] = []
-    pack = bytearray()
+    pack = bytearray(head)
     placed: list[tuple[Frame, int]] = []
 
     def close() -> None:
@@ -141,7 +144,7 @@ def pack_ops(frames: Iterable[Frame]) -> list[Op]:
         pack += frame.data
         if len(pack) >= PACK_TARGET:
             close()
-            pack, placed = bytearray(), []
+            pack, placed = bytearray(head), []
     if placed:
         close()
     return ops
