@@ -12,6 +12,7 @@ from snapstore.records.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
     from snapstore.ops.gc import GcReport
+    from snapstore.ops.maintenance import MaintenanceReport
     from snapstore.ops.retention import Policy as RetentionPolicy
     from snapstore.ops.retention import PruneReport
     from snapstore.ops.stats import StoreStats
@@ -94,6 +95,65 @@ class UpkeepMixin(StoreBase):
         except SnapstoreError as exc:
             return [f"automatic retention failed: {exc}"]
         return []
+
+    def _auto_maintenance(self) -> list[str]:
+        """After a snapshot (lock held): every ``maintenance.checkpoints`` checkpoints, gather
+        the small loose packs when at least ``maintenance.loose-packs`` have piled up.
+
+        Three raw reads on the fast path: the maintenance module is imported only when a check
+        is due (its keys are written out here; a test checks they agree)."""
+        from snapstore.storage.backend import CONFIG_PREFIX
+
+        with self.backend.read() as view:
+            count = view.count("log")
+            raw_at = view.get("meta", b"maintenance:at")
+            if view.get("meta", CONFIG_PREFIX + b"maintenance.auto") == b"false":
+                return []
+            raw_every = view.get("meta", CONFIG_PREFIX + b"maintenance.checkpoints")
+        try:
+            at = int(raw_at) if raw_at is not None else 0
+            every = int(raw_every) if raw_every is not None else 32
+        except ValueError:
+            at, every = 0, 32
+        if at <= count < at + every:
+            return []
+        from contextlib import nullcontext
+
+        from snapstore.errors import SnapstoreError
+        from snapstore.ops import maintenance
+
+        try:
+            values = self.config()
+            found = maintenance.plan(self.backend, min_packs=int(values["maintenance.loose-packs"]))
+            if found is not None:
+                maintenance.run(
+                    self.backend, found, level=self.compression_level, locked=nullcontext
+                )
+            with self.backend.write() as batch:
+                batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
+        except SnapstoreError as exc:
+            return [f"automatic maintenance failed: {exc}"]
+        return []
+
+    def maintain(self, *, min_packs: int = 2, lock_timeout: float | None = None) -> MaintenanceReport | None:
+        """One maintenance pass now: gather the small loose packs into consolidated ones.
+
+        The plan is read without the writer lock; each step of the moves holds it (waiting
+        ``lock_timeout`` seconds at most, the store's timeout by default: LockedError).  None
+        when fewer than ``min_packs`` small loose packs exist.  The resident service calls this
+        when idle (``maintenance.auto``).
+        """
+        from snapstore.ops import maintenance
+
+        found = maintenance.plan(self.backend, min_packs=min_packs)
+        if found is None:
+            return None
+        return maintenance.run(
+            self.backend,
+            found,
+            level=self.compression_level,
+            locked=lambda: self._lock.held(lock_timeout),
+        )
 
     def delete(self, ref: str) -> Checkpoint:
         """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.

@@ -100,15 +100,26 @@ def _name_key(path: bytes) -> tuple[bytes, bytes]:
     return ext, base
 
 
-def order_keys(view: ReadView) -> dict[bytes, Key]:
-    """A sort key for every chunk the checkpoints reach (newest checkpoints first)."""
+def order_keys(
+    view: ReadView, *, newest: int | None = None, within: set[bytes] | None = None
+) -> dict[bytes, Key]:
+    """A sort key for every chunk the checkpoints reach (newest checkpoints first).
+
+    ``newest``: only the newest that many checkpoints; ``within``: only the manifest chunks in
+    this set are decoded (the maintenance pass: the chunks it moves were written by recent
+    checkpoints, whose changed entries are in their new manifest chunks).
+    """
     get = view.get
     keys: dict[bytes, Key] = {}
     ids = [cid for _, cid in view.items("log")]
-    listed = set(ids)
-    ids += [cid for cid, _ in view.items("checkpoints") if cid not in listed]
+    if newest is None:
+        listed = set(ids)
+        ids += [cid for cid, _ in view.items("checkpoints") if cid not in listed]
+    else:
+        ids = ids[-newest:]
     seen_leaves: set[bytes] = set()
     seen_streams: set[bytes] = set()
+    walked: dict[bytes, int] = {}
     rank = 0
     for cpid in reversed(ids):
         packed = get("checkpoints", cpid)
@@ -117,15 +128,19 @@ def order_keys(view: ReadView) -> dict[bytes, Key]:
         rank += 1
         try:
             mid, conv = references(cpid, packed)
-            for nid, _, height in objects.walk_stream(get, mid):
+            offset = 0  # of the leaf in the manifest's bytes: versions of a region meet
+            for nid, size, height in objects.walk_stream(get, mid, walked=walked):
                 if height:
+                    if nid in walked:  # seen in a newer manifest: the walk skips its subtree
+                        offset += size
                     keys.setdefault(nid, (_INDEX, b"", b"", b"", 0, rank))
-            for pos, leaf in enumerate(objects.leaf_ids(get, mid)):
-                keys.setdefault(leaf, (_MANIFEST, b"", b"", b"", pos, rank))
-                if leaf in seen_leaves:
                     continue
-                seen_leaves.add(leaf)
-                data = objects.load_chunk(get, leaf)
+                keys.setdefault(nid, (_MANIFEST, b"", b"", b"", offset, rank))
+                offset += max(size, 0)
+                if nid in seen_leaves or (within is not None and nid not in within):
+                    continue
+                seen_leaves.add(nid)
+                data = objects.load_chunk(get, nid)
                 for e in manifest.iter_entries_of_chunks(mid, [data]):
                     if e.is_file and e.ref not in seen_streams:
                         seen_streams.add(e.ref)

@@ -125,6 +125,9 @@ CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "storage.delta-depth": ("10", lambda v: _bounded(v, "storage.delta-depth", 0, 64)),
     "gc.repack-below": ("0.5", lambda v: _fraction(v, "gc.repack-below")),
     "gc.consolidate": ("full", lambda v: _choice(v, "gc.consolidate", ("full", "loose", "off"))),
+    "maintenance.auto": ("true", _bool),
+    "maintenance.checkpoints": ("32", lambda v: _bounded(v, "maintenance.checkpoints", 1, 1 << 30)),
+    "maintenance.loose-packs": ("16", lambda v: _bounded(v, "maintenance.loose-packs", 2, 1 << 30)),
 }
 UNSET = ("off", "none", "")
 
