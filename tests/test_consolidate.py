@@ -171,3 +171,15 @@ def test_a_consolidated_pack_starts_with_a_skippable_frame_no_entry_points_at(tr
     # zstd itself reads the mark as a skippable frame (a pack stays a valid zstd stream).
     assert zstandard.frame_header_size(consolidate.MARK) > 0 or True
     assert int.from_bytes(consolidate.MARK[:4], "little") & 0xFFFFFFF0 == 0x184D2A50
+
+
+def test_a_small_tree_history_takes_at_most_1_10x_its_payload_after_gc_compact(tree, store):
+    """Random chunk ids fill B-tree pages about half; the compaction's copy fills them (the
+    allowance: a page or two per table, whatever the store's size)."""
+    from snapstore.storage.backend import TABLES
+
+    history(tree, store, steps=150, files=40)
+    store.gc(compact=True)
+    with store.backend.read() as view:
+        payload = sum(len(k) + len(v) for t in TABLES for k, v in view.items(t))
+    assert store.backend.disk_size() <= 1.10 * payload + 64 * 1024, (store.backend.disk_size(), payload)
