@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from snapstore.errors import CorruptError
 from snapstore.records import conversation, manifest
 from snapstore.records.checkpoint import references
@@ -71,6 +73,7 @@ class ConsolidateReport:
     chunks_moved: int = 0
     stored_before: int = 0  # bytes of all packs before
     stored_after: int = 0
+    conversations_outlined: int = 0  # inline conversation records turned into chunks
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -168,10 +171,47 @@ def _conversation_keys(get: objects.Getter, cid: bytes, rank: int, keys: dict[by
         for nid, _, _ in objects.walk_stream(get, cid):
             keys.setdefault(nid, (_CONVERSATION, b"", b"", cid, 0, rank))
         return
-    for n, (_, record) in enumerate(conversation.segments(get, cid)):
+    records = conversation.segments(get, cid)
+    first = records[0][0]  # the conversation's oldest record: its records and chunks meet
+    for n, (rid, record) in enumerate(records):
+        # Oldest first within a conversation: a later record's messages quote earlier ones.
+        keys.setdefault(rid, (_CONVERSATION, b"", b"", first, n, 0))
         for ref in record["chunks"]:
-            # Oldest first within a conversation: a later record's chunk repeats earlier text.
-            keys.setdefault(ref[0], (_CONVERSATION, b"", b"", b"", n, 0))
+            keys.setdefault(ref[0], (_CONVERSATION, b"", b"", first, n, 0))
+
+
+class Outlined:
+    """An inline conversation record turned into a record of one chunk: the chunk to store
+    and the record that replaces the old one in the same transaction."""
+
+    __slots__ = ("cid", "plain", "rid", "record")
+
+    def __init__(self, cid: bytes, plain: bytes, rid: bytes, record: bytes) -> None:
+        self.cid, self.plain, self.rid, self.record = cid, plain, rid, record
+
+
+def outline(view: ReadView, rids: set[bytes]) -> list[Outlined]:
+    """The records of ``rids`` that hold their messages inline (one zstd frame each, alone),
+    rewritten to name one chunk of the same bytes instead, so that consolidation puts a
+    conversation's messages together in solid frames.  Format 2's readers read both forms (a
+    record's own messages: ``inline``, or its ``chunks``); ``parts`` stays as it is."""
+    out = []
+    for rid in sorted(rids):
+        value = view.get("conversations", rid)
+        if value is None:
+            continue
+        try:
+            record = conversation.parse_record(rid, value)
+            if "inline" not in record:
+                continue
+            plain = b"".join(conversation.own_pieces(view.get, rid, record))
+        except CorruptError:
+            continue  # verify names it; gc keeps it as it is
+        cid = objects.chunk_id(plain)
+        fields = {k: v for k, v in record.items() if k not in ("inline", "inline_size")}
+        fields["chunks"] = [[cid, len(plain), record["total"] - record["count"]]]
+        out.append(Outlined(cid, plain, rid, msgpack.packb(fields, use_bin_type=True)))
+    return out
 
 
 # -- the rewrite -------------------------------------------------------------------------------
@@ -185,11 +225,13 @@ def run(
     full: bool,
     dry_run: bool = False,
     keys: dict[bytes, Key] | None = None,
+    conversations: set[bytes] | None = None,
 ) -> ConsolidateReport:
     """Rewrite the loose packs (every pack with ``full``) into consolidated ones.
 
     ``live``: the marked chunk ids (a chunk not in it is not moved; its entry is deleted with
-    its old pack).  ``keys``: the order (computed here when None).
+    its old pack).  ``keys``: the order (computed here when None).  ``conversations``: the
+    live conversation records whose inline messages become chunks (:func:`outline`).
     """
     report = ConsolidateReport()
     sizes: dict[bytes, int] = {}
@@ -214,20 +256,28 @@ def run(
                     members[e.pack].append((cid, e))
         if keys is None:
             keys = order_keys(view)
-    moving = [(cid, e) for ms in members.values() for cid, e in ms if cid in live]
+        outlined = [] if dry_run or not conversations else outline(view, conversations)
+    moving: list[tuple[bytes, Entry | Outlined]] = [
+        (cid, e) for ms in members.values() for cid, e in ms if cid in live
+    ]
     report.packs_rewritten = len(targets)
     report.chunks_moved = len(moving)
-    if dry_run or not targets:
+    if dry_run or not (targets or outlined):
         return report
     last: Key = (_CONVERSATION + 1, b"", b"", b"", 0, 0)
+    for o in outlined:
+        if o.rid in keys:
+            keys[o.cid] = keys[o.rid]
+        moving.append((o.cid, o))
+    report.conversations_outlined = len(outlined)
     moving.sort(key=lambda ce: keys.get(ce[0], last))
     level = max(level, LEVEL)
     damaged: set[bytes] = set()
-    step: list[tuple[bytes, Entry]] = []
+    step: list[tuple[bytes, Entry | Outlined]] = []
     step_bytes = 0
-    for cid, e in moving:
-        step.append((cid, e))
-        step_bytes += e.size
+    for cid, item in moving:
+        step.append((cid, item))
+        step_bytes += item.size if isinstance(item, Entry) else len(item.plain)
         if step_bytes >= STEP_BYTES:
             report.packs_written += _move(backend, step, level, damaged)
             step, step_bytes = [], 0
@@ -238,11 +288,19 @@ def run(
     return report
 
 
-def _move(backend: Backend, chunks: list[tuple[bytes, Entry]], level: int, damaged: set[bytes]) -> int:
-    """One transaction: the chunks, read in order, written as solid frames in new packs."""
+def _move(
+    backend: Backend, chunks: list[tuple[bytes, Entry | Outlined]], level: int, damaged: set[bytes]
+) -> int:
+    """One transaction: the chunks, read in order, written as solid frames in new packs (and
+    the conversation records that now name their outlined chunks)."""
     plain: list[tuple[bytes, bytes]] = []
+    records: list[Outlined] = []
     with backend.read() as view:
         for cid, e in chunks:
+            if isinstance(e, Outlined):
+                plain.append((cid, e.plain))
+                records.append(e)
+                continue
             try:
                 plain.append((cid, objects.load_chunk(view.get, cid, max_size=e.size)))
             except CorruptError:
@@ -251,6 +309,8 @@ def _move(backend: Backend, chunks: list[tuple[bytes, Entry]], level: int, damag
     with backend.write() as batch:
         for table, key, value in ops:
             batch.put(table, key, value)  # replaces the moved chunks' entries
+        for o in records:  # after its chunk, in the same transaction
+            batch.put("conversations", o.rid, o.record)
     return sum(1 for table, _, _ in ops if table == "packs")
 
 

@@ -275,7 +275,10 @@ def run(
         )
         report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
     if full or consolidation == "loose":
-        report.consolidated = c = consolidate.run(backend, marker.chunks, level=level, full=full)
+        report.consolidated = c = consolidate.run(
+            backend, marker.chunks, level=level, full=full,
+            conversations=marker.conversations if full else None,
+        )
         report.stored_bytes_removed += max(c.stored_before - c.stored_after, 0)
     _delete(backend, "chunks", dead_chunks)
     backend.sync()
