@@ -7,11 +7,14 @@ as solid zstd frames (:data:`snapstore.storage.packs.FRAME_TARGET` plain bytes) 
 Inside a solid frame zstd finds every earlier version of a file within its window, so a
 one-line edit costs a few bytes, as a git delta does, and with no chain to follow on reading.
 
-**The order** (git's heuristic, by name and size): data chunks are sorted by the extension,
-the base name and then the path of the file that holds them (so ``a/__init__.py`` meets
-``b/__init__.py``), then by their offset in that file, then newest first (the newest version is
-whole-ish at the front of its group; older ones are cheap against it, as git keeps the newest
-object whole).  A chunk shared by several files takes the newest file's place.  Manifest
+**The order**: data chunks are sorted by the path of the file that holds them, then by their
+offset in that file, then newest first (the newest version is whole at the front of its group;
+older ones are cheap against it, as git keeps the newest object whole).  A chunk shared by
+several files takes the newest file's place.  git's heuristic sorts by base name first (so
+``a/__init__.py`` meets ``b/__init__.py``); measured on a 400-file edit history, that was 3%
+larger than path order, and reading a whole checkpoint took 2-4x longer: its files, read in
+path order, visit the frames out of order and thrash the frame cache.  In path order a
+checkpoint's files are read front to back through the frames, each decoded once.  Manifest
 chunks come first, by their position in the manifest, newest first; index nodes and
 conversation chunks follow, each group in its own order; live chunks no checkpoint path
 reaches (a damaged record's) come last, in their old order.
@@ -59,7 +62,7 @@ LEVEL = 9
 # Sort groups: manifests first (read by every command), then file data, then the rest.
 _MANIFEST, _DATA, _INDEX, _CONVERSATION = 0, 1, 2, 3
 
-Key = tuple[int, bytes, bytes, bytes, int, int]
+Key = tuple[int, bytes, int, int]  # (group, path or conversation, offset, rank)
 
 
 @dataclass
@@ -97,12 +100,6 @@ def loose_packs(backend: Backend) -> tuple[int, int]:
 # -- the order ---------------------------------------------------------------------------------
 
 
-def _name_key(path: bytes) -> tuple[bytes, bytes]:
-    base = path.rsplit(b"/", 1)[-1]
-    ext = base.rsplit(b".", 1)[-1] if b"." in base[1:] else b""
-    return ext, base
-
-
 def order_keys(
     view: ReadView, *, newest: int | None = None, within: set[bytes] | None = None
 ) -> dict[bytes, Key]:
@@ -136,9 +133,9 @@ def order_keys(
                 if height:
                     if nid in walked:  # seen in a newer manifest: the walk skips its subtree
                         offset += size
-                    keys.setdefault(nid, (_INDEX, b"", b"", b"", 0, rank))
+                    keys.setdefault(nid, (_INDEX, b"", 0, rank))
                     continue
-                keys.setdefault(nid, (_MANIFEST, b"", b"", b"", offset, rank))
+                keys.setdefault(nid, (_MANIFEST, b"", offset, rank))
                 offset += max(size, 0)
                 if nid in seen_leaves or (within is not None and nid not in within):
                     continue
@@ -156,28 +153,27 @@ def order_keys(
 
 
 def _file_keys(get: objects.Getter, path: bytes, sid: bytes, rank: int, keys: dict[bytes, Key]) -> None:
-    ext, base = _name_key(path)
     offset = 0
     for nid, size, height in objects.walk_stream(get, sid):
         if height:
-            keys.setdefault(nid, (_INDEX, ext, base, path, offset, rank))
+            keys.setdefault(nid, (_INDEX, path, offset, rank))
             continue
-        keys.setdefault(nid, (_DATA, ext, base, path, offset, rank))
+        keys.setdefault(nid, (_DATA, path, offset, rank))
         offset += max(size, 0)
 
 
 def _conversation_keys(get: objects.Getter, cid: bytes, rank: int, keys: dict[bytes, Key]) -> None:
     if get("conversations", cid) is None:
         for nid, _, _ in objects.walk_stream(get, cid):
-            keys.setdefault(nid, (_CONVERSATION, b"", b"", cid, 0, rank))
+            keys.setdefault(nid, (_CONVERSATION, cid, 0, rank))
         return
     records = conversation.segments(get, cid)
     first = records[0][0]  # the conversation's oldest record: its records and chunks meet
     for n, (rid, record) in enumerate(records):
         # Oldest first within a conversation: a later record's messages quote earlier ones.
-        keys.setdefault(rid, (_CONVERSATION, b"", b"", first, n, 0))
+        keys.setdefault(rid, (_CONVERSATION, first, n, 0))
         for ref in record["chunks"]:
-            keys.setdefault(ref[0], (_CONVERSATION, b"", b"", first, n, 0))
+            keys.setdefault(ref[0], (_CONVERSATION, first, n, 0))
 
 
 class Outlined:
@@ -264,7 +260,7 @@ def run(
     report.chunks_moved = len(moving)
     if dry_run or not (targets or outlined):
         return report
-    last: Key = (_CONVERSATION + 1, b"", b"", b"", 0, 0)
+    last: Key = (_CONVERSATION + 1, b"", 0, 0)
     for o in outlined:
         if o.rid in keys:
             keys[o.cid] = keys[o.rid]

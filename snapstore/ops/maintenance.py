@@ -108,7 +108,7 @@ def plan(backend: Backend, *, min_packs: int, newest: int = 4 * EVERY) -> Plan |
         moving = [ce for pid in pids for ce in members[pid]]
         within = {cid for cid, _ in moving}
         keys = consolidate.order_keys(view, newest=newest, within=within)
-    last: consolidate.Key = (9, b"", b"", b"", 0, 0)
+    last: consolidate.Key = (9, b"", 0, 0)
     moving.sort(key=lambda ce: keys.get(ce[0], last))
     return Plan(pids, moving, len(found))
 
