@@ -320,3 +320,31 @@ def test_the_delta_depth_key_is_the_config_key():
     from snapstore.ops import retention
 
     assert packs.DELTA_DEPTH_KEY == retention.config_key("storage.delta-depth")
+
+
+def test_a_frame_decoded_by_one_thread_serves_the_others(tree, store, monkeypatch):
+    """A restore reads with a pool: a per-thread frame cache decoded each frame once per thread."""
+    import threading
+
+    build_tree(tree, {f"f{i}.txt": text(20_000, 500 + i) for i in range(5)})
+    cp = store.snapshot("a")
+    leaves = [file_leaves(store, cp.id, f"f{i}.txt".encode())[0] for i in range(5)]
+    entries.clear_cache()
+
+    def read(cid: bytes) -> None:
+        with store.backend.read() as view:
+            objects.load_chunk(view.get, cid)
+
+    first = threading.Thread(target=read, args=(leaves[4],))
+    first.start()
+    first.join()
+    with entries._chunks_lock:
+        entries._chunks.clear()  # only the frames stay cached
+    calls = []
+    real = entries.inflate
+    monkeypatch.setattr(entries, "inflate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for cid in leaves:
+        other = threading.Thread(target=read, args=(cid,))
+        other.start()
+        other.join()
+    assert calls == []

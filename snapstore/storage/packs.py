@@ -79,15 +79,19 @@ def _compressor(level: int, dictionary: bytes | None = None) -> zstandard.ZstdCo
 
 
 def solid_frames(
-    chunks: Iterable[tuple[bytes, bytes | memoryview]], level: int, target: int | None = None
+    chunks: Iterable[tuple[bytes, bytes | memoryview]],
+    level: int,
+    target: int | None = None,
+    breaks: set[bytes] | None = None,
 ) -> list[Frame]:
-    """Group ``(id, plain)`` chunks, in order, into frames of about ``target`` plain bytes."""
+    """Group ``(id, plain)`` chunks, in order, into frames of about ``target`` plain bytes
+    (``breaks``: ids that start a new frame whatever the size)."""
     target = target or FRAME_TARGET
     frames: list[Frame] = []
     group: list[tuple[bytes, bytes | memoryview]] = []
     size = 0
     for cid, data in chunks:
-        if group and size + len(data) > target:
+        if group and (size + len(data) > target or (breaks is not None and cid in breaks)):
             frames.append(_solid(group, level))
             group, size = [], 0
         group.append((cid, data))
