@@ -238,6 +238,10 @@ def test_config_defaults_set_get_unset(tree, store):
         "service.autostart": "false",
         "storage.delta-depth": "10",
         "gc.repack-below": "0.5",
+        "gc.consolidate": "full",
+        "maintenance.auto": "true",
+        "maintenance.checkpoints": "32",
+        "maintenance.loose-packs": "16",
     }
     assert store.config_set("retention.keep-last", 100) == "100"
     assert store.config_set("retention.keep-within", "30D") == "30d"
