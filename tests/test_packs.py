@@ -301,7 +301,7 @@ def test_gc_repack_recompresses_every_pack_at_the_level_given(tree, store):
     report = store.gc(repack_level=19)
     with store.backend.read() as view:
         after = dict(view.items("packs"))
-    assert report.packs.packs_rewritten == len(before) and not set(before) & set(after)
+    assert report.consolidated.packs_rewritten == len(before) and not set(before) & set(after)
     assert sum(map(len, after.values())) < sum(map(len, before.values()))
     assert read_tree(tree) == tree_from_store(store, cp.id)
     assert store.verify().ok
@@ -313,7 +313,17 @@ def test_cli_gc_repack(tree, store, run_cli):
     store.close()
     r = run_cli("gc", "--repack", "--level", "5", "--json", cwd=tree)
     assert r.code == 0, r.err
-    assert json.loads(r.out)["packs"]["packs_rewritten"] >= 1
+    assert json.loads(r.out)["consolidated"]["packs_rewritten"] >= 1
+
+
+def test_gc_repack_with_consolidation_off_repacks_in_the_old_order(tree, store):
+    store.config_set("gc.consolidate", "off")
+    build_tree(tree, {f"src/m{i}.py": text(9_000 + i * 7, 300 + i) for i in range(40)})
+    cp = store.snapshot("a")
+    report = store.gc(repack_level=19)
+    assert report.packs.packs_rewritten >= 1 and report.consolidated.packs_rewritten == 0
+    assert read_tree(tree) == tree_from_store(store, cp.id)
+    assert store.verify().ok
 
 
 def test_the_delta_depth_key_is_the_config_key():

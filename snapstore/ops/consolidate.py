@@ -232,12 +232,14 @@ def run(
     dry_run: bool = False,
     keys: dict[bytes, Key] | None = None,
     conversations: set[bytes] | None = None,
+    exact_level: bool = False,
 ) -> ConsolidateReport:
     """Rewrite the loose packs (every pack with ``full``) into consolidated ones.
 
     ``live``: the marked chunk ids (a chunk not in it is not moved; its entry is deleted with
     its old pack).  ``keys``: the order (computed here when None).  ``conversations``: the
     live conversation records whose inline messages become chunks (:func:`outline`).
+    ``level``: at least :data:`LEVEL` unless ``exact_level`` (``gc --repack --level N``).
     """
     report = ConsolidateReport()
     sizes: dict[bytes, int] = {}
@@ -286,7 +288,7 @@ def run(
     if moving:
         breaks.add(moving[0][0])
     small = {cid for cid in breaks if keys.get(cid, last)[0] == _MANIFEST}
-    level = max(level, LEVEL)
+    level = level if exact_level else max(level, LEVEL)
     damaged: set[bytes] = set()
     step: list[tuple[bytes, Entry | Outlined]] = []
     step_bytes = 0

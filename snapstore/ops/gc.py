@@ -245,14 +245,15 @@ def run(
     report.conversations_removed = len(dead_convs)
     report.statcache_removed = len(stale_cache)
     report.size_before = report.size_after = backend.disk_size()
-    # --repack (recompress every pack at a level) is the repack's job, in the old order.
-    full = (
-        consolidation == "full" and not repack_every and consolidate.loose_packs(backend)[0] > 0
+    # --repack (every pack recompressed at a level) consolidates every pack at exactly that
+    # level, unless consolidation is off (then the repack does, in the old order).
+    full = consolidation != "off" and (
+        repack_every or (consolidation == "full" and consolidate.loose_packs(backend)[0] > 0)
     )
     if dry_run:
         if full or consolidation == "loose":
             report.consolidated = consolidate.run(
-                backend, marker.chunks, level=level, full=full, dry_run=True, keys={}
+                backend, marker.chunks, level=level, full=full, dry_run=True, keys={},
             )
         if full:
             return report
@@ -277,7 +278,7 @@ def run(
     if full or consolidation == "loose":
         report.consolidated = c = consolidate.run(
             backend, marker.chunks, level=level, full=full,
-            conversations=marker.conversations if full else None,
+            conversations=marker.conversations if full else None, exact_level=repack_every,
         )
         report.stored_bytes_removed += max(c.stored_before - c.stored_after, 0)
     _delete(backend, "chunks", dead_chunks)
