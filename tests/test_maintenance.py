@@ -123,3 +123,44 @@ def test_the_fast_path_keys_are_the_modules(tree, store):
     assert defaults["maintenance.checkpoints"] == str(maintenance.EVERY)
     assert defaults["maintenance.loose-packs"] == str(maintenance.LOOSE_PACKS)
     assert CONFIG_PREFIX + b"maintenance.auto" == b"config:maintenance.auto"
+
+
+def _service(store: Store):
+    import os
+
+    from snapstore.service.server import Service
+
+    svc = Service(store.store_dir)
+    return svc, lambda: (svc.store.close(), os.close(svc._dir_fd))
+
+
+def test_the_idle_service_gathers_the_small_loose_packs(tree, store):
+    store.config_set("maintenance.checkpoints", "1000")  # no pass from the snapshots themselves
+    ids = steps(tree, store, 5)
+    assert loose(store) >= 5
+    svc, close = _service(store)
+    try:
+        svc._maintain()
+    finally:
+        close()
+    assert loose(store) == 0 and consolidated(store) >= 1
+    assert store.verify().ok
+    assert all(tree_from_store(store, cid) for cid in ids)
+
+
+def test_the_idle_service_leaves_a_store_alone_when_auto_is_off_or_another_writer_holds_it(tree, store):
+    store.config_set("maintenance.checkpoints", "1000")
+    steps(tree, store, 5)
+    store.config_set("maintenance.auto", "false")
+    svc, close = _service(store)
+    try:
+        svc._maintain()
+        assert consolidated(store) == 0
+        store.config_set("maintenance.auto", "true")
+        with store._lock.held():  # another writer: the pass waits 0.2 s, then gives up
+            svc._maintain()
+        assert consolidated(store) == 0
+        svc._maintain()
+        assert consolidated(store) >= 1
+    finally:
+        close()
