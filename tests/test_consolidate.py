@@ -216,3 +216,26 @@ def test_inline_conversation_records_become_chunks_gathered_in_solid_frames(tree
     assert again.chunks_removed == 0 and again.consolidated.conversations_outlined == 0
     assert store.conversation(ids[-1]) == messages
     assert store.verify().ok
+
+
+def test_an_outlined_conversation_chunk_that_was_stored_dead_survives_the_sweep(tree, store):
+    """The record's new chunk may have the bytes of a dead chunk: gc must not sweep it."""
+    import msgpack
+
+    from snapstore.storage import objects as objs
+
+    build_tree(tree, {"f.txt": b"x\n"})
+    messages = [{"role": "user", "content": "hello " * 300}]
+    cp = store.snapshot("a", conversation=messages)
+    with store.backend.read() as view:
+        (rid, value), = list(view.items("conversations"))
+        record = msgpack.unpackb(value)
+        plain = objs.decode_chunk(rid, record["inline"], check=False, max_size=record["inline_size"])
+    # The same bytes as a file that a deleted checkpoint held: a dead chunk at gc's mark.
+    build_tree(tree, {"f.txt": b"x\n", "dead.bin": plain})
+    dead = store.snapshot("b")
+    store.delete(dead.id)
+    report = store.gc()
+    assert report.consolidated.conversations_outlined == 1
+    assert store.conversation(cp.id) == messages
+    assert store.verify().ok

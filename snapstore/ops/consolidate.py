@@ -237,7 +237,7 @@ def run(
     """Rewrite the loose packs (every pack with ``full``) into consolidated ones.
 
     ``live``: the marked chunk ids (a chunk not in it is not moved; its entry is deleted with
-    its old pack).  ``keys``: the order (computed here when None).  ``conversations``: the
+    its old pack); the chunks of outlined conversation records are added to it.  ``keys``: the order (computed here when None).  ``conversations``: the
     live conversation records whose inline messages become chunks (:func:`outline`).
     ``level``: at least :data:`LEVEL` unless ``exact_level`` (``gc --repack --level N``).
     """
@@ -277,6 +277,10 @@ def run(
         if o.rid in keys:
             keys[o.cid] = keys[o.rid]
         moving.append((o.cid, o))
+        # Live from now on: neither the old packs' dead entries (below) nor gc's sweep may
+        # delete an entry of these ids, even one that was dead before (the same bytes stored
+        # earlier by something no checkpoint reaches any more).
+        live.add(o.cid)
     report.conversations_outlined = len(outlined)
     moving.sort(key=lambda ce: keys.get(ce[0], last))
     # Manifests, file data, index nodes and conversations each start their own frame: a

@@ -281,7 +281,8 @@ def run(
             conversations=marker.conversations if full else None, exact_level=repack_every,
         )
         report.stored_bytes_removed += max(c.stored_before - c.stored_after, 0)
-    _delete(backend, "chunks", dead_chunks)
+    # (Consolidation may have made a dead id live again: an outlined conversation's chunk.)
+    _delete(backend, "chunks", [k for k in dead_chunks if k not in marker.chunks])
     backend.sync()
     sizes = backend.compact() if compact else None
     if sizes is not None:
