@@ -50,6 +50,17 @@ from snapstore.store import Store
 MiB = 1 << 20
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+#: What issue 25 measured before consolidation (gc --compact / git gc), for the page's context.
+BEFORE = {
+    "edit history": "2.06x",
+    "own history": "~4.2x",
+    "stdlib initial": "0.77x",
+    "site-packages": "1.05x",
+    "node_modules": "1.03-1.14x",
+    "compressible": "9.7x",
+    "random": "~3x",
+}
+
 TARGETS = {
     "edit history": 0.8,
     "own history": 0.8,
@@ -274,27 +285,43 @@ def render(doc: dict[str, Any]) -> str:
         "(and the automatic maintenance pass) left it.",
         "",
         "| data | snapstore before gc | after `gc --compact` | git after `git gc` | before / git "
-        "| **after / git** | target | store / live payload |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| **after / git** | issue 25 measured | target | store / live payload |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in doc["sizes"]:
         t = next((v for k, v in TARGETS.items() if r["data"].startswith(k)), None)
         verdict = "" if t is None else f"<= {t:.2f}x: " + ("met" if r["ratio"] <= t else "missed")
+        was = next((v for k, v in BEFORE.items() if r["data"].startswith(k)), "")
         out.append(
             f"| {r['data']} | {mib(r['snap'])} | {mib(r['snap_gc'])} | {mib(r['git_gc'])} | "
-            f"{r['ratio_before']:.3f}x | **{r['ratio']:.3f}x** | {verdict} | {r['over_payload']:.3f}x |"
+            f"{r['ratio_before']:.3f}x | **{r['ratio']:.3f}x** | {was} | {verdict} | {r['over_payload']:.3f}x |"
         )
     for note in doc.get("skipped", []):
         out.append(f"\n{note}")
     out += [
         "",
-        "| conversation over 150 checkpoints | bytes it adds (after `gc --compact`) | final, zstd | ratio | target |",
-        "| --- | --- | --- | --- | --- |",
+        "What bounds the history rows: after consolidation the versions of a file share a solid "
+        "frame and cost a few bytes each; what is left is the first version of every file, "
+        "compressed in 1 MiB frames (so that a `cat` decodes at most 1 MiB), plus the metadata "
+        "(~10%: chunk entries, checkpoint records, the stat cache, the paths index). Measured on "
+        "the 400-file history's 16 MB of chunks: level 9 in 1 MiB frames 1.76 MB, level 19 in 1 "
+        "MiB frames 1.62 MB, level 19 in one 16 MB frame 1.41 MB (git's whole pack: 1.96 MB); "
+        "0.8x git would need the last, which makes every read decode up to the whole store.",
+        "",
+        "The conversations: *compressible* is test-runner output (15-80 lines of pass/fail per "
+        "message), *random* is 0.5-3 KB slices of stdlib sources (the scenario of "
+        "`benchmarks.storage_v2`), one message per checkpoint.",
+    ]
+    out += [
+        "",
+        "| conversation over 150 checkpoints | bytes it adds (after `gc --compact`) | final, zstd "
+        "| ratio | issue 25 measured | target |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for c in doc["conversations"]:
         out.append(
             f"| {c['kind']} | {c['store_bytes_added']:,} B | {c['final_zstd']:,} B | **{c['ratio']}x** | "
-            f"<= {c['target']}x: {'met' if c['ratio'] <= c['target'] else 'missed'} |"
+            f"{BEFORE.get(c['kind'], '')} | <= {c['target']}x: {'met' if c['ratio'] <= c['target'] else 'missed'} |"
         )
     out += [
         "",
