@@ -85,7 +85,7 @@ def test_a_chunk_reused_between_the_plan_and_the_moves_survives(tree, store):
     ids = steps(tree, store, 6)
     spec = tree_from_store(store, ids[1])
     store.delete(ids[1])  # its chunks are now dead...
-    the_plan = maintenance.plan(store.backend, min_packs=2)
+    the_plan = maintenance.plan(store.backend, min_packs=2, max_chunks=10**6)
     assert the_plan is not None
     build_tree(tree, {p.decode(): body for p, body in spec.items()})
     again = store.snapshot("the same files again")  # ...and reused by a new checkpoint
@@ -108,7 +108,7 @@ def test_each_step_holds_the_lock_on_its_own(tree, store, monkeypatch):
         held.append(1)
         yield
 
-    the_plan = maintenance.plan(store.backend, min_packs=2)
+    the_plan = maintenance.plan(store.backend, min_packs=2, max_chunks=10**6)
     assert the_plan is not None
     report = maintenance.run(store.backend, the_plan, level=3, locked=locked)
     assert report.steps >= 3 and len(held) == report.steps + 1  # the steps, then the drop
@@ -164,3 +164,15 @@ def test_the_idle_service_leaves_a_store_alone_when_auto_is_off_or_another_write
         assert consolidated(store) >= 1
     finally:
         close()
+
+
+def test_a_store_with_more_chunks_than_the_bound_is_left_to_gc(tree, store, monkeypatch):
+    """Finding a pack's chunks reads every entry: after a snapshot only small stores pay it."""
+    monkeypatch.setattr(maintenance, "SNAPSHOT_CHUNKS", 5)
+    store.config_set("maintenance.checkpoints", "4")
+    store.config_set("maintenance.loose-packs", "2")
+    steps(tree, store, 6)
+    assert consolidated(store) == 0 and loose(store) >= 6
+    assert store.maintain(max_chunks=5) is None
+    assert store.maintain() is not None  # the service's bound is higher
+    assert loose(store) == 0

@@ -124,7 +124,11 @@ class UpkeepMixin(StoreBase):
 
         try:
             values = self.config()
-            found = maintenance.plan(self.backend, min_packs=int(values["maintenance.loose-packs"]))
+            found = maintenance.plan(
+                self.backend,
+                min_packs=int(values["maintenance.loose-packs"]),
+                max_chunks=maintenance.SNAPSHOT_CHUNKS,
+            )
             if found is not None:
                 maintenance.run(
                     self.backend, found, level=self.compression_level, locked=nullcontext
@@ -135,17 +139,21 @@ class UpkeepMixin(StoreBase):
             return [f"automatic maintenance failed: {exc}"]
         return []
 
-    def maintain(self, *, min_packs: int = 2, lock_timeout: float | None = None) -> MaintenanceReport | None:
+    def maintain(
+        self, *, min_packs: int = 2, lock_timeout: float | None = None, max_chunks: int | None = None
+    ) -> MaintenanceReport | None:
         """One maintenance pass now: gather the small loose packs into consolidated ones.
 
         The plan is read without the writer lock; each step of the moves holds it (waiting
         ``lock_timeout`` seconds at most, the store's timeout by default: LockedError).  None
-        when fewer than ``min_packs`` small loose packs exist.  The resident service calls this
-        when idle (``maintenance.auto``).
+        when fewer than ``min_packs`` small loose packs exist, or the store holds more than
+        ``max_chunks`` chunks (default: ``maintenance.SERVICE_CHUNKS``).  The resident service
+        calls this when idle (``maintenance.auto``).
         """
         from snapstore.ops import maintenance
 
-        found = maintenance.plan(self.backend, min_packs=min_packs)
+        limit = maintenance.SERVICE_CHUNKS if max_chunks is None else max_chunks
+        found = maintenance.plan(self.backend, min_packs=min_packs, max_chunks=limit)
         if found is None:
             return None
         return maintenance.run(
