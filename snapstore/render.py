@@ -343,6 +343,12 @@ def stats_lines(st: StoreStats) -> list[str]:
         ("format", f"{st.format}" + (" (run 'snapstore upgrade' to convert it to format 2)" if st.format == 1 else "")),
         ("on disk", size(st.disk_size)),
     ]
+    biggest = sorted(st.tables.items(), key=lambda kv: -kv[1]["pages"])[:5]
+    if biggest:
+        rows.append((
+            "tables",
+            ", ".join(f"{name} {size(t['pages'])} ({size(t['payload'])} of records)" for name, t in biggest),
+        ))
     return [f"{name + ':':15} {value}" for name, value in rows]
 
 
