@@ -160,27 +160,41 @@ def order_keys(
                 for e in manifest.iter_entries_of_chunks(mid, [data]):
                     if e.is_file and e.ref not in seen_streams:
                         seen_streams.add(e.ref)
-                        _file_keys(get, e.path, e.ref, rank, keys)
+                        _file_keys(get, e.path, e.ref, rank, keys, walked)
             if conv is not None:
-                _conversation_keys(get, conv, rank, keys)
+                _conversation_keys(get, conv, rank, keys, walked)
         except CorruptError:
             continue  # gc's mark decides what such a record keeps; its chunks go last
     return keys
 
 
-def _file_keys(get: objects.Getter, path: bytes, sid: bytes, rank: int, keys: dict[bytes, Key]) -> None:
+def _file_keys(
+    get: objects.Getter,
+    path: bytes,
+    sid: bytes,
+    rank: int,
+    keys: dict[bytes, Key],
+    walked: dict[bytes, int],
+) -> None:
+    """Keys for a file's chunks.  ``walked`` (shared by every stream, as gc's mark does): an
+    index node seen before is not descended again, so a stream whose tree repeats nodes (a
+    zero-filled file, or a hostile DAG claiming terabytes) costs one visit per distinct node."""
     offset = 0
-    for nid, size, height in objects.walk_stream(get, sid):
+    for nid, size, height in objects.walk_stream(get, sid, walked=walked):
         if height:
+            if nid in walked:  # its subtree was keyed already (the walk skips it)
+                offset += max(size, 0)
             keys.setdefault(nid, (_DATA, path, -1, rank))  # just before the file's data
             continue
         keys.setdefault(nid, (_DATA, path, offset, rank))
         offset += max(size, 0)
 
 
-def _conversation_keys(get: objects.Getter, cid: bytes, rank: int, keys: dict[bytes, Key]) -> None:
+def _conversation_keys(
+    get: objects.Getter, cid: bytes, rank: int, keys: dict[bytes, Key], walked: dict[bytes, int]
+) -> None:
     if get("conversations", cid) is None:
-        for nid, _, _ in objects.walk_stream(get, cid):
+        for nid, _, _ in objects.walk_stream(get, cid, walked=walked):
             keys.setdefault(nid, (_CONVERSATION, cid, 0, rank))
         return
     records = conversation.segments(get, cid)
