@@ -99,11 +99,11 @@ bench: $(STAMP) $(NATIVE) peers
 	$(PY) -m benchmarks.run --out docs/benchmarks.md
 	$(PY) -m benchmarks.replay --repo . --commits 150 --out benchmarks/results/replay-own-history.json --md docs/benchmarks-replay.md
 	$(PY) -m benchmarks.million --files 1000000 --md docs/benchmarks-million.md
-	$(PY) -m benchmarks.storage_v2 --md docs/benchmarks-storage.md
+	$(PY) -m benchmarks.storage_v3 --md docs/benchmarks-storage.md
 
 bench-quick: $(STAMP) $(NATIVE)
 	$(PY) -m benchmarks.run --quick
-	$(PY) -m benchmarks.storage_v2 --quick --out /tmp/snapstore-storage-v2-quick.json
+	$(PY) -m benchmarks.storage_v3 --quick --out /tmp/snapstore-storage-v3-quick.json
 
 # libFuzzer over the native client's side of the protocol (tests/test_native_fuzz.py runs the same
 # target's seeded driver under ASan/UBSan in every `make test`).  Needs clang with libFuzzer:

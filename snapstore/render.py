@@ -302,6 +302,15 @@ def gc_lines(report: GcReport) -> list[str]:
             f"({p.chunks_moved} live chunks moved, {p.deltas_made_whole} deltas stored whole): "
             f"packs {size(p.stored_before)} -> {size(p.stored_after)}"
         )
+    c = report.consolidated
+    if c.packs_rewritten:
+        out.append(
+            f"{'would gather' if report.dry_run else 'gathered'} {c.packs_rewritten} of {c.packs} "
+            f"pack(s) in path order ({c.chunks_moved} live chunks"
+            + (f", {c.conversations_outlined} conversation records" if c.conversations_outlined else "")
+            + ")"
+            + ("" if report.dry_run else f": packs {size(c.stored_before)} -> {size(c.stored_after)}")
+        )
     if report.compacted:
         out.append(
             f"compacted the store file: {size(report.size_before)} -> {size(report.size_after)} "
@@ -334,6 +343,12 @@ def stats_lines(st: StoreStats) -> list[str]:
         ("format", f"{st.format}" + (" (run 'snapstore upgrade' to convert it to format 2)" if st.format == 1 else "")),
         ("on disk", size(st.disk_size)),
     ]
+    biggest = sorted(st.tables.items(), key=lambda kv: -kv[1]["pages"])[:5]
+    if biggest:
+        rows.append((
+            "tables",
+            ", ".join(f"{name} {size(t['pages'])} ({size(t['payload'])} of records)" for name, t in biggest),
+        ))
     return [f"{name + ':':15} {value}" for name, value in rows]
 
 

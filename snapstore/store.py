@@ -445,6 +445,7 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
             )
             if not result.reused:
                 result.report.warnings.extend(self._auto_retention())
+                result.report.warnings.extend(self._auto_maintenance())
         if replaced:
             result.report.warnings.append(
                 "some text was not valid Unicode (a cut emoji or raw bytes): stored with U+FFFD in its place"

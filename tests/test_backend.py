@@ -143,6 +143,14 @@ class TestBackend:
         assert rows == [(b"big", len(big), big[:32]), (b"empty", 0, b""), (b"small", 3, b"abc")]
         assert list(backend.value_sizes("streams")) == []
 
+    def test_table_pages_cover_a_tables_records(self, backend):
+        assert backend.table_pages("streams") == 0
+        values = {os.urandom(32): os.urandom(100) for _ in range(300)}
+        _put(backend, "chunks", values)
+        payload = sum(len(k) + len(v) for k, v in values.items())
+        assert payload <= backend.table_pages("chunks") <= 3 * payload + 8192
+        assert backend.table_pages("streams") == 0
+
     def test_disk_size_grows_with_content(self, backend):
         before = backend.disk_size()
         assert before >= 0

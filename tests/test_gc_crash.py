@@ -59,7 +59,10 @@ def template(tmp_path_factory):
         store.delete(ids[0])
         store.delete(ids[2])
         store.config_set("gc.repack-below", "0.9")
+        store.config_set("gc.consolidate", "off")
         assert store.gc(dry_run=True).packs.packs_rewritten >= 1
+        store.config_set("gc.consolidate", "full")
+        assert store.gc(dry_run=True).consolidated.packs_rewritten >= 1
     survivors = {ids[1]: expected[ids[1]], ids[3]: expected[ids[3]]}
     return root / ".snapstore", survivors
 
@@ -77,6 +80,8 @@ _CHILD = r"""
 import sys, time
 from snapstore.store import Store
 store = Store.open(".")
+if sys.argv[1] == "repack":
+    store.config_set("gc.consolidate", "off")
 print("gc", flush=True)
 start = time.monotonic()
 store.gc(compact=sys.argv[1] == "compact")
@@ -84,8 +89,8 @@ print(time.monotonic() - start, flush=True)
 """
 
 
-def gc_cmd(compact: bool) -> list[str]:
-    return [sys.executable, "-c", _CHILD, "compact" if compact else "plain"]
+def gc_cmd(mode: str) -> list[str]:
+    return [sys.executable, "-c", _CHILD, mode]
 
 
 def check_store(root, survivors) -> None:
@@ -109,24 +114,26 @@ def check_store(root, survivors) -> None:
         assert store.verify().ok
 
 
-@pytest.mark.parametrize("compact", [False, True], ids=["gc", "gc-compact"])
-def test_gc_killed_at_random_moments_leaves_a_valid_store(template, tmp_path, compact):
+@pytest.mark.parametrize("mode", ["repack", "consolidate", "compact"])
+def test_gc_killed_at_random_moments_leaves_a_valid_store(template, tmp_path, mode):
+    """repack: gc with consolidation off (packs rewritten by live fraction); consolidate: the
+    default gc (every pack gathered in path order); compact: the default gc then --compact."""
     src, survivors = template
     # How long gc itself takes (to spread the kill times over it; not asserted).
     probe = copy_store(src, tmp_path / "probe")
-    done = subprocess.run(gc_cmd(compact), cwd=probe, env=subprocess_env(), capture_output=True)
+    done = subprocess.run(gc_cmd(mode), cwd=probe, env=subprocess_env(), capture_output=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == b"gc"
     duration = float(done.stdout.splitlines()[1])
     check_store(probe, survivors)
 
-    rng = random.Random(7 if compact else 11)
+    rng = random.Random({"repack": 11, "consolidate": 13, "compact": 7}[mode])
     killed = 0
     window = duration * 1.05  # shrinks whenever gc finished first: load makes one probe misleading
     for trial in range(TRIALS):
         root = copy_store(src, tmp_path / f"t{trial}")
         proc = subprocess.Popen(
-            gc_cmd(compact), cwd=root, env=subprocess_env(), stdout=subprocess.PIPE,
+            gc_cmd(mode), cwd=root, env=subprocess_env(), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
         assert proc.stdout is not None

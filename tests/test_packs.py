@@ -208,6 +208,7 @@ def test_a_damaged_entry_length_is_found_even_when_the_frame_is_cached(tree, sto
 
 
 def test_gc_rewrites_a_mostly_dead_pack_and_keeps_the_live_chunks_readable(tree, store):
+    store.config_set("gc.consolidate", "off")  # the repack alone (consolidation: test_consolidate)
     build_tree(tree, {"live.txt": text(30_000, 20), **{f"dead{i}.txt": text(60_000, 30 + i) for i in range(10)}})
     a = store.snapshot("a")
     for i in range(10):
@@ -226,6 +227,7 @@ def test_gc_rewrites_a_mostly_dead_pack_and_keeps_the_live_chunks_readable(tree,
 
 
 def test_gc_stores_whole_a_live_delta_whose_base_dies(tree, store):
+    store.config_set("gc.consolidate", "off")  # the repack alone (consolidation: test_consolidate)
     old = text(40_000, 40)
     build_tree(tree, {"f.txt": old})
     a = store.snapshot("a")
@@ -243,6 +245,7 @@ def test_gc_stores_whole_a_live_delta_whose_base_dies(tree, store):
 
 
 def test_gc_keeps_a_pack_whose_live_chunk_is_damaged_and_repacks_the_rest(tree, store):
+    store.config_set("gc.consolidate", "off")  # the repack alone (consolidation: test_consolidate)
     # live.txt is one chunk (no index node): its damage must not stop the mark
     build_tree(tree, {"live.txt": text(6_000, 70), **{f"dead{i}.txt": text(60_000, 80 + i) for i in range(6)}})
     a = store.snapshot("a")
@@ -265,6 +268,7 @@ def test_gc_keeps_a_pack_whose_live_chunk_is_damaged_and_repacks_the_rest(tree, 
 
 
 def test_gc_dry_run_changes_nothing(tree, store):
+    store.config_set("gc.consolidate", "off")  # the repack alone (consolidation: test_consolidate)
     build_tree(tree, {"a.txt": text(50_000, 50)})
     a = store.snapshot("a")
     build_tree(tree, {"a.txt": text(50_000, 51)})
@@ -297,7 +301,7 @@ def test_gc_repack_recompresses_every_pack_at_the_level_given(tree, store):
     report = store.gc(repack_level=19)
     with store.backend.read() as view:
         after = dict(view.items("packs"))
-    assert report.packs.packs_rewritten == len(before) and not set(before) & set(after)
+    assert report.consolidated.packs_rewritten == len(before) and not set(before) & set(after)
     assert sum(map(len, after.values())) < sum(map(len, before.values()))
     assert read_tree(tree) == tree_from_store(store, cp.id)
     assert store.verify().ok
@@ -309,10 +313,48 @@ def test_cli_gc_repack(tree, store, run_cli):
     store.close()
     r = run_cli("gc", "--repack", "--level", "5", "--json", cwd=tree)
     assert r.code == 0, r.err
-    assert json.loads(r.out)["packs"]["packs_rewritten"] >= 1
+    assert json.loads(r.out)["consolidated"]["packs_rewritten"] >= 1
+
+
+def test_gc_repack_with_consolidation_off_repacks_in_the_old_order(tree, store):
+    store.config_set("gc.consolidate", "off")
+    build_tree(tree, {f"src/m{i}.py": text(9_000 + i * 7, 300 + i) for i in range(40)})
+    cp = store.snapshot("a")
+    report = store.gc(repack_level=19)
+    assert report.packs.packs_rewritten >= 1 and report.consolidated.packs_rewritten == 0
+    assert read_tree(tree) == tree_from_store(store, cp.id)
+    assert store.verify().ok
 
 
 def test_the_delta_depth_key_is_the_config_key():
     from snapstore.ops import retention
 
     assert packs.DELTA_DEPTH_KEY == retention.config_key("storage.delta-depth")
+
+
+def test_a_frame_decoded_by_one_thread_serves_the_others(tree, store, monkeypatch):
+    """A restore reads with a pool: a per-thread frame cache decoded each frame once per thread."""
+    import threading
+
+    build_tree(tree, {f"f{i}.txt": text(20_000, 500 + i) for i in range(5)})
+    cp = store.snapshot("a")
+    leaves = [file_leaves(store, cp.id, f"f{i}.txt".encode())[0] for i in range(5)]
+    entries.clear_cache()
+
+    def read(cid: bytes) -> None:
+        with store.backend.read() as view:
+            objects.load_chunk(view.get, cid)
+
+    first = threading.Thread(target=read, args=(leaves[4],))
+    first.start()
+    first.join()
+    with entries._chunks_lock:
+        entries._chunks.clear()  # only the frames stay cached
+    calls = []
+    real = entries.inflate
+    monkeypatch.setattr(entries, "inflate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for cid in leaves:
+        other = threading.Thread(target=read, args=(cid,))
+        other.start()
+        other.join()
+    assert calls == []

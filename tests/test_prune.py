@@ -238,6 +238,10 @@ def test_config_defaults_set_get_unset(tree, store):
         "service.autostart": "false",
         "storage.delta-depth": "10",
         "gc.repack-below": "0.5",
+        "gc.consolidate": "full",
+        "maintenance.auto": "true",
+        "maintenance.checkpoints": "32",
+        "maintenance.loose-packs": "16",
     }
     assert store.config_set("retention.keep-last", 100) == "100"
     assert store.config_set("retention.keep-within", "30D") == "30d"
@@ -295,6 +299,12 @@ def test_stats_counts_and_ratios(tree, store):
     assert st.dedup_ratio > 3
     assert st.stored_bytes <= st.unique_bytes
     assert st.chunks > 0 and st.disk_size == store.backend.disk_size()
+    # Where the space goes: every non-empty table, its records' bytes and its pages.
+    assert st.tables["packs"]["payload"] >= st.stored_bytes
+    assert st.tables["checkpoints"]["records"] == 2
+    assert all(t["pages"] >= 4096 and t["payload"] > 0 for t in st.tables.values())
+    assert sum(t["pages"] for t in st.tables.values()) <= st.disk_size
+    assert "streams" not in st.tables or st.tables["streams"]["records"] == st.streams
 
 
 # -- the CLI --------------------------------------------------------------------------------

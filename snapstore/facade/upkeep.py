@@ -12,6 +12,7 @@ from snapstore.records.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
     from snapstore.ops.gc import GcReport
+    from snapstore.ops.maintenance import MaintenanceReport
     from snapstore.ops.retention import Policy as RetentionPolicy
     from snapstore.ops.retention import PruneReport
     from snapstore.ops.stats import StoreStats
@@ -89,10 +90,78 @@ class UpkeepMixin(StoreBase):
                     self.backend,
                     repack_below=float(values["gc.repack-below"]),
                     level=self.compression_level,
+                    consolidation=values["gc.consolidate"],
                 )
         except SnapstoreError as exc:
             return [f"automatic retention failed: {exc}"]
         return []
+
+    def _auto_maintenance(self) -> list[str]:
+        """After a snapshot (lock held): every ``maintenance.checkpoints`` checkpoints, gather
+        the small loose packs when at least ``maintenance.loose-packs`` have piled up.
+
+        Three raw reads on the fast path: the maintenance module is imported only when a check
+        is due (its keys are written out here; a test checks they agree)."""
+        from snapstore.storage.backend import CONFIG_PREFIX
+
+        with self.backend.read() as view:
+            count = view.count("log")
+            raw_at = view.get("meta", b"maintenance:at")
+            if view.get("meta", CONFIG_PREFIX + b"maintenance.auto") == b"false":
+                return []
+            raw_every = view.get("meta", CONFIG_PREFIX + b"maintenance.checkpoints")
+        try:
+            at = int(raw_at) if raw_at is not None else 0
+            every = int(raw_every) if raw_every is not None else 32
+        except ValueError:
+            at, every = 0, 32
+        if at <= count < at + every:
+            return []
+        from contextlib import nullcontext
+
+        from snapstore.errors import SnapstoreError
+        from snapstore.ops import maintenance
+
+        try:
+            values = self.config()
+            found = maintenance.plan(
+                self.backend,
+                min_packs=int(values["maintenance.loose-packs"]),
+                max_chunks=maintenance.SNAPSHOT_CHUNKS,
+            )
+            if found is not None:
+                maintenance.run(
+                    self.backend, found, level=self.compression_level, locked=nullcontext
+                )
+            with self.backend.write() as batch:
+                batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
+        except SnapstoreError as exc:
+            return [f"automatic maintenance failed: {exc}"]
+        return []
+
+    def maintain(
+        self, *, min_packs: int = 2, lock_timeout: float | None = None, max_chunks: int | None = None
+    ) -> MaintenanceReport | None:
+        """One maintenance pass now: gather the small loose packs into consolidated ones.
+
+        The plan is read without the writer lock; each step of the moves holds it (waiting
+        ``lock_timeout`` seconds at most, the store's timeout by default: LockedError).  None
+        when fewer than ``min_packs`` small loose packs exist, or the store holds more than
+        ``max_chunks`` chunks (default: ``maintenance.SERVICE_CHUNKS``).  The resident service
+        calls this when idle (``maintenance.auto``).
+        """
+        from snapstore.ops import maintenance
+
+        limit = maintenance.SERVICE_CHUNKS if max_chunks is None else max_chunks
+        found = maintenance.plan(self.backend, min_packs=min_packs, max_chunks=limit)
+        if found is None:
+            return None
+        return maintenance.run(
+            self.backend,
+            found,
+            level=self.compression_level,
+            locked=lambda: self._lock.held(lock_timeout),
+        )
 
     def delete(self, ref: str) -> Checkpoint:
         """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.
@@ -120,19 +189,23 @@ class UpkeepMixin(StoreBase):
         Holds the writer lock throughout, so no snapshot can be writing meanwhile.  With
         ``compact`` the LMDB file is rewritten so the disk space really comes back.  With
         ``repack_level`` every pack is rewritten at that zstd level (e.g. 9: ~8% smaller than
-        the default 3 for ~3x the CPU, once, when the machine is idle).
+        the default 3 for ~3x the CPU, once, when the machine is idle).  Config
+        ``gc.consolidate`` (``full`` by default) says whether the packs are gathered in path
+        order (:mod:`snapstore.ops.consolidate`).
         """
         from snapstore.ops import gc
 
         with self._lock.held():
             self._recover()
+            values = self.config()
             return gc.run(
                 self.backend,
                 compact=compact and not dry_run,
                 dry_run=dry_run,
-                repack_below=float(self.config()["gc.repack-below"]),
+                repack_below=float(values["gc.repack-below"]),
                 level=self.compression_level if repack_level is None else repack_level,
                 repack_every=repack_level is not None,
+                consolidation=values["gc.consolidate"],
             )
 
     def upgrade(self, progress: Callable[[int, int], None] | None = None) -> UpgradeReport:

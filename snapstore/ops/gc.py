@@ -38,7 +38,7 @@ from typing import Any
 import zstandard
 
 from snapstore.errors import CorruptError
-from snapstore.ops import repack
+from snapstore.ops import consolidate, repack
 from snapstore.records import conversation, manifest
 from snapstore.records.checkpoint import references
 from snapstore.storage import entries, objects
@@ -63,6 +63,9 @@ class GcReport:
     bytes_removed: int = 0  # logical (plain) bytes of the removed chunks
     stored_bytes_removed: int = 0  # their stored (compressed) bytes
     packs: repack.RepackReport = field(default_factory=lambda: repack.RepackReport())
+    consolidated: consolidate.ConsolidateReport = field(
+        default_factory=lambda: consolidate.ConsolidateReport()
+    )
     compacted: bool = False
     size_before: int = 0  # data.mdb size before (and after) compaction
     size_after: int = 0
@@ -83,6 +86,7 @@ class GcReport:
             "bytes_removed": self.bytes_removed,
             "stored_bytes_removed": self.stored_bytes_removed,
             "packs": self.packs.to_json(),
+            "consolidated": self.consolidated.to_json(),
             "compacted": self.compacted,
             "size_before": self.size_before,
             "size_after": self.size_after,
@@ -211,11 +215,14 @@ def run(
     repack_below: float = 0.5,
     level: int = objects.DEFAULT_LEVEL,
     repack_every: bool = False,
+    consolidation: str = "full",
 ) -> GcReport:
     """Mark and sweep (and compact) the store of ``backend``; the caller holds the writer lock.
 
     ``repack_below``: a pack whose live fraction is below this is rewritten (format 2) at
     ``level``; ``repack_every``: every pack is (to recompress the store at another level).
+    ``consolidation``: ``full`` (when any pack is loose, every pack is rewritten in path order:
+    :mod:`snapstore.ops.consolidate`), ``loose`` (only the loose packs are) or ``off``.
     """
     report = GcReport(dry_run=dry_run)
     with backend.read() as view:
@@ -238,7 +245,18 @@ def run(
     report.conversations_removed = len(dead_convs)
     report.statcache_removed = len(stale_cache)
     report.size_before = report.size_after = backend.disk_size()
+    # --repack (every pack recompressed at a level) consolidates every pack at exactly that
+    # level, unless consolidation is off (then the repack does, in the old order).
+    full = consolidation != "off" and (
+        repack_every or (consolidation == "full" and consolidate.loose_packs(backend)[0] > 0)
+    )
     if dry_run:
+        if full or consolidation == "loose":
+            report.consolidated = consolidate.run(
+                backend, marker.chunks, level=level, full=full, dry_run=True, keys={},
+            )
+        if full:
+            return report
         report.packs = repack.run(
             backend, marker.chunks, threshold=repack_below, level=level, dry_run=True,
             every=repack_every,
@@ -250,12 +268,21 @@ def run(
     _delete(backend, "streams", dead_streams)
     _delete(backend, "conversations", dead_convs)
     # Packs before the remaining dead entries: a live delta's dead base is still readable
-    # while the delta is stored whole.
-    report.packs = repack.run(
-        backend, marker.chunks, threshold=repack_below, level=level, every=repack_every
-    )
-    report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
-    _delete(backend, "chunks", dead_chunks)
+    # while the delta is stored whole.  A full consolidation rewrites every pack (deltas are
+    # made whole in their solid frames), so the repack has nothing left to do.
+    if not full:
+        report.packs = repack.run(
+            backend, marker.chunks, threshold=repack_below, level=level, every=repack_every
+        )
+        report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
+    if full or consolidation == "loose":
+        report.consolidated = c = consolidate.run(
+            backend, marker.chunks, level=level, full=full,
+            conversations=marker.conversations if full else None, exact_level=repack_every,
+        )
+        report.stored_bytes_removed += max(c.stored_before - c.stored_after, 0)
+    # (Consolidation may have made a dead id live again: an outlined conversation's chunk.)
+    _delete(backend, "chunks", [k for k in dead_chunks if k not in marker.chunks])
     backend.sync()
     sizes = backend.compact() if compact else None
     if sizes is not None:

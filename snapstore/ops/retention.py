@@ -107,6 +107,13 @@ def _fraction(text: str, what: str) -> str:
     return str(f)
 
 
+def _choice(text: str, what: str, choices: tuple[str, ...]) -> str:
+    t = str(text).strip().lower()
+    if t not in choices:
+        raise UsageError(f"{what} must be one of {', '.join(choices)}, not {text!r}")
+    return t
+
+
 #: key -> (default shown when unset, normaliser of a value to store).
 CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "retention.keep-last": ("off", lambda v: str(parse_count(v, "retention.keep-last"))),
@@ -117,6 +124,10 @@ CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "service.autostart": ("false", _bool),
     "storage.delta-depth": ("10", lambda v: _bounded(v, "storage.delta-depth", 0, 64)),
     "gc.repack-below": ("0.5", lambda v: _fraction(v, "gc.repack-below")),
+    "gc.consolidate": ("full", lambda v: _choice(v, "gc.consolidate", ("full", "loose", "off"))),
+    "maintenance.auto": ("true", _bool),
+    "maintenance.checkpoints": ("32", lambda v: _bounded(v, "maintenance.checkpoints", 1, 1 << 30)),
+    "maintenance.loose-packs": ("16", lambda v: _bounded(v, "maintenance.loose-packs", 2, 1 << 30)),
 }
 UNSET = ("off", "none", "")
 

@@ -6,13 +6,15 @@
   conversations) once;
 * ``stored_bytes``: the bytes of the stored chunk values (after zstd);
 * ``dedup_ratio`` = logical / unique, ``compression_ratio`` = unique / stored;
-* ``disk_size``: the size of the LMDB file (see ``gc --compact``).
+* ``disk_size``: the size of the LMDB file (see ``gc --compact``);
+* ``tables``: per table, its records, their keys and values (``payload``) and the bytes of the
+  pages holding them (``pages``): where the store's space goes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from snapstore.records.checkpoint import Checkpoint
@@ -37,6 +39,7 @@ class StoreStats:
     chunks: int = 0
     streams: int = 0
     disk_size: int = 0
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def dedup_ratio(self) -> float:
@@ -81,4 +84,13 @@ def collect(backend: Backend, checkpoints: Sequence[Checkpoint]) -> StoreStats:
         fmt = view.get("meta", b"format")
     st.format = int(fmt) if fmt is not None and fmt.isdigit() else 0
     st.disk_size = backend.disk_size()
+    from snapstore.storage.backend import TABLES
+
+    for table in TABLES:
+        records = payload = 0
+        for key, stored, _ in backend.value_sizes(table):
+            records += 1
+            payload += len(key) + stored
+        if records:
+            st.tables[table] = {"records": records, "payload": payload, "pages": backend.table_pages(table)}
     return st

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("snapstore.service")
 
 DEFAULT_IDLE_TIMEOUT = 1800.0
+#: Seconds without a request before the idle maintenance pass (gathering small loose packs).
+MAINTAIN_AFTER = 10.0
 #: Seconds a connected client has to send its request.
 REQUEST_TIMEOUT = 5.0
 
@@ -148,6 +150,7 @@ class Service:
             ready.flush()
         last = time.monotonic()
         swept = self.requests
+        maintained = -1  # the request count at the last idle maintenance pass
         try:
             sockets = [listener] + ([web[0]] if web is not None else [])
             while not self._stop:
@@ -155,6 +158,13 @@ class Service:
                 if not readable and swept != self.requests:
                     swept = self.requests
                     _sweep()
+                elif (
+                    not readable
+                    and maintained != self.requests
+                    and time.monotonic() - last > MAINTAIN_AFTER
+                ):
+                    maintained = self.requests
+                    self._maintain()
                 for ready_sock in readable:
                     conn, _ = ready_sock.accept()
                     served = self.requests
@@ -182,6 +192,21 @@ class Service:
             self.store.close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
+
+    def _maintain(self) -> None:
+        """One bounded maintenance pass when idle (``maintenance.auto``): each step holds the
+        writer lock briefly; a store busy with another writer is left for the next idle time."""
+        from snapstore.errors import SnapstoreError
+
+        try:
+            if self.store.config_get("maintenance.auto") != "true":
+                return
+            report = self.store.maintain(lock_timeout=0.2)
+        except SnapstoreError as exc:
+            log.info("idle maintenance skipped: %s", exc)
+            return
+        if report is not None:
+            log.info("idle maintenance: %s", report.to_json())
 
     def _tree_still_there(self) -> bool:
         try:

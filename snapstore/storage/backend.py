@@ -142,6 +142,10 @@ class Backend(Protocol):
         """``(key, stored value length, first 32 bytes)`` of every record, without copying values."""
         ...
 
+    def table_pages(self, table: str) -> int:
+        """Bytes of the pages ``table`` takes in the store file (its keys and values for memory)."""
+        ...
+
     def sync(self) -> None:
         """Make every committed write durable."""
         ...

@@ -20,7 +20,7 @@ all big-endian; a ``CODEC_DELTA`` entry adds ``base chunk id (32 bytes) | depth 
 A v1 value (``FLAG_RAW``/``FLAG_ZSTD`` + bytes, see :mod:`snapstore.storage.objects`) stays
 readable in the same table, so a v1 store and a store being upgraded read through one path.
 
-Reading a chunk decompresses its frame; the last few frames are cached per thread (a file's
+Reading a chunk decompresses its frame; the last few frames are cached per process, shared by its threads (a file's
 chunks are usually neighbours in one frame).  The cache is keyed by pack id, which is the hash
 of the pack's bytes, so an entry can never be served from another store's or an older pack.
 Every chunk is still checked against its id after it is sliced out of its frame.
@@ -57,8 +57,8 @@ MAX_CHAIN = 64
 #: per byte, measured, so a chunk near the end is cheaper by one whole decode).
 PREFIX_BELOW = 0.6
 
-#: Decompressed frames kept per thread.
-CACHE_BYTES = 8 << 20
+#: Decompressed frames kept per process (shared by its threads).
+CACHE_BYTES = 16 << 20
 
 #: Verified chunks kept per process (see :func:`cached_chunk`).
 CHUNK_CACHE_BYTES = 16 << 20
@@ -119,30 +119,39 @@ def entry_size(head: bytes) -> int:
 
 # -- reading ---------------------------------------------------------------------------------
 
-_local = threading.local()
+# Decompressed frames, shared by every thread of the process (restore and verify read with a
+# pool: a per-thread cache decoded each frame once per thread).  Keyed by pack id, which is the
+# hash of the pack's bytes, so a frame can never be stale.
+_frames: OrderedDict[tuple[bytes, int, int], bytes] = OrderedDict()
+_frame_bytes = [0]
+_frames_lock = threading.Lock()
 
 
-def _cache() -> OrderedDict[tuple[bytes, int, int], bytes]:
-    cache: OrderedDict[tuple[bytes, int, int], bytes] | None = getattr(_local, "frames", None)
-    if cache is None:
-        cache = _local.frames = OrderedDict()
-        _local.bytes = 0
-    return cache
+def _cached_frame(key: tuple[bytes, int, int]) -> bytes | None:
+    with _frames_lock:
+        plain = _frames.get(key)
+        if plain is not None:
+            _frames.move_to_end(key)
+        return plain
 
 
 def _remember(key: tuple[bytes, int, int], plain: bytes) -> None:
-    cache = _cache()
-    cache[key] = plain
-    _local.bytes += len(plain)
-    while _local.bytes > CACHE_BYTES and len(cache) > 1:
-        _, old = cache.popitem(last=False)
-        _local.bytes -= len(old)
+    with _frames_lock:
+        old = _frames.pop(key, None)
+        if old is not None:
+            _frame_bytes[0] -= len(old)
+        _frames[key] = plain
+        _frame_bytes[0] += len(plain)
+        while _frame_bytes[0] > CACHE_BYTES and len(_frames) > 1:
+            _, old = _frames.popitem(last=False)
+            _frame_bytes[0] -= len(old)
 
 
 def clear_cache() -> None:
     """Forget the decompressed frames and chunks (verify; tests that damage a store)."""
-    _local.frames = OrderedDict()
-    _local.bytes = 0
+    with _frames_lock:
+        _frames.clear()
+        _frame_bytes[0] = 0
     with _chunks_lock:
         _chunks.clear()
         _chunk_bytes[0] = 0
@@ -287,10 +296,8 @@ def frame_plain(
     # good frame that a sound neighbour's entry put in the cache.
     key = (entry.pack, entry.frame_off, entry.frame_len)
     need = entry.offset + entry.size
-    cache = _cache()
-    plain = cache.get(key)
+    plain = _cached_frame(key)
     if plain is not None and len(plain) >= need:
-        cache.move_to_end(key)
         return plain
     frame = frame_bytes(cid, entry, load_pack())
     if entry.codec == CODEC_ZSTD:

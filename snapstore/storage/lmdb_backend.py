@@ -174,6 +174,13 @@ class LmdbBackend:
             for key, value in txn.cursor(db=db):
                 yield bytes(key), len(value), bytes(value[:32])
 
+    def table_pages(self, table: str) -> int:
+        """Bytes of the B-tree and overflow pages of ``table`` (LMDB's own statistics)."""
+        with self._txn() as (txn, shared):
+            st = txn.stat(shared.dbs[table])
+        pages: int = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+        return pages * int(st["psize"])
+
     # -- writing ---------------------------------------------------------------------------------
 
     @contextmanager

@@ -1,12 +1,18 @@
-"""Compaction of an LMDB store: a new generation without free pages.
+"""Compaction of an LMDB store: a new generation without free pages, its pages full.
 
 LMDB never shrinks its file; pages freed by gc are reused but the size stays.  :func:`compact`
 (the caller holds the store's writer lock) writes a compact copy of the current generation into
-a new directory ``gen-N+1/`` (``env.copy(compact=True)``), fsyncs it, checks that it opens and
-reads, and then names it in ``CURRENT`` (written to ``CURRENT.tmp``, fsynced, renamed, the
+a new directory ``gen-N+1/``, fsyncs it, checks that it opens and reads, and then names it in
+``CURRENT`` (written to ``CURRENT.tmp``, fsynced, renamed, the
 directory fsynced).  Every process follows CURRENT at its next transaction (see
 :mod:`snapstore.storage.lmdb_generations`); old generations are deleted once no process has
 them open.  Nothing here depends on LMDB's file layout.
+
+**Full pages.**  ``env.copy(compact=True)`` keeps each B-tree page as full as it was, and keys
+inserted in random order (chunk ids are hashes) leave pages about half full: on a 400-file
+history the ``chunks`` table took 225 KB of pages for 118 KB of keys and values.  So the copy is
+written table by table, in key order, with LMDB's append mode, which splits a page only when it
+is full (:func:`_copy_filled`): the same records in ~60% of the pages.
 
 Crash safety: until the rename of CURRENT, the old generation is the store and the new directory
 is garbage (removed by the next writer); after it, the new generation is complete on disk.
@@ -15,12 +21,13 @@ is garbage (removed by the next writer); after it, the new generation is complet
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import lmdb
 
 from snapstore.errors import TreeIOError
 from snapstore.storage.backend import TABLES
-from snapstore.storage.lmdb_env import translate
+from snapstore.storage.lmdb_env import fitting_map_size, translate
 from snapstore.storage.lmdb_generations import CURRENT, Generations, gen_path
 
 
@@ -36,7 +43,7 @@ def compact(gens: Generations) -> tuple[int, int]:
     with shared.write_lock:
         txnid = shared.last_txnid()
         try:
-            shared.env.copy(new_dir, compact=True)
+            _copy_filled(shared.env, shared.dbs, new_dir, before)
         except lmdb.Error as exc:
             raise translate(exc, "cannot compact the store") from exc
         new = os.path.join(new_dir, "data.mdb")
@@ -59,6 +66,44 @@ def compact(gens: Generations) -> tuple[int, int]:
     gens.follow()
     gens.remove_old()
     return before, os.path.getsize(new)
+
+
+#: Value bytes written per transaction of the copy (bounds its dirty pages in memory).
+COPY_BATCH = 64 << 20
+
+
+def _copy_filled(src: lmdb.Environment, dbs: dict[str, Any], path: str, size: int) -> None:
+    """Every table of ``src`` (as one read snapshot) into a new environment at ``path``,
+    each in key order with append mode, so every page but a table's last is full."""
+    dst = lmdb.open(
+        path,
+        subdir=True,
+        map_size=fitting_map_size(size + size // 4 + (64 << 20)),
+        max_dbs=len(TABLES) + 2,
+        metasync=False,
+        sync=False,
+        create=True,
+    )
+    try:
+        with src.begin(buffers=True) as rtxn:
+            for name in TABLES:
+                target = dst.open_db(name.encode())
+                rows = iter(rtxn.cursor(db=dbs[name]))
+                more = True
+                while more:
+                    more = False
+                    with dst.begin(write=True, db=target) as wtxn:
+                        cursor = wtxn.cursor(db=target)
+                        written = 0
+                        for key, value in rows:
+                            cursor.put(key, value, append=True)
+                            written += len(value)
+                            if written >= COPY_BATCH:
+                                more = True
+                                break
+        dst.sync(True)
+    finally:
+        dst.close()
 
 
 def _check_copy(path: str) -> None:

@@ -85,6 +85,11 @@ class MemoryBackend:
     def sync(self) -> None:
         """Nothing to flush."""
 
+    def table_pages(self, table: str) -> int:
+        """The bytes of ``table``'s keys and values (memory has no pages)."""
+        with self._lock:
+            return sum(len(k) + len(v) for k, v in self.tables[table].items())
+
     def disk_size(self) -> int:
         """The bytes of every key and value."""
         with self._lock:

@@ -79,15 +79,19 @@ def _compressor(level: int, dictionary: bytes | None = None) -> zstandard.ZstdCo
 
 
 def solid_frames(
-    chunks: Iterable[tuple[bytes, bytes | memoryview]], level: int, target: int | None = None
+    chunks: Iterable[tuple[bytes, bytes | memoryview]],
+    level: int,
+    target: int | None = None,
+    breaks: set[bytes] | None = None,
 ) -> list[Frame]:
-    """Group ``(id, plain)`` chunks, in order, into frames of about ``target`` plain bytes."""
+    """Group ``(id, plain)`` chunks, in order, into frames of about ``target`` plain bytes
+    (``breaks``: ids that start a new frame whatever the size)."""
     target = target or FRAME_TARGET
     frames: list[Frame] = []
     group: list[tuple[bytes, bytes | memoryview]] = []
     size = 0
     for cid, data in chunks:
-        if group and size + len(data) > target:
+        if group and (size + len(data) > target or (breaks is not None and cid in breaks)):
             frames.append(_solid(group, level))
             group, size = [], 0
         group.append((cid, data))
@@ -121,10 +125,13 @@ def delta_frame(
     return Frame(CODEC_DELTA, delta, [(cid, 0, len(data))], base, depth)
 
 
-def pack_ops(frames: Iterable[Frame]) -> list[Op]:
-    """Place frames into packs; the ops write each pack and the entry of every chunk in it."""
+def pack_ops(frames: Iterable[Frame], head: bytes = b"") -> list[Op]:
+    """Place frames into packs; the ops write each pack and the entry of every chunk in it.
+
+    ``head``: bytes each pack starts with, which no entry points at (consolidation's mark).
+    """
     ops: list[Op] = []
-    pack = bytearray()
+    pack = bytearray(head)
     placed: list[tuple[Frame, int]] = []
 
     def close() -> None:
@@ -141,7 +148,7 @@ def pack_ops(frames: Iterable[Frame]) -> list[Op]:
         pack += frame.data
         if len(pack) >= PACK_TARGET:
             close()
-            pack, placed = bytearray(), []
+            pack, placed = bytearray(head), []
     if placed:
         close()
     return ops

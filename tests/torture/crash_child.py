@@ -2,7 +2,7 @@
 
     python crash_child.py OP MODE
 
-OP: snapshot | restore | undo | gc | gc-compact | revert.  MODE: ``none`` (the parent may kill it on a
+OP: snapshot | restore | undo | gc | gc-compact | revert | maintain.  MODE: ``none`` (the parent may kill it on a
 timer), ``apply:K:before|after`` (SIGKILL just before / after the K-th LMDB write transaction),
 ``step:K`` (before restore step K), ``rename:before|after`` (around compaction's rename of CURRENT).
 Prints ``go`` when the store is open, then ``done APPLIES SECONDS``.  Small batch sizes push
@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from snapstore.ops import gc, restore
+from snapstore.ops import gc, maintenance, restore
 from snapstore.ops.snapshot import read as snapshot_read
 from snapstore.ops.snapshot import write as snapshot_write
 from snapstore.storage import lmdb_backend, lmdb_compact
@@ -32,6 +32,7 @@ def main() -> None:
     snapshot_read.WHOLE_READ_MAX = 64 << 10
     snapshot_write.GROUP_BYTES = 64 << 10
     gc.BATCH = 64
+    maintenance.STEP_BYTES = 8 << 10  # many steps, each its own transaction under the lock
     store = Store.open(".")
     count = [0]
     real_apply = lmdb_backend.LmdbBackend._apply
@@ -81,6 +82,9 @@ def main() -> None:
         store.gc(compact=op == "gc-compact")
     elif op == "revert":
         store.revert("B")
+    elif op == "maintain":
+        if store.maintain() is None:
+            raise SystemExit("nothing to maintain")
     else:
         raise SystemExit(f"unknown op {op}")
     print(f"done {count[0]} {time.perf_counter() - start:.6f}", flush=True)

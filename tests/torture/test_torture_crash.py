@@ -47,6 +47,7 @@ TRIALS = {
     "gc": scaled(2, 150),
     "gc-compact": scaled(2, 150),
     "revert": scaled(0, 150),  # bounded runs: tests/test_revert_safety.py covers the apply
+    "maintain": scaled(2, 150),
 }
 #: Trials per test: a full run's trials are cut into shards (one test each) so that xdist can
 #: run them on every core; a bounded run has one shard per operation.
@@ -124,6 +125,19 @@ def templates(tmp_path_factory):
         _edit_to_b(gct)
         store.snapshot("C", tags=["C"])
         store.delete(x.id)
+    maint = base / "maintain"  # 12 checkpoints of small edits (one deleted): small loose packs
+    build_tree(maint, _spec_a())
+    maint_specs = {}
+    with Store.init(maint) as store:
+        store.config_set("maintenance.auto", "false")
+        for k in range(12):
+            build_tree(maint, {f"src/m{k % 7}/f{k}.py": f"# edit {k}\n".encode() * (50 + k)})
+            build_tree(maint, {f"big{k % 3}.bin": random_bytes(20_000, f"big-{k}")})
+            cp = store.snapshot(f"M{k}")
+            maint_specs[cp.id] = read_tree(maint)
+        store.delete(next(iter(maint_specs)))
+        del maint_specs[next(iter(maint_specs))]
+        store.config_set("maintenance.auto", "true")
     rev = base / "revert"
     shutil.copytree(rest, rev, symlinks=True)
     with open(rev / "src/m2/f2.py", "ab") as f:  # B did not touch f2: the user's edit stays
@@ -136,6 +150,7 @@ def templates(tmp_path_factory):
     assert (probe / "src/m2/f2.py").read_bytes().endswith(b"# the user's own line\n")
     return {
         "snap": snap, "restore": rest, "undo": undo, "gc": gct, "revert": rev,
+        "maintain": maint, "maintain-specs": maint_specs,
         "A": spec_a, "B": spec_b, "revert-before": read_tree(rev), "revert-after": spec_reverted,
     }
 
@@ -329,6 +344,28 @@ def test_gc_killed_at_random_moments(templates, tmp_path, op, shard):
 
     seed = 404 if op == "gc" else 505
     _run_trials(op, templates["gc"], tmp_path, check, seed=seed, shard=shard)
+
+
+@pytest.mark.parametrize("shard", _shards("maintain"))
+def test_maintenance_pass_killed_at_random_moments(templates, tmp_path, shard):
+    specs = templates["maintain-specs"]
+
+    def check(tree: Path, completed: bool) -> str:
+        with Store.open(tree) as store:
+            _check_verify(store)
+            for cid, spec in specs.items():
+                assert tree_from_store(store, cid) == spec
+            left = store.maintain()  # the next pass picks up what is left
+            _check_verify(store)
+            store.gc()
+            _check_verify(store)
+            for cid, spec in specs.items():
+                assert tree_from_store(store, cid) == spec
+            store.restore(next(reversed(specs)))
+            assert read_tree(tree) == specs[next(reversed(specs))]
+        return "finished" if left is None else "resumed"
+
+    _run_trials("maintain", templates["maintain"], tmp_path, check, seed=606, shard=shard)
 
 
 @pytest.mark.parametrize("shard", _shards("revert"))

@@ -1,0 +1,202 @@
+"""The automatic maintenance pass: small loose packs gathered into full ones, a step at a time.
+
+Like ``git gc --auto``: after every :data:`EVERY` checkpoints (config
+``maintenance.checkpoints``) a snapshot checks whether at least :data:`LOOSE_PACKS` small loose
+packs (config ``maintenance.loose-packs``; *small*: under half of
+:data:`snapstore.storage.packs.PACK_TARGET`) have gathered, and if so moves them into
+consolidated packs (:mod:`snapstore.ops.consolidate`), their chunks in path order.  The
+resident service runs the same pass when idle.  ``maintenance.auto`` false turns both off.
+
+**Bounded.**  The plan (which packs, their chunks, the order) is read without the writer lock:
+readers never block a checkpoint.  Only the moves take the lock, one step of at most
+:data:`STEP_BYTES` plain bytes each (one transaction; a pass moves at most :data:`PASS_BYTES`),
+so a checkpoint waits for one step at most.  The order comes from the newest checkpoints'
+manifest chunks that lie in the packs being moved (their changed entries), not from a walk of
+every manifest.
+
+**Safe without a mark.**  Between two steps a snapshot may reuse any chunk the store holds, so
+the pass decides nothing about liveness: it moves *every* chunk of a pack (dead ones too, for
+gc to remove later) and deletes a pack only in a transaction that finds no entry naming it.
+A snapshot never points an existing chunk's entry at an old pack (entries of stored chunks are
+written once), so a pack that no entry names stays unnamed.  A kill between steps leaves every
+entry pointing at a pack that exists; the next pass picks up what is left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from snapstore.errors import CorruptError
+from snapstore.ops import consolidate
+from snapstore.storage import entries, objects, packs
+from snapstore.storage.backend import Backend
+from snapstore.storage.entries import Entry
+
+#: Checkpoints between two checks (config ``maintenance.checkpoints``).
+EVERY = 32
+#: Small loose packs that make a pass worth it (config ``maintenance.loose-packs``).
+LOOSE_PACKS = 16
+#: A loose pack below this many stored bytes is small (a checkpoint's own pack).
+SMALL = packs.PACK_TARGET // 2
+#: Plain bytes moved per step (per transaction, under the writer lock).
+STEP_BYTES = 4 << 20
+#: Plain bytes moved per pass at most (the rest waits for the next pass).
+PASS_BYTES = 32 << 20
+#: A pass finds the chunks of the packs it moves by reading every chunk entry (packs do not
+#: list their chunks): ~1 s per million entries.  After a snapshot it runs only on stores of at
+#: most this many chunks (~0.1 s); the idle service, on stores of at most :data:`SERVICE_CHUNKS`;
+#: bigger stores are consolidated by ``gc``.
+SNAPSHOT_CHUNKS = 100_000
+SERVICE_CHUNKS = 1_000_000
+#: The meta key holding the log's record count at the last pass.
+SEQ_KEY = b"maintenance:at"
+
+
+@dataclass
+class MaintenanceReport:
+    """What one pass did."""
+
+    loose: int = 0  # small loose packs found
+    packs_gathered: int = 0  # of them, moved and deleted
+    packs_written: int = 0
+    chunks_moved: int = 0
+    steps: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Plan:
+    """Which packs one pass moves, and their chunks in the order they are written."""
+
+    def __init__(self, pids: list[bytes], chunks: list[tuple[bytes, Entry]], loose: int) -> None:
+        self.pids = pids
+        self.chunks = chunks
+        self.loose = loose
+
+
+def small_loose(backend: Backend) -> list[tuple[bytes, int]]:
+    """The small loose packs: ``(pack id, stored bytes)``."""
+    return [
+        (pid, n)
+        for pid, n, head in backend.value_sizes("packs")
+        if n < SMALL and not consolidate.is_consolidated(head)
+    ]
+
+
+def plan(
+    backend: Backend, *, min_packs: int, max_chunks: int, newest: int = 4 * EVERY
+) -> Plan | None:
+    """Read (no lock needed) what a pass would move; None when fewer than ``min_packs``, or
+    when the store holds more than ``max_chunks`` chunks (finding a pack's chunks reads them
+    all)."""
+    with backend.read() as view:
+        if view.count("chunks") > max_chunks:
+            return None
+    found = small_loose(backend)
+    if len(found) < max(min_packs, 2):
+        return None
+    chosen = {pid for pid, _ in found}
+    members: dict[bytes, list[tuple[bytes, Entry]]] = {pid: [] for pid in chosen}
+    with backend.read() as view:
+        for cid, value in view.items("chunks"):
+            if entries.is_entry(value):
+                try:
+                    e = entries.parse(cid, value)
+                except CorruptError:
+                    continue
+                if e.pack in members:
+                    members[e.pack].append((cid, e))
+        # Whole packs up to the pass's budget, in key order (stable across passes).
+        pids: list[bytes] = []
+        total = 0
+        for pid in sorted(members):
+            size = sum(e.size for _, e in members[pid])
+            if pids and total + size > PASS_BYTES:
+                break
+            pids.append(pid)
+            total += size
+        moving = [ce for pid in pids for ce in members[pid]]
+        within = {cid for cid, _ in moving}
+        keys = consolidate.order_keys(view, newest=newest, within=within)
+    last: consolidate.Key = (9, b"", 0, 0)
+    moving.sort(key=lambda ce: keys.get(ce[0], last))
+    return Plan(pids, moving, len(found))
+
+
+def run(
+    backend: Backend,
+    the_plan: Plan,
+    *,
+    level: int,
+    locked: Callable[[], Any],
+) -> MaintenanceReport:
+    """Carry out ``the_plan`` in steps, each under ``locked()`` (a context manager holding the
+    writer lock), then delete the packs no entry names any more."""
+    report = MaintenanceReport(loose=the_plan.loose)
+    step: list[tuple[bytes, Entry]] = []
+    size = 0
+    for cid, e in the_plan.chunks:
+        step.append((cid, e))
+        size += e.size
+        if size >= STEP_BYTES:
+            with locked():
+                report.packs_written += _move(backend, step, level)
+            report.steps += 1
+            step, size = [], 0
+    if step:
+        with locked():
+            report.packs_written += _move(backend, step, level)
+        report.steps += 1
+    report.chunks_moved = len(the_plan.chunks)
+    with locked():
+        report.packs_gathered = _drop(backend, the_plan)
+    return report
+
+
+def _move(backend: Backend, chunks: list[tuple[bytes, Entry]], level: int) -> int:
+    """One transaction: the chunks still where the plan found them, rewritten in order."""
+    plain: list[tuple[bytes, bytes]] = []
+    with backend.read() as view:
+        for cid, e in chunks:
+            value = view.get("chunks", cid)
+            if value != e.encode():
+                continue  # moved or removed since the plan (a gc ran between steps)
+            try:
+                plain.append((cid, objects.load_chunk(view.get, cid, max_size=e.size)))
+            except CorruptError:
+                continue  # damage stays where it is, for verify to name
+    if not plain:
+        return 0
+    ops = packs.pack_ops(packs.solid_frames(plain, level), head=consolidate.MARK)
+    with backend.write() as batch:
+        for table, key, value in ops:
+            batch.put(table, key, value)
+    return sum(1 for table, _, _ in ops if table == "packs")
+
+
+def _drop(backend: Backend, the_plan: Plan) -> int:
+    """Delete the planned packs that no entry names (one transaction)."""
+    named = {e.pack for _, e in the_plan.chunks}
+    dropped = 0
+    with backend.write() as batch:
+        for pid in the_plan.pids:
+            if pid in named and any(
+                _names(batch.get("chunks", cid), cid, pid) for cid, e in the_plan.chunks if e.pack == pid
+            ):
+                continue
+            if batch.get("packs", pid) is not None:
+                batch.delete("packs", pid)
+                dropped += 1
+    return dropped
+
+
+def _names(value: bytes | None, cid: bytes, pid: bytes) -> bool:
+    if value is None or not entries.is_entry(value):
+        return False
+    try:
+        return entries.parse(cid, value).pack == pid
+    except CorruptError:
+        return True  # unknowable: keep the pack

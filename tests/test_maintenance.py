@@ -1,0 +1,178 @@
+"""The automatic maintenance pass: small loose packs gathered after N checkpoints, in steps."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+from snapstore.ops import consolidate, maintenance
+from snapstore.storage.backend import CONFIG_PREFIX
+from snapstore.store import Store
+from snapstore.testing import build_tree, tree_from_store
+
+WORDS = [w.encode() for w in "alpha beta gamma delta store chunk frame pack zstd value index tree".split()]
+
+
+def text(size: int, seed: int) -> bytes:
+    rng = random.Random(seed)
+    out = bytearray()
+    while len(out) < size:
+        out += b" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + b"\n"
+    return bytes(out[:size])
+
+
+def steps(tree, store: Store, n: int, start: int = 0) -> list[str]:
+    """``n`` checkpoints, each changing two of eight files."""
+    ids = []
+    for k in range(start, start + n):
+        build_tree(tree, {f"d/f{i}.py": text(4_000, 1000 * k + i if i in (k % 8, (k + 3) % 8) else i) for i in range(8)})
+        ids.append(store.snapshot(f"step {k}").id)
+    return ids
+
+
+def loose(store: Store) -> int:
+    return len(maintenance.small_loose(store.backend))
+
+
+def consolidated(store: Store) -> int:
+    return sum(1 for _, _, h in store.backend.value_sizes("packs") if consolidate.is_consolidated(h))
+
+
+def test_after_n_checkpoints_a_snapshot_gathers_the_small_loose_packs(tree, store):
+    store.config_set("maintenance.checkpoints", "6")
+    store.config_set("maintenance.loose-packs", "4")
+    ids = steps(tree, store, 5)
+    specs = {cid: tree_from_store(store, cid) for cid in ids}
+    assert loose(store) >= 5 and consolidated(store) == 0  # not yet: 5 checkpoints
+    ids += steps(tree, store, 1, start=5)  # the 6th checkpoint runs the pass
+    specs[ids[-1]] = tree_from_store(store, ids[-1])
+    assert loose(store) == 0 and consolidated(store) >= 1
+    assert store.verify().ok
+    for cid in ids:
+        assert tree_from_store(store, cid) == specs[cid]
+
+
+def test_maintenance_auto_false_gathers_nothing(tree, store):
+    store.config_set("maintenance.checkpoints", "3")
+    store.config_set("maintenance.loose-packs", "2")
+    store.config_set("maintenance.auto", "false")
+    steps(tree, store, 7)
+    assert consolidated(store) == 0
+
+
+def test_fewer_loose_packs_than_the_threshold_wait_for_the_next_check(tree, store):
+    store.config_set("maintenance.checkpoints", "3")
+    store.config_set("maintenance.loose-packs", "50")
+    steps(tree, store, 7)
+    assert consolidated(store) == 0 and loose(store) >= 7
+
+
+def test_the_pass_moves_dead_chunks_too_and_removes_nothing(tree, store):
+    ids = steps(tree, store, 6)
+    store.delete(ids[1])
+    with store.backend.read() as view:
+        chunks_before = view.count("chunks")
+    report = store.maintain()
+    assert report is not None and report.packs_gathered == report.loose >= 6
+    with store.backend.read() as view:
+        assert view.count("chunks") == chunks_before  # liveness is gc's business
+    assert store.verify().ok
+    assert store.gc().chunks_removed > 0
+    assert store.verify().ok
+
+
+def test_a_chunk_reused_between_the_plan_and_the_moves_survives(tree, store):
+    ids = steps(tree, store, 6)
+    spec = tree_from_store(store, ids[1])
+    store.delete(ids[1])  # its chunks are now dead...
+    the_plan = maintenance.plan(store.backend, min_packs=2, max_chunks=10**6)
+    assert the_plan is not None
+    build_tree(tree, {p.decode(): body for p, body in spec.items()})
+    again = store.snapshot("the same files again")  # ...and reused by a new checkpoint
+    maintenance.run(store.backend, the_plan, level=3, locked=contextlib.nullcontext)
+    assert store.verify().ok
+    assert tree_from_store(store, again.id) == spec
+    store.gc()
+    assert tree_from_store(store, again.id) == spec
+    assert store.verify().ok
+
+
+def test_each_step_holds_the_lock_on_its_own(tree, store, monkeypatch):
+    monkeypatch.setattr(maintenance, "STEP_BYTES", 8_000)
+    ids = steps(tree, store, 6)
+    specs = {cid: tree_from_store(store, cid) for cid in ids}
+    held = []
+
+    @contextlib.contextmanager
+    def locked():
+        held.append(1)
+        yield
+
+    the_plan = maintenance.plan(store.backend, min_packs=2, max_chunks=10**6)
+    assert the_plan is not None
+    report = maintenance.run(store.backend, the_plan, level=3, locked=locked)
+    assert report.steps >= 3 and len(held) == report.steps + 1  # the steps, then the drop
+    assert store.verify().ok
+    for cid in ids:
+        assert tree_from_store(store, cid) == specs[cid]
+
+
+def test_the_fast_path_keys_are_the_modules(tree, store):
+    assert maintenance.SEQ_KEY == b"maintenance:at"
+    defaults = store.config()
+    assert defaults["maintenance.checkpoints"] == str(maintenance.EVERY)
+    assert defaults["maintenance.loose-packs"] == str(maintenance.LOOSE_PACKS)
+    assert CONFIG_PREFIX + b"maintenance.auto" == b"config:maintenance.auto"
+
+
+def _service(store: Store):
+    import os
+
+    from snapstore.service.server import Service
+
+    svc = Service(store.store_dir)
+    return svc, lambda: (svc.store.close(), os.close(svc._dir_fd))
+
+
+def test_the_idle_service_gathers_the_small_loose_packs(tree, store):
+    store.config_set("maintenance.checkpoints", "1000")  # no pass from the snapshots themselves
+    ids = steps(tree, store, 5)
+    assert loose(store) >= 5
+    svc, close = _service(store)
+    try:
+        svc._maintain()
+    finally:
+        close()
+    assert loose(store) == 0 and consolidated(store) >= 1
+    assert store.verify().ok
+    assert all(tree_from_store(store, cid) for cid in ids)
+
+
+def test_the_idle_service_leaves_a_store_alone_when_auto_is_off_or_another_writer_holds_it(tree, store):
+    store.config_set("maintenance.checkpoints", "1000")
+    steps(tree, store, 5)
+    store.config_set("maintenance.auto", "false")
+    svc, close = _service(store)
+    try:
+        svc._maintain()
+        assert consolidated(store) == 0
+        store.config_set("maintenance.auto", "true")
+        with store._lock.held():  # another writer: the pass waits 0.2 s, then gives up
+            svc._maintain()
+        assert consolidated(store) == 0
+        svc._maintain()
+        assert consolidated(store) >= 1
+    finally:
+        close()
+
+
+def test_a_store_with_more_chunks_than_the_bound_is_left_to_gc(tree, store, monkeypatch):
+    """Finding a pack's chunks reads every entry: after a snapshot only small stores pay it."""
+    monkeypatch.setattr(maintenance, "SNAPSHOT_CHUNKS", 5)
+    store.config_set("maintenance.checkpoints", "4")
+    store.config_set("maintenance.loose-packs", "2")
+    steps(tree, store, 6)
+    assert consolidated(store) == 0 and loose(store) >= 6
+    assert store.maintain(max_chunks=5) is None
+    assert store.maintain() is not None  # the service's bound is higher
+    assert loose(store) == 0
