@@ -176,3 +176,26 @@ def test_a_store_with_more_chunks_than_the_bound_is_left_to_gc(tree, store, monk
     assert store.maintain(max_chunks=5) is None
     assert store.maintain() is not None  # the service's bound is higher
     assert loose(store) == 0
+
+
+def test_a_pass_asked_to_stop_moves_no_more_and_loses_nothing(tree, store, monkeypatch):
+    """The resident service stops its idle pass as soon as a request waits: the steps done stay
+    done, the rest waits for the next pass, and every checkpoint is whole."""
+    monkeypatch.setattr(maintenance, "STEP_BYTES", 8_000)
+    ids = steps(tree, store, 6)
+    specs = {cid: tree_from_store(store, cid) for cid in ids}
+    asked = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) > 1  # one step, then a request is waiting
+
+    the_plan = maintenance.plan(store.backend, min_packs=2, max_chunks=10**6)
+    assert the_plan is not None
+    report = maintenance.run(store.backend, the_plan, level=3, locked=contextlib.nullcontext, stop=stop)
+    assert report.steps == 1 and 0 < report.chunks_moved < len(the_plan.chunks)
+    assert store.verify().ok
+    for cid in ids:
+        assert tree_from_store(store, cid) == specs[cid]
+    assert loose(store) > 0  # (what was not moved waits for the next pass)
+    assert store.maintain(min_packs=2) is not None and store.verify().ok

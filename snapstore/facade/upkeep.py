@@ -140,15 +140,21 @@ class UpkeepMixin(StoreBase):
         return []
 
     def maintain(
-        self, *, min_packs: int = 2, lock_timeout: float | None = None, max_chunks: int | None = None
+        self,
+        *,
+        min_packs: int = 2,
+        lock_timeout: float | None = None,
+        max_chunks: int | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> MaintenanceReport | None:
         """One maintenance pass now: gather the small loose packs into consolidated ones.
 
         The plan is read without the writer lock; each step of the moves holds it (waiting
         ``lock_timeout`` seconds at most, the store's timeout by default: LockedError).  None
         when fewer than ``min_packs`` small loose packs exist, or the store holds more than
-        ``max_chunks`` chunks (default: ``maintenance.SERVICE_CHUNKS``).  The resident service
-        calls this when idle (``maintenance.auto``).
+        ``max_chunks`` chunks (default: ``maintenance.SERVICE_CHUNKS``).  ``stop()``, asked
+        before each step, ends the pass early.  The resident service calls this when idle
+        (``maintenance.auto``), stopping as soon as a request waits.
         """
         from snapstore.ops import maintenance
 
@@ -161,6 +167,7 @@ class UpkeepMixin(StoreBase):
             found,
             level=self.compression_level,
             locked=lambda: self._lock.held(lock_timeout),
+            stop=stop,
         )
 
     def delete(self, ref: str) -> Checkpoint:

@@ -132,25 +132,33 @@ def run(
     *,
     level: int,
     locked: Callable[[], Any],
+    stop: Callable[[], bool] | None = None,
 ) -> MaintenanceReport:
     """Carry out ``the_plan`` in steps, each under ``locked()`` (a context manager holding the
-    writer lock), then delete the packs no entry names any more."""
+    writer lock), then delete the packs no entry names any more.  ``stop()``, asked before each
+    step, ends the pass early (the resident service: a request is waiting); what was moved
+    stays moved, the rest waits for the next pass."""
     report = MaintenanceReport(loose=the_plan.loose)
     step: list[tuple[bytes, Entry]] = []
-    size = 0
+    size = moved = 0
     for cid, e in the_plan.chunks:
         step.append((cid, e))
         size += e.size
         if size >= STEP_BYTES:
+            if stop is not None and stop():
+                step = []
+                break
             with locked():
                 report.packs_written += _move(backend, step, level)
             report.steps += 1
+            moved += len(step)
             step, size = [], 0
-    if step:
+    if step and not (stop is not None and stop()):
         with locked():
             report.packs_written += _move(backend, step, level)
         report.steps += 1
-    report.chunks_moved = len(the_plan.chunks)
+        moved += len(step)
+    report.chunks_moved = moved
     with locked():
         report.packs_gathered = _drop(backend, the_plan)
     return report

@@ -25,7 +25,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from snapstore.errors import LockedError, TreeIOError
@@ -164,7 +164,7 @@ class Service:
                     and time.monotonic() - last > MAINTAIN_AFTER
                 ):
                     maintained = self.requests
-                    self._maintain()
+                    self._maintain(lambda: bool(select.select(sockets, [], [], 0)[0]))
                 for ready_sock in readable:
                     conn, _ = ready_sock.accept()
                     served = self.requests
@@ -193,15 +193,17 @@ class Service:
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
 
-    def _maintain(self) -> None:
+    def _maintain(self, waiting: Callable[[], bool] = lambda: False) -> None:
         """One bounded maintenance pass when idle (``maintenance.auto``): each step holds the
-        writer lock briefly; a store busy with another writer is left for the next idle time."""
+        writer lock briefly; a store busy with another writer is left for the next idle time,
+        and the pass stops between steps as soon as a request is ``waiting`` (this loop serves
+        requests one at a time: a checkpoint waits for one step at most, plus the plan)."""
         from snapstore.errors import SnapstoreError
 
         try:
             if self.store.config_get("maintenance.auto") != "true":
                 return
-            report = self.store.maintain(lock_timeout=0.2)
+            report = self.store.maintain(lock_timeout=0.2, stop=waiting)
         except SnapstoreError as exc:
             log.info("idle maintenance skipped: %s", exc)
             return
