@@ -272,16 +272,8 @@ def run(
             targets.add(pid)
     report.packs = len(sizes)
     report.stored_before = report.stored_after = sum(sizes.values())
-    members: dict[bytes, list[tuple[bytes, Entry]]] = {pid: [] for pid in targets}
     with backend.read() as view:
-        for cid, value in view.items("chunks"):
-            if entries.is_entry(value):
-                try:
-                    e = entries.parse(cid, value)
-                except CorruptError:
-                    continue  # names no pack we can know: verify reports it, gc leaves it
-                if e.pack in members:
-                    members[e.pack].append((cid, e))
+        members = entries.pack_members(view.items("chunks"), targets)
         if keys is None:
             keys = order_keys(view)
         outlined = [] if dry_run or not conversations else outline(view, conversations)

@@ -99,16 +99,8 @@ def plan(
     if len(found) < max(min_packs, 2):
         return None
     chosen = {pid for pid, _ in found}
-    members: dict[bytes, list[tuple[bytes, Entry]]] = {pid: [] for pid in chosen}
     with backend.read() as view:
-        for cid, value in view.items("chunks"):
-            if entries.is_entry(value):
-                try:
-                    e = entries.parse(cid, value)
-                except CorruptError:
-                    continue
-                if e.pack in members:
-                    members[e.pack].append((cid, e))
+        members = entries.pack_members(view.items("chunks"), chosen)
         # Whole packs up to the pass's budget, in key order (stable across passes).
         pids: list[bytes] = []
         total = 0

@@ -63,13 +63,8 @@ def run(
     report.stored_before = report.stored_after = sum(sizes.values())
     members: dict[bytes, list[tuple[bytes, Entry]]] = {pid: [] for pid in sizes}
     with backend.read() as view:
-        for cid, value in view.items("chunks"):
-            if entries.is_entry(value):
-                try:
-                    e = entries.parse(cid, value)
-                except CorruptError:
-                    continue  # names no pack we can know: verify reports it, gc leaves it
-                members.setdefault(e.pack, []).append((cid, e))
+        for pid, ms in entries.pack_members(view.items("chunks")).items():
+            members.setdefault(pid, []).extend(ms)
     orphans = [
         (cid, e)
         for ms in members.values()

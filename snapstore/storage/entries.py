@@ -31,8 +31,8 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import NamedTuple, TypeGuard
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, TypeGuard
 
 from snapstore.errors import CorruptError
 
@@ -319,3 +319,25 @@ def slice_chunk(cid: bytes, entry: Entry, plain: bytes) -> bytes:
             f"chunk {cid.hex()} points outside its frame ({entry.offset}..{end} of {len(plain)})"
         )
     return plain if entry.offset == 0 and end == len(plain) else plain[entry.offset : end]
+
+
+def pack_members(
+    items: Iterable[tuple[bytes, bytes]], packs: set[bytes] | dict[bytes, Any] | None = None
+) -> dict[bytes, list[tuple[bytes, Entry]]]:
+    """The chunks of each pack, from the ``chunks`` table's ``(id, value)`` items (packs do not
+    list their members: every entry is read).  Only the packs in ``packs`` when given (each
+    present in the result, maybe empty), else every pack an entry names.  An entry that does
+    not parse names no pack anyone can know: skipped (verify reports it, gc leaves it)."""
+    members: dict[bytes, list[tuple[bytes, Entry]]] = {pid: [] for pid in packs} if packs is not None else {}
+    for cid, value in items:
+        if not is_entry(value):
+            continue
+        try:
+            e = parse(cid, value)
+        except CorruptError:
+            continue
+        if packs is None:
+            members.setdefault(e.pack, []).append((cid, e))
+        elif e.pack in members:
+            members[e.pack].append((cid, e))
+    return members
