@@ -25,10 +25,11 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from ui_client import logged_in  # noqa: E402
+
 from snapstore.ops import textdiff  # noqa: E402
 from snapstore.store import Store  # noqa: E402
 from snapstore.ui import budget, diffview  # noqa: E402
-from snapstore.ui.app import create_app  # noqa: E402
 from snapstore.ui.html import path_token  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -40,9 +41,7 @@ MB = 1 << 20
 
 
 def client_for(store: Store) -> TestClient:
-    client = TestClient(create_app(store, token=TOKEN, host="127.0.0.1", port=PORT), base_url=ORIGIN)
-    assert client.get(f"/?token={TOKEN}").status_code == 200
-    return client
+    return logged_in(store, PORT, TOKEN)
 
 
 def big_text(lines: int) -> str:

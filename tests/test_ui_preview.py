@@ -9,7 +9,6 @@ import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlencode
 
 import pytest
 
@@ -20,8 +19,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from ui_client import logged_in, post_form  # noqa: E402
+
 from snapstore.store import Store  # noqa: E402
-from snapstore.ui.app import create_app  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -31,14 +31,11 @@ TOKEN = "preview-token-0123456789"
 
 
 def client_for(store: Store) -> TestClient:
-    client = TestClient(create_app(store, token=TOKEN, host="127.0.0.1", port=PORT), base_url=ORIGIN)
-    assert client.get(f"/?token={TOKEN}").status_code == 200
-    return client
+    return logged_in(store, PORT, TOKEN)
 
 
 def post(client: TestClient, path: str, data: dict | None = None):
-    headers = {"origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"}
-    return client.post(path, content=urlencode(data or {}), headers=headers, follow_redirects=False)
+    return post_form(client, PORT, path, data)
 
 
 def text(html: str) -> str:
