@@ -59,7 +59,7 @@ class Codec:
         self.mid: bytes | None = None
         self.changed_from: bytes | None = None
         #: The index tree of the current encoding, and how many of its chunks at the start
-        #: and at the end the last call kept (objects.write_tree_stream builds only between).
+        #: and at the end the last call kept (the tree is re-cut only between).
         self.index = IndexTree()
         self.kept_prefix = 0
         self.kept_suffix = 0

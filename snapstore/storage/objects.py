@@ -25,7 +25,7 @@ import msgpack
 
 from snapstore.errors import CorruptError
 from snapstore.storage import entries
-from snapstore.storage.index_tree import IndexTree, Ref, build_index
+from snapstore.storage.index_tree import Ref, build_index
 
 if TYPE_CHECKING:
     import zstandard
@@ -311,37 +311,6 @@ def write_stream_known(
         cid = builder.add(b"")
         put(cid, encode_chunk(b"", level) if encode else b"")
     return builder.finish(put, level, encode=encode)
-
-
-def write_tree_stream(
-    index: IndexTree,
-    chunks: list[tuple[bytes, bytes]],
-    prefix: int,
-    suffix: int,
-    put: Callable[[bytes, bytes], None],
-) -> tuple[bytes, int, bytes | None]:
-    """:func:`write_stream_known` with ``tree=True`` and ``encode=False`` for a stream written
-    again and again (a manifest through its codec): ``index`` holds the last tree, whose
-    leaves' first ``prefix`` and last ``suffix`` are those of ``chunks``, so only the nodes
-    around the change are built.  Every chunk and index node still goes to ``put`` (the caller
-    stores those the store lacks).  The same id and record as :func:`write_stream_known`."""
-    for data, cid in chunks:
-        put(cid, data)
-    if not chunks:
-        empty = chunk_id(b"")
-        put(empty, b"")
-        index.levels = []
-        return empty, 0, None
-    if len(chunks) == 1:
-        index.levels = []
-        return chunks[0][1], len(chunks[0][0]), None
-    leaves = [(cid, len(data)) for data, cid in chunks]
-    height, root = index.update(leaves, prefix, suffix, lambda nid, plain: None)
-    for nid, plain in index.nodes():
-        put(nid, plain)
-    size = sum(s for _, s in leaves)
-    record = stream_record(size, height, root)
-    return tree_id(record), size, record
 
 
 # -- reading streams ------------------------------------------------------------------------
