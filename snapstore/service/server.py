@@ -89,6 +89,7 @@ class Service:
         self.store_dir = os.path.realpath(store_dir)
         self.idle_timeout = idle_timeout
         self.store = Store.open(store=self.store_dir, watch=True)
+        self.store.maintain_after_snapshot = False  # (done when idle: _maintain)
         self.started = time.time()
         self.requests = 0
         self.last_error: str | None = None
