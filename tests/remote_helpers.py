@@ -145,6 +145,14 @@ class Recording(tr.Transport):
         self._note("get", key)
         return self.inner.get(key)
 
+    def get_range(self, key: str, start: int, end: int) -> bytes | None:
+        self._note("range", key)
+        return self.inner.get_range(key, start, end)
+
+    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
+        self._note("suffix", key)
+        return self.inner.get_suffix(key, n)
+
     def put_create(self, key: str, data: bytes) -> str | None:
         self._note("create", key)
         return self.inner.put_create(key, data)
@@ -170,6 +178,12 @@ class IgnoresConditions(tr.Transport):
 
     def get(self, key: str) -> tr.Got | None:
         return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes | None:
+        return self.inner.get_range(key, start, end)
+
+    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
+        return self.inner.get_suffix(key, n)
 
     def _overwrite(self, key: str, data: bytes) -> str | None:
         got = self.inner.get(key)
@@ -208,6 +222,12 @@ class LaggyListing:
 
             def get(self, key: str) -> tr.Got | None:
                 return self.inner.get(key)
+
+            def get_range(self, key: str, start: int, end: int) -> bytes | None:
+                return self.inner.get_range(key, start, end)
+
+            def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
+                return self.inner.get_suffix(key, n)
 
             def put_create(self, key: str, data: bytes) -> str | None:
                 got = self.inner.put_create(key, data)

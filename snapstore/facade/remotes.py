@@ -56,6 +56,9 @@ class FetchReport:
 class RemotesMixin(GoingBackMixin):
     """remote add/list/remove/ls/verify/doctor, push, fetch, pull and clone."""
 
+    #: A browsing cache's transport (:meth:`read_through`): its requests, counted.
+    remote_requests: CountingTransport | None = None
+
     # -- settings ---------------------------------------------------------------------------
 
     def remote_add(
@@ -232,6 +235,32 @@ class RemotesMixin(GoingBackMixin):
         finally:
             report.requests = t.requests
         report.restore = self.restore(got.checkpoint)
+        return report
+
+    def read_through(self, remote: str = "origin") -> FetchReport:
+        """Make this store (a browsing cache: :meth:`snapstore.Store.remote_view`) read
+        remote ``remote`` through: take up the checkpoints its refs name (a LIST, a GET of each
+        ref, and of the bundle of each checkpoint not held yet), then read chunks and records
+        on demand by range (:mod:`snapstore.remote.browse`).  The report counts the requests
+        made so far; ``self.remote_requests`` keeps counting them."""
+        from snapstore.remote import browse, fetch
+        from snapstore.storage.readthrough import ReadThroughBackend
+
+        cfg, t = self._connect(remote, empty_ok=True)
+        if not isinstance(self.backend, ReadThroughBackend):
+            self.backend = ReadThroughBackend(
+                self.backend, browse.Filler(self.backend, t, cfg), browse.TABLES, self._lock.held
+            )
+            self.context.backend = self.backend
+            self.remote_requests = t
+        report = FetchReport(cfg.name)
+        try:
+            for name in _ref_names(t):
+                report.refs.append(fetch.fetch_ref(
+                    self.backend, t, cfg, name, lock=self._lock.held, add=browse.add_bundle
+                ))
+        finally:
+            report.requests = t.requests
         return report
 
     # -- looking at a remote ------------------------------------------------------------------

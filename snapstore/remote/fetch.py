@@ -97,10 +97,13 @@ def store_object(backend: Backend, cfg: RemoteConfig, lock: Lock, key: str, pack
 
 def fetch_ref(
     backend: Backend, transport: Transport, cfg: RemoteConfig, name: str, *, lock: Lock,
-    progress: Progress | None = None,
+    progress: Progress | None = None, add: Callable[..., None] | None = None,
 ) -> FetchedRef:
     """Fetch ref ``name``: RefError when the remote has no such ref; CorruptError (nothing of
-    the bundle's checkpoints added) when an object is missing or fails a check."""
+    the bundle's checkpoints added) when an object is missing or fails a check.
+
+    ``add`` takes the checked bundle up when its checkpoint is new here (default:
+    :func:`add_bundle`, the whole closure; browsing passes one that reads lazily)."""
     out = FetchedRef(name)
     ref, etag = refs.read(transport, name)
     if ref is None:
@@ -117,7 +120,7 @@ def fetch_ref(
         out.bytes_read += len(got.body)
         if ref.checkpoint not in {cid for cid, _ in bundle.checkpoints}:
             raise CorruptError(f"remote object {ref.bundle} does not hold the checkpoint its ref {name} names")
-        add_bundle(backend, transport, cfg, bundle, lock=lock, out=out, progress=progress)
+        (add or add_bundle)(backend, transport, cfg, bundle, lock=lock, out=out, progress=progress)
     with lock(), backend.write() as batch:
         state.put_seen_ref(batch, cfg.rid, name, state.SeenRef(ref.checkpoint, etag, ref.bundle))
     return out
@@ -149,21 +152,26 @@ def add_bundle(
         # Something imported earlier was removed locally since (gc): read every object again.
         todo = list(bundle.needs)
     with lock(), backend.write() as batch:
-        with batch.reading() as view:
-            last = next(iter(view.items("log", reverse=True)), None)
-        seq = next_seq(last[0] if last is not None else None)
-        added = False
-        for cid, rec in bundle.checkpoints:
-            if batch.get("checkpoints", cid) is not None:
-                continue
-            cp = parse_record(cid, rec)
-            write_rows(batch, cid, rec, seq, cp.task, [])
-            seq += 1
-            added = True
-            out.new_checkpoints.append(cid.hex())
-        if added:
-            # The path index lists changes between log neighbours: rebuilt by the next snapshot.
-            batch.delete("meta", PATHS_INDEX_META)
+        add_checkpoints(batch, bundle, out)
+
+
+def add_checkpoints(batch: WriteBatch, bundle: layout.Bundle, out: FetchedRef) -> None:
+    """Append ``bundle``'s checkpoint records the store lacks to its log (in ``batch``)."""
+    with batch.reading() as view:
+        last = next(iter(view.items("log", reverse=True)), None)
+    seq = next_seq(last[0] if last is not None else None)
+    added = False
+    for cid, rec in bundle.checkpoints:
+        if batch.get("checkpoints", cid) is not None:
+            continue
+        cp = parse_record(cid, rec)
+        write_rows(batch, cid, rec, seq, cp.task, [])
+        seq += 1
+        added = True
+        out.new_checkpoints.append(cid.hex())
+    if added:
+        # The path index lists changes between log neighbours: rebuilt by the next snapshot.
+        batch.delete("meta", PATHS_INDEX_META)
 
 
 def _read_many(transport: Transport, keys: list[str], needed_by: str) -> Iterator[tuple[layout.Pack | None, int]]:

@@ -121,23 +121,48 @@ def parse_pack(what: str, body: bytes, name: bytes | None) -> Pack:
         raise bad("its content does not match its name")
     if len(body) < len(PACK_MAGIC) + NONCE + _TAIL.size or not body.startswith(PACK_MAGIC):
         raise bad("not a pack")
-    flen, magic = _TAIL.unpack_from(body, len(body) - _TAIL.size)
+    flen = footer_length(what, body[-_TAIL.size :], len(body))
     end = len(body) - _TAIL.size
-    if magic != PACK_MAGIC or flen > end - len(PACK_MAGIC) - NONCE:
-        raise bad("truncated or no footer")
+    frames, streams, convs = parse_footer(what, body[end - flen : end], end - flen)
+    return Pack(body, frames, streams, convs)
+
+
+#: Bytes after a pack's footer: the footer's length and the magic (what a ranged read of a
+#: pack's end parses first).
+TAIL_SIZE = _TAIL.size
+
+
+def footer_length(what: str, tail: bytes, size: int) -> int:
+    """The footer length a pack's last :data:`TAIL_SIZE` bytes give, checked against the size
+    of the pack (``size``); CorruptError naming ``what``."""
+    if len(tail) != _TAIL.size or size < len(PACK_MAGIC) + NONCE + _TAIL.size:
+        raise CorruptError(f"remote object {what} is corrupt (not a pack)")
+    flen, magic = _TAIL.unpack(tail)
+    if magic != PACK_MAGIC or flen > size - _TAIL.size - len(PACK_MAGIC) - NONCE:
+        raise CorruptError(f"remote object {what} is corrupt (truncated or no footer)")
+    return int(flen)
+
+
+def parse_footer(
+    what: str, footer: bytes, data_end: int
+) -> tuple[list[PackFrame], list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
+    """Parse and check a pack's footer: its frames (each within ``[magic + nonce, data_end)``
+    and with a sound chunk list) and its records (schema).  CorruptError naming ``what``."""
+    def bad(why: str) -> CorruptError:
+        return CorruptError(f"remote object {what} is corrupt ({why})")
+
     try:
-        footer = msgpack.unpackb(body[end - flen : end], raw=False, max_bin_len=MAX_OBJECT)
+        doc = msgpack.unpackb(footer, raw=False, max_bin_len=MAX_OBJECT)
         frames = [
             PackFrame(int(off), int(length), [(bytes(c), int(o), int(s)) for c, o, s in members])
-            for off, length, members in footer["frames"]
+            for off, length, members in doc["frames"]
         ]
-        streams = [(bytes(k), bytes(v)) for k, v in footer["streams"]]
-        convs = [(bytes(k), bytes(v)) for k, v in footer["conversations"]]
+        streams = [(bytes(k), bytes(v)) for k, v in doc["streams"]]
+        convs = [(bytes(k), bytes(v)) for k, v in doc["conversations"]]
     except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
         raise bad(f"damaged footer: {exc}") from None
     if len(streams) > MAX_RECORDS or len(convs) > MAX_RECORDS:
         raise bad("too many records")
-    data_end = end - flen
     for f in frames:
         if f.offset < len(PACK_MAGIC) + NONCE or f.length <= 0 or f.offset + f.length > data_end:
             raise bad("a frame lies outside the pack")
@@ -151,12 +176,19 @@ def parse_pack(what: str, body: bytes, name: bytes | None) -> Pack:
             conversation.parse_record(rid, rec)
     except CorruptError as exc:
         raise bad(exc.message) from None
-    return Pack(body, frames, streams, convs)
+    return frames, streams, convs
 
 
 def frame_chunks(what: str, pack: Pack, frame: PackFrame) -> list[tuple[bytes, bytes]]:
     """The ``(id, plain bytes)`` chunks of one frame, each checked against its id."""
-    data = pack.body[frame.offset : frame.offset + frame.length]
+    return check_frame(what, pack.body[frame.offset : frame.offset + frame.length], frame)
+
+
+def check_frame(what: str, data: bytes, frame: PackFrame) -> list[tuple[bytes, bytes]]:
+    """The ``(id, plain bytes)`` chunks of ``frame`` given its compressed bytes ``data`` (read
+    whole with its pack, or by range), each checked against its id."""
+    if len(data) != frame.length:
+        raise CorruptError(f"remote object {what} is corrupt (a frame is cut short)")
     size = max((o + s for _, o, s in frame.members), default=0)
     try:
         plain = entries.inflate(b"", data, size)

@@ -7,6 +7,9 @@
 | ``o`` + rid + object key | empty: that remote object was imported whole (a fetch skips it) |
 | ``m`` + rid + manifest chunk id | msgpack list of the object keys holding everything the entries of that manifest chunk reach (written by a push once its bundle is published): the next push skips those entries |
 | ``r`` + rid + ref name | msgpack ``{checkpoint, etag, bundle}``: the ref as last seen or set |
+| ``n`` + rid + object key | empty: browsing's cache holds checkpoints that need this object, whose footer it has not read yet |
+| ``f`` + rid + object key | msgpack ``[base, [[offset, length, [[chunk id, offset, size]...]]...]]``: the frames of that object's pack (read once; ``base`` is where the pack starts in the object) |
+| ``l`` + rid + chunk id | msgpack ``[object key, frame number]``: where browsing reads that chunk |
 
 ``rid`` is 8 random bytes given at ``remote add``; removing the remote removes its rows.
 Credentials are never stored (see :mod:`snapstore.remote.credentials`).
@@ -107,7 +110,8 @@ def all_configs(backend: Backend) -> list[RemoteConfig]:
 def remove(backend: Backend, cfg: RemoteConfig) -> None:
     """Remove a remote and every row it owns (in bounded batches; the config row last, so a
     crash leaves the remote listed and ``remote remove`` finishes it)."""
-    for prefix in (b"k" + cfg.rid, b"o" + cfg.rid, b"r" + cfg.rid, b"m" + cfg.rid):
+    for prefix in (b"k", b"o", b"r", b"m", b"n", b"f", b"l"):
+        prefix += cfg.rid
         while True:
             with backend.read() as view:
                 keys = [k for k, _ in _take(view.items(TABLE, prefix=prefix), 4096)]

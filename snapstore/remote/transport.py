@@ -55,6 +55,16 @@ class Transport:
         """The object at ``key``, or None when there is none."""
         raise NotImplementedError
 
+    def get_range(self, key: str, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of ``key`` (fewer when the object ends first), or None when
+        there is no such object.  One ranged GET: what browsing reads of a pack's frames."""
+        raise NotImplementedError
+
+    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
+        """The last ``n`` bytes of ``key`` (all of it when it is shorter) and the object's
+        size, or None.  One ranged GET (``Range: bytes=-n``): a pack's footer and its tail."""
+        raise NotImplementedError
+
     def put_create(self, key: str, data: bytes) -> str | None:
         """Create ``key`` only if absent (``If-None-Match: *``): its ETag, or None if it existed."""
         raise NotImplementedError
@@ -171,6 +181,32 @@ class ObstoreTransport(Transport):
         mtime = result.meta.get("last_modified")
         return Got(body, result.meta.get("e_tag") or "", int(mtime.timestamp() * 1e9) if mtime else 0)
 
+    def get_range(self, key: str, start: int, end: int) -> bytes | None:
+        import obstore
+
+        if not 0 <= start < end or end - start > MAX_GET:
+            raise ValueError(f"bad range {start}-{end}")
+        try:
+            return bytes(obstore.get_range(self.store, self.prefix + key, start=start, end=end))
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._error(exc, "read", key) from None
+
+    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
+        import obstore
+
+        if not 0 < n <= MAX_GET:
+            raise ValueError(f"bad suffix length {n}")
+        try:
+            result = obstore.get(self.store, self.prefix + key, options={"range": {"suffix": n}})
+            body = bytes(result.bytes())
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._error(exc, "read", key) from None
+        return body, int(result.meta["size"])
+
     def put_create(self, key: str, data: bytes) -> str | None:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
@@ -245,6 +281,14 @@ class CountingTransport(Transport):
     def get(self, key: str) -> Got | None:
         self.count("get")
         return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes | None:
+        self.count("get")
+        return self.inner.get_range(key, start, end)
+
+    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
+        self.count("get")
+        return self.inner.get_suffix(key, n)
 
     def put_create(self, key: str, data: bytes) -> str | None:
         self.count("put")

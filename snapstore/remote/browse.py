@@ -1,0 +1,213 @@
+"""Browsing a remote by range reads: the filler of the read-through cache (docs/remote.md).
+
+``list``, ``show``, ``log``, ``cat``, ``diff`` and ``ui`` with ``--remote NAME`` read a cache
+store whose backend is a :class:`~snapstore.storage.readthrough.ReadThroughBackend` with a
+:class:`Filler`.  Bringing the cache up to date reads each ref and, for a checkpoint it does
+not hold yet, its bundle (:func:`add_bundle`: the checkpoint records, the bundle's inline pack,
+and the list of objects the checkpoints need, kept as "footer not read yet").  Nothing else is
+read until a command reads a row the cache lacks:
+
+* a chunk: where it is comes from the footers of the objects the cached checkpoints need.  The
+  first miss reads every footer not read yet (one ranged GET of the object's last
+  :data:`TAIL_READ` bytes each, a second only for a larger footer, :data:`fetch.READERS` at a
+  time) and keeps them in the cache; then one ranged GET of the frame that holds the chunk.
+  Every chunk of that frame is checked against its id and imported into the cache;
+* a stream or conversation record: footers carry them, so the same footer reads bring them.
+
+A footer is read once per cache, a frame once; each is checked before use, as a fetch checks
+(frame bounds and chunk lists, record schemas, each chunk against its id).  A pack's name (the
+hash of all its bytes) cannot be checked from ranges: fetch and ``remote verify`` check it.
+A bundle a checkpoint needs for its inline data is read the same way: its inline pack is its
+last field, so the bundle ends with that pack's footer and tail (:func:`layout.encode_bundle`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, TypeVar
+
+import msgpack
+
+from snapstore.errors import CorruptError
+from snapstore.remote import fetch, layout, state
+from snapstore.remote.fetch import FetchedRef, Lock, Progress
+from snapstore.remote.state import RemoteConfig
+from snapstore.remote.transport import MAX_GET, Transport
+from snapstore.storage import packs
+from snapstore.storage.backend import Backend
+from snapstore.storage.entries import CODEC_ZSTD
+from snapstore.storage.readthrough import Pending
+
+#: The tables whose missing rows a remote fills ("packs": the local packs frames were imported
+#: into, written with their chunks' entries, so a view older than the import asks for them).
+TABLES = ("chunks", "packs", "streams", "conversations")
+#: Bytes of an object's end read to find its footer: one request for a footer up to this size
+#: (about 1,400 chunks; a full 16 MiB pack of small text chunks has a larger one, read in two).
+TAIL_READ = 64 << 10
+
+T = TypeVar("T")
+
+
+class Footer(NamedTuple):
+    """Where an object's pack starts in it, and the pack's frames."""
+
+    base: int
+    frames: list[layout.PackFrame]
+
+
+def _pending_key(rid: bytes, key: str) -> bytes:
+    return b"n" + rid + key.encode()
+
+
+def _footer_key(rid: bytes, key: str) -> bytes:
+    return b"f" + rid + key.encode()
+
+
+def _where_key(rid: bytes, cid: bytes) -> bytes:
+    return b"l" + rid + cid
+
+
+def add_bundle(
+    backend: Backend, transport: Transport, cfg: RemoteConfig, bundle: layout.Bundle, *, lock: Lock,
+    out: FetchedRef, progress: Progress | None = None,
+) -> None:
+    """Take up a checked bundle without its closure: its checkpoint records, its inline pack
+    (read with it already), and the objects its checkpoints need, as footers to read later."""
+    with lock(), backend.write() as batch:
+        if bundle.inline is not None:
+            fetch.import_pack(batch, bundle.key, bundle.inline, lambda c: batch.get("chunks", c) is not None)
+        for key in bundle.needs:
+            if batch.get(state.TABLE, _footer_key(cfg.rid, key)) is None:
+                batch.put(state.TABLE, _pending_key(cfg.rid, key), b"")
+        fetch.add_checkpoints(batch, bundle, out)
+
+
+class Filler:
+    """Fills a browsing cache's missing rows from remote ``cfg`` through ``transport``
+    (``backend`` is the cache's own store, under the read-through wrapper)."""
+
+    def __init__(self, backend: Backend, transport: Transport, cfg: RemoteConfig) -> None:
+        self.backend = backend
+        self.transport = transport
+        self.rid = cfg.rid
+        self._footers: dict[str, Footer] = {}
+        self._read: set[str] = set()  # footers read by this process (their "n" rows may be pending)
+
+    def __call__(self, pending: Pending, table: str, key: bytes) -> None:
+        if table == "packs":
+            return  # only ever made by an import: pending, or in the store already
+        if table != "chunks":
+            self._read_footers(pending)  # footers carry the records
+            return
+        where = self._where(pending, key)
+        if where is None and self._read_footers(pending):
+            where = self._where(pending, key)
+        if where is not None:
+            self._read_frame(pending, *where)
+
+    def _where(self, pending: Pending, cid: bytes) -> tuple[str, int] | None:
+        raw = pending.get(state.TABLE, _where_key(self.rid, cid))
+        if raw is None:
+            return None
+        try:
+            key, n = msgpack.unpackb(raw, raw=False)
+            return str(key), int(n)
+        except (ValueError, TypeError, msgpack.UnpackException):
+            return None  # a cache row only: the chunk is then reported missing
+
+    def _read_footers(self, pending: Pending) -> bool:
+        """Read the footer of every object not read yet; whether there was one."""
+        prefix = b"n" + self.rid
+        with self.backend.read() as view:
+            keys = [k[len(prefix) :].decode() for k, _ in view.items(state.TABLE, prefix=prefix)]
+        keys = [k for k in keys if k not in self._read]
+        if not keys:
+            return False
+        for key, (footer, streams, convs) in zip(keys, _map(self._read_footer, keys)):
+            pending.put(state.TABLE, _footer_key(self.rid, key), msgpack.packb(
+                [footer.base, [[f.offset, f.length, [list(m) for m in f.members]] for f in footer.frames]],
+                use_bin_type=True,
+            ))
+            for i, frame in enumerate(footer.frames):
+                for cid, _, _ in frame.members:
+                    pending.put_new(state.TABLE, _where_key(self.rid, cid), msgpack.packb([key, i]))
+            for sid, rec in streams:
+                pending.put_new("streams", sid, rec)
+            for rid, rec in convs:
+                pending.put_new("conversations", rid, rec)
+            pending.delete(state.TABLE, _pending_key(self.rid, key))
+            self._footers[key] = footer
+            self._read.add(key)
+        return True
+
+    def _read_footer(self, key: str) -> tuple[Footer, list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
+        """Read and check the footer of ``key``'s pack by ranges (its frames and records)."""
+        got = self.transport.get_suffix(key, TAIL_READ)
+        if got is None:
+            raise _missing(key)
+        tail, size = got
+        if size > MAX_GET or len(tail) != min(size, TAIL_READ):
+            raise CorruptError(f"remote object {key} is corrupt (it is not the size its reads say)")
+        flen = layout.footer_length(key, tail[-layout.TAIL_SIZE :], size)
+        need = flen + layout.TAIL_SIZE
+        if need > len(tail):
+            more = self.transport.get_range(key, size - need, size - len(tail))
+            if more is None:
+                raise _missing(key)
+            tail = more + tail
+        footer = tail[len(tail) - need : len(tail) - layout.TAIL_SIZE]
+        if key.startswith("packs/"):
+            frames, streams, convs = layout.parse_footer(key, footer, size - need)
+            return Footer(0, frames), streams, convs
+        # A bundle's inline pack ends the bundle: its start follows from its last frame's end.
+        frames, streams, convs = layout.parse_footer(key, footer, size)
+        length = max((f.offset + f.length for f in frames), default=len(layout.PACK_MAGIC) + layout.NONCE) + need
+        if length > size - len(layout.BUNDLE_MAGIC):
+            raise CorruptError(f"remote object {key} is corrupt (its inline pack does not fit in it)")
+        return Footer(size - length, frames), streams, convs
+
+    def _footer(self, pending: Pending, key: str) -> Footer:
+        footer = self._footers.get(key)
+        if footer is not None:
+            return footer
+        raw = pending.get(state.TABLE, _footer_key(self.rid, key))
+        try:
+            base, frames = msgpack.unpackb(raw or b"\xc0", raw=False)
+            footer = Footer(int(base), [
+                layout.PackFrame(int(o), int(n), [(bytes(c), int(a), int(s)) for c, a, s in m]) for o, n, m in frames
+            ])
+        except (ValueError, TypeError, msgpack.UnpackException):
+            raise CorruptError(f"the browsing cache's copy of the footer of {key} is damaged "
+                               "('snapstore remote remove' and add the remote again)") from None
+        self._footers[key] = footer
+        return footer
+
+    def _read_frame(self, pending: Pending, key: str, n: int) -> None:
+        """Read frame ``n`` of ``key`` by range, check every chunk, import it into the cache."""
+        footer = self._footer(pending, key)
+        if not 0 <= n < len(footer.frames):
+            raise CorruptError(f"the browsing cache's copy of the footer of {key} is damaged")
+        frame = footer.frames[n]
+        start = footer.base + frame.offset
+        data = self.transport.get_range(key, start, start + frame.length)
+        if data is None:
+            raise _missing(key)
+        layout.check_frame(key, data, frame)  # every chunk against its id
+        for table, k, v in packs.pack_ops([packs.Frame(CODEC_ZSTD, data, list(frame.members))]):
+            pending.put_new(table, k, v)
+
+
+def _missing(key: str) -> CorruptError:
+    return CorruptError(f"remote object {key} is missing (the browsed checkpoints need it); run 'snapstore remote verify'")
+
+
+def _map(read: Callable[[str], T], keys: list[str]) -> Iterator[T]:
+    """``read`` of each key, in order, :data:`fetch.READERS` at a time."""
+    if len(keys) < 2:
+        yield from map(read, keys)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=fetch.READERS, thread_name_prefix="snapstore-browse") as pool:
+        yield from pool.map(read, keys)
+
