@@ -133,6 +133,7 @@ class Recording(tr.Transport):
         self.inner = inner
         self.before = before
         self.calls: list[tuple[str, str]] = []
+        self.bytes_read = 0  # bodies of GETs and ranged GETs
         self._lock = threading.Lock()
 
     def _note(self, kind: str, key: str) -> None:
@@ -143,15 +144,25 @@ class Recording(tr.Transport):
 
     def get(self, key: str) -> tr.Got | None:
         self._note("get", key)
-        return self.inner.get(key)
+        got = self.inner.get(key)
+        self._read(len(got.body) if got is not None else 0)
+        return got
 
     def get_range(self, key: str, start: int, end: int) -> bytes | None:
         self._note("range", key)
-        return self.inner.get_range(key, start, end)
+        got = self.inner.get_range(key, start, end)
+        self._read(len(got) if got is not None else 0)
+        return got
 
     def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
         self._note("suffix", key)
-        return self.inner.get_suffix(key, n)
+        got = self.inner.get_suffix(key, n)
+        self._read(len(got[0]) if got is not None else 0)
+        return got
+
+    def _read(self, n: int) -> None:
+        with self._lock:
+            self.bytes_read += n
 
     def put_create(self, key: str, data: bytes) -> str | None:
         self._note("create", key)

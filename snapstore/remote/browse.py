@@ -76,8 +76,10 @@ def add_bundle(
     with lock(), backend.write() as batch:
         if bundle.inline is not None:
             fetch.import_pack(batch, bundle.key, bundle.inline, lambda c: batch.get("chunks", c) is not None)
+            state.put_imported(batch, cfg.rid, bundle.key)
         for key in bundle.needs:
-            if batch.get(state.TABLE, _footer_key(cfg.rid, key)) is None:
+            known = (_footer_key(cfg.rid, key), state.imported_key(cfg.rid, key))
+            if all(batch.get(state.TABLE, k) is None for k in known):
                 batch.put(state.TABLE, _pending_key(cfg.rid, key), b"")
         fetch.add_checkpoints(batch, bundle, out)
 

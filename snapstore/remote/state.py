@@ -153,13 +153,17 @@ def put_known(batch: WriteBatch, rid: bytes, kind: bytes, oid: bytes, key: str) 
     batch.put(TABLE, known_key(rid, kind, oid), key.encode())
 
 
+def imported_key(rid: bytes, key: str) -> bytes:
+    return b"o" + rid + key.encode()
+
+
 def imported(backend: Backend, rid: bytes, key: str) -> bool:
     with backend.read() as view:
-        return view.get(TABLE, b"o" + rid + key.encode()) is not None
+        return view.get(TABLE, imported_key(rid, key)) is not None
 
 
 def put_imported(batch: WriteBatch, rid: bytes, key: str) -> None:
-    batch.put(TABLE, b"o" + rid + key.encode(), b"")
+    batch.put(TABLE, imported_key(rid, key), b"")
 
 
 def leaf_objects(backend: Backend, rid: bytes, leaves: Iterable[bytes]) -> dict[bytes, list[str]]:

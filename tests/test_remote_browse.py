@@ -1,0 +1,145 @@
+"""Browsing a remote (``--remote NAME``) by range reads, on the in-memory store and SeaweedFS.
+
+A history of six pushes leaves six packs.  Reading one file of the latest checkpoint reads the
+ref, the bundle, each pack's footer once and the one frame that holds the file; what was read is
+kept, so the next command reads only the ref (the freshness rule: refs are read every command).
+Damaged, truncated or missing objects are exit 6 in one line naming the object.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import obstore
+import pytest
+from remote_helpers import Counting, make_store
+
+from snapstore.remote import layout
+from snapstore.storage import entries
+from snapstore.store import Store
+from snapstore.testing import random_bytes
+
+STEPS = 6
+BIG = 1_500_000
+
+
+def small(i: int) -> bytes:
+    return f"version {i}\n".encode() * 50
+
+
+@pytest.fixture
+def history(remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """(a browsing store, the checkpoint ids, the pack keys, the bytes of all packs, the remote)."""
+    monkeypatch.setattr(layout, "INLINE_MAX", 0)  # every push writes a pack
+    ids = []
+    with make_store(tmp_path / "a", {"README.md": small(0)}) as a:
+        remote.add_to(a)
+        for i in range(STEPS):
+            (tmp_path / "a" / "README.md").write_bytes(small(i))
+            (tmp_path / "a" / f"big{i}.bin").write_bytes(random_bytes(BIG, f"big{i}"))
+            ids.append(a.snapshot(f"step {i}", task="t").id)
+            a.push(task="t")
+    packs = remote.keys("packs/")
+    assert len(packs) == STEPS
+    closure = sum(len(remote.read(k)) for k in packs)
+    b = make_store(tmp_path / "b", {"mine.txt": b"mine\n"})
+    b.snapshot("mine")
+    remote.add_to(b)
+    entries.clear_cache()  # this process pushed: its chunk cache must not answer for the remote
+    try:
+        yield b, ids, packs, closure, remote
+    finally:
+        b.close()
+
+
+def browse(b: Store, counting: Counting, fn):
+    """Run ``fn(view)`` on a fresh view of the remote; ``(its result, its requests by kind,
+    the keys of each kind, bytes read)``."""
+    entries.clear_cache()
+    with b.remote_view("origin") as view:
+        result = fn(view)
+    t = counting.last
+    keys: dict[str, list[str]] = {}
+    for kind, key in t.calls:
+        keys.setdefault(kind, []).append(key)
+    return result, Counter(kind for kind, _ in t.calls), keys, t.bytes_read
+
+
+def test_cat_reads_the_ref_the_bundle_each_footer_once_and_one_frame(history, monkeypatch):
+    b, ids, packs, closure, _ = history
+    counting = Counting(monkeypatch)
+    data, kinds, keys, read = browse(b, counting, lambda v: v.read_bytes(ids[-1], "README.md"))
+    assert data == small(STEPS - 1)
+    # config (first contact), LIST refs, GET ref, GET bundle; a footer per pack; one frame.
+    assert kinds == {"get": 3, "list": 1, "suffix": STEPS, "range": 1}, keys
+    assert sorted(keys["suffix"]) == packs
+    assert read < closure / 4, (read, closure)
+
+    # Again: only the ref is read (refs are read every command: their freshness rule).
+    data, kinds, keys, read = browse(b, counting, lambda v: v.read_bytes(ids[-1], "README.md"))
+    assert data == small(STEPS - 1)
+    assert kinds == {"list": 1, "get": 1} and keys["get"] == ["refs/t"]
+
+    # Another file of another checkpoint: its frames only, from the one pack that holds them.
+    data, kinds, keys, read = browse(b, counting, lambda v: v.read_bytes(ids[0], "big0.bin"))
+    assert data == random_bytes(BIG, "big0")
+    assert "suffix" not in kinds and len(set(keys["range"])) == 1, keys
+    assert kinds["range"] <= 3 and read < closure / 3
+
+    # show (the parent's manifest too) and diff read no footer again, a few frames at most.
+    for fn in (lambda v: v.summary(ids[-1]), lambda v: v.diff(ids[1], ids[-1])):
+        _, kinds, keys, _ = browse(b, counting, fn)
+        assert "suffix" not in kinds and kinds["range"] <= 2, keys
+    # list reads nothing but the ref.
+    listed, kinds, _, _ = browse(b, counting, lambda v: v.checkpoints())
+    assert [c.id for c in listed] == ids[::-1] and kinds == {"list": 1, "get": 1}
+
+
+def test_a_new_push_is_seen_by_the_next_command(remote, tmp_path, monkeypatch):
+    with make_store(tmp_path / "a", {"f.txt": b"one\n"}) as a:
+        remote.add_to(a)
+        a.snapshot("one", task="t")
+        a.push(task="t")
+        b = make_store(tmp_path / "b", {"mine.txt": b"mine\n"})
+        remote.add_to(b)
+        with b.remote_view("origin") as view:
+            assert [c.message for c in view.checkpoints()] == ["one"]
+        (tmp_path / "a" / "f.txt").write_bytes(b"two\n")
+        two = a.snapshot("two", task="t")
+        a.push(task="t")
+    counting = Counting(monkeypatch)
+    with b.remote_view("origin") as view:
+        assert [c.message for c in view.checkpoints()] == ["two", "one"]
+        assert view.read_bytes(two.id, "f.txt") == b"two\n"
+    # LIST, GET ref, GET bundle: the new data was inline in it (no footer, no frame).
+    assert Counter(kind for kind, _ in counting.last.calls) == {"list": 1, "get": 2}
+    b.close()
+
+
+def _damage(remote, key: str, how: str) -> None:
+    body = remote.read(key)
+    if how == "missing":
+        obstore.delete(remote.raw, remote.prefix + key)
+    elif how == "truncated":
+        remote.overwrite(key, body[:-5])
+    else:  # a flipped byte in the middle of every frame (the footer is sound)
+        pack = layout.parse_pack(key, body, None)
+        out = bytearray(body)
+        for f in pack.frames:
+            out[f.offset + f.length // 2] ^= 0x55
+        remote.overwrite(key, bytes(out))
+
+
+@pytest.mark.parametrize("how", ["flipped", "truncated", "missing"])
+def test_a_damaged_pack_is_exit_6_in_one_line_naming_it(history, run_cli, how):
+    b, ids, packs, _, remote = history
+    for key in packs:
+        _damage(remote, key, how)
+    cwd = Path(b.root)
+    r = run_cli("cat", "--remote", "origin", ids[-1], "README.md", cwd=cwd)
+    assert r.code == 6, (r.code, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and "remote object packs/" in lines[0] and "Traceback" not in r.err, r.err
+    expected = {"flipped": "does not match its id", "truncated": "corrupt", "missing": "is missing"}[how]
+    assert expected in lines[0] or (how == "flipped" and "does not decompress" in lines[0]), lines[0]
