@@ -12,6 +12,10 @@ once: a write while this thread holds a read transaction could wait forever for 
 reader if the LMDB map had to grow.  Until then (and while another thread writes them) they are
 answered from memory.  Listings (``items``, ``count``) and ``has_many`` see only what is in the
 store or pending: nothing is filled for them.
+
+A miss looks at the store as it is now before it asks the filler, so a view may see a row of a
+served table written after it opened: fit only for content-addressed tables, whose rows never
+change once written (what the view sees is what it would have read).
 """
 
 from __future__ import annotations
