@@ -18,7 +18,6 @@ from snapstore.storage.lmdb_backend import LmdbBackend
 from snapstore.storage.memory import MemoryBackend
 from snapstore.storage.readthrough import ReadThroughBackend
 
-
 #: The tables browsing fills (snapstore.remote.browse.TABLES): content-addressed rows, so a view
 #: that sees one written after it opened (what the wrapper's miss path does) sees what it
 #: would have read anyway; the suite's snapshot tests use other tables.
