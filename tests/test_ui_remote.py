@@ -160,7 +160,7 @@ def test_the_same_app_without_read_only_offers_the_changes(browsed):
 
 
 def test_ui_remote_serves_the_remotes_cache_read_only(browsed, tmp_path: Path, run_cli, monkeypatch):
-    """The CLI is thin: ``ui --remote NAME`` opens the remote's cache store (fetched first) and
+    """The CLI is thin: ``ui --remote NAME`` opens the remote's cache store (read through) and
     serves it read-only under NAME; the teammate's own store is not what is served."""
     from snapstore.ui import server
 

@@ -53,7 +53,7 @@ class Ctx:
         """The store of the tree the user is in (or names with -C), or the one --store names.
 
         With ``remote`` (``--remote NAME`` of the reading commands): that remote's browsing
-        cache, brought up to date first (:meth:`snapstore.Store.remote_view`).
+        cache, its refs read first, the rest read on demand (:meth:`snapstore.Store.remote_view`).
 
         A read-only command (``reading``) warns when an interrupted restore is pending: it
         never finishes one itself (writers and ``snapstore recover`` do).  Every command but

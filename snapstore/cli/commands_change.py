@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 @click.option("-p", "--patch", is_flag=True, help="A unified diff (binary files are named, not shown).")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"changes": [...]}.')
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing; the exit code says (0 same, 1 different).")
-@click.option("--remote", metavar="NAME", help="Compare two checkpoints of remote NAME (through its local cache, fetched first).")
+@click.option("--remote", metavar="NAME", help="Compare two checkpoints of remote NAME (read through a local cache: only what the command needs, by range).")
 @click.pass_context
 def diff(
     ctx: click.Context, refs: tuple[str, ...], show_stat: bool, renames: bool, patch: bool, as_json: bool, quiet: bool,

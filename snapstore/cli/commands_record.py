@@ -77,7 +77,7 @@ def snapshot(
 @click.option("--all", "include_all", is_flag=True, help="Include the safety checkpoints that restores record.")
 @click.option("-n", "--limit", type=click.IntRange(min=1), help="Show at most N rows.")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"checkpoints": [...]}.')
-@click.option("--remote", metavar="NAME", help="Read remote NAME (through its local cache, fetched first) instead of this store.")
+@click.option("--remote", metavar="NAME", help="Read remote NAME (read through a local cache: only what the command needs, by range) instead of this store.")
 @click.pass_obj
 def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_json: bool, remote: str | None) -> None:
     """List checkpoints, newest first; #N in the first column is a valid reference.
@@ -104,7 +104,7 @@ def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_j
 @click.option("--task", metavar="NAME", help="Resolve REF among this task's checkpoints.")
 @click.option("-M", "--find-renames", "renames", is_flag=True, help="Show a removed and an added file as a rename (R).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--remote", metavar="NAME", help="Read remote NAME (through its local cache, fetched first) instead of this store.")
+@click.option("--remote", metavar="NAME", help="Read remote NAME (read through a local cache: only what the command needs, by range) instead of this store.")
 @click.pass_obj
 def show(
     obj: Ctx, ref: str, show_conversation: bool, task: str | None, renames: bool, as_json: bool, remote: str | None
@@ -130,7 +130,7 @@ def show(
 @click.option("--task", metavar="NAME", help="Only this task's checkpoints.")
 @click.option("-n", "--limit", type=click.IntRange(min=1), metavar="N", help="Only the newest N versions (reads history only that far back).")
 @click.option("--json", "as_json", is_flag=True, help='Print JSON: {"path": ..., "versions": [...]}.')
-@click.option("--remote", metavar="NAME", help="Read remote NAME (through its local cache, fetched first) instead of this store.")
+@click.option("--remote", metavar="NAME", help="Read remote NAME (read through a local cache: only what the command needs, by range) instead of this store.")
 @click.pass_obj
 def log_(obj: Ctx, path: str, task: str | None, limit: int | None, as_json: bool, remote: str | None) -> None:
     """List the checkpoints in which PATH changed, oldest version first, with lines +/-."""
@@ -151,7 +151,7 @@ def log_(obj: Ctx, path: str, task: str | None, limit: int | None, as_json: bool
 @click.argument("ref")
 @click.argument("path")
 @click.option("--json", "as_json", is_flag=True, help="Print what the checkpoint records (kind, mode, size, content hash) instead of the bytes.")
-@click.option("--remote", metavar="NAME", help="Read remote NAME (through its local cache, fetched first) instead of this store.")
+@click.option("--remote", metavar="NAME", help="Read remote NAME (read through a local cache: only what the command needs, by range) instead of this store.")
 @click.pass_obj
 def cat(obj: Ctx, ref: str, path: str, as_json: bool, remote: str | None) -> None:
     """Write the exact bytes of PATH (relative to the tree root) in checkpoint REF to stdout."""

@@ -12,7 +12,7 @@ from snapstore.errors import UsageError
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default="a free port", help="The port to listen on.")
 @click.option("--host", metavar="ADDR", default=None, show_default="a random 127.x.y.z", help="The address to listen on; anything but loopback lets other machines reach the page (a warning says so).")
 @click.option("--no-browser", is_flag=True, help="Only print the URL (no browser is opened under CI or without a display anyway).")
-@click.option("--remote", metavar="NAME", help="Browse remote NAME instead, read-only (through its local cache, fetched first).")
+@click.option("--remote", metavar="NAME", help="Browse remote NAME instead, read-only (read through a local cache: only what the command needs, by range).")
 @click.pass_obj
 def ui(obj: Ctx, port: int, host: str | None, no_browser: bool, remote: str | None) -> None:
     """Browse checkpoints in a local web page: timeline, diffs, file history, compare, and
