@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import blake3
 import msgpack
 
 from snapstore.errors import CorruptError, UnsafePathError
@@ -251,23 +250,6 @@ def _stream_problem(
     return None
 
 
-def _named_chunks(get: Getter, mid: bytes) -> Iterator[bytes]:
-    """The chunks of manifest ``mid``, then a check that its id names them: by its tree
-    (objects.tree_id, manifests written since 2026-11) or by the whole content's BLAKE3 (the
-    rule before, still that of file streams).  CorruptError when neither does: a ``streams``
-    record put under another manifest's id."""
-    record = get("streams", mid)
-    if record is None or objects.id_matches(mid, record):
-        yield from objects.iter_stream(get, mid)  # (one chunk: its id is checked as it loads)
-        return
-    hasher = blake3.blake3()
-    for data in objects.iter_stream(get, mid):
-        hasher.update(data)
-        yield data
-    if hasher.digest() != mid:
-        raise CorruptError(f"manifest {mid.hex()} is damaged: its id names neither its tree nor its content")
-
-
 def _check_checkpoint(
     get: Getter,
     cp: Checkpoint,
@@ -281,7 +263,7 @@ def _check_checkpoint(
         report.problems.append(Problem("manifest", cp.manifest.hex(), error, checkpoint=cp.id))
         return
     try:
-        entries = list(manifest.iter_entries_of_chunks(cp.manifest, _named_chunks(get, cp.manifest)))
+        entries = list(manifest.iter_entries_of_chunks(cp.manifest, manifest.named_chunks(get, cp.manifest)))
     except CorruptError as exc:
         report.problems.append(Problem("manifest", cp.manifest.hex(), str(exc), checkpoint=cp.id))
         return

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
+import blake3
 import msgpack
 
 from snapstore.errors import CorruptError
@@ -175,3 +176,20 @@ def iter_entries(get: Get, mid: bytes) -> Iterator[Entry]:
 def load(get: Get, mid: bytes) -> dict[bytes, Entry]:
     """The whole manifest as a dict keyed by path."""
     return {e.path: e for e in iter_entries(get, mid)}
+
+
+def named_chunks(get: Get, mid: bytes) -> Iterator[bytes]:
+    """The chunks of manifest ``mid``, then a check that its id names them: by its tree
+    (objects.tree_id, manifests written since 2026-11) or by the whole content's BLAKE3 (the
+    rule before, still that of file streams).  CorruptError when neither does: a ``streams``
+    record put under another manifest's id."""
+    record = get("streams", mid)
+    if record is None or objects.id_matches(mid, record):
+        yield from objects.iter_stream(get, mid)  # (one chunk: its id is checked as it loads)
+        return
+    hasher = blake3.blake3()
+    for data in objects.iter_stream(get, mid):
+        hasher.update(data)
+        yield data
+    if hasher.digest() != mid:
+        raise CorruptError(f"manifest {mid.hex()} is damaged: its id names neither its tree nor its content")

@@ -151,6 +151,7 @@ def add_bundle(
             )
         # Something imported earlier was removed locally since (gc): read every object again.
         todo = list(bundle.needs)
+    _check_manifest_names(backend, bundle)
     with lock(), backend.write() as batch:
         add_checkpoints(batch, bundle, out)
 
@@ -193,6 +194,26 @@ def _read_many(transport: Transport, keys: list[str], needed_by: str) -> Iterato
             yield result
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _check_manifest_names(backend: Backend, bundle: layout.Bundle) -> None:
+    """Refuse checkpoints whose manifest id does not name its ``streams`` record (nor its
+    content): a footer that put another manifest's record under this id would make the
+    checkpoint show another tree.  Chunks were checked on import; this checks the records."""
+    from snapstore.records import manifest
+    from snapstore.records.checkpoint import references
+
+    with backend.read() as view:
+        for cid, rec in bundle.checkpoints:
+            mid = references(cid, rec)[0]
+            try:
+                for _ in manifest.named_chunks(view.get, mid):
+                    pass
+            except CorruptError as exc:
+                raise CorruptError(
+                    f"remote object {bundle.key} names checkpoint {cid.hex()}, whose {exc}; "
+                    "run 'snapstore remote verify'"
+                ) from None
 
 
 def _missing(backend: Backend, bundle: layout.Bundle) -> str | None:
