@@ -23,6 +23,7 @@ last field, so the bundle ends with that pack's footer and tail (:func:`layout.e
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, TypeVar
 
@@ -44,6 +45,10 @@ TABLES = ("chunks", "packs", "streams", "conversations")
 #: Bytes of an object's end read to find its footer: one request for a footer up to this size
 #: (about 1,400 chunks; a full 16 MiB pack of small text chunks has a larger one, read in two).
 TAIL_READ = 64 << 10
+
+#: Parsed footers kept in memory (a full pack's is ~1,000-5,000 tuples; the others are re-read
+#: from the cache's rows, never from the remote).
+FOOTERS_KEPT = 8
 
 T = TypeVar("T")
 
@@ -92,7 +97,7 @@ class Filler:
         self.backend = backend
         self.transport = transport
         self.rid = cfg.rid
-        self._footers: dict[str, Footer] = {}
+        self._footers: OrderedDict[str, Footer] = OrderedDict()
         self._read: set[str] = set()  # footers read by this process (their "n" rows may be pending)
 
     def __call__(self, pending: Pending, table: str, key: bytes) -> None:
@@ -138,7 +143,7 @@ class Filler:
             for rid, rec in convs:
                 pending.put_new("conversations", rid, rec)
             pending.delete(state.TABLE, _pending_key(self.rid, key))
-            self._footers[key] = footer
+            self._keep(key, footer)
             self._read.add(key)
         return True
 
@@ -168,9 +173,16 @@ class Filler:
             raise CorruptError(f"remote object {key} is corrupt (its inline pack does not fit in it)")
         return Footer(size - length, frames), streams, convs
 
+    def _keep(self, key: str, footer: Footer) -> None:
+        self._footers[key] = footer
+        self._footers.move_to_end(key)
+        while len(self._footers) > FOOTERS_KEPT:
+            self._footers.popitem(last=False)
+
     def _footer(self, pending: Pending, key: str) -> Footer:
         footer = self._footers.get(key)
         if footer is not None:
+            self._footers.move_to_end(key)
             return footer
         raw = pending.get(state.TABLE, _footer_key(self.rid, key))
         try:
@@ -181,7 +193,7 @@ class Filler:
         except (ValueError, TypeError, msgpack.UnpackException):
             raise CorruptError(f"the browsing cache's copy of the footer of {key} is damaged "
                                "('snapstore remote remove' and add the remote again)") from None
-        self._footers[key] = footer
+        self._keep(key, footer)
         return footer
 
     def _read_frame(self, pending: Pending, key: str, n: int) -> None:
