@@ -143,3 +143,29 @@ def test_a_damaged_pack_is_exit_6_in_one_line_naming_it(history, run_cli, how):
     assert len(lines) == 1 and "remote object packs/" in lines[0] and "Traceback" not in r.err, r.err
     expected = {"flipped": "does not match its id", "truncated": "corrupt", "missing": "is missing"}[how]
     assert expected in lines[0] or (how == "flipped" and "does not decompress" in lines[0]), lines[0]
+
+
+def test_data_inline_in_an_older_bundle_is_read_by_range_from_that_bundle(remote, tmp_path, monkeypatch):
+    """Small pushes leave their data inline in their bundles: the latest bundle names the older
+    one, whose inline pack ends it, so it is read from its end like a pack (its frame offsets
+    are the inline pack's: a wrong base fails every chunk's id)."""
+    with make_store(tmp_path / "a", {"old.txt": b"pushed first\n" * 100}) as a:
+        remote.add_to(a)
+        a.snapshot("one", task="t")
+        a.push(task="t")
+        (tmp_path / "a" / "new.txt").write_bytes(b"pushed second\n" * 100)
+        two = a.snapshot("two", task="t")
+        a.push(task="t")
+    bundles = remote.keys("log/")
+    assert len(bundles) == 2 and remote.keys("packs/") == []
+    entries.clear_cache()
+    b = make_store(tmp_path / "b", {"mine.txt": b"mine\n"})
+    remote.add_to(b)
+    counting = Counting(monkeypatch)
+    with b.remote_view("origin") as view:
+        assert view.read_bytes(two.id, "old.txt") == b"pushed first\n" * 100
+    calls = counting.last.calls
+    b.close()
+    assert ("get", bundles[1]) in calls  # the ref's bundle, whole
+    # One ranged read of its end: a bundle this small comes whole with it, frames and all.
+    assert [(k, key) for k, key in calls if k in ("suffix", "range")] == [("suffix", bundles[0])]

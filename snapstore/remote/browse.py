@@ -60,6 +60,17 @@ class Footer(NamedTuple):
     frames: list[layout.PackFrame]
 
 
+class _Read(NamedTuple):
+    """An object's footer as read: its frames, its records, and the bytes read from its end
+    (``tail``, from offset ``tail_start``), which may hold whole frames."""
+
+    footer: Footer
+    streams: list[tuple[bytes, bytes]]
+    conversations: list[tuple[bytes, bytes]]
+    tail: bytes
+    tail_start: int
+
+
 def _pending_key(rid: bytes, key: str) -> bytes:
     return b"n" + rid + key.encode()
 
@@ -130,7 +141,8 @@ class Filler:
         keys = [k for k in keys if k not in self._read]
         if not keys:
             return False
-        for key, (footer, streams, convs) in zip(keys, _map(self._read_footer, keys)):
+        for key, read in zip(keys, _map(self._read_footer, keys)):
+            footer = read.footer
             pending.put(state.TABLE, _footer_key(self.rid, key), msgpack.packb(
                 [footer.base, [[f.offset, f.length, [list(m) for m in f.members]] for f in footer.frames]],
                 use_bin_type=True,
@@ -138,16 +150,22 @@ class Filler:
             for i, frame in enumerate(footer.frames):
                 for cid, _, _ in frame.members:
                     pending.put_new(state.TABLE, _where_key(self.rid, cid), msgpack.packb([key, i]))
-            for sid, rec in streams:
+            for sid, rec in read.streams:
                 pending.put_new("streams", sid, rec)
-            for rid, rec in convs:
+            for rid, rec in read.conversations:
                 pending.put_new("conversations", rid, rec)
+            for frame in footer.frames:
+                # Frames the footer read brought whole (all of a small object, the last frames
+                # of a pack) are imported now: no request will ever be made for them.
+                at = footer.base + frame.offset - read.tail_start
+                if at >= 0:
+                    self._import_frame(pending, key, frame, read.tail[at : at + frame.length])
             pending.delete(state.TABLE, _pending_key(self.rid, key))
             self._keep(key, footer)
             self._read.add(key)
         return True
 
-    def _read_footer(self, key: str) -> tuple[Footer, list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
+    def _read_footer(self, key: str) -> _Read:
         """Read and check the footer of ``key``'s pack by ranges (its frames and records)."""
         got = self.transport.get_suffix(key, TAIL_READ)
         if got is None:
@@ -163,15 +181,16 @@ class Filler:
                 raise _missing(key)
             tail = more + tail
         footer = tail[len(tail) - need : len(tail) - layout.TAIL_SIZE]
+        start = size - len(tail)
         if key.startswith("packs/"):
             frames, streams, convs = layout.parse_footer(key, footer, size - need)
-            return Footer(0, frames), streams, convs
+            return _Read(Footer(0, frames), streams, convs, tail, start)
         # A bundle's inline pack ends the bundle: its start follows from its last frame's end.
         frames, streams, convs = layout.parse_footer(key, footer, size)
         length = max((f.offset + f.length for f in frames), default=len(layout.PACK_MAGIC) + layout.NONCE) + need
         if length > size - len(layout.BUNDLE_MAGIC):
             raise CorruptError(f"remote object {key} is corrupt (its inline pack does not fit in it)")
-        return Footer(size - length, frames), streams, convs
+        return _Read(Footer(size - length, frames), streams, convs, tail, start)
 
     def _keep(self, key: str, footer: Footer) -> None:
         self._footers[key] = footer
@@ -206,7 +225,11 @@ class Filler:
         data = self.transport.get_range(key, start, start + frame.length)
         if data is None:
             raise _missing(key)
-        layout.check_frame(key, data, frame)  # every chunk against its id
+        self._import_frame(pending, key, frame, data)
+
+    def _import_frame(self, pending: Pending, key: str, frame: layout.PackFrame, data: bytes) -> None:
+        """Check every chunk of a frame of ``key`` against its id, then put it in the cache."""
+        layout.check_frame(key, data, frame)
         for table, k, v in packs.pack_ops([packs.Frame(CODEC_ZSTD, data, list(frame.members))]):
             pending.put_new(table, k, v)
 
