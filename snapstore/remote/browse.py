@@ -10,7 +10,8 @@ read until a command reads a row the cache lacks:
 * a chunk: where it is comes from the footers of the objects the cached checkpoints need.  The
   first miss reads every footer not read yet (one ranged GET of the object's last
   :data:`TAIL_READ` bytes each, a second only for a larger footer, :data:`fetch.READERS` at a
-  time) and keeps them in the cache; then one ranged GET of the frame that holds the chunk.
+  time) and keeps them in the cache, with any frame such a read brought whole (a small
+  bundle's inline pack); then one ranged GET of the frame that holds the chunk.
   Every chunk of that frame is checked against its id and imported into the cache;
 * a stream or conversation record: footers carry them, so the same footer reads bring them.
 
