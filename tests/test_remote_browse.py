@@ -169,3 +169,25 @@ def test_data_inline_in_an_older_bundle_is_read_by_range_from_that_bundle(remote
     assert ("get", bundles[1]) in calls  # the ref's bundle, whole
     # One ranged read of its end: a bundle this small comes whole with it, frames and all.
     assert [(k, key) for k, key in calls if k in ("suffix", "range")] == [("suffix", bundles[0])]
+
+
+def test_a_range_read_that_fails_is_exit_13_and_the_next_command_finishes_the_job(history, run_cli, monkeypatch):
+    b, ids, _, _, _ = history
+    from snapstore.errors import RemoteError
+
+    failing = [True]
+
+    def before(kind: str, key: str) -> None:
+        if kind == "range" and failing[0]:
+            raise RemoteError(f"cannot read {key} on the remote: connection reset")
+
+    counting = Counting(monkeypatch, before)
+    cwd = Path(b.root)
+    r = run_cli("cat", "--remote", "origin", ids[-1], "README.md", cwd=cwd)
+    assert r.code == 13 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err, r.err
+    failing[0] = False
+    entries.clear_cache()
+    r = run_cli("cat", "--remote", "origin", ids[-1], "README.md", cwd=cwd)
+    assert r.code == 0 and r.out == small(STEPS - 1), r.err
+    # The footers read before the failure were kept (written when the cache closed).
+    assert [k for k, _ in counting.last.calls if k == "suffix"] == []
