@@ -221,6 +221,8 @@ class Bundle(NamedTuple):
 def encode_bundle(
     ns: str, writer: str, time_ns: int, checkpoints: list[tuple[bytes, bytes]], needs: list[str], inline: bytes | None
 ) -> bytes:
+    # "inline" stays the last field: a bundle then ends with its inline pack's footer and tail,
+    # so browsing reads it by range like a pack (remote/browse.py).  msgpack keeps this order.
     doc = {
         "v": FORMAT, "ns": ns, "writer": writer, "time_ns": time_ns,
         "checkpoints": [[k, v] for k, v in checkpoints], "needs": needs, "inline": inline,
