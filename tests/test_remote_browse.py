@@ -191,3 +191,35 @@ def test_a_range_read_that_fails_is_exit_13_and_the_next_command_finishes_the_jo
     assert r.code == 0 and r.out == small(STEPS - 1), r.err
     # The footers read before the failure were kept (written when the cache closed).
     assert [k for k, _ in counting.last.calls if k == "suffix"] == []
+
+
+def test_ui_pages_read_through_and_a_damaged_frame_is_an_error_page(history, monkeypatch):
+    """``ui --remote``: pages (served from worker threads) read by range; a frame damaged on the
+    remote is the error page naming the pack, and the server stays up."""
+    pytest.importorskip("starlette")
+    pytest.importorskip("httpx")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+    from snapstore.ui.app import create_app
+
+    b, ids, packs, _, remote = history
+    counting = Counting(monkeypatch)
+    view = b.remote_view("origin")
+    try:
+        app = create_app(view, token="t0123456789abcdef", host="127.0.0.1", port=47813, read_only=True, remote="origin")
+        client = TestClient(app, base_url="http://127.0.0.1:47813")
+        assert client.get("/?token=t0123456789abcdef").status_code == 200
+        r = client.get(f"/c/{ids[-1]}/file?path=README.md")
+        assert r.status_code == 200 and "version 5" in r.text
+        kinds = Counter(kind for kind, _ in counting.last.calls)
+        assert kinds["suffix"] == STEPS and kinds["range"] <= 2, kinds
+        for key in packs:
+            _damage(remote, key, "flipped")
+        r = client.get(f"/c/{ids[0]}/file?path=big0.bin")
+        assert r.status_code >= 400 and "remote object packs/" in r.text and "Traceback" not in r.text
+        assert client.get(f"/c/{ids[-1]}/file?path=README.md").status_code == 200  # read before: kept
+    finally:
+        view.close()
