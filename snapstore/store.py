@@ -289,7 +289,7 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
     def remote_view(self, name: str = "origin", *, progress: Callable[[int, int], None] | None = None) -> Store:
         """A read-only window on remote ``name``: a cache store kept in this store's directory
         (``remote-cache/``) that holds every checkpoint the remote's refs name, and reads what
-        a command touches of them on demand, by range (:meth:`read_through`; what it read is
+        a command touches of them on demand, by range (``_read_through``; what it read is
         kept: remote objects are immutable).  Browse it like any store (list, show, log, cat,
         diff of two checkpoints); close it after use.  ``progress`` is not called (kept for
         callers of the whole-closure cache)."""
@@ -308,7 +308,7 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         try:
             if not any(c.name == name for c in cache.remote_list()):
                 cache.remote_add(name, cfg.url, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile)
-            cache.read_through(name)
+            cache._read_through(name)
         except BaseException:
             cache.close()
             raise

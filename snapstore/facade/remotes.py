@@ -56,7 +56,7 @@ class FetchReport:
 class RemotesMixin(GoingBackMixin):
     """remote add/list/remove/ls/verify/doctor, push, fetch, pull and clone."""
 
-    #: A browsing cache's transport (:meth:`read_through`): its requests, counted.
+    #: A browsing cache's transport (:meth:`_read_through`): its requests, counted.
     remote_requests: CountingTransport | None = None
 
     # -- settings ---------------------------------------------------------------------------
@@ -237,9 +237,10 @@ class RemotesMixin(GoingBackMixin):
         report.restore = self.restore(got.checkpoint)
         return report
 
-    def read_through(self, remote: str = "origin") -> FetchReport:
-        """Make this store (a browsing cache: :meth:`snapstore.Store.remote_view`) read
-        remote ``remote`` through: take up the checkpoints its refs name (a LIST, a GET of each
+    def _read_through(self, remote: str = "origin") -> FetchReport:
+        """Make this store, a browsing cache (only :meth:`snapstore.Store.remote_view` calls
+        this: it adds checkpoints whose data stays on the remote), read remote ``remote``
+        through: take up the checkpoints its refs name (a LIST, a GET of each
         ref, and of the bundle of each checkpoint not held yet), then read chunks and records
         on demand by range (:mod:`snapstore.remote.browse`).  The report counts the requests
         made so far; ``self.remote_requests`` keeps counting them."""
