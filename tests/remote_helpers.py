@@ -257,3 +257,51 @@ class LaggyListing:
                 self.inner.delete(key)
 
         monkeypatch.setattr(tr, "connect", lambda *a, **kw: Laggy(real(*a, **kw)))
+
+
+def plant_swapped_manifest(remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> tuple[str, str, str]:
+    """Push checkpoints A and B (manifests of many chunks, named by their trees), then publish
+    behind the client a bundle whose pack (``where``: "inline" in the bundle, or a "pack")
+    carries A's manifest id with B's ``streams`` record, every chunk sound, and point the ref
+    at it.  Returns (A's id, B's id, the planted bundle's key)."""
+    from snapstore.remote import layout
+    from snapstore.storage.objects import chunk_id
+
+    if where == "pack":
+        monkeypatch.setattr(layout, "INLINE_MAX", 0)
+    many = {f"src/f{i:03d}.py": f"v = {i}\n".encode() * 40 for i in range(400)}
+    with make_store(tmp_path / "a", many) as a:
+        remote.add_to(a)
+        first = a.snapshot("A", task="t")
+        for i in range(0, 400, 7):
+            (tmp_path / "a" / f"src/f{i:03d}.py").write_bytes(b"changed\n")
+        second = a.snapshot("B", task="t")
+        a.push(task="t")
+        mid_a, mid_b = (a.resolve(c.id).manifest for c in (first, second))
+    ref = layout.parse_ref("refs/t", remote.read("refs/t"))
+    bundle = layout.parse_bundle(ref.bundle, remote.read(ref.bundle))
+    needs = list(bundle.needs)
+    if where == "inline":
+        assert bundle.inline is not None
+        pack = bundle.inline
+    else:
+        assert bundle.inline is None and len(needs) == 1
+        pack = layout.parse_pack(needs[0], remote.read(needs[0]), None)
+    streams = dict(pack.streams)
+    assert mid_a in streams and mid_b in streams  # both manifests are named by their trees
+    streams[mid_a] = streams[mid_b]
+    body = layout.encode_pack(
+        [(pack.body[f.offset : f.offset + f.length], f.members) for f in pack.frames],
+        list(streams.items()), pack.conversations,
+    )
+    inline = None
+    if where == "inline":
+        inline = body
+    else:
+        needs = [layout.pack_key(chunk_id(body))]
+        remote.overwrite(needs[0], body)
+    planted = layout.encode_bundle(bundle.ns, bundle.writer, bundle.time_ns + 1, bundle.checkpoints, needs, inline)
+    key = layout.bundle_key(bundle.ns, bundle.time_ns + 1, bundle.writer, planted)
+    remote.overwrite(key, planted)
+    remote.overwrite("refs/t", layout.encode_ref(ref._replace(bundle=key)))
+    return first.id, second.id, key

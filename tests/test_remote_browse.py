@@ -13,7 +13,7 @@ from pathlib import Path
 
 import obstore
 import pytest
-from remote_helpers import Counting, make_store
+from remote_helpers import Counting, make_store, plant_swapped_manifest
 
 from snapstore.remote import layout
 from snapstore.storage import entries
@@ -223,3 +223,22 @@ def test_ui_pages_read_through_and_a_damaged_frame_is_an_error_page(history, mon
         assert client.get(f"/c/{ids[-1]}/file?path=README.md").status_code == 200  # read before: kept
     finally:
         view.close()
+
+
+@pytest.mark.parametrize("where", ["inline", "pack"])
+def test_a_manifest_record_moved_under_another_manifest_id_is_refused_by_browsing(remote, tmp_path, monkeypatch, run_cli, where):
+    """Browsing checks what fetch checks of a manifest: checkpoint A, whose manifest id a
+    planted footer gave B's record, is exit 6 in one line; B still reads."""
+    first, second, _ = plant_swapped_manifest(remote, tmp_path, monkeypatch, where)
+    entries.clear_cache()
+    b = make_store(tmp_path / "b", {"mine.txt": b"mine\n"})
+    remote.add_to(b)
+    b.close()
+    cwd = tmp_path / "b"
+    r = run_cli("cat", "--remote", "origin", first, "src/f001.py", cwd=cwd)
+    assert r.code == 6 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "names neither its tree nor its content" in r.err and "Traceback" not in r.err
+    r = run_cli("cat", "--remote", "origin", second, "src/f001.py", cwd=cwd)
+    assert r.code == 0 and r.out == b"v = 1\n" * 40, r.err
+    # Refused again (the record stays apart; it never reached the cache's streams).
+    assert run_cli("cat", "--remote", "origin", first, "src/f001.py", cwd=cwd).code == 6

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, assert_one_line_error, subprocess_env
-from remote_helpers import Counting, IgnoresConditions, make_store, sample_tree
+from remote_helpers import (
+    Counting,
+    IgnoresConditions,
+    make_store,
+    plant_swapped_manifest,
+    sample_tree,
+)
 from seaweed import SECRET_KEY
 
 from snapstore.errors import CorruptError, RemoteError
@@ -229,37 +235,15 @@ def test_pull_restores_through_the_journaled_restore_and_undo_goes_back(remote, 
         assert (tmp_path / "c" / "mine.txt").read_bytes() == b"local work\n"
 
 
-def test_a_manifest_record_moved_under_another_manifest_id_is_refused_by_fetch(remote, tmp_path):
-    """A bundle whose inline pack carries checkpoint A's manifest id with B's ``streams`` record
+@pytest.mark.parametrize("where", ["inline", "pack"])
+def test_a_manifest_record_moved_under_another_manifest_id_is_refused_by_fetch(remote, tmp_path, monkeypatch, where):
+    """A bundle whose pack carries checkpoint A's manifest id with B's ``streams`` record
     (every chunk sound) would make A show B's tree: fetch refuses it, exit 6, adds nothing."""
-    many = {f"src/f{i:03d}.py": f"v = {i}\n".encode() * 40 for i in range(400)}  # a manifest of many chunks
-    with make_store(tmp_path / "a", many) as a:
-        remote.add_to(a)
-        first = a.snapshot("A", task="t")
-        for i in range(0, 400, 7):
-            (tmp_path / "a" / f"src/f{i:03d}.py").write_bytes(b"changed\n")
-        second = a.snapshot("B", task="t")
-        a.push(task="t")
-        mid_a, mid_b = (a.resolve(c.id).manifest for c in (first, second))
-    ref = layout.parse_ref("refs/t", remote.read("refs/t"))
-    bundle = layout.parse_bundle(ref.bundle, remote.read(ref.bundle))
-    assert bundle.inline is not None
-    streams = dict(bundle.inline.streams)
-    assert mid_a in streams and mid_b in streams  # both manifests are named by their trees
-    streams[mid_a] = streams[mid_b]
-    pack = bundle.inline
-    inline = layout.encode_pack(
-        [(pack.body[f.offset : f.offset + f.length], f.members) for f in pack.frames],
-        list(streams.items()), pack.conversations,
-    )
-    body = layout.encode_bundle(bundle.ns, bundle.writer, bundle.time_ns + 1, bundle.checkpoints, bundle.needs, inline)
-    key = layout.bundle_key(bundle.ns, bundle.time_ns + 1, bundle.writer, body)
-    remote.overwrite(key, body)
-    remote.overwrite("refs/t", layout.encode_ref(ref._replace(bundle=key)))
+    first, _, key = plant_swapped_manifest(remote, tmp_path, monkeypatch, where)
     (tmp_path / "c").mkdir()
     with Store.init(tmp_path / "c") as c:
         remote.add_to(c)
         with pytest.raises(CorruptError, match="names neither its tree nor its content") as exc:
             c.fetch(["t"])
-        assert key in str(exc.value) and first.id in str(exc.value)
+        assert key in str(exc.value) and first in str(exc.value)
         assert c.checkpoints() == []

@@ -248,17 +248,17 @@ class RemotesMixin(GoingBackMixin):
         from snapstore.storage.readthrough import ReadThroughBackend
 
         cfg, t = self._connect(remote, empty_ok=True)
-        if not isinstance(self.backend, ReadThroughBackend):
-            self.backend = ReadThroughBackend(
-                self.backend, browse.Filler(self.backend, t, cfg), browse.TABLES, self._lock.held
-            )
-            self.context.backend = self.backend
-            self.remote_requests = t
+        if isinstance(self.backend, ReadThroughBackend):
+            raise UsageError("this store reads a remote through already")
+        filler = browse.Filler(self.backend, t, cfg)
+        self.backend = ReadThroughBackend(self.backend, filler, browse.TABLES, self._lock.held)
+        self.context.backend = self.backend
+        self.remote_requests = t
         report = FetchReport(cfg.name)
         try:
             for name in _ref_names(t):
                 report.refs.append(fetch.fetch_ref(
-                    self.backend, t, cfg, name, lock=self._lock.held, add=browse.add_bundle
+                    self.backend, t, cfg, name, lock=self._lock.held, add=filler.add_bundle
                 ))
         finally:
             report.requests = t.requests

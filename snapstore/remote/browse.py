@@ -3,9 +3,9 @@
 ``list``, ``show``, ``log``, ``cat``, ``diff`` and ``ui`` with ``--remote NAME`` read a cache
 store whose backend is a :class:`~snapstore.storage.readthrough.ReadThroughBackend` with a
 :class:`Filler`.  Bringing the cache up to date reads each ref and, for a checkpoint it does
-not hold yet, its bundle (:func:`add_bundle`: the checkpoint records, the bundle's inline pack,
+not hold yet, its bundle (the checkpoint records, the bundle's inline pack,
 and the list of objects the checkpoints need, kept as "footer not read yet").  Nothing else is
-read until a command reads a row the cache lacks:
+read until a command reads a row the cache lacks (:meth:`Filler.add_bundle` takes a bundle up):
 
 * a chunk: where it is comes from the footers of the objects the cached checkpoints need.  The
   first miss reads every footer not read yet (one ranged GET of the object's last
@@ -16,8 +16,10 @@ read until a command reads a row the cache lacks:
 * a stream or conversation record: footers carry them, so the same footer reads bring them.
 
 A footer is read once per cache, a frame once; each is checked before use, as a fetch checks
-(frame bounds and chunk lists, record schemas, each chunk against its id).  A pack's name (the
-hash of all its bytes) cannot be checked from ranges: fetch and ``remote verify`` check it.
+(frame bounds and chunk lists, record schemas, each chunk against its id, each cached
+checkpoint's manifest id against its record: one that does not name it waits apart until the
+manifest's content proves it, :meth:`Filler.prove`).  A pack's name (the hash of all its
+bytes) cannot be checked from ranges: fetch and ``remote verify`` check it.
 A bundle a checkpoint needs for its inline data is read the same way: its inline pack is its
 last field, so the bundle ends with that pack's footer and tail (:func:`layout.encode_bundle`).
 """
@@ -31,12 +33,14 @@ from typing import NamedTuple, TypeVar
 import msgpack
 
 from snapstore.errors import CorruptError
+from snapstore.records import manifest
+from snapstore.records.checkpoint import references
 from snapstore.remote import fetch, layout, state
 from snapstore.remote.fetch import FetchedRef, Lock, Progress
 from snapstore.remote.state import RemoteConfig
 from snapstore.remote.transport import MAX_GET, Transport
-from snapstore.storage import packs
-from snapstore.storage.backend import Backend
+from snapstore.storage import objects, packs
+from snapstore.storage.backend import Backend, ReadView, WriteBatch
 from snapstore.storage.entries import CODEC_ZSTD
 from snapstore.storage.readthrough import Pending
 
@@ -84,21 +88,24 @@ def _where_key(rid: bytes, cid: bytes) -> bytes:
     return b"l" + rid + cid
 
 
-def add_bundle(
-    backend: Backend, transport: Transport, cfg: RemoteConfig, bundle: layout.Bundle, *, lock: Lock,
-    out: FetchedRef, progress: Progress | None = None,
-) -> None:
-    """Take up a checked bundle without its closure: its checkpoint records, its inline pack
-    (read with it already), and the objects its checkpoints need, as footers to read later."""
-    with lock(), backend.write() as batch:
-        if bundle.inline is not None:
-            fetch.import_pack(batch, bundle.key, bundle.inline, lambda c: batch.get("chunks", c) is not None)
-            state.put_imported(batch, cfg.rid, bundle.key)
-        for key in bundle.needs:
-            known = (_footer_key(cfg.rid, key), state.imported_key(cfg.rid, key))
-            if all(batch.get(state.TABLE, k) is None for k in known):
-                batch.put(state.TABLE, _pending_key(cfg.rid, key), b"")
-        fetch.add_checkpoints(batch, bundle, out)
+def _unproven_key(rid: bytes, mid: bytes) -> bytes:
+    return b"u" + rid + mid
+
+
+def _manifests(view: ReadView) -> set[bytes]:
+    """The manifest ids of the checkpoints in the cache."""
+    return {references(cid, rec)[0] for cid, rec in view.items("checkpoints")}
+
+
+def put_stream(batch: WriteBatch, rid: bytes, manifests: set[bytes], sid: bytes, rec: bytes) -> None:
+    """Keep a stream record read from the remote: in ``streams``, unless ``sid`` is the id of a
+    cached checkpoint's manifest that ``rec`` does not name (an older manifest named by its
+    content, or another manifest's record put under this id): that one waits, apart, until
+    the manifest's content proves it (:meth:`Filler.prove`)."""
+    if sid in manifests and not objects.id_matches(sid, rec):
+        batch.put_new(state.TABLE, _unproven_key(rid, sid), rec)
+    else:
+        batch.put_new("streams", sid, rec)
 
 
 class Filler:
@@ -111,12 +118,45 @@ class Filler:
         self.rid = cfg.rid
         self._footers: OrderedDict[str, Footer] = OrderedDict()
         self._read: set[str] = set()  # footers read by this process (their "n" rows may be pending)
+        self._manifests: set[bytes] | None = None
+
+    def add_bundle(
+        self, backend: Backend, transport: Transport, cfg: RemoteConfig, bundle: layout.Bundle, *, lock: Lock,
+        out: FetchedRef, progress: Progress | None = None,
+    ) -> None:
+        """Take up a checked bundle without its closure (what :func:`fetch.fetch_ref` calls for
+        a checkpoint not held yet): its checkpoint records, its inline pack (read with it
+        already), and the objects its checkpoints need, as footers to read later."""
+        manifests = self._manifest_ids()
+        with lock(), backend.write() as batch:
+            with batch.reading() as view:
+                for cid, rec in bundle.checkpoints:
+                    mid = references(cid, rec)[0]
+                    manifests.add(mid)
+                    held = view.get("streams", mid)
+                    if held is not None and not objects.id_matches(mid, held):
+                        # Taken up before as some stream's record: a manifest's now, so proven first.
+                        batch.delete("streams", mid)
+                        batch.put_new(state.TABLE, _unproven_key(self.rid, mid), held)
+            if bundle.inline is not None:
+                fetch.import_pack(
+                    batch, bundle.key, bundle.inline, lambda c: batch.get("chunks", c) is not None,
+                    put_stream=lambda sid, rec: put_stream(batch, self.rid, manifests, sid, rec),
+                )
+                state.put_imported(batch, self.rid, bundle.key)
+            for key in bundle.needs:
+                known = (_footer_key(self.rid, key), state.imported_key(self.rid, key))
+                if all(batch.get(state.TABLE, k) is None for k in known):
+                    batch.put(state.TABLE, _pending_key(self.rid, key), b"")
+            fetch.add_checkpoints(batch, bundle, out)
 
     def __call__(self, pending: Pending, table: str, key: bytes) -> None:
         if table == "packs":
             return  # only ever made by an import: pending, or in the store already
         if table != "chunks":
             self._read_footers(pending)  # footers carry the records
+            if table == "streams" and pending.get("streams", key) is None:
+                self.prove(pending, key)
             return
         where = self._where(pending, key)
         if where is None and self._read_footers(pending):
@@ -152,7 +192,7 @@ class Filler:
                 for cid, _, _ in frame.members:
                     pending.put_new(state.TABLE, _where_key(self.rid, cid), msgpack.packb([key, i]))
             for sid, rec in read.streams:
-                pending.put_new("streams", sid, rec)
+                put_stream(pending, self.rid, self._manifest_ids(), sid, rec)
             for rid, rec in read.conversations:
                 pending.put_new("conversations", rid, rec)
             for frame in footer.frames:
@@ -165,6 +205,38 @@ class Filler:
             self._keep(key, footer)
             self._read.add(key)
         return True
+
+    def _manifest_ids(self) -> set[bytes]:
+        """The manifest ids of the cached checkpoints: read once per process (the checkpoints
+        this process takes up are added as it does)."""
+        if self._manifests is None:
+            with self.backend.read() as view:
+                self._manifests = _manifests(view)
+        return self._manifests
+
+    def prove(self, pending: Pending, mid: bytes) -> None:
+        """Put manifest ``mid``'s held-back record in ``streams`` once its content, read
+        whole, hashes to ``mid`` (what :func:`manifest.named_chunks` checks); CorruptError
+        when it does not."""
+        record = pending.get(state.TABLE, _unproven_key(self.rid, mid))
+        if record is None:
+            return
+
+        def get(table: str, key: bytes) -> bytes | None:
+            if table == "streams" and key == mid:
+                return record
+            value = pending.get(table, key)
+            if value is None and table in TABLES:
+                self(pending, table, key)
+                value = pending.get(table, key)
+            return value
+
+        try:
+            for _ in manifest.named_chunks(get, mid):
+                pass
+        except CorruptError as exc:
+            raise CorruptError(f"{exc} (a remote footer gave it another record); run 'snapstore remote verify'") from None
+        pending.put("streams", mid, record)
 
     def _read_footer(self, key: str) -> _Read:
         """Read and check the footer of ``key``'s pack by ranges (its frames and records)."""

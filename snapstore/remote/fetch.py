@@ -47,11 +47,16 @@ class FetchedRef:
         return dict(self.__dict__)
 
 
-def import_pack(batch: WriteBatch, key: str, pack: layout.Pack, has: Callable[[bytes], bool]) -> list[bytes]:
+def import_pack(
+    batch: WriteBatch, key: str, pack: layout.Pack, has: Callable[[bytes], bool], *,
+    put_stream: Callable[[bytes, bytes], None] | None = None,
+) -> list[bytes]:
     """Write a checked pack's chunks and records into ``batch``; returns the chunk ids it holds.
 
     A frame whose chunks the store has already is skipped; the others become local frames
     unchanged (each chunk was checked against its id by :func:`layout.frame_chunks`).
+    ``put_stream`` takes the stream records instead of the ``streams`` table (browsing holds
+    some back until they are proven).
     """
     frames = []
     ids: list[bytes] = []
@@ -65,7 +70,10 @@ def import_pack(batch: WriteBatch, key: str, pack: layout.Pack, has: Callable[[b
     for table, k, v in packs.pack_ops(frames):
         batch.put_new(table, k, v)
     for sid, rec in pack.streams:
-        batch.put_new("streams", sid, rec)
+        if put_stream is None:
+            batch.put_new("streams", sid, rec)
+        else:
+            put_stream(sid, rec)
     for rid, rec in pack.conversations:
         batch.put_new("conversations", rid, rec)
     return ids

@@ -10,6 +10,7 @@
 | ``n`` + rid + object key | empty: browsing's cache holds checkpoints that need this object, whose footer it has not read yet |
 | ``f`` + rid + object key | msgpack ``[base, [[offset, length, [[chunk id, offset, size]...]]...]]``: the frames of that object's pack (read once; ``base`` is where the pack starts in the object) |
 | ``l`` + rid + chunk id | msgpack ``[object key, frame number]``: where browsing reads that chunk |
+| ``u`` + rid + manifest id | a stream record read for that manifest id that does not name it by its tree: kept apart until the manifest's content proves it (browsing) |
 
 ``rid`` is 8 random bytes given at ``remote add``; removing the remote removes its rows.
 Credentials are never stored (see :mod:`snapstore.remote.credentials`).
@@ -110,7 +111,7 @@ def all_configs(backend: Backend) -> list[RemoteConfig]:
 def remove(backend: Backend, cfg: RemoteConfig) -> None:
     """Remove a remote and every row it owns (in bounded batches; the config row last, so a
     crash leaves the remote listed and ``remote remove`` finishes it)."""
-    for prefix in (b"k", b"o", b"r", b"m", b"n", b"f", b"l"):
+    for prefix in (b"k", b"o", b"r", b"m", b"n", b"f", b"l", b"u"):
         prefix += cfg.rid
         while True:
             with backend.read() as view:
