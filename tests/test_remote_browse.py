@@ -3,7 +3,9 @@
 A history of six pushes leaves six packs.  Reading one file of the latest checkpoint reads the
 ref, the bundle, each pack's footer once and the one frame that holds the file; what was read is
 kept, so the next command reads only the ref (the freshness rule: refs are read every command).
-Damaged, truncated or missing objects are exit 6 in one line naming the object.
+Damaged, truncated or missing objects are exit 6 in one line naming the object; a failed ranged
+read is exit 13; data inline in older bundles is read from their ends; the UI's pages read the
+same way; a manifest record swapped under another manifest's id is refused.
 """
 
 from __future__ import annotations
@@ -85,12 +87,14 @@ def test_cat_reads_the_ref_the_bundle_each_footer_once_and_one_frame(history, mo
     data, kinds, keys, read = browse(b, counting, lambda v: v.read_bytes(ids[0], "big0.bin"))
     assert data == random_bytes(BIG, "big0")
     assert "suffix" not in kinds and len(set(keys["range"])) == 1, keys
-    assert kinds["range"] <= 3 and read < closure / 3
+    assert kinds["range"] == 2 and read < closure / 3, kinds  # its two frames
 
-    # show (the parent's manifest too) and diff read no footer again, a few frames at most.
-    for fn in (lambda v: v.summary(ids[-1]), lambda v: v.diff(ids[1], ids[-1])):
+    # show reads its parent's manifest and the changed files it counts lines of; diff the
+    # manifest of step 1 (the latest's is cached).  No footer again; the frame counts are the
+    # data's (pinned chunker, seeded bytes), the same on every machine.
+    for fn, frames in ((lambda v: v.summary(ids[-1]), 2), (lambda v: v.diff(ids[1], ids[-1]), 1)):
         _, kinds, keys, _ = browse(b, counting, fn)
-        assert "suffix" not in kinds and kinds["range"] <= 2, keys
+        assert "suffix" not in kinds and kinds["range"] == frames, keys
     # list reads nothing but the ref.
     listed, kinds, _, _ = browse(b, counting, lambda v: v.checkpoints())
     assert [c.id for c in listed] == ids[::-1] and kinds == {"list": 1, "get": 1}
@@ -215,7 +219,7 @@ def test_ui_pages_read_through_and_a_damaged_frame_is_an_error_page(history, mon
         r = client.get(f"/c/{ids[-1]}/file?path=README.md")
         assert r.status_code == 200 and "version 5" in r.text
         kinds = Counter(kind for kind, _ in counting.last.calls)
-        assert kinds["suffix"] == STEPS and kinds["range"] <= 2, kinds
+        assert kinds["suffix"] == STEPS and kinds["range"] == 1, kinds
         for key in packs:
             _damage(remote, key, "flipped")
         r = client.get(f"/c/{ids[0]}/file?path=big0.bin")
