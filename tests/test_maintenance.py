@@ -219,3 +219,25 @@ def test_the_services_checkpoints_leave_the_pass_to_its_idle_time(tree, store):
     with store.backend.read() as view:
         assert view.get("meta", maintenance.SEQ_KEY) is not None
     assert store.verify().ok and all(tree_from_store(store, cid) for cid in ids)
+
+
+def test_the_pass_after_a_snapshot_keeps_to_its_time_budget(tree, store, monkeypatch):
+    """Past ``maintenance.budget-ms`` no new step starts (one always runs): the snapshot that
+    runs the pass waits a bounded time, and later passes go on where it stopped."""
+    monkeypatch.setattr(maintenance, "STEP_BYTES", 8_000)
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(maintenance, "_clock", lambda: float(next(ticks)))  # 1 s per question
+    store.config_set("maintenance.checkpoints", "6")
+    store.config_set("maintenance.loose-packs", "2")
+    store.config_set("maintenance.budget-ms", "500")
+    ids = steps(tree, store, 6)  # the 6th runs the pass: one step, then the budget is spent
+    assert consolidated(store) == 1 and loose(store) >= 3
+    ids += steps(tree, store, 30, start=6)  # five more passes, one step each
+    assert consolidated(store) == 6
+    specs = {cid: tree_from_store(store, cid) for cid in ids}
+    assert store.verify().ok
+    store.config_set("maintenance.budget-ms", "3600000")
+    ids += steps(tree, store, 6, start=36)
+    assert loose(store) == 0  # a budget that is not spent: every small loose pack gathered
+    for cid, spec in specs.items():
+        assert tree_from_store(store, cid) == spec

@@ -124,6 +124,7 @@ class UpkeepMixin(StoreBase):
 
         try:
             values = self.config()
+            stop = maintenance.stop_after(int(values["maintenance.budget-ms"]) / 1000)
             found = maintenance.plan(
                 self.backend,
                 min_packs=int(values["maintenance.loose-packs"]),
@@ -131,7 +132,7 @@ class UpkeepMixin(StoreBase):
             )
             if found is not None:
                 maintenance.run(
-                    self.backend, found, level=self.compression_level, locked=nullcontext
+                    self.backend, found, level=self.compression_level, locked=nullcontext, stop=stop
                 )
             with self.backend.write() as batch:
                 batch.put("meta", maintenance.SEQ_KEY, str(count).encode())

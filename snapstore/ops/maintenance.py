@@ -10,7 +10,10 @@ resident service runs the same pass when idle.  ``maintenance.auto`` false turns
 **Bounded.**  The plan (which packs, their chunks, the order) is read without the writer lock:
 readers never block a checkpoint.  Only the moves take the lock, one step of at most
 :data:`STEP_BYTES` plain bytes each (one transaction; a pass moves at most :data:`PASS_BYTES`),
-so a checkpoint waits for one step at most.  The order comes from the newest checkpoints'
+so a checkpoint waits for one step at most.  After a snapshot, in-process, the pass also
+keeps to a time budget (config ``maintenance.budget-ms``, :data:`BUDGET_MS`): it stops
+before a step once the budget is spent (the first step always runs, so a slow machine still
+makes progress), and what is left waits for the next pass.  The order comes from the newest checkpoints'
 manifest chunks that lie in the packs being moved (their changed entries), not from a walk of
 every manifest.
 
@@ -24,6 +27,7 @@ entry pointing at a pack that exists; the next pass picks up what is left.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +44,10 @@ EVERY = 32
 LOOSE_PACKS = 16
 #: A loose pack below this many stored bytes is small (a checkpoint's own pack).
 SMALL = packs.PACK_TARGET // 2
+#: Milliseconds the pass after a snapshot may take (config ``maintenance.budget-ms``),
+#: counted from the start of its plan; past it, no new step starts.
+BUDGET_MS = 250
+_clock = time.monotonic  # (a test's fake clock replaces it)
 #: Plain bytes moved per step (per transaction, under the writer lock).
 STEP_BYTES = 4 << 20
 #: Plain bytes moved per pass at most (the rest waits for the next pass).
@@ -116,6 +124,20 @@ def plan(
     last: consolidate.Key = (9, b"", 0, 0)
     moving.sort(key=lambda ce: keys.get(ce[0], last))
     return Plan(pids, moving, len(found))
+
+
+def stop_after(seconds: float) -> Callable[[], bool]:
+    """A ``stop`` for :func:`run` that is true once ``seconds`` have passed since this call,
+    but never at its first question: every pass moves one step at least."""
+    deadline = _clock() + seconds
+    asked = [False]
+
+    def stop() -> bool:
+        first = not asked[0]
+        asked[0] = True
+        return not first and _clock() > deadline
+
+    return stop
 
 
 def run(
