@@ -122,6 +122,7 @@ def test_the_fast_path_keys_are_the_modules(tree, store):
     defaults = store.config()
     assert defaults["maintenance.checkpoints"] == str(maintenance.EVERY)
     assert defaults["maintenance.loose-packs"] == str(maintenance.LOOSE_PACKS)
+    assert defaults["maintenance.budget-ms"] == str(maintenance.BUDGET_MS)
     assert CONFIG_PREFIX + b"maintenance.auto" == b"config:maintenance.auto"
 
 
