@@ -429,7 +429,7 @@ def main() -> None:
         site_loose = os.path.join(work, "site-loose")
         doc["sizes"].append(initial(work, "site-packages (a tree with binaries)", site, site_loose))
         shutil.rmtree(site)
-        doc["site_waits"] = file_reads(site_loose, os.path.join(work, "site-snap"), 3 if args.quick else 5)
+        doc["site_waits"] = file_reads(site_loose, os.path.join(work, "site-packages-snap"), 3 if args.quick else 5)
         shutil.rmtree(site_loose)
     if "node" in only:
         nm = node_modules(base)

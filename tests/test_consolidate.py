@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from snapstore.ops import consolidate
-from snapstore.storage import entries, objects, packs
+from snapstore.storage import entries, objects
 from snapstore.store import Store
 from snapstore.testing import build_tree, read_tree, tree_from_store
 

@@ -319,15 +319,7 @@ def run(
         live.add(o.cid)
     report.conversations_outlined = len(outlined)
     moving.sort(key=lambda ce: keys.get(ce[0], last))
-    # Manifests, file data, index nodes and conversations each start their own frame: a
-    # command that reads only manifests (list, diff) decodes no file data to reach them.
-    breaks = {
-        cid for (cid, _), (prev, _) in zip(moving[1:], moving)
-        if keys.get(cid, last)[0] != keys.get(prev, last)[0]
-    }
-    if moving:
-        breaks.add(moving[0][0])
-    small = {cid for cid in breaks if keys.get(cid, last)[0] == _MANIFEST}
+    breaks, small = breaks_of([cid for cid, _ in moving], keys)
     total = sum(item.size if isinstance(item, Entry) else len(item.plain) for _, item in moving)
     if not exact_level:
         level = max(level, SMALL_LEVEL if full and total <= SMALL_BYTES else LEVEL)
@@ -371,6 +363,31 @@ def _move(
                 plain.append((cid, objects.load_chunk(view.get, cid, max_size=e.size)))
             except CorruptError:
                 damaged.add(e.pack)  # gc never turns a damaged chunk into a missing one
+    ops = packs.pack_ops(frames_of(plain, level, frame, breaks, small), head=MARK)
+    with backend.write() as batch:
+        for table, key, value in ops:
+            batch.put(table, key, value)  # replaces the moved chunks' entries
+        for o in records:  # after its chunk, in the same transaction
+            batch.put("conversations", o.rid, o.record)
+    return sum(1 for table, _, _ in ops if table == "packs")
+
+
+def breaks_of(ordered: list[bytes], keys: dict[bytes, Key]) -> tuple[set[bytes], set[bytes]]:
+    """``(breaks, small)`` of chunks in their order: each kind (manifests, file data, index
+    nodes, conversations) starts a new frame, so a command that reads only manifests (list,
+    diff) decodes no file data to reach them; ``small``: the breaks that start manifests."""
+    last: Key = (_CONVERSATION + 1, b"", 0, 0)
+    breaks = {cid for cid, prev in zip(ordered[1:], ordered) if keys.get(cid, last)[0] != keys.get(prev, last)[0]}
+    if ordered:
+        breaks.add(ordered[0])
+    return breaks, {cid for cid in breaks if keys.get(cid, last)[0] == _MANIFEST}
+
+
+def frames_of(
+    plain: list[tuple[bytes, bytes]], level: int, frame: int, breaks: set[bytes], small: set[bytes]
+) -> list[packs.Frame]:
+    """Solid frames of ``plain`` chunks in order: a new run at each break, manifest runs in
+    frames of :data:`MANIFEST_FRAME`, the others of ``frame`` plain bytes."""
     frames: list[packs.Frame] = []
     run: list[tuple[bytes, bytes]] = []
     manifests = False
@@ -381,13 +398,7 @@ def _move(
         if cid in breaks:
             manifests = cid in small
         run.append((cid, data))
-    ops = packs.pack_ops(frames, head=MARK)
-    with backend.write() as batch:
-        for table, key, value in ops:
-            batch.put(table, key, value)  # replaces the moved chunks' entries
-        for o in records:  # after its chunk, in the same transaction
-            batch.put("conversations", o.rid, o.record)
-    return sum(1 for table, _, _ in ops if table == "packs")
+    return frames
 
 
 def _drop(
