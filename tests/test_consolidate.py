@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from snapstore.ops import consolidate
-from snapstore.storage import entries, objects, packs
+from snapstore.storage import entries, objects
 from snapstore.store import Store
 from snapstore.testing import build_tree, read_tree, tree_from_store
 
@@ -73,7 +73,7 @@ def test_gc_gathers_every_loose_pack_and_every_checkpoint_reads_back_byte_exact(
 
 def test_versions_of_one_path_share_a_solid_frame(tree, store, monkeypatch):
     # Frames far smaller than the history, so that only the order can put the versions together.
-    monkeypatch.setattr(packs, "FRAME_TARGET", 32_000)
+    monkeypatch.setattr(consolidate, "FRAME", 32_000)
     body = text(5_000, 1)
     others = lambda n: {f"o{i}.txt": text(4_000, 100 * n + i) for i in range(10)}  # noqa: E731
     build_tree(tree, {"f.py": body, **others(0)})
@@ -239,3 +239,59 @@ def test_an_outlined_conversation_chunk_that_was_stored_dead_survives_the_sweep(
     assert report.consolidated.conversations_outlined == 1
     assert store.conversation(cp.id) == messages
     assert store.verify().ok
+
+
+def frame_plain_sizes(store: Store) -> list[int]:
+    """The plain bytes of every frame, from the entries (the end of its last chunk)."""
+    ends: dict[tuple[bytes, int], int] = {}
+    with store.backend.read() as view:
+        for cid, value in view.items("chunks"):
+            e = entries.parse(cid, value)
+            key = (e.pack, e.frame_off)
+            ends[key] = max(ends.get(key, 0), e.offset + e.size)
+    return list(ends.values())
+
+
+def test_a_gc_of_more_than_small_bytes_writes_big_frames_and_a_small_one_does_not(tmp_path, monkeypatch):
+    monkeypatch.setattr(consolidate, "FRAME", 16_000)
+    monkeypatch.setattr(consolidate, "BIG_FRAME", 64_000)
+    sizes = {}
+    for name, small_bytes in (("small", 10**9), ("big", 50_000)):
+        tree = tmp_path / name
+        tree.mkdir()
+        store = Store.init(tree, store=tmp_path / f"{name}.snap")
+        ids, specs = history(tree, store, steps=4)
+        monkeypatch.setattr(consolidate, "SMALL_BYTES", small_bytes)
+        store.gc()
+        sizes[name] = frame_plain_sizes(store)
+        assert store.verify().ok
+        for cid in ids:
+            assert tree_from_store(store, cid) == specs[cid]
+        store.close()
+    assert max(sizes["small"]) < 16_000 + 40_000  # (a frame closes after the chunk that fills it)
+    assert len(sizes["big"]) < len(sizes["small"]) and max(sizes["big"]) > 64_000 - 40_000
+
+
+def test_the_neighbour_order_puts_a_compiled_file_beside_its_source():
+    key = consolidate.neighbour_key
+    paths = [b"pkg/__pycache__/m.cpython-311.pyc", b"pkg/a.py", b"pkg/m.py", b"pkg/m.pyi", b"pkg/z.py",
+             b"pkg/__pycache__/a.cpython-311.pyc", b"__pycache__/top.cpython-311.pyc", b"top.py", b"Makefile"]
+    assert sorted(paths, key=key) == [
+        b"Makefile", b"pkg/a.py", b"pkg/__pycache__/a.cpython-311.pyc", b"pkg/m.py", b"pkg/m.pyi",
+        b"pkg/__pycache__/m.cpython-311.pyc", b"pkg/z.py", b"top.py", b"__pycache__/top.cpython-311.pyc",
+    ]
+
+
+def test_gc_writes_a_compiled_file_in_its_sources_frame(tree, store, monkeypatch):
+    monkeypatch.setattr(consolidate, "FRAME", 24_000)
+    body = text(6_000, 7)
+    files = {f"pkg/{c}.py": text(6_000, ord(c)) for c in "abcdefgh"}
+    files["pkg/m.py"] = body
+    files["pkg/__pycache__/m.cpython-311.pyc"] = b"\x00" * 16 + body  # (what a .pyc repeats)
+    build_tree(tree, files)
+    cid = store.snapshot("initial").id
+    store.gc()
+    refs = {e.path: e.ref for e in store.entries(cid)}
+    frame = lambda p: (entry(store, refs[p]).pack, entry(store, refs[p]).frame_off)  # noqa: E731
+    assert frame(b"pkg/__pycache__/m.cpython-311.pyc") == frame(b"pkg/m.py")
+    assert frame(b"pkg/a.py") != frame(b"pkg/m.py")  # (frames small enough to tell)

@@ -122,6 +122,7 @@ def test_the_fast_path_keys_are_the_modules(tree, store):
     defaults = store.config()
     assert defaults["maintenance.checkpoints"] == str(maintenance.EVERY)
     assert defaults["maintenance.loose-packs"] == str(maintenance.LOOSE_PACKS)
+    assert defaults["maintenance.budget-ms"] == str(maintenance.BUDGET_MS)
     assert CONFIG_PREFIX + b"maintenance.auto" == b"config:maintenance.auto"
 
 
@@ -219,3 +220,111 @@ def test_the_services_checkpoints_leave_the_pass_to_its_idle_time(tree, store):
     with store.backend.read() as view:
         assert view.get("meta", maintenance.SEQ_KEY) is not None
     assert store.verify().ok and all(tree_from_store(store, cid) for cid in ids)
+
+
+def test_the_pass_after_a_snapshot_keeps_to_its_time_budget(tree, store, monkeypatch):
+    """Past ``maintenance.budget-ms`` no new step starts (one always runs): the snapshot that
+    runs the pass waits a bounded time, and later passes go on where it stopped."""
+    monkeypatch.setattr(maintenance, "STEP_BYTES", 8_000)
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(maintenance, "_clock", lambda: float(next(ticks)))  # 1 s per question
+    store.config_set("maintenance.checkpoints", "6")
+    store.config_set("maintenance.loose-packs", "2")
+    store.config_set("maintenance.budget-ms", "500")
+    ids = steps(tree, store, 6)  # the 6th runs the pass: one step, then the budget is spent
+    assert consolidated(store) == 1 and loose(store) >= 3
+    ids += steps(tree, store, 30, start=6)  # five more passes, one step each
+    assert consolidated(store) == 6
+    specs = {cid: tree_from_store(store, cid) for cid in ids}
+    assert store.verify().ok
+    store.config_set("maintenance.budget-ms", "3600000")
+    ids += steps(tree, store, 6, start=36)
+    assert loose(store) == 0  # a budget that is not spent: every small loose pack gathered
+    for cid, spec in specs.items():
+        assert tree_from_store(store, cid) == spec
+
+
+def _payload(store: Store) -> int:
+    from snapstore.storage.backend import TABLES
+
+    with store.backend.read() as view:
+        return sum(len(k) + len(v) for t in TABLES for k, v in view.items(t))
+
+
+def _stored(store: Store) -> int:
+    return sum(n for _, n, _ in store.backend.value_sizes("packs"))
+
+
+def test_the_full_pass_gathers_a_small_store_as_gc_does_and_compacts_it(tree, store, tmp_path):
+    """Batches of checkpoints gathered on their own never share frames; the idle service's full
+    pass rewrites every pack in gc's order and level, then compacts the file, as ``gc --compact``
+    would, and is not due again until the packs grow by FULL_GROWTH."""
+    import shutil
+
+    store.config_set("maintenance.checkpoints", "8")
+    store.config_set("maintenance.loose-packs", "4")
+    ids = steps(tree, store, 40)  # loose-pack passes every 8 checkpoints, at the store's level
+    specs = {cid: tree_from_store(store, cid) for cid in ids}
+    assert consolidated(store) >= 2
+    store.close()
+    shutil.copytree(store.store_dir, tmp_path / "copy")
+    store = Store.open(store=store.store_dir)
+    with Store.open(store=tmp_path / "copy") as other:
+        other.gc(compact=True)
+        by_gc, gc_file = _stored(other), other.backend.disk_size()
+    before = _stored(store)
+    report = store.maintain()
+    assert report is not None and report.full and not report.stopped and report.compacted
+    assert loose(store) == 0 and _stored(store) < before
+    assert _stored(store) <= by_gc * 1.05
+    assert store.backend.disk_size() <= gc_file + 8 * 4096  # compacted as gc --compact does
+    assert store.verify().ok
+    for cid, spec in specs.items():
+        assert tree_from_store(store, cid) == spec
+    store.config_set("maintenance.auto", "false")  # (no loose-pack pass in between)
+    grown = steps(tree, store, 1, start=40)
+    with store.backend.read() as view:
+        base = int(view.get("meta", maintenance.FULL_KEY) or b"0")
+    assert len(list(store.backend.value_sizes("packs"))) >= 2
+    assert base > 0 and _stored(store) < maintenance.FULL_GROWTH * base
+    assert store.maintain(min_packs=100) is None  # not grown enough since (nor 100 loose packs)
+    grown += steps(tree, store, 12, start=41)
+    assert _stored(store) >= maintenance.FULL_GROWTH * base
+    again = store.maintain()
+    assert again is not None and again.full
+    for cid in grown:
+        specs[cid] = tree_from_store(store, cid)
+    for cid, spec in specs.items():
+        assert tree_from_store(store, cid) == spec
+    store.close()
+
+
+def test_a_stopped_full_pass_loses_nothing_and_the_next_one_finishes(tree, store, monkeypatch):
+    monkeypatch.setattr(maintenance, "FULL_STEP", 8_000)
+    ids = steps(tree, store, 10)
+    specs = {cid: tree_from_store(store, cid) for cid in ids}
+    asked = []
+    report = store.maintain(stop=lambda: bool(asked.append(1)) or len(asked) > 1)
+    assert report is not None and report.full and report.stopped and report.steps == 1
+    assert not report.compacted
+    with store.backend.read() as view:
+        assert view.get("meta", maintenance.FULL_KEY) is None  # not done: still due
+    assert store.verify().ok
+    for cid, spec in specs.items():
+        assert tree_from_store(store, cid) == spec
+    done = store.maintain()
+    assert done is not None and done.full and not done.stopped and loose(store) == 0
+    assert store.verify().ok
+    for cid, spec in specs.items():
+        assert tree_from_store(store, cid) == spec
+
+
+def test_no_full_pass_on_a_store_past_full_max_or_when_asked_not_to(tree, store, monkeypatch):
+    steps(tree, store, 6)
+    monkeypatch.setattr(maintenance, "FULL_MAX", 1_000)
+    report = store.maintain()
+    assert report is not None and not report.full  # the loose-pack pass instead
+    monkeypatch.setattr(maintenance, "FULL_MAX", 1 << 30)
+    steps(tree, store, 6, start=6)
+    report = store.maintain(full=False)
+    assert report is not None and not report.full

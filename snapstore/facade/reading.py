@@ -296,9 +296,7 @@ def _detect_renames(changes: list[Change]) -> list[Change]:
 
 
 def _find_entry(get: Callable[[str, bytes], bytes | None], cp: Checkpoint, rel: bytes) -> Entry:
-    for e in manifest.iter_entries(get, cp.manifest):
-        if e.path == rel:
-            return e
-        if e.path > rel:
-            break
+    found = manifest.find(get, cp.manifest, rel)
+    if found is not None:
+        return found
     raise RefError(f"{display(rel) or '.'} is not in checkpoint {cp.short_id}")

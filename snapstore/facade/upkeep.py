@@ -124,6 +124,7 @@ class UpkeepMixin(StoreBase):
 
         try:
             values = self.config()
+            stop = maintenance.stop_after(int(values["maintenance.budget-ms"]) / 1000)
             found = maintenance.plan(
                 self.backend,
                 min_packs=int(values["maintenance.loose-packs"]),
@@ -131,7 +132,7 @@ class UpkeepMixin(StoreBase):
             )
             if found is not None:
                 maintenance.run(
-                    self.backend, found, level=self.compression_level, locked=nullcontext
+                    self.backend, found, level=self.compression_level, locked=nullcontext, stop=stop
                 )
             with self.backend.write() as batch:
                 batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
@@ -146,6 +147,7 @@ class UpkeepMixin(StoreBase):
         lock_timeout: float | None = None,
         max_chunks: int | None = None,
         stop: Callable[[], bool] | None = None,
+        full: bool = True,
     ) -> MaintenanceReport | None:
         """One maintenance pass now: gather the small loose packs into consolidated ones.
 
@@ -155,20 +157,31 @@ class UpkeepMixin(StoreBase):
         ``max_chunks`` chunks (default: ``maintenance.SERVICE_CHUNKS``).  ``stop()``, asked
         before each step, ends the pass early.  The resident service calls this when idle
         (``maintenance.auto``), stopping as soon as a request waits.
+
+        With ``full`` (the default), a small store whose packs have grown by a quarter since
+        the last full pass (or gc) gets the full pass instead: every pack rewritten in gc's
+        order and level (:func:`snapstore.ops.maintenance.plan_full`).
         """
         from snapstore.ops import maintenance
 
         limit = maintenance.SERVICE_CHUNKS if max_chunks is None else max_chunks
-        found = maintenance.plan(self.backend, min_packs=min_packs, max_chunks=limit)
+        found = maintenance.plan_full(self.backend, limit) if full else None
+        if found is None:
+            found = maintenance.plan(self.backend, min_packs=min_packs, max_chunks=limit)
         if found is None:
             return None
-        return maintenance.run(
+        report = maintenance.run(
             self.backend,
             found,
             level=self.compression_level,
             locked=lambda: self._lock.held(lock_timeout),
             stop=stop,
         )
+        if report.full and not report.stopped and not (stop is not None and stop()):
+            # The pass freed most pages of a small store: the file keeps them until compacted.
+            with self._lock.held(lock_timeout):
+                report.compacted = self.backend.compact() is not None
+        return report
 
     def delete(self, ref: str) -> Checkpoint:
         """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.

@@ -14,7 +14,10 @@ several files takes the newest file's place.  git's heuristic sorts by base name
 ``a/__init__.py`` meets ``b/__init__.py``); measured on a 400-file edit history, that was 3%
 larger than path order, and reading a whole checkpoint took 2-4x longer: its files, read in
 path order, visit the frames out of order and thrash the frame cache.  In path order a
-checkpoint's files are read front to back through the frames, each decoded once.  Manifest
+checkpoint's files are read front to back through the frames, each decoded once.  Within a
+directory, files sort by stem, then extension (``a.py`` beside ``a.pyi``), and a compiled file
+in ``__pycache__`` sorts beside its source, whose names and strings it repeats (site-packages:
+-0.7%; no change on the edit history).  Manifest
 chunks come first, by their position in the manifest, newest first; index nodes and
 conversation chunks follow, each group in its own order; live chunks no checkpoint path
 reaches (a damaged record's) come last, in their old order.
@@ -70,6 +73,13 @@ SMALL_BYTES = 32 << 20
 #: 2.32; with the frame cache shared by a restore's threads, restores read as fast as from the
 #: loose packs.)
 FRAME = packs.FRAME_TARGET
+#: Plain bytes per frame when a gc gathers more than :data:`SMALL_BYTES` (at :data:`LEVEL`).
+#: Measured on the interpreter's site-packages (608 MB: .pyc, .so, .py), after gc --compact:
+#: 1 MiB frames 161.0 MB, 2 MiB 156.7, 4 MiB 152.4, 8 MiB 149.8 (git gc: 178.6), and each gc
+#: faster than the last; level 19 in 1 MiB frames 149.6 MB but a 193 s gc.  The price is the
+#: read of one chunk: a prefix decode of up to 4 MiB (~3.5 ms for source, ~6 ms for
+#: binaries, against ~1 ms); a restore of a whole tree decodes each frame once either way.
+BIG_FRAME = 4 << 20
 #: Plain bytes per frame of manifest chunks: the versions of a manifest are nearly the same
 #: bytes (1 MiB of them took 50 KB), so a big frame costs a read (cat: a leaf late in a 1 MiB
 #: frame) far more than it saves (400-file history: 1 MiB 2.12 MB on disk, 256 KiB 2.14).
@@ -168,6 +178,19 @@ def order_keys(
     return keys
 
 
+def neighbour_key(path: bytes) -> bytes:
+    """Where a file's chunks sort among the data: its directory, its stem, then its extension;
+    ``d/__pycache__/m.cpython-311.pyc`` as ``d/m``, after ``m``'s own files."""
+    head, _, name = path.rpartition(b"/")
+    if head == b"__pycache__" or head.endswith(b"/__pycache__"):
+        head = head[: -len(b"__pycache__")].rstrip(b"/")
+        return (head + b"/" if head else b"") + name.partition(b".")[0] + b"\x00\xff" + name
+    stem, dot, ext = name.rpartition(b".")
+    if not dot or not stem:
+        stem, ext = name, b""
+    return (head + b"/" if head else b"") + stem + b"\x00" + ext
+
+
 def _file_keys(
     get: objects.Getter,
     path: bytes,
@@ -180,6 +203,7 @@ def _file_keys(
     index node seen before is not descended again, so a stream whose tree repeats nodes (a
     zero-filled file, or a hostile DAG claiming terabytes) costs one visit per distinct node."""
     offset = 0
+    path = neighbour_key(path)
     for nid, size, height in objects.walk_stream(get, sid, walked=walked):
         if height:
             if nid in walked:  # its subtree was keyed already (the walk skips it)
@@ -295,18 +319,11 @@ def run(
         live.add(o.cid)
     report.conversations_outlined = len(outlined)
     moving.sort(key=lambda ce: keys.get(ce[0], last))
-    # Manifests, file data, index nodes and conversations each start their own frame: a
-    # command that reads only manifests (list, diff) decodes no file data to reach them.
-    breaks = {
-        cid for (cid, _), (prev, _) in zip(moving[1:], moving)
-        if keys.get(cid, last)[0] != keys.get(prev, last)[0]
-    }
-    if moving:
-        breaks.add(moving[0][0])
-    small = {cid for cid in breaks if keys.get(cid, last)[0] == _MANIFEST}
+    breaks, small = breaks_of([cid for cid, _ in moving], keys)
+    total = sum(item.size if isinstance(item, Entry) else len(item.plain) for _, item in moving)
     if not exact_level:
-        total = sum(item.size if isinstance(item, Entry) else len(item.plain) for _, item in moving)
         level = max(level, SMALL_LEVEL if full and total <= SMALL_BYTES else LEVEL)
+    frame = FRAME if total <= SMALL_BYTES else BIG_FRAME
     damaged: set[bytes] = set()
     step: list[tuple[bytes, Entry | Outlined]] = []
     step_bytes = 0
@@ -314,10 +331,10 @@ def run(
         step.append((cid, item))
         step_bytes += item.size if isinstance(item, Entry) else len(item.plain)
         if step_bytes >= STEP_BYTES:
-            report.packs_written += _move(backend, step, level, damaged, breaks, small)
+            report.packs_written += _move(backend, step, level, frame, damaged, breaks, small)
             step, step_bytes = [], 0
     if step:
-        report.packs_written += _move(backend, step, level, damaged, breaks, small)
+        report.packs_written += _move(backend, step, level, frame, damaged, breaks, small)
     _drop(backend, members, live, damaged)
     report.stored_after = sum(n for _, n, _ in backend.value_sizes("packs"))
     return report
@@ -327,6 +344,7 @@ def _move(
     backend: Backend,
     chunks: list[tuple[bytes, Entry | Outlined]],
     level: int,
+    frame: int,
     damaged: set[bytes],
     breaks: set[bytes],
     small: set[bytes],
@@ -345,23 +363,42 @@ def _move(
                 plain.append((cid, objects.load_chunk(view.get, cid, max_size=e.size)))
             except CorruptError:
                 damaged.add(e.pack)  # gc never turns a damaged chunk into a missing one
-    frames: list[packs.Frame] = []
-    run: list[tuple[bytes, bytes]] = []
-    manifests = False
-    for cid, data in [*plain, (b"", b"")]:  # a sentinel closes the last run
-        if (cid in breaks or not cid) and run:
-            frames += packs.solid_frames(run, level, MANIFEST_FRAME if manifests else FRAME)
-            run = []
-        if cid in breaks:
-            manifests = cid in small
-        run.append((cid, data))
-    ops = packs.pack_ops(frames, head=MARK)
+    ops = packs.pack_ops(frames_of(plain, level, frame, breaks, small), head=MARK)
     with backend.write() as batch:
         for table, key, value in ops:
             batch.put(table, key, value)  # replaces the moved chunks' entries
         for o in records:  # after its chunk, in the same transaction
             batch.put("conversations", o.rid, o.record)
     return sum(1 for table, _, _ in ops if table == "packs")
+
+
+def breaks_of(ordered: list[bytes], keys: dict[bytes, Key]) -> tuple[set[bytes], set[bytes]]:
+    """``(breaks, small)`` of chunks in their order: each kind (manifests, file data, index
+    nodes, conversations) starts a new frame, so a command that reads only manifests (list,
+    diff) decodes no file data to reach them; ``small``: the breaks that start manifests."""
+    last: Key = (_CONVERSATION + 1, b"", 0, 0)
+    breaks = {cid for cid, prev in zip(ordered[1:], ordered) if keys.get(cid, last)[0] != keys.get(prev, last)[0]}
+    if ordered:
+        breaks.add(ordered[0])
+    return breaks, {cid for cid in breaks if keys.get(cid, last)[0] == _MANIFEST}
+
+
+def frames_of(
+    plain: list[tuple[bytes, bytes]], level: int, frame: int, breaks: set[bytes], small: set[bytes]
+) -> list[packs.Frame]:
+    """Solid frames of ``plain`` chunks in order: a new run at each break, manifest runs in
+    frames of :data:`MANIFEST_FRAME`, the others of ``frame`` plain bytes."""
+    frames: list[packs.Frame] = []
+    run: list[tuple[bytes, bytes]] = []
+    manifests = False
+    for cid, data in [*plain, (b"", b"")]:  # a sentinel closes the last run
+        if (cid in breaks or not cid) and run:
+            frames += packs.solid_frames(run, level, MANIFEST_FRAME if manifests else frame)
+            run = []
+        if cid in breaks:
+            manifests = cid in small
+        run.append((cid, data))
+    return frames
 
 
 def _drop(

@@ -281,6 +281,11 @@ def run(
             conversations=marker.conversations if full else None, exact_level=repack_every,
         )
         report.stored_bytes_removed += max(c.stored_before - c.stored_after, 0)
+        if full:
+            from snapstore.ops.maintenance import FULL_KEY
+
+            with backend.write() as batch:  # what the full maintenance pass grows from
+                batch.put("meta", FULL_KEY, str(c.stored_after).encode())
     # (Consolidation may have made a dead id live again: an outlined conversation's chunk.)
     _delete(backend, "chunks", [k for k in dead_chunks if k not in marker.chunks])
     backend.sync()

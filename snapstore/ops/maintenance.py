@@ -10,9 +10,21 @@ resident service runs the same pass when idle.  ``maintenance.auto`` false turns
 **Bounded.**  The plan (which packs, their chunks, the order) is read without the writer lock:
 readers never block a checkpoint.  Only the moves take the lock, one step of at most
 :data:`STEP_BYTES` plain bytes each (one transaction; a pass moves at most :data:`PASS_BYTES`),
-so a checkpoint waits for one step at most.  The order comes from the newest checkpoints'
+so a checkpoint waits for one step at most.  After a snapshot, in-process, the pass also
+keeps to a time budget (config ``maintenance.budget-ms``, :data:`BUDGET_MS`): it stops
+before a step once the budget is spent (the first step always runs, so a slow machine still
+makes progress), and what is left waits for the next pass.  The order comes from the newest checkpoints'
 manifest chunks that lie in the packs being moved (their changed entries), not from a walk of
 every manifest.
+
+**The full pass** (idle service only, small stores).  The loose-pack pass gathers each batch of
+checkpoints on its own, so versions from different batches never share a frame: a 150-step
+history stayed at 2.3x what ``gc`` makes of it.  When every pack together holds at most
+:data:`FULL_MAX` plain bytes (the small trees agents work on) and the packs have grown by
+:data:`FULL_GROWTH` since the last full pass (or gc), the idle service rewrites *every* pack the
+way ``gc`` does: all chunks in gc's order (every checkpoint's), at gc's level, in
+:data:`FULL_STEP` steps.  Amortised, each byte is rewritten a bounded number of times per
+growth of the store by that factor.
 
 **Safe without a mark.**  Between two steps a snapshot may reuse any chunk the store holds, so
 the pass decides nothing about liveness: it moves *every* chunk of a pack (dead ones too, for
@@ -24,6 +36,7 @@ entry pointing at a pack that exists; the next pass picks up what is left.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +53,10 @@ EVERY = 32
 LOOSE_PACKS = 16
 #: A loose pack below this many stored bytes is small (a checkpoint's own pack).
 SMALL = packs.PACK_TARGET // 2
+#: Milliseconds the pass after a snapshot may take (config ``maintenance.budget-ms``),
+#: counted from the start of its plan; past it, no new step starts.
+BUDGET_MS = 250
+_clock = time.monotonic  # (a test's fake clock replaces it)
 #: Plain bytes moved per step (per transaction, under the writer lock).
 STEP_BYTES = 4 << 20
 #: Plain bytes moved per pass at most (the rest waits for the next pass).
@@ -52,6 +69,17 @@ SNAPSHOT_CHUNKS = 100_000
 SERVICE_CHUNKS = 1_000_000
 #: The meta key holding the log's record count at the last pass.
 SEQ_KEY = b"maintenance:at"
+#: The full pass: stores of at most this many plain bytes in chunks (gc's small-store bound,
+#: where it compresses at level 19)...
+FULL_MAX = consolidate.SMALL_BYTES
+#: ...whose packs have grown by this factor since the last full pass or full gc (each records
+#: the packs' stored bytes under :data:`FULL_KEY`).
+FULL_GROWTH = 1.25
+#: Plain bytes per step of the full pass (level 19: ~0.2 s a MiB on one core; a request that
+#: arrives waits for the step under way).
+FULL_STEP = 2 << 20
+#: The meta key holding the packs' stored bytes at the end of the last full pass.
+FULL_KEY = b"maintenance:full"
 
 
 @dataclass
@@ -63,6 +91,9 @@ class MaintenanceReport:
     packs_written: int = 0
     chunks_moved: int = 0
     steps: int = 0
+    full: bool = False  # every pack rewritten in gc's order (:func:`plan_full`)
+    stopped: bool = False  # asked to stop before the last step
+    compacted: bool = False  # the store file rewritten without its free pages after a full pass
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -71,10 +102,22 @@ class MaintenanceReport:
 class Plan:
     """Which packs one pass moves, and their chunks in the order they are written."""
 
-    def __init__(self, pids: list[bytes], chunks: list[tuple[bytes, Entry]], loose: int) -> None:
+    def __init__(
+        self,
+        pids: list[bytes],
+        chunks: list[tuple[bytes, Entry]],
+        loose: int,
+        *,
+        full: bool = False,
+        breaks: set[bytes] | None = None,
+        small: set[bytes] | None = None,
+    ) -> None:
         self.pids = pids
         self.chunks = chunks
         self.loose = loose
+        self.full = full  # every pack, in gc's order and frames (:func:`plan_full`)
+        self.breaks = breaks or set()
+        self.small = small or set()
 
 
 def small_loose(backend: Backend) -> list[tuple[bytes, int]]:
@@ -118,6 +161,53 @@ def plan(
     return Plan(pids, moving, len(found))
 
 
+def plan_full(backend: Backend, max_chunks: int = SERVICE_CHUNKS) -> Plan | None:
+    """Read (no lock needed) the full pass, or None when it is not due: more than
+    :data:`FULL_MAX` plain bytes or ``max_chunks`` chunks, fewer than two packs, or packs that
+    have not grown by :data:`FULL_GROWTH` since the last full pass or full gc (due when neither
+    ever ran)."""
+    sizes = list(backend.value_sizes("packs"))
+    stored = sum(n for _, n, _ in sizes)
+    if len(sizes) < 2 or stored > FULL_MAX:
+        return None
+    with backend.read() as view:
+        if view.count("chunks") > max_chunks:
+            return None
+        raw = view.get("meta", FULL_KEY)
+    try:
+        base = int(raw) if raw is not None else 0  # never: due (gc and the pass write it)
+    except ValueError:
+        base = 0  # (a damaged mark costs one pass, which writes it again)
+    if stored < FULL_GROWTH * base:
+        return None
+    with backend.read() as view:
+        members = entries.pack_members(view.items("chunks"))
+        moving = [ce for ms in members.values() for ce in ms]
+        if sum(e.size for _, e in moving) > FULL_MAX:
+            return None
+        keys = consolidate.order_keys(view)
+    last: consolidate.Key = (9, b"", 0, 0)
+    moving.sort(key=lambda ce: keys.get(ce[0], last))
+    breaks, small = consolidate.breaks_of([cid for cid, _ in moving], keys)
+    loose = sum(1 for _, _, head in sizes if not consolidate.is_consolidated(head))
+    pids = sorted({pid for pid, _, _ in sizes})
+    return Plan(pids, moving, loose, full=True, breaks=breaks, small=small)
+
+
+def stop_after(seconds: float) -> Callable[[], bool]:
+    """A ``stop`` for :func:`run` that is true once ``seconds`` have passed since this call,
+    but never at its first question: every pass moves one step at least."""
+    deadline = _clock() + seconds
+    asked = [False]
+
+    def stop() -> bool:
+        first = not asked[0]
+        asked[0] = True
+        return not first and _clock() > deadline
+
+    return stop
+
+
 def run(
     backend: Backend,
     the_plan: Plan,
@@ -130,33 +220,45 @@ def run(
     writer lock), then delete the packs no entry names any more.  ``stop()``, asked before each
     step, ends the pass early (the resident service: a request is waiting); what was moved
     stays moved, the rest waits for the next pass."""
-    report = MaintenanceReport(loose=the_plan.loose)
+    report = MaintenanceReport(loose=the_plan.loose, full=the_plan.full)
+    if the_plan.full:
+        level = max(level, consolidate.SMALL_LEVEL)
+    limit = FULL_STEP if the_plan.full else STEP_BYTES
     step: list[tuple[bytes, Entry]] = []
     size = moved = 0
+    stopped = False
     for cid, e in the_plan.chunks:
         step.append((cid, e))
         size += e.size
-        if size >= STEP_BYTES:
+        if size >= limit:
             if stop is not None and stop():
-                step = []
+                step, stopped = [], True
                 break
             with locked():
-                report.packs_written += _move(backend, step, level)
+                report.packs_written += _move(backend, step, level, the_plan)
             report.steps += 1
             moved += len(step)
             step, size = [], 0
-    if step and not (stop is not None and stop()):
-        with locked():
-            report.packs_written += _move(backend, step, level)
-        report.steps += 1
-        moved += len(step)
+    if step:
+        if stop is not None and stop():
+            stopped = True
+        else:
+            with locked():
+                report.packs_written += _move(backend, step, level, the_plan)
+            report.steps += 1
+            moved += len(step)
     report.chunks_moved = moved
+    report.stopped = stopped
     with locked():
         report.packs_gathered = _drop(backend, the_plan)
+        if the_plan.full and not stopped:
+            stored = sum(n for _, n, _ in backend.value_sizes("packs"))
+            with backend.write() as batch:
+                batch.put("meta", FULL_KEY, str(stored).encode())
     return report
 
 
-def _move(backend: Backend, chunks: list[tuple[bytes, Entry]], level: int) -> int:
+def _move(backend: Backend, chunks: list[tuple[bytes, Entry]], level: int, the_plan: Plan) -> int:
     """One transaction: the chunks still where the plan found them, rewritten in order."""
     plain: list[tuple[bytes, bytes]] = []
     with backend.read() as view:
@@ -170,7 +272,11 @@ def _move(backend: Backend, chunks: list[tuple[bytes, Entry]], level: int) -> in
                 continue  # damage stays where it is, for verify to name
     if not plain:
         return 0
-    ops = packs.pack_ops(packs.solid_frames(plain, level), head=consolidate.MARK)
+    if the_plan.full:
+        frames = consolidate.frames_of(plain, level, consolidate.FRAME, the_plan.breaks, the_plan.small)
+    else:
+        frames = packs.solid_frames(plain, level)
+    ops = packs.pack_ops(frames, head=consolidate.MARK)
     with backend.write() as batch:
         for table, key, value in ops:
             batch.put(table, key, value)

