@@ -255,12 +255,13 @@ def _stored(store: Store) -> int:
     return sum(n for _, n, _ in store.backend.value_sizes("packs"))
 
 
-def test_the_full_pass_gathers_a_small_store_as_gc_does_and_compacts_it(tree, store, tmp_path):
+def test_the_full_pass_gathers_a_small_store_as_gc_does_and_compacts_it(tree, store, tmp_path, monkeypatch):
     """Batches of checkpoints gathered on their own never share frames; the idle service's full
     pass rewrites every pack in gc's order and level, then compacts the file, as ``gc --compact``
     would, and is not due again until the packs grow by FULL_GROWTH."""
     import shutil
 
+    monkeypatch.setattr(maintenance, "COMPACT_ABOVE", 0)  # (a test store is tiny)
     store.config_set("maintenance.checkpoints", "8")
     store.config_set("maintenance.loose-packs", "4")
     ids = steps(tree, store, 40)  # loose-pack passes every 8 checkpoints, at the store's level
@@ -328,3 +329,26 @@ def test_no_full_pass_on_a_store_past_full_max_or_when_asked_not_to(tree, store,
     steps(tree, store, 6, start=6)
     report = store.maintain(full=False)
     assert report is not None and not report.full
+
+
+def test_a_pass_that_leaves_the_file_mostly_free_compacts_it(tree, store, monkeypatch):
+    """LMDB never shrinks its file: the gathered packs' pages stay free in it until compacted."""
+    from snapstore.storage.backend import TABLES
+
+    monkeypatch.setattr(maintenance, "COMPACT_ABOVE", 0)
+    ids = steps(tree, store, 12)
+    specs = {cid: tree_from_store(store, cid) for cid in ids}
+    monkeypatch.setattr(maintenance, "FREE_COMPACT", 0.999)  # nothing is that free
+    report = store.maintain(full=False)
+    assert report is not None and report.packs_gathered and not report.compacted
+    used = sum(store.backend.table_pages(t) for t in TABLES)
+    assert store.backend.disk_size() > 1.2 * used  # the moved packs' pages, free
+    steps(tree, store, 12, start=12)
+    monkeypatch.setattr(maintenance, "FREE_COMPACT", 0.2)
+    report = store.maintain(full=False)
+    assert report is not None and report.compacted
+    used = sum(store.backend.table_pages(t) for t in TABLES)
+    assert store.backend.disk_size() <= used + 16 * 4096
+    assert store.verify().ok
+    for cid, spec in specs.items():
+        assert tree_from_store(store, cid) == spec

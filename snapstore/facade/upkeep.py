@@ -160,7 +160,8 @@ class UpkeepMixin(StoreBase):
 
         With ``full`` (the default), a small store whose packs have grown by a quarter since
         the last full pass (or gc) gets the full pass instead: every pack rewritten in gc's
-        order and level (:func:`snapstore.ops.maintenance.plan_full`).
+        order and level (:func:`snapstore.ops.maintenance.plan_full`).  A pass that finishes
+        and leaves most of the file free pages compacts it (``report.compacted``).
         """
         from snapstore.ops import maintenance
 
@@ -177,11 +178,23 @@ class UpkeepMixin(StoreBase):
             locked=lambda: self._lock.held(lock_timeout),
             stop=stop,
         )
-        if report.full and not report.stopped and not (stop is not None and stop()):
-            # The pass freed most pages of a small store: the file keeps them until compacted.
+        if not report.stopped and not (stop is not None and stop()) and self._mostly_free():
+            # A pass frees the pages of the packs it gathered, and LMDB never shrinks its file:
+            # without this, an idle service's passes left a single-checkpoint stdlib store at
+            # 61 MiB where its checkpoint wrote 50.
             with self._lock.held(lock_timeout):
                 report.compacted = self.backend.compact() is not None
         return report
+
+    def _mostly_free(self) -> bool:
+        """Whether more than :data:`~snapstore.ops.maintenance.FREE_COMPACT` of the store file
+        is free pages (the tables' pages against the file's size)."""
+        from snapstore.ops import maintenance
+        from snapstore.storage.backend import TABLES
+
+        size = self.backend.disk_size()
+        used = sum(self.backend.table_pages(t) for t in TABLES)
+        return size > maintenance.COMPACT_ABOVE and used < (1 - maintenance.FREE_COMPACT) * size
 
     def delete(self, ref: str) -> Checkpoint:
         """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.

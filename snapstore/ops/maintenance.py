@@ -78,6 +78,11 @@ FULL_GROWTH = 1.25
 #: Plain bytes per step of the full pass (level 19: ~0.2 s a MiB on one core; a request that
 #: arrives waits for the step under way).
 FULL_STEP = 2 << 20
+#: ``Store.maintain`` compacts the store file after a pass that leaves more than this fraction
+#: of it free pages (LMDB reuses them but never shrinks the file)...
+FREE_COMPACT = 0.2
+#: ...when the file is larger than this (a small store's fixed pages are a large fraction).
+COMPACT_ABOVE = 1 << 20
 #: The meta key holding the packs' stored bytes at the end of the last full pass.
 FULL_KEY = b"maintenance:full"
 
