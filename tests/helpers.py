@@ -12,6 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+#: The words of :func:`word_text`.
+WORDS = tuple(w.encode() for w in "alpha beta gamma delta store chunk frame pack zstd value index tree".split())
+
+
+def word_text(size: int, seed: int, words: tuple[bytes, ...] = WORDS) -> bytes:
+    """Compressible, source-like bytes (lines of ``words``), different per seed."""
+    import random
+
+    rng = random.Random(seed)
+    out = bytearray()
+    while len(out) < size:
+        out += b" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + b"\n"
+    return bytes(out[:size])
 SNAPSTORE_SCRIPT = Path(sys.executable).parent / "snapstore"
 
 

@@ -181,8 +181,8 @@ class Recording(tr.Transport):
         self.inner.delete(key)
 
 
-class IgnoresConditions(tr.Transport):
-    """An engine that ignores If-None-Match and If-Match (as ``rclone serve s3`` does)."""
+class Forwarding(tr.Transport):
+    """A transport that passes every request to ``inner``: wrappers override what they change."""
 
     def __init__(self, inner: tr.Transport) -> None:
         self.inner = inner
@@ -196,6 +196,22 @@ class IgnoresConditions(tr.Transport):
     def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
         return self.inner.get_suffix(key, n)
 
+    def put_create(self, key: str, data: bytes) -> str | None:
+        return self.inner.put_create(key, data)
+
+    def put_update(self, key: str, data: bytes, etag: str) -> str | None:
+        return self.inner.put_update(key, data, etag)
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[tr.Listed]:
+        return self.inner.list(prefix, start_after)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+
+class IgnoresConditions(Forwarding):
+    """An engine that ignores If-None-Match and If-Match (as ``rclone serve s3`` does)."""
+
     def _overwrite(self, key: str, data: bytes) -> str | None:
         got = self.inner.get(key)
         if got is None:
@@ -207,12 +223,6 @@ class IgnoresConditions(tr.Transport):
 
     def put_update(self, key: str, data: bytes, etag: str) -> str | None:
         return self._overwrite(key, data)
-
-    def list(self, prefix: str, start_after: str | None = None) -> Iterator[tr.Listed]:
-        return self.inner.list(prefix, start_after)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
 
 
 class LaggyListing:
@@ -227,34 +237,16 @@ class LaggyListing:
         real = tr.connect
         outer = self
 
-        class Laggy(tr.Transport):
-            def __init__(self, inner: tr.Transport) -> None:
-                self.inner = inner
-
-            def get(self, key: str) -> tr.Got | None:
-                return self.inner.get(key)
-
-            def get_range(self, key: str, start: int, end: int) -> bytes | None:
-                return self.inner.get_range(key, start, end)
-
-            def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
-                return self.inner.get_suffix(key, n)
-
+        class Laggy(Forwarding):
             def put_create(self, key: str, data: bytes) -> str | None:
                 got = self.inner.put_create(key, data)
                 if got is not None:
                     outer.created.append(key)
                 return got
 
-            def put_update(self, key: str, data: bytes, etag: str) -> str | None:
-                return self.inner.put_update(key, data, etag)
-
             def list(self, prefix: str, start_after: str | None = None) -> Iterator[tr.Listed]:
                 recent = set(outer.created[-outer.lag :]) if outer.hidden and outer.lag else set()
                 return (e for e in self.inner.list(prefix, start_after) if e.key not in recent)
-
-            def delete(self, key: str) -> None:
-                self.inner.delete(key)
 
         monkeypatch.setattr(tr, "connect", lambda *a, **kw: Laggy(real(*a, **kw)))
 

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import random
 
 from snapstore.ops import consolidate, maintenance
 from snapstore.storage.backend import CONFIG_PREFIX
 from snapstore.store import Store
 from snapstore.testing import build_tree, tree_from_store
-
-WORDS = [w.encode() for w in "alpha beta gamma delta store chunk frame pack zstd value index tree".split()]
-
-
-def text(size: int, seed: int) -> bytes:
-    rng = random.Random(seed)
-    out = bytearray()
-    while len(out) < size:
-        out += b" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + b"\n"
-    return bytes(out[:size])
+from tests.helpers import word_text as text
 
 
 def steps(tree, store: Store, n: int, start: int = 0) -> list[str]:

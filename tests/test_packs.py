@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 
 import pytest
 
@@ -12,18 +11,13 @@ from snapstore.errors import CorruptError
 from snapstore.storage import entries, objects, packs
 from snapstore.store import Store
 from snapstore.testing import build_tree, random_bytes, read_tree, tree_from_store
-from tests.helpers import all_stored_bytes
+from tests.helpers import all_stored_bytes, word_text
 
-WORDS = [w.encode() for w in "alpha beta gamma delta store chunk frame pack zstd value index tree file path".split()]
+WORDS = tuple(w.encode() for w in "alpha beta gamma delta store chunk frame pack zstd value index tree file path".split())
 
 
 def text(size: int, seed: int) -> bytes:
-    """Compressible, source-like bytes (lines of words), different per seed."""
-    rng = random.Random(seed)
-    out = bytearray()
-    while len(out) < size:
-        out += b" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + b"\n"
-    return bytes(out[:size])
+    return word_text(size, seed, WORDS)
 
 
 def chunk_values(store: Store) -> dict[bytes, bytes]:
