@@ -290,13 +290,13 @@ def _move(backend: Backend, chunks: list[tuple[bytes, Entry]], level: int, the_p
 
 def _drop(backend: Backend, the_plan: Plan) -> int:
     """Delete the planned packs that no entry names (one transaction)."""
-    named = {e.pack for _, e in the_plan.chunks}
+    held: dict[bytes, list[bytes]] = {}  # (grouped once: the full pass plans every pack)
+    for cid, e in the_plan.chunks:
+        held.setdefault(e.pack, []).append(cid)
     dropped = 0
     with backend.write() as batch:
         for pid in the_plan.pids:
-            if pid in named and any(
-                _names(batch.get("chunks", cid), cid, pid) for cid, e in the_plan.chunks if e.pack == pid
-            ):
+            if any(_names(batch.get("chunks", cid), cid, pid) for cid in held.get(pid, ())):
                 continue
             if batch.get("packs", pid) is not None:
                 batch.delete("packs", pid)
