@@ -59,3 +59,14 @@ def test_find_reads_a_logarithmic_number_of_chunks():
         assert manifest.find(get, mid, e.path) == e
         assert len({k for k in reads if k in leaves}) <= bound
         assert len({k for k in reads if k in index}) <= 2 * height + math.ceil(math.log2(len(leaves))) < len(index)
+
+
+def test_a_record_that_disagrees_with_its_index_is_corrupt_not_a_crash():
+    from snapstore.errors import CorruptError
+
+    mid, entries, table = _stored(6000, 6)
+    size, height, root = objects.parse_stream_record(mid, table[("streams", mid)])
+    table[("streams", mid)] = objects.stream_record(size + 1, height, root)
+    get = lambda t, k: table.get((t, k))  # noqa: E731
+    with pytest.raises(CorruptError):
+        manifest.find(get, mid, entries[len(entries) // 2].path)
