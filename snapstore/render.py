@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from snapstore.ops.diff import Change
     from snapstore.ops.gc import GcReport
     from snapstore.ops.history import Version
+    from snapstore.ops.maintenance import MaintenanceReport
     from snapstore.ops.restore import RestoreReport
     from snapstore.ops.restore.recovery import RecoverReport
     from snapstore.ops.retention import PruneReport
@@ -285,6 +286,19 @@ def prune_lines(report: PruneReport) -> list[str]:
         tail = "; run 'snapstore gc' to free their space" if report.removed else ""
     out.append(f"{verb} {len(report.removed)} checkpoint(s), kept {report.kept}{protected}{tail}")
     return out
+
+
+def maintain_line(reports: list[MaintenanceReport]) -> str:
+    if not reports:
+        return "no maintenance pass is due"
+    full = sum(1 for r in reports if r.full)
+    return (
+        f"{len(reports)} maintenance pass(es)" + (f" ({full} full)" if full else "")
+        + f": {sum(r.chunks_moved for r in reports)} chunks moved, "
+        f"{sum(r.packs_gathered for r in reports)} packs gathered into "
+        f"{sum(r.packs_written for r in reports)}"
+        + ("; the store file compacted" if any(r.compacted for r in reports) else "")
+    )
 
 
 def gc_lines(report: GcReport) -> list[str]:

@@ -241,7 +241,7 @@ def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_t
     \b
     Record:   init, snapshot, list, show, log, cat, diff
     Go back:  restore, undo, revert, oplog, recover
-    Upkeep:   verify, prune, delete, gc, stats, config, relocate, serve, upgrade
+    Upkeep:   verify, prune, delete, gc, maintain, stats, config, relocate, serve, upgrade
     Agents:   hook, integrate, mcp, edit, rewind
     Browse:   ui
     Remotes:  remote, push, fetch, pull, clone

@@ -1,5 +1,5 @@
-"""Commands that keep a store healthy: verify, upgrade, prune, delete, gc, stats, config, relocate,
-recover."""
+"""Commands that keep a store healthy: verify, upgrade, prune, delete, gc, maintain, stats, config,
+relocate, recover."""
 
 from __future__ import annotations
 
@@ -122,6 +122,39 @@ def gc(
         echo_json(report.to_json())
     elif not quiet:
         click.echo("\n".join(gc_lines(report)))
+
+
+@command(example="snapstore maintain")
+@click.option("--json", "as_json", is_flag=True, help="Print the passes' reports as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--background", is_flag=True, hidden=True, help="The detached pass a snapshot starts.")
+@click.pass_obj
+def maintain(obj: Ctx, as_json: bool, quiet: bool, background: bool) -> None:
+    """Run the maintenance passes that are due, now, until none is (what the idle service does).
+
+    Small loose packs are gathered, and a small store whose packs grew by a quarter is
+    rewritten whole at level 19 (the full pass); a snapshot starts this in the background when
+    the full pass is due (config maintenance.detach). Checkpoints go on meanwhile: each step
+    holds the writer lock only for its write. One at a time per store (exit 5 if another runs).
+    """
+    from snapstore.errors import LockedError
+    from snapstore.render import maintain_line
+
+    if background:
+        from snapstore.ops.background import yield_cpu
+
+        yield_cpu()
+    try:
+        with obj.open() as store:
+            reports = store.maintain_all()
+    except LockedError:
+        if background:
+            return  # another pass already does the work
+        raise
+    if as_json:
+        echo_json([r.to_json() for r in reports])
+    elif not quiet and not background:
+        click.echo(maintain_line(reports))
 
 
 @command(example="snapstore upgrade")

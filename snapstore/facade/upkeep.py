@@ -124,6 +124,10 @@ class UpkeepMixin(StoreBase):
 
         try:
             values = self.config()
+            if self._detached_full_pass(values["maintenance.detach"]):
+                with self.backend.write() as batch:
+                    batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
+                return []
             stop = maintenance.stop_after(int(values["maintenance.budget-ms"]) / 1000)
             found = maintenance.plan(
                 self.backend,
@@ -139,6 +143,17 @@ class UpkeepMixin(StoreBase):
         except SnapstoreError as exc:
             return [f"automatic maintenance failed: {exc}"]
         return []
+
+    def _detached_full_pass(self, detach: str) -> bool:
+        """Start the full pass in a process of its own when it is due and allowed (config
+        ``maintenance.detach``, :mod:`snapstore.ops.background`); whether it started."""
+        from snapstore.ops import background, maintenance
+
+        if self.store_dir is None or not background.enabled(detach):
+            return False
+        if not maintenance.full_due(self.backend, maintenance.SNAPSHOT_CHUNKS):
+            return False
+        return background.spawn(self.store_dir, self.root) is not None
 
     def maintain(
         self,
@@ -185,6 +200,37 @@ class UpkeepMixin(StoreBase):
             with self._lock.held(lock_timeout):
                 report.compacted = self.backend.compact() is not None
         return report
+
+    def maintain_all(self, *, max_passes: int = 64) -> list[MaintenanceReport]:
+        """Run :meth:`maintain` until no pass is due (what an idle service does over time);
+        the reports of the passes that ran.
+
+        One at a time per store: ``<store>/maintenance.lock`` is taken first, and LockedError
+        says another ``maintain`` (or a detached pass, :mod:`snapstore.ops.background`) runs.
+        Each step holds the writer lock only for its write, so checkpoints go on meanwhile.
+        """
+        from contextlib import ExitStack
+
+        from snapstore.errors import LockedError
+        from snapstore.ops import background
+        from snapstore.storage.lock import WriterLock
+
+        with ExitStack() as stack:
+            if self.store_dir is not None:
+                guard = WriterLock(os.path.join(self.store_dir, background.LOCK_NAME))
+                try:
+                    stack.enter_context(guard.held(0))
+                except LockedError:
+                    raise LockedError("another maintenance pass is running on this store") from None
+            reports: list[MaintenanceReport] = []
+            while len(reports) < max_passes:
+                report = self.maintain()
+                if report is None:
+                    break
+                reports.append(report)
+                if report.chunks_moved == 0:
+                    break  # (what is left cannot move now: damage, or a gc in between)
+            return reports
 
     def _mostly_free(self) -> bool:
         """Whether more than :data:`~snapstore.ops.maintenance.FREE_COMPACT` of the store file

@@ -166,25 +166,31 @@ def plan(
     return Plan(pids, moving, len(found))
 
 
-def plan_full(backend: Backend, max_chunks: int = SERVICE_CHUNKS) -> Plan | None:
-    """Read (no lock needed) the full pass, or None when it is not due: more than
-    :data:`FULL_MAX` plain bytes or ``max_chunks`` chunks, fewer than two packs, or packs that
-    have not grown by :data:`FULL_GROWTH` since the last full pass or full gc (due when neither
-    ever ran)."""
+def full_due(backend: Backend, max_chunks: int = SERVICE_CHUNKS) -> bool:
+    """Whether the full pass is due (cheap: the packs' sizes, one count, one meta key): at most
+    :data:`FULL_MAX` stored bytes and ``max_chunks`` chunks, two packs at least, and packs grown
+    by :data:`FULL_GROWTH` since the last full pass or full gc (due when neither ever ran)."""
     sizes = list(backend.value_sizes("packs"))
     stored = sum(n for _, n, _ in sizes)
     if len(sizes) < 2 or stored > FULL_MAX:
-        return None
+        return False
     with backend.read() as view:
         if view.count("chunks") > max_chunks:
-            return None
+            return False
         raw = view.get("meta", FULL_KEY)
     try:
         base = int(raw) if raw is not None else 0  # never: due (gc and the pass write it)
     except ValueError:
         base = 0  # (a damaged mark costs one pass, which writes it again)
-    if stored < FULL_GROWTH * base:
+    return stored >= FULL_GROWTH * base
+
+
+def plan_full(backend: Backend, max_chunks: int = SERVICE_CHUNKS) -> Plan | None:
+    """Read (no lock needed) the full pass, or None when it is not due (:func:`full_due`) or
+    its chunks hold more than :data:`FULL_MAX` plain bytes."""
+    if not full_due(backend, max_chunks):
         return None
+    sizes = list(backend.value_sizes("packs"))
     with backend.read() as view:
         members = entries.pack_members(view.items("chunks"))
         moving = [ce for ms in members.values() for ce in ms]
@@ -239,8 +245,7 @@ def run(
             if stop is not None and stop():
                 step, stopped = [], True
                 break
-            with locked():
-                report.packs_written += _move(backend, step, level, the_plan)
+            report.packs_written += _move(backend, step, level, the_plan, locked)
             report.steps += 1
             moved += len(step)
             step, size = [], 0
@@ -248,8 +253,7 @@ def run(
         if stop is not None and stop():
             stopped = True
         else:
-            with locked():
-                report.packs_written += _move(backend, step, level, the_plan)
+            report.packs_written += _move(backend, step, level, the_plan, locked)
             report.steps += 1
             moved += len(step)
     report.chunks_moved = moved
@@ -263,9 +267,19 @@ def run(
     return report
 
 
-def _move(backend: Backend, chunks: list[tuple[bytes, Entry]], level: int, the_plan: Plan) -> int:
-    """One transaction: the chunks still where the plan found them, rewritten in order."""
+def _move(
+    backend: Backend,
+    chunks: list[tuple[bytes, Entry]],
+    level: int,
+    the_plan: Plan,
+    locked: Callable[[], Any],
+) -> int:
+    """One step: the chunks still where the plan found them, read and compressed without the
+    lock (the seconds of a level-19 step), then written in one transaction under ``locked()``
+    if none of them moved meanwhile (a gc or another pass between the two: the step is dropped,
+    the next pass plans again).  A checkpoint waits for the write only."""
     plain: list[tuple[bytes, bytes]] = []
+    expected: list[tuple[bytes, bytes]] = []
     with backend.read() as view:
         for cid, e in chunks:
             value = view.get("chunks", cid)
@@ -275,6 +289,7 @@ def _move(backend: Backend, chunks: list[tuple[bytes, Entry]], level: int, the_p
                 plain.append((cid, objects.load_chunk(view.get, cid, max_size=e.size)))
             except CorruptError:
                 continue  # damage stays where it is, for verify to name
+            expected.append((cid, value))
     if not plain:
         return 0
     if the_plan.full:
@@ -282,7 +297,12 @@ def _move(backend: Backend, chunks: list[tuple[bytes, Entry]], level: int, the_p
     else:
         frames = packs.solid_frames(plain, level)
     ops = packs.pack_ops(frames, head=consolidate.MARK)
-    with backend.write() as batch:
+    with locked(), backend.write() as batch:
+        # Entries of stored chunks are written once by snapshots; only gc or another pass
+        # rewrites them, and then this step's copies are stale (writing them would resurrect
+        # a chunk gc removed).
+        if any(batch.get("chunks", cid) != value for cid, value in expected):
+            return 0  # (nothing put: the batch writes nothing)
         for table, key, value in ops:
             batch.put(table, key, value)
     return sum(1 for table, _, _ in ops if table == "packs")

@@ -129,6 +129,7 @@ CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "maintenance.checkpoints": ("32", lambda v: _bounded(v, "maintenance.checkpoints", 1, 1 << 30)),
     "maintenance.loose-packs": ("16", lambda v: _bounded(v, "maintenance.loose-packs", 2, 1 << 30)),
     "maintenance.budget-ms": ("250", lambda v: _bounded(v, "maintenance.budget-ms", 1, 3_600_000)),
+    "maintenance.detach": ("true", _bool),
 }
 UNSET = ("off", "none", "")
 
