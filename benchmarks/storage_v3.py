@@ -45,7 +45,7 @@ from benchmarks.measure import disk_bytes
 from benchmarks.replay import History
 from benchmarks.repo_replay import Layout, first_parent_commits
 from benchmarks.storage_v2 import Git, node_modules, payload_bytes, timed
-from snapstore.ops import consolidate
+from snapstore.ops import background, consolidate
 from snapstore.store import Store
 
 MiB = 1 << 20
@@ -116,19 +116,65 @@ def site_packages(dst: str, limit: int | None) -> None:
 class Pair:
     """A snapstore store and a shadow git repository over one tree."""
 
-    def __init__(self, work: str, name: str, tree: str) -> None:
+    def __init__(self, work: str, name: str, tree: str, *, detached: bool = False) -> None:
         self.store_dir = os.path.join(work, f"{name}-snap")
         shutil.rmtree(self.store_dir, ignore_errors=True)
         self.store = Store.init(tree, store=self.store_dir)
         self.git = Git(tree, os.path.join(work, f"{name}-git"))
         self.started = time.perf_counter()
         self.snap_s = 0.0
+        # A second store over the same checkpoints, taken as a library user's are with
+        # maintenance.detach on: what they keep with no service and no gc.
+        self.detached: Store | None = None
+        self.detached_s = 0.0
+        self.spawned: list[int] = []
+        if detached:
+            path = os.path.join(work, f"{name}-detached")
+            shutil.rmtree(path, ignore_errors=True)
+            self.detached = Store.init(tree, store=path)
 
     def checkpoint(self, msg: str, conversation: list[Any] | None = None) -> None:
         t = time.perf_counter()
         self.store.snapshot(msg, conversation=conversation)
         self.snap_s += time.perf_counter() - t
+        if self.detached is not None:
+            self.detached_s += self._detached_snapshot(self.detached, msg)
         self.git.commit(msg)
+
+    def _detached_snapshot(self, store: Store, msg: str) -> float:
+        real = background.spawn
+        os.environ[background.ENV] = "1"  # (the package turns it off for the timed rows)
+
+        def spawn(store_dir: str, root: str) -> int | None:
+            pid = real(store_dir, root)
+            if pid is not None:
+                self.spawned.append(pid)
+            return pid
+
+        background.spawn = spawn  # type: ignore[assignment]
+        try:
+            t = time.perf_counter()
+            store.snapshot(msg)
+            return time.perf_counter() - t
+        finally:
+            background.spawn = real  # type: ignore[assignment]
+            os.environ[background.ENV] = "0"
+
+    def detached_bytes(self) -> int:
+        """The detached store's bytes once the passes its snapshots started have ended."""
+        assert self.detached is not None
+        path = self.detached.store_dir
+        self.detached.close()
+        deadline = time.monotonic() + 600
+        while any(os.path.exists(f"/proc/{pid}") for pid in self.spawned) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # A process that had the store open keeps the generation a compaction replaced until
+        # its next write (any writer then deletes it): measured after one.
+        with Store.open(store=path) as store:
+            store.config_set("maintenance.detach", "true")
+        size = disk_bytes(path)
+        shutil.rmtree(path)
+        return size
 
     def idle_maintenance(self) -> tuple[int, float]:
         """Bytes on disk and seconds after the passes an idle service would run on a copy of
@@ -159,7 +205,15 @@ class Pair:
         ok = self.store.verify().ok
         self.store.close()
         git = self.git.gc_bytes()
+        detached = {}
+        if self.detached is not None:
+            n = self.detached_bytes()
+            detached = {
+                "detached": n, "ratio_detached": round(n / git, 3),
+                "detached_passes": len(self.spawned), "detached_snapshot_s": round(self.detached_s, 2),
+            }
         return {
+            **detached,
             "data": name, "snap": before, "snap_gc": after, "git_gc": git,
             "idle": idle, "ratio_idle": round(idle / git, 3), "idle_s": round(idle_s, 2),
             "ratio_before": round(before / git, 3), "ratio": round(after / git, 3),
@@ -172,7 +226,7 @@ class Pair:
 def edit_history(work: str, steps: int) -> tuple[dict[str, Any], str, str]:
     tree = os.path.join(work, "hist-tree")
     small_tree(tree)
-    pair = Pair(work, "hist", tree)
+    pair = Pair(work, "hist", tree, detached=True)
     pair.checkpoint("initial")
     history = History(tree, seed=12)
     for n in range(steps):
@@ -191,7 +245,7 @@ def own_history(work: str, commits: int) -> dict[str, Any]:
     os.makedirs(tree)
     shas = first_parent_commits(REPO, commits)
     layout = Layout(REPO, tree, os.path.join(work, "own.index"))
-    pair = Pair(work, "own", tree)
+    pair = Pair(work, "own", tree, detached=True)
     for sha in shas:
         layout.checkout(sha)
         pair.checkpoint(sha[:12])
@@ -347,6 +401,26 @@ def render(doc: dict[str, Any]) -> str:
         )
     for note in doc.get("skipped", []):
         out.append(f"\n{note}")
+    rows = [r for r in doc["sizes"] if "detached" in r]
+    if rows:
+        out += [
+            "",
+            "What a library user keeps with no service and no gc: a second store over the same "
+            "checkpoints, with `maintenance.detach` on (the snapshot that finds the full pass due "
+            "starts it in a process of its own), measured once the passes it started have ended "
+            "(and one write after them, which deletes the generation the last compaction replaced). "
+            "It trails the idle column by the loose packs written since its last full pass (the "
+            "next one is due when the packs grow by a quarter).",
+            "",
+            "| data | library, detached passes | / git | passes started | its snapshots (all) | "
+            "the same without detaching |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in rows:
+            out.append(
+                f"| {r['data']} | {mib(r['detached'])} | {r['ratio_detached']:.3f}x | "
+                f"{r['detached_passes']} | {r['detached_snapshot_s']:.1f} s | {r['snapshot_s']:.1f} s |"
+            )
     out += [
         "",
         "What bounds the history rows (measured on the 400-file history after `gc --compact`, "

@@ -83,6 +83,22 @@ def test_the_detached_pass_starts_only_when_allowed_and_due(tree, store, monkeyp
     assert calls == ([(store.store_dir, store.root)] if spawned else [])
 
 
+def test_loose_packs_enough_for_a_pass_are_detached_too(tree, store, monkeypatch):
+    """Not only the full pass: the loose-pack pass a snapshot would run within its budget is
+    left to the detached process (no budget there, and the file compacted after)."""
+    monkeypatch.setenv(background.ENV, "1")
+    monkeypatch.setattr(maintenance, "full_due", lambda *a: False)
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(background, "spawn", lambda *a: calls.append(a) or 4242)
+    store.config_set("maintenance.checkpoints", "4")
+    store.config_set("maintenance.loose-packs", "50")
+    steps(tree, store, 4)
+    assert calls == [] and loose(store) >= 4  # fewer than 50: not yet
+    store.config_set("maintenance.loose-packs", "4")
+    steps(tree, store, 4, start=4)
+    assert calls == [(store.store_dir, store.root)] and loose(store) >= 8  # left to the process
+
+
 def test_without_the_detached_pass_the_snapshot_keeps_its_own_bounded_pass(tree, store, monkeypatch):
     monkeypatch.setenv(background.ENV, "0")
     store.config_set("maintenance.checkpoints", "6")

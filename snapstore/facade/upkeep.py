@@ -124,7 +124,7 @@ class UpkeepMixin(StoreBase):
 
         try:
             values = self.config()
-            if self._detached_full_pass(values["maintenance.detach"]):
+            if self._detached_pass(values):
                 with self.backend.write() as batch:
                     batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
                 return []
@@ -144,16 +144,19 @@ class UpkeepMixin(StoreBase):
             return [f"automatic maintenance failed: {exc}"]
         return []
 
-    def _detached_full_pass(self, detach: str) -> bool:
-        """Start the full pass in a process of its own when it is due and allowed (config
-        ``maintenance.detach``, :mod:`snapstore.ops.background`); whether it started."""
+    def _detached_pass(self, values: dict[str, str]) -> bool:
+        """Start the due passes in a process of its own when allowed (config
+        ``maintenance.detach``, :mod:`snapstore.ops.background`); whether it started.  Due: the
+        full pass, or ``maintenance.loose-packs`` small loose packs (what the pass in-process
+        would gather within its budget, gathered there without one, and the file compacted)."""
         from snapstore.ops import background, maintenance
 
-        if self.store_dir is None or not background.enabled(detach):
+        if self.store_dir is None or not background.enabled(values["maintenance.detach"]):
             return False
-        if not maintenance.full_due(self.backend, maintenance.SNAPSHOT_CHUNKS):
-            return False
-        return background.spawn(self.store_dir, self.root) is not None
+        due = maintenance.full_due(self.backend) or len(maintenance.small_loose(self.backend)) >= max(
+            2, int(values["maintenance.loose-packs"])
+        )
+        return due and background.spawn(self.store_dir, self.root) is not None
 
     def maintain(
         self,

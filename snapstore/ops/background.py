@@ -1,21 +1,23 @@
-"""The detached maintenance pass: the full pass, run by its own process, after a snapshot.
+"""The detached maintenance pass: the passes a snapshot finds due, run by a process of their own.
 
 The full pass (:func:`snapstore.ops.maintenance.plan_full`) rewrites a small store at level 19:
 seconds of CPU.  The resident service runs it when idle; a snapshot taken in-process (the
-library, or the CLI without a service) cannot wait that long, and its own pass keeps to
-``maintenance.budget-ms``.  So, like ``git gc --auto`` with ``gc.autoDetach``, when the check
-after a snapshot finds the full pass due, the snapshot starts ``python -m snapstore --store DIR
--C TREE maintain --background`` in a session of its own and returns.  That process runs the passes
-until none is due (:meth:`snapstore.store.Store.maintain_all`), holding the writer lock only
-for each step's write, and exits; the parent never waits for it.
+library, or the CLI without a service) cannot wait that long, and its own loose-pack pass keeps
+to ``maintenance.budget-ms``.  So, like ``git gc --auto`` with ``gc.autoDetach``, when the check
+after a snapshot finds a pass due (the full pass, or ``maintenance.loose-packs`` small loose
+packs), the snapshot starts ``python -m snapstore --store DIR -C TREE maintain --background`` in
+a session of its own and returns.  That process runs the passes until none is due
+(:meth:`snapstore.store.Store.maintain_all`), holding the writer lock only for each step's
+write, compacts the file if they left it mostly free, and exits; the parent never waits for it.
 
 One at a time: the process takes ``<store>/maintenance.lock`` (a flock, dropped by the kernel
-if it dies) and leaves at once when another holds it.  A kill at any moment is safe, as for
-the service's pass (``make torture`` kills both).
+if it dies) and leaves at once when another holds it.  A kill at any moment is safe: ``make
+torture``'s maintenance trials SIGKILL ``maintain_all`` at random moments.
 
 Config ``maintenance.detach`` (default true) and the environment variable
 :data:`ENV` (``0`` or ``1``; it wins over the config: the test suite and benchmarks that need a
-settled store set ``0``) choose it; when off, the full pass is left to the service or to gc.
+settled store set ``0``) choose it; when off, the snapshot runs the loose-pack pass itself
+(within its budget) and leaves the full pass to the service or to gc.
 """
 
 from __future__ import annotations

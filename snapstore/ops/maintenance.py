@@ -8,16 +8,19 @@ consolidated packs (:mod:`snapstore.ops.consolidate`), their chunks in path orde
 resident service runs the same pass when idle.  ``maintenance.auto`` false turns both off.
 
 **Bounded.**  The plan (which packs, their chunks, the order) is read without the writer lock:
-readers never block a checkpoint.  Only the moves take the lock, one step of at most
-:data:`STEP_BYTES` plain bytes each (one transaction; a pass moves at most :data:`PASS_BYTES`),
-so a checkpoint waits for one step at most.  After a snapshot, in-process, the pass also
+readers never block a checkpoint.  A pass moves its chunks in steps of at most
+:data:`STEP_BYTES` plain bytes (a pass moves at most :data:`PASS_BYTES`); each step reads and
+compresses without the lock and takes it only for its one write transaction, after checking
+that no chunk of the step moved meanwhile (else the step is dropped: see :func:`_move`), so a
+checkpoint in another process waits for one step's write at most.  After a snapshot, in-process, the pass also
 keeps to a time budget (config ``maintenance.budget-ms``, :data:`BUDGET_MS`): it stops
 before a step once the budget is spent (the first step always runs, so a slow machine still
 makes progress), and what is left waits for the next pass.  The order comes from the newest checkpoints'
 manifest chunks that lie in the packs being moved (their changed entries), not from a walk of
 every manifest.
 
-**The full pass** (idle service only, small stores).  The loose-pack pass gathers each batch of
+**The full pass** (the idle service, or the process a snapshot detaches:
+:mod:`snapstore.ops.background`; small stores).  The loose-pack pass gathers each batch of
 checkpoints on its own, so versions from different batches never share a frame: a 150-step
 history stayed at 2.3x what ``gc`` makes of it.  When every pack together holds at most
 :data:`FULL_MAX` plain bytes (the small trees agents work on) and the packs have grown by

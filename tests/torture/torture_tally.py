@@ -34,8 +34,10 @@ CATEGORIES = OrderedDict(
          "surviving checkpoint byte-exact; the next gc finishes"),
         ("crash: gc --compact", "the same for gc --compact, also killed just before and just "
          "after the rename that publishes the new store generation (CURRENT)"),
-        ("crash: maintain", "the automatic maintenance pass (small loose packs gathered in "
-         "steps, each its own transaction) killed at any moment leaves a store that verifies "
+        ("crash: maintain", "the maintenance passes a detached process runs (`maintain_all`: "
+         "the full pass or small loose packs gathered in steps, each compressed without the "
+         "lock and written in its own transaction, then the compaction) killed at any moment "
+         "leaves a store that verifies "
          "clean with every checkpoint byte-exact; the next pass and gc finish the job"),
         ("concurrency", "4 processes snapshotting, restoring, undoing, compacting (gc "
          "--compact), editing, listing, diffing and verifying one tree and store: no traceback, "
