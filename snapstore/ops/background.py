@@ -44,10 +44,17 @@ def enabled(config_value: str) -> bool:
 def spawn(store_dir: str, root: str) -> int | None:
     """Start the detached pass on ``store_dir`` (of the tree ``root``); its pid, or None when it could not start (the
     snapshot goes on: the next check tries again)."""
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import sysconfig
+
+    if not sys.executable:  # (an embedded interpreter may not know its own)
+        return None
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
-    # The same snapstore as this process, whatever put it on sys.path.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
+    installed = {os.path.realpath(sysconfig.get_path(k)) for k in ("purelib", "platlib")}
+    if os.path.realpath(package_parent) not in installed:
+        # The same snapstore as this process (a checkout on sys.path); an installed one is
+        # found as it is (putting site-packages first would let it shadow the stdlib).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
     command = [sys.executable, "-m", "snapstore", "--store", store_dir, "-C", root]
     command += ["maintain", "--background"]
     try:
