@@ -175,3 +175,20 @@ def test_a_detached_pass_killed_at_any_moment_loses_nothing(tree, store):
             assert after.verify().ok
             for cid, spec in specs.items():
                 assert tree_from_store(after, cid) == spec
+
+
+def test_the_idle_service_detaches_its_pass_and_compresses_nothing_itself(tree, store, monkeypatch):
+    from tests.test_maintenance import _service
+
+    monkeypatch.setenv(background.ENV, "1")
+    store.config_set("maintenance.checkpoints", "1000")  # no check from the snapshots
+    steps(tree, store, 5)
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(background, "spawn", lambda *a: calls.append(a) or 4242)
+    svc, close = _service(store)
+    try:
+        svc._maintain()
+    finally:
+        close()
+    assert calls == [(store.store_dir, store.root)]
+    assert loose(store) >= 5  # left to the process it started

@@ -124,7 +124,7 @@ class UpkeepMixin(StoreBase):
 
         try:
             values = self.config()
-            if self._detached_pass(values):
+            if self.maintain_in_background(values):
                 with self.backend.write() as batch:
                     batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
                 return []
@@ -144,13 +144,15 @@ class UpkeepMixin(StoreBase):
             return [f"automatic maintenance failed: {exc}"]
         return []
 
-    def _detached_pass(self, values: dict[str, str]) -> bool:
-        """Start the due passes in a process of its own when allowed (config
-        ``maintenance.detach``, :mod:`snapstore.ops.background`); whether it started.  Due: the
-        full pass, or ``maintenance.loose-packs`` small loose packs (what the pass in-process
-        would gather within its budget, gathered there without one, and the file compacted)."""
+    def maintain_in_background(self, values: dict[str, str] | None = None) -> bool:
+        """Start the due maintenance passes in a process of their own, when allowed (config
+        ``maintenance.detach``, :mod:`snapstore.ops.background`); whether one started.  Due: the
+        full pass, or ``maintenance.loose-packs`` small loose packs.  A snapshot's check calls
+        this (the pass it would run within its budget runs there without one, and the file is
+        compacted after), and so does the idle service (its request loop never compresses)."""
         from snapstore.ops import background, maintenance
 
+        values = values if values is not None else self.config()
         if self.store_dir is None or not background.enabled(values["maintenance.detach"]):
             return False
         due = maintenance.full_due(self.backend) or len(maintenance.small_loose(self.backend)) >= max(

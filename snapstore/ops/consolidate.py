@@ -69,10 +69,13 @@ SMALL_LEVEL = 19
 SMALL_BYTES = 32 << 20
 
 #: Plain bytes per consolidated frame.
-#: (Measured on a 400-file edit history: 1 MiB frames 2.10 MB on disk, 512 KiB 2.20, 256 KiB
-#: 2.32; with the frame cache shared by a restore's threads, restores read as fast as from the
-#: loose packs.)
-FRAME = packs.FRAME_TARGET
+#: Measured on the 400-file, 150-step edit history after gc --compact (git gc: 1.93 MiB):
+#: 256 KiB frames 2.32 MB, 512 KiB 2.20, 1 MiB 1.89 MiB (0.984x git), 2 MiB 1.82 (0.943x),
+#: 4 MiB 1.77 (0.921x), 8 MiB 1.74 (0.903x).  At 4 MiB, reads from the consolidated store
+#: were still no slower than from the loose one (cat 0.88x, diff -p 0.70x, restores 0.88-0.98x;
+#: a level-19 frame of 4 MiB decodes in ~2-3 ms); at 8 MiB the oldest checkpoint's restore
+#: was 1.19x slower.
+FRAME = 4 << 20
 #: Plain bytes per frame when a gc gathers more than :data:`SMALL_BYTES` (at :data:`LEVEL`).
 #: Measured on the interpreter's site-packages (608 MB: .pyc, .so, .py), after gc --compact:
 #: 1 MiB frames 161.0 MB, 2 MiB 156.7, 4 MiB 152.4, 8 MiB 149.8 (git gc: 178.6), and each gc

@@ -78,9 +78,11 @@ FULL_MAX = consolidate.SMALL_BYTES
 #: ...whose packs have grown by this factor since the last full pass or full gc (each records
 #: the packs' stored bytes under :data:`FULL_KEY`).
 FULL_GROWTH = 1.25
-#: Plain bytes per step of the full pass (level 19: ~0.2 s a MiB on one core; a request that
-#: arrives waits for the step under way).
-FULL_STEP = 2 << 20
+#: Plain bytes per step of the full pass: one consolidated frame, so the pass writes the frames
+#: gc writes (level 19: ~0.2 s a MiB on one core, compressed without the writer lock; an idle
+#: service that runs the pass itself, with ``maintenance.detach`` off, serves a request that
+#: arrives once the step under way ends).
+FULL_STEP = consolidate.FRAME
 #: ``Store.maintain`` compacts the store file after a pass that leaves more than this fraction
 #: of it free pages (LMDB reuses them but never shrinks the file)...
 FREE_COMPACT = 0.1

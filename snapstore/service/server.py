@@ -195,14 +195,20 @@ class Service:
                 os.close(self._lock_fd)
 
     def _maintain(self, waiting: Callable[[], bool] = lambda: False) -> None:
-        """One bounded maintenance pass when idle (``maintenance.auto``): each step holds the
-        writer lock briefly; a store busy with another writer is left for the next idle time,
-        and the pass stops between steps as soon as a request is ``waiting`` (this loop serves
-        requests one at a time: a checkpoint waits for one step at most, plus the plan)."""
+        """Maintenance when idle (``maintenance.auto``).  When a pass is due and
+        ``maintenance.detach`` allows, it runs in a process of its own (this loop serves
+        requests one at a time, and a full pass's step compresses for about a second).
+        Otherwise one bounded pass runs here: each step holds the writer lock briefly; a store
+        busy with another writer is left for the next idle time, and the pass stops between
+        steps as soon as a request is ``waiting`` (a checkpoint waits for one step at most,
+        plus the plan)."""
         from snapstore.errors import SnapstoreError
 
         try:
             if self.store.config_get("maintenance.auto") != "true":
+                return
+            if self.store.maintain_in_background():
+                log.info("idle maintenance: started in a process of its own")
                 return
             report = self.store.maintain(lock_timeout=0.2, stop=waiting)
         except SnapstoreError as exc:
