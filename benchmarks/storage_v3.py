@@ -186,9 +186,7 @@ class Pair:
         self.store = Store.open(store=self.store_dir)
         t = time.perf_counter()
         with Store.open(store=copy) as store:
-            for _ in range(64):
-                if store.maintain() is None:
-                    break
+            store.maintain_all()  # (what the process the service or a snapshot starts runs)
         seconds = time.perf_counter() - t
         size = disk_bytes(copy)
         shutil.rmtree(copy)
@@ -382,9 +380,10 @@ def render(doc: dict[str, Any]) -> str:
         f"({doc['started']}; {doc['machine']}; {doc['minutes']:.1f} minutes). Bytes are what the "
         "store directory takes on disk (`du`) after `snapstore gc --compact`, and git's `objects/` "
         "after `git gc`, for the same checkpoints. \"before gc\" is the store as the checkpoints "
-        "(and the automatic maintenance pass after a snapshot) left it; \"idle service\" is the "
-        "same store after the passes the resident service runs when idle (`Store.maintain` until "
-        "none is due: on stores of at most 32 MiB of chunks, the full pass), with no gc.",
+        "(and the automatic maintenance pass after a snapshot, in-process) left it; \"idle service\" "
+        "is the same store after the passes an idle service starts (`Store.maintain_all`, in a "
+        "process of its own: passes until none is due; on stores of at most 32 MiB of chunks, the "
+        "full pass), with no gc.",
         "",
         "| data | snapstore before gc | idle service | after `gc --compact` | git after `git gc` "
         "| before / git | idle / git | **after / git** | issue 25 measured | target | store / live payload |",
@@ -409,8 +408,9 @@ def render(doc: dict[str, Any]) -> str:
             "checkpoints, with `maintenance.detach` on (the snapshot that finds the full pass due "
             "starts it in a process of its own), measured once the passes it started have ended "
             "(and one write after them, which deletes the generation the last compaction replaced). "
-            "It trails the idle column by the loose packs written since its last full pass (the "
-            "next one is due when the packs grow by a quarter).",
+            "It trails the idle column by the loose packs of the checkpoints since the last check "
+            "(`maintenance.checkpoints`, every 32: up to 31 of them) and by the growth since its "
+            "last full pass (the next is due when the packs grow by a quarter).",
             "",
             "| data | library, detached passes | / git | passes started | its snapshots (all) | "
             "the same without detaching |",
@@ -424,17 +424,17 @@ def render(doc: dict[str, Any]) -> str:
     out += [
         "",
         "What bounds the history rows (measured on the 400-file history after `gc --compact`, "
-        "1.99 MB against git's 2.02 MB): snapstore's packs take 1.61 MB, of which the first "
-        "version of every file (the 7.6 MB initial tree) is 1.41 MB and the 150 steps 0.20 MB; "
-        "its metadata takes 0.37 MB of LMDB pages (chunk entries 143 KB, checkpoint records 61 "
-        "KB, the stat cache 49 KB, the paths index 37 KB, stream records 29 KB, the log 12 KB). "
-        "git's pack holds full blobs 1.75 MB (each zlib'd alone), deltas 0.11 MB, trees 0.08 MB, "
-        "commits 0.02 MB, plus a 0.04 MB index; its own stat cache (`.git/index`) is not in "
-        "`objects/`. So snapstore is 0.34 MB ahead on the base and 0.3 MB behind on metadata. "
-        "0.8x git (1.62 MB) would need both the whole history's chunks in one frame (all 16 MB "
-        "of them at level 19: 1.39 MB of packs, and every read decoding up to the whole store; "
-        "8 MiB frames: 1.42 MB) and metadata near git's 0.06 MB, which LMDB rows of 32-byte keys "
-        "per chunk cannot reach.",
+        "1.86 MB against git's 2.02 MB): snapstore's packs take 1.49 MB (4 MiB frames at level "
+        "19; the 7.6 MB initial tree alone, as one zstd -19 frame, is 1.28 MB); its metadata "
+        "takes 0.34 MB of LMDB pages (chunk entries 140 KiB for 1,791 chunks, checkpoint records "
+        "60 KiB, the stat cache 48 KiB, the paths index 36 KiB, stream records 28 KiB, the log "
+        "12 KiB). git's pack holds full blobs 1.75 MB (each zlib'd alone), deltas 0.11 MB, trees "
+        "0.08 MB, commits 0.02 MB, plus a 0.04 MB index; its own stat cache (`.git/index`) is not "
+        "in `objects/`. 0.8x git (1.62 MB) would need, with the packs as they are, metadata of at "
+        "most 0.13 MB: LMDB rows keyed by 32-byte ids cannot get there (the chunk entries alone "
+        "take 0.14 MB); it needs a metadata format of git's kind (sorted per-pack id tables, "
+        "compressed records). Bigger frames gain little more (8 MiB: 0.903x) and reads get slower "
+        "(the oldest checkpoint's restore: 1.19x the loose store's).",
         "",
         "The conversations: *compressible* is test-runner output (15-80 lines of pass/fail per "
         "message), *random* is 0.5-3 KB slices of stdlib sources (the scenario of "
@@ -474,10 +474,10 @@ def render(doc: dict[str, Any]) -> str:
     if doc.get("site_waits"):
         out += [
             "",
-            f"Reading from a big store: a gc that gathers more than {consolidate.SMALL_BYTES >> 20} MiB of "
-            f"chunks writes frames of {consolidate.BIG_FRAME >> 20} MiB (smaller by 5.5% on site-packages, "
-            "and a faster gc), so reading one chunk may decode more. site-packages, loose against "
-            "consolidated, cold caches:",
+            f"Reading from a big store: consolidation writes frames of {consolidate.BIG_FRAME >> 20} MiB "
+            f"(past {consolidate.SMALL_BYTES >> 20} MiB of chunks at level 9: smaller by 5.5% on site-packages "
+            "than 1 MiB frames, and a faster gc), so reading one chunk may decode more than from the "
+            "loose packs' 1 MiB frames. site-packages, loose against consolidated, cold caches:",
             "",
             "| operation | loose | consolidated | consolidated / loose |",
             "| --- | --- | --- | --- |",
