@@ -155,3 +155,16 @@ def test_a_hook_event_larger_than_a_frame_reaches_the_python_client_whole(client
     assert log.read_text() == "ran\n"  # handed over, with every byte of the event
     with Store.open(project) as s:
         assert [c.message for c in s.checkpoints(task="n-big")] == ["after Bash: touch big.txt"]
+
+
+def test_the_native_and_python_clients_keep_the_same_commands_local():
+    """A command the Python client runs in-process (never through the service) must be local
+    in the C client too, or the two would run it in different processes."""
+    import re
+
+    from snapstore.service import client
+
+    source = (Path(__file__).resolve().parents[1] / "snapstore/service/cclient/snapstore.c").read_text()
+    listed = re.search(r"LOCAL_COMMANDS\[\] = \{(.*?)\};", source, re.S)
+    assert listed is not None
+    assert set(re.findall(r'"([a-z-]+)"', listed.group(1))) == set(client.LOCAL_COMMANDS)

@@ -22,10 +22,11 @@ if TYPE_CHECKING:
 #: on it and runs the command itself.
 CONNECT_TIMEOUT = 1.0
 #: Commands that never go through the service (the remote ones use the caller's AWS
-#: credentials and network, never the service's).
+#: credentials and network, never the service's; ``maintain`` compresses for seconds, which
+#: would hold the service's one request loop).
 LOCAL_COMMANDS = frozenset({
     "serve", "init", "relocate", "mcp", "ui", "integrate", "rewind",
-    "remote", "push", "fetch", "pull", "clone",
+    "remote", "push", "fetch", "pull", "clone", "maintain",
 })
 #: Commands whose stdin is read whole here and sent with the request (an agent hook's event:
 #: Claude Code closes stdin after writing it); the service gives it to the command as stdin.

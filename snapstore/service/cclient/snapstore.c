@@ -49,7 +49,7 @@
 extern char **environ;
 
 static const char *const LOCAL_COMMANDS[] = {"serve", "init", "relocate", "mcp", "ui", "integrate", "rewind",
-                                              "remote", "push", "fetch", "pull", "clone", NULL};
+                                              "remote", "push", "fetch", "pull", "clone", "maintain", NULL};
 static const char *const STDIN_COMMANDS[] = {"hook", NULL};
 static const char *const READ_ONLY_COMMANDS[] = {"list", "show", "log", "cat", "diff", "oplog", "verify", "stats", NULL};
 /* Global options that take a value (snapstore/cli/lean.py GLOBAL_OPTIONS). */
