@@ -133,9 +133,10 @@ def maintain(obj: Ctx, as_json: bool, quiet: bool, background: bool) -> None:
     """Run the maintenance passes that are due, now, until none is (what the idle service does).
 
     Small loose packs are gathered, and a small store whose packs grew by a quarter is
-    rewritten whole at level 19 (the full pass); a snapshot starts this in the background when
-    the full pass is due (config maintenance.detach). Checkpoints go on meanwhile: each step
-    holds the writer lock only for its write. One at a time per store (exit 5 if another runs).
+    rewritten whole at level 19 (the full pass). Snapshots and an idle service start this in
+    the background when a pass is due (config maintenance.detach). Checkpoints go on meanwhile:
+    each step holds the writer lock only for its write. Removes nothing (gc does). One at a
+    time per store (exit 5 if another runs).
     """
     from snapstore.errors import LockedError
     from snapstore.render import maintain_line

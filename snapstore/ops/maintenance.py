@@ -5,7 +5,9 @@ Like ``git gc --auto``: after every :data:`EVERY` checkpoints (config
 packs (config ``maintenance.loose-packs``; *small*: under half of
 :data:`snapstore.storage.packs.PACK_TARGET`) have gathered, and if so moves them into
 consolidated packs (:mod:`snapstore.ops.consolidate`), their chunks in path order.  The
-resident service runs the same pass when idle.  ``maintenance.auto`` false turns both off.
+resident service runs the same pass when idle.  With ``maintenance.detach`` (the default) both
+start a process that runs the due passes instead (:mod:`snapstore.ops.background`).
+``maintenance.auto`` false turns all of it off.
 
 **Bounded.**  The plan (which packs, their chunks, the order) is read without the writer lock:
 readers never block a checkpoint.  A pass moves its chunks in steps of at most
