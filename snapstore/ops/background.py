@@ -42,8 +42,8 @@ def enabled(config_value: str) -> bool:
 
 
 def spawn(store_dir: str, root: str) -> int | None:
-    """Start the detached pass on ``store_dir`` (of the tree ``root``); its pid, or None when it could not start (the
-    snapshot goes on: the next check tries again)."""
+    """Start the detached pass on ``store_dir`` (of the tree ``root``); its pid, or None when it
+    could not start (the snapshot goes on: the next check tries again)."""
     import sysconfig
 
     if not sys.executable:  # (an embedded interpreter may not know its own)
