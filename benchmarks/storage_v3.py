@@ -405,7 +405,7 @@ def render(doc: dict[str, Any]) -> str:
         out += [
             "",
             "What a library user keeps with no service and no gc: a second store over the same "
-            "checkpoints, with `maintenance.detach` on (the snapshot that finds the full pass due "
+            "checkpoints, with `maintenance.detach` on (the snapshot that finds a pass due "
             "starts it in a process of its own), measured once the passes it started have ended "
             "(and one write after them, which deletes the generation the last compaction replaced). "
             "It trails the idle column by the loose packs of the checkpoints since the last check "
