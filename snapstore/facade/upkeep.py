@@ -155,9 +155,10 @@ class UpkeepMixin(StoreBase):
         values = values if values is not None else self.config()
         if self.store_dir is None or not background.enabled(values["maintenance.detach"]):
             return False
-        due = maintenance.full_due(self.backend) or len(maintenance.small_loose(self.backend)) >= max(
-            2, int(values["maintenance.loose-packs"])
-        )
+        sizes = list(self.backend.value_sizes("packs"))  # (read once for both questions)
+        due = maintenance.full_due(self.backend, sizes=sizes) or len(
+            maintenance.small_loose(self.backend, sizes)
+        ) >= max(2, int(values["maintenance.loose-packs"]))
         return due and background.spawn(self.store_dir, self.root) is not None
 
     def maintain(

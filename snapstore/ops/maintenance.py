@@ -132,11 +132,13 @@ class Plan:
         self.small = small or set()
 
 
-def small_loose(backend: Backend) -> list[tuple[bytes, int]]:
-    """The small loose packs: ``(pack id, stored bytes)``."""
+def small_loose(
+    backend: Backend, sizes: list[tuple[bytes, int, bytes]] | None = None
+) -> list[tuple[bytes, int]]:
+    """The small loose packs: ``(pack id, stored bytes)`` (``sizes`` as for :func:`full_due`)."""
     return [
         (pid, n)
-        for pid, n, head in backend.value_sizes("packs")
+        for pid, n, head in (backend.value_sizes("packs") if sizes is None else sizes)
         if n < SMALL and not consolidate.is_consolidated(head)
     ]
 
@@ -173,11 +175,14 @@ def plan(
     return Plan(pids, moving, len(found))
 
 
-def full_due(backend: Backend, max_chunks: int = SERVICE_CHUNKS) -> bool:
+def full_due(
+    backend: Backend, max_chunks: int = SERVICE_CHUNKS, sizes: list[tuple[bytes, int, bytes]] | None = None
+) -> bool:
     """Whether the full pass is due (cheap: the packs' sizes, one count, one meta key): at most
     :data:`FULL_MAX` stored bytes and ``max_chunks`` chunks, two packs at least, and packs grown
-    by :data:`FULL_GROWTH` since the last full pass or full gc (due when neither ever ran)."""
-    sizes = list(backend.value_sizes("packs"))
+    by :data:`FULL_GROWTH` since the last full pass or full gc (due when neither ever ran).
+    ``sizes``: ``backend.value_sizes("packs")`` when the caller has read it."""
+    sizes = list(backend.value_sizes("packs")) if sizes is None else sizes
     stored = sum(n for _, n, _ in sizes)
     if len(sizes) < 2 or stored > FULL_MAX:
         return False
@@ -195,9 +200,9 @@ def full_due(backend: Backend, max_chunks: int = SERVICE_CHUNKS) -> bool:
 def plan_full(backend: Backend, max_chunks: int = SERVICE_CHUNKS) -> Plan | None:
     """Read (no lock needed) the full pass, or None when it is not due (:func:`full_due`) or
     its chunks hold more than :data:`FULL_MAX` plain bytes."""
-    if not full_due(backend, max_chunks):
-        return None
     sizes = list(backend.value_sizes("packs"))
+    if not full_due(backend, max_chunks, sizes):
+        return None
     with backend.read() as view:
         members = entries.pack_members(view.items("chunks"))
         moving = [ce for ms in members.values() for ce in ms]
