@@ -231,3 +231,70 @@ def test_two_lmdb_backends_of_one_directory_share_what_they_write(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+def _active_readers(b: LmdbBackend) -> int:
+    return sum(1 for line in b.env.readers().splitlines()[1:] if line.split()[-1] != "-")
+
+
+def test_an_lmdb_view_reads_part_of_a_value_and_keeps_no_reader_open_after_it(tmp_path):
+    path = str(tmp_path / "s")
+    os.mkdir(path)
+    b = LmdbBackend(path, create=True)
+    value = os.urandom(300_000)
+    try:
+        _put(b, "packs", {b"p": value})
+        with b.read() as view:
+            part = view.part  # type: ignore[attr-defined]
+            assert part("packs", b"p", 1_000, 5_000) == (len(value), value[1_000:5_000])
+            assert part("packs", b"p", 299_990, 400_000) == (len(value), value[299_990:])
+            assert part("packs", b"nope", 0, 10) is None
+            assert _active_readers(b) == 2  # the view's and the zero-copy one
+        assert _active_readers(b) == 0
+    finally:
+        b.close()
+
+
+def test_an_lmdb_views_part_still_sees_a_value_deleted_after_the_view_began(tmp_path):
+    path = str(tmp_path / "s")
+    os.mkdir(path)
+    b = LmdbBackend(path, create=True)
+    try:
+        _put(b, "packs", {b"p": b"0123456789"})
+        with b.read() as view:
+            with b.write() as batch:
+                batch.delete("packs", b"p")
+            # (the zero-copy transaction begins now, after the delete: the view's own is used)
+            assert view.part("packs", b"p", 2, 5) == (10, b"234")  # type: ignore[attr-defined]
+        with b.read() as view:
+            assert view.part("packs", b"p", 2, 5) is None  # type: ignore[attr-defined]
+    finally:
+        b.close()
+
+
+def test_reading_a_chunk_through_an_lmdb_view_copies_its_frame_not_its_pack(tmp_path, monkeypatch):
+    from snapstore.storage import entries, lmdb_backend, objects, packs
+
+    path = str(tmp_path / "s")
+    os.mkdir(path)
+    b = LmdbBackend(path, create=True)
+    chunks = [(objects.chunk_id(d), d) for d in (os.urandom(50_000) for _ in range(8))]
+    frames = packs.solid_frames(chunks, 3, target=60_000)
+    assert len(frames) > 1
+    try:
+        with b.write() as batch:
+            for table, key, value in packs.pack_ops(frames):
+                batch.put(table, key, value)
+        real = lmdb_backend._LmdbView.get
+
+        def get(self, table, key):  # type: ignore[no-untyped-def]
+            assert table != "packs", "a whole pack was copied"
+            return real(self, table, key)
+
+        monkeypatch.setattr(lmdb_backend._LmdbView, "get", get)
+        entries.clear_cache()
+        with b.read() as view:
+            for cid, data in chunks:
+                assert objects.load_chunk(view.get, cid) == data
+    finally:
+        b.close()

@@ -286,3 +286,55 @@ def test_gc_writes_a_compiled_file_in_its_sources_frame(tree, store, monkeypatch
     frame = lambda p: (entry(store, refs[p]).pack, entry(store, refs[p]).frame_off)  # noqa: E731
     assert frame(b"pkg/__pycache__/m.cpython-311.pyc") == frame(b"pkg/m.py")
     assert frame(b"pkg/a.py") != frame(b"pkg/m.py")  # (frames small enough to tell)
+
+
+def test_manifest_frames_close_every_span_of_offsets_but_versions_of_one_region_share_one(monkeypatch):
+    monkeypatch.setattr(consolidate, "MANIFEST_SPAN", 16 << 10)
+    m = consolidate._MANIFEST
+    # One version of a long manifest: a leaf every 4 KiB of offsets.
+    one = [bytes([1, i]) for i in range(40)]
+    keys = {cid: (m, b"", i * 4096, 1) for i, cid in enumerate(one)}
+    breaks, small = consolidate.breaks_of(one, keys)
+    starts = sorted(keys[cid][2] for cid in breaks)
+    assert starts == list(range(0, 40 * 4096, 16 << 10))
+    assert small == breaks
+    # 60 versions of two regions (an edit history): offsets span 4 KiB, so no break but the first.
+    many = [bytes([2, i]) for i in range(120)]
+    keys = {cid: (m, b"", (i // 60) * 4096, 60 - i % 60) for i, cid in enumerate(many)}
+    assert consolidate.breaks_of(many, keys)[0] == {many[0]}
+
+
+def test_finding_a_path_in_a_consolidated_manifest_decodes_a_few_spans_not_whole_frames(tmp_path, monkeypatch):
+    from snapstore.records import manifest
+
+    tree = tmp_path / "t"
+    tree.mkdir()
+    names = [f"dir{i % 50:02d}/a_rather_long_file_name_to_fill_the_manifest_{i:05d}.txt" for i in range(6_000)]
+    build_tree(tree, {n: b"x" for n in names})
+    with Store.init(tree, store=tmp_path / "s") as store:
+        cp = store.snapshot("initial")
+        store.gc()
+        decoded = [0]
+        real = entries.inflate
+
+        def counting(*args, **kw):  # type: ignore[no-untyped-def]
+            plain = real(*args, **kw)
+            decoded[0] += len(plain)
+            return plain
+
+        monkeypatch.setattr(entries, "inflate", counting)
+        mid = cp.manifest
+        with store.backend.read() as view:
+            total = sum(len(data) for data in manifest.named_chunks(view.get, mid))
+        assert total > 2 * consolidate.MANIFEST_FRAME  # (several 256 KiB frames' worth)
+        worst = 0
+        for name in names[::500]:
+            entries.clear_cache()
+            decoded[0] = 0
+            with store.backend.read() as view:
+                found = manifest.find(view.get, mid, name.encode())
+            assert found is not None and found.path == name.encode()
+            worst = max(worst, decoded[0])
+        # A binary search of ~log2(leaves) probes, each a prefix of one span's frame (with
+        # 256 KiB frames of distinct entries: 400-800 KiB).
+        assert worst < 3 * consolidate.MANIFEST_FRAME // 2

@@ -87,6 +87,14 @@ BIG_FRAME = 4 << 20
 #: bytes (1 MiB of them took 50 KB), so a big frame costs a read (cat: a leaf late in a 1 MiB
 #: frame) far more than it saves (400-file history: 1 MiB 2.12 MB on disk, 256 KiB 2.14).
 MANIFEST_FRAME = 256 << 10
+#: A manifest frame also closes once its leaves span this many bytes of their manifests (their
+#: offsets, however many versions lie between).  ``cat`` finds a path by a binary search of
+#: the leaves, each probe a prefix decode of its frame: in a manifest with one version (a big
+#: tree's first checkpoint) every 256 KiB frame held 256 KiB of distinct entries.  On the
+#: interpreter's site-packages (34k files, one checkpoint), 32 KiB spans cut the bytes decoded
+#: per ``cat`` from 3.4 to 2.7 MiB for 0.04% more on disk; a history's frames, many versions
+#: of a few regions, still close at 256 KiB (no change on the 400-file history).
+MANIFEST_SPAN = 32 << 10
 
 # Sort groups: manifests first (read by every command), then file data, then the rest.
 _MANIFEST, _DATA, _INDEX, _CONVERSATION = 0, 1, 2, 3
@@ -378,11 +386,23 @@ def _move(
 def breaks_of(ordered: list[bytes], keys: dict[bytes, Key]) -> tuple[set[bytes], set[bytes]]:
     """``(breaks, small)`` of chunks in their order: each kind (manifests, file data, index
     nodes, conversations) starts a new frame, so a command that reads only manifests (list,
-    diff) decodes no file data to reach them; ``small``: the breaks that start manifests."""
+    diff) decodes no file data to reach them, and manifest frames close every
+    :data:`MANIFEST_SPAN` of offsets; ``small``: the breaks that start manifests."""
     last: Key = (_CONVERSATION + 1, b"", 0, 0)
     breaks = {cid for cid, prev in zip(ordered[1:], ordered) if keys.get(cid, last)[0] != keys.get(prev, last)[0]}
     if ordered:
         breaks.add(ordered[0])
+    start = 0  # the manifest offset of the current manifest frame's first leaf
+    for cid in ordered:
+        group, _, offset, _ = keys.get(cid, last)
+        if group != _MANIFEST:
+            continue
+        offset = max(offset, 0)  # (index nodes: -1, before the leaves)
+        if cid in breaks:
+            start = offset
+        elif offset - start >= MANIFEST_SPAN:
+            breaks.add(cid)
+            start = offset
     return breaks, {cid for cid in breaks if keys.get(cid, last)[0] == _MANIFEST}
 
 

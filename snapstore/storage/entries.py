@@ -205,14 +205,24 @@ def _prefix(frame: bytes, upto: int) -> bytes:
 def frame_bytes(cid: bytes, entry: Entry, pack: bytes | None) -> bytes:
     """The stored bytes of ``entry``'s frame, checked to lie inside its pack."""
     if pack is None:
-        raise CorruptError(f"chunk {cid.hex()} names pack {entry.pack.hex()}, which is missing")
+        return frame_part(cid, entry, None)
     end = entry.frame_off + entry.frame_len
-    if end > len(pack):
+    return frame_part(cid, entry, (len(pack), pack[entry.frame_off : end]))
+
+
+def frame_part(cid: bytes, entry: Entry, part: tuple[int, bytes] | None) -> bytes:
+    """``entry``'s frame from ``part``, ``(length of its pack, the pack's bytes from the frame's
+    offset to its end)`` (None: no such pack), checked to lie inside the pack."""
+    if part is None:
+        raise CorruptError(f"chunk {cid.hex()} names pack {entry.pack.hex()}, which is missing")
+    pack_len, frame = part
+    end = entry.frame_off + entry.frame_len
+    if end > pack_len:
         raise CorruptError(
             f"chunk {cid.hex()} points outside its pack {entry.pack.hex()} "
-            f"(bytes {entry.frame_off}..{end} of {len(pack)})"
+            f"(bytes {entry.frame_off}..{end} of {pack_len})"
         )
-    return pack[entry.frame_off : end]
+    return frame
 
 
 def zstd_frame_length(frame: bytes) -> int:
@@ -280,14 +290,15 @@ def inflate(
 def frame_plain(
     cid: bytes,
     entry: Entry,
-    load_pack: Callable[[], bytes | None],
+    load_frame: Callable[[], bytes],
     load_base: Callable[[], bytes] | None = None,
     *,
     whole: bool = False,
 ) -> bytes:
     """The plain bytes of ``entry``'s frame, at least up to the end of its chunk (cached).
 
-    ``load_pack`` reads the pack and ``load_base`` the delta base's plain bytes, only on a miss.
+    ``load_frame`` reads the frame's stored bytes (:func:`frame_part`) and ``load_base`` the
+    delta base's plain bytes, only on a miss.
     A chunk early in a solid frame costs only the frame's prefix: zstd decodes in order, so
     decoding stops once the chunk is out (a random chunk of a 1 MiB frame: ~0.8 ms, not 1.7).
     ``whole``: decode it all now (the caller reads the chunks that follow).
@@ -299,7 +310,7 @@ def frame_plain(
     plain = _cached_frame(key)
     if plain is not None and len(plain) >= need:
         return plain
-    frame = frame_bytes(cid, entry, load_pack())
+    frame = load_frame()
     if entry.codec == CODEC_ZSTD:
         # A prefix that fell short (a later chunk of the same frame): decode it all this time,
         # so reading a frame's chunks in order decodes it at most twice.

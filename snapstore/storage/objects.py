@@ -172,11 +172,23 @@ def _load_packed(get: Getter, cid: bytes, value: bytes, max_size: int, whole_fra
     plain = entries.frame_plain(
         cid,
         entry,
-        lambda: get("packs", entry.pack),
+        lambda: _frame(get, cid, entry),
         load_base if entry.codec == entries.CODEC_DELTA else None,
         whole=whole_frame,
     )
     return entries.slice_chunk(cid, entry, plain)
+
+
+def _frame(get: Getter, cid: bytes, entry: entries.Entry) -> bytes:
+    """The stored bytes of ``entry``'s frame.  When ``get`` is a view's own method and the view
+    reads parts of values (the LMDB view's ``part``), only the frame's bytes are copied, not
+    the whole pack."""
+    part = getattr(getattr(get, "__self__", None), "part", None)
+    if part is None:
+        return entries.frame_bytes(cid, entry, get("packs", entry.pack))
+    start = entry.frame_off
+    got: tuple[int, bytes] | None = part("packs", entry.pack, start, start + entry.frame_len)
+    return entries.frame_part(cid, entry, got)
 
 
 def _inflate(cid: bytes, frame: bytes, max_size: int) -> bytes:
