@@ -298,3 +298,25 @@ def test_reading_a_chunk_through_an_lmdb_view_copies_its_frame_not_its_pack(tmp_
                 assert objects.load_chunk(view.get, cid) == data
     finally:
         b.close()
+
+
+def test_an_lmdb_views_part_reads_through_the_view_when_no_second_transaction_begins(tmp_path):
+    import lmdb
+
+    from snapstore.storage import lmdb_backend
+
+    class GrownMap:  # what a map another process grew answers to a new transaction
+        def begin(self, **kw):  # type: ignore[no-untyped-def]
+            raise lmdb.MapResizedError("grown")
+
+    path = str(tmp_path / "s")
+    os.mkdir(path)
+    b = LmdbBackend(path, create=True)
+    try:
+        _put(b, "packs", {b"p": b"0123456789"})
+        with b._txn() as (txn, shared):
+            view = lmdb_backend._LmdbView(txn, shared.dbs, GrownMap())  # type: ignore[arg-type]
+            assert view.part("packs", b"p", 2, 5) == (10, b"234")
+            assert view.part("packs", b"q", 2, 5) is None
+    finally:
+        b.close()

@@ -52,12 +52,17 @@ class _LmdbView:
         through a second read transaction with zero-copy buffers (py-lmdb opens every
         environment with ``MDB_NOTLS``), opened on first use and closed with this view, so no
         buffer outlives it.  That transaction began later and may miss a value this view
-        holds: then the value is read here.
+        holds: then the value is read here, as it is when that transaction cannot begin (another
+        process grew the map since this view's began).
         """
+        buf: memoryview | None = None
         if self._buffers is None:
-            self._buffers = self._env.begin(buffers=True)
-        db = self._dbs[table]
-        buf: memoryview | None = self._buffers.get(key, db=db)
+            try:
+                self._buffers = self._env.begin(buffers=True)
+            except lmdb.Error:
+                pass
+        if self._buffers is not None:
+            buf = self._buffers.get(key, db=self._dbs[table])
         if buf is None:
             value = self.get(table, key)
             return None if value is None else (len(value), value[start:stop])
