@@ -46,6 +46,7 @@ from benchmarks.replay import History
 from benchmarks.repo_replay import Layout, first_parent_commits
 from benchmarks.storage_v2 import Git, node_modules, payload_bytes, timed
 from snapstore.ops import background, consolidate
+from snapstore.storage import entries, objects, packs
 from snapstore.store import Store
 
 MiB = 1 << 20
@@ -261,24 +262,47 @@ def initial(work: str, name: str, tree: str, loose: str | None = None) -> dict[s
     return pair.finish(name)
 
 
-def file_reads(loose: str, consolidated: str, runs: int, files: int = 40) -> list[dict[str, Any]]:
-    """``cat`` of ``files`` random files (seeded), each with cold caches, on the loose and the
-    consolidated store (big frames), interleaved; medians over every read."""
-    times: dict[str, list[float]] = {"loose": [], "consolidated": []}
-    stores = {"loose": Store.open(store=loose), "consolidated": Store.open(store=consolidated)}
+def snapshot_as_before(tree: str, store_dir: str) -> None:
+    """One checkpoint of ``tree`` written as before 2026-11-26: its manifest chunks in the
+    1 MiB frames of everything else (now :data:`packs.MANIFEST_FRAME`)."""
+    real = packs.MANIFEST_FRAME
+    packs.MANIFEST_FRAME = packs.FRAME_TARGET
     try:
-        ref = stores["loose"].checkpoints()[0].id
-        paths = sorted(os.fsdecode(e.path) for e in stores["loose"].entries(ref) if e.is_file)
+        with Store.init(tree, store=store_dir) as store:
+            store.snapshot("initial")
+    finally:
+        packs.MANIFEST_FRAME = real
+
+
+def _copying_frame(get: objects.Getter, cid: bytes, entry: entries.Entry) -> bytes:
+    """How a frame was read before 2026-11-26: its whole pack copied out of LMDB."""
+    return entries.frame_bytes(cid, entry, get("packs", entry.pack))
+
+
+def file_reads(before: str, loose: str, consolidated: str, runs: int, files: int = 40) -> list[dict[str, Any]]:
+    """``cat`` of ``files`` random files (seeded), each with cold caches, on the loose and the
+    consolidated store (big frames), and on the loose store as the code before 2026-11-26 wrote
+    and read it (:func:`snapshot_as_before`, :func:`_copying_frame`), interleaved; medians."""
+    names = ("before", "loose", "consolidated")
+    times: dict[str, list[float]] = {name: [] for name in names}
+    stores = {name: Store.open(store=path) for name, path in zip(names, (before, loose, consolidated))}
+    real = objects._frame
+    try:
+        refs = {name: st.checkpoints()[0].id for name, st in stores.items()}
+        paths = sorted(os.fsdecode(e.path) for e in stores["loose"].entries(refs["loose"]) if e.is_file)
         sample = random.Random(3).sample(paths, min(files, len(paths)))
         for r in range(runs):
-            for name in (("loose", "consolidated") if r % 2 == 0 else ("consolidated", "loose")):
-                times[name] += [timed(_cat, stores[name], ref, path) for path in sample]
+            for name in (names if r % 2 == 0 else names[::-1]):
+                objects._frame = _copying_frame if name == "before" else real  # type: ignore[assignment]
+                times[name] += [timed(_cat, stores[name], refs[name], path) for path in sample]
     finally:
+        objects._frame = real  # type: ignore[assignment]
         for st in stores.values():
             st.close()
-    a, b = statistics.median(times["loose"]), statistics.median(times["consolidated"])
+    old, a, b = (statistics.median(times[name]) for name in names)
     return [{"scenario": f"cat one file (median of {len(sample)} random files x {runs})",
-             "loose_s": round(a, 4), "consolidated_s": round(b, 4), "ratio": round(b / a, 3), "runs": runs}]
+             "before_s": round(old, 4), "loose_s": round(a, 4), "consolidated_s": round(b, 4),
+             "ratio": round(b / a, 3), "ratio_before": round(b / old, 3), "runs": runs}]
 
 
 def conversation_messages(kind: str, steps: int) -> list[dict[str, Any]]:
@@ -477,13 +501,25 @@ def render(doc: dict[str, Any]) -> str:
             f"Reading from a big store: consolidation writes frames of {consolidate.BIG_FRAME >> 20} MiB "
             f"(past {consolidate.SMALL_BYTES >> 20} MiB of chunks at level 9: smaller by 5.5% on site-packages "
             "than 1 MiB frames, and a faster gc), so reading one chunk may decode more than from the "
-            "loose packs' 1 MiB frames. site-packages, loose against consolidated, cold caches:",
+            "loose packs' 1 MiB frames. A `cat` first finds its path by a binary search of the "
+            "manifest's leaves, each probe a prefix decode of its frame: checkpoints write their "
+            f"manifest chunks in frames of {packs.MANIFEST_FRAME >> 10} KiB, consolidation closes a "
+            f"manifest frame every {consolidate.MANIFEST_SPAN >> 10} KiB of manifest offsets, and a "
+            "frame is copied out of LMDB alone, not with its pack. \"before\" is the loose store as "
+            "the code before 2026-11-26 wrote it (its manifest in 1 MiB frames) and read it (whole "
+            "packs copied), measured in the same run. site-packages, cold caches:",
             "",
-            "| operation | loose | consolidated | consolidated / loose |",
-            "| --- | --- | --- | --- |",
+            "| operation | loose, before | loose | consolidated | consolidated / loose "
+            "| consolidated / loose before |",
+            "| --- | --- | --- | --- | --- | --- |",
         ]
         for w in doc["site_waits"]:
-            out.append(f"| {w['scenario']} | {w['loose_s'] * 1000:.1f} ms | {w['consolidated_s'] * 1000:.1f} ms | {w['ratio']:.2f}x |")
+            before = f"{w['before_s'] * 1000:.1f} ms" if "before_s" in w else "-"
+            vs_before = f"{w['ratio_before']:.2f}x" if "ratio_before" in w else "-"
+            out.append(
+                f"| {w['scenario']} | {before} | {w['loose_s'] * 1000:.1f} ms | {w['consolidated_s'] * 1000:.1f} ms "
+                f"| {w['ratio']:.2f}x | {vs_before} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -530,9 +566,14 @@ def main() -> None:
         site_packages(site, 40 * MiB if args.quick else None)
         site_loose = os.path.join(work, "site-loose")
         doc["sizes"].append(initial(work, "site-packages (a tree with binaries)", site, site_loose))
+        site_before = os.path.join(work, "site-before")
+        snapshot_as_before(site, site_before)
         shutil.rmtree(site)
-        doc["site_waits"] = file_reads(site_loose, os.path.join(work, "site-packages-snap"), 3 if args.quick else 5)
+        doc["site_waits"] = file_reads(
+            site_before, site_loose, os.path.join(work, "site-packages-snap"), 3 if args.quick else 5
+        )
         shutil.rmtree(site_loose)
+        shutil.rmtree(site_before)
     if "node" in only:
         nm = node_modules(base)
         if nm is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from snapstore.ops import consolidate
 from snapstore.storage import entries, objects
 from snapstore.store import Store
@@ -304,7 +306,10 @@ def test_manifest_frames_close_every_span_of_offsets_but_versions_of_one_region_
     assert consolidate.breaks_of(many, keys)[0] == {many[0]}
 
 
-def test_finding_a_path_in_a_consolidated_manifest_decodes_a_few_spans_not_whole_frames(tmp_path, monkeypatch):
+@pytest.mark.parametrize("consolidated", [False, True], ids=["loose", "consolidated"])
+def test_finding_a_path_in_a_manifest_decodes_a_few_small_frames_not_whole_ones(tmp_path, monkeypatch, consolidated):
+    """A checkpoint writes its manifest's chunks in frames of packs.MANIFEST_FRAME, and
+    consolidation closes manifest frames every MANIFEST_SPAN of offsets."""
     from snapstore.records import manifest
 
     tree = tmp_path / "t"
@@ -313,7 +318,8 @@ def test_finding_a_path_in_a_consolidated_manifest_decodes_a_few_spans_not_whole
     build_tree(tree, {n: b"x" for n in names})
     with Store.init(tree, store=tmp_path / "s") as store:
         cp = store.snapshot("initial")
-        store.gc()
+        if consolidated:
+            store.gc()
         decoded = [0]
         real = entries.inflate
 
@@ -335,6 +341,6 @@ def test_finding_a_path_in_a_consolidated_manifest_decodes_a_few_spans_not_whole
                 found = manifest.find(view.get, mid, name.encode())
             assert found is not None and found.path == name.encode()
             worst = max(worst, decoded[0])
-        # A binary search of ~log2(leaves) probes, each a prefix of one span's frame (with
-        # 256 KiB frames of distinct entries: 400-800 KiB).
+        # A binary search of ~log2(leaves) probes, each a prefix of one small frame (in
+        # 256 KiB frames of distinct entries: ~530 KB; in 1 MiB ones, ~670 KB).
         assert worst < 3 * consolidate.MANIFEST_FRAME // 2

@@ -33,6 +33,12 @@ if TYPE_CHECKING:
 #: store 0.82x git's gc'd pack where 512 KiB store 0.85x and 256 KiB 0.90x, and compress
 #: fastest; the price is the read of one chunk (a prefix decode, ~0.8 ms on average).
 FRAME_TARGET = 1 << 20
+#: Plain bytes per frame of a checkpoint's new manifest chunks.  A ``cat`` (or ``restore
+#: PATH``) finds its path by a binary search of the manifest's leaves, each probe a prefix
+#: decode of the leaf's frame: in 1 MiB frames, a first checkpoint of site-packages (34k files,
+#: a 3.4 MB manifest) decoded ~3.4 MiB per ``cat``.  Later checkpoints write a few leaves,
+#: which fit in one such frame anyway.
+MANIFEST_FRAME = 32 << 10
 #: Stored bytes per pack value (a pack closes once it holds at least this much).
 PACK_TARGET = 1 << 20
 #: A delta is kept only when it is at most this fraction of the chunk compressed alone.

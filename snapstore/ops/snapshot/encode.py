@@ -40,17 +40,24 @@ class Records:
     """What the checkpoint's transaction stores besides the checkpoint itself."""
 
     # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
-    __slots__ = ("ops", "plain")
+    __slots__ = ("ops", "plain", "manifest")
 
     def __init__(self, ops: list[Op]) -> None:
         #: Records and compressed chunks, in the order they are written.
         self.ops = ops
         #: Manifest and conversation chunks, plain, by id (:func:`compress_lacking`).
         self.plain: dict[bytes, bytes] = {}
+        #: The ids in ``plain`` that are the manifest's.
+        self.manifest: set[bytes] = set()
 
     def put(self, cid: bytes, data: bytes) -> None:
         """Collect a plain chunk (the ``put`` of the record writers)."""
         self.plain[cid] = data
+
+    def put_manifest(self, cid: bytes, data: bytes) -> None:
+        """Collect a plain chunk of the manifest."""
+        self.plain[cid] = data
+        self.manifest.add(cid)
 
 
 def manifest_of(
@@ -85,12 +92,12 @@ def manifest_of(
         # A context's first snapshot keeps no codec: a CLI process takes only one, and the
         # codec holds every entry's encoding (~230 bytes a file).  A long-lived Store fills
         # it on its second snapshot and saves from the third on.
-        mid, _, record = manifest.write_manifest(ordered, records.put, ctx.level, encode=False)
+        mid, _, record = manifest.write_manifest(ordered, records.put_manifest, ctx.level, encode=False)
     else:
         codec = memo.codec = memo.codec or manifest_codec.Codec()
         stored = parent is not None and codec.mid == parent.manifest  # (the parent's: in the store)
         mid, _, record = manifest_codec.write_manifest(
-            codec, ordered, records.put, ctx.level, encode=False, stored=stored, span=span
+            codec, ordered, records.put_manifest, ctx.level, encode=False, stored=stored, span=span
         )  # fmt: skip
     memo.entries, memo.mid, memo.ordered = None, None, None  # set again once this snapshot is committed
     if parent is not None and mid == parent.manifest:
@@ -129,8 +136,17 @@ def conversation_of(
 
 
 def compress_lacking(records: Records, ctx: StageContext, packed: bool) -> None:
-    """Compress the plain chunks the store lacks into ``records.ops``."""
-    records.ops.extend(packs.chunk_ops(lacking(ctx.backend, records.plain), ctx.level, packed=packed))
+    """Compress the plain chunks the store lacks into ``records.ops``: the manifest's in frames
+    of :data:`~snapstore.storage.packs.MANIFEST_FRAME` (a ``cat`` reads a few of its leaves,
+    each a prefix decode of its frame), the others in the usual ones."""
+    new = lacking(ctx.backend, records.plain)
+    if not packed:
+        records.ops.extend(packs.chunk_ops(new, ctx.level, packed=False))
+        return
+    ours = [(cid, data) for cid, data in new if cid in records.manifest]
+    others = [(cid, data) for cid, data in new if cid not in records.manifest]
+    frames = packs.solid_frames(ours, ctx.level, packs.MANIFEST_FRAME) + packs.solid_frames(others, ctx.level)
+    records.ops.extend(packs.pack_ops(frames))
 
 
 def _fingerprint(ordered: list[Entry]) -> bytes:
