@@ -233,74 +233,66 @@ def test_two_lmdb_backends_of_one_directory_share_what_they_write(tmp_path):
         b.close()
 
 
+@pytest.fixture
+def lmdb_only(tmp_path) -> Iterator[LmdbBackend]:
+    os.mkdir(tmp_path / "s")
+    b = LmdbBackend(str(tmp_path / "s"), create=True)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
 def _active_readers(b: LmdbBackend) -> int:
     return sum(1 for line in b.env.readers().splitlines()[1:] if line.split()[-1] != "-")
 
 
-def test_an_lmdb_view_reads_part_of_a_value_and_keeps_no_reader_open_after_it(tmp_path):
-    path = str(tmp_path / "s")
-    os.mkdir(path)
-    b = LmdbBackend(path, create=True)
+def test_an_lmdb_view_reads_part_of_a_value_and_keeps_no_reader_open_after_it(lmdb_only):
     value = os.urandom(300_000)
-    try:
-        _put(b, "packs", {b"p": value})
-        with b.read() as view:
-            part = view.part  # type: ignore[attr-defined]
-            assert part("packs", b"p", 1_000, 5_000) == (len(value), value[1_000:5_000])
-            assert part("packs", b"p", 299_990, 400_000) == (len(value), value[299_990:])
-            assert part("packs", b"nope", 0, 10) is None
-            assert _active_readers(b) == 2  # the view's and the zero-copy one
-        assert _active_readers(b) == 0
-    finally:
-        b.close()
+    _put(lmdb_only, "packs", {b"p": value})
+    with lmdb_only.read() as view:
+        part = view.part  # type: ignore[attr-defined]
+        assert part("packs", b"p", 1_000, 5_000) == (len(value), value[1_000:5_000])
+        assert part("packs", b"p", 299_990, 400_000) == (len(value), value[299_990:])
+        assert part("packs", b"nope", 0, 10) is None
+        assert _active_readers(lmdb_only) == 2  # the view's and the zero-copy one
+    assert _active_readers(lmdb_only) == 0
 
 
-def test_an_lmdb_views_part_still_sees_a_value_deleted_after_the_view_began(tmp_path):
-    path = str(tmp_path / "s")
-    os.mkdir(path)
-    b = LmdbBackend(path, create=True)
-    try:
-        _put(b, "packs", {b"p": b"0123456789"})
-        with b.read() as view:
-            with b.write() as batch:
-                batch.delete("packs", b"p")
-            # (the zero-copy transaction begins now, after the delete: the view's own is used)
-            assert view.part("packs", b"p", 2, 5) == (10, b"234")  # type: ignore[attr-defined]
-        with b.read() as view:
-            assert view.part("packs", b"p", 2, 5) is None  # type: ignore[attr-defined]
-    finally:
-        b.close()
+def test_an_lmdb_views_part_still_sees_a_value_deleted_after_the_view_began(lmdb_only):
+    _put(lmdb_only, "packs", {b"p": b"0123456789"})
+    with lmdb_only.read() as view:
+        with lmdb_only.write() as batch:
+            batch.delete("packs", b"p")
+        # (the zero-copy transaction begins now, after the delete: the view's own is used)
+        assert view.part("packs", b"p", 2, 5) == (10, b"234")  # type: ignore[attr-defined]
+    with lmdb_only.read() as view:
+        assert view.part("packs", b"p", 2, 5) is None  # type: ignore[attr-defined]
 
 
-def test_reading_a_chunk_through_an_lmdb_view_copies_its_frame_not_its_pack(tmp_path, monkeypatch):
+def test_reading_a_chunk_through_an_lmdb_view_copies_its_frame_not_its_pack(lmdb_only, monkeypatch):
     from snapstore.storage import entries, lmdb_backend, objects, packs
 
-    path = str(tmp_path / "s")
-    os.mkdir(path)
-    b = LmdbBackend(path, create=True)
     chunks = [(objects.chunk_id(d), d) for d in (os.urandom(50_000) for _ in range(8))]
     frames = packs.solid_frames(chunks, 3, target=60_000)
     assert len(frames) > 1
-    try:
-        with b.write() as batch:
-            for table, key, value in packs.pack_ops(frames):
-                batch.put(table, key, value)
-        real = lmdb_backend._LmdbView.get
+    with lmdb_only.write() as batch:
+        for table, key, value in packs.pack_ops(frames):
+            batch.put(table, key, value)
+    real = lmdb_backend._LmdbView.get
 
-        def get(self, table, key):  # type: ignore[no-untyped-def]
-            assert table != "packs", "a whole pack was copied"
-            return real(self, table, key)
+    def get(self, table, key):  # type: ignore[no-untyped-def]
+        assert table != "packs", "a whole pack was copied"
+        return real(self, table, key)
 
-        monkeypatch.setattr(lmdb_backend._LmdbView, "get", get)
-        entries.clear_cache()
-        with b.read() as view:
-            for cid, data in chunks:
-                assert objects.load_chunk(view.get, cid) == data
-    finally:
-        b.close()
+    monkeypatch.setattr(lmdb_backend._LmdbView, "get", get)
+    entries.clear_cache()
+    with lmdb_only.read() as view:
+        for cid, data in chunks:
+            assert objects.load_chunk(view.get, cid) == data
 
 
-def test_an_lmdb_views_part_reads_through_the_view_when_no_second_transaction_begins(tmp_path):
+def test_an_lmdb_views_part_reads_through_the_view_when_no_second_transaction_begins(lmdb_only):
     import lmdb
 
     from snapstore.storage import lmdb_backend
@@ -309,14 +301,8 @@ def test_an_lmdb_views_part_reads_through_the_view_when_no_second_transaction_be
         def begin(self, **kw):  # type: ignore[no-untyped-def]
             raise lmdb.MapResizedError("grown")
 
-    path = str(tmp_path / "s")
-    os.mkdir(path)
-    b = LmdbBackend(path, create=True)
-    try:
-        _put(b, "packs", {b"p": b"0123456789"})
-        with b._txn() as (txn, shared):
-            view = lmdb_backend._LmdbView(txn, shared.dbs, GrownMap())  # type: ignore[arg-type]
-            assert view.part("packs", b"p", 2, 5) == (10, b"234")
-            assert view.part("packs", b"q", 2, 5) is None
-    finally:
-        b.close()
+    _put(lmdb_only, "packs", {b"p": b"0123456789"})
+    with lmdb_only._txn() as (txn, shared):
+        view = lmdb_backend._LmdbView(txn, shared.dbs, GrownMap())  # type: ignore[arg-type]
+        assert view.part("packs", b"p", 2, 5) == (10, b"234")
+        assert view.part("packs", b"q", 2, 5) is None
