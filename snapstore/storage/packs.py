@@ -239,8 +239,16 @@ class DeltaBases:
                 if start > offset:
                     break
                 base = bid
-            if base is None or base == cid:
-                return None
+        except CorruptError:
+            return None  # a damaged base is verify's business: store this chunk whole
+        return None if base is None else self.on(cid, data, base, level)
+
+    def on(self, cid: bytes, data: bytes | memoryview, base: bytes, level: int) -> Frame | None:
+        """A delta frame for chunk ``cid`` against the stored chunk ``base``, or None (no gain,
+        a chain already :attr:`max_depth` long, or a base that is not a packed chunk)."""
+        if base == cid or self.max_depth < 1 or len(data) < DELTA_MIN:
+            return None
+        try:
             value = self._get("chunks", base)
             if not entries.is_entry(value):
                 return None  # a format-1 chunk: never a base (the store is being upgraded)
