@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from snapstore.ops.snapshot import encode
+from snapstore.ops.snapshot import manifest_deltas
 from snapstore.storage import entries, objects
 from snapstore.store import Store
 from snapstore.testing import build_tree
-
 
 EDITED = "pkg7/module_with_a_long_name_0007.py"
 
@@ -62,12 +61,12 @@ def store_plain(store: Store, cid: bytes) -> bytes:
 def test_manifest_delta_chains_stop_at_their_depth_and_every_version_reads_back(tree, store):
     seen = []
     build_tree(tree, files(800))
-    for n in range(3 * encode.MANIFEST_DELTA_DEPTH):
+    for n in range(3 * manifest_deltas.MANIFEST_DELTA_DEPTH):
         edit(tree, n)
         cp = store.snapshot(f"v{n}")
         seen.append((cp.id, f"x = 'edit {n}'\n".encode()))
     depths = [entry(store, c).depth for cp, _ in seen for c in leaves(store, cp)]
-    assert max(depths) == encode.MANIFEST_DELTA_DEPTH
+    assert max(depths) == manifest_deltas.MANIFEST_DELTA_DEPTH
     for cp, body in seen:
         assert store.read_bytes(cp, EDITED) == body
         assert len(store.entries(cp)) == 800
@@ -81,3 +80,37 @@ def test_a_store_with_delta_depth_zero_keeps_manifest_leaves_whole(tree, store):
         edit(tree, n)
         cp = store.snapshot(f"v{n}")
     assert all(entry(store, c).codec == entries.CODEC_ZSTD for c in leaves(store, cp.id))
+
+
+def test_a_checkpoint_stores_at_most_max_leaves_deltas_and_the_rest_whole(tree, store, monkeypatch):
+    monkeypatch.setattr(manifest_deltas, "MAX_LEAVES", 3)
+    build_tree(tree, files(800))
+    a = store.snapshot("a")
+    for i in range(0, 800, 40):  # one file in each of 20 leaves or so
+        (tree / f"pkg{i % 9}/module_with_a_long_name_{i:04d}.py").write_bytes(b"changed\n")
+    b = store.snapshot("b")
+    changed = [c for c in leaves(store, b.id) if c not in leaves(store, a.id)]
+    kinds = [entry(store, c).codec for c in changed]
+    assert len(changed) > 6 and kinds.count(entries.CODEC_DELTA) == 3
+    assert store.read_bytes(b.id, "pkg0/module_with_a_long_name_0360.py") == b"changed\n"
+    assert store.verify().ok
+
+
+def test_a_long_lived_store_finds_its_parents_leaves_without_reading_an_index_node(tree, store, monkeypatch):
+    build_tree(tree, files(3_000))  # (an index of two levels)
+    store.snapshot("a")
+    edit(tree, 1)
+    store.snapshot("b")  # its new index nodes are kept parsed
+    reads = []
+    real = objects.index_children
+
+    def counting(get, nid, size):  # type: ignore[no-untyped-def]
+        reads.append(nid)
+        return real(get, nid, size)
+
+    monkeypatch.setattr(objects, "index_children", counting)
+    edit(tree, 2)
+    c = store.snapshot("c")
+    assert reads == []
+    changed = [x for x in leaves(store, c.id) if x not in leaves(store, store.checkpoints()[1].id)]
+    assert changed and all(entry(store, x).codec == entries.CODEC_DELTA for x in changed)

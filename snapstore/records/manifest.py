@@ -182,18 +182,9 @@ def find(get: Get, mid: bytes, path: bytes) -> Entry | None:
     ~height x log2(fanout) chunks where a scan decoded every entry (a ``cat`` in a 60k-file
     tree: 21k entries, 40-60 ms) and a walk of the whole index ~100 nodes.
     """
-    leaf = leaf_for(get, mid, path)
-    if leaf is None:  # a one-chunk manifest
-        return _in_leaf(mid, objects.load_chunk(get, mid), path)
-    return _in_leaf(mid, _leaf(get, *leaf), path)
-
-
-def leaf_for(get: Get, mid: bytes, path: bytes) -> tuple[bytes, int] | None:
-    """``(id, size)`` of the leaf of manifest ``mid`` that holds ``path`` if any leaf does (the
-    descent of :func:`find`); None for a manifest of one chunk (that chunk, ``mid``)."""
     record = get("streams", mid)
-    if record is None:
-        return None
+    if record is None:  # a one-chunk manifest
+        return _in_leaf(mid, objects.load_chunk(get, mid), path)
     size, height, root = objects.parse_stream_record(mid, record)
     if size > objects.MAX_STREAM_BYTES:
         raise CorruptError(f"stream {mid.hex()} claims {size} bytes, more than any stream may hold")
@@ -209,7 +200,7 @@ def leaf_for(get: Get, mid: bytes, path: bytes) -> tuple[bytes, int] | None:
             else:
                 hi = middle
         node, h = children[lo], h - 1
-    return node
+    return _in_leaf(mid, _leaf(get, *node), path)
 
 
 def _first_path(get: Get, mid: bytes, node: tuple[bytes, int], height: int, firsts: dict[bytes, bytes]) -> bytes:

@@ -136,13 +136,17 @@ def _solid(group: Sequence[tuple[bytes, bytes | memoryview]], level: int) -> Fra
 
 
 def delta_frame(
-    cid: bytes, data: bytes | memoryview, base: bytes, base_plain: bytes, depth: int, level: int
+    cid: bytes, data: bytes | memoryview, base: bytes, base_plain: bytes, depth: int, level: int,
+    alone: int | None = None,
 ) -> Frame | None:
-    """``data`` as a delta against ``base_plain``, or None when that does not pay enough."""
+    """``data`` as a delta against ``base_plain``, or None when that does not pay enough:
+    more than :data:`DELTA_GAIN` of ``data`` compressed alone (``alone``: that size when the
+    caller knows it well enough, sparing a second compression)."""
     if len(data) < DELTA_MIN:
         return None
     delta = _compressor(level, base_plain).compress(data)
-    alone = len(_compressor(level).compress(data))
+    if alone is None:
+        alone = len(_compressor(level).compress(data))
     if len(delta) > DELTA_GAIN * alone:
         return None
     return Frame(CODEC_DELTA, delta, [(cid, 0, len(data))], base, depth)
@@ -243,9 +247,12 @@ class DeltaBases:
             return None  # a damaged base is verify's business: store this chunk whole
         return None if base is None else self.on(cid, data, base, level)
 
-    def on(self, cid: bytes, data: bytes | memoryview, base: bytes, level: int) -> Frame | None:
+    def on(
+        self, cid: bytes, data: bytes | memoryview, base: bytes, level: int, alone: int | None = None
+    ) -> Frame | None:
         """A delta frame for chunk ``cid`` against the stored chunk ``base``, or None (no gain,
-        a chain already :attr:`max_depth` long, or a base that is not a packed chunk)."""
+        a chain already :attr:`max_depth` long, or a base that is not a packed chunk);
+        ``alone`` as :func:`delta_frame` takes it."""
         if base == cid or self.max_depth < 1 or len(data) < DELTA_MIN:
             return None
         try:
@@ -259,7 +266,7 @@ class DeltaBases:
             base_plain = objects.load_chunk(self._get, base)
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
-        return delta_frame(cid, data, base, base_plain, depth, level)
+        return delta_frame(cid, data, base, base_plain, depth, level, alone)
 
 
 def delta_depth_of(meta: dict[bytes, bytes]) -> int:

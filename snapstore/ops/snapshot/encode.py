@@ -20,7 +20,6 @@ from typing import Any
 import blake3
 import msgpack
 
-from snapstore.errors import CorruptError
 from snapstore.ops.context import StageContext
 from snapstore.ops.snapshot.write import lacking
 from snapstore.records import manifest, manifest_codec
@@ -41,15 +40,18 @@ class Records:
     """What the checkpoint's transaction stores besides the checkpoint itself."""
 
     # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
-    __slots__ = ("ops", "plain", "manifest")
+    __slots__ = ("ops", "plain", "manifest", "mid", "record")
 
     def __init__(self, ops: list[Op]) -> None:
         #: Records and compressed chunks, in the order they are written.
         self.ops = ops
         #: Manifest and conversation chunks, plain, by id (:func:`compress_lacking`).
         self.plain: dict[bytes, bytes] = {}
-        #: The ids in ``plain`` that are the manifest's.
+        #: The ids in ``plain`` that are the manifest's; its id and stream record (None for a
+        #: manifest of one chunk), once :func:`manifest_of` wrote it.
         self.manifest: set[bytes] = set()
+        self.mid: bytes | None = None
+        self.record: bytes | None = None
 
     def put(self, cid: bytes, data: bytes) -> None:
         """Collect a plain chunk (the ``put`` of the record writers)."""
@@ -105,6 +107,7 @@ def manifest_of(
         records.plain.clear()  # the parent's manifest: its chunks are stored (no lookups, no page faults)
     if record is not None:
         records.ops.append(("streams", mid, record))
+    records.mid, records.record = mid, record
     return mid, record, fingerprint
 
 
@@ -136,17 +139,11 @@ def conversation_of(
     return cid
 
 
-#: Longest delta chain of a manifest leaf (at most the store's ``storage.delta-depth``).  The
-#: newest manifest is read most (status, diff, restore, cat of the latest checkpoint) and is
-#: the end of its leaves' chains: 4 links cost a read at most 4 small decodes more per leaf.
-MANIFEST_DELTA_DEPTH = 4
-
-
 def compress_lacking(records: Records, ctx: StageContext, packed: bool, parent: bytes | None = None) -> None:
     """Compress the plain chunks the store lacks into ``records.ops``.
 
-    The manifest's leaves are deltas on the leaves of the ``parent`` manifest that hold the
-    same paths when that pays (:func:`_manifest_deltas`), the rest of the manifest in frames
+    The manifest's new leaves are deltas on the ``parent`` manifest's when that pays
+    (:mod:`~snapstore.ops.snapshot.manifest_deltas`), the rest of the manifest in frames
     of :data:`~snapstore.storage.packs.MANIFEST_FRAME` (a ``cat`` reads a few of its leaves,
     each a prefix decode of its frame), the other chunks in the usual ones.
     """
@@ -157,46 +154,16 @@ def compress_lacking(records: Records, ctx: StageContext, packed: bool, parent: 
     ours = [(cid, data) for cid, data in new if cid in records.manifest]
     others = [(cid, data) for cid, data in new if cid not in records.manifest]
     deltas: list[packs.Frame] = []
-    if parent is not None and ours:
-        ours, deltas = _manifest_deltas(ctx, ours, parent)
+    if parent is not None and ours and records.mid is not None:
+        from snapstore.ops.snapshot import manifest_deltas
+
+        ours, deltas = manifest_deltas.split(ctx, ours, records.mid, records.record, parent)
     frames = [
         *deltas,
         *packs.solid_frames(ours, ctx.level, packs.MANIFEST_FRAME),
         *packs.solid_frames(others, ctx.level),
     ]
     records.ops.extend(packs.pack_ops(frames))
-
-
-def _manifest_deltas(
-    ctx: StageContext, chunks: list[tuple[bytes, bytes]], parent: bytes
-) -> tuple[list[tuple[bytes, bytes]], list[packs.Frame]]:
-    """``(chunks kept whole, delta frames)``: each new leaf as a delta on the parent's leaf
-    that holds its first path, when that pays (packs.DeltaBases.on).
-
-    A checkpoint that changes a few files rewrites the leaves holding their entries, whose
-    refs (32-byte hashes) hardly compress: on a 400-file history these leaves took 5.5 KB of
-    the ~8 KB a checkpoint stored.  The parent's leaf over the same paths differs in the
-    changed entries only (leaves are cut by path).  Index nodes stay whole.
-    """
-    whole: list[tuple[bytes, bytes]] = []
-    deltas: list[packs.Frame] = []
-    with ctx.backend.read() as view:
-        bases = packs.DeltaBases(view.get, min(ctx.delta_depth, MANIFEST_DELTA_DEPTH))
-        for cid, data in chunks:
-            frame = None
-            try:
-                first = next(manifest.iter_entries_of_chunks(parent, [data]), None)
-                if first is not None:
-                    leaf = manifest.leaf_for(view.get, parent, first.path)
-                    # (None: the parent's manifest is one chunk, named by its id)
-                    frame = bases.on(cid, data, parent if leaf is None else leaf[0], ctx.level)
-            except CorruptError:
-                pass  # an index node (not entries), or a damaged parent: stored whole
-            if frame is None:
-                whole.append((cid, data))
-            else:
-                deltas.append(frame)
-    return whole, deltas
 
 
 def _fingerprint(ordered: list[Entry]) -> bytes:
