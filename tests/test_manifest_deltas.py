@@ -114,3 +114,20 @@ def test_a_long_lived_store_finds_its_parents_leaves_without_reading_an_index_no
     assert reads == []
     changed = [x for x in leaves(store, c.id) if x not in leaves(store, store.checkpoints()[1].id)]
     assert changed and all(entry(store, x).codec == entries.CODEC_DELTA for x in changed)
+
+
+def test_a_damaged_parent_index_leaves_the_new_leaves_whole(tree, store):
+    build_tree(tree, files(800))
+    a = store.snapshot("a")
+    edit(tree, 1)
+    b = store.snapshot("b")
+    parent, mid = store.resolve(a.id).manifest, store.resolve(b.id).manifest
+    with store.backend.read() as view:
+        record, old = view.get("streams", mid), view.get("streams", parent)
+        before = {n for n, _, _ in objects.walk_stream(view.get, parent)}
+        new = [(n, objects.load_chunk(view.get, n)) for n, _, _ in objects.walk_stream(view.get, mid) if n not in before]
+    assert record is not None and old is not None and new
+    assert manifest_deltas.split(store.context, new, mid, record, parent)[1]  # (sound: a delta)
+    with store.backend.write() as batch:  # the parent's record, damaged
+        batch.put("streams", parent, b"\xc1" + old[1:])
+    assert manifest_deltas.split(store.context, new, mid, record, parent) == (new, [])

@@ -84,7 +84,7 @@ def split(
             try:
                 base = old.leaf_at(offset)
             except CorruptError:
-                break  # a damaged parent: the rest stay whole (verify reports it)
+                break  # a damaged parent: the rest stay whole (verify reports it, not a snapshot)
             data = fresh[cid]
             frame = bases.on(cid, data, base, ctx.level, alone=int(len(data) * ALONE))
             if frame is not None:
@@ -122,14 +122,14 @@ class _Index:
     def __init__(self, get: objects.Getter, mid: bytes) -> None:
         self._get = get
         self.mid = mid
-        record = get("streams", mid)
-        self._root = None if record is None else objects.parse_stream_record(mid, record)
+        self._record = get("streams", mid)
 
     def leaf_at(self, offset: int) -> bytes:
-        """The leaf holding byte ``offset`` (the last leaf past the end)."""
-        if self._root is None:
+        """The leaf holding byte ``offset`` (the last leaf past the end); CorruptError when the
+        index is damaged."""
+        if self._record is None:
             return self.mid  # a manifest of one chunk
-        size, height, nid = self._root
+        size, height, nid = objects.parse_stream_record(self.mid, self._record)
         for _ in range(height):
             ids, ends = self._children(nid, size)
             i = min(bisect_right(ends, offset), len(ids) - 1)
