@@ -104,6 +104,16 @@ def stored_bytes(backend, tables=("chunks", "packs", "streams")) -> int:
     return total
 
 
+def chunk_entry(store, cid: bytes):  # type: ignore[no-untyped-def]
+    """The parsed pack entry of chunk ``cid`` (storage.entries.Entry)."""
+    from snapstore.storage import entries
+
+    with store.backend.read() as view:
+        value = view.get("chunks", cid)
+    assert value is not None
+    return entries.parse(cid, value)
+
+
 def all_stored_bytes(backend) -> int:
     """Sum of keys and values over every table."""
     from snapstore.storage.backend import TABLES

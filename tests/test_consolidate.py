@@ -10,6 +10,7 @@ from snapstore.ops import consolidate
 from snapstore.storage import entries, objects
 from snapstore.store import Store
 from snapstore.testing import build_tree, read_tree, tree_from_store
+from tests.helpers import chunk_entry as entry
 from tests.helpers import word_text as text
 
 
@@ -40,13 +41,6 @@ def pack_heads(store: Store) -> dict[bytes, bool]:
 
 def stored(store: Store) -> int:
     return sum(n for _, n, _ in store.backend.value_sizes("packs"))
-
-
-def entry(store: Store, cid: bytes) -> entries.Entry:
-    with store.backend.read() as view:
-        value = view.get("chunks", cid)
-    assert value is not None
-    return entries.parse(cid, value)
 
 
 def test_gc_gathers_every_loose_pack_and_every_checkpoint_reads_back_byte_exact(tree, store):

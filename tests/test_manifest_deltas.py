@@ -6,6 +6,7 @@ from snapstore.ops.snapshot import manifest_deltas
 from snapstore.storage import entries, objects
 from snapstore.store import Store
 from snapstore.testing import build_tree
+from tests.helpers import chunk_entry as entry
 
 EDITED = "pkg7/module_with_a_long_name_0007.py"
 
@@ -25,13 +26,6 @@ def edit(tree, n: int) -> None:
 def leaves(store: Store, cid: str) -> list[bytes]:
     with store.backend.read() as view:
         return objects.leaf_ids(view.get, store.resolve(cid).manifest)
-
-
-def entry(store: Store, cid: bytes) -> entries.Entry:
-    with store.backend.read() as view:
-        value = view.get("chunks", cid)
-    assert value is not None
-    return entries.parse(cid, value)
 
 
 def test_a_one_file_checkpoint_stores_its_manifest_leaf_as_a_small_delta_on_the_parents(tree, store):
