@@ -40,18 +40,15 @@ class Records:
     """What the checkpoint's transaction stores besides the checkpoint itself."""
 
     # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
-    __slots__ = ("ops", "plain", "manifest", "mid", "record")
+    __slots__ = ("ops", "plain", "manifest")
 
     def __init__(self, ops: list[Op]) -> None:
         #: Records and compressed chunks, in the order they are written.
         self.ops = ops
         #: Manifest and conversation chunks, plain, by id (:func:`compress_lacking`).
         self.plain: dict[bytes, bytes] = {}
-        #: The ids in ``plain`` that are the manifest's; its id and stream record (None for a
-        #: manifest of one chunk), once :func:`manifest_of` wrote it.
+        #: The ids in ``plain`` that are the manifest's.
         self.manifest: set[bytes] = set()
-        self.mid: bytes | None = None
-        self.record: bytes | None = None
 
     def put(self, cid: bytes, data: bytes) -> None:
         """Collect a plain chunk (the ``put`` of the record writers)."""
@@ -107,7 +104,6 @@ def manifest_of(
         records.plain.clear()  # the parent's manifest: its chunks are stored (no lookups, no page faults)
     if record is not None:
         records.ops.append(("streams", mid, record))
-    records.mid, records.record = mid, record
     return mid, record, fingerprint
 
 
@@ -139,10 +135,14 @@ def conversation_of(
     return cid
 
 
-def compress_lacking(records: Records, ctx: StageContext, packed: bool, parent: bytes | None = None) -> None:
+def compress_lacking(
+    records: Records, ctx: StageContext, packed: bool, manifest: tuple[bytes, bytes | None, bytes] | None = None
+) -> None:
     """Compress the plain chunks the store lacks into ``records.ops``.
 
-    The manifest's new leaves are deltas on the ``parent`` manifest's when that pays
+    ``manifest``: ``(id, stream record or None, parent's id)`` of the manifest
+    :func:`manifest_of` wrote, when the checkpoint has a parent: its new leaves are deltas on
+    the parent manifest's when that pays
     (:mod:`~snapstore.ops.snapshot.manifest_deltas`), the rest of the manifest in frames
     of :data:`~snapstore.storage.packs.MANIFEST_FRAME` (a ``cat`` reads a few of its leaves,
     each a prefix decode of its frame), the other chunks in the usual ones.
@@ -154,10 +154,10 @@ def compress_lacking(records: Records, ctx: StageContext, packed: bool, parent: 
     ours = [(cid, data) for cid, data in new if cid in records.manifest]
     others = [(cid, data) for cid, data in new if cid not in records.manifest]
     deltas: list[packs.Frame] = []
-    if parent is not None and ours and records.mid is not None:
+    if manifest is not None and ours:
         from snapstore.ops.snapshot import manifest_deltas
 
-        ours, deltas = manifest_deltas.split(ctx, ours, records.mid, records.record, parent)
+        ours, deltas = manifest_deltas.split(ctx, ours, *manifest)
     frames = [
         *deltas,
         *packs.solid_frames(ours, ctx.level, packs.MANIFEST_FRAME),

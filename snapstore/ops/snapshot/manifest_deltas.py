@@ -123,13 +123,16 @@ class _Index:
         self._get = get
         self.mid = mid
         self._record = get("streams", mid)
+        self._root: tuple[int, int, bytes] | None = None
 
     def leaf_at(self, offset: int) -> bytes:
         """The leaf holding byte ``offset`` (the last leaf past the end); CorruptError when the
         index is damaged."""
         if self._record is None:
             return self.mid  # a manifest of one chunk
-        size, height, nid = objects.parse_stream_record(self.mid, self._record)
+        if self._root is None:  # (parsed once, on the first descent: a damaged record raises there)
+            self._root = objects.parse_stream_record(self.mid, self._record)
+        size, height, nid = self._root
         for _ in range(height):
             ids, ends = self._children(nid, size)
             i = min(bisect_right(ends, offset), len(ids) - 1)
