@@ -125,3 +125,29 @@ def test_a_damaged_parent_index_leaves_the_new_leaves_whole(tree, store):
     with store.backend.write() as batch:  # the parent's record, damaged
         batch.put("streams", parent, b"\xc1" + old[1:])
     assert manifest_deltas.split(store.context, new, mid, record, parent) == (new, [])
+
+
+def test_two_deltas_of_the_same_bytes_on_different_bases_both_read_back(tree, store):
+    """The same edit of two versions that differ elsewhere gives the same delta frame; stored
+    once (one pack), each entry names its own base, and the frame cache must not serve one
+    chunk's bytes for the other."""
+    from snapstore.storage import packs
+
+    body = bytes(range(256)) * 8
+    base1, base2 = b"mtime=1111" + body, b"mtime=2222" + body
+    new1, new2 = (b[:1000] + b"EDITED" + b[1006:] for b in (base1, base2))
+    ids = {d: objects.chunk_id(d) for d in (base1, base2, new1, new2)}
+    with store.backend.write() as batch:
+        for table, key, value in packs.pack_ops(packs.solid_frames([(ids[base1], base1), (ids[base2], base2)], 3)):
+            batch.put(table, key, value)
+    frames = [packs.delta_frame(ids[n], n, ids[b], b, 1, 3) for n, b in ((new1, base1), (new2, base2))]
+    assert frames[0] is not None and frames[1] is not None and frames[0].data == frames[1].data
+    for f in frames:  # (one pack each: the same bytes, so the same pack id)
+        with store.backend.write() as batch:
+            for table, key, value in packs.pack_ops([f]):
+                batch.put(table, key, value)
+    assert entry(store, ids[new1]).pack == entry(store, ids[new2]).pack
+    entries.clear_cache()
+    with store.backend.read() as view:
+        assert objects.load_chunk(view.get, ids[new1]) == new1
+        assert objects.load_chunk(view.get, ids[new2]) == new2

@@ -122,12 +122,14 @@ def entry_size(head: bytes) -> int:
 # Decompressed frames, shared by every thread of the process (restore and verify read with a
 # pool: a per-thread cache decoded each frame once per thread).  Keyed by pack id, which is the
 # hash of the pack's bytes, so a frame can never be stale.
-_frames: OrderedDict[tuple[bytes, int, int], bytes] = OrderedDict()
+#: (pack, frame offset, frame length, delta base or b"") -> plain bytes.
+_FrameKey = tuple[bytes, int, int, bytes]
+_frames: OrderedDict[_FrameKey, bytes] = OrderedDict()
 _frame_bytes = [0]
 _frames_lock = threading.Lock()
 
 
-def _cached_frame(key: tuple[bytes, int, int]) -> bytes | None:
+def _cached_frame(key: _FrameKey) -> bytes | None:
     with _frames_lock:
         plain = _frames.get(key)
         if plain is not None:
@@ -135,7 +137,7 @@ def _cached_frame(key: tuple[bytes, int, int]) -> bytes | None:
         return plain
 
 
-def _remember(key: tuple[bytes, int, int], plain: bytes) -> None:
+def _remember(key: _FrameKey, plain: bytes) -> None:
     with _frames_lock:
         old = _frames.pop(key, None)
         if old is not None:
@@ -305,7 +307,10 @@ def frame_plain(
     """
     # The length is part of the key: an entry whose length was damaged must not be served a
     # good frame that a sound neighbour's entry put in the cache.
-    key = (entry.pack, entry.frame_off, entry.frame_len)
+    # The base too: a delta frame decodes to different bytes on different bases, and two
+    # deltas can be the same bytes (the same edit of two versions that differ elsewhere: two
+    # manifest leaves whose one changed entry is the same), stored once in one pack.
+    key = (entry.pack, entry.frame_off, entry.frame_len, entry.base or b"")
     need = entry.offset + entry.size
     plain = _cached_frame(key)
     if plain is not None and len(plain) >= need:
