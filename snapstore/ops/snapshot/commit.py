@@ -52,7 +52,10 @@ def commit(
     mid = result.manifest_id
     with backend.write() as batch:
         for table, key, value in records.ops:
-            batch.put_new(table, key, value)
+            if table == "chunks" and key in records.replace:
+                batch.put(table, key, value)  # over a damaged entry (encode.compress_lacking)
+            else:
+                batch.put_new(table, key, value)
         for path in tree.stale:
             batch.delete("statcache", path)
         for key, value in reads.inline_cache.items():  # (the writer stores those of pooled reads)

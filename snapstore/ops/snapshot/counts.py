@@ -62,9 +62,25 @@ def against_parent(
             value: bytes | None = view.get(table, key)
             return value
 
+    from snapstore.errors import CorruptError
     from snapstore.ops import diff  # only for a changed manifest
 
-    add(result, *diff.manifest_difference(diff.unstored(get, mid, record, plain), parent.manifest, mid))
+    try:
+        old, new = diff.manifest_difference(diff.unstored(get, mid, record, plain), parent.manifest, mid)
+    except CorruptError as e:
+        # The parent's manifest cannot be read where it differs: the checkpoint is still
+        # taken (an agent's next checkpoint must not fail on old damage), counted against an
+        # empty tree, every path in the path index (a superset never hides a change), and its
+        # manifest stored readable (encode.compress_lacking, ``heal``).
+        result.parent_damaged = True
+        result.added = len(result.entries)
+        result.changed = [e.path for e in result.entries]
+        result.report.warn(
+            f"the parent checkpoint {parent.short_id}'s manifest is damaged ({e}): this checkpoint's"
+            " changes are counted against an empty tree; `snapstore verify` lists the damage"
+        )
+        return
+    add(result, old, new)
 
 
 def add(result: SnapshotResult, old: dict[bytes, Entry], new: dict[bytes, Entry]) -> None:

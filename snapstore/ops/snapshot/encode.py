@@ -40,7 +40,7 @@ class Records:
     """What the checkpoint's transaction stores besides the checkpoint itself."""
 
     # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
-    __slots__ = ("ops", "plain", "manifest")
+    __slots__ = ("ops", "plain", "manifest", "replace")
 
     def __init__(self, ops: list[Op]) -> None:
         #: Records and compressed chunks, in the order they are written.
@@ -49,6 +49,8 @@ class Records:
         self.plain: dict[bytes, bytes] = {}
         #: The ids in ``plain`` that are the manifest's.
         self.manifest: set[bytes] = set()
+        #: Chunk ids whose entries the ops replace (stored again over damage: ``heal``).
+        self.replace: set[bytes] = set()
 
     def put(self, cid: bytes, data: bytes) -> None:
         """Collect a plain chunk (the ``put`` of the record writers)."""
@@ -136,7 +138,12 @@ def conversation_of(
 
 
 def compress_lacking(
-    records: Records, ctx: StageContext, packed: bool, manifest: tuple[bytes, bytes | None, bytes] | None = None
+    records: Records,
+    ctx: StageContext,
+    packed: bool,
+    manifest: tuple[bytes, bytes | None, bytes] | None = None,
+    *,
+    heal: bool = False,
 ) -> None:
     """Compress the plain chunks the store lacks into ``records.ops``.
 
@@ -146,8 +153,15 @@ def compress_lacking(
     (:mod:`~snapstore.ops.snapshot.manifest_deltas`), the rest of the manifest in frames
     of :data:`~snapstore.storage.packs.MANIFEST_FRAME` (a ``cat`` reads a few of its leaves,
     each a prefix decode of its frame), the other chunks in the usual ones.
+
+    ``heal`` (the parent's manifest is damaged): a chunk the store holds but cannot read back
+    is stored again, its entry replaced, so the new checkpoint does not share the damage (and
+    every older one naming the same chunk reads it again); no leaf is a delta on the parent's.
     """
-    new = lacking(ctx.backend, records.plain)
+    new = lacking(ctx.backend, records.plain, unreadable=heal)
+    if heal:
+        manifest = None
+        records.replace.update(cid for cid, _ in new)
     if not packed:
         records.ops.extend(packs.chunk_ops(new, ctx.level, packed=False))
         return

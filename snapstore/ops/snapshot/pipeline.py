@@ -92,7 +92,10 @@ def _take(
     counts.count(result, ctx.backend, ctx.manifest_memo.codec, start.parent, mrecord, records.plain)
     if messages is not None:
         result.conversation_id = encode.conversation_of(ctx, messages, task, records, start.packed, report.warnings)
-    encode.compress_lacking(records, ctx, start.packed, (mid, mrecord, start.parent.manifest) if start.parent else None)
+    encode.compress_lacking(
+        records, ctx, start.packed, (mid, mrecord, start.parent.manifest) if start.parent else None,
+        heal=result.parent_damaged,
+    )  # fmt: skip
     if skip_unchanged and commit.unchanged(start, result, messages is not None):
         assert start.parent is not None
         commit.reuse(ctx, tree, reads, records)

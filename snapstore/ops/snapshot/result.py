@@ -18,6 +18,7 @@ class SnapshotResult:
     __slots__ = (
         "entries", "manifest_id", "conversation_id", "added", "modified", "deleted",
         "files_read", "bytes_read", "new_bytes", "reused", "found", "report", "changed", "totals",
+        "parent_damaged",
     )  # fmt: skip
 
     def __init__(
@@ -35,6 +36,8 @@ class SnapshotResult:
         self.added = self.modified = self.deleted = 0
         self.files_read = self.bytes_read = self.new_bytes = 0
         self.reused = False
+        #: The parent's manifest could not be read (ops.snapshot.counts.against_parent).
+        self.parent_damaged = False
         #: The walk's records: only for a SAFETY checkpoint or a watching context.
         self.found: list[scan.Found] = found if found is not None else []
         self.report = report if report is not None else scan.ScanReport()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import NamedTuple
 
-from snapstore.storage import entries, packs
+from snapstore.storage import entries, objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.storage.packs import Op
 
@@ -213,14 +213,31 @@ class Sink:
             self.writer.put_new(ops)
 
 
-def lacking(backend: Backend, plain: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+def lacking(backend: Backend, plain: dict[bytes, bytes], *, unreadable: bool = False) -> list[tuple[bytes, bytes]]:
     """The chunks of ``plain`` the store lacks, looked up in slices with the LMDB pages they
-    mapped dropped after each (as Dedup does: 45 MB at once for a 77k-file manifest)."""
+    mapped dropped after each (as Dedup does: 45 MB at once for a 77k-file manifest).
+
+    ``unreadable``: also those it holds but cannot read back as their bytes (each is read)."""
     ids = list(plain)
     out: list[tuple[bytes, bytes]] = []
     for i in range(0, len(ids), RELEASE_LOOKUPS):
         part = ids[i : i + RELEASE_LOOKUPS]
-        out.extend((c, plain[c]) for c, present in zip(part, backend.has_many("chunks", part)) if not present)
+        present = backend.has_many("chunks", part)
+        if unreadable:
+            present = [p and _readable(backend, c) for c, p in zip(part, present)]
+        out.extend((c, plain[c]) for c, p in zip(part, present) if not p)
         if len(ids) >= 32:
             release_memory(backend)
     return out
+
+
+def _readable(backend: Backend, cid: bytes) -> bool:
+    """Whether the stored chunk ``cid`` reads back (its frame, its delta chain, its hash)."""
+    from snapstore.errors import CorruptError
+
+    try:
+        with backend.read() as view:
+            objects.load_chunk(view.get, cid)
+    except CorruptError:
+        return False
+    return True
