@@ -402,3 +402,26 @@ def test_gc_keeps_what_a_hostile_record_reaches_and_stops_when_it_cannot_know(st
     plant_checkpoint(store, good, tag=b"bad2", manifest=b"\x01" * 31)
     with pytest.raises(CorruptError, match="gc stopped before removing anything"):
         store.gc()
+
+
+def _records(*rows) -> bytes:
+    return b"".join(msgpack.packb(list(r), use_bin_type=True) for r in rows)
+
+
+def _row(path: bytes, n: int = 0) -> tuple:
+    return (path, manifest.FILE, 0o644, n, 1, bytes(32))
+
+
+def test_a_manifest_difference_reads_hostile_records_where_they_differ():
+    mid = bytes(32)
+    same = _records(_row(b"a"), _row(b"b"))
+    old, new = manifest.difference_of_chunks(mid, [same], mid, [_records(_row(b"a"), _row(b"b", 5))])
+    assert list(old) == list(new) == [b"b"] and new[b"b"].size == 5
+    bad_shape = [_records(_row(b"a"), (b"b", manifest.FILE, 0o644, "big", 1, bytes(32)))]
+    unsorted = [_records(_row(b"b"), _row(b"a"))]
+    not_a_row = [_records(_row(b"a")) + msgpack.packb({"x": 1})]
+    for hostile in (bad_shape, unsorted, not_a_row):
+        with pytest.raises(CorruptError, match="is damaged"):
+            manifest.difference_of_chunks(mid, [same], mid, hostile)
+        with pytest.raises(CorruptError, match="is damaged"):
+            manifest.difference_of_chunks(mid, hostile, mid, [same])

@@ -377,18 +377,24 @@ def test_manifest_difference_skips_shared_chunks(tmp_path: Path, monkeypatch):
         from snapstore.records import manifest as manifest_mod
 
         decoded = []
-        real = manifest_mod.iter_entries_of_chunks
+        real = manifest_mod._check
 
-        def counting(mid, chunks):
-            for e in real(mid, chunks):
-                decoded.append(e)
-                yield e
+        def counting(raw):
+            decoded.append(raw[0])
+            return real(raw)
 
-        monkeypatch.setattr(diff_mod.manifest, "iter_entries_of_chunks", counting)
+        monkeypatch.setattr(diff_mod.manifest, "_check", counting)
         changes = store.diff("latest~1", "latest")
         assert [c.path for c in changes] == [b"d3/f0150.txt"]
-        # Only the chunk holding the changed entry is decoded on each side, not 2 x 2000.
-        assert 2 <= len(decoded) <= 2 * 200
+        # Only the chunk holding the changed entry is decoded on each side, not 2 x 2000, and
+        # of its records only the one that differs is made an entry.
+        assert decoded == [b"d3/f0150.txt"] * 2
+        with store.backend.read() as view:
+            a, b = store.resolve("latest~1").manifest, store.resolve("latest").manifest
+            old, new = diff_mod.manifest_difference(view.get, a, b)
+            assert list(old) == list(new) == [b"d3/f0150.txt"]
+            old, new = diff_mod.manifest_difference(view.get, a, b, whole=True)
+            assert b"d3/f0150.txt" in old and 2 < len(old) == len(new) <= 200
 
 
 def test_empty_dirs_symlinks_and_exec_bits_round_trip(tmp_path: Path):

@@ -77,3 +77,24 @@ def test_the_record_after_a_restore_is_what_a_walk_finds(tmp_path: Path, seed: i
             check = store.snapshot("right after", skip_unchanged=True)
             assert check.reused, f"seed {seed}: the record after the {how} is not the tree"
     assert used  # the hint was made (the walk-free path ran)
+
+
+def test_a_directory_the_restore_empties_is_recorded_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A directory that is empty in the target but held files before the restore: the files'
+    records go, and the directory's record is an empty directory's, as a walk finds it."""
+    made = []
+    real = after.found_after
+    monkeypatch.setattr(after, "found_after", lambda *a: (made.append(real(*a)), made[-1])[1])
+    tree = tmp_path / "t"
+    (tree / "keep" / "empty").mkdir(parents=True)
+    (tree / "keep" / "z.txt").write_text("z\n")
+    with Store.init(tree) as store:
+        a = store.snapshot("A")
+        for name in ("a.txt", "b.txt"):
+            (tree / "keep" / "empty" / name).write_text(name)
+        store.snapshot("B")
+        store.restore(a.id)
+        assert os.listdir(tree / "keep" / "empty") == []
+        assert store.snapshot("right after", skip_unchanged=True).reused
+    [records] = made
+    assert [r.path for r in records] == [b"keep/empty", b"keep/z.txt"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from snapstore.records import manifest
@@ -147,11 +147,16 @@ def with_loaders(changes: list[Change], old_loader: Loader | None, new_loader: L
     return [Change(c.status, c.path, c.old, c.new, old_loader, new_loader) for c in changes]
 
 
-def manifest_difference(get: Getter, mid_a: bytes, mid_b: bytes) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
-    """The entries of two manifests minus those in manifest chunks both share.
+def manifest_difference(
+    get: Getter, mid_a: bytes, mid_b: bytes, *, whole: bool = False
+) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+    """The entries of two manifests that may differ: a path on neither side did not change.
 
     Manifest chunks hold whole entries (chunker.cut_records), so a chunk present in both
-    manifests holds entries identical on both sides: it is skipped without being decoded.
+    manifests holds entries identical on both sides: it is skipped without being decoded.  In
+    the other chunks, a record that is the same bytes on both sides is left out too, undecoded
+    (:func:`manifest.difference_of_chunks`); ``whole`` keeps every entry of those chunks (a
+    restore checks them against the tree).
     """
     if mid_a == mid_b:
         return {}, {}
@@ -159,9 +164,14 @@ def manifest_difference(get: Getter, mid_a: bytes, mid_b: bytes) -> tuple[dict[b
     leaves_b = objects.leaf_ids(get, mid_b)
     shared = set(leaves_a) & set(leaves_b)
 
+    def chunks(leaves: list[bytes]) -> Iterator[bytes]:
+        return (objects.load_chunk(get, c) for c in leaves if c not in shared)
+
+    if not whole:
+        return manifest.difference_of_chunks(mid_a, chunks(leaves_a), mid_b, chunks(leaves_b))
+
     def rest(mid: bytes, leaves: list[bytes]) -> dict[bytes, Entry]:
-        chunks = (objects.load_chunk(get, c) for c in leaves if c not in shared)
-        return {e.path: e for e in manifest.iter_entries_of_chunks(mid, chunks)}
+        return {e.path: e for e in manifest.iter_entries_of_chunks(mid, chunks(leaves))}
 
     return rest(mid_a, leaves_a), rest(mid_b, leaves_b)
 

@@ -168,6 +168,48 @@ def iter_entries_of_chunks(mid: bytes, chunks: Iterable[bytes]) -> Iterator[Entr
         raise CorruptError(f"manifest {mid.hex()} is damaged: {exc}") from exc
 
 
+def difference_of_chunks(
+    mid_a: bytes, chunks_a: Iterable[bytes], mid_b: bytes, chunks_b: Iterable[bytes]
+) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+    """The entries of two manifests' chunks, by path, but for the records that are the same
+    bytes on both sides: only those that differ (or are on one side) are validated and made
+    entries.  Most entries of a changed leaf did not change, and turning a record into an
+    entry is most of what reading one costs (a diff of 100 changed files in a 7.7k-file tree
+    decoded ~5.8k entries a side).  A record unchanged on both sides is not checked here (a
+    hostile one changes nothing that is compared; ``verify`` reads every entry)."""
+    raw_a = _raw_records(mid_a, chunks_a)
+    raw_b = _raw_records(mid_b, chunks_b)
+    return _differing(mid_a, raw_a, raw_b), _differing(mid_b, raw_b, raw_a)
+
+
+def _differing(mid: bytes, ours: dict[bytes, list[Any]], theirs: dict[bytes, list[Any]]) -> dict[bytes, Entry]:
+    try:
+        return {p: _check(r) for p, r in ours.items() if theirs.get(p) != r}
+    except (ValueError, TypeError) as exc:
+        raise CorruptError(f"manifest {mid.hex()} is damaged: {exc}") from exc
+
+
+def _raw_records(mid: bytes, chunks: Iterable[bytes]) -> dict[bytes, list[Any]]:
+    """The decoded records of ``chunks`` by path, their order checked, not yet their fields."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=64 << 20)
+    out: dict[bytes, list[Any]] = {}
+    previous = b""
+    try:
+        for data in chunks:
+            unpacker.feed(data)
+            for raw in unpacker:
+                if type(raw) is not list or len(raw) != 6 or type(raw[0]) is not bytes or not raw[0]:
+                    _check(raw)  # raises: the record has no entry's shape
+                path = raw[0]
+                if path <= previous:
+                    raise ValueError("entries are not sorted by path")
+                out[path] = raw
+                previous = path
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CorruptError(f"manifest {mid.hex()} is damaged: {exc}") from exc
+    return out
+
+
 def iter_entries(get: Get, mid: bytes) -> Iterator[Entry]:
     """Yield the entries of manifest ``mid`` in path order (validating their shape)."""
     return iter_entries_of_chunks(mid, objects.iter_stream(get, mid))

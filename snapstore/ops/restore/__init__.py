@@ -247,7 +247,7 @@ def _target_from_difference(
     """
     try:
         with tables(ctx.backend).read() as view:
-            old, new = diff.manifest_difference(view.get, safety.manifest, target.manifest)
+            old, new = diff.manifest_difference(view.get, safety.manifest, target.manifest, whole=True)
     except CorruptError:
         # A damaged chunk of the safety checkpoint's manifest (a reused, older checkpoint) must
         # not stop a restore of a sound target: load the target alone (its damage still fails).

@@ -10,6 +10,7 @@ a change anyway: the next snapshot walks (or watches) for itself and compares it
 
 from __future__ import annotations
 
+import bisect
 import os
 import stat
 
@@ -49,8 +50,9 @@ def found_after(root: bytes, found: dict[bytes, scan.Found], steps: list[Step]) 
             dirs.add(s.path)
         else:
             return None  # something the restore did not write appeared: let a walk say what
+    paths = sorted(out)  # (what may be under a directory: a bisection, not a pass over all)
     for d in sorted(dirs, key=len, reverse=True):  # deepest first, as a walk decides emptiness
-        if not _empty_dir_record(root, d, out):
+        if not _empty_dir_record(root, d, out, paths):
             return None
     return sorted(out.values())
 
@@ -62,16 +64,21 @@ def _drop(out: dict[bytes, scan.Found], path: bytes) -> None:
         del out[p]
 
 
-def _empty_dir_record(root: bytes, d: bytes, out: dict[bytes, scan.Found]) -> bool:
+def _empty_dir_record(root: bytes, d: bytes, out: dict[bytes, scan.Found], paths: list[bytes]) -> bool:
     """Record ``d`` as an empty DIR exactly when a walk would (it exists and holds nothing at
-    all), else drop such a record; False when it cannot be told."""
+    all), else drop such a record; False when it cannot be told.  ``paths``: the keys of
+    ``out``, sorted, before the directories were looked at (a record added since, an empty
+    directory's, is one the listing below sees anyway)."""
     record = out.get(d)
     if record is not None and record.kind != DIR:
         return True  # a file or symlink there now (its step set it), or unreadable as it was
     out.pop(d, None)
     prefix = d + b"/"
-    if any(p.startswith(prefix) for p in out):
-        return True
+    n = bisect.bisect_left(paths, prefix)
+    while n < len(paths) and paths[n].startswith(prefix):
+        if paths[n] in out:  # (one dropped since is passed over)
+            return True
+        n += 1
     try:
         st = os.lstat(os.path.join(root, d))
         if not stat.S_ISDIR(st.st_mode):
