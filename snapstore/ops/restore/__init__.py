@@ -241,13 +241,16 @@ def _target_from_difference(
 ) -> tuple[dict[bytes, Entry], set[bytes] | None]:
     """The target's entries, and the paths where they may differ from the tree's.
 
-    Only the target's manifest chunks the safety checkpoint does not share are decoded and
-    validated: a shared chunk holds entries this process just recorded from the tree.  (When
-    ``current`` is not the safety manifest's content, the whole target is loaded and checked.)
+    Only the target's entries that differ from the safety checkpoint's are decoded and
+    validated: a manifest chunk both share, or a record that is the same bytes in both, holds
+    entries this process just recorded from the tree (``current`` is the safety manifest's
+    content: the snapshot that recorded it made, or found, that manifest from these entries).
+    When an entry that differs is not the tree's on the safety side, the whole target is
+    loaded and checked.
     """
     try:
         with tables(ctx.backend).read() as view:
-            old, new = diff.manifest_difference(view.get, safety.manifest, target.manifest, whole=True)
+            old, new = diff.manifest_difference(view.get, safety.manifest, target.manifest)
     except CorruptError:
         # A damaged chunk of the safety checkpoint's manifest (a reused, older checkpoint) must
         # not stop a restore of a sound target: load the target alone (its damage still fails).
