@@ -352,3 +352,44 @@ def test_a_frame_decoded_by_one_thread_serves_the_others(tree, store, monkeypatc
         other.start()
         other.join()
     assert calls == []
+
+
+def test_a_checkpoint_of_many_edited_files_makes_their_deltas_in_threads(tree, store, monkeypatch):
+    """Past PARALLEL_DELTAS files with a base, the deltas are made in the delta pool: each edited
+    file is still a delta on its previous version, the frames in the chunks' order (the same
+    packs as made one by one), and every version reads back."""
+    from snapstore.ops import workers
+    from snapstore.ops.snapshot import write
+
+    names = [f"src/m{i:02d}.py" for i in range(3 * write.PARALLEL_DELTAS)]
+    old = {n: text(12_000, 100 + i) for i, n in enumerate(names)}
+    build_tree(tree, old)
+    a = store.snapshot("a")
+    new = {n: body[:6_000] + b"# an edit\n" + body[6_000:] for n, body in old.items()}
+    build_tree(tree, new)
+    pools = []
+    real = workers.pool
+    monkeypatch.setattr(workers, "pool", lambda name, n: (pools.append(name), real(name, n))[1])
+    b = store.snapshot("b")
+    assert pools == ["delta"]
+    for n in names:
+        assert any(entry_of(store, c).codec == entries.CODEC_DELTA for c in file_leaves(store, b.id, n.encode()))
+        assert store.read_bytes(b.id, n) == new[n] and store.read_bytes(a.id, n) == old[n]
+    assert b.stats["new_bytes"] < 200 * len(names)
+    assert store.verify().ok
+
+
+def test_a_small_delta_is_kept_without_compressing_its_chunk_alone(monkeypatch):
+    """A delta under 1/DELTA_SURE of the chunk's size pays whatever the chunk compresses to
+    alone: one compression, not two; a bigger one is still weighed against the chunk alone."""
+    base = text(40_000, 7)
+    edited = base[:20_000] + b"one more line\n" + base[20_000:]
+    calls = []
+    real = objects._compressor
+    monkeypatch.setattr(objects, "_compressor", lambda level: (calls.append(level), real(level))[1])
+    frame = packs.delta_frame(b"c" * 32, edited, b"b" * 32, base, 1, 3)
+    assert frame is not None and len(frame.data) * packs.DELTA_SURE <= len(edited)
+    assert calls == []
+    other = text(40_000, 8)
+    assert packs.delta_frame(b"c" * 32, other, b"b" * 32, base, 1, 3) is None
+    assert calls == [3]

@@ -43,6 +43,10 @@ MANIFEST_FRAME = 32 << 10
 PACK_TARGET = 1 << 20
 #: A delta is kept only when it is at most this fraction of the chunk compressed alone.
 DELTA_GAIN = 0.5
+#: A delta of at most 1/DELTA_SURE of the chunk's plain size is kept without compressing the
+#: chunk alone to compare (half a snapshot's compression work when it edits many files): the
+#: chunk would have to compress more than 16:1 alone for it not to pay, and then it is bytes.
+DELTA_SURE = 32
 #: Default longest delta chain (config key ``storage.delta-depth``; 0 turns deltas off).
 DELTA_DEPTH = 10
 #: The meta key of that config (``ops.retention.config_key``'s, written here so that opening a
@@ -146,6 +150,8 @@ def delta_frame(
         return None
     delta = _compressor(level, base_plain).compress(data)
     if alone is None:
+        if len(delta) * DELTA_SURE <= len(data):
+            return Frame(CODEC_DELTA, delta, [(cid, 0, len(data))], base, depth)
         alone = len(_compressor(level).compress(data))
     if len(delta) > DELTA_GAIN * alone:
         return None

@@ -189,28 +189,55 @@ class Sink:
         ops: list[Op] = []
         if self.pairs:
             new = self.dedup.new_ids([cid for cid, _, _ in self.pairs])
-            plain: list[tuple[bytes, bytes | memoryview]] = []
-            deltas: list[packs.Frame] = []
-            p = self.packing
+            chosen: list[tuple[bytes, bytes | memoryview, Hint | None]] = []
             for cid, data, hint in self.pairs:
                 if cid in new:
                     new.discard(cid)
-                    frame = None
-                    if hint is not None and p.bases is not None:
-                        frame = p.bases.frame(cid, data, hint[0], hint[1], p.level)
-                        # The next version of this file will want this chunk as its delta base:
-                        # keep it, so a long-lived Store does not decode its frame back.
-                        entries.remember_chunk(cid, bytes(data))
-                    if frame is not None:
-                        deltas.append(frame)
-                    else:
-                        plain.append((cid, data))
-            ops = packs.chunk_ops(plain, p.level, packed=p.packed, deltas=deltas)
+                    chosen.append((cid, data, hint))
+            plain: list[tuple[bytes, bytes | memoryview]] = []
+            deltas: list[packs.Frame] = []
+            for (cid, data, _), frame in zip(chosen, self._delta_frames(chosen)):
+                if frame is not None:
+                    deltas.append(frame)
+                else:
+                    plain.append((cid, data))
+            ops = packs.chunk_ops(plain, self.packing.level, packed=self.packing.packed, deltas=deltas)
         # Stream records go after their chunks (same writer batch or a later one).
         ops.extend(self.records)
         self.pairs, self.records, self.size = [], [], 0
         if ops:
             self.writer.put_new(ops)
+
+
+    def _delta_frames(self, chosen: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
+        """A delta frame (or None) for each chunk: in :data:`DELTA_THREADS` threads when
+        there are several, since most of a delta's cost is zstd's (decoding the base's frame,
+        compressing against it), which runs outside the GIL."""
+        bases, level = self.packing.bases, self.packing.level
+        if bases is None:
+            return [None] * len(chosen)
+
+        def one(item: tuple[bytes, bytes | memoryview, Hint | None]) -> packs.Frame | None:
+            cid, data, hint = item
+            if hint is None:
+                return None
+            frame = bases.frame(cid, data, hint[0], hint[1], level)
+            # The next version of this file will want this chunk as its delta base: keep it,
+            # so a long-lived Store does not decode its frame back.
+            entries.remember_chunk(cid, bytes(data))
+            return frame
+
+        if sum(1 for _, _, hint in chosen if hint is not None) < PARALLEL_DELTAS:
+            return [one(item) for item in chosen]
+        from snapstore.ops import workers
+
+        return list(workers.pool("delta", DELTA_THREADS).map(one, chosen))
+
+
+#: Delta frames are made in DELTA_THREADS threads once a group has this many chunks with a
+#: base (a 100-file checkpoint of the stdlib: 97 bases, most in other 1 MiB frames).
+PARALLEL_DELTAS = 4
+DELTA_THREADS = 2
 
 
 def lacking(backend: Backend, plain: dict[bytes, bytes], *, unreadable: bool = False) -> list[tuple[bytes, bytes]]:
