@@ -122,7 +122,10 @@ def compare(old: dict[bytes, Entry], new: dict[bytes, Entry]) -> list[Change]:
     ``description`` names the modes); an exec-bit flip with the same content is ``X``.
     """
     changes = []
-    for path in sorted(old.keys() | new.keys()):
+    # An entry equal on both sides is no change whatever its kind: drop those first (one tuple
+    # comparison each, in C) and sort only the rest (a snapshot's counts compare the entries
+    # of every changed manifest chunk: ~7k for 100 files changed in the stdlib).
+    for path in sorted([p for p in old.keys() | new.keys() if old.get(p) != new.get(p)]):
         a, b = old.get(path), new.get(path)
         if a is not None and b is not None:
             if a.kind == UNREADABLE or b.kind == UNREADABLE:
