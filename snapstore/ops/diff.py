@@ -150,16 +150,13 @@ def with_loaders(changes: list[Change], old_loader: Loader | None, new_loader: L
     return [Change(c.status, c.path, c.old, c.new, old_loader, new_loader) for c in changes]
 
 
-def manifest_difference(
-    get: Getter, mid_a: bytes, mid_b: bytes, *, whole: bool = False
-) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+def manifest_difference(get: Getter, mid_a: bytes, mid_b: bytes) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
     """The entries of two manifests that may differ: a path on neither side did not change.
 
     Manifest chunks hold whole entries (chunker.cut_records), so a chunk present in both
     manifests holds entries identical on both sides: it is skipped without being decoded.  In
     the other chunks, a record that is the same bytes on both sides is left out too, undecoded
-    (:func:`manifest.difference_of_chunks`); ``whole`` keeps every entry of those chunks (a
-    restore checks them against the tree).
+    (:func:`manifest.difference_of_chunks`).
     """
     if mid_a == mid_b:
         return {}, {}
@@ -170,13 +167,7 @@ def manifest_difference(
     def chunks(leaves: list[bytes]) -> Iterator[bytes]:
         return (objects.load_chunk(get, c) for c in leaves if c not in shared)
 
-    if not whole:
-        return manifest.difference_of_chunks(mid_a, chunks(leaves_a), mid_b, chunks(leaves_b))
-
-    def rest(mid: bytes, leaves: list[bytes]) -> dict[bytes, Entry]:
-        return {e.path: e for e in manifest.iter_entries_of_chunks(mid, chunks(leaves))}
-
-    return rest(mid_a, leaves_a), rest(mid_b, leaves_b)
+    return manifest.difference_of_chunks(mid_a, chunks(leaves_a), mid_b, chunks(leaves_b))
 
 
 def unstored(get: Getter, mid: bytes, record: bytes | None, plain: dict[bytes, bytes]) -> Getter:
