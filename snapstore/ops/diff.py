@@ -155,7 +155,7 @@ def manifest_difference(get: Getter, mid_a: bytes, mid_b: bytes) -> tuple[dict[b
 
     Manifest chunks hold whole entries (chunker.cut_records), so a chunk present in both
     manifests holds entries identical on both sides: it is skipped without being decoded.  In
-    the other chunks, a record that is the same bytes on both sides is left out too, undecoded
+    the other chunks, a record equal on both sides is left out too, never made an entry
     (:func:`manifest.difference_of_chunks`).
     """
     if mid_a == mid_b:

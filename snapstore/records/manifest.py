@@ -171,9 +171,9 @@ def iter_entries_of_chunks(mid: bytes, chunks: Iterable[bytes]) -> Iterator[Entr
 def difference_of_chunks(
     mid_a: bytes, chunks_a: Iterable[bytes], mid_b: bytes, chunks_b: Iterable[bytes]
 ) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
-    """The entries of two manifests' chunks, by path, but for the records that are the same
-    bytes on both sides: only those that differ (or are on one side) are validated and made
-    entries.  Most entries of a changed leaf did not change, and turning a record into an
+    """The entries of two manifests' chunks, by path, but for the records equal on both sides
+    (compared as msgpack decodes them): only those that differ (or are on one side) are
+    validated and made entries.  Most entries of a changed leaf did not change, and turning a record into an
     entry is most of what reading one costs (a diff of 100 changed files in a 7.7k-file tree
     decoded ~5.8k entries a side).  A record unchanged on both sides is not checked here (a
     hostile one changes nothing that is compared; ``verify`` reads every entry)."""

@@ -242,7 +242,7 @@ def _target_from_difference(
     """The target's entries, and the paths where they may differ from the tree's.
 
     Only the target's entries that differ from the safety checkpoint's are decoded and
-    validated: a manifest chunk both share, or a record that is the same bytes in both, holds
+    validated: a manifest chunk both share, or a record equal in both, holds
     entries this process just recorded from the tree (``current`` is the safety manifest's
     content: the snapshot that recorded it made, or found, that manifest from these entries).
     When an entry that differs is not the tree's on the safety side, the whole target is

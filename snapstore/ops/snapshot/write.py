@@ -28,6 +28,10 @@ from snapstore.storage.packs import Op
 GROUP_BYTES = 4 << 20
 BATCH_FILES = 256
 QUEUE_ITEMS = 4  # x GROUP_BYTES: what is in flight to the writer
+#: Delta frames are made in DELTA_THREADS threads once a group has this many chunks with a
+#: base (a 100-file checkpoint of the stdlib: 97 bases, most in other 1 MiB frames).
+PARALLEL_DELTAS = 4
+DELTA_THREADS = 2
 #: Bytes per writer transaction.  The writer holds a batch twice while committing it (its
 #: values, and LMDB's dirty copies): measured on a 1 GiB file, 32 MiB batches ~+100 MiB
 #: anonymous RSS, 8 MiB ~+50; on the 77k-file tree 4 MiB batches hold ~15 MB less than 8 MiB
@@ -232,12 +236,6 @@ class Sink:
         from snapstore.ops import workers
 
         return list(workers.pool("delta", DELTA_THREADS).map(one, chosen))
-
-
-#: Delta frames are made in DELTA_THREADS threads once a group has this many chunks with a
-#: base (a 100-file checkpoint of the stdlib: 97 bases, most in other 1 MiB frames).
-PARALLEL_DELTAS = 4
-DELTA_THREADS = 2
 
 
 def lacking(backend: Backend, plain: dict[bytes, bytes], *, unreadable: bool = False) -> list[tuple[bytes, bytes]]:
