@@ -236,6 +236,27 @@ def test_damaged_record_is_reported_and_the_rest_is_not_lost(damaged_setup, targ
 
 
 @CASE
+@pytest.mark.parametrize(
+    "target",
+    ["content chunk", "stream record", "index node", "manifest chunk", "checkpoint record",
+     "conversation record"],
+)
+def test_a_checkpoint_after_damage_is_still_taken(damaged_setup, target):
+    """Old damage never stops the next checkpoint (an agent's, after its next tool call): it is
+    taken, and the file it changed reads back from it."""
+    root, _, _, targets = damaged_setup
+    table, key = targets[target]
+    damage(root, table, key, "flip")
+    (root / "a.txt").write_bytes(b"C\n")
+    done = snapstore("snapshot", "-m", "C", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stderr
+    with Store.open(root) as store:
+        assert store.resolve("latest").message == "C"
+        assert store.read_bytes("latest", "a.txt") == b"C\n"
+
+
+@CASE
 @pytest.mark.parametrize("how", ["garbage", "truncated", "unknown step", "unsafe step"])
 def test_damaged_journal_is_a_clear_error(tmp_path, how):
     root = tmp_path / "tree"
