@@ -249,20 +249,20 @@ def lacking(backend: Backend, plain: dict[bytes, bytes], *, unreadable: bool = F
         part = ids[i : i + RELEASE_LOOKUPS]
         present = backend.has_many("chunks", part)
         if unreadable:
-            present = [p and _readable(backend, c) for c, p in zip(part, present)]
+            with backend.read() as view:
+                present = [p and _readable(view.get, c) for c, p in zip(part, present)]
         out.extend((c, plain[c]) for c, p in zip(part, present) if not p)
         if len(ids) >= 32:
             release_memory(backend)
     return out
 
 
-def _readable(backend: Backend, cid: bytes) -> bool:
+def _readable(get: objects.Getter, cid: bytes) -> bool:
     """Whether the stored chunk ``cid`` reads back (its frame, its delta chain, its hash)."""
     from snapstore.errors import CorruptError
 
     try:
-        with backend.read() as view:
-            objects.load_chunk(view.get, cid)
+        objects.load_chunk(get, cid)
     except CorruptError:
         return False
     return True
