@@ -32,8 +32,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import os
 import re
+import struct
+import sys
+import termios
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +58,10 @@ UNRELIABLE_FS = {
     0x0BD00BD0: "lustre",
     0x5346414F: "afs",
 }
+
+
+#: One ``struct inotify_event`` without its name: wd, mask, cookie, name length.
+_EVENT = struct.Struct("iIII")
 
 
 @dataclass
@@ -103,13 +111,19 @@ class Watcher:
         self.root = os.fsencode(os.path.abspath(root))
         self.excluded = excluded
         self.consistency_interval = consistency_interval
-        self._flags = flags
         self._mask = (
             flags.CREATE | flags.DELETE | flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE
             | flags.MOVED_FROM | flags.MOVED_TO | flags.DELETE_SELF | flags.MOVE_SELF
             | flags.DONT_FOLLOW | flags.ONLYDIR | flags.EXCL_UNLINK
         )
         self._inotify: Any = INotify()
+        #: The masks :meth:`poll` tests, as plain ints (an IntEnum's ``&`` is ~10x slower).
+        self._bits = (
+            int(flags.Q_OVERFLOW), int(flags.IGNORED), int(flags.ISDIR),
+            int(flags.DELETE_SELF | flags.MOVE_SELF),
+            int(flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO),
+            int(flags.CREATE | flags.MOVED_TO),
+        )  # fmt: skip
         self._wd: dict[int, bytes] = {}
         self._pending = Changes(full=True, reason="start")
         self._last_full = 0.0
@@ -204,34 +218,49 @@ class Watcher:
 
     def poll(self) -> None:
         """Read every queued event (non-blocking) into the pending changes."""
-        flags = self._flags
-        for event in self._inotify.read(timeout=0):
+        # Parsed here rather than by inotify_simple.read, which makes a namedtuple and a str
+        # name of each event (and this loop a bytes name again): a restore or an agent's
+        # rewrite of 100 files queues ~600 events, at ~4.6 us each that way, ~1.5 us so.
+        data = self._read_queue()
+        overflow, ignored, isdir, selfgone, names, made = self._bits
+        wds, pending, unpack, size = self._wd, self._pending, _EVENT.unpack_from, _EVENT.size
+        paths, dirs = pending.paths, pending.dirs
+        pos, end = 0, len(data)
+        while pos < end:
+            wd, mask, _cookie, length = unpack(data, pos)
+            pos += size
+            name = data[pos : pos + length].split(b"\0", 1)[0] if length else b""
+            pos += length
             self.events += 1
-            if event.mask & flags.Q_OVERFLOW:
+            if mask & overflow:
                 self.overflows += 1
-                self._pending.full = True
-                self._pending.reason = "event queue overflow"
+                pending.full = True
+                pending.reason = "event queue overflow"
                 continue
-            base = self._wd.get(event.wd)
+            base = wds.get(wd)
             if base is None:
                 continue
-            if event.mask & flags.IGNORED:
-                self._wd.pop(event.wd, None)
+            if mask & ignored:
+                wds.pop(wd, None)
                 continue
-            name = os.fsencode(event.name) if isinstance(event.name, str) else event.name
             if not name:  # an event on the watched directory itself
-                self._pending.paths.add(base)
-                if event.mask & (flags.DELETE_SELF | flags.MOVE_SELF):
-                    parent = base.rsplit(b"/", 1)[0] if b"/" in base else b""
-                    self._pending.dirs.add(parent)
+                paths.add(base)
+                if mask & selfgone:
+                    dirs.add(base.rsplit(b"/", 1)[0] if b"/" in base else b"")
                 continue
             rel = base + b"/" + name if base else name
-            self._pending.paths.add(rel)
-            if event.mask & (flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO):
-                self._pending.dirs.add(base)
-                if event.mask & flags.ISDIR and event.mask & (flags.CREATE | flags.MOVED_TO):
+            paths.add(rel)
+            if mask & names:
+                dirs.add(base)
+                if mask & isdir and mask & made:
                     self.watch_tree(rel)
-                    self._pending.subtrees.add(rel)
+                    pending.subtrees.add(rel)
+
+    def _read_queue(self) -> bytes:
+        """What the kernel has queued for this instance (b"" when nothing: never blocks)."""
+        fd = self.fileno()
+        queued = int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder)
+        return os.read(fd, queued) if queued else b""
 
     def take(self) -> Changes:
         """The changes since the last call (after reading the queue), then start afresh.
