@@ -174,3 +174,36 @@ def test_walk_result_is_sorted_and_excludes(tmp_path):
     found = scan.walk(os.fsencode(tmp_path), frozenset({b"skip"}), report)
     assert [f.path for f in found] == [b"a/b", b"a/z", b"b"]
     assert report.warnings == []
+
+
+def test_a_relisting_keeps_a_known_file_only_with_its_inode_and_unnamed(tmp_path):
+    """scan_dir's ``known``: a file found before with the same inode, and named by no event,
+    is kept as found (no stat); a file with another inode now, or one an event names, is
+    examined again."""
+    from snapstore.tree import ignore
+
+    d = tmp_path / "d"
+    d.mkdir()
+    for name in ("same", "replaced", "named"):
+        (d / name).write_bytes(b"old\n")
+    first: list[scan.Found] = []
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        scan.scan_dir(fd, b"d", ignore.NO_RULES, frozenset(), scan.ScanReport(), first)
+    finally:
+        os.close(fd)
+    known = {f.path: f for f in first}
+    (d / "replaced.tmp").write_bytes(b"a new file, under the old name\n")
+    os.rename(d / "replaced.tmp", d / "replaced")
+    (d / "named").write_bytes(b"rewritten in place\n")
+    (d / "same").write_bytes(b"rewritten, but no event says so\n")  # (as if: it is not named)
+    again: list[scan.Found] = []
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        scan.scan_dir(fd, b"d", ignore.NO_RULES, frozenset(), scan.ScanReport(), again, None, known, {b"d/named"})
+    finally:
+        os.close(fd)
+    got = {f.path: f for f in again}
+    assert got[b"d/same"] is known[b"d/same"]  # kept, not examined
+    assert got[b"d/replaced"].st.st_ino == os.lstat(d / "replaced").st_ino != known[b"d/replaced"].st.st_ino
+    assert got[b"d/named"].st.st_size == len(b"rewritten in place\n")

@@ -226,7 +226,9 @@ class _Patcher:
             return False  # gone, or replaced, without its parent being listed again
         try:
             dir_st = scan.compact(os.fstat(fd))
-            scanned = scan.scan_dir(fd, rel, ignore.NO_RULES, self.excluded, self.report, entries, old.rules)
+            scanned = scan.scan_dir(
+                fd, rel, ignore.NO_RULES, self.excluded, self.report, entries, old.rules, found, self.named
+            )  # fmt: skip
         except OSError:
             return False
         finally:

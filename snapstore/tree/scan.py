@@ -334,6 +334,8 @@ def scan_dir(
     report: ScanReport,
     found: list[Found],
     rules: ignore.Rules | None = None,
+    known: dict[bytes, Found] | None = None,
+    named: set[bytes] | frozenset[bytes] = frozenset(),
 ) -> Scanned | None:
     """List the directory ``fd`` (root-relative ``rel_dir``) once: append what it records
     directly to ``found`` and return its rules and the subdirectories to walk.
@@ -344,6 +346,12 @@ def scan_dir(
     store and ``excluded`` paths, symlinks, special files, set-id bits.  None when the
     directory is another project's store (nothing in it is recorded).  Raises OSError when it
     cannot be listed.
+
+    ``known`` (a watching Store's records of this directory, listed again): a file found there
+    before, with the same inode now and not among the paths the events ``named``, is recorded
+    as it was found, without a ``stat``.  An event names every write, chmod, link and rename in
+    a watched directory; what none names (a write through another link or a shared mapping)
+    the caller re-stats anyway (ops.snapshot.incremental).
     """
     listed = _listing(fd, rel_dir, parent_rules, report, rules)
     if listed is None:
@@ -357,6 +365,17 @@ def scan_dir(
         if name in ALWAYS_EXCLUDED or (excluded and rel in excluded):
             recorded = True  # content we leave out: the directory is not empty
             continue
+        if known is not None and rel not in named:
+            before = known.get(rel)
+            if (
+                before is not None and before.kind <= EXEC and before.st is not None
+                and before.st.st_ino == d.inode() and d.is_file(follow_symlinks=False)
+            ):  # fmt: skip
+                recorded = True
+                if before.st.st_mode & 0o7000:
+                    report.mode_bits_dropped += 1
+                found.append(before)
+                continue
         try:
             st = d.stat(follow_symlinks=False)
         except OSError as exc:
