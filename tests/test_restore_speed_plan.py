@@ -203,3 +203,39 @@ def test_a_watching_store_records_and_undoes_a_restore_exactly(tree: Path, watch
     assert read_tree(tree) == edited
     store.undo()
     assert read_tree(tree) == after
+
+
+def test_the_record_after_a_restore_edits_the_kept_order_and_reads_back_exactly(tree: Path, watched, monkeypatch):
+    """The record after a restore starts from the entries the restore patched (TreeState.carried):
+    it edits the kept order at the restored paths, never sorts every entry again, and what it
+    records is what a walk of the tree finds."""
+    from snapstore.ops.snapshot import ordered
+
+    store, after = watched
+    calls = {"full": 0, "patched": 0}
+    real_full, real_patched = ordered.full, ordered._patched
+
+    def full(entries):
+        calls["full"] += 1
+        return real_full(entries)
+
+    def patched(kept, entries, touched):
+        calls["patched"] += 1
+        return real_patched(kept, entries, touched)
+
+    monkeypatch.setattr(ordered, "full", full)
+    monkeypatch.setattr(ordered, "_patched", patched)
+    report = store.restore("A")
+    assert read_tree(tree) == after
+    assert calls == {"full": 0, "patched": 1}  # the record after (the safety checkpoint: nothing touched)
+    latest = store.checkpoints(include_safety=True)[0]  # the record after the restore
+    assert latest.message.startswith("after restore")
+    with Store.open(tree) as plain:  # a plain Store walks and sorts: no difference
+        assert plain.diff(latest.id) == []
+    assert report.safety is not None
+    (tree / "d2/f02.txt").write_bytes(b"an edit after the restore\n")
+    cp = store.snapshot("after")
+    assert calls["full"] == 0
+    assert cp.stats["files"] == sum(1 for v in read_tree(tree).values() if v[0] == "file")
+    with Store.open(tree) as plain:
+        assert plain.diff(cp.id) == []

@@ -36,7 +36,7 @@ class TreeState:
 
     # (Plain classes here: a NamedTuple costs ~0.5 ms to create, and every CLI process imports
     # this module; a dataclass, its import.)
-    __slots__ = ("found", "cache", "entries", "keys", "listings", "links")
+    __slots__ = ("found", "cache", "entries", "keys", "listings", "links", "carried")
 
     def __init__(
         self,
@@ -60,6 +60,11 @@ class TreeState:
         #: The files found with more than one hard link: re-stat'ed at every snapshot, since a
         #: write through another link (in the tree or outside it) gives no event naming them.
         self.links: set[bytes] = set() if links is None else links
+        #: Set when a restore patched ``entries`` between snapshots (ops.restore.watching):
+        #: the dict they were copied from (the manifest memo's) and the paths set since, so
+        #: the next snapshot still edits the kept order and re-cuts the manifest at those
+        #: paths only, instead of sorting and comparing every entry.
+        self.carried: tuple[dict[bytes, Entry], set[bytes]] | None = None
 
 
 class ManifestMemo:

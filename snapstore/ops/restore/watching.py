@@ -86,6 +86,7 @@ def _patch(
             return False  # changed since the restore looked (its events may be drained above)
     # A new entries dict: the old one is also the snapshot's manifest memo (the entries of the
     # last manifest written), which must keep describing that manifest.
+    base, since = state.carried if state.carried is not None else (state.entries, set())
     entries = dict(state.entries)
     for p, (st, sid) in written.items():
         value = statcache.written(st, st, sid)
@@ -96,4 +97,5 @@ def _patch(
         entries[p] = worktree.file_entry(p, st, sid)
         state.cache[statcache.key(p)] = value
     state.entries, state.keys = entries, (state.keys[0], oplog_key)
+    state.carried = (base, since | written.keys())
     return True

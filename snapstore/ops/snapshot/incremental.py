@@ -56,7 +56,8 @@ class Patched(NamedTuple):
     touched: set[bytes]
     #: The files with more than one hard link now (the state's next ``links``).
     links: set[bytes]
-    #: The entries the patch started from (the state's: the manifest memo's when they agree).
+    #: The entries ``touched`` is relative to: the state's, or the dict a restore's patch copied
+    #: them from (TreeState.carried); the manifest memo's when they agree.
     base: dict[bytes, Entry]
 
 
@@ -242,7 +243,11 @@ def _patch(
         to_read = []
     touched = set(patch.removed)
     touched.update(f.path for f in changed)
-    return Patched(found, cache, entries, to_read, stale, touched, links, state.entries)
+    base = state.entries
+    if state.carried is not None:  # (a restore's writes since the memo's dict: touched too)
+        base, since = state.carried
+        touched |= since
+    return Patched(found, cache, entries, to_read, stale, touched, links, base)
 
 
 def _links_after(before: set[bytes], patch: rescan.Patch, found: dict[bytes, scan.Found]) -> set[bytes] | None:
@@ -327,7 +332,7 @@ def _look(
     entries = patched.entries
     worktree.hash_misses(ctx.root_bytes, patched.to_read, entries, report)
     watcher.looks += 1
-    return entries, found, patched.touched, state.entries
+    return entries, found, patched.touched, patched.base
 
 
 def divergences(found: list[scan.Found], expected: dict[bytes, scan.Found]) -> list[bytes]:

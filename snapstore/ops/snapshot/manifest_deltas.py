@@ -22,7 +22,7 @@ from itertools import accumulate
 
 from snapstore.errors import CorruptError
 from snapstore.ops.context import StageContext
-from snapstore.storage import objects, packs
+from snapstore.storage import entries, objects, packs
 
 #: Longest delta chain of a manifest leaf (at most the store's ``storage.delta-depth``).  The
 #: newest manifest is read most (status, diff, restore, cat of the latest checkpoint) and is
@@ -87,6 +87,9 @@ def split(
                 break  # a damaged parent: the rest stay whole (verify reports it, not a snapshot)
             data = fresh[cid]
             frame = bases.on(cid, data, base, ctx.level, alone=int(len(data) * ALONE))
+            # The next checkpoint's leaf here wants this one as its base: keep it, so a
+            # long-lived Store does not decode it back (its delta chain) from the store.
+            entries.remember_chunk(cid, data)
             if frame is not None:
                 deltas.append(frame)
                 done.add(cid)
