@@ -13,6 +13,7 @@ from snapstore.records.manifest import Entry
 from snapstore.storage.backend import JOURNAL_KEY, Backend
 
 if TYPE_CHECKING:
+    from snapstore.ops.snapshot.result import SnapshotResult
     from snapstore.records.oplog import Operation
     from snapstore.tree.scan import Found
 
@@ -110,9 +111,17 @@ class StoreBase:
     def _take_safety(self, message: str) -> tuple[Checkpoint, dict[bytes, Entry], dict[bytes, Found]]:
         """Record the tree as a safety checkpoint (unless unchanged): it, its entries, what the
         walk found.  The same context as snapshots, so it uses the manifest memo."""
+        cp, result = self._record(message)
+        return cp, {e.path: e for e in result.entries}, {f.path: f for f in result.found}
+
+    def _record_tree(self, message: str) -> Checkpoint:
+        """Record the tree as :meth:`_take_safety` does, for a caller that needs only the
+        checkpoint (not every entry and walk record by path: two dicts of the whole tree)."""
+        return self._record(message)[0]
+
+    def _record(self, message: str) -> tuple[Checkpoint, SnapshotResult]:
         from snapstore.ops import snapshot
         from snapstore.records.checkpoint import SAFETY
 
         cp_id, packed, result = snapshot.take(self.context, message=message, kind=SAFETY, skip_unchanged=True)
-        cp = parse_record(cp_id, packed)
-        return cp, {e.path: e for e in result.entries}, {f.path: f for f in result.found}
+        return parse_record(cp_id, packed), result

@@ -62,7 +62,7 @@ class GoingBackMixin(StoreBase):
             # (and a watcher's state) the files it wrote, so this reads none of them.
             # Best effort: the restore is done, and a store too damaged to record this says so.
             try:
-                self._take_safety(f"after {kind} to {target.short_id}")
+                self._record_tree(f"after {kind} to {target.short_id}")
             except SnapstoreError as exc:
                 report.warnings.append(f"the tree after the {kind} was not recorded: {exc}")
             finally:
@@ -121,7 +121,7 @@ class GoingBackMixin(StoreBase):
         with self._lock.held():
             return restore.recover(
                 self.context, mode=mode, dry_run=dry_run,
-                record_tree=lambda message: self._take_safety(message)[0],
+                record_tree=self._record_tree,
             )
 
     def revert(
