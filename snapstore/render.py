@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from snapstore.ops.gc import GcReport
     from snapstore.ops.history import Version
     from snapstore.ops.maintenance import MaintenanceReport
+    from snapstore.ops.repair import RepairReport
     from snapstore.ops.restore import RestoreReport
     from snapstore.ops.restore.recovery import RecoverReport
     from snapstore.ops.retention import PruneReport
@@ -274,6 +275,15 @@ def verify_line(report: VerifyReport) -> str:
         + f" ({size(report.bytes_read)} read), {report.streams} streams, "
         f"{report.checkpoints} checkpoints, {report.files} file entries: {status}"
     )
+
+
+def repair_line(report: RepairReport) -> str:
+    left = report.damaged - report.repaired
+    line = (
+        f"repaired {report.repaired} of {report.damaged} damaged chunk(s) from the working tree "
+        f"({report.files_read} file(s) read)"
+    )
+    return line + (f"; {left} not in the tree any more (listed above)" if left else "")
 
 
 def prune_lines(report: PruneReport) -> list[str]:

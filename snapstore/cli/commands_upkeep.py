@@ -28,18 +28,26 @@ def counted(label: str, enabled: bool, run: Callable[..., T]) -> T:
 @command(example="snapstore verify --json")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but problems.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--repair", is_flag=True, help="Store again the damaged chunks the working tree still holds, then verify again.")
 @click.pass_obj
-def verify(obj: Ctx, quiet: bool, as_json: bool) -> None:
+def verify(obj: Ctx, quiet: bool, as_json: bool, repair: bool) -> None:
     """Re-read and re-hash every chunk, check every record and reference; exit 6 if anything is wrong."""
-    from snapstore.render import verify_line
+    from snapstore.render import repair_line, verify_line
 
-    with obj.open(reading=True) as store:
-        report = counted("verify", not quiet and not as_json, store.verify)
+    if repair:
+        with obj.open() as store:
+            repaired = counted("verify", not quiet and not as_json, store.repair)
+        report = repaired.after or repaired.before
+    else:
+        with obj.open(reading=True) as store:
+            report = counted("verify", not quiet and not as_json, store.verify)
     if as_json:
-        echo_json(report.to_json())
+        echo_json(repaired.to_json() if repair else report.to_json())
     else:
         for p in report.problems:
             click.echo(f"problem: {p}")
+        if repair and repaired.damaged:
+            click.echo(repair_line(repaired))
         if not quiet:
             click.echo(verify_line(report))
     if not report.ok:

@@ -13,6 +13,7 @@ from snapstore.records.checkpoint import Checkpoint
 if TYPE_CHECKING:
     from snapstore.ops.gc import GcReport
     from snapstore.ops.maintenance import MaintenanceReport
+    from snapstore.ops.repair import RepairReport
     from snapstore.ops.retention import Policy as RetentionPolicy
     from snapstore.ops.retention import PruneReport
     from snapstore.ops.stats import StoreStats
@@ -265,6 +266,17 @@ class UpkeepMixin(StoreBase):
                 raise UsageError(f"checkpoint {cp.short_id} cannot be deleted: {guarded[cp.id]}")
             retention.remove(self.backend, [cp])
             return cp
+
+    def repair(self, progress: Callable[[int, int], None] | None = None) -> RepairReport:
+        """Verify, then store again every damaged chunk the working tree still holds (a file,
+        or part of one, unchanged since): new packs whose entries replace the damaged ones, so
+        every checkpoint naming those chunks reads them again.  The report has verify's
+        findings before and after; what the tree no longer holds stays damaged
+        (:mod:`snapstore.ops.repair`).  Holds the writer lock; touches no file of the tree."""
+        from snapstore.ops import repair
+
+        with self._lock.held():
+            return repair.run(self.context, progress)
 
     def gc(
         self, *, compact: bool = False, dry_run: bool = False, repack_level: int | None = None

@@ -26,6 +26,7 @@ PROTOCOL = 3
 SOCKET_NAME = "service.sock"
 LOCK_NAME = "service.lock"
 #: Commands that change nothing: a client that lost their answer runs them again itself.
+#: (``verify --repair`` writes, but is idempotent: run again, it finds only what is left.)
 READ_ONLY_COMMANDS = frozenset({"list", "show", "log", "cat", "diff", "oplog", "verify", "stats"})
 #: Commands whose recorded checkpoint is their whole effect: that row alone says they finished.
 SELF_RECORDING_COMMANDS = frozenset({"snapshot", "hook"})
