@@ -82,6 +82,8 @@ def main() -> None:
         store.gc(compact=op == "gc-compact")
     elif op == "revert":
         store.revert("B")
+    elif op == "repair":
+        store.repair()
     elif op == "maintain":  # what the detached process runs: passes until none is due
         if not store.maintain_all():
             raise SystemExit("nothing to maintain")

@@ -48,6 +48,7 @@ TRIALS = {
     "gc-compact": scaled(2, 150),
     "revert": scaled(0, 150),  # bounded runs: tests/test_revert_safety.py covers the apply
     "maintain": scaled(2, 150),
+    "repair": scaled(2, 100),
 }
 #: Trials per test: a full run's trials are cut into shards (one test each) so that xdist can
 #: run them on every core; a bounded run has one shard per operation.
@@ -148,11 +149,57 @@ def templates(tmp_path_factory):
         store.revert("B")
     spec_reverted = read_tree(probe)
     assert (probe / "src/m2/f2.py").read_bytes().endswith(b"# the user's own line\n")
+    repair, repair_left = _damaged_copy(rest, base / "repair")
     return {
         "snap": snap, "restore": rest, "undo": undo, "gc": gct, "revert": rev,
-        "maintain": maint, "maintain-specs": maint_specs,
+        "maintain": maint, "maintain-specs": maint_specs, "repair": repair, "repair-left": repair_left,
         "A": spec_a, "B": spec_b, "revert-before": read_tree(rev), "revert-after": spec_reverted,
     }
+
+
+def _problems(store: Store) -> set[tuple[str, str]]:
+    return {(p.kind, p.id) for p in store.verify().problems}
+
+
+def _damaged_copy(template: Path, tree: Path) -> tuple[Path, set[tuple[str, str]]]:
+    """A copy of ``template`` (A and B, the tree at B) with a frame of B's content damaged (the
+    tree holds it) and a chunk only A's version of a file had (the tree does not): the copy,
+    and the problems a finished repair leaves (found on a probe copy)."""
+    from snapstore.storage import entries
+
+    shutil.copytree(template, tree, symlinks=True)
+    with Store.open(tree) as store:
+        a, b = store.resolve("A"), store.resolve("B")
+        with store.backend.read() as view:  # (files of one chunk: their stream id is it)
+            def one_chunk(ref: bytes) -> bool:
+                return view.get("streams", ref) is None and view.get("chunks", ref) is not None
+
+            in_a = {e.path: e.ref for e in store.entries(a.id) if e.kind <= 1 and one_chunk(e.ref)}
+            edited = [(in_a[e.path], e.ref) for e in store.entries(b.id)
+                      if e.path in in_a and in_a[e.path] != e.ref and e.kind <= 1 and one_chunk(e.ref)]
+        only_a, in_b = edited[0][0], edited[-1][1]
+        with store.backend.write() as batch:
+            for cid in (only_a, in_b):
+                value = batch.get("chunks", cid)
+                assert value is not None
+                if cid == in_b:  # its frame: every chunk in it is damaged
+                    e = entries.parse(cid, value)
+                    pack = bytearray(batch.get("packs", e.pack) or b"")
+                    pack[e.frame_off + e.frame_len // 2] ^= 0x55
+                    batch.put("packs", e.pack, bytes(pack))
+                else:  # its entry
+                    broken = bytearray(value)
+                    broken[-3] ^= 0x55
+                    batch.put("chunks", cid, bytes(broken))
+    probe = tree.with_name(tree.name + "-probe")
+    shutil.copytree(tree, probe, symlinks=True)
+    with Store.open(probe) as store:
+        assert _problems(store)
+        store.repair()
+        left = _problems(store)
+    assert ("chunk", only_a.hex()) in left, left
+    shutil.rmtree(probe)
+    return tree, left
 
 
 def _start(tree: Path, op: str, mode: str) -> subprocess.Popen:
@@ -388,3 +435,24 @@ def test_revert_killed_at_random_moments(templates, tmp_path, shard):
 
     _run_trials("revert", templates["revert"], tmp_path, check, seed=606, shard=shard)
 
+
+@pytest.mark.parametrize("shard", _shards("repair"))
+def test_repair_killed_at_random_moments(templates, tmp_path, shard):
+    spec_b, left = templates["B"], templates["repair-left"]
+    with Store.open(templates["repair"]) as store:
+        damaged = _problems(store)
+
+    def check(tree: Path, completed: bool) -> str:
+        assert read_tree(tree) == spec_b  # repair reads the tree, never writes it
+        with Store.open(tree) as store:
+            now = _problems(store)
+            assert now <= damaged, now - damaged
+            if completed:
+                assert now == left
+            store.repair()  # finishes the job
+            assert _problems(store) == left
+            store.restore("B")
+            assert read_tree(tree) == spec_b
+        return "finished" if completed else ("untouched" if now == damaged else "repaired")
+
+    _run_trials("repair", templates["repair"], tmp_path, check, seed=707, shard=shard)

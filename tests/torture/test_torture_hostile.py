@@ -257,6 +257,33 @@ def test_a_checkpoint_after_damage_is_still_taken(damaged_setup, target):
 
 
 @CASE
+@pytest.mark.parametrize(
+    "target",
+    ["content chunk", "stream record", "index node", "manifest chunk", "checkpoint record",
+     "conversation record"],
+)
+def test_verify_repair_mends_what_the_tree_holds_and_nothing_else_changes(damaged_setup, target):
+    """After each kind of damage: `verify --repair` mends a chunk the tree still holds (B's big
+    file is in the tree), leaves any other damage exactly as verify found it, and never writes
+    the tree."""
+    root, _, spec_b, targets = damaged_setup
+    table, key = targets[target]
+    damage(root, table, key, "flip")
+    with Store.open(root) as store:
+        before = {(p.kind, p.id) for p in store.verify().problems}
+    done = snapstore("verify", "--repair", cwd=root)
+    assert b"Traceback" not in done.stderr and done.stderr == b"", done.stderr
+    assert read_tree(root) == spec_b
+    with Store.open(root) as store:
+        after = {(p.kind, p.id) for p in store.verify().problems}
+        if target in ("content chunk", "index node"):
+            assert done.returncode == 0 and not after, after
+            assert tree_from_store(store, "bad") == spec_b
+        else:
+            assert done.returncode == CorruptError.exit_code and after == before, (before, after)
+
+
+@CASE
 @pytest.mark.parametrize("how", ["garbage", "truncated", "unknown step", "unsafe step"])
 def test_damaged_journal_is_a_clear_error(tmp_path, how):
     root = tmp_path / "tree"

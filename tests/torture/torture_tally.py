@@ -39,6 +39,10 @@ CATEGORIES = OrderedDict(
          "lock and written in its own transaction, then the compaction) killed at any moment "
          "leaves a store that verifies "
          "clean with every checkpoint byte-exact; the next pass and gc finish the job"),
+        ("crash: repair", "`verify --repair` killed at any moment (damage the tree holds and "
+         "damage it no longer holds, in a store of two checkpoints) leaves a store with no "
+         "problem it did not have and the tree untouched; finished, only the damage the tree no "
+         "longer holds is left, and every checkpoint the tree could mend restores byte-exact"),
         ("concurrency", "4 processes snapshotting, restoring, undoing, compacting (gc "
          "--compact), editing, listing, diffing and verifying one tree and store: no traceback, "
          "no hang, no internal error, no corrupt store, no half-written file; a writer that "
