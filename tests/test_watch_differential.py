@@ -74,24 +74,29 @@ def edit(root: Path, rng: random.Random, i: int) -> str:
     return op
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_watched_snapshots_equal_full_walks(tmp_path: Path, seed: int):
-    rng = random.Random(seed)
-    root = tmp_path / "t"
-    build_tree(root, {"a.txt": b"a\n", "src/b.py": b"b\n", "src/pkg/c.py": b"c\n", "docs/r.md": b"r\n"})
+def _watched_equal_walks(root: Path, rng: random.Random, steps: int, edits: tuple[int, int]) -> None:
+    """Each of ``steps`` watched snapshots, after ``edits`` (a range) random edits, has no
+    difference with a walking Store's view of the tree."""
     Store.init(root).close()
     watched = Store.open(root, watch=True)
     plain = Store.open(root)
     try:
         watched.snapshot("start")
-        for i in range(25):
-            op = edit(root, rng, i)
-            cp = watched.snapshot(f"step {i} {op}")
+        for i in range(steps):
+            ops = [edit(root, rng, i * 10 + k) for k in range(rng.randint(*edits))]
+            cp = watched.snapshot(f"step {i} {ops}")
             diff = plain.diff(cp.id)
-            assert diff == [], (i, op, [(c.status, c.path) for c in diff])
+            assert diff == [], (i, ops, [(c.status, c.path) for c in diff])
     finally:
         watched.close()
         plain.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_watched_snapshots_equal_full_walks(tmp_path: Path, seed: int):
+    root = tmp_path / "t"
+    build_tree(root, {"a.txt": b"a\n", "src/b.py": b"b\n", "src/pkg/c.py": b"c\n", "docs/r.md": b"r\n"})
+    _watched_equal_walks(root, random.Random(seed), 25, (1, 1))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -103,22 +108,9 @@ def test_several_edits_between_watched_snapshots_equal_full_walks(tmp_path: Path
     from snapstore.tree import statcache
 
     monkeypatch.setattr(statcache, "RACY_MARGIN_NS", 0)
-    rng = random.Random(1000 + seed)
     root = tmp_path / "t"
     build_tree(root, {f"src/m{n}.py": b"m%d\n" % n for n in range(8)} | {"a.txt": b"a\n", "docs/r.md": b"r\n"})
-    Store.init(root).close()
-    watched = Store.open(root, watch=True)
-    plain = Store.open(root)
-    try:
-        watched.snapshot("start")
-        for i in range(20):
-            ops = [edit(root, rng, i * 10 + k) for k in range(rng.randint(2, 5))]
-            cp = watched.snapshot(f"step {i} {ops}")
-            diff = plain.diff(cp.id)
-            assert diff == [], (i, ops, [(c.status, c.path) for c in diff])
-    finally:
-        watched.close()
-        plain.close()
+    _watched_equal_walks(root, random.Random(1000 + seed), 20, (2, 5))
 
 
 def test_modifications_do_not_walk_the_tree(tmp_path: Path, monkeypatch):

@@ -187,6 +187,11 @@ def damaged_setup(tmp_path):
     return root, spec_a, spec_b, targets
 
 
+#: What ``damaged_setup`` can damage.
+DAMAGE_TARGETS = ["content chunk", "stream record", "index node", "manifest chunk", "checkpoint record",
+                  "conversation record"]
+
+
 def damage(root: Path, table: str, key: bytes, how: str) -> None:
     with Store.open(root) as store:
         with store.backend.read() as view:
@@ -204,11 +209,7 @@ def damage(root: Path, table: str, key: bytes, how: str) -> None:
 
 @CASE
 @pytest.mark.parametrize("how", ["flip", "truncate"] if FULL else ["flip"])
-@pytest.mark.parametrize(
-    "target",
-    ["content chunk", "stream record", "index node", "manifest chunk", "checkpoint record",
-     "conversation record"],
-)
+@pytest.mark.parametrize("target", DAMAGE_TARGETS)
 def test_damaged_record_is_reported_and_the_rest_is_not_lost(damaged_setup, target, how):
     root, spec_a, spec_b, targets = damaged_setup
     table, key = targets[target]
@@ -236,11 +237,7 @@ def test_damaged_record_is_reported_and_the_rest_is_not_lost(damaged_setup, targ
 
 
 @CASE
-@pytest.mark.parametrize(
-    "target",
-    ["content chunk", "stream record", "index node", "manifest chunk", "checkpoint record",
-     "conversation record"],
-)
+@pytest.mark.parametrize("target", DAMAGE_TARGETS)
 def test_a_checkpoint_after_damage_is_still_taken(damaged_setup, target):
     """Old damage never stops the next checkpoint (an agent's, after its next tool call): it is
     taken, and the file it changed reads back from it."""
@@ -257,11 +254,7 @@ def test_a_checkpoint_after_damage_is_still_taken(damaged_setup, target):
 
 
 @CASE
-@pytest.mark.parametrize(
-    "target",
-    ["content chunk", "stream record", "index node", "manifest chunk", "checkpoint record",
-     "conversation record"],
-)
+@pytest.mark.parametrize("target", DAMAGE_TARGETS)
 def test_verify_repair_mends_what_the_tree_holds_and_nothing_else_changes(damaged_setup, target):
     """After each kind of damage: `verify --repair` mends a chunk the tree still holds (B's big
     file is in the tree), leaves any other damage exactly as verify found it, and never writes
