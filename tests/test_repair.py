@@ -172,3 +172,19 @@ def test_the_sound_frames_of_a_damaged_pack_are_moved_before_the_pack_goes(tree)
             assert view.get("packs", pid) is None
         for e in store.entries(a.id):
             assert store.read_bytes(a.id, e.path) == (tree / e.path.decode()).read_bytes()
+
+
+def test_a_missing_chunk_the_tree_holds_is_stored_again(tree):
+    build_tree(tree, files(6))
+    with Store.init(tree) as store:
+        a = store.snapshot("A")
+        cid = chunk_of(store, a.id, "src/m02.py")
+        with store.backend.write() as batch:
+            batch.delete("chunks", cid)
+    done = run_snapstore("verify", "--json", cwd=tree)
+    assert done.returncode == 6 and json.loads(done.stdout)["missing_chunks"] == [cid.hex()]
+    done = run_snapstore("verify", "--repair", cwd=tree)
+    assert done.returncode == 0, done.stdout
+    assert "repaired 1 of 1 damaged chunk(s)" in done.stdout.decode()
+    with Store.open(tree) as store:
+        assert store.read_bytes(a.id, "src/m02.py") == files(6)["src/m02.py"]

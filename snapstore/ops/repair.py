@@ -1,7 +1,7 @@
 """Repair: damaged chunks stored again from the working tree (``snapstore verify --repair``).
 
-verify finds the chunks the store holds but cannot read back: a damaged frame or pack, a
-damaged index entry.  A checkpoint that names one cannot be restored whole, and every later
+verify finds the chunks the store holds but cannot read back (a damaged frame or pack, a
+damaged index entry) and the chunks a stream names that the store does not hold.  A checkpoint that names one cannot be restored whole, and every later
 checkpoint of an unchanged file names it too (a dedup hit is never read back).  Most of them
 are content the working tree still holds: a file unchanged since, or an unchanged part of one
 (chunks are content-defined).  Repair reads the tree's files as a snapshot does (the same walk,
@@ -62,8 +62,8 @@ class RepairReport(NamedTuple):
 
 
 def damaged_chunks(report: verify.VerifyReport) -> set[bytes]:
-    """The ids of the chunks verify found held but unreadable."""
-    return {bytes.fromhex(p.id) for p in report.problems if p.kind == "chunk"}
+    """The ids of the chunks verify found held but unreadable, or named but not held."""
+    return {bytes.fromhex(p.id) for p in report.problems if p.kind == "chunk"} | report.missing
 
 
 def damaged_packs(report: verify.VerifyReport) -> set[bytes]:

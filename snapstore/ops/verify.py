@@ -60,6 +60,8 @@ class VerifyReport:
     files: int = 0
     bytes_read: int = 0
     problems: list[Problem] = field(default_factory=list)
+    #: Chunks a stream names that the store does not hold at all.
+    missing: set[bytes] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -75,6 +77,7 @@ class VerifyReport:
             "files": self.files,
             "bytes_read": self.bytes_read,
             "problems": [p.to_json() for p in self.problems],
+            "missing_chunks": sorted(c.hex() for c in self.missing),
         }
 
 
@@ -99,7 +102,7 @@ def run(
             """None when stream ``sid`` is whole, else what is wrong with it."""
             if sid in stream_ok:
                 return stream_ok[sid]
-            error = _stream_problem(get, sid, sizes, walked)
+            error = _stream_problem(get, sid, sizes, walked, report.missing)
             stream_ok[sid] = error
             return error
 
@@ -228,9 +231,10 @@ def _pack_members(
 
 
 def _stream_problem(
-    get: Getter, sid: bytes, sizes: dict[bytes, int], walked: dict[bytes, int]
+    get: Getter, sid: bytes, sizes: dict[bytes, int], walked: dict[bytes, int], missing: set[bytes]
 ) -> str | None:
-    """Resolve a stream through good chunks only (``sizes`` holds the verified ones).
+    """Resolve a stream through good chunks only (``sizes`` holds the verified ones); a chunk
+    the store does not hold goes to ``missing`` too.
 
     ``walked`` is shared by every stream of the run: an index node shared by many streams (or
     repeated inside one, as in a hostile DAG) is checked once.
@@ -241,6 +245,7 @@ def _stream_problem(
                 continue
             if cid not in sizes:
                 if get("chunks", cid) is None:
+                    missing.add(cid)
                     return f"chunk {cid.hex()} is missing"
                 return f"chunk {cid.hex()} is damaged"
             if size >= 0 and sizes[cid] != size:
