@@ -1,8 +1,9 @@
 """Repair: damaged chunks stored again from the working tree (``snapstore verify --repair``).
 
 verify finds the chunks the store holds but cannot read back (a damaged frame or pack, a
-damaged index entry) and the chunks a stream names that the store does not hold.  A checkpoint that names one cannot be restored whole, and every later
-checkpoint of an unchanged file names it too (a dedup hit is never read back).  Most of them
+damaged index entry) and the chunks a stream names that the store does not hold.  A checkpoint
+that names one cannot be restored whole, and every later checkpoint of an unchanged file names
+it too (a dedup hit is never read back).  Most of them
 are content the working tree still holds: a file unchanged since, or an unchanged part of one
 (chunks are content-defined).  Repair reads the tree's files as a snapshot does (the same walk,
 the same chunker, each file opened without following a symlink), and stores again every chunk,
