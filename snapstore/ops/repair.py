@@ -25,16 +25,12 @@ from typing import NamedTuple
 from snapstore.errors import CorruptError
 from snapstore.ops import verify
 from snapstore.ops.context import StageContext
+from snapstore.ops.snapshot import read as snapshot_read
 from snapstore.records.manifest import EXEC, FILE
 from snapstore.storage import chunker, entries, objects, packs
 from snapstore.storage.backend import ReadView
 from snapstore.tree import scan
 from snapstore.tree.paths import open_beneath
-
-#: Files up to this size are read whole and cut in memory; larger ones are streamed.
-WHOLE_READ_MAX = 4 << 20
-
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class RepairReport(NamedTuple):
@@ -146,10 +142,10 @@ def recover(root: bytes, excluded: frozenset[bytes], wanted: set[bytes]) -> tupl
 
 def _cut_file(root: bytes, rel: bytes, keep: Callable[[bytes, bytes | memoryview], None]) -> None:
     """Cut one file as a snapshot does; ``keep(id, plain)`` sees each chunk and index node."""
-    fd = open_beneath(root, rel, _READ_FLAGS)
+    fd = open_beneath(root, rel, snapshot_read.READ_FLAGS)  # (the snapshot's reads: no symlink)
     with os.fdopen(fd, "rb", buffering=0) as f:
         pieces: Iterator[bytes | memoryview]
-        if os.fstat(fd).st_size <= WHOLE_READ_MAX:
+        if os.fstat(fd).st_size <= snapshot_read.WHOLE_READ_MAX:
             pieces = chunker.cut_buffer(f.read())
         else:
             pieces = chunker.cut_stream(f)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 WHOLE_READ_MAX = 4 << 20
 READ_ATTEMPTS = 3
 
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 Progress = Callable[[int, int], None]
 #: What reading one file gave: (stream id, the stat it was read under, when), or why it failed.
@@ -93,7 +93,7 @@ class Reader:
         for _ in range(READ_ATTEMPTS):
             recorded = statcache.now_ns()
             try:
-                fd = _open(self.root, rel, _READ_FLAGS)
+                fd = _open(self.root, rel, READ_FLAGS)
             except FileNotFoundError as exc:
                 raise FileGone("vanished before it could be read") from exc
             except OSError as exc:
