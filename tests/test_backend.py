@@ -306,3 +306,34 @@ def test_an_lmdb_views_part_reads_through_the_view_when_no_second_transaction_be
         view = lmdb_backend._LmdbView(txn, shared.dbs, GrownMap())  # type: ignore[arg-type]
         assert view.part("packs", b"p", 2, 5) == (10, b"234")
         assert view.part("packs", b"q", 2, 5) is None
+
+
+class TestContentIdsAreNeverDeletedByTheBatchThatWritesThem:
+    """Issue 36: an id written and then deleted in one batch is kept in the content-addressed
+    tables (a rebuilt pack can have the damaged pack's id); other tables delete as told."""
+
+    def test_a_content_id_written_then_deleted_in_one_batch_is_kept(self, backend):
+        for table in ("packs", "chunks", "streams", "conversations"):
+            _put(backend, table, {b"id": b"damaged"})
+            with backend.write() as batch:
+                batch.put(table, b"id", b"rebuilt")
+                batch.delete(table, b"id")
+                assert batch.get(table, b"id") == b"rebuilt"
+            with backend.read() as view:
+                assert view.get(table, b"id") == b"rebuilt", table
+
+    def test_a_delete_before_the_write_or_of_another_id_still_deletes(self, backend):
+        _put(backend, "packs", {b"a": b"1", b"b": b"2"})
+        with backend.write() as batch:
+            batch.delete("packs", b"a")
+            batch.put("packs", b"b", b"2")
+            batch.delete("packs", b"c")
+        with backend.read() as view:
+            assert view.get("packs", b"a") is None and view.get("packs", b"b") == b"2"
+
+    def test_other_tables_delete_what_the_batch_wrote(self, backend):
+        with backend.write() as batch:
+            batch.put("statcache", b"p", b"v")
+            batch.delete("statcache", b"p")
+        with backend.read() as view:
+            assert view.get("statcache", b"p") is None

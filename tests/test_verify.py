@@ -293,3 +293,24 @@ def test_a_manifest_named_by_its_contents_hash_still_verifies(tree, store, monke
     _put_stream_record(store.store_dir, mid, first_record)
     report = Store.open(store.root).verify()
     assert [p.id for p in report.problems if p.kind == "manifest"] == [second.manifest.hex()]
+
+
+def test_each_chunk_of_a_lost_frame_is_named_by_its_own_line(tree):
+    """Two chunks in one frame of a pack that is gone: two lines, each naming its own chunk
+    (the second used to repeat the first's message word for word)."""
+    from snapstore.storage import entries
+
+    build_tree(tree, {"a.txt": b"one\n", "b.txt": b"two\n"})
+    with Store.init(tree) as store:
+        store.snapshot("A")
+        refs = {e.path: e.ref for e in store.entries("latest")}
+        with store.backend.write() as batch:
+            pid = entries.parse(refs[b"a.txt"], batch.get("chunks", refs[b"a.txt"]) or b"").pack
+            assert entries.parse(refs[b"b.txt"], batch.get("chunks", refs[b"b.txt"]) or b"").pack == pid
+            batch.delete("packs", pid)
+        entries.clear_cache()
+        report = store.verify()
+    lines = [p.message for p in report.problems if p.kind == "chunk"]
+    assert len(lines) == len(set(lines)) == 2
+    for cid in refs.values():
+        assert any(line.startswith(f"chunk {cid.hex()}") for line in lines)

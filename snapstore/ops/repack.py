@@ -160,7 +160,5 @@ def _move(
             batch.put(table, key, value)  # replaces the moved chunks' entries
         for cid in dead:
             batch.delete("chunks", cid)
-        written = {key for table, key, _ in ops if table == "packs"}
-        for pid in drop_packs:
-            if pid not in written:  # the same bytes again (content-addressed): keep them
-                batch.delete("packs", pid)
+        for pid in drop_packs:  # (one the ops wrote again, byte-identical, is kept: WriteBatch.delete)
+            batch.delete("packs", pid)

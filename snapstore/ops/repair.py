@@ -90,7 +90,9 @@ def run(ctx: StageContext, progress: verify.Progress | None = None) -> RepairRep
                 batch.put(table, key, value)  # (replacing each damaged entry)
             for pid, named_by in members.items():
                 if named_by <= store.keys():
-                    batch.delete("packs", pid)  # no entry names it any more
+                    # No entry names it any more.  A rebuilt pack can be its bytes again, with
+                    # its id: the batch then keeps what it wrote (WriteBatch.delete).
+                    batch.delete("packs", pid)
     return RepairReport(before, verify.run(ctx.backend, None, ctx.excluded), len(damaged), len(found), files)
 
 

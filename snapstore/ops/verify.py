@@ -213,7 +213,8 @@ def _pack_members(
                 yield cid, objects.load_chunk(get, cid, max_size=e.size)
                 continue
             key = (e.frame_off, e.frame_len)
-            if key not in frames:
+            first = key not in frames
+            if first:
                 try:
                     frame = entries.frame_bytes(cid, e, pack)
                     frames[key] = entries.inflate(cid, frame, entries.MAX_FRAME_BYTES)
@@ -221,7 +222,8 @@ def _pack_members(
                     frames[key] = exc
             plain = frames[key]
             if isinstance(plain, CorruptError):
-                raise plain
+                # (each chunk of a damaged frame is its own line, named by its own id)
+                raise plain if first else CorruptError(f"chunk {cid.hex()} shares a damaged frame: {plain}")
             data = entries.slice_chunk(cid, e, plain)
             if objects.chunk_id(data) != cid:
                 raise CorruptError(f"chunk {cid.hex()} is corrupt (its content does not match its hash)")

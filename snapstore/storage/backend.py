@@ -35,6 +35,10 @@ TABLES = (
     "remotes",  # remotes: their settings and what is known to be on them (snapstore.remote.state)
 )
 
+#: Tables keyed by the hash of what the value holds (a pack's bytes, a chunk's or a stream's or a
+#: conversation's content): the same id written again can be the same bytes rebuilt.
+CONTENT_TABLES = frozenset({"chunks", "packs", "streams", "conversations"})
+
 #: The key of the journal entry of a restore in progress (table ``journal``).
 JOURNAL_KEY = b"current"
 
@@ -91,8 +95,17 @@ class WriteBatch:
         self._new.setdefault(table, set()).add(key)
 
     def delete(self, table: str, key: bytes) -> None:
-        """Remove ``key`` (nothing happens if it has no value)."""
-        self._ops.setdefault(table, {})[key] = _DELETED
+        """Remove ``key`` (nothing happens if it has no value).
+
+        In a :data:`CONTENT_TABLES` table a key this batch has written is kept: its id is its
+        content, so what is written is exactly what the delete meant to remove rebuilt (a
+        repaired pack byte-identical to the damaged one; ``verify --repair`` lost sound files
+        when the delete won).  A delete never removes what the same batch stores.
+        """
+        ops = self._ops.setdefault(table, {})
+        if table in CONTENT_TABLES and key in ops and not isinstance(ops[key], _Deleted):
+            return
+        ops[key] = _DELETED
         self._new.get(table, set()).discard(key)
 
     def get(self, table: str, key: bytes) -> bytes | None:

@@ -43,6 +43,12 @@ CATEGORIES = OrderedDict(
          "damage it no longer holds, in a store of two checkpoints) leaves a store with no "
          "problem it did not have and the tree untouched; finished, only the damage the tree no "
          "longer holds is left, and every checkpoint the tree could mend restores byte-exact"),
+        ("repair: small stores", "random small stores of one or two checkpoints (the stores an "
+         "agent makes most: a few files, one chunk each, one pack), one kind of damage each (a "
+         "byte of a frame flipped, an entry broken, a chunk's entry or a whole pack deleted), "
+         "then `verify --repair` run whole or killed (SIGKILL) at a random moment: nothing "
+         "readable before is unreadable after, the tree is untouched, and once a repair finishes "
+         "every file the tree still holds reads back (trials: stores; failed: a file lost)"),
         ("concurrency", "4 processes snapshotting, restoring, undoing, compacting (gc "
          "--compact), editing, listing, diffing and verifying one tree and store: no traceback, "
          "no hang, no internal error, no corrupt store, no half-written file; a writer that "
