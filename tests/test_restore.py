@@ -410,3 +410,28 @@ def test_empty_dirs_symlinks_and_exec_bits_round_trip(tmp_path: Path):
         assert read_tree(root) == a
         entries = {e.path: e.kind for e in store.entries("latest")}
         assert entries[b"e1"] == DIR and entries[b"e2/e3"] == DIR
+
+
+def test_a_symlink_and_a_directory_the_checkpoint_holds_but_now_ignored_are_left_alone(tree: Path, run_cli):
+    """The same guard for the other kinds of step: a symlink and an empty directory the
+    checkpoint holds, at paths ignored since, where the user now keeps files of their own.
+    Restore must neither replace the file with the link nor with the directory (the review's
+    mutation M1b: only file writes were checked, and nothing failed)."""
+    (tree / "data").write_bytes(b"d\n")
+    os.symlink("data", tree / "lnk")
+    (tree / "hollow").mkdir()
+    assert run_cli("init", cwd=tree).code == 0
+    assert run_cli("snapshot", "-m", "A", cwd=tree).code == 0
+    (tree / ".gitignore").write_bytes(b"lnk\nhollow\n")
+    os.unlink(tree / "lnk")
+    (tree / "lnk").write_bytes(b"the user's file\n")
+    (tree / "hollow").rmdir()
+    (tree / "hollow").write_bytes(b"the user's other file\n")
+    (tree / "data").write_bytes(b"changed\n")
+    result = run_cli("restore", "latest", cwd=tree)
+    assert result.code == 0, result.err
+    assert not (tree / "lnk").is_symlink() and (tree / "lnk").read_bytes() == b"the user's file\n"
+    assert (tree / "hollow").is_file() and (tree / "hollow").read_bytes() == b"the user's other file\n"
+    said = result.err + result.text
+    assert "left lnk alone: lnk is ignored" in said and "left hollow alone: hollow is ignored" in said
+    assert (tree / "data").read_bytes() == b"d\n"  # the rest was restored

@@ -209,7 +209,7 @@ def skip_ignored(
     for s in steps:
         p = s.path
         blocked = next((d for d in reversed(parents(p)) if hidden(d)), None)
-        if blocked is None and s.action in ("write", "symlink", "mkdir") and hidden(p):
+        if blocked is None and s.action in _PUTS and hidden(p):
             blocked = p
         if blocked is not None:
             warn(f"left {display(p)} alone: {display(blocked)} is ignored")
@@ -217,6 +217,10 @@ def skip_ignored(
         kept.append(s)
     return kept
 
+
+#: The steps that put something at their own path (a dirmode too: a directory the checkpoint
+#: holds where an ignored file of the user's now stands stopped the restore with exit 9).
+_PUTS = frozenset({"write", "chmod", "symlink", "mkdir", "dirmode"})
 
 #: Verified contents kept in memory for the writers (so they do not read and decompress again).
 KEEP_VERIFIED_BYTES = 64 << 20
