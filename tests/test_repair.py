@@ -188,3 +188,55 @@ def test_a_missing_chunk_the_tree_holds_is_stored_again(tree):
     assert "repaired 1 of 1 damaged chunk(s)" in done.stdout.decode()
     with Store.open(tree) as store:
         assert store.read_bytes(a.id, "src/m02.py") == files(6)["src/m02.py"]
+
+
+def test_a_file_swapped_for_a_symlink_between_the_walk_and_the_open_is_not_followed(tree, tmp_path, monkeypatch):
+    """The walk saw a regular file; before repair opens it, it becomes a symlink to a file
+    outside the tree that holds the damaged chunk's content.  The open refuses the link
+    (O_NOFOLLOW): nothing outside the tree is read, and the chunk stays damaged."""
+    from snapstore.ops import repair
+
+    build_tree(tree, files(4))
+    outside = tmp_path / "outside.py"
+    outside.write_bytes(files(4)["src/m01.py"])
+    with Store.init(tree) as store:
+        a = store.snapshot("A")
+        damage_entry(store, chunk_of(store, a.id, "src/m01.py"))
+        real_walk = repair.scan.walk
+
+        def racing_walk(*args, **kwargs):
+            for f in real_walk(*args, **kwargs):
+                if f.path == b"src/m01.py":  # (seen as a file; swapped before the open)
+                    os.unlink(tree / "src/m01.py")
+                    os.symlink(outside, tree / "src/m01.py")
+                yield f
+
+        monkeypatch.setattr(repair.scan, "walk", racing_walk)
+        report = store.repair()
+    assert (report.damaged, report.repaired) == (1, 0)
+    assert not report.ok
+
+
+def test_repair_never_opens_what_the_walk_did_not_report_as_a_file(tree, tmp_path, monkeypatch):
+    """Symlinks (in the tree and out of it) and directories are passed over by kind, before
+    any open: the walk's kind is the first guard, the no-follow open the second."""
+    from snapstore.ops import repair
+
+    build_tree(tree, files(4))
+    os.symlink("src/m01.py", tree / "inner-link")
+    os.symlink(tmp_path, tree / "outer-link")
+    (tree / "empty").mkdir()
+    opened: list[bytes] = []
+    real_open = repair.open_beneath
+
+    def spy(root, rel, flags):
+        opened.append(rel)
+        return real_open(root, rel, flags)
+
+    with Store.init(tree) as store:
+        a = store.snapshot("A")
+        damage_entry(store, chunk_of(store, a.id, "src/m03.py"))  # (the last file: every one is read)
+        monkeypatch.setattr(repair, "open_beneath", spy)
+        report = store.repair()
+    assert report.ok
+    assert sorted(opened) == sorted(p.encode() for p in files(4))
