@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all setup native fuzz chromium inspector axe peers demo test test-fast lint bench bench-quick torture clean
+.PHONY: all setup native fuzz chromium inspector axe peers demo test test-fast lint bench bench-quick torture mutate clean
 
 all: test
 
@@ -123,6 +123,12 @@ fuzz: $(STAMP)
 	else \
 	  echo "make: no clang with libFuzzer: the seeded driver runs in make test (tests/test_native_fuzz.py)"; \
 	fi
+
+# Deliberate breaks the tests must catch (tests/mutations/mutations.toml), each run against a
+# copy of the checkout; fails when one survives.  `make test` checks only that the list still
+# matches the code (tests/test_mutations.py): the sweep takes minutes.
+mutate: $(STAMP) $(NATIVE)
+	$(PY) -m tests.mutations.run
 
 torture: $(STAMP)
 	$(PY) -m tests.torture
