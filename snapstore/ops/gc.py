@@ -207,6 +207,35 @@ def _delete(backend: Backend, table: str, keys: list[bytes]) -> None:
                 batch.delete(table, k)
 
 
+@dataclass
+class _Dead:
+    """What the mark found unreachable, per table (the sweep's work list)."""
+
+    marker: Marker
+    statcache: list[bytes]
+    streams: list[bytes]
+    conversations: list[bytes]
+    chunks: list[bytes]
+
+
+@dataclass(frozen=True)
+class _Gather:
+    """How the packs are gathered again: repack below a live fraction, or consolidate."""
+
+    repack_below: float
+    level: int
+    repack_every: bool
+    consolidation: str
+
+    def full(self, backend: Backend) -> bool:
+        # --repack (every pack recompressed at a level) consolidates every pack at exactly that
+        # level, unless consolidation is off (then the repack does, in the old order).
+        return self.consolidation != "off" and (
+            self.repack_every
+            or (self.consolidation == "full" and consolidate.loose_packs(backend)[0] > 0)
+        )
+
+
 def run(
     backend: Backend,
     *,
@@ -225,6 +254,26 @@ def run(
     :mod:`snapstore.ops.consolidate`), ``loose`` (only the loose packs are) or ``off``.
     """
     report = GcReport(dry_run=dry_run)
+    dead = _find_dead(backend, report)
+    report.size_before = report.size_after = backend.disk_size()
+    how = _Gather(repack_below, level, repack_every, consolidation)
+    full = how.full(backend)
+    if dry_run:
+        _plan_gathering(backend, dead.marker, report, how, full)
+        return report
+    _sweep(backend, dead, report, how, full)
+    sizes = backend.compact() if compact else None
+    if sizes is not None:
+        # size_before stays the size before gc began (the sweep itself may grow the file).
+        report.size_after = sizes[1]
+        report.compacted = True
+    else:
+        report.size_after = backend.disk_size()
+    return report
+
+
+def _find_dead(backend: Backend, report: GcReport) -> _Dead:
+    """Mark, then list what no checkpoint reaches (counted into ``report``)."""
     with backend.read() as view:
         marker = mark(view)
         stale_cache = [
@@ -244,41 +293,43 @@ def run(
     report.streams_removed = len(dead_streams)
     report.conversations_removed = len(dead_convs)
     report.statcache_removed = len(stale_cache)
-    report.size_before = report.size_after = backend.disk_size()
-    # --repack (every pack recompressed at a level) consolidates every pack at exactly that
-    # level, unless consolidation is off (then the repack does, in the old order).
-    full = consolidation != "off" and (
-        repack_every or (consolidation == "full" and consolidate.loose_packs(backend)[0] > 0)
-    )
-    if dry_run:
-        if full or consolidation == "loose":
-            report.consolidated = consolidate.run(
-                backend, marker.chunks, level=level, full=full, dry_run=True, keys={},
-            )
-        if full:
-            return report
-        report.packs = repack.run(
-            backend, marker.chunks, threshold=repack_below, level=level, dry_run=True,
-            every=repack_every,
+    return _Dead(marker, stale_cache, dead_streams, dead_convs, dead_chunks)
+
+
+def _plan_gathering(backend: Backend, marker: Marker, report: GcReport, how: _Gather, full: bool) -> None:
+    """A dry run's figures of the repack or consolidation gc would do."""
+    if full or how.consolidation == "loose":
+        report.consolidated = consolidate.run(
+            backend, marker.chunks, level=how.level, full=full, dry_run=True, keys={},
         )
-        report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
-        return report
+    if full:
+        return
+    report.packs = repack.run(
+        backend, marker.chunks, threshold=how.repack_below, level=how.level, dry_run=True,
+        every=how.repack_every,
+    )
+    report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
+
+
+def _sweep(backend: Backend, dead: _Dead, report: GcReport, how: _Gather, full: bool) -> None:
+    """Delete what is dead and gather the packs again, in an order that is safe to kill."""
+    marker = dead.marker
     # Order matters for crash safety: nothing may name a removed object when its chunks go.
-    _delete(backend, "statcache", stale_cache)
-    _delete(backend, "streams", dead_streams)
-    _delete(backend, "conversations", dead_convs)
+    _delete(backend, "statcache", dead.statcache)
+    _delete(backend, "streams", dead.streams)
+    _delete(backend, "conversations", dead.conversations)
     # Packs before the remaining dead entries: a live delta's dead base is still readable
     # while the delta is stored whole.  A full consolidation rewrites every pack (deltas are
     # made whole in their solid frames), so the repack has nothing left to do.
     if not full:
         report.packs = repack.run(
-            backend, marker.chunks, threshold=repack_below, level=level, every=repack_every
+            backend, marker.chunks, threshold=how.repack_below, level=how.level, every=how.repack_every
         )
         report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
-    if full or consolidation == "loose":
+    if full or how.consolidation == "loose":
         report.consolidated = c = consolidate.run(
-            backend, marker.chunks, level=level, full=full,
-            conversations=marker.conversations if full else None, exact_level=repack_every,
+            backend, marker.chunks, level=how.level, full=full,
+            conversations=marker.conversations if full else None, exact_level=how.repack_every,
         )
         report.stored_bytes_removed += max(c.stored_before - c.stored_after, 0)
         if full:
@@ -287,13 +338,5 @@ def run(
             with backend.write() as batch:  # what the full maintenance pass grows from
                 batch.put("meta", FULL_KEY, str(c.stored_after).encode())
     # (Consolidation may have made a dead id live again: an outlined conversation's chunk.)
-    _delete(backend, "chunks", [k for k in dead_chunks if k not in marker.chunks])
+    _delete(backend, "chunks", [k for k in dead.chunks if k not in marker.chunks])
     backend.sync()
-    sizes = backend.compact() if compact else None
-    if sizes is not None:
-        # size_before stays the size before gc began (the sweep itself may grow the file).
-        report.size_after = sizes[1]
-        report.compacted = True
-    else:
-        report.size_after = backend.disk_size()
-    return report

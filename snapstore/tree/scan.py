@@ -365,17 +365,9 @@ def scan_dir(
         if name in ALWAYS_EXCLUDED or (excluded and rel in excluded):
             recorded = True  # content we leave out: the directory is not empty
             continue
-        if known is not None and rel not in named:
-            before = known.get(rel)
-            if (
-                before is not None and before.kind <= EXEC and before.st is not None
-                and before.st.st_ino == d.inode() and d.is_file(follow_symlinks=False)
-            ):  # fmt: skip
-                recorded = True
-                if before.st.st_mode & 0o7000:
-                    report.mode_bits_dropped += 1
-                found.append(before)
-                continue
+        if known is not None and rel not in named and _kept(known.get(rel), d, report, found):
+            recorded = True
+            continue
         try:
             st = d.stat(follow_symlinks=False)
         except OSError as exc:
@@ -392,17 +384,8 @@ def scan_dir(
                 continue
             if st.st_nlink > 1:
                 report.links.append(rel)
-            found.append(
-                _new(
-                    Found,
-                    (
-                        rel,
-                        EXEC if mode & 0o100 else FILE,
-                        _new(Stat, (mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)),
-                        b"",
-                    ),
-                )
-            )
+            stat = _new(Stat, (mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+            found.append(_new(Found, (rel, EXEC if mode & 0o100 else FILE, stat, b"")))
             continue
         if mode & 0o170000 == 0o040000:  # S_ISDIR
             if rules and ignore.is_ignored(rules, rel, True):
@@ -415,6 +398,20 @@ def scan_dir(
             continue
         recorded = _other(fd, name, rel, st, found, report) or recorded
     return Scanned(rules, subdirs, recorded, rule_notes)
+
+
+def _kept(before: Found | None, d: os.DirEntry[str], report: ScanReport, found: list[Found]) -> bool:
+    """Whether a file a watching Store found before, listed again with the same inode and named
+    by no event, is recorded as it was found (no ``stat``): see :func:`scan_dir`."""
+    if (
+        before is None or before.kind > EXEC or before.st is None
+        or before.st.st_ino != d.inode() or not d.is_file(follow_symlinks=False)
+    ):  # fmt: skip
+        return False
+    if before.st.st_mode & 0o7000:
+        report.mode_bits_dropped += 1
+    found.append(before)
+    return True
 
 
 def _listing(
