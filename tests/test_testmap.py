@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tests.testmap import DOC, PACKAGES, collect, imported_modules, render, untested
 
 
@@ -51,3 +53,47 @@ def test_the_packages_listed_are_the_packages_there() -> None:
 
     found = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert set(PACKAGES) == found
+
+
+def package_doc_problems(architecture: str, docs: dict[str, str | None]) -> list[str]:
+    """Each package's doc exists, is linked from architecture.md and names its layer as LAYERS does."""
+    from tests.test_layers import LAYERS
+
+    found = []
+    for package in PACKAGES:
+        text = docs.get(package)
+        if text is None:
+            found.append(f"docs/packages/{package}.md is missing")
+            continue
+        if f"(packages/{package}.md)" not in architecture:
+            found.append(f"docs/architecture.md does not link packages/{package}.md")
+        layer = re.search(r"\(layer (\d+)", text)
+        if layer is None or int(layer.group(1)) != LAYERS[f"snapstore.{package}"]:
+            found.append(
+                f"docs/packages/{package}.md does not say (layer {LAYERS[f'snapstore.{package}']}"
+            )
+    return found
+
+
+def read_package_docs() -> dict[str, str | None]:
+    folder = DOC.parent / "packages"
+    return {
+        package: (folder / f"{package}.md").read_text()
+        if (folder / f"{package}.md").is_file()
+        else None
+        for package in PACKAGES
+    }
+
+
+def test_every_package_has_a_doc_with_its_layer() -> None:
+    architecture = (DOC.parent / "architecture.md").read_text()
+    docs = read_package_docs()
+    assert not package_doc_problems(architecture, docs)
+    # The check can fail: a missing doc, and a doc naming the wrong layer.
+    assert package_doc_problems(architecture, {**docs, "tree": None}) == [
+        "docs/packages/tree.md is missing"
+    ]
+    wrong = {**docs, "records": (docs["records"] or "").replace("(layer 2", "(layer 3")}
+    assert package_doc_problems(architecture, wrong) == [
+        "docs/packages/records.md does not say (layer 2"
+    ]
