@@ -7,7 +7,7 @@ LMDB's dirty pages, buffers in flight) and file-backed pages (shared libraries a
 LMDB file).  ``lib`` runs the library in the child and labels the samples by phase (walk, read,
 manifest, commit) and adds glibc's malloc totals; ``cli`` runs the CLI as the benchmarks do and
 samples it from outside.  Use one core (``taskset -c 1``) on a shared machine; the numbers in
-docs/architecture.md ("Measured at 77k files") come from here, on the ``stdlib-x10u`` corpus
+docs/benchmarks-design.md ("77k files") come from here, on the ``stdlib-x10u`` corpus
 (benchmarks/corpora.py ``build_x10(src, dst, unique=True)``).
 """
 

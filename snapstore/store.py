@@ -108,7 +108,7 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         self._unwatched: str | None = None
         self._watch_retry = False
         #: Whether a snapshot runs the automatic maintenance pass when it is due (its plan reads
-        #: every chunk entry: 0.1-0.7 s at 10k files, paid by that checkpoint).  The resident
+        #: every chunk entry, paid by that checkpoint).  The resident
         #: service turns it off: it maintains the store when idle instead.
         self.maintain_after_snapshot = True
 

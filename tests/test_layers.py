@@ -1,4 +1,4 @@
-"""The import direction of the package (docs/architecture.md, "Layers").
+"""The import direction of the package (docs/architecture.md, "Which way imports run").
 
 A module may import its own layer and the layers below it, never a layer above: storage knows
 nothing of records, records nothing of the tree, the stages in ``ops`` nothing of the Store

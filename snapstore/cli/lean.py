@@ -1,7 +1,7 @@
 """``snapstore snapshot`` without click: the command an agent runs after every tool call.
 
 Importing click and the whole command tree costs more than the snapshot of a small tree itself
-(~35-45 ms of a ~60 ms budget), so the console script hands a plain ``snapshot`` to
+(docs/benchmarks-design.md), so the console script hands a plain ``snapshot`` to
 :func:`main` first.  It accepts exactly the forms listed in :func:`parse_snapshot` and returns
 None for anything else (``--help``, ``--conversation``, an unknown or abbreviated option, a
 value that starts with ``-``, combined short flags, ``--``...): click then parses the same

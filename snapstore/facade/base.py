@@ -93,7 +93,7 @@ class StoreBase:
         """A warning when an interrupted restore is pending (read-only commands show it)."""
         with self.backend.read() as view:
             if view.get("journal", JOURNAL_KEY) is None:
-                return None  # the common case, without importing the restore package (~10 ms)
+                return None  # the common case, without importing the restore package
             from snapstore.ops.restore.recovery import pending
 
             return pending(view)

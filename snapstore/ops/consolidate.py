@@ -11,8 +11,8 @@ one-line edit costs a few bytes, as a git delta does, and with no chain to follo
 offset in that file, then newest first (the newest version is whole at the front of its group;
 older ones are cheap against it, as git keeps the newest object whole).  A chunk shared by
 several files takes the newest file's place.  git's heuristic sorts by base name first (so
-``a/__init__.py`` meets ``b/__init__.py``); measured on a 400-file edit history, that was 3%
-larger than path order, and reading a whole checkpoint took 2-4x longer: its files, read in
+``a/__init__.py`` meets ``b/__init__.py``); on an edit history that was larger than path
+order, and reading a whole checkpoint took several times longer: its files, read in
 path order, visit the frames out of order and thrash the frame cache.  In path order a
 checkpoint's files are read front to back through the frames, each decoded once.  Within a
 directory, files sort by stem, then extension (``a.py`` beside ``a.pyi``), and a compiled file
@@ -58,42 +58,32 @@ MARK = struct.pack("<II", 0x184D2A5B, 4) + b"SNC1"
 #: Plain bytes of live chunks moved per transaction (bounds the memory of one step).
 STEP_BYTES = 16 << 20
 
-#: zstd level of consolidated frames when the store's level is lower (measured on a 400-file
-#: edit history: 3 -> 9 is ~8% smaller for ~3x the compression time, once, in maintenance).
+#: zstd level of consolidated frames when the store's level is lower: smaller stores for more
+#: CPU, paid once, in maintenance (docs/benchmarks-design.md).
 LEVEL = 9
-#: The level when a gc gathers at most :data:`SMALL_BYTES` of plain chunks: on the 400-file
-#: history (16 MB of chunks), 19 stores 7% less than 9 (2.14 -> 1.99 MB, under git gc's 2.02)
-#: for a gc of 3 s instead of 0.5; frames decode as fast.  Past that size, 9 (the stdlib's 250
-#: MB would take minutes at 19).
+#: The level when a gc gathers at most :data:`SMALL_BYTES` of plain chunks (the small trees
+#: agents live in): smaller than 9 for a gc that stays short, and frames decode as fast.  Past
+#: that size, 9: level 19 would take minutes.
 SMALL_LEVEL = 19
 SMALL_BYTES = 32 << 20
 
-#: Plain bytes per consolidated frame.
-#: Measured on the 400-file, 150-step edit history after gc --compact (git gc: 1.93 MiB):
-#: 256 KiB frames 2.32 MB, 512 KiB 2.20, 1 MiB 1.89 MiB (0.984x git), 2 MiB 1.82 (0.943x),
-#: 4 MiB 1.77 (0.921x), 8 MiB 1.74 (0.903x).  At 4 MiB, reads from the consolidated store
-#: were still no slower than from the loose one (cat 0.88x, diff -p 0.70x, restores 0.88-0.98x;
-#: a level-19 frame of 4 MiB decodes in ~2-3 ms); at 8 MiB the oldest checkpoint's restore
-#: was 1.19x slower.
+#: Plain bytes per consolidated frame: the largest size at which reads from the consolidated
+#: store were still no slower than from loose packs (docs/benchmarks-design.md).
 FRAME = 4 << 20
 #: Plain bytes per frame when a gc gathers more than :data:`SMALL_BYTES` (at :data:`LEVEL`).
-#: Measured on the interpreter's site-packages (608 MB: .pyc, .so, .py), after gc --compact:
-#: 1 MiB frames 161.0 MB, 2 MiB 156.7, 4 MiB 152.4, 8 MiB 149.8 (git gc: 178.6), and each gc
-#: faster than the last; level 19 in 1 MiB frames 149.6 MB but a 193 s gc.  The price is the
-#: read of one chunk: a prefix decode of up to 4 MiB (~3.5 ms for source, ~6 ms for
-#: binaries, against ~1 ms); a restore of a whole tree decodes each frame once either way.
+#: Larger frames store less and gc faster; the price is the read of one chunk (a prefix decode
+#: of up to a frame), while a restore of a whole tree decodes each frame once either way.
 BIG_FRAME = 4 << 20
 #: Plain bytes per frame of manifest chunks: the versions of a manifest are nearly the same
-#: bytes (1 MiB of them took 50 KB), so a big frame costs a read (cat: a leaf late in a 1 MiB
-#: frame) far more than it saves (400-file history: 1 MiB 2.12 MB on disk, 256 KiB 2.14).
+#: bytes and compress to little, so a big frame costs a read (cat: a leaf late in the frame) far
+#: more than it saves on disk.
 MANIFEST_FRAME = 256 << 10
 #: A manifest frame also closes once its leaves span this many bytes of their manifests (their
 #: offsets, however many versions lie between).  ``cat`` finds a path by a binary search of
 #: the leaves, each probe a prefix decode of its frame: in a manifest with one version (a big
-#: tree's first checkpoint) every 256 KiB frame held 256 KiB of distinct entries.  On the
-#: interpreter's site-packages (34k files, one checkpoint), 32 KiB spans cut the bytes decoded
-#: per ``cat`` from 3.4 to 2.7 MiB for 0.04% more on disk; a history's frames, many versions
-#: of a few regions, still close at 256 KiB (no change on the 400-file history).
+#: tree's first checkpoint) every frame was all distinct entries.  Spans cut what a ``cat``
+#: decodes there for almost nothing on disk; a history's frames, many versions of a few regions,
+#: still close at :data:`MANIFEST_FRAME`.
 MANIFEST_SPAN = 32 << 10
 
 # Sort groups: manifests first (read by every command), then file data, then the rest.

@@ -34,8 +34,8 @@ Keys = tuple[bytes | None, bytes | None]
 class TreeState:
     """What a watching context knows of the tree since its last committed snapshot."""
 
-    # (Plain classes here: a NamedTuple costs ~0.5 ms to create, and every CLI process imports
-    # this module; a dataclass, its import.)
+    # (Plain classes here: every CLI process imports this module, and creating a NamedTuple
+    # class, or importing dataclasses, would slow its start.)
     __slots__ = ("found", "cache", "entries", "keys", "listings", "links", "carried")
 
     def __init__(
@@ -87,7 +87,7 @@ class ManifestMemo:
 class StageContext:
     """The backend, the tree and the settings a stage works with."""
 
-    # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
+    # (A plain class, not a dataclass: importing dataclasses would slow every CLI process's start.)
     __slots__ = (
         "backend", "root", "excluded", "level", "store_dir", "delta_depth",
         "manifest_memo", "watcher", "tree_state", "walk_check", "request", "found_hint",

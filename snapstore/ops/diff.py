@@ -39,7 +39,7 @@ class Change:
     """
 
     # (A plain class, not a dataclass: a snapshot counts its changes with this module, and
-    # importing dataclasses costs every CLI process ~15 ms.)
+    # importing dataclasses would slow every CLI process's start.)
     __slots__ = ("status", "path", "old", "new", "_old_loader", "_new_loader")
 
     def __init__(

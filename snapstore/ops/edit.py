@@ -285,7 +285,7 @@ def _lines_with_offsets(text: str) -> list[tuple[int, int]]:
 
 
 #: The most work a ``similar`` search may do, in character-pair steps of the bit-parallel
-#: comparison (windows x len(old_text)^2 / 64): ~1 s here.  Past it, only windows in which a
+#: comparison (windows x len(old_text)^2 / 64), about a second.  Past it, only windows in which a
 #: line of old_text stands (whitespace aside) at its place are compared, most such lines first.
 SEARCH_BUDGET = 400_000_000
 

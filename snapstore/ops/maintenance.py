@@ -67,8 +67,8 @@ STEP_BYTES = 4 << 20
 #: Plain bytes moved per pass at most (the rest waits for the next pass).
 PASS_BYTES = 32 << 20
 #: A pass finds the chunks of the packs it moves by reading every chunk entry (packs do not
-#: list their chunks): ~1 s per million entries.  After a snapshot it runs only on stores of at
-#: most this many chunks (~0.1 s); the idle service, on stores of at most :data:`SERVICE_CHUNKS`;
+#: list their chunks), in time proportional to the store.  After a snapshot it runs only on
+#: stores of at most this many chunks (a short pause); the idle service, on stores of at most :data:`SERVICE_CHUNKS`;
 #: bigger stores are consolidated by ``gc``.
 SNAPSHOT_CHUNKS = 100_000
 SERVICE_CHUNKS = 1_000_000
@@ -81,7 +81,7 @@ FULL_MAX = consolidate.SMALL_BYTES
 #: the packs' stored bytes under :data:`FULL_KEY`).
 FULL_GROWTH = 1.25
 #: Plain bytes per step of the full pass: one consolidated frame, so the pass writes the frames
-#: gc writes (level 19: ~0.2 s a MiB on one core, compressed without the writer lock; an idle
+#: gc writes (level 19: slow, so compressed without the writer lock; an idle
 #: service that runs the pass itself, with ``maintenance.detach`` off, serves a request that
 #: arrives once the step under way ends).
 FULL_STEP = consolidate.FRAME

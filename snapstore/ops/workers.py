@@ -1,7 +1,7 @@
 """Thread pools kept for the life of the process.
 
 A restore stages its files in a pool and reads its sources ahead in another; made afresh for
-every restore, their threads cost ~1 ms each to start, every time, and each new thread starts
+every restore, their threads cost a start each, every time, and each new thread starts
 with an empty frame cache (storage.entries keeps decoded frames per thread).  A long-lived
 Store (the service, an agent's process) restores many times: the pools, their threads and
 those caches are kept instead.  The threads are the executor's own (joined at exit).

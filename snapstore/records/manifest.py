@@ -90,8 +90,8 @@ def packer() -> Callable[[Entry], bytes]:
     return pack
 
 
-#: Entries encoded at a time by a whole-list encoding: the encodings of a 77k-file tree would
-#: hold ~10 MB at once; blocks keep it to a few hundred KB.
+#: Entries encoded at a time by a whole-list encoding: blocks keep the memory of the encodings
+#: bounded, where a whole big tree's would be held at once.
 _BLOCK = 4096
 
 
@@ -221,8 +221,8 @@ def find(get: Get, mid: bytes, path: bytes) -> Entry | None:
     A descent of the manifest's index tree: entries are sorted and never span two chunks, so
     at each level a binary search over the children, by the first path under each (its
     leftmost leaf's first record), picks the one child that may hold ``path``.  It reads
-    ~height x log2(fanout) chunks where a scan decoded every entry (a ``cat`` in a 60k-file
-    tree: 21k entries, 40-60 ms) and a walk of the whole index ~100 nodes.
+    ~height x log2(fanout) chunks where a scan decoded every entry, and a walk of the whole index
+    every node.
     """
     record = get("streams", mid)
     if record is None:  # a one-chunk manifest

@@ -53,8 +53,8 @@ MAX_FRAME_BYTES = 64 << 20
 #: No delta chain may be longer, whatever an entry claims (the configured depth is far below).
 MAX_CHAIN = 64
 
-#: A chunk ending before this fraction of its frame is decoded by prefix (streaming costs ~1.4x
-#: per byte, measured, so a chunk near the end is cheaper by one whole decode).
+#: A chunk ending before this fraction of its frame is decoded by prefix (streaming costs more
+#: per byte than one whole decode, so a chunk near the end is cheaper decoded whole).
 PREFIX_BELOW = 0.6
 
 #: Decompressed frames kept per process (shared by its threads).
@@ -192,7 +192,7 @@ def remember_chunk(cid: bytes, data: bytes) -> None:
 
 
 def _prefix(frame: bytes, upto: int) -> bytes:
-    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+    import zstandard  # here, not at import: a no-change snapshot never needs it
 
     reader = zstandard.ZstdDecompressor().stream_reader(frame)
     out = bytearray()
@@ -233,7 +233,7 @@ def zstd_frame_length(frame: bytes) -> int:
     zstd ignores bytes after a frame, so an entry whose length overshoots its frame would read
     back fine; verify and readers compare this with the entry's length instead.
     """
-    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+    import zstandard  # here, not at import: a no-change snapshot never needs it
 
     pos = zstandard.frame_header_size(frame)
     while True:
@@ -261,7 +261,7 @@ def inflate(
     The frame must fill ``frame`` exactly and record its plain size in its header.  With
     ``upto``, decoding may stop once that many bytes are out (a prefix of the frame).
     """
-    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+    import zstandard  # here, not at import: a no-change snapshot never needs it
 
     try:
         claimed = zstandard.frame_content_size(frame)
@@ -302,7 +302,7 @@ def frame_plain(
     ``load_frame`` reads the frame's stored bytes (:func:`frame_part`) and ``load_base`` the
     delta base's plain bytes, only on a miss.
     A chunk early in a solid frame costs only the frame's prefix: zstd decodes in order, so
-    decoding stops once the chunk is out (a random chunk of a 1 MiB frame: ~0.8 ms, not 1.7).
+    decoding stops once the chunk is out (a random chunk costs about half a whole decode).
     ``whole``: decode it all now (the caller reads the chunks that follow).
     """
     # The length is part of the key: an entry whose length was damaged must not be served a

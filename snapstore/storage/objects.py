@@ -64,7 +64,7 @@ def pack_id(pack: bytes) -> bytes:
 
 
 def _compressor(level: int) -> zstandard.ZstdCompressor:
-    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+    import zstandard  # here, not at import: a no-change snapshot never needs it
 
     cache = getattr(_local, "compressors", None)
     if cache is None:
@@ -76,7 +76,7 @@ def _compressor(level: int) -> zstandard.ZstdCompressor:
 
 
 def _decompressor() -> zstandard.ZstdDecompressor:
-    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+    import zstandard  # here, not at import: a no-change snapshot never needs it
 
     d = getattr(_local, "decompressor", None)
     if d is None:
@@ -192,7 +192,7 @@ def _frame(get: Getter, cid: bytes, entry: entries.Entry) -> bytes:
 
 
 def _inflate(cid: bytes, frame: bytes, max_size: int) -> bytes:
-    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+    import zstandard  # here, not at import: a no-change snapshot never needs it
 
     try:
         claimed = zstandard.frame_content_size(frame)

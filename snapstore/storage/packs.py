@@ -1,10 +1,9 @@
 """Format v2 writing: new chunks become solid zstd frames, frames become ~1 MiB packs.
 
-Why packs (measured on the stdlib tree, docs/architecture.md): one LMDB value per chunk wastes
-half an overflow page per value (12.7 MiB of an 83.5 MiB store) and compresses each ~32 KiB
-chunk alone.  Chunks compressed together in frames of :data:`FRAME_TARGET` plain bytes, frames
-concatenated into values of about :data:`PACK_TARGET` bytes, take 0.79x git's gc'd pack where the
-per-chunk layout took 1.34x.
+Why packs (measured in docs/benchmarks-design.md): one LMDB value per chunk wastes half an
+overflow page per value and compresses each ~32 KiB chunk alone.  Chunks compressed together in
+frames of :data:`FRAME_TARGET` plain bytes, frames concatenated into values of about
+:data:`PACK_TARGET` bytes, take less than git's gc'd pack where the per-chunk layout took more.
 
 A pack's key is the first 16 bytes of the BLAKE3 of its bytes, so packs are immutable and never
 collide, and an entry's (pack, offset) names the same bytes in every store.  A pack and the
@@ -29,14 +28,13 @@ from snapstore.storage.entries import CODEC_DELTA, CODEC_ZSTD, Entry
 if TYPE_CHECKING:
     import zstandard
 
-#: Plain bytes per solid frame.  Measured on the stdlib (docs/architecture.md): 1 MiB frames
-#: store 0.82x git's gc'd pack where 512 KiB store 0.85x and 256 KiB 0.90x, and compress
-#: fastest; the price is the read of one chunk (a prefix decode, ~0.8 ms on average).
+#: Plain bytes per solid frame: smaller stores and faster compression than smaller frames
+#: (docs/benchmarks-design.md); the price is the read of one chunk (a prefix decode).
 FRAME_TARGET = 1 << 20
 #: Plain bytes per frame of a checkpoint's new manifest chunks.  A ``cat`` (or ``restore
 #: PATH``) finds its path by a binary search of the manifest's leaves, each probe a prefix
-#: decode of the leaf's frame: in 1 MiB frames, a first checkpoint of site-packages (34k files,
-#: a 3.4 MB manifest) decoded ~3.4 MiB per ``cat``.  Later checkpoints write a few leaves,
+#: decode of the leaf's frame: in data-sized frames, a big tree's first checkpoint decoded
+#: about its whole manifest per ``cat``.  Later checkpoints write a few leaves,
 #: which fit in one such frame anyway.
 MANIFEST_FRAME = 32 << 10
 #: Stored bytes per pack value (a pack closes once it holds at least this much).
@@ -61,7 +59,7 @@ Op = tuple[str, bytes, bytes]  # (table, key, value) for WriteBatch.put_new
 class Frame:
     """One frame ready to be placed in a pack: its stored bytes and the chunks it holds."""
 
-    # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
+    # (A plain class, not a dataclass: importing dataclasses would slow every CLI process's start.)
     __slots__ = ("codec", "data", "members", "base", "depth")
 
     def __init__(
@@ -80,7 +78,7 @@ class Frame:
 
 
 def _compressor(level: int, dictionary: bytes | None = None) -> zstandard.ZstdCompressor:
-    import zstandard  # here, not at import: a no-change snapshot never needs it (~4 ms)
+    import zstandard  # here, not at import: a no-change snapshot never needs it
 
     if dictionary is None:
         return objects._compressor(level)
@@ -110,8 +108,7 @@ def solid_frames(
         groups.append(group)
     if len(groups) < 2:
         return [_solid(g, level) for g in groups]
-    # zstd releases the GIL while it compresses: frames are independent, so each core takes one
-    # (a gc of the interpreter's site-packages, 2 cores: 18 -> 11 s).
+    # zstd releases the GIL while it compresses: frames are independent, so each core takes one.
     from concurrent.futures import ThreadPoolExecutor
 
     workers = min(len(groups), _cores())

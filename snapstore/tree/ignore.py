@@ -36,10 +36,9 @@ MAX_IGNORE_BYTES = 1 << 20
 
 #: Wildcard budget of one pattern.  ``*`` matches within a path segment, ``**`` (and the implicit
 #: "at any depth" of a pattern without a slash) across segments; each unbounded wildcard
-#: multiplies the worst-case backtracking by the path's length.  Measured with pathspec's
-#: regexes: 4 ``*`` in a segment take 0.3 s per 255-byte name, 3 cross-segment wildcards 40 s per
-#: 6,000-byte path; the limits below keep the worst case near 0.1 s for adversarial names and
-#: far below for real ones.
+#: multiplies the worst-case backtracking by the path's length, so a hostile ignore file could
+#: stall every walk.  The limits below keep the worst case of pathspec's regexes short for
+#: adversarial names and far shorter for real ones (docs/benchmarks-design.md).
 MAX_STARS = 3
 MAX_CROSS = 2
 MAX_WILDCARDS = 4
@@ -47,7 +46,7 @@ MAX_WILDCARDS = 4
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-class _Level(NamedTuple):  # (not a frozen dataclass: ~0.5 ms of every CLI process's start)
+class _Level(NamedTuple):  # (not a frozen dataclass: it would slow every CLI process's start)
     base: str  # the directory's path relative to the root, '' or ending in '/'
     spec: Any  # pathspec.GitIgnoreSpec (untyped library)
 

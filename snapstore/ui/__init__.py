@@ -6,7 +6,5 @@ Every page and action is one :class:`snapstore.store.Store` call; nothing from a
 reaches the file system any other way.  :mod:`snapstore.ui.security` holds the guards (token
 cookie, Host check, same-origin POSTs); :mod:`snapstore.ui.html` makes escaping the default.
 
-Modules: ``app`` (routes and the server), ``views`` (pages that read), ``actions`` (pages that
-change things: restore, undo, tags), ``diffview`` and ``highlight`` (diffs and files with
-Pygments), ``html`` (safe markup and the page frame), ``security``.
+The modules, what the UI may import and where to start reading: docs/packages/ui.md.
 """

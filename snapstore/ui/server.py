@@ -40,7 +40,7 @@ def bind(host: str, port: int) -> socket.socket:
     bare = host.strip("[]")
     family = socket.AF_INET6 if ":" in bare else socket.AF_INET
     # proto named: asyncio turns Nagle off (TCP_NODELAY) only on sockets whose proto is TCP, and
-    # accepted ones inherit it; with Nagle a small page waited ~40 ms for the client's delayed ACK
+    # accepted ones inherit it; with Nagle a small page waited for the client's delayed ACK
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -1,6 +1,6 @@
 """Restore: make the tree equal to a checkpoint, atomically, safely, undoably.
 
-The protocol (docs/architecture.md, "Restore"):
+The protocol (docs/packages/ops-restore.md):
 
 1. Under the writer lock, record the tree as it is now (a *safety* checkpoint; the latest
    checkpoint is reused when the tree has not changed since), so nothing the user had is lost.

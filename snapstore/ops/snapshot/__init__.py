@@ -1,6 +1,6 @@
 """Taking a snapshot: walk, read what changed, store new chunks, write the checkpoint last.
 
-Data flow (see docs/architecture.md); :func:`take` (:mod:`.pipeline`) runs one module per
+Data flow (see docs/packages/ops-snapshot.md); :func:`take` (:mod:`.pipeline`) runs one module per
 phase::
 
     walk: the store's keys and parent; scan.walk ──> stat cache ──hit──> entry reuses its stream
@@ -20,7 +20,7 @@ checkpoint that points at something missing.  The stage is given a
 packed record (the Store turns them into a Checkpoint) with a :class:`.result.SnapshotResult`.
 
 The public names are imported on first use: a diff or a dry-run restore imports
-:mod:`.incremental` alone, not the whole stage (~9 ms of a CLI process).
+:mod:`.incremental` alone, not the whole stage.
 """
 
 from __future__ import annotations

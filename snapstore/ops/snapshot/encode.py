@@ -31,15 +31,15 @@ from snapstore.storage.packs import Op
 
 #: meta key: the fingerprint (:func:`_fingerprint`) of the entries the last CLI-style snapshot
 #: (a context's first) recorded, then its manifest id.  When the next one finds the same entries
-#: and that manifest is its parent's, it reuses the id instead of encoding the manifest (~2 ms
-#: instead of ~10 ms at 7.7k files).  Only an optimisation: deleting it changes nothing.
+#: and that manifest is its parent's, it reuses the id instead of encoding the manifest
+#: again.  Only an optimisation: deleting it changes nothing.
 LAST_MANIFEST = b"snapshot:last-manifest"
 
 
 class Records:
     """What the checkpoint's transaction stores besides the checkpoint itself."""
 
-    # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
+    # (A plain class, not a dataclass: importing dataclasses would slow every CLI process's start.)
     __slots__ = ("ops", "plain", "manifest", "replace")
 
     def __init__(self, ops: list[Op]) -> None:

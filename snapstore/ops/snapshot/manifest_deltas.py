@@ -10,7 +10,7 @@ new leaf is stored as a delta on it when that pays, as a file chunk is
 Finding the bases reads index nodes only, never a leaf: the new leaves and their offsets come
 from a descent of the new manifest's index through its new nodes (an unchanged node has no new
 leaf below it), and each base from a descent of the parent's index by offset.  (A search by
-path read ~8 leaves per new leaf: 53 ms for a 100-file checkpoint of a 34k-file tree.)
+path read several leaves per new leaf.)
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from snapstore.storage import entries, objects, packs
 #: the end of its leaves' chains: 4 links cost a read at most 4 small decodes more per leaf.
 MANIFEST_DELTA_DEPTH = 4
 #: Leaves a checkpoint stores as deltas at most; the others whole.  Each costs a base read and
-#: a compression (~0.15 ms): an agent's checkpoint changes a few leaves, a 100-file one
-#: ~100, which took 28 ms more on a 34k-file tree without a bound (and stored 4 KB, not 74).
+#: a compression: an agent's checkpoint changes a few leaves, a 100-file one about a hundred,
+#: whose deltas would cost more time than the bytes they save.
 MAX_LEAVES = 32
 #: A leaf compressed alone takes about this fraction of its plain bytes (its entries' 32-byte
-#: hashes do not compress; measured 0.73 on a 400-file history): the size a delta is weighed
+#: hashes do not compress): the size a delta is weighed
 #: against, so a leaf is compressed once.
 ALONE = 0.75
 #: Index nodes kept parsed per process, keyed by id (the hash of their bytes: never stale).  A

@@ -48,7 +48,7 @@ def take(
 @contextmanager
 def _cyclic_gc_paused() -> Iterator[None]:
     # A snapshot allocates many small tuples and no cycles: Python's cyclic collector would
-    # walk them again and again (22% of an in-process snapshot, measured).
+    # walk them again and again, a large share of an in-process snapshot.
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 class SnapshotResult:
     """What a snapshot did: the entries, the counts, the warnings."""
 
-    # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
+    # (A plain class, not a dataclass: importing dataclasses would slow every CLI process's start.)
     __slots__ = (
         "entries", "manifest_id", "conversation_id", "added", "modified", "deleted",
         "files_read", "bytes_read", "new_bytes", "reused", "found", "report", "changed", "totals",

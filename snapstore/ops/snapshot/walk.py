@@ -27,7 +27,7 @@ from snapstore.tree import scan, worktree
 class Start:
     """The store as a snapshot finds it (the caller holds the writer lock: it stays so)."""
 
-    # (A plain class, not a dataclass: importing dataclasses costs every CLI process ~15 ms.)
+    # (A plain class, not a dataclass: importing dataclasses would slow every CLI process's start.)
     __slots__ = ("keys", "packed", "cached", "indexed", "paths_indexed", "parent", "parent_record", "seq")
 
     def __init__(self, backend: Backend) -> None:
@@ -70,7 +70,7 @@ def newest_readable(backend: Backend, latest: bytes) -> tuple[Checkpoint, bytes]
 class Inputs:
     """What a snapshot starts from."""
 
-    # (Not a NamedTuple: creating one costs ~0.5 ms of the snapshot's import.)
+    # (Not a NamedTuple: creating the class would slow the snapshot's import.)
     __slots__ = ("found", "cache", "entries", "to_read", "stale", "walked", "touched", "base")
 
     def __init__(

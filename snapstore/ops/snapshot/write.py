@@ -23,22 +23,21 @@ from snapstore.storage.backend import Backend
 from snapstore.storage.packs import Op
 
 #: Plain bytes per group of new chunks: the unit of dedup lookup, of compression into solid
-#: frames (packs.FRAME_TARGET) and of hand-off to the writer.  4 MiB groups of up to 256 files
-#: fill 1 MiB frames: the stdlib store is 0.79x git's gc'd pack, 0.81x with 2 MiB / 64 files.
+#: frames (packs.FRAME_TARGET) and of hand-off to the writer.  Groups several frames large fill
+#: their frames, which keeps the store small.
 GROUP_BYTES = 4 << 20
 BATCH_FILES = 256
 QUEUE_ITEMS = 4  # x GROUP_BYTES: what is in flight to the writer
 #: Delta frames are made in DELTA_THREADS threads once a group has this many chunks with a
-#: base (a 100-file checkpoint of the stdlib: 97 bases, most in other 1 MiB frames).
+#: base (each base is decoded from its own frame: worth a second thread).
 PARALLEL_DELTAS = 4
 DELTA_THREADS = 2
 #: Bytes per writer transaction.  The writer holds a batch twice while committing it (its
-#: values, and LMDB's dirty copies): measured on a 1 GiB file, 32 MiB batches ~+100 MiB
-#: anonymous RSS, 8 MiB ~+50; on the 77k-file tree 4 MiB batches hold ~15 MB less than 8 MiB
-#: at the same speed (the extra commits' fsyncs are lost in the reading).
+#: values, and LMDB's dirty copies), so smaller batches hold less memory, at the same speed
+#: (the extra commits' fsyncs are lost in the reading).
 BATCH_BYTES = 4 << 20
 #: Chunk ids looked up between two release_memory calls: each maps its B-tree leaf and up to
-#: 15 cached neighbours (fault-around), ~64 KiB an id measured on the 77k-file tree.
+#: 15 cached neighbours (fault-around).
 RELEASE_LOOKUPS = 256
 
 
@@ -153,7 +152,7 @@ class Writer(threading.Thread):
 Hint = tuple[bytes, int]
 
 
-class Packing(NamedTuple):  # (not a dataclass: its import costs every CLI process ~15 ms)
+class Packing(NamedTuple):  # (not a dataclass: its import would slow every CLI process's start)
     """How new chunks are stored: the store's format, the zstd level, the delta bases."""
 
     level: int
