@@ -41,8 +41,10 @@ from typing import Any
 from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError, UsageError
 from snapstore.store import Store
 
-#: The tools whose calls change files; the hook entries' matcher (also snapstore's own MCP edit).
-TOOLS = ("Bash", "PowerShell", "Write", "Edit", "MultiEdit", "NotebookEdit", "mcp__snapstore__edit_file")
+#: The tools whose calls change files; the hook entries' matcher.  Every MCP server's tool is
+#: bracketed too (``mcp__<server>__<tool>``: any of them may write; one that changed nothing
+#: records nothing).
+TOOLS = ("Bash", "PowerShell", "Write", "Edit", "MultiEdit", "NotebookEdit", "mcp__.*")
 MATCHER = "|".join(TOOLS)
 #: Events the settings entries subscribe to (SessionStart and SessionEnd record nothing).
 EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop", "PreCompact")

@@ -18,14 +18,20 @@ import os
 from typing import Any
 
 from snapstore.integrations import event_model
+from snapstore.integrations.executable import Executable, resolve
 from snapstore.integrations.settings import HOOK_TIMEOUT
 
+AGENT = "copilot"
 EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop", "PreCompact")
 TOOL_NAMES = {"bash": "Bash", "powershell": "PowerShell", "create": "Write", "edit": "Edit"}
-COMMAND = "snapstore hook copilot"
 FILENAME = "snapstore.json"
-#: Copilot CLI's MCP server entry (``~/.copilot/mcp-config.json``): a local server, every tool.
-MCP_ENTRY: dict[str, Any] = {"type": "local", "command": "snapstore", "args": ["mcp"], "tools": ["*"]}
+
+
+def mcp_entry(exe: Executable | None = None) -> dict[str, Any]:
+    """Copilot CLI's MCP server entry (``~/.copilot/mcp-config.json``): a local server, every tool."""
+    from snapstore.integrations.settings import mcp_entry as entry
+
+    return {**entry(exe, type="local"), "tools": ["*"]}
 
 
 def normalize(event: dict[str, Any]) -> dict[str, Any] | None:
@@ -47,10 +53,23 @@ def normalize(event: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def hooks_document() -> dict[str, Any]:
+def hooks_document(exe: Executable | None = None) -> dict[str, Any]:
     """The whole ``.github/hooks/snapstore.json``."""
-    entry = {"type": "command", "bash": COMMAND, "powershell": COMMAND, "timeoutSec": HOOK_TIMEOUT}
+    command = (exe or resolve()).command("hook", AGENT)
+    entry = {"type": "command", "bash": command, "powershell": command, "timeoutSec": HOOK_TIMEOUT}
     return {"version": 1, "hooks": {event: [dict(entry)] for event in EVENTS}}
+
+
+def hooks_text(exe: Executable) -> str:
+    return json.dumps(hooks_document(exe), indent=2) + "\n"
+
+
+def owns(text: str) -> bool:
+    """Whether a hook file is byte for byte one snapstore writes (or wrote: the same with a bare
+    ``snapstore``)."""
+    from snapstore.integrations.hook_files import json_commands, written_by_snapstore
+
+    return written_by_snapstore(text, hooks_text, lambda t: json_commands(t, AGENT))
 
 
 def project_of(event: dict[str, Any]) -> str | None:
@@ -74,9 +93,9 @@ def integrate(
         raise UsageError("Copilot CLI reads hooks from the repository only (.github/hooks/): use --scope project")
     project = os.path.abspath(project)
     path = os.path.join(project, ".github", "hooks", FILENAME)
-    text = json.dumps(hooks_document(), indent=2) + "\n"
-    out = own_file(path, project, text, COMMAND, remove=remove, dry_run=dry_run)
+    exe = resolve()
+    out = own_file(path, project, hooks_text(exe), owns, remove=remove, dry_run=dry_run)
     if mcp:  # Copilot CLI keeps MCP servers per user only
         config = os.path.join(home if home is not None else os.path.expanduser("~"), ".copilot", "mcp-config.json")
-        out += server_file(config, None, ["mcpServers"], MCP_ENTRY, remove=remove, dry_run=dry_run)
+        out += server_file(config, None, ["mcpServers"], mcp_entry(exe), remove=remove, dry_run=dry_run)
     return out

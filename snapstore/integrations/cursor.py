@@ -30,10 +30,10 @@ import os
 from typing import Any
 
 from snapstore.integrations import event_model
+from snapstore.integrations.executable import Executable, resolve
 from snapstore.integrations.hook_files import flat_settings, server_file, where
 
 AGENT = "cursor"
-COMMAND = f"snapstore hook {AGENT}"
 SHELL_TOOLS = ("Shell",)
 EDIT_TOOLS = ("Write", "StrReplace", "Edit", "MultiEdit", "Delete")
 MATCHER = "|".join(SHELL_TOOLS + EDIT_TOOLS)
@@ -42,7 +42,6 @@ EVENTS = (
     "beforeShellExecution", "afterShellExecution", "afterFileEdit", "stop", "preCompact",
 )
 TOOL_EVENTS = ("preToolUse", "postToolUse", "postToolUseFailure")
-MCP_ENTRY: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
 
 
 def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -94,11 +93,12 @@ def reply(out: str) -> str:
     return json.dumps({"user_message": message})
 
 
-def _entry(event: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {"command": COMMAND, "timeout": 20}
+def entry(event: str, exe: Executable) -> dict[str, Any]:
+    """snapstore's entry in ``hooks.json`` for ``event``."""
+    found: dict[str, Any] = {"command": exe.command("hook", AGENT), "timeout": 20}
     if event in TOOL_EVENTS:
-        entry["matcher"] = MATCHER
-    return entry
+        found["matcher"] = MATCHER
+    return found
 
 
 def integrate(
@@ -108,8 +108,14 @@ def integrate(
     """Add (or ``remove``) snapstore's hooks in ``.cursor/hooks.json`` (``~/.cursor`` for the user
     scope), and with ``mcp`` its server in the ``mcp.json`` beside it; the changes."""
     base, inside, project = where("Cursor", scope, project, home)
+    from snapstore.integrations.settings import mcp_entry
+
     folder = os.path.join(base, ".cursor")
-    out = flat_settings(os.path.join(folder, "hooks.json"), inside, AGENT, EVENTS, _entry, remove=remove, dry_run=dry_run, base={"version": 1})
+    exe = resolve()
+    out = flat_settings(
+        os.path.join(folder, "hooks.json"), inside, AGENT, EVENTS, lambda event: entry(event, exe),
+        remove=remove, dry_run=dry_run, base={"version": 1},
+    )
     if mcp:
-        out += server_file(os.path.join(folder, "mcp.json"), inside, ["mcpServers"], MCP_ENTRY, remove=remove, dry_run=dry_run)
+        out += server_file(os.path.join(folder, "mcp.json"), inside, ["mcpServers"], mcp_entry(exe), remove=remove, dry_run=dry_run)
     return out
