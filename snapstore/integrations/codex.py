@@ -73,6 +73,8 @@ def integrate(
         check_in_project(path, project)
         check_in_project(config, project)
     exe = resolve()
+    if mcp:  # a config.toml that refuses is refused before anything is written
+        _mcp_table(config, remove, True, exe)
     out = update_file(path, (lambda doc: remove_hooks(doc, HOOKS)) if remove else (lambda doc: add_hooks(doc, HOOKS, exe)), dry_run)
     if mcp:
         out += _mcp_table(config, remove, dry_run, exe)
@@ -110,7 +112,11 @@ def _mcp_table(path: str, remove: bool, dry_run: bool, exe: Executable) -> list[
         new = (body + "\n\n" if body.strip() else "") + table_text(exe)
         expected = copy.deepcopy(old)
         expected.setdefault("mcp_servers", {})["snapstore"] = wanted
-        if _loads(new) != expected:
+        try:
+            same = _loads(new) == expected
+        except UsageError:
+            same = False
+        if not same:
             raise UsageError(
                 f"{path}: [mcp_servers.snapstore] cannot be added to this file safely (an inline or dotted "
                 "mcp_servers?): nothing changed; add the output of 'snapstore integrate --print codex' yourself"
