@@ -5,7 +5,6 @@ a table header inside a multi-line string, an inline table, invalid TOML."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -15,8 +14,9 @@ import pytest
 from helpers import SNAPSTORE_SCRIPT, subprocess_env
 
 from snapstore.errors import ConflictError, UsageError
-from snapstore.integrations import agents, cline, codex, copilot, kiro
+from snapstore.integrations import agents, cline, codex, copilot, kiro, opencode
 from snapstore.integrations.executable import Executable
+from snapstore.integrations.hook_files import bare_digest
 
 tomllib = pytest.importorskip("tomllib")
 SNAP = str(SNAPSTORE_SCRIPT)
@@ -77,30 +77,63 @@ def test_the_refusal_is_one_line_and_exit_9(tmp_path: Path):
     assert (project / rel).read_text() == text
 
 
+#: The old texts, byte for byte as the previous version wrote them (a bare snapstore).
+OLD_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop", "PreCompact")
+
+
+def _old_text(agent: str) -> str:
+    if agent == "cline":
+        return "#!/bin/sh\n# snapstore hook cline: a checkpoint per event (snapstore integrate cline --remove takes it out)\nexec snapstore hook cline\n"
+    if agent == "copilot":
+        entry = {"type": "command", "bash": "snapstore hook copilot", "powershell": "snapstore hook copilot", "timeoutSec": 20}
+        return json.dumps({"version": 1, "hooks": {e: [dict(entry)] for e in OLD_EVENTS}}, indent=2) + "\n"
+    hooks = []
+    for trigger in ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"):
+        hook: dict[str, object] = {"name": f"snapstore {trigger}", "trigger": trigger}
+        if trigger in ("PreToolUse", "PostToolUse"):
+            hook["matcher"] = "*"
+        hook.update(action={"type": "command", "command": "snapstore hook kiro"}, timeout=20, enabled=True)
+        hooks.append(hook)
+    return json.dumps({"version": "v1", "hooks": hooks}, indent=2) + "\n"
+
+
 @pytest.mark.parametrize("agent", ["cline", "copilot", "kiro"])
 def test_what_an_earlier_snapstore_wrote_is_still_ours(agent: str, tmp_path: Path):
     rel, _ = USERS[agent]
     project = tmp_path / "proj"
     path = project / rel
     path.parent.mkdir(parents=True)
-    if agent == "cline":  # byte for byte what the previous version wrote (a bare snapstore)
-        old = "#!/bin/sh\n# snapstore hook cline: a checkpoint per event (snapstore integrate cline --remove takes it out)\nexec snapstore hook cline\n"
-    elif agent == "copilot":
-        old = copilot.hooks_text(LEGACY)
-    else:
-        doc = kiro.hooks_document(LEGACY)
-        doc["hooks"] = [h for h in doc["hooks"] if h["trigger"] != "AgentSpawn"]
-        for h in doc["hooks"]:
-            if "matcher" in h:
-                h["matcher"] = "*"
-        old = json.dumps(doc, indent=2) + "\n"
-    assert agent == "copilot" or hashlib.sha256(old.encode()).hexdigest() in cline.LEGACY_SCRIPTS | kiro.LEGACY_FILES
+    old = _old_text(agent)
     path.write_text(old)
     lines = integrate(agent, project)
-    assert any("updated" in line for line in lines), lines
+    assert agent == "copilot" or any("updated" in line for line in lines), lines
     assert SNAP in path.read_text()
     integrate(agent, project, remove=True)
     assert not path.exists()
+
+
+#: bare_digest of what integrate writes now, per owned file.  When this test fails, the file
+#: changed: add the digest below to the module's legacy set (so files written before stay
+#: snapstore's to replace and remove), then pin the new one here.
+PINNED = {
+    "cline": "49c02f1b4b33212c9444b551575f10669cb46ba6c5572295a93c59a5fd993cc0",
+    "kiro": "18511f31a9c7c5c40d24de0acda77b490bcd27d85d553193ea8183daa16b21f6",
+    "copilot": "6dabb5daa513182a42b82fe67915965a8353fb9d8bec3c49a8aa545c43689185",
+    "opencode": "ed9fb3a7adb02b6467374a246eff2320e31f898b891cb501eff222cadb0afd6e",
+}
+RENDER = {"cline": (cline.script, cline.owns), "kiro": (kiro.hooks_text, kiro.owns),
+          "copilot": (copilot.hooks_text, copilot.owns), "opencode": (opencode.plugin_text, opencode.owns)}
+
+
+@pytest.mark.parametrize("agent", sorted(PINNED))
+def test_a_changed_template_keeps_files_written_before_owned(agent: str):
+    render, owns = RENDER[agent]
+    assert bare_digest(render(LEGACY), ["snapstore"]) == PINNED[agent], "the owned file changed: see PINNED"
+    # Whatever path it names (spaces, quotes), a file written by this version is known as ours.
+    for program in ("/home/a b/.venv/bin/snapstore", "/opt/it's/snapstore-py"):
+        text = render(Executable((program,)))
+        assert owns(text) and bare_digest(text, [program]) == PINNED[agent]
+        assert not owns(text.replace("hook", "hook ", 1))
 
 
 CONFIG = 'model = "o4"\n\n[mcp_servers.github]\ncommand = "gh-mcp"\n'

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 from typing import Any
 
 from snapstore.errors import UsageError
@@ -35,7 +34,7 @@ from snapstore.integrations.hook_files import own_file, server_file, where, writ
 AGENT = "cline"
 EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "TaskComplete", "TaskCancel", "PreCompact")
 TOOLS = {"write_to_file": "Write", "replace_in_file": "Edit", "apply_patch": "Edit", "execute_command": "Bash"}
-#: SHA-256 of the scripts earlier versions of snapstore wrote (still snapstore's to replace).
+#: :func:`~snapstore.integrations.hook_files.bare_digest` of the scripts earlier versions wrote.
 LEGACY_SCRIPTS = frozenset({"b2068bac8420f15fd150e7184f6a61fb77239a7610e6abcb07c9333e56f71650"})
 _RUN_LINE = re.compile(r"^out=\$\((.*) hook cline\); rc=\$\?$", re.MULTILINE)
 
@@ -52,8 +51,8 @@ def script(exe: Executable) -> str:
         f"out=$({command}); rc=$?\n"
         'if [ "$rc" -eq 0 ] && [ -n "$out" ]; then printf \'%s\\n\' "$out"; exit 0; fi\n'
         f"umask 077; log={hook_log.SHELL_PATH}\n"
-        'mkdir -p "${log%/*}" 2>/dev/null && printf \'%s cline: %s exited %s; the tool call went on\\n\' '
-        f'"$(date +%Y-%m-%dT%H:%M:%S)" {shlex.quote(command)} "$rc" >>"$log" 2>/dev/null\n'
+        'mkdir -p "${log%/*}" 2>/dev/null && printf \'%s cline: %s: snapstore exited %s; the tool call went on\\n\' '
+        '"$(date +%Y-%m-%dT%H:%M:%S)" "$0" "$rc" >>"$log" 2>/dev/null\n'
         "printf '%s\\n' '{\"cancel\": false}'\n"
         "exit 0\n"
     )

@@ -25,6 +25,8 @@ AGENT = "copilot"
 EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop", "PreCompact")
 TOOL_NAMES = {"bash": "Bash", "powershell": "PowerShell", "create": "Write", "edit": "Edit"}
 FILENAME = "snapstore.json"
+#: :func:`~snapstore.integrations.hook_files.bare_digest` of the hook files earlier versions wrote.
+LEGACY_FILES = frozenset({"6dabb5daa513182a42b82fe67915965a8353fb9d8bec3c49a8aa545c43689185"})
 
 
 def mcp_entry(exe: Executable | None = None) -> dict[str, Any]:
@@ -69,7 +71,7 @@ def owns(text: str) -> bool:
     ``snapstore``)."""
     from snapstore.integrations.hook_files import json_commands, written_by_snapstore
 
-    return written_by_snapstore(text, hooks_text, lambda t: json_commands(t, AGENT))
+    return written_by_snapstore(text, hooks_text, lambda t: json_commands(t, AGENT), LEGACY_FILES)
 
 
 def project_of(event: dict[str, Any]) -> str | None:

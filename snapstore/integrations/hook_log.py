@@ -26,22 +26,18 @@ def path() -> str:
 
 def append(agent: str, message: str) -> None:
     """Add one line (never raises: a log that cannot be written must not fail the hook)."""
+    # The store's hook.log is written the same way.
+    from snapstore.integrations.claude_code import _append
+
     target = path()
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {agent}: {' '.join(message.split())[:2000]}\n"
     try:
         os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-        try:
-            if os.lstat(target).st_size > MAX_BYTES:
-                os.replace(target, target + ".1")
-        except FileNotFoundError:
-            pass
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, line.encode("utf-8", "replace"))
-        finally:
-            os.close(fd)
+        if os.lstat(target).st_size > MAX_BYTES:
+            os.replace(target, target + ".1")
     except OSError:
-        pass
+        pass  # absent (the append creates it), or not ours to rotate
+    _append(target, line)
 
 
 def tail(file: str, lines: int = 5) -> list[str]:

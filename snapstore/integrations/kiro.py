@@ -32,7 +32,7 @@ AGENT = "kiro"
 TRIGGERS = ("AgentSpawn", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop")
 #: Kiro's tool matchers are regular expressions: every tool.
 MATCHER = ".*"
-#: SHA-256 of the hook files earlier versions of snapstore wrote (still snapstore's to replace).
+#: :func:`~snapstore.integrations.hook_files.bare_digest` of the hook files earlier versions wrote.
 LEGACY_FILES = frozenset({"cfcc653cc80d24b4669645871bcef83d5d329aa4368333109e9c95d358d56c63"})
 SHELL_TOOLS = ("execute_bash", "executeBash", "shell", "execute_cmd")
 WRITE_TOOLS = ("fs_write", "fsWrite", "write", "str_replace", "strReplace", "fs_append", "delete", "deleteFile")

@@ -33,7 +33,7 @@ from snapstore.integrations.hook_files import own_file, server_file, where, writ
 
 AGENT = "opencode"
 TOOLS = {"bash": "Bash", "edit": "Edit", "patch": "Edit", "multiedit": "Edit", "write": "Write"}
-#: SHA-256 of the plugins earlier versions of snapstore wrote (still snapstore's to replace).
+#: :func:`~snapstore.integrations.hook_files.bare_digest` of the plugins earlier versions wrote.
 LEGACY_PLUGINS = frozenset({"737958fd091e6061878be4fc13b79a06b92cc397cd27df12a3a66c6fe0326d02"})
 _ARGV_LINE = re.compile(r"^const SNAPSTORE = (\[.*\])$", re.MULTILINE)
 _PLACEHOLDER = "__SNAPSTORE_ARGV__"
