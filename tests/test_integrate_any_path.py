@@ -245,3 +245,20 @@ def test_kiro_sessions_follow_agent_spawn(tmp_path: Path):
         tasks = {c.message: c.task for c in store.checkpoints()}
     assert tasks["first session"] != tasks["second session"]
     assert all(str(t).startswith("kiro-") for t in tasks.values()) and len(set(tasks.values())) == 2
+
+
+def test_copilot_and_cursor_bracket_mcp_tools_and_skip_read_only_ones():
+    from snapstore.integrations import copilot, cursor
+
+    base = {"session_id": "s", "cwd": "/", "tool_input": {"path": "a.txt", "content": "x"}}
+    mcp = copilot.normalize({**base, "hook_event_name": "PreToolUse", "tool_name": "github-mcp-server-create_or_update_file"})
+    assert mcp is not None and mcp["tool_name"] == "github-mcp-server-create_or_update_file" and mcp["tool_use_id"]
+    for read_only in copilot.READ_ONLY_TOOLS:
+        assert copilot.normalize({**base, "hook_event_name": "PreToolUse", "tool_name": read_only}) is None
+    assert re.fullmatch(cursor.MATCHER, "MCP:filesystem:write_file")
+    event = {"conversation_id": "c", "workspace_roots": ["/"], "tool_name": "MCP:filesystem:write_file",
+             "tool_input": {"path": "/a.txt", "content": "x"}}
+    pre = cursor.normalize({**event, "hook_event_name": "preToolUse"})
+    post = cursor.normalize({**event, "hook_event_name": "postToolUse"})
+    assert pre is not None and post is not None
+    assert pre["tool_name"] == "MCP:filesystem:write_file" and pre["tool_use_id"] == post["tool_use_id"]

@@ -5,9 +5,10 @@ file of its own, ``.github/hooks/snapstore.json``, so adding and removing never 
 hooks.  Configured with PascalCase event names, Copilot sends snake_case payloads in Claude
 Code's shape (``hook_event_name``, ``session_id``, ``cwd``, ``tool_name``, ``tool_input``,
 ``transcript_path`` on Stop), including ``PostToolUseFailure``; tool events carry no call id
-and fire for every tool, so only the tools that change files are recorded (``bash``,
-``powershell``, ``create``, ``edit``, named as the event model names them) and a call id is made
-from the tool's name and arguments.  Copilot reads a ``preToolUse`` hook's stdout as a
+and fire for every tool: every tool but the read-only built-ins is bracketed (``bash``,
+``powershell``, ``create``, ``edit`` named as the event model names them; MCP servers' tools
+and the rest under their own names: one that changed nothing records nothing) and a call id is
+made from the tool's name and arguments.  Copilot reads a ``preToolUse`` hook's stdout as a
 permission decision: the hook prints nothing.
 """
 
@@ -24,6 +25,8 @@ from snapstore.integrations.settings import HOOK_TIMEOUT
 AGENT = "copilot"
 EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop", "PreCompact")
 TOOL_NAMES = {"bash": "Bash", "powershell": "PowerShell", "create": "Write", "edit": "Edit"}
+#: Copilot's built-in tools that change no file (its hooks reference's table).
+READ_ONLY_TOOLS = ("view", "glob", "grep", "web_fetch", "ask_user")
 FILENAME = "snapstore.json"
 #: :func:`~snapstore.integrations.hook_files.bare_digest` of the hook files earlier versions wrote.
 LEGACY_FILES = frozenset({"6dabb5daa513182a42b82fe67915965a8353fb9d8bec3c49a8aa545c43689185"})
@@ -45,9 +48,9 @@ def normalize(event: dict[str, Any]) -> dict[str, Any] | None:
     out = dict(event)
     if name in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
         tool = str(event.get("tool_name", ""))
-        if tool not in TOOL_NAMES:
+        if not tool or tool in READ_ONLY_TOOLS:
             return None
-        out["tool_name"] = TOOL_NAMES[tool]
+        out["tool_name"] = TOOL_NAMES.get(tool, tool)
         out["tool_use_id"] = event_model.call_id("copilot", tool, event.get("tool_input"))
         result = event.get("tool_result")
         if name == "PostToolUse" and isinstance(result, dict) and result.get("result_type") in ("failure", "error"):

@@ -14,7 +14,8 @@ Cursor                                      the event model
 ==========================================  =============================================
 ``beforeSubmitPrompt`` (``prompt``)         ``UserPromptSubmit``
 ``preToolUse``, ``beforeShellExecution``    ``PreToolUse`` (Shell -> Bash; Write, StrReplace,
-                                            Edit, MultiEdit, Delete -> Edit)
+                                            Edit, MultiEdit, Delete -> Edit; ``MCP:*`` tools
+                                            under their own names)
 ``postToolUse``, ``afterShellExecution``,   ``PostToolUse``
 ``afterFileEdit``
 ``postToolUseFailure``                      ``PostToolUseFailure``
@@ -36,7 +37,9 @@ from snapstore.integrations.hook_files import flat_settings, server_file, where
 AGENT = "cursor"
 SHELL_TOOLS = ("Shell",)
 EDIT_TOOLS = ("Write", "StrReplace", "Edit", "MultiEdit", "Delete")
-MATCHER = "|".join(SHELL_TOOLS + EDIT_TOOLS)
+#: MCP servers' tools reach the generic tool events as ``MCP:<server>:<tool>``: any may write.
+MCP_PREFIX = "MCP:"
+MATCHER = "|".join(SHELL_TOOLS + EDIT_TOOLS) + "|MCP:.*"
 EVENTS = (
     "beforeSubmitPrompt", "preToolUse", "postToolUse", "postToolUseFailure",
     "beforeShellExecution", "afterShellExecution", "afterFileEdit", "stop", "preCompact",
@@ -66,6 +69,8 @@ def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
         elif tool in EDIT_TOOLS:
             tool_input = {"file_path": str(args.get("file_path") or args.get("path") or "")}
             model_tool = "Edit"
+        elif tool.startswith(MCP_PREFIX):
+            tool_input, model_tool = (args if isinstance(raw, dict) else {"input": str(raw)}), tool
         else:
             return None
         when = "PostToolUseFailure" if name == "postToolUseFailure" else ("PreToolUse" if name == "preToolUse" else "PostToolUse")
