@@ -262,3 +262,28 @@ def test_copilot_and_cursor_bracket_mcp_tools_and_skip_read_only_ones():
     post = cursor.normalize({**event, "hook_event_name": "postToolUse"})
     assert pre is not None and post is not None
     assert pre["tool_name"] == "MCP:filesystem:write_file" and pre["tool_use_id"] == post["tool_use_id"]
+
+
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}) + "\n"
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "opencode", "codex"])
+def test_a_written_mcp_server_entry_starts_with_a_path_that_lacks_snapstore(agent: str, tmp_path: Path):
+    pytest.importorskip("mcp")
+    tomllib = pytest.importorskip("tomllib")
+    project = tmp_path / "proj"
+    project.mkdir()
+    agents.integrate(agent, str(project), scope="project", mcp=True, remove=False, dry_run=False)
+    if agent == "claude-code":
+        entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["snapstore"]
+        argv = [entry["command"], *entry["args"]]
+    elif agent == "opencode":
+        argv = json.loads((project / "opencode.json").read_text())["mcp"]["snapstore"]["command"]
+    else:
+        entry = tomllib.loads((project / ".codex" / "config.toml").read_text())["mcp_servers"]["snapstore"]
+        argv = [entry["command"], *entry["args"]]
+    assert argv[0] == SNAP
+    done = subprocess.run(argv, input=INITIALIZE, cwd=project, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    answer = json.loads(done.stdout.splitlines()[0])
+    assert answer["id"] == 1 and answer["result"]["serverInfo"], done.stderr
