@@ -197,3 +197,26 @@ def test_invalid_or_inline_toml_and_a_foreign_server_are_refused_untouched(tmp_p
         _codex(path.parent.parent)
     assert _codex(path.parent.parent, remove=True) == []
     assert path.read_text() == foreign  # --remove leaves a server that is not snapstore's
+
+
+def test_a_hook_entry_that_also_runs_the_users_command_is_the_users(tmp_path: Path):
+    project = tmp_path / "proj"
+    (project / ".claude").mkdir(parents=True)
+    (project / ".cursor").mkdir()
+    theirs = {"type": "command", "command": "snapstore hook claude-code && notify-send done"}
+    (project / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"Stop": [{"hooks": [theirs]}]}}))
+    flat = {"command": "/opt/bin/snapstore hook cursor; ./lint.sh"}
+    (project / ".cursor" / "hooks.json").write_text(json.dumps({"version": 1, "hooks": {"stop": [flat]}}))
+    for agent in ("claude-code", "cursor"):
+        integrate(agent, project)
+        integrate(agent, project, remove=True)
+    assert json.loads((project / ".claude" / "settings.json").read_text()) == {"hooks": {"Stop": [{"hooks": [theirs]}]}}
+    assert json.loads((project / ".cursor" / "hooks.json").read_text()) == {"version": 1, "hooks": {"stop": [flat]}}
+
+
+def test_a_crlf_config_toml_loses_only_our_table(tmp_path: Path):
+    text = 'model = "o4"\r\n\r\n[mcp_servers.snapstore]\r\ncommand = "snapstore"\r\nargs = ["mcp"]\r\n\r\n[mcp_servers.github]\r\ncommand = "gh-mcp"\r\n'
+    path = _config(tmp_path, "")
+    path.write_bytes(text.encode())
+    _codex(path.parent.parent, remove=True)
+    assert tomllib.loads(path.read_text()) == {"model": "o4", "mcp_servers": {"github": {"command": "gh-mcp"}}}

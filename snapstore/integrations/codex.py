@@ -47,7 +47,7 @@ HOOKS = HookSpec(
     matcher="Bash|apply_patch|mcp__.*",
 )
 TABLE = "[mcp_servers.snapstore]"
-_OUR_HEADER = re.compile(r'^[ \t]*\[[ \t]*mcp_servers[ \t]*\.[ \t]*(?:snapstore|"snapstore")[ \t]*\][ \t]*(?:#.*)?$')
+_OUR_HEADER = re.compile(r'^[ \t]*\[[ \t]*mcp_servers[ \t]*\.[ \t]*(?:snapstore|"snapstore")[ \t]*\][ \t\r]*(?:#.*)?$')
 _ANY_HEADER = re.compile(r"^[ \t]*\[")
 #: How many ends of the table are tried before giving up (each is one parse of the file).
 _MAX_TRIES = 64

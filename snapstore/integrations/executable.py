@@ -141,8 +141,10 @@ def split_command(command: str) -> list[str]:
         return []
 
 
-def is_snapstore_command(command: str | Sequence[str], *args: str) -> bool:
-    """Whether a command (a shell line, or argv) runs snapstore with ``args`` first."""
+def is_snapstore_command(command: str | Sequence[str], *args: str, exact: bool = False) -> bool:
+    """Whether a command (a shell line, or argv) runs snapstore with ``args`` first (``exact``:
+    and nothing else: a line that also runs something of the user's is the user's)."""
     words = split_command(command) if isinstance(command, str) else [str(w) for w in command]
     n = program_words(words)
-    return n > 0 and words[n : n + len(args)] == list(args)
+    rest = words[n:] if exact else words[n : n + len(args)]
+    return n > 0 and rest == list(args)

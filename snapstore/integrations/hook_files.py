@@ -185,7 +185,7 @@ def json_commands(text: str, agent: str) -> list[list[str]]:
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-        elif isinstance(node, str) and is_snapstore_command(node, "hook", agent):
+        elif isinstance(node, str) and is_snapstore_command(node, "hook", agent, exact=True):
             words = split_command(node)
             found.append(words[: program_words(words)])
     return found

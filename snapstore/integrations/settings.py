@@ -25,7 +25,6 @@ from snapstore.integrations.claude_code import EVENTS, MATCHER, TOOL_EVENTS
 from snapstore.integrations.executable import (
     Executable,
     is_snapstore_command,
-    program_words,
     resolve,
 )
 from snapstore.tree.atomic import write_file_atomic
@@ -97,15 +96,16 @@ CLAUDE_CODE = HookSpec("claude-code", EVENTS, TOOL_EVENTS, MATCHER)
 
 
 def is_own_hook(hook: Any, agent: str = "claude-code") -> bool:
-    """Whether a hook entry is snapstore's: ``[/path/to/]snapstore hook AGENT ...``, or an
-    ``http`` hook to the service's loopback endpoint for AGENT."""
+    """Whether a hook entry is snapstore's: ``[/path/to/]snapstore hook AGENT`` and nothing more
+    (a command that also runs something of the user's is the user's), or an ``http`` hook to the
+    service's loopback endpoint for AGENT."""
     if not isinstance(hook, dict):
         return False
     url = hook.get("url")
     if hook.get("type") == "http" and isinstance(url, str):
         return url.startswith("http://127.0.0.1:") and url.endswith("/snapstore/hook/" + agent)
     command = hook.get("command")
-    return isinstance(command, str) and is_snapstore_command(command, "hook", agent)
+    return isinstance(command, str) and is_snapstore_command(command, "hook", agent, exact=True)
 
 
 def describe(hook: dict[str, Any]) -> str:
@@ -249,8 +249,8 @@ def server_command(entry: dict[str, Any]) -> str:
 
 
 def is_own_server(entry: Any) -> bool:
-    """Whether an MCP server entry runs snapstore (any path to it)."""
-    return isinstance(entry, dict) and program_words(server_words(entry)) > 0
+    """Whether an MCP server entry runs ``snapstore mcp`` (any path to it)."""
+    return isinstance(entry, dict) and is_snapstore_command(server_words(entry), "mcp")
 
 
 #: The largest settings file read (a settings file is a few KiB; a huge one is not one).
