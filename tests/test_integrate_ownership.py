@@ -220,3 +220,16 @@ def test_a_crlf_config_toml_loses_only_our_table(tmp_path: Path):
     path.write_bytes(text.encode())
     _codex(path.parent.parent, remove=True)
     assert tomllib.loads(path.read_text()) == {"model": "o4", "mcp_servers": {"github": {"command": "gh-mcp"}}}
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "cursor", "kiro"])
+def test_an_mcp_server_named_snapstore_that_is_not_ours_refuses_before_anything_is_written(agent: str, tmp_path: Path):
+    project = tmp_path / "proj"
+    rel = {"claude-code": ".mcp.json", "cursor": ".cursor/mcp.json", "kiro": ".kiro/settings/mcp.json"}[agent]
+    (project / rel).parent.mkdir(parents=True)
+    theirs = json.dumps({"mcpServers": {"snapstore": {"command": "/usr/local/bin/my-snapshot-tool", "args": ["serve"]}}})
+    (project / rel).write_text(theirs)
+    with pytest.raises(ConflictError, match="does not run snapstore"):
+        integrate(agent, project, mcp=True)
+    assert (project / rel).read_text() == theirs
+    assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()) == [rel]  # no hooks either

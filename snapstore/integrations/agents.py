@@ -110,9 +110,22 @@ def integrate(
     """``snapstore integrate AGENT``: the changes made (or that would be) to the agent's settings,
     then a ``note: ...`` line when the snapstore the entries run looks fragile (a temporary
     directory, a moved virtualenv: :mod:`snapstore.integrations.executable`)."""
+    from snapstore.integrations.executable import resolve
+
+    if not dry_run:  # every refusal (a file or entry of someone else's) before anything is written
+        _integrate(agent, directory, scope=scope, mcp=mcp, remove=remove, dry_run=True, http=http, home=home)
+    lines = _integrate(agent, directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run, http=http, home=home)
+    note = resolve().note
+    if note is not None and not remove:
+        lines.append(note)
+    return lines
+
+
+def _integrate(
+    agent: str, directory: str, *, scope: str, mcp: bool, remove: bool, dry_run: bool, http: bool, home: str | None
+) -> list[str]:
     from snapstore.errors import UsageError
     from snapstore.integrations import settings
-    from snapstore.integrations.executable import resolve
 
     if agent == "claude-code":
         project = os.environ.get("CLAUDE_PROJECT_DIR") or directory
@@ -125,9 +138,6 @@ def integrate(
         raise UsageError(f"snapstore does not know the agent {agent!r} (use {', '.join(AGENTS)})")
     else:
         lines = list(adapter(agent).integrate(directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run, home=home))
-    note = resolve().note
-    if note is not None and not remove:
-        lines.append(note)
     return lines
 
 

@@ -20,7 +20,7 @@ import os
 import stat
 from typing import Any
 
-from snapstore.errors import TreeIOError, UnsafePathError, UsageError
+from snapstore.errors import ConflictError, TreeIOError, UnsafePathError, UsageError
 from snapstore.integrations.claude_code import EVENTS, MATCHER, TOOL_EVENTS
 from snapstore.integrations.executable import (
     Executable,
@@ -218,6 +218,8 @@ def add_server(doc: dict[str, Any], keys: list[str], entry: dict[str, Any] | Non
     assert servers is not None
     if servers.get(SERVER_NAME) == entry:
         return []
+    if SERVER_NAME in servers and not is_own_server(servers[SERVER_NAME]):
+        raise ConflictError(f"an MCP server named {SERVER_NAME!r} that does not run snapstore is there: not touching it")
     verb = "updated" if SERVER_NAME in servers else "added"
     servers[SERVER_NAME] = copy.deepcopy(entry)
     return [f"{verb} MCP server {SERVER_NAME}: {server_command(entry)}"]
