@@ -287,3 +287,20 @@ def test_a_written_mcp_server_entry_starts_with_a_path_that_lacks_snapstore(agen
     done = subprocess.run(argv, input=INITIALIZE, cwd=project, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
     answer = json.loads(done.stdout.splitlines()[0])
     assert answer["id"] == 1 and answer["result"]["serverInfo"], done.stderr
+
+
+def test_integrate_says_once_on_stderr_when_the_executable_is_fragile(tmp_path: Path, run_cli, monkeypatch):
+    temp_venv = tmp_path / "venv" / "bin"
+    temp_venv.mkdir(parents=True)
+    (temp_venv / "python").write_text("")
+    program = temp_venv / "snapstore"
+    program.write_text(f"#!{temp_venv / 'python'}\n")
+    program.chmod(0o755)
+    monkeypatch.setattr(executable.sys, "executable", str(temp_venv / "python"))
+    monkeypatch.setattr(executable.sys, "argv", ["-c"])
+    project = tmp_path / "proj"
+    project.mkdir()
+    r = run_cli("integrate", "cursor", cwd=project, env={"HOME": str(tmp_path / "home")})
+    assert r.code == 0 and f"{program} hook cursor" in r.text
+    notes = [line for line in r.err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "temporary directory" in notes[0] and str(program) in notes[0], r.err
