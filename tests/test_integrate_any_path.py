@@ -304,3 +304,17 @@ def test_integrate_says_once_on_stderr_when_the_executable_is_fragile(tmp_path: 
     assert r.code == 0 and f"{program} hook cursor" in r.text
     notes = [line for line in r.err.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and "temporary directory" in notes[0] and str(program) in notes[0], r.err
+
+
+def test_a_silent_agents_refused_store_is_logged_for_doctor(tmp_path: Path, run_cli):
+    home = tmp_path / "home"
+    home.mkdir()
+    agents.integrate("kiro", str(home), scope="project", mcp=False, remove=False, dry_run=False)
+    command = json.loads((home / ".kiro" / "hooks" / "snapstore.json").read_text())["hooks"][1]["action"]["command"]
+    event = {"hook_event_name": "userPromptSubmit", "cwd": str(home), "prompt": "hi"}
+    done = subprocess.run(["/bin/sh", "-c", command], input=json.dumps(event), cwd=home, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "", done.stderr  # Kiro shows nothing: the log must
+    assert not (home / ".snapstore").exists()
+    r = run_cli("doctor", cwd=home, env={"HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state")})
+    assert "kiro: UserPromptSubmit in " + str(home) in r.text and "snapstore init" in r.text, r.text
