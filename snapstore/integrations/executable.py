@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 #: The names snapstore's executables have (the native client, its Python fallback).
 PROGRAM_NAMES = ("snapstore", "snapstore-py")
@@ -28,10 +26,10 @@ TEMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
 _PROBE_BYTES = 8 << 20
 
 
-@dataclass(frozen=True)
-class Executable:
+class Executable(NamedTuple):
     """How an agent runs snapstore: ``argv`` (one absolute path, or an interpreter and
-    ``-m snapstore``) and, when that looks fragile, a one-line ``note`` for the user."""
+    ``-m snapstore``) and, when that looks fragile, a one-line ``note`` for the user.  (Imported
+    by every adapter, so by every hook: it imports nothing that a hook does not.)"""
 
     argv: tuple[str, ...]
     note: str | None = None
@@ -45,11 +43,15 @@ class Executable:
 
 
 def resolve(
-    argv0: str | None = None, python: str | None = None, which: Callable[[str], str | None] = shutil.which,
+    argv0: str | None = None, python: str | None = None, which: Callable[[str], str | None] | None = None,
 ) -> Executable:
     """The snapstore an agent should run (see the module's docstring); ``argv0`` and ``python``
     default to this process's ``sys.argv[0]`` and ``sys.executable`` (never resolved through
-    symlinks: a virtualenv's ``python`` is a link to the system's)."""
+    symlinks: a virtualenv's ``python`` is a link to the system's); ``which`` to shutil's."""
+    if which is None:
+        import shutil
+
+        which = shutil.which
     argv0 = sys.argv[0] if argv0 is None else argv0
     python = python or sys.executable
     folders = []
@@ -92,6 +94,8 @@ def note_for(path: str) -> str | None:
 
 
 def in_temporary_directory(path: str) -> bool:
+    import tempfile
+
     real = os.path.realpath(path)
     roots = {os.path.realpath(r) for r in (*TEMP_ROOTS, tempfile.gettempdir())}
     return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
