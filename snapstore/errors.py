@@ -132,7 +132,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (CorruptError.exit_code, "the store is damaged: `verify` found problems, or a record or chunk read back is invalid"),
     (FormatVersionError.exit_code, "the store has a format version (or chunker parameters) this snapstore does not know"),
     (TreeIOError.exit_code, "a file-system error on the tree or the store (missing directory, a deleted working directory, disk full, permission, an address-space limit)"),
-    (ConflictError.exit_code, "conflict: the tree changed under a restore or a recovery (nothing of yours was overwritten); `revert`: conflicting changes, listed, nothing changed"),
+    (ConflictError.exit_code, "conflict: the tree changed under a restore or a recovery (nothing of yours was overwritten); `revert`: conflicting changes, listed, nothing changed; `integrate`: a file of that name is not snapstore's (yours, or edited), nothing changed"),
     (UnsafePathError.exit_code, "an unsafe path in a checkpoint (absolute, `..`, `.git`, below a symlink), or a store found by searching that belongs to another user: refused, nothing written"),
     (HookError.exit_code, "a `before_snapshot` / `before_restore` hook (or plugin) refused the operation; nothing changed"),
     (ServiceStoppedError.exit_code, "the resident service stopped before answering and the command did not provably finish: it is not run again; the message says what was recorded"),

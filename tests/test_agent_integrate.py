@@ -6,19 +6,20 @@ OpenCode's plugin, run by Node as OpenCode would, records the session."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, subprocess_env
+from helpers import REPO, SNAPSTORE_SCRIPT, subprocess_env
 
-from snapstore.errors import UsageError
+from snapstore.errors import ConflictError, UsageError
 from snapstore.integrations import agents, cline, cursor, kiro, opencode, windsurf
 from snapstore.store import Store
+
+#: What integrate writes: the absolute path of this environment's snapstore.
+SNAP = str(SNAPSTORE_SCRIPT)
 
 
 def integrate(agent: str, project: Path, **kw: object) -> list[str]:
@@ -35,7 +36,7 @@ def test_cursor_merges_hooks_json_and_mcp_json(tmp_path: Path):
     assert integrate("cursor", project, mcp=True)
     doc = json.loads((project / ".cursor" / "hooks.json").read_text())
     assert doc["version"] == 1 and set(doc["hooks"]) == set(cursor.EVENTS)
-    assert doc["hooks"]["afterFileEdit"] == [theirs, {"command": "snapstore hook cursor", "timeout": 20}]
+    assert doc["hooks"]["afterFileEdit"] == [theirs, {"command": f"{SNAP} hook cursor", "timeout": 20}]
     assert doc["hooks"]["preToolUse"][0]["matcher"] == cursor.MATCHER
     assert json.loads((project / ".cursor" / "mcp.json").read_text())["mcpServers"]["snapstore"]["args"] == ["mcp"]
     assert integrate("cursor", project, mcp=True) == []  # idempotent
@@ -52,15 +53,22 @@ def test_windsurf_merges_hooks_json(tmp_path: Path):
     integrate("windsurf", project)
     doc = json.loads((project / ".windsurf" / "hooks.json").read_text())
     assert set(doc["hooks"]) == set(windsurf.EVENTS)
-    assert doc["hooks"]["post_write_code"] == [theirs, {"command": "snapstore hook windsurf", "show_output": False}]
+    assert doc["hooks"]["post_write_code"] == [theirs, {"command": f"{SNAP} hook windsurf", "show_output": False}]
     assert integrate("windsurf", project) == []
     integrate("windsurf", project, remove=True)
     assert json.loads((project / ".windsurf" / "hooks.json").read_text()) == {"hooks": {"post_write_code": [theirs]}}
     home = tmp_path / "home"
     windsurf.integrate(str(project), scope="user", home=str(home))
     assert (home / ".codeium" / "windsurf" / "hooks.json").exists()
-    with pytest.raises(UsageError, match="print windsurf"):
-        integrate("windsurf", project, mcp=True)
+    # MCP: Windsurf's one mcp_config.json for every workspace, the server rooted at this project.
+    config = home / ".codeium" / "windsurf" / "mcp_config.json"
+    config.write_text('{"mcpServers": {"github": {"command": "gh-mcp"}}}')
+    assert any("added MCP server snapstore" in line for line in windsurf.integrate(str(project), mcp=True, home=str(home)))
+    servers = json.loads(config.read_text())["mcpServers"]
+    assert servers["github"] == {"command": "gh-mcp"}
+    assert servers["snapstore"] == {"command": SNAP, "args": ["mcp", "--root", str(project)]}
+    windsurf.integrate(str(project), mcp=True, remove=True, home=str(home))
+    assert json.loads(config.read_text()) == {"mcpServers": {"github": {"command": "gh-mcp"}}}
 
 
 def test_kiro_owns_one_hook_file_and_merges_mcp_json(tmp_path: Path):
@@ -70,14 +78,15 @@ def test_kiro_owns_one_hook_file_and_merges_mcp_json(tmp_path: Path):
     integrate("kiro", project, mcp=True)
     doc = json.loads((project / ".kiro" / "hooks" / "snapstore.json").read_text())
     assert doc["version"] == "v1" and [h["trigger"] for h in doc["hooks"]] == list(kiro.TRIGGERS)
-    assert all(h["action"] == {"type": "command", "command": "snapstore hook kiro"} for h in doc["hooks"])
-    assert json.loads((project / ".kiro" / "settings" / "mcp.json").read_text())["mcpServers"]["snapstore"]["command"] == "snapstore"
+    assert all(h["action"] == {"type": "command", "command": f"{SNAP} hook kiro"} for h in doc["hooks"])
+    assert all(h.get("matcher", ".*") == ".*" for h in doc["hooks"])  # a regex: "*" is not one
+    assert json.loads((project / ".kiro" / "settings" / "mcp.json").read_text())["mcpServers"]["snapstore"]["command"] == SNAP
     assert integrate("kiro", project, mcp=True) == []
     integrate("kiro", project, mcp=True, remove=True)
     assert not (project / ".kiro" / "hooks" / "snapstore.json").exists()
     assert (project / ".kiro" / "hooks" / "lint.json").exists()
     (project / ".kiro" / "hooks" / "snapstore.json").write_text('{"version": "v1", "hooks": []}')
-    with pytest.raises(UsageError, match="not snapstore's"):
+    with pytest.raises(ConflictError, match="not the file snapstore writes"):
         integrate("kiro", project)
 
 
@@ -87,13 +96,13 @@ def test_cline_writes_executable_scripts_and_never_a_users(tmp_path: Path):
     integrate("cline", project)
     for event in cline.EVENTS:
         script = hooks / event
-        assert "exec snapstore hook cline" in script.read_text()
+        assert f"out=$({SNAP} hook cline); rc=$?" in script.read_text()
         assert stat.S_IMODE(script.stat().st_mode) == 0o755
     assert integrate("cline", project) == []
     integrate("cline", project, remove=True)
     assert not any(hooks.iterdir())
     (hooks / "PreToolUse").write_text("#!/bin/sh\necho mine\n")
-    with pytest.raises(UsageError, match="not snapstore's"):
+    with pytest.raises(ConflictError, match="not the file snapstore writes"):
         integrate("cline", project)
     assert [p.name for p in hooks.iterdir()] == ["PreToolUse"]  # refused before writing any
     # MCP: into the editors' Cline settings that exist, rooted at the project.
@@ -117,7 +126,7 @@ def test_opencode_writes_its_plugin_and_the_mcp_entry(tmp_path: Path):
     plugin = project / ".opencode" / "plugins" / "snapstore.js"
     assert plugin.read_text() == opencode.plugin_text()
     config = json.loads((project / "opencode.json").read_text())
-    assert config["model"] == "x" and config["mcp"]["snapstore"] == opencode.MCP_ENTRY
+    assert config["model"] == "x" and config["mcp"]["snapstore"] == opencode.mcp_entry()
     assert integrate("opencode", project, mcp=True) == []
     integrate("opencode", project, mcp=True, remove=True)
     assert not plugin.exists() and "snapstore" not in json.loads((project / "opencode.json").read_text()).get("mcp", {})
@@ -138,11 +147,6 @@ def test_the_opencode_plugin_run_by_node_records_the_session(tmp_path: Path):
     tree = tmp_path / "proj"
     tree.mkdir()
     (tree / "a.py").write_text("x = 1\n")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    wrapper = bin_dir / "snapstore"  # `snapstore` on PATH is this checkout
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m snapstore \"$@\"\n")
-    wrapper.chmod(0o755)
     plugin = tmp_path / "plugin.mjs"  # the plugin file as written, as an ES module for Node
     plugin.write_text(opencode.plugin_text())
     driver = tmp_path / "drive.mjs"
@@ -161,9 +165,12 @@ writeFileSync(dir + "/out.o", "")
 await h["tool.execute.after"]({{ tool: "bash", sessionID: "oc-9", callID: "c2", args: {{ command: "make" }} }}, {{ title: "", output: "", metadata: {{ exit: 2 }} }})
 await h.event({{ event: {{ type: "session.idle", properties: {{ sessionID: "oc-9" }} }} }})
 """)
-    env = subprocess_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SNAPSTORE_NO_SERVICE="1")
+    # The plugin names snapstore by its absolute path: node's PATH needs no snapstore on it.
+    node = shutil.which("node")
+    assert node is not None
+    env = subprocess_env(PATH="/usr/bin:/bin", SNAPSTORE_NO_SERVICE="1", HOME=str(tmp_path / "home"))
     env = {k: v for k, v in env.items() if not k.startswith(("CLAUDE_", "GEMINI_"))}
-    done = subprocess.run(["node", str(driver)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([node, str(driver)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     with Store.open(tree) as store:
         rows = [(c.message, c.metadata["actor"], c.metadata["agent"]) for c in reversed(store.checkpoints(task="oc-9"))]

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import subprocess_env
+from helpers import SNAPSTORE_SCRIPT, subprocess_env
 
 from snapstore.integrations import agents, codex
 from snapstore.store import Store
@@ -70,11 +70,11 @@ def test_integrate_codex_merges_is_idempotent_and_removes_only_its_own(tmp_path:
     assert any("added hook PostToolUse" in x for x in lines) and any("[mcp_servers.snapstore]" in x for x in lines)
     doc = json.loads((project / ".codex" / "hooks.json").read_text())
     pre = doc["hooks"]["PreToolUse"]
-    assert pre[0]["hooks"][0]["command"] == "audit.sh" and pre[1]["matcher"] == "Bash|apply_patch"
+    assert pre[0]["hooks"][0]["command"] == "audit.sh" and pre[1]["matcher"] == "Bash|apply_patch|mcp__.*"
     assert set(doc["hooks"]) == {"UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"}
     tomllib = pytest.importorskip("tomllib")
     config = tomllib.loads((project / ".codex" / "config.toml").read_text())
-    assert config["mcp_servers"]["snapstore"] == {"command": "snapstore", "args": ["mcp"]}
+    assert config["mcp_servers"]["snapstore"] == {"command": str(SNAPSTORE_SCRIPT), "args": ["mcp"]}
     assert config["mcp_servers"]["github"] == {"command": "gh-mcp"} and config["model"] == "o4"
     assert codex.integrate(str(project), mcp=True, home=str(tmp_path / "home")) == []  # idempotent
     assert codex.integrate(str(project), mcp=True, dry_run=True, remove=True, home=str(tmp_path / "home"))

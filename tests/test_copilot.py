@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import subprocess_env
+from helpers import SNAPSTORE_SCRIPT, subprocess_env
 
-from snapstore.errors import UsageError
+from snapstore.errors import ConflictError, UsageError
 from snapstore.integrations import copilot
 from snapstore.store import Store
 
@@ -68,13 +68,13 @@ def test_integrate_copilot_owns_one_file_and_leaves_the_users(tmp_path: Path):
     ours = project / ".github" / "hooks" / "snapstore.json"
     doc = json.loads(ours.read_text())
     assert doc["version"] == 1 and set(doc["hooks"]) == set(copilot.EVENTS) and lines
-    assert doc["hooks"]["PreToolUse"][0]["bash"] == "snapstore hook copilot"
+    assert doc["hooks"]["PreToolUse"][0]["bash"] == f"{SNAPSTORE_SCRIPT} hook copilot"
     assert copilot.integrate(str(project)) == []  # idempotent
     assert copilot.integrate(str(project), remove=True, dry_run=True) and ours.exists()
     copilot.integrate(str(project), remove=True)
     assert not ours.exists() and theirs.read_text() == '{"version": 1, "hooks": {"preToolUse": []}}'
     ours.write_text('{"version": 1, "hooks": {}}')  # a file of that name that is not ours
-    with pytest.raises(UsageError, match="not snapstore's"):
+    with pytest.raises(ConflictError, match="not the file snapstore writes"):
         copilot.integrate(str(project))
     with pytest.raises(UsageError, match="repository only"):
         copilot.integrate(str(project), scope="user")

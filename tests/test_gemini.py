@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import subprocess_env
+from helpers import SNAPSTORE_SCRIPT, subprocess_env
 
 from snapstore.integrations import gemini
 from snapstore.store import Store
@@ -80,9 +80,9 @@ def test_integrate_gemini_keeps_the_users_settings(tmp_path: Path):
     lines = gemini.integrate(str(project), mcp=True, home=str(tmp_path / "home"))
     doc = json.loads(path.read_text())
     assert doc["theme"] == "dark" and doc["mcpServers"]["gh"] == {"command": "gh-mcp"}
-    assert doc["mcpServers"]["snapstore"] == {"command": "snapstore", "args": ["mcp"]}
+    assert doc["mcpServers"]["snapstore"] == {"command": str(SNAPSTORE_SCRIPT), "args": ["mcp"]}
     ours = doc["hooks"]["BeforeTool"][1]
-    assert ours["matcher"] == "run_shell_command|write_file|replace" and ours["hooks"][0]["timeout"] == 20000
+    assert ours["matcher"] == "run_shell_command|write_file|replace|mcp__.*" and ours["hooks"][0]["timeout"] == 20000
     assert set(doc["hooks"]) == set(gemini.EVENT_MAP) and sum("added" in x for x in lines) == 6
     assert gemini.integrate(str(project), mcp=True, home=str(tmp_path / "home")) == []
     gemini.integrate(str(project), mcp=True, remove=True, home=str(tmp_path / "home"))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import second_user, subprocess_env
+from helpers import SNAPSTORE_SCRIPT, second_user, subprocess_env
 
 from snapstore.integrations import settings
 from snapstore.service import daemon, http_hooks
@@ -75,7 +75,7 @@ def test_integrate_writes_http_tool_hooks_in_the_private_local_settings(tmp_path
         assert hooks[name][0]["hooks"] == [{"type": "http", "url": f"http://127.0.0.1:{port}/snapstore/hook/claude-code",
                                             "headers": {"Authorization": f"Bearer {token}"}, "timeout": 20}]
     for name in ("UserPromptSubmit", "Stop", "SubagentStop", "PreCompact"):
-        assert hooks[name][0]["hooks"][0]["command"] == "snapstore hook claude-code"
+        assert hooks[name][0]["hooks"][0]["command"] == f"{SNAPSTORE_SCRIPT} hook claude-code"
     assert not any(token in line for line in lines)  # the credential is never printed
     assert settings.integrate_claude_code(str(tree), http=True, home=str(tmp_path / "home")) == []
     # Back to command hooks: the http entries are replaced, not kept beside them.

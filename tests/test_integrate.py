@@ -9,7 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from helpers import SNAPSTORE_SCRIPT
+
 from snapstore.integrations.claude_code import EVENTS, MATCHER
+
+#: What integrate writes: the absolute path of this environment's snapstore (the agent's PATH may lack it).
+SNAP = str(SNAPSTORE_SCRIPT)
 
 OTHER: dict[str, Any] = {
     "permissions": {"allow": ["Bash(npm test:*)"], "deny": ["Read(./.env)"]},
@@ -54,7 +59,7 @@ def test_merge_keeps_everything_else_is_idempotent_and_remove_takes_only_ours(tm
     assert doc["hooks"]["PreToolUse"][0] == OTHER["hooks"]["PreToolUse"][0]
     assert doc["hooks"]["PreToolUse"][1] == {
         "matcher": MATCHER,
-        "hooks": [{"type": "command", "command": "snapstore hook claude-code", "timeout": 20}],
+        "hooks": [{"type": "command", "command": f"{SNAP} hook claude-code", "timeout": 20}],
     }
     assert "matcher" not in doc["hooks"]["UserPromptSubmit"][0]
     assert set(doc["hooks"]) == set(EVENTS) | {"Notification"}
@@ -84,7 +89,10 @@ def test_remove_keeps_other_hooks_sharing_a_group_with_ours(tmp_path: Path) -> N
     shared = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}, {"type": "command", "command": "/opt/bin/snapstore hook claude-code"}]}]}}
     (project / ".claude" / "settings.local.json").write_text(json.dumps(shared))
     added = run(project, "claude-code", "--scope", "local")
-    assert "hook Stop:" not in added.stdout  # already there (another path to snapstore counts as ours)
+    assert "updated hook Stop:" in added.stdout  # ours (any path to snapstore), re-pointed at this one
+    assert json.loads((project / ".claude" / "settings.local.json").read_text())["hooks"]["Stop"][0] == {
+        "hooks": [{"type": "command", "command": "say done"}]
+    }
     run(project, "claude-code", "--scope", "local", "--remove")
     doc = json.loads((project / ".claude" / "settings.local.json").read_text())
     assert doc == {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}]}]}}
@@ -110,7 +118,7 @@ def test_user_scope_writes_home_settings_and_claude_json(tmp_path: Path) -> None
     assert "hooks" in json.loads((home / ".claude" / "settings.json").read_text())
     doc = json.loads((home / ".claude.json").read_text())
     assert doc["numStartups"] == 7 and doc["projects"] == {"/x": {}}
-    assert doc["mcpServers"]["snapstore"]["command"] == "snapstore"
+    assert doc["mcpServers"]["snapstore"]["command"] == SNAP
 
 
 def test_invalid_settings_are_refused_untouched(tmp_path: Path) -> None:
@@ -133,12 +141,12 @@ def test_print_for_other_agents(tmp_path: Path) -> None:
         out = run(tmp_path, "--print", agent)
         assert out.returncode == 0
         entry = json.loads(out.stdout)["mcpServers"]["snapstore"]
-        assert entry["command"] == "snapstore" and entry["args"] == ["mcp"]
+        assert entry["command"] == SNAP and entry["args"] == ["mcp"]
     # Cline starts servers in / and Windsurf has one file for every workspace: the root is named.
     for agent in ("cline", "windsurf"):
         entry = json.loads(run(tmp_path, "--print", agent).stdout)["mcpServers"]["snapstore"]
         assert entry["args"] == ["mcp", "--root", str(tmp_path)], entry
     assert json.loads(run(tmp_path, "--print", "cline").stdout)["mcpServers"]["snapstore"]["disabled"] is False
     opencode = json.loads(run(tmp_path, "--print", "opencode").stdout)["mcp"]["snapstore"]
-    assert opencode == {"type": "local", "command": ["snapstore", "mcp"], "enabled": True}
+    assert opencode == {"type": "local", "command": [SNAP, "mcp"], "enabled": True}
     assert run(tmp_path, "--print", "vim").returncode == 2

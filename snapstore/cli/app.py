@@ -242,7 +242,7 @@ def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_t
     Record:   init, snapshot, list, show, log, cat, diff
     Go back:  restore, undo, revert, oplog, recover
     Upkeep:   verify, prune, delete, gc, maintain, stats, config, relocate, serve, upgrade
-    Agents:   hook, integrate, mcp, edit, rewind
+    Agents:   hook, integrate, doctor, mcp, edit, rewind
     Browse:   ui
     Remotes:  remote, push, fetch, pull, clone
 

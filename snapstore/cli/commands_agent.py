@@ -42,7 +42,10 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
         obj.directory = os.path.join(project, given) if given != "." else project
         return obj.open
 
-    out = agents.hook(agent, read_stdin_text(), open_at, start_service=not (obj.in_service or no_service))
+    try:
+        out = agents.hook(agent, read_stdin_text(), open_at, start_service=not (obj.in_service or no_service))
+    except Exception as exc:  # noqa: BLE001 - a hook must never fail the agent's tool call
+        out = agents.failed(agent, exc)
     if out:
         click.echo(out)
 
@@ -73,10 +76,26 @@ def integrate(obj: Ctx, agent: str | None, scope: str, mcp: bool, remove: bool, 
         raise UsageError(f"integrate what? snapstore integrate {'|'.join(agents.AGENTS)}, or --print AGENT")
     lines = agents.integrate(agent, obj.directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run, http=http)
     prefix = "would change " if dry_run else ""
-    for line in lines:
+    notes = [line for line in lines if line.startswith("note: ")]
+    changes = [line for line in lines if not line.startswith("note: ")]
+    for line in changes:
         click.echo(prefix + line)
-    if not lines:
+    if not changes:
         click.echo("nothing to change: " + ("no snapstore entries found" if remove else "already integrated"))
+    for line in notes:
+        click.echo(line, err=True)
+
+
+@command(example="snapstore doctor   # will the agents' hooks run here? what failed lately?")
+@click.pass_obj
+def doctor(obj: Ctx) -> None:
+    """Check the agents' hook configurations of this project (and yours): the snapstore each
+    runs, whether that works from the agent's PATH, whether 'integrate' would change them; then
+    the last hook failures logged.  Exits 0 (the last line counts the problems)."""
+    from snapstore.integrations.doctor import check
+
+    for line in check(obj.directory).lines:
+        click.echo(line)
 
 
 @command(name="mcp", example='snapstore mcp   # registered as {"command": "snapstore", "args": ["mcp"]}\nsnapstore mcp --root ~/src/app   # for hosts that start servers in / or $HOME')

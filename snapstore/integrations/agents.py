@@ -83,6 +83,16 @@ def hook(
     return str(module.reply(out)) if module is not None else out
 
 
+def failed(agent: str, exc: BaseException) -> str:
+    """What a hook prints when snapstore failed outside :func:`hook`'s own handling (stdin that
+    cannot be read, a payload no parser survives, a bug): the failure goes to the user's
+    ``hook-failures.log`` (``snapstore doctor`` shows it) and the agent gets its "go on" answer."""
+    from snapstore.integrations import hook_log
+
+    hook_log.append(agent if agent in AGENTS else "hook", f"{type(exc).__name__}: {exc}"[:500])
+    return str(adapter(agent).reply("")) if agent in ADAPTED else ""
+
+
 def _event_cwd(raw: str) -> str | None:
     from snapstore.integrations.event_model import directory
 
@@ -94,49 +104,68 @@ def _event_cwd(raw: str) -> str | None:
 
 
 def integrate(
-    agent: str, directory: str, *, scope: str, mcp: bool, remove: bool, dry_run: bool, http: bool = False
+    agent: str, directory: str, *, scope: str, mcp: bool, remove: bool, dry_run: bool, http: bool = False,
+    home: str | None = None,
 ) -> list[str]:
-    """``snapstore integrate AGENT``: the changes made (or that would be) to the agent's settings."""
+    """``snapstore integrate AGENT``: the changes made (or that would be) to the agent's settings,
+    then a ``note: ...`` line when the snapstore the entries run looks fragile (a temporary
+    directory, a moved virtualenv: :mod:`snapstore.integrations.executable`)."""
+    from snapstore.integrations.executable import resolve
+
+    if not dry_run:  # every refusal (a file or entry of someone else's) before anything is written
+        _integrate(agent, directory, scope=scope, mcp=mcp, remove=remove, dry_run=True, http=http, home=home)
+    lines = _integrate(agent, directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run, http=http, home=home)
+    note = resolve().note
+    if note is not None and not remove:
+        lines.append(note)
+    return lines
+
+
+def _integrate(
+    agent: str, directory: str, *, scope: str, mcp: bool, remove: bool, dry_run: bool, http: bool, home: str | None
+) -> list[str]:
     from snapstore.errors import UsageError
     from snapstore.integrations import settings
 
     if agent == "claude-code":
         project = os.environ.get("CLAUDE_PROJECT_DIR") or directory
-        return settings.integrate_claude_code(project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run, http=http)
-    if http:
+        lines = settings.integrate_claude_code(
+            project, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run, http=http, home=home
+        )
+    elif http:
         raise UsageError("--http is for Claude Code (the only agent with http hooks): use the command hooks")
-    if agent not in AGENTS:
+    elif agent not in AGENTS:
         raise UsageError(f"snapstore does not know the agent {agent!r} (use {', '.join(AGENTS)})")
-    module = adapter(agent)
-    lines: list[str] = module.integrate(directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run)
+    else:
+        lines = list(adapter(agent).integrate(directory, scope=scope, mcp=mcp, remove=remove, dry_run=dry_run, home=home))
     return lines
 
 
 def printable_config(agent: str, project: str = ".") -> str:
-    """The MCP server configuration an agent reads: JSON ``mcpServers`` (Cursor, Windsurf,
-    Kiro, Copilot CLI, any other client), Cline's (rooted at ``project``: Cline starts servers
-    in ``/``; Windsurf's too: one file serves every workspace), OpenCode's ``mcp`` object, or
-    Codex's TOML table."""
+    """The MCP server configuration an agent reads, running snapstore by its absolute path: JSON
+    ``mcpServers`` (Cursor, Windsurf, Kiro, Copilot CLI, any other client), Cline's (rooted at
+    ``project``: Cline starts servers in ``/``; Windsurf's too: one file serves every
+    workspace), OpenCode's ``mcp`` object, or Codex's TOML table."""
     from snapstore.errors import UsageError
-    from snapstore.integrations.settings import CODEX_MCP_TOML, PRINTABLE, SERVER_NAME
+    from snapstore.integrations.settings import PRINTABLE, SERVER_NAME, mcp_entry
 
     if agent == "codex":
-        return CODEX_MCP_TOML.rstrip("\n")
+        from snapstore.integrations.codex import table_text
+
+        return table_text().rstrip("\n")
     if agent == "cline":
         from snapstore.integrations.cline import server_entry
 
         return json.dumps({"mcpServers": {SERVER_NAME: server_entry(project)}}, indent=2)
     if agent == "opencode":
-        from snapstore.integrations.opencode import MCP_ENTRY as OPENCODE_ENTRY
+        from snapstore.integrations import opencode
 
-        return json.dumps({"mcp": {SERVER_NAME: OPENCODE_ENTRY}}, indent=2)
+        return json.dumps({"mcp": {SERVER_NAME: opencode.mcp_entry()}}, indent=2)
     if agent == "copilot":
-        from snapstore.integrations.copilot import MCP_ENTRY as COPILOT_ENTRY
+        from snapstore.integrations import copilot
 
-        return json.dumps({"mcpServers": {SERVER_NAME: COPILOT_ENTRY}}, indent=2)
-    entry: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
-    if agent == "windsurf":
-        entry["args"] = ["mcp", "--root", os.path.abspath(project)]
-    elif agent not in PRINTABLE:
+        return json.dumps({"mcpServers": {SERVER_NAME: copilot.mcp_entry()}}, indent=2)
+    if agent not in PRINTABLE:
         raise UsageError(f"unknown agent {agent!r} for --print (use {', '.join(PRINTABLE)})")
+    entry = mcp_entry(None, "--root", os.path.abspath(project)) if agent == "windsurf" else mcp_entry()
     return json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)

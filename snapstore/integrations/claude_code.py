@@ -41,8 +41,10 @@ from typing import Any
 from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError, UsageError
 from snapstore.store import Store
 
-#: The tools whose calls change files; the hook entries' matcher (also snapstore's own MCP edit).
-TOOLS = ("Bash", "PowerShell", "Write", "Edit", "MultiEdit", "NotebookEdit", "mcp__snapstore__edit_file")
+#: The tools whose calls change files; the hook entries' matcher.  Every MCP server's tool is
+#: bracketed too (``mcp__<server>__<tool>``: any of them may write; one that changed nothing
+#: records nothing).
+TOOLS = ("Bash", "PowerShell", "Write", "Edit", "MultiEdit", "NotebookEdit", "mcp__.*")
 MATCHER = "|".join(TOOLS)
 #: Events the settings entries subscribe to (SessionStart and SessionEnd record nothing).
 EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop", "PreCompact")
@@ -209,7 +211,7 @@ def run(
             daemon.ensure_running(store_dir, idle)
         return ""
     except Exception as exc:  # noqa: BLE001 - the hook must never fail the agent's tool call
-        return _report(exc, event, project, store_dir)
+        return _report(exc, event, project, store_dir, agent)
 
 
 def _open_or_create(open_store: Callable[[], Store], project: str) -> Store:
@@ -259,7 +261,7 @@ def _record(store: Store, args: dict[str, Any]) -> None:
         _append(os.path.join(store.store_dir, LOG_NAME), "".join(f"{stamp} checkpoint {cp.short_id}: {n}\n" for n in notes))
 
 
-def _report(exc: Exception, event: dict[str, Any], project: str, store_dir: str | None) -> str:
+def _report(exc: Exception, event: dict[str, Any], project: str, store_dir: str | None, agent: str = "claude-code") -> str:
     message = exc.message if isinstance(exc, SnapstoreError) else f"{type(exc).__name__}: {exc}"
     message = " ".join(message.split())
     if store_dir is None:
@@ -271,6 +273,10 @@ def _report(exc: Exception, event: dict[str, Any], project: str, store_dir: str 
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         name = event.get("hook_event_name", "?")
         _append(log_path, f"{stamp} {name} session={event.get('session_id', '?')}: {message}\n{detail}")
+    else:  # no store to log in (none found, or none may be created here): the user's log
+        from snapstore.integrations import hook_log
+
+        hook_log.append(agent, f"{event.get('hook_event_name', '?')} in {project}: {message}")
     if event.get("hook_event_name") in SILENT_EVENTS:
         return ""
     session = str(event.get("session_id", ""))

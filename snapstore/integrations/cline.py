@@ -23,17 +23,51 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 from snapstore.errors import UsageError
-from snapstore.integrations import event_model
-from snapstore.integrations.hook_files import own_file, server_file, where
+from snapstore.integrations import event_model, hook_log
+from snapstore.integrations.executable import Executable, resolve, split_command
+from snapstore.integrations.hook_files import own_file, server_file, where, written_by_snapstore
 
 AGENT = "cline"
-COMMAND = f"snapstore hook {AGENT}"
 EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "TaskComplete", "TaskCancel", "PreCompact")
 TOOLS = {"write_to_file": "Write", "replace_in_file": "Edit", "apply_patch": "Edit", "execute_command": "Bash"}
-SCRIPT = f"#!/bin/sh\n# {COMMAND}: a checkpoint per event (snapstore integrate cline --remove takes it out)\nexec {COMMAND}\n"
+#: :func:`~snapstore.integrations.hook_files.bare_digest` of the scripts earlier versions wrote.
+LEGACY_SCRIPTS = frozenset({"b2068bac8420f15fd150e7184f6a61fb77239a7610e6abcb07c9333e56f71650"})
+_RUN_LINE = re.compile(r"^out=\$\((.*) hook cline\); rc=\$\?$", re.MULTILINE)
+
+
+def script(exe: Executable) -> str:
+    """The hook script of every event.  Cline blocks the tool call when a hook exits non-zero or
+    prints no JSON: whatever happens to snapstore (gone, failing), the script answers
+    ``{"cancel": false}``, exits 0 and logs the failure where ``snapstore doctor`` shows it."""
+    command = exe.command("hook", AGENT)
+    return (
+        "#!/bin/sh\n"
+        f"# snapstore hook {AGENT}: a checkpoint per event (written by 'snapstore integrate cline', which\n"
+        "# replaces or --removes it only while it is unchanged). It never blocks a tool call.\n"
+        f"out=$({command}); rc=$?\n"
+        'if [ "$rc" -eq 0 ] && [ -n "$out" ]; then printf \'%s\\n\' "$out"; exit 0; fi\n'
+        f"umask 077; log={hook_log.SHELL_PATH}\n"
+        'mkdir -p "${log%/*}" 2>/dev/null && printf \'%s cline: %s: snapstore exited %s; the tool call went on\\n\' '
+        '"$(date +%Y-%m-%dT%H:%M:%S)" "$0" "$rc" >>"$log" 2>/dev/null\n'
+        "printf '%s\\n' '{\"cancel\": false}'\n"
+        "exit 0\n"
+    )
+
+
+def commands_in(text: str) -> list[list[str]]:
+    """The snapstore programs (argv prefixes) a hook script runs."""
+    return [split_command(m.group(1)) for m in _RUN_LINE.finditer(text)]
+
+
+def owns(text: str) -> bool:
+    """Whether a hook script is byte for byte one snapstore writes (or wrote)."""
+    return written_by_snapstore(text, script, commands_in, LEGACY_SCRIPTS)
+
+
 #: Where VS Code-like editors keep Cline's MCP settings, under the home directory.
 MCP_SETTINGS = tuple(
     os.path.join(".config", editor, "User", "globalStorage", "saoudrizwan.claude-dev", "settings", "cline_mcp_settings.json")
@@ -81,9 +115,11 @@ def reply(out: str) -> str:
     return json.dumps(answer)
 
 
-def server_entry(project: str) -> dict[str, Any]:
+def server_entry(project: str, exe: Executable | None = None) -> dict[str, Any]:
     """Cline's MCP server entry for ``project`` (Cline starts servers in ``/``)."""
-    return {"command": "snapstore", "args": ["mcp", "--root", os.path.abspath(project)], "disabled": False, "autoApprove": []}
+    from snapstore.integrations.settings import mcp_entry
+
+    return {**mcp_entry(exe, "--root", os.path.abspath(project)), "disabled": False, "autoApprove": []}
 
 
 def integrate(
@@ -96,17 +132,19 @@ def integrate(
     base, inside, project = where("Cline", scope, project, home)
     folder = os.path.join(base, *((".clinerules", "hooks") if inside else ("Documents", "Cline", "Hooks")))
     home = home if home is not None else os.path.expanduser("~")
+    exe = resolve()
+    text = script(exe)
     out: list[str] = []
     for event in EVENTS:  # first check every script (someone else's refuses them all), then write
-        own_file(os.path.join(folder, event), inside, SCRIPT, COMMAND, remove=remove, dry_run=True, mode=0o755)
+        own_file(os.path.join(folder, event), inside, text, owns, remove=remove, dry_run=True, mode=0o755)
     for event in EVENTS:
-        out += own_file(os.path.join(folder, event), inside, SCRIPT, COMMAND, remove=remove, dry_run=dry_run, mode=0o755)
+        out += own_file(os.path.join(folder, event), inside, text, owns, remove=remove, dry_run=dry_run, mode=0o755)
     if mcp:
-        out += _mcp(project, home, remove, dry_run)
+        out += _mcp(project, home, remove, dry_run, exe)
     return out
 
 
-def _mcp(project: str, home: str, remove: bool, dry_run: bool) -> list[str]:
+def _mcp(project: str, home: str, remove: bool, dry_run: bool, exe: Executable) -> list[str]:
     found = [os.path.join(home, p) for p in MCP_SETTINGS if os.path.isdir(os.path.dirname(os.path.join(home, p)))]
     if not found:
         raise UsageError(
@@ -115,5 +153,5 @@ def _mcp(project: str, home: str, remove: bool, dry_run: bool) -> list[str]:
         )
     out: list[str] = []
     for path in found:
-        out += server_file(path, None, ["mcpServers"], server_entry(project), remove=remove, dry_run=dry_run)
+        out += server_file(path, None, ["mcpServers"], server_entry(project, exe), remove=remove, dry_run=dry_run)
     return out

@@ -14,7 +14,8 @@ Cursor                                      the event model
 ==========================================  =============================================
 ``beforeSubmitPrompt`` (``prompt``)         ``UserPromptSubmit``
 ``preToolUse``, ``beforeShellExecution``    ``PreToolUse`` (Shell -> Bash; Write, StrReplace,
-                                            Edit, MultiEdit, Delete -> Edit)
+                                            Edit, MultiEdit, Delete -> Edit; ``MCP:*`` tools
+                                            under their own names)
 ``postToolUse``, ``afterShellExecution``,   ``PostToolUse``
 ``afterFileEdit``
 ``postToolUseFailure``                      ``PostToolUseFailure``
@@ -30,19 +31,20 @@ import os
 from typing import Any
 
 from snapstore.integrations import event_model
+from snapstore.integrations.executable import Executable, resolve
 from snapstore.integrations.hook_files import flat_settings, server_file, where
 
 AGENT = "cursor"
-COMMAND = f"snapstore hook {AGENT}"
 SHELL_TOOLS = ("Shell",)
 EDIT_TOOLS = ("Write", "StrReplace", "Edit", "MultiEdit", "Delete")
-MATCHER = "|".join(SHELL_TOOLS + EDIT_TOOLS)
+#: MCP servers' tools reach the generic tool events as ``MCP:<server>:<tool>``: any may write.
+MCP_PREFIX = "MCP:"
+MATCHER = "|".join(SHELL_TOOLS + EDIT_TOOLS) + "|MCP:.*"
 EVENTS = (
     "beforeSubmitPrompt", "preToolUse", "postToolUse", "postToolUseFailure",
     "beforeShellExecution", "afterShellExecution", "afterFileEdit", "stop", "preCompact",
 )
 TOOL_EVENTS = ("preToolUse", "postToolUse", "postToolUseFailure")
-MCP_ENTRY: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
 
 
 def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -67,6 +69,8 @@ def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
         elif tool in EDIT_TOOLS:
             tool_input = {"file_path": str(args.get("file_path") or args.get("path") or "")}
             model_tool = "Edit"
+        elif tool.startswith(MCP_PREFIX):
+            tool_input, model_tool = (args if isinstance(raw, dict) else {"input": str(raw)}), tool
         else:
             return None
         when = "PostToolUseFailure" if name == "postToolUseFailure" else ("PreToolUse" if name == "preToolUse" else "PostToolUse")
@@ -94,11 +98,12 @@ def reply(out: str) -> str:
     return json.dumps({"user_message": message})
 
 
-def _entry(event: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {"command": COMMAND, "timeout": 20}
+def entry(event: str, exe: Executable) -> dict[str, Any]:
+    """snapstore's entry in ``hooks.json`` for ``event``."""
+    found: dict[str, Any] = {"command": exe.command("hook", AGENT), "timeout": 20}
     if event in TOOL_EVENTS:
-        entry["matcher"] = MATCHER
-    return entry
+        found["matcher"] = MATCHER
+    return found
 
 
 def integrate(
@@ -108,8 +113,14 @@ def integrate(
     """Add (or ``remove``) snapstore's hooks in ``.cursor/hooks.json`` (``~/.cursor`` for the user
     scope), and with ``mcp`` its server in the ``mcp.json`` beside it; the changes."""
     base, inside, project = where("Cursor", scope, project, home)
+    from snapstore.integrations.settings import mcp_entry
+
     folder = os.path.join(base, ".cursor")
-    out = flat_settings(os.path.join(folder, "hooks.json"), inside, AGENT, EVENTS, _entry, remove=remove, dry_run=dry_run, base={"version": 1})
+    exe = resolve()
+    out = flat_settings(
+        os.path.join(folder, "hooks.json"), inside, AGENT, EVENTS, lambda event: entry(event, exe),
+        remove=remove, dry_run=dry_run, base={"version": 1},
+    )
     if mcp:
-        out += server_file(os.path.join(folder, "mcp.json"), inside, ["mcpServers"], MCP_ENTRY, remove=remove, dry_run=dry_run)
+        out += server_file(os.path.join(folder, "mcp.json"), inside, ["mcpServers"], mcp_entry(exe), remove=remove, dry_run=dry_run)
     return out

@@ -27,11 +27,13 @@ from typing import Any
 
 from snapstore.errors import UsageError
 from snapstore.integrations import event_model
+from snapstore.integrations.executable import resolve
 from snapstore.integrations.settings import (
     HookSpec,
     add_hooks,
     add_server,
     check_in_project,
+    mcp_entry,
     remove_hooks,
     remove_server,
     update_file,
@@ -50,10 +52,10 @@ HOOKS = HookSpec(
     "gemini",
     events=tuple(EVENT_MAP),
     tool_events=("BeforeTool", "AfterTool"),
-    matcher="|".join(TOOLS),
+    # MCP servers' tools reach hooks as mcp__<server>__<tool>: any of them may write.
+    matcher="|".join(TOOLS) + "|mcp__.*",
     timeout=20_000,
 )
-MCP_ENTRY: dict[str, Any] = {"command": "snapstore", "args": ["mcp"]}
 SCOPES = ("project", "user")
 #: Gemini's tool names, as the checkpoints name them (the event model's).
 TOOL_NAMES = {"run_shell_command": "Bash", "write_file": "Write", "replace": "Edit"}
@@ -106,10 +108,11 @@ def integrate(
     path = settings_path(scope, project, home)
     if scope == "project":
         check_in_project(path, project)
+    exe = resolve()
 
     def change(doc: dict[str, Any]) -> list[str]:
         if remove:
             return remove_hooks(doc, HOOKS) + (remove_server(doc, ["mcpServers"]) if mcp else [])
-        return add_hooks(doc, HOOKS) + (add_server(doc, ["mcpServers"], MCP_ENTRY) if mcp else [])
+        return add_hooks(doc, HOOKS, exe) + (add_server(doc, ["mcpServers"], mcp_entry(exe)) if mcp else [])
 
     return update_file(path, change, dry_run)

@@ -2,9 +2,13 @@
 
 Two shapes: an agent's own settings file holding ``{"hooks": {event: [entry, ...]}}`` with flat
 entries (Cursor, Windsurf), merged like Claude Code's (every other entry kept, only
-snapstore's removed); and a file that is snapstore's alone (Copilot CLI's and Kiro's hook files,
-Cline's hook scripts, OpenCode's plugin), recognised by a marker in its text, written whole,
-never overwritten when it is someone else's.
+snapstore's removed, an entry of ours naming another executable updated); and a file that is
+snapstore's alone (Copilot CLI's and Kiro's hook files, Cline's hook scripts, OpenCode's plugin),
+written whole.  Such a file is snapstore's only when its text is, byte for byte, what snapstore
+writes (for some path to snapstore) or wrote in an earlier version: a file of that name that
+merely calls snapstore, or that its owner edited, is someone else's, and ``integrate`` (or
+``--remove``) refuses with one line (:class:`~snapstore.errors.ConflictError`, exit 9), nothing
+changed.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
-from snapstore.errors import TreeIOError, UsageError
+from snapstore.errors import ConflictError, TreeIOError, UsageError
+from snapstore.integrations.executable import Executable, program_words
 from snapstore.integrations.settings import (
     MAX_SETTINGS_BYTES,
     check_in_project,
@@ -37,7 +42,8 @@ def where(agent: str, scope: str, project: str, home: str | None) -> tuple[str, 
 
 
 def add_flat(doc: dict[str, Any], agent: str, events: tuple[str, ...], entry: Callable[[str], dict[str, Any]]) -> list[str]:
-    """Add ``entry(event)`` to ``doc["hooks"][event]`` for each event that has none of ours."""
+    """Add ``entry(event)`` to ``doc["hooks"][event]`` for each event, replacing an entry of ours
+    that differs (another path to snapstore, another matcher)."""
     hooks = doc.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise UsageError("the settings' \"hooks\" is not a JSON object: not touching it")
@@ -46,11 +52,13 @@ def add_flat(doc: dict[str, Any], agent: str, events: tuple[str, ...], entry: Ca
         entries = hooks.setdefault(event, [])
         if not isinstance(entries, list):
             raise UsageError(f"the settings' hooks.{event} is not a JSON list: not touching it")
-        if any(is_own_hook(h, agent) for h in entries):
-            continue
         new = entry(event)
+        ours = [h for h in entries if is_own_hook(h, agent)]
+        if new in ours:
+            continue
+        entries[:] = [h for h in entries if not is_own_hook(h, agent)]
         entries.append(new)
-        changes.append(f"added hook {event}: {new['command']}")
+        changes.append(f"{'updated' if ours else 'added'} hook {event}: {new['command']}")
     return changes
 
 
@@ -93,23 +101,30 @@ def flat_settings(
 
 
 def own_file(
-    path: str, project: str | None, content: str, marker: str, *, remove: bool, dry_run: bool, mode: int = 0o644,
+    path: str, project: str | None, content: str, owns: Callable[[str], bool], *, remove: bool, dry_run: bool,
+    mode: int = 0o644,
 ) -> list[str]:
     """Write ``content`` to ``path`` (or ``remove`` it), a file that is snapstore's alone:
-    recognised by ``marker`` in its text; someone else's file of that name is never touched."""
+    ``owns(text)`` says whether an existing file is snapstore's; someone else's is never touched."""
     from snapstore.tree.atomic import write_file_atomic
 
     if project is not None:
         check_in_project(path, project)
     old = read_small(path)
     name = os.path.basename(path)
-    if old is not None and marker not in old:
-        raise UsageError(f"{path} exists and is not snapstore's (no '{marker}' in it): not touching it")
+    if old is not None and old != content and not owns(old):
+        raise ConflictError(
+            f"{path} is not the file snapstore writes (yours, or edited): not touching it (move it away, "
+            "or call snapstore from it yourself)"
+        )
     if remove:
         if old is None:
             return []
         if not dry_run:
-            os.unlink(path)
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                raise TreeIOError(f"cannot remove {path}: {exc.strerror}") from exc
         return [f"{path}: removed"]
     if old == content and (stat.S_IMODE(os.stat(path).st_mode) == mode):
         return []
@@ -120,6 +135,60 @@ def own_file(
             raise TreeIOError(f"cannot create {os.path.dirname(path)}: {exc.strerror}") from exc
         write_file_atomic(path, content.encode(), mode)
     return [f"{path}: {'updated' if old is not None else 'added'} {name}"]
+
+
+def written_by_snapstore(
+    text: str, render: Callable[[Executable], str], found: Callable[[str], list[list[str]]], legacy: frozenset[str] = frozenset(),
+) -> bool:
+    """Whether ``text`` is byte for byte what ``render`` writes for the snapstore it names (any
+    path to it: ``found(text)`` gives the argv prefixes it names), or what an earlier snapstore
+    wrote: ``legacy`` holds the SHA-256 of earlier versions' texts as written for a bare
+    ``snapstore`` (:func:`bare_digest`; a text naming another path is compared as if it named
+    that)."""
+    candidates = [w for w in found(text) if w and program_words(w) == len(w)]
+    if any(text == render(Executable(tuple(words))) for words in candidates):
+        return True
+    return any(bare_digest(text, words) in legacy for words in [*candidates, ["snapstore"]])
+
+
+def bare_digest(text: str, words: list[str]) -> str:
+    """SHA-256 of ``text`` with the program ``words`` (as a shell line, inside a JSON string, or as
+    a JSON list) written as a bare ``snapstore``: how :func:`written_by_snapstore` knows an
+    earlier version's file, whatever path to snapstore it names.  A change to what an owned file
+    holds adds the old text's digest to its module's legacy set (tests pin the current ones)."""
+    import hashlib
+    import json
+    import shlex
+
+    line = shlex.join(words)
+    for mine, bare in ((json.dumps(list(words)), '["snapstore"]'), (json.dumps(line)[1:-1], "snapstore"), (line, "snapstore")):
+        text = text.replace(mine, bare)
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def json_commands(text: str, agent: str) -> list[list[str]]:
+    """The snapstore programs (argv prefixes) that the ``hook AGENT`` commands of a JSON text
+    name; [] when it is not JSON."""
+    import json
+
+    from snapstore.integrations.executable import is_snapstore_command, split_command
+
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    found: list[list[str]] = []
+    stack: list[Any] = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and is_snapstore_command(node, "hook", agent, exact=True):
+            words = split_command(node)
+            found.append(words[: program_words(words)])
+    return found
 
 
 def read_small(path: str) -> str | None:

@@ -22,16 +22,26 @@ into ``opencode.json`` under ``mcp`` as a ``local`` server.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from typing import Any
 
 from snapstore.integrations import event_model
-from snapstore.integrations.hook_files import own_file, server_file, where
+from snapstore.integrations.executable import Executable, resolve
+from snapstore.integrations.hook_files import own_file, server_file, where, written_by_snapstore
 
 AGENT = "opencode"
-MARKER = f"snapstore hook {AGENT}"
 TOOLS = {"bash": "Bash", "edit": "Edit", "patch": "Edit", "multiedit": "Edit", "write": "Write"}
-MCP_ENTRY: dict[str, Any] = {"type": "local", "command": ["snapstore", "mcp"], "enabled": True}
+#: :func:`~snapstore.integrations.hook_files.bare_digest` of the plugins earlier versions wrote.
+LEGACY_PLUGINS = frozenset({"737958fd091e6061878be4fc13b79a06b92cc397cd27df12a3a66c6fe0326d02"})
+_ARGV_LINE = re.compile(r"^const SNAPSTORE = (\[.*\])$", re.MULTILINE)
+_PLACEHOLDER = "__SNAPSTORE_ARGV__"
+
+
+def mcp_entry(exe: Executable | None = None) -> dict[str, Any]:
+    """OpenCode's MCP server entry in ``opencode.json`` (``command`` is the whole argv)."""
+    return {"type": "local", "command": (exe or resolve()).words("mcp"), "enabled": True}
 
 
 def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -73,9 +83,29 @@ def reply(out: str) -> str:
     return ""
 
 
-def plugin_text() -> str:
+def plugin_text(exe: Executable | None = None) -> str:
+    """The plugin, running ``exe`` (default: the resolved snapstore)."""
     with open(os.path.join(os.path.dirname(__file__), "opencode_plugin.js"), encoding="utf-8") as f:
-        return f.read()
+        template = f.read()
+    return template.replace(_PLACEHOLDER, json.dumps(list((exe or resolve()).argv), ensure_ascii=False))
+
+
+def commands_in(text: str) -> list[list[str]]:
+    """The snapstore programs (argv prefixes) a plugin runs."""
+    out = []
+    for match in _ARGV_LINE.finditer(text):
+        try:
+            words = json.loads(match.group(1))
+        except ValueError:
+            continue
+        if isinstance(words, list) and words and all(isinstance(w, str) for w in words):
+            out.append(words)
+    return out
+
+
+def owns(text: str) -> bool:
+    """Whether a plugin file is byte for byte one snapstore writes (or wrote)."""
+    return written_by_snapstore(text, plugin_text, commands_in, LEGACY_PLUGINS)
 
 
 def integrate(
@@ -88,7 +118,8 @@ def integrate(
     if inside is None:
         base = os.path.join(base, ".config", "opencode")
     plugins, config = os.path.join(base, ".opencode" if inside else "", "plugins"), os.path.join(base, "opencode.json")
-    out = own_file(os.path.join(plugins, "snapstore.js"), inside, plugin_text(), MARKER, remove=remove, dry_run=dry_run)
+    exe = resolve()
+    out = own_file(os.path.join(plugins, "snapstore.js"), inside, plugin_text(exe), owns, remove=remove, dry_run=dry_run)
     if mcp:
-        out += server_file(config, inside, ["mcp"], MCP_ENTRY, remove=remove, dry_run=dry_run)
+        out += server_file(config, inside, ["mcp"], mcp_entry(exe), remove=remove, dry_run=dry_run)
     return out

@@ -1,20 +1,39 @@
 // snapstore hook opencode: a checkpoint around each file-changing tool call of OpenCode.
-// Written by `snapstore integrate opencode`; `snapstore integrate opencode --remove` takes it out.
-// Each event runs `snapstore hook opencode` synchronously (the checkpoint before a tool call must
-// be taken before the tool runs) with one JSON object on stdin; it never blocks a tool call.
+// Written by `snapstore integrate opencode`, which replaces or --removes it only while it is
+// unchanged. Each event runs `snapstore hook opencode` synchronously (the checkpoint before a tool
+// call must be taken before the tool runs) with one JSON object on stdin; it never blocks a tool
+// call, and a failure is logged where `snapstore doctor` shows it.
 import { spawnSync } from "node:child_process"
+import { appendFileSync, mkdirSync } from "node:fs"
+import { homedir } from "node:os"
+import { join } from "node:path"
+
+const SNAPSTORE = __SNAPSTORE_ARGV__
+
+const logFailure = (what) => {
+  try {
+    const dir = join(process.env.XDG_STATE_HOME || join(homedir(), ".local", "state"), "snapstore")
+    mkdirSync(dir, { recursive: true, mode: 0o700 })
+    const stamp = new Date().toISOString().slice(0, 19)
+    appendFileSync(join(dir, "hook-failures.log"), `${stamp} opencode: ${SNAPSTORE.join(" ")} ${what}; the tool call went on\n`, { mode: 0o600 })
+  } catch (error) {
+    // a log that cannot be written must not fail the tool call either
+  }
+}
 
 export const Snapstore = async ({ directory }) => {
   const send = (event) => {
     try {
-      spawnSync("snapstore", ["hook", "opencode"], {
+      const run = spawnSync(SNAPSTORE[0], [...SNAPSTORE.slice(1), "hook", "opencode"], {
         input: JSON.stringify({ ...event, directory }),
         cwd: directory,
         stdio: ["pipe", "ignore", "ignore"],
         timeout: 20000,
       })
+      if (run.error) logFailure(`could not run (${run.error.code || run.error.message})`)
+      else if (run.status !== 0) logFailure(`exited ${run.status === null ? run.signal : run.status}`)
     } catch (error) {
-      // snapstore missing or failing must never fail the agent's tool call
+      logFailure(`failed (${error})`)  // snapstore missing or failing must never fail the agent's tool call
     }
   }
   return {

@@ -5,8 +5,11 @@ Claude Code reads hooks from ``.claude/settings.json`` (scope ``project``),
 servers from ``.mcp.json`` (project) or ``~/.claude.json`` (user: top level; local: under the
 project's entry).  The merge keeps every other setting and hook, is idempotent (a second run
 changes nothing), writes atomically after saving the old file as ``<file>.bak``, and returns
-one line per change.  Only entries snapstore made are removed by ``--remove``: a hook whose
-command is ``snapstore hook claude-code`` (any path to snapstore) and the ``snapstore`` server.
+one line per change.  Every command names snapstore by the absolute path resolved when
+``integrate`` runs (:mod:`snapstore.integrations.executable`: the agent's ``PATH`` may lack it);
+an entry of ours naming another path, or under another matcher, is updated.  Only entries
+snapstore made are removed by ``--remove``: a hook whose command is ``snapstore hook claude-code``
+(any path to snapstore) and the ``snapstore`` server.
 """
 
 from __future__ import annotations
@@ -17,8 +20,13 @@ import os
 import stat
 from typing import Any
 
-from snapstore.errors import TreeIOError, UnsafePathError, UsageError
+from snapstore.errors import ConflictError, TreeIOError, UnsafePathError, UsageError
 from snapstore.integrations.claude_code import EVENTS, MATCHER, TOOL_EVENTS
+from snapstore.integrations.executable import (
+    Executable,
+    is_snapstore_command,
+    resolve,
+)
 from snapstore.tree.atomic import write_file_atomic
 from snapstore.tree.paths import is_inside
 
@@ -26,12 +34,16 @@ from snapstore.tree.paths import is_inside
 #: service; later ones take milliseconds).
 HOOK_TIMEOUT = 20
 SERVER_NAME = "snapstore"
-MCP_ENTRY: dict[str, Any] = {"type": "stdio", "command": "snapstore", "args": ["mcp"]}
 SCOPES = ("project", "local", "user")
 PRINTABLE = ("cursor", "cline", "windsurf", "kiro", "copilot", "opencode", "codex", "generic")
-#: Codex's MCP server entry: a TOML table in its config.toml (integrations.codex writes it).
-CODEX_MCP_TABLE = "[mcp_servers.snapstore]"
-CODEX_MCP_TOML = f'{CODEX_MCP_TABLE}\ncommand = "snapstore"\nargs = ["mcp"]\n'
+
+
+def mcp_entry(exe: Executable | None = None, *extra: str, **fields: Any) -> dict[str, Any]:
+    """A JSON ``mcpServers`` entry running ``snapstore mcp`` (``extra``: more arguments;
+    ``fields``: the agent's own keys, first)."""
+    exe = exe or resolve()
+    words = exe.words("mcp", *extra)
+    return {**fields, "command": words[0], "args": words[1:]}
 
 
 def settings_path(scope: str, project: str, home: str) -> str:
@@ -66,36 +78,34 @@ class HookSpec:
         self.events = events
         self.tool_events = tool_events
         self.matcher = matcher
-        self.command = f"snapstore hook {agent}"
         #: In the unit the agent reads (seconds for Claude Code and Codex, milliseconds for Gemini).
         self.timeout = timeout
         #: ``(url, token)`` of the service's HTTP endpoint: the tool events become ``http``
         #: hooks there (Claude Code only; service.http_hooks), the others stay commands.
         self.http: tuple[str, str] | None = None
 
-    def entry(self, event: str) -> dict[str, Any]:
-        """snapstore's hook entry for ``event``."""
+    def entry(self, event: str, exe: Executable) -> dict[str, Any]:
+        """snapstore's hook entry for ``event``, its command running ``exe``."""
         if self.http is not None and event in self.tool_events:
             url, token = self.http
             return {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}, "timeout": self.timeout}
-        return {"type": "command", "command": self.command, "timeout": self.timeout}
+        return {"type": "command", "command": exe.command("hook", self.agent), "timeout": self.timeout}
 
 
 CLAUDE_CODE = HookSpec("claude-code", EVENTS, TOOL_EVENTS, MATCHER)
 
 
 def is_own_hook(hook: Any, agent: str = "claude-code") -> bool:
-    """Whether a hook entry is snapstore's: ``[/path/to/]snapstore hook AGENT ...``, or an
-    ``http`` hook to the service's loopback endpoint for AGENT."""
+    """Whether a hook entry is snapstore's: ``[/path/to/]snapstore hook AGENT`` and nothing more
+    (a command that also runs something of the user's is the user's), or an ``http`` hook to the
+    service's loopback endpoint for AGENT."""
     if not isinstance(hook, dict):
         return False
     url = hook.get("url")
     if hook.get("type") == "http" and isinstance(url, str):
         return url.startswith("http://127.0.0.1:") and url.endswith("/snapstore/hook/" + agent)
-    if not isinstance(hook.get("command"), str):
-        return False
-    words = hook["command"].split()
-    return len(words) >= 3 and os.path.basename(words[0]) == "snapstore" and words[1:3] == ["hook", agent]
+    command = hook.get("command")
+    return isinstance(command, str) and is_snapstore_command(command, "hook", agent, exact=True)
 
 
 def describe(hook: dict[str, Any]) -> str:
@@ -103,9 +113,10 @@ def describe(hook: dict[str, Any]) -> str:
     return str(hook.get("command") or hook.get("url") or "?")
 
 
-def add_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
+def add_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE, exe: Executable | None = None) -> list[str]:
     """Merge snapstore's hook entries into a settings document; the changes made (an entry of
-    ours in the other form, command or http, is replaced)."""
+    ours in another form, naming another executable or under another matcher is replaced)."""
+    exe = exe or resolve()
     hooks = doc.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise UsageError("the settings' \"hooks\" is not a JSON object: not touching it")
@@ -114,17 +125,21 @@ def add_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise UsageError(f"the settings' hooks.{event} is not a JSON list: not touching it")
-        wanted = spec.entry(event)
-        ours = [h for g in groups if isinstance(g, dict) for h in g.get("hooks", []) or [] if is_own_hook(h, spec.agent)]
-        if any(_same_form(h, wanted) for h in ours):
+        wanted = spec.entry(event, exe)
+        matcher = spec.matcher if event in spec.tool_events else None
+        ours = [
+            (g.get("matcher"), h) for g in groups if isinstance(g, dict) and isinstance(g.get("hooks"), list)
+            for h in g["hooks"] if is_own_hook(h, spec.agent)
+        ]
+        if any(m == matcher and _same_form(h, wanted) for m, h in ours):
             continue
         verb = "added"
-        if ours:  # the other form: take it out first
+        if ours:  # another form, path or matcher: take it out first
             _drop_own(groups, spec.agent)
             verb = "updated"
         group: dict[str, Any] = {"hooks": [wanted]}
-        if event in spec.tool_events:
-            group = {"matcher": spec.matcher, **group}
+        if matcher is not None:
+            group = {"matcher": matcher, **group}
         groups.append(group)
         where = f" (matcher {spec.matcher})" if event in spec.tool_events else ""
         changes.append(f"{verb} hook {event}: {describe(wanted)}{where}")
@@ -132,11 +147,11 @@ def add_hooks(doc: dict[str, Any], spec: HookSpec = CLAUDE_CODE) -> list[str]:
 
 
 def _same_form(hook: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    """Whether an entry of ours already is what ``wanted`` asks for: any command hook of ours
-    (whatever path to snapstore it names), or an http hook to the same URL with the same token."""
+    """Whether an entry of ours already is what ``wanted`` asks for: a command hook running the
+    same command, or an http hook to the same URL with the same token."""
     if wanted.get("type") == "http":
         return hook.get("type") == "http" and hook.get("url") == wanted["url"] and hook.get("headers") == wanted.get("headers")
-    return hook.get("type") != "http"
+    return hook.get("type") != "http" and hook.get("command") == wanted["command"]
 
 
 def _drop_own(groups: list[Any], agent: str) -> None:
@@ -197,14 +212,17 @@ def _servers(doc: dict[str, Any], keys: list[str], create: bool) -> dict[str, An
 
 
 def add_server(doc: dict[str, Any], keys: list[str], entry: dict[str, Any] | None = None) -> list[str]:
-    entry = entry if entry is not None else MCP_ENTRY
+    """Put snapstore's server ``entry`` (default: :func:`mcp_entry`) at ``keys``."""
+    entry = entry if entry is not None else mcp_entry()
     servers = _servers(doc, keys, create=True)
     assert servers is not None
     if servers.get(SERVER_NAME) == entry:
         return []
+    if SERVER_NAME in servers and not is_own_server(servers[SERVER_NAME]):
+        raise ConflictError(f"an MCP server named {SERVER_NAME!r} that does not run snapstore is there: not touching it")
     verb = "updated" if SERVER_NAME in servers else "added"
     servers[SERVER_NAME] = copy.deepcopy(entry)
-    return [f"{verb} MCP server {SERVER_NAME}: snapstore mcp"]
+    return [f"{verb} MCP server {SERVER_NAME}: {server_command(entry)}"]
 
 
 def remove_server(doc: dict[str, Any], keys: list[str]) -> list[str]:
@@ -212,13 +230,29 @@ def remove_server(doc: dict[str, Any], keys: list[str]) -> list[str]:
     entry = servers.get(SERVER_NAME) if servers is not None else None
     if servers is None or not isinstance(entry, dict):
         return []
-    command = entry.get("command", "")
-    if isinstance(command, list):  # OpenCode's form: the whole argv
-        command = command[0] if command else ""
-    if os.path.basename(str(command)) != "snapstore":
+    if not is_own_server(entry):
         return []  # a server of that name that is not ours
     del servers[SERVER_NAME]
     return [f"removed MCP server {SERVER_NAME}"]
+
+
+def server_words(entry: dict[str, Any]) -> list[str]:
+    """The argv of an MCP server entry (OpenCode's ``command`` is the whole argv)."""
+    command, args = entry.get("command"), entry.get("args")
+    words = list(command) if isinstance(command, list) else [command]
+    words += list(args) if isinstance(args, list) else []
+    return [str(w) for w in words]
+
+
+def server_command(entry: dict[str, Any]) -> str:
+    import shlex
+
+    return shlex.join(server_words(entry))
+
+
+def is_own_server(entry: Any) -> bool:
+    """Whether an MCP server entry runs ``snapstore mcp`` (any path to it)."""
+    return isinstance(entry, dict) and is_snapstore_command(server_words(entry), "mcp")
 
 
 #: The largest settings file read (a settings file is a few KiB; a huge one is not one).
@@ -327,13 +361,14 @@ def integrate_claude_code(
         path, keys = mcp_location(scope, project, home)
         if scope == "project":
             check_in_project(path, project)
-    out = update_file(settings, remove_hooks if remove else (lambda doc: add_hooks(doc, spec)), dry_run, private=spec.http is not None)
+    exe = resolve()
+    out = update_file(settings, remove_hooks if remove else (lambda doc: add_hooks(doc, spec, exe)), dry_run, private=spec.http is not None)
     if spec.http is not None and out and not dry_run:
         out.append(_restart_service(project))
     if mcp:
 
         def server_change(doc: dict[str, Any]) -> list[str]:
-            return remove_server(doc, keys) if remove else add_server(doc, keys)
+            return remove_server(doc, keys) if remove else add_server(doc, keys, mcp_entry(exe, type="stdio"))
 
         out += update_file(path, server_change, dry_run)
     return out

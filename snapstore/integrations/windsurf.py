@@ -22,12 +22,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from snapstore.errors import UsageError
 from snapstore.integrations import event_model
-from snapstore.integrations.hook_files import flat_settings, where
+from snapstore.integrations.executable import resolve
+from snapstore.integrations.hook_files import flat_settings, server_file, where
 
 AGENT = "windsurf"
-COMMAND = f"snapstore hook {AGENT}"
+#: Windsurf's MCP servers: one file for every workspace, under the home directory.
+MCP_CONFIG = os.path.join(".codeium", "windsurf", "mcp_config.json")
 EVENTS = ("pre_user_prompt", "pre_write_code", "post_write_code", "pre_run_command", "post_run_command", "post_cascade_response")
 
 
@@ -65,14 +66,20 @@ def integrate(
     home: str | None = None,
 ) -> list[str]:
     """Add (or ``remove``) snapstore's hooks in ``.windsurf/hooks.json`` (user scope:
-    ``~/.codeium/windsurf/hooks.json``); the changes."""
+    ``~/.codeium/windsurf/hooks.json``), and with ``mcp`` the server in
+    ``~/.codeium/windsurf/mcp_config.json``; the changes.  That one MCP file serves every
+    workspace: its server is rooted at this project (``--root``), as Cline's is."""
+    from snapstore.integrations.settings import mcp_entry
+
     base, inside, project = where("Windsurf", scope, project, home)
-    if mcp:
-        raise UsageError(
-            "Windsurf keeps MCP servers in ~/.codeium/windsurf/mcp_config.json for every workspace: add the "
-            "output of 'snapstore integrate --print windsurf' there yourself (it names this project's root)"
-        )
+    exe = resolve()
     path = os.path.join(base, *((".windsurf",) if inside else (".codeium", "windsurf")), "hooks.json")
-    return flat_settings(
-        path, inside, AGENT, EVENTS, lambda _event: {"command": COMMAND, "show_output": False}, remove=remove, dry_run=dry_run,
+    out = flat_settings(
+        path, inside, AGENT, EVENTS, lambda _event: {"command": exe.command("hook", AGENT), "show_output": False},
+        remove=remove, dry_run=dry_run,
     )
+    if mcp:
+        config = os.path.join(home if home is not None else os.path.expanduser("~"), MCP_CONFIG)
+        entry = mcp_entry(exe, "--root", project)
+        out += server_file(config, None, ["mcpServers"], entry, remove=remove, dry_run=dry_run)
+    return out
