@@ -33,6 +33,8 @@ AGENT = "cline"
 COMMAND = f"snapstore hook {AGENT}"
 EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "TaskComplete", "TaskCancel", "PreCompact")
 TOOLS = {"write_to_file": "Write", "replace_in_file": "Edit", "apply_patch": "Edit", "execute_command": "Bash"}
+#: What Cline's execute_command result says when the user let the task proceed while it runs.
+STILL_RUNNING = "command is still running in the user's terminal"
 SCRIPT = f"#!/bin/sh\n# {COMMAND}: a checkpoint per event (snapstore integrate cline --remove takes it out)\nexec {COMMAND}\n"
 #: Where VS Code-like editors keep Cline's MCP settings, under the home directory.
 MCP_SETTINGS = tuple(
@@ -58,7 +60,11 @@ def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
         raw = body.get("parameters")
         params = raw if isinstance(raw, dict) else {}
         tool_input = {"command": str(params.get("command", ""))} if tool == "Bash" else {"file_path": str(params.get("path", ""))}
-        return event_model.tool_event(AGENT, name, session, tool, tool_input, failed=body.get("success") is False)
+        # "Proceed While Running": the call ends with the command still running (its result says so).
+        running_on = tool == "Bash" and name == "PostToolUse" and STILL_RUNNING in str(body.get("result", "")).lower()
+        return event_model.tool_event(
+            AGENT, name, session, tool, tool_input, failed=body.get("success") is False, background=running_on
+        )
     if name in ("TaskComplete", "TaskCancel"):
         return event_model.event("Stop", session)
     if name == "PreCompact":

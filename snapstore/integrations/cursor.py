@@ -29,7 +29,7 @@ import json
 import os
 from typing import Any
 
-from snapstore.integrations import event_model
+from snapstore.integrations import background, event_model
 from snapstore.integrations.hook_files import flat_settings, server_file, where
 
 AGENT = "cursor"
@@ -61,8 +61,8 @@ def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
         tool = str(doc.get("tool_name", ""))
         raw = doc.get("tool_input")
         args = raw if isinstance(raw, dict) else {}
-        if tool in SHELL_TOOLS:
-            tool_input = {"command": str(args.get("command", ""))}
+        if tool in SHELL_TOOLS:  # (is_background: the command runs on after postToolUse)
+            tool_input = {"command": str(args.get("command", "")), **background.flags(args)}
             model_tool = "Bash"
         elif tool in EDIT_TOOLS:
             tool_input = {"file_path": str(args.get("file_path") or args.get("path") or "")}
