@@ -270,3 +270,23 @@ def test_on_a_terminal_revert_asks_before_taking_unknown(tree: Path, answer: str
     assert proc.wait(timeout=60) == 0
     os.close(master)
     assert (tree / "bg.txt").exists() is not taken and not (tree / "agent.txt").exists()
+
+
+def test_copilot_windows_stay_open_until_every_async_shell_could_have_finished(tree: Path):
+    """Copilot's notification does not say which shell finished: with two running, one
+    notification closes neither window."""
+    def cop(**doc: Any) -> None:
+        send(tree, "copilot", session_id=S, cwd=str(tree), **doc)
+
+    for cmd in ("npm test", "npm run build"):
+        shell = {"tool_name": "bash", "tool_input": {"command": cmd, "mode": "async"}}
+        cop(hook_event_name="PreToolUse", **shell)
+        cop(hook_event_name="PostToolUse", **shell, tool_result={"result_type": "success", "text_result_for_llm": ""})
+    done = {"hook_event_name": "Notification", "message": "done", "notification_type": "shell_completed"}
+    cop(**done)
+    (tree / "one.txt").write_text("?\n")
+    cop(hook_event_name="UserPromptSubmit", prompt="after one")
+    cop(**done)
+    (tree / "two.txt").write_text("?\n")
+    cop(hook_event_name="UserPromptSubmit", prompt="after both")
+    assert labels(tree)[-2:] == [("after one", "unknown"), ("after both", "user")]

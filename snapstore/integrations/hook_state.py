@@ -14,8 +14,9 @@ Metadata ``attributed`` says why a label was changed.  **The unknown window** of
 call opens at its PostToolUse and ends at the first of:
 
 1. the agent's word that it finished: a ``Stop`` whose ``background_tasks`` is empty (Claude
-   Code: every background task is over), or a ``BackgroundTaskDone`` event (Copilot's
-   ``shell_completed``/``shell_detached_completed`` notification: one call each, the oldest);
+   Code: every background task is over), or as many ``BackgroundTaskDone`` events as calls are
+   open (Copilot's ``shell_completed``/``shell_detached_completed`` notifications, which do not
+   say which call finished: every window stays open until each call could have sent its own);
 2. ``hooks.background-window`` seconds (:data:`WINDOW`) after it opened, for agents that never
    say (Gemini, Codex, Cursor, Cline, Windsurf, Kiro, OpenCode, a ``cmd &`` anywhere).
 
@@ -66,6 +67,9 @@ class Calls:
         self.background: dict[str, float] = {
             c: float(t) if isinstance((t := since.get(c)), int | float) else now for c in _ids(doc.get("background"))
         }
+        #: How many "a background call finished" events came for the open background calls.
+        done = doc.get("done")
+        self.done = done if isinstance(done, int) and not isinstance(done, bool) and done > 0 else 0
 
     def open_ids(self) -> list[str]:
         return sorted(self.running | set(self.background))
@@ -75,6 +79,7 @@ class Calls:
             "running": sorted(self.running),
             "background": sorted(self.background),
             "since": {c: t for c, t in sorted(self.background.items())},
+            **({"done": self.done} if self.done else {}),
         }
 
 
@@ -149,11 +154,14 @@ def advance(event: dict[str, Any], calls: Calls, *, now: float | None = None, wi
         if isinstance(tasks, list) and not tasks:
             calls.background.clear()
     elif name == DONE_EVENT and calls.background:
-        done = call if call in calls.background else min(calls.background, key=lambda c: (calls.background[c], c))
-        del calls.background[done]
+        calls.done += 1
+        if calls.done >= len(calls.background):
+            calls.background.clear()
     for c, since in list(calls.background.items()):
         if now - since > window:
             del calls.background[c]
+    if not calls.background:
+        calls.done = 0
 
 
 def backgrounds(event: dict[str, Any]) -> bool:
