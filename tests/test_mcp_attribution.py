@@ -48,6 +48,32 @@ def test_reverting_the_agent_over_mcp_keeps_the_users_edits(tmp_path: Path):
     assert (tree / "notes.txt").read_text() == "v2 by the user\n"  # the user's stays
 
 
+def test_mcp_revert_of_the_agent_lists_unknown_and_takes_it_only_when_asked(tmp_path: Path):
+    tree = tmp_path / "proj"
+    tree.mkdir()
+    (tree / "a.py").write_text("x = 1\n")
+    params = mcp_params(tree)
+    results: list[Any] = []
+
+    async def main() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            await s.call_tool("checkpoint_create", {"message": "start", "task": "s"})
+            await s.call_tool("edit_file", {"path": "a.py", "old_text": "x = 1", "new_text": "x = 2", "task": "s"})
+            (tree / "who.txt").write_text("nobody says\n")
+            await s.call_tool("checkpoint_create", {"message": "later", "task": "s"})  # actor unknown
+            results.append(await s.call_tool("checkpoint_revert", {"task": "s", "actor": "agent", "dry_run": False}))
+            await s.call_tool("undo", {})
+            results.append(await s.call_tool("checkpoint_revert", {"task": "s", "actor": "agent", "dry_run": False, "include_unknown": True}))
+
+    anyio.run(main)
+    assert not any(r.is_error for r in results), [r.content for r in results if r.is_error]
+    left, taken = (r.structured_content["unknown"] for r in results)
+    assert [(u["message"], u["paths"], u["taken"]) for u in left] == [("later", ["who.txt"], False)]
+    assert [(u["paths"], u["taken"]) for u in taken] == [(["who.txt"], True)]
+    assert not (tree / "who.txt").exists() and (tree / "a.py").read_text() == "x = 1\n"
+
+
 def test_restore_results_carry_real_line_counts(tmp_path: Path):
     tree = tmp_path / "proj"
     tree.mkdir()
