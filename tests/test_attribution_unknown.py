@@ -62,6 +62,11 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ("Start-Process npm -ArgumentList dev", "start-process"),
         ("make && make test", None), ("ls 2>&1 | tee log", None), ("cmd &> log", None), ("a |& b", None),
         ('echo "a & b"', None), ("echo 'nohup'", "nohup"), ("pytest -q", None),
+        # A here-document's body is data: Rust's `&x` written by `cat <<EOF` backgrounds nothing.
+        ("cat > f.rs <<EOF\nlet y = &x;\nEOF", None), ("cat > f <<'EOF'\na & b\nEOF\n./serve &", "&"),
+        ("cat <<-END > f\n\ta & b\n\tEND\nmake", None),
+        # Too long to tokenize: scanned, any lone "&" counts.
+        ("true && " * 20000 + "x &", "&"), ("true && " * 20000 + "x", None),
     ],
 )
 def test_which_command_lines_background(command: str, why: str | None):

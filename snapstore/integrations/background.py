@@ -16,6 +16,7 @@ A call backgrounds when
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -24,6 +25,10 @@ FLAGS = ("run_in_background", "is_background", "background", "detach", "async", 
 #: Words that start a command detached from the call (compared lower-case).
 DETACHING = frozenset({"nohup", "setsid", "disown", "start-process", "start-job", "saps", "sajb"})
 SHELLS = ("Bash", "PowerShell")
+#: A command line longer than this (here-document bodies left out) is scanned, not tokenized.
+MAX_PARSED = 64 << 10
+#: A here-document's start: ``<<WORD``, ``<<-WORD``, ``<< 'WORD'``, ``<<"WORD"`` (not ``<<<``).
+_HEREDOC = re.compile(r"(?<!<)<<(-?)[ \t]*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?")
 
 
 def flags(args: Any) -> dict[str, Any]:
@@ -51,7 +56,15 @@ def reason(tool: str, tool_input: Any) -> str | None:
 
 
 def command_reason(command: str, *, powershell: bool = False) -> str | None:
-    """Why a command line backgrounds (``"&"``, ``"nohup"``, ...), or None."""
+    """Why a command line backgrounds (``"&"``, ``"nohup"``, ...), or None.  The bodies of
+    here-documents are data, not commands (``cat > f.rs <<EOF`` with ``&x`` in it runs nothing
+    in the background)."""
+    command = strip_heredocs(command)
+    if len(command) > MAX_PARSED:  # not worth a tokenizer's time: any "&" or word counts
+        low = command.lower()
+        if any(w in low for w in DETACHING):
+            return next(w for w in sorted(DETACHING) if w in low)
+        return "&" if "&" in command.replace("&&", "") else None
     tokens = _tokens(command)
     for i, token in enumerate(tokens):
         word = token.lower()
@@ -61,6 +74,24 @@ def command_reason(command: str, *, powershell: bool = False) -> str | None:
             # (PowerShell's "& cmd" is its call operator; only a trailing "&" backgrounds.)
             return "&"
     return None
+
+
+def strip_heredocs(command: str) -> str:
+    """``command`` without the bodies of its here-documents (``<<WORD`` ... a line ``WORD``;
+    ``<<-`` allows leading tabs; the word may be quoted)."""
+    if "<<" not in command:
+        return command
+    out: list[str] = []
+    pending: list[tuple[str, bool]] = []  # delimiters still open, and whether tabs are stripped
+    for line in command.split("\n"):
+        if pending:
+            word, tabs = pending[0]
+            if (line.lstrip("\t") if tabs else line) == word:
+                pending.pop(0)
+            continue
+        out.append(line)
+        pending.extend((m.group(2), m.group(1) == "-") for m in _HEREDOC.finditer(line))
+    return "\n".join(out)
 
 
 def _tokens(command: str) -> list[str]:
