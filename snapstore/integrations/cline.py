@@ -4,7 +4,9 @@ Cline runs the executable file named after the event, with one JSON object on st
 fields ``hookName``, ``taskId`` (the session), ``workspaceRoots`` (the project is the first),
 and the event's own object (``preToolUse: {toolName, parameters}``, ``postToolUse: {toolName,
 parameters, result, success}``, ``userPromptSubmit: {prompt}``).  It reads stdout as JSON
-(``{"cancel": false}`` lets the task go on).  Cline starts MCP servers in ``/``: the printed
+(``{"cancel": false}`` lets the task go on).  An ``execute_command`` the user let "Proceed While
+Running" ends with the command still running (its result says so): what changes next is
+``unknown`` (:mod:`snapstore.integrations.hook_state`).  Cline starts MCP servers in ``/``: the printed
 and written server entries name the project with ``--root``.
 
 =====================================  ===========================================================

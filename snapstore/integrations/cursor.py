@@ -6,7 +6,8 @@ tool events (``preToolUse``, ``postToolUse``, ``postToolUseFailure``: ``tool_nam
 ``tool_input``) and, older, specific ones (``beforeShellExecution``/``afterShellExecution``:
 ``command``; ``afterFileEdit``: ``file_path``).  snapstore subscribes to both: a call's events
 get one call id made from the shell command or the file, so a shell command reported twice
-opens and closes one call.  Cursor reads every hook's stdout as JSON: the hook prints ``{}``
+opens and closes one call.  A Shell call with ``is_background`` runs on after its
+``postToolUse``: what changes next is ``unknown``.  Cursor reads every hook's stdout as JSON: the hook prints ``{}``
 (or ``{"user_message": ...}`` when snapstore failed).
 
 ==========================================  =============================================
