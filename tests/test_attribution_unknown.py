@@ -295,3 +295,11 @@ def test_copilot_windows_stay_open_until_every_async_shell_could_have_finished(t
     (tree / "two.txt").write_text("?\n")
     cop(hook_event_name="UserPromptSubmit", prompt="after both")
     assert labels(tree)[-2:] == [("after one", "unknown"), ("after both", "user")]
+
+
+def test_a_completion_notification_without_a_session_is_still_unknown(tree: Path):
+    (tree / "late.txt").write_text("what the command wrote before it ended\n")
+    send(tree, "copilot", cwd=str(tree), hook_event_name="Notification", message="done", notification_type="shell_completed")
+    with Store.open(tree) as store:
+        cp = store.checkpoints()[0]
+    assert (cp.message, cp.actor) == ("background command finished", "unknown")

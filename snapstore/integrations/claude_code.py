@@ -163,8 +163,9 @@ def plan(event: dict[str, Any], project: str) -> dict[str, Any] | None:
         args["message"] = {"Stop": "end of turn", "SubagentStop": "end of subagent turn", "PreCompact": "before compaction"}[name]
         args["conversation_from"] = transcript
     elif name == "BackgroundTaskDone":
-        # Labelled the user's here; hook_state makes it "unknown" (a background call was open).
-        meta["actor"] = "user"
+        # What changed since the last checkpoint includes what the command wrote before it ended.
+        meta["actor"] = "unknown"
+        meta["attributed"] = "a background command of the agent ran until this event"
         args["message"] = "background command finished"
         args["skip_unchanged"] = True
     else:

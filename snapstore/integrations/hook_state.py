@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -65,7 +66,8 @@ class Calls:
         #: background call id -> when its unknown window opened (an older state file has no
         #: times: its calls' windows open now).
         self.background: dict[str, float] = {
-            c: float(t) if isinstance((t := since.get(c)), int | float) else now for c in _ids(doc.get("background"))
+            c: float(t) if isinstance((t := since.get(c)), int | float) and math.isfinite(t) else now
+            for c in _ids(doc.get("background"))
         }
         #: How many "a background call finished" events came for the open background calls.
         done = doc.get("done")
