@@ -208,7 +208,8 @@ def run(
                 with hook_state.session(store_dir, session) as calls:
                     hook_state.attribute(args["metadata"], calls, lost)
                     _record(store, args)
-                    window = _background_window(store) if calls.background or hook_state.backgrounds(event) else hook_state.WINDOW
+                    # (The window matters only for calls already open: a new one starts now.)
+                    window = _background_window(store) if calls.background else hook_state.WINDOW
                     hook_state.advance(event, calls, window=window)
             else:
                 _record(store, args)
