@@ -18,7 +18,9 @@ The oracle, after ``revert --task S --actor agent``:
 - nothing else differs.
 
 So the tree is "the base plus exactly the user's changes", plus only what is listed as unknown.
-``SNAPSTORE_ATTRIBUTION_REPLAYS`` sets the replays per agent (the slow variant runs 5x as many).
+``SNAPSTORE_ATTRIBUTION_REPLAYS`` sets the replays per agent (the slow variant runs 5x as many);
+the events go to the hook handler in-process (what ``snapstore hook AGENT`` calls), and in a
+slow variant through a real ``snapstore hook AGENT --no-service`` process each.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ import json
 import os
 import random
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from agent_sessions import Profile, Shell, profile
+from helpers import subprocess_env
 
 from snapstore.integrations import agents
 from snapstore.store import Store
@@ -45,15 +49,24 @@ BASE = {name: f"{name} as it was\n" for name in AGENT_FILES + USER_FILES}
 class Replay:
     """One session of one agent, played with the user at the keyboard."""
 
-    def __init__(self, agent: str, tree: Path, rng: random.Random):
-        self.agent, self.tree, self.rng = agent, tree, rng
+    def __init__(self, agent: str, tree: Path, rng: random.Random, processes: bool = False):
+        self.agent, self.tree, self.rng, self.processes = agent, tree, rng, processes
         self.p: Profile = profile(agent, tree)
         self.n = 0
         self.user: dict[str, str | None] = {}  # path -> the user's last content (None: deleted)
         self.pending: list[tuple[str, Path, subprocess.Popen[bytes] | None]] = []
 
     def send(self, payload: dict[str, object]) -> None:
-        out = agents.hook(self.agent, json.dumps(payload), lambda project: lambda: Store.open(project), start_service=False)
+        if self.processes:
+            env = {k: v for k, v in subprocess_env().items() if not k.startswith(("CLAUDE_", "GEMINI_"))}
+            done = subprocess.run(
+                [sys.executable, "-m", "snapstore", "hook", self.agent, "--no-service"], input=json.dumps(payload),
+                cwd=self.tree, env=env, capture_output=True, text=True, timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            out = done.stdout
+        else:
+            out = agents.hook(self.agent, json.dumps(payload), lambda project: lambda: Store.open(project), start_service=False)
         assert not any(k in out for k in ("systemMessage", "errorMessage", "user_message")), out
 
     def pause(self, longest: float = 0.004) -> None:
@@ -162,7 +175,9 @@ class Replay:
         self.send(self.p.stop([]))
 
 
-def replay_once(agent: str, tree: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+def replay_once(
+    agent: str, tree: Path, seed: int, monkeypatch: pytest.MonkeyPatch, processes: bool = False
+) -> tuple[int, int]:
     """One replay and its check; (unknown changes listed, background files taken back)."""
     tree.mkdir()
     monkeypatch.chdir(tree)  # Windsurf and Kiro name the project by the hook's working directory
@@ -170,7 +185,7 @@ def replay_once(agent: str, tree: Path, seed: int, monkeypatch: pytest.MonkeyPat
         (tree / name).write_text(text)
     with Store.init(tree) as store:
         store.snapshot("base")
-    session = Replay(agent, tree, random.Random(seed))
+    session = Replay(agent, tree, random.Random(seed), processes)
     session.play(turns=session.rng.randint(2, 3))
     with Store.open(tree) as store:
         report = store.revert(task=session.p.session, actor="agent")
@@ -192,12 +207,14 @@ def replay_once(agent: str, tree: Path, seed: int, monkeypatch: pytest.MonkeyPat
 AGENTS = ("claude-code", "gemini", "codex", "copilot", "cursor", "cline", "windsurf", "kiro", "opencode")
 
 
-def _run(agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int, offset: int) -> None:
+def _run(
+    agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: int, offset: int, processes: bool = False
+) -> None:
     for name in ("CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR"):
         monkeypatch.delenv(name, raising=False)
     listed = taken = 0
     for seed in range(offset, offset + replays):
-        n_listed, n_taken = replay_once(agent, tmp_path / f"s{seed}", seed, monkeypatch)
+        n_listed, n_taken = replay_once(agent, tmp_path / f"s{seed}", seed, monkeypatch, processes)
         listed += n_listed
         taken += n_taken
     # Not vacuous: background writes were left as unknown (and, by chance, some landed in a tool
@@ -214,3 +231,9 @@ def test_revert_of_the_agent_leaves_the_base_plus_exactly_the_users_changes(agen
 @pytest.mark.parametrize("agent", AGENTS)
 def test_the_same_with_many_more_replays(agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     _run(agent, tmp_path, monkeypatch, REPLAYS * 5, 1000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", AGENTS)
+def test_the_same_through_hook_processes(agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    _run(agent, tmp_path, monkeypatch, 3, 2000, processes=True)
