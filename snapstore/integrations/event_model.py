@@ -2,7 +2,8 @@
 
 An adapter (``snapstore.integrations.<agent>``) turns its agent's payload into a dict with
 ``hook_event_name`` (``UserPromptSubmit``, ``PreToolUse``, ``PostToolUse``,
-``PostToolUseFailure``, ``Stop``, ``PreCompact``), ``session_id``, ``tool_name`` (the model's
+``PostToolUseFailure``, ``Stop``, ``PreCompact``, and ``BackgroundTaskDone`` for an agent's word
+that a background command finished), ``session_id``, ``tool_name`` (the model's
 names: ``Bash``, ``Write``, ``Edit``, or the agent's own for any other tool), ``tool_input``,
 ``tool_use_id``, ``prompt``, ``transcript_path``, ``cwd`` and ``background`` (true when the
 adapter knows the call runs on after its post event; the agents' own flags in ``tool_input``
