@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from snapstore.ops.restore import RestoreReport
     from snapstore.ops.restore.recovery import RecoverReport
     from snapstore.ops.retention import PruneReport
-    from snapstore.ops.revert import RevertReport
+    from snapstore.ops.revert import RevertReport, UnknownChange
     from snapstore.ops.stats import StoreStats
     from snapstore.ops.textdiff import LineCounts
     from snapstore.ops.upgrade import UpgradeReport
@@ -110,7 +110,7 @@ def snapshot_line(cp: Checkpoint) -> str:
 
 
 def checkpoint_rows(numbered: list[tuple[int | None, Checkpoint]]) -> list[list[str]]:
-    """Rows of ``snapstore list``: #N, id, time, message [tags], task, +/~/-."""
+    """Rows of ``snapstore list``: #N, id, time, message [tags], task, actor, +/~/-."""
     rows = []
     for n, c in numbered:
         label = c.message if not c.tags else f"{c.message} [{', '.join(c.tags)}]"
@@ -121,6 +121,7 @@ def checkpoint_rows(numbered: list[tuple[int | None, Checkpoint]]) -> list[list[
                 local_time(c.time_ns),
                 one_line(label) or "-",
                 c.task or "-",
+                c.actor or "-",
                 changes_summary(c.stats),
             ]
         )
@@ -145,6 +146,9 @@ def summary_lines(info: dict[str, Any]) -> list[str]:
         out.append(f"task:     {info['task']}")
     if info["tags"]:
         out.append(f"tags:     {', '.join(info['tags'])}")
+    if info.get("actor"):
+        why = info["metadata"].get("attributed")
+        out.append(f"actor:    {info['actor']}" + (f" ({why})" if isinstance(why, str) and why else ""))
     out.append(f"parent:   {info['parent'][:12] if info['parent'] else '-'}")
     out.append(f"files:    {st.get('files', 0)} ({size(st.get('bytes', 0))}), {size(st.get('new_bytes', 0))} new")
     for key, value in info["metadata"].items():
@@ -244,6 +248,7 @@ def revert_lines(report: RevertReport) -> list[str]:
         if o.note:
             text += f" ({o.note})"
         lines.append(text)
+    lines.extend(unknown_lines(report.unknown))
     if report.dry_run:
         lines.append(f"dry run: revert of {report.what} would change {report.changed} path(s); nothing was changed")
     elif report.op_seq is None:
@@ -251,6 +256,25 @@ def revert_lines(report: RevertReport) -> list[str]:
     else:
         lines.append(f"revert of {report.what}: {report.changed} path(s) changed; 'snapstore undo' puts them back")
     return lines
+
+
+def unknown_lines(unknown: list[UnknownChange]) -> list[str]:
+    """The ``unknown`` changes an actor revert listed: a heading, then one line per checkpoint."""
+    if not unknown:
+        return []
+    taken = [u for u in unknown if u.taken]
+    if taken:
+        head = f"taken back too: {len(taken)} checkpoint(s) labelled unknown (no event says who made them):"
+    else:
+        head = (
+            f"left alone: {len(unknown)} checkpoint(s) labelled unknown (no event says who made them; "
+            "--include-unknown takes them back too):"
+        )
+    out = [head]
+    for u in unknown:
+        names = ", ".join(display(p) for p in u.paths[:8]) + (f", ... ({len(u.paths)} paths)" if len(u.paths) > 8 else "")
+        out.append(f"  {u.checkpoint.short_id} {one_line(u.checkpoint.message, 40)}: {names}")
+    return out
 
 
 def oplog_rows(ops: list[Operation]) -> list[list[str]]:

@@ -3,7 +3,8 @@
 A session is played through the real hook handler (``claude_code.run``, one event at a time as
 Claude Code sends them) with the agent and the user editing files at the moments they would.
 Property: ``revert --task S --actor agent`` leaves exactly the user's edits (the agent's files
-back as they were), whatever the interleaving."""
+back as they were), whatever the interleaving; what a background call wrote is either taken back
+or listed as ``unknown`` (issue 37)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ class Session:
     def agent_writes(self, call: str) -> None:
         name = f"agent_{self.rng.randint(0, 4)}.txt"
         (self.tree / name).write_text(f"agent {call} {self.rng.random()}\n")
+
+    def background_writes(self, call: str) -> None:
+        self.calls += 1  # a file of its own each time: what it wrote is either reverted or kept
+        (self.tree / f"bg_{self.calls:03d}.txt").write_text(f"background {call}\n")
 
     def user_writes(self) -> None:
         name = f"user_{self.rng.randint(0, 4)}.txt"
@@ -74,18 +79,18 @@ class Session:
                 c = self.call_id()
                 self.pre(c, background=True)
                 self.post(c, background=True)  # it runs on after its PostToolUse
-                self.agent_writes(c)
+                self.background_writes(c)
                 pending_background.append(c)
             else:
                 c = self.call_id()
                 self.pre(c)
                 self.agent_writes(c)
                 self.post(c, failed=kind == "failing")
-            if not pending_background and rng.random() < 0.3:
-                self.user_writes()  # the user edits while no call of the agent runs
+            if rng.random() < 0.3:
+                self.user_writes()  # the user edits while no foreground call of the agent runs
         if pending_background and rng.random() < 0.5:
             self.send(hook_event_name="Stop", background_tasks=[{"id": pending_background[0]}])
-            self.agent_writes(pending_background[0])  # still running after the turn ended
+            self.background_writes(pending_background[0])  # still running after the turn ended
         self.send(hook_event_name="Stop", background_tasks=[])
 
 
@@ -101,12 +106,14 @@ def test_revert_of_the_agent_leaves_exactly_the_users_edits(tmp_path: Path, seed
     for _ in range(3):
         session.turn()
     with Store.open(tree) as store:
-        store.revert(task=SESSION, actor="agent", conflicts="refuse")
+        report = store.revert(task=SESSION, actor="agent", conflicts="refuse")
     files = {p.name: p.read_text() for p in tree.iterdir() if p.is_file()}
     agent = {k: v for k, v in files.items() if k.startswith("agent_")}
     assert agent == {"agent_0.txt": "agent's file as it was\n"}, seed
     for name, text in session.user.items():
         assert files[name] == text, (seed, name)
+    listed = {p.decode() for u in report.unknown for p in u.paths}
+    assert {k for k in files if k.startswith("bg_")} <= listed, seed
 
 
 def test_a_failing_command_is_the_agents_and_powershell_is_matched(tmp_path: Path):
@@ -124,7 +131,9 @@ def test_a_failing_command_is_the_agents_and_powershell_is_matched(tmp_path: Pat
     assert cp.metadata["actor"] == "agent" and cp.message.startswith("after failed Bash")
 
 
-def test_changes_while_a_background_call_runs_are_the_agents(tmp_path: Path):
+def test_changes_while_a_background_call_may_run_are_unknown(tmp_path: Path):
+    """Neither the agent's (the user's edits then would be reverted) nor the user's (the
+    command's writes would be kept silently): ``unknown``, until Stop reports no background task."""
     tree = tmp_path / "t"
     tree.mkdir()
     Store.init(tree).close()
@@ -135,7 +144,7 @@ def test_changes_while_a_background_call_runs_are_the_agents(tmp_path: Path):
     s.send(hook_event_name="UserPromptSubmit", prompt="next")
     with Store.open(tree) as store:
         cp = store.checkpoints()[0]
-    assert cp.metadata["actor"] == "agent" and "toolu_bg" in cp.metadata["attributed"]
+    assert cp.metadata["actor"] == "unknown" and "toolu_bg" in cp.metadata["attributed"]
     s.send(hook_event_name="Stop", background_tasks=[])  # the background call is over
     (tree / "mine.txt").write_text("the user's\n")
     s.send(hook_event_name="UserPromptSubmit", prompt="again")

@@ -42,6 +42,6 @@ def test_every_parameter_is_described_and_closed_sets_are_enums(tmp_path: Path):
         return {v for o in options for v in o.get("enum", [])}
 
     assert enum_of("checkpoint_revert", "conflicts") == {"refuse", "markers", "ours", "theirs"}
-    assert enum_of("checkpoint_revert", "actor") == {"agent", "user"}
+    assert enum_of("checkpoint_revert", "actor") == {"agent", "user", "unknown"}
     assert enum_of("checkpoint_create", "actor") == {"agent", "user"}
     assert ":/text" in tools["checkpoint_show"].input_schema["properties"]["ref"]["description"]

@@ -102,3 +102,24 @@ def test_a_stale_plan_is_previewed_again_and_a_bad_actor_refused(store: Store, t
     assert "changed since the preview" in r.text and "line two\n" in tree.joinpath("a.py").read_text()
     assert post(client, f"/c/{cid}/revert/confirm", {"plan": "0" * 32}).status_code == 400
     assert post(client, "/revert/preview", {"task": "t", "actor": "robot"}).status_code == 400
+
+
+def test_unknown_changes_are_listed_and_taken_only_from_a_second_preview(store: Store, tree: Path):
+    """Issue 37: a task's changes by the agent leave the ones labelled unknown alone (listed);
+    taking them too needs its own preview and confirmation."""
+    tree.joinpath("bg.log").write_text("written while a background command ran\n")
+    store.snapshot("end of turn", task="t", metadata={"actor": "unknown", "attributed": "background calls may still run"})
+    client = client_for(store)
+    preview = post(client, "/revert/preview", {"task": "t", "actor": "agent"}).text
+    assert "Left alone:" in preview and "bg.log" in preview and 'id="include-unknown"' in preview
+    done = post(client, "/revert/confirm", {"task": "t", "actor": "agent", "plan": plan_of(preview), "confirm": "yes"})
+    assert done.status_code == 200 and tree.joinpath("bg.log").exists() and tree.joinpath("a.py").read_text() == A1
+    store.undo()
+    both = post(client, "/revert/preview", {"task": "t", "actor": "agent", "include_unknown": "1"}).text
+    assert "Taken back too:" in both and 'name="include_unknown" value="1"' in both
+    # The first plan (without the unknown change) no longer confirms this one.
+    stale = post(client, "/revert/confirm", {"task": "t", "actor": "agent", "include_unknown": "1", "plan": plan_of(preview), "confirm": "yes"})
+    assert "changed since the preview" in stale.text and tree.joinpath("bg.log").exists()
+    done = post(client, "/revert/confirm", {"task": "t", "actor": "agent", "include_unknown": "1", "plan": plan_of(both), "confirm": "yes"})
+    assert done.status_code == 200 and not tree.joinpath("bg.log").exists()
+    assert tree.joinpath("b.txt").read_text() == "b by the user\n"

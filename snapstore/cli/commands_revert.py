@@ -20,7 +20,11 @@ from snapstore.errors import EXIT_DIFFERENT, UsageError
 )
 @click.argument("what", required=False, metavar="[REF | A..B]")
 @click.option("--task", metavar="S", help="Take back the changes of the checkpoints of task (session) S.")
-@click.option("--actor", type=click.Choice(["agent", "user"]), help="With --task: only the checkpoints whose metadata actor is this.")
+@click.option("--actor", type=click.Choice(["agent", "user", "unknown"]), help="With --task: only the checkpoints whose metadata actor is this.")
+@click.option(
+    "--include-unknown", is_flag=True,
+    help="With --actor: take back the task's changes labelled unknown too (else listed and left alone; on a terminal you are asked).",
+)
 @click.option(
     "--conflicts",
     type=click.Choice(["refuse", "markers", "ours", "theirs"]),
@@ -39,6 +43,7 @@ def revert(
     what: str | None,
     task: str | None,
     actor: str | None,
+    include_unknown: bool,
     conflicts: str,
     side: str | None,
     dry_run: bool,
@@ -51,6 +56,8 @@ def revert(
 
     Paths after `--` limit the revert.  Conflicting changes stop the revert (exit 9, nothing
     changed) unless --conflicts=markers, --ours or --theirs.  Undo it with `snapstore undo`.
+    With --actor, the task's changes labelled unknown (a backgrounded command's, and yours while
+    it may run) are listed and left alone unless --include-unknown (or yes on a terminal).
     Exit code 1 when conflicts remain (markers written, or a binary or type conflict left as it
     is), also for a dry run.
     """
@@ -64,9 +71,12 @@ def revert(
     from snapstore.render import revert_lines
 
     ref, range_ = (None, what) if what is not None and split_range(what) is not None else (what, None)
+    if task and actor in ("agent", "user") and not (include_unknown or dry_run or as_json or quiet) and _interactive():
+        include_unknown = _ask_unknown(obj, task, paths)
     with obj.open() as store:
         report = store.revert(
-            ref, range=range_, task=task, actor=actor, paths=paths or None, conflicts=conflicts, dry_run=dry_run
+            ref, range=range_, task=task, actor=actor, paths=paths or None, conflicts=conflicts, dry_run=dry_run,
+            include_unknown=include_unknown,
         )
     if as_json:
         echo_json(report.to_json())
@@ -85,3 +95,24 @@ def revert(
     if report.conflicted:
         raise Exit(EXIT_DIFFERENT)
 
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _ask_unknown(obj: Ctx, task: str, paths: list[str]) -> bool:
+    """On a terminal: list the task's unknown changes and ask whether to take them too (asked
+    before the revert starts, so no lock is held while the user thinks)."""
+    from snapstore.render import unknown_lines
+
+    with obj.open(reading=True) as store:
+        unknown = store.unknown_changes(task, paths or None)
+    if not unknown:
+        return False
+    for line in unknown_lines(unknown)[1:]:
+        click.echo(line)
+    return click.confirm(
+        f"{len(unknown)} checkpoint(s) above are labelled unknown (no event says whether you or the agent made "
+        "them). Take them back too?",
+        default=False,
+    )

@@ -15,7 +15,7 @@ from snapstore.records.checkpoint import Checkpoint, load_one
 if TYPE_CHECKING:
     from snapstore.ops.restore import RestoreReport, TakeSafety
     from snapstore.ops.restore.recovery import RecoverReport
-    from snapstore.ops.revert import RevertReport
+    from snapstore.ops.revert import RevertReport, UnknownChange
 
 
 class Rewind(NamedTuple):
@@ -134,6 +134,7 @@ class GoingBackMixin(StoreBase):
         paths: list[str] | None = None,
         conflicts: str = "refuse",
         dry_run: bool = False,
+        include_unknown: bool = False,
     ) -> RevertReport:
         """Take back what checkpoint ``ref`` changed (against its parent), what the range
         ``"A..B"`` changed (A's tree to B's), or every change of ``task`` (optionally only the
@@ -143,11 +144,13 @@ class GoingBackMixin(StoreBase):
         overlapping changes, binary or type changes -> conflicts.  ``conflicts`` is
         ``"refuse"`` (ConflictError listing every conflict, nothing changed), ``"markers"``
         (diff3 markers written), ``"ours"`` or ``"theirs"``.  Undoable with :meth:`undo`.
+        With ``actor``, the task's checkpoints labelled ``unknown`` (no event vouches for who made
+        them) are left alone and listed in ``report.unknown``; ``include_unknown`` takes them too.
         The stage is :mod:`snapstore.ops.revert`.
         """
         from snapstore.ops import revert as revert_op
 
-        request = revert_op.Request(ref, range, task, actor, paths, conflicts)
+        request = revert_op.Request(ref, range, task, actor, paths, conflicts, include_unknown)
         with self._lock.held():
             if not dry_run:
                 self._recover()
@@ -157,3 +160,11 @@ class GoingBackMixin(StoreBase):
                     target, touched, False, "restore", message, safety
                 ),
             )
+
+    def unknown_changes(self, task: str, paths: list[str] | None = None) -> list[UnknownChange]:
+        """The checkpoints of ``task`` labelled ``unknown`` and the (selected) paths each
+        changed: what a revert of the task by actor would list and leave alone."""
+        from snapstore.ops.restore import selector
+        from snapstore.ops.revert.steps import task_unknown
+
+        return task_unknown(self.context, task, selector(paths))

@@ -14,11 +14,14 @@ Every event arrives as one JSON object on stdin (``session_id``, ``hook_event_na
 ``Stop`` / ``SubagentStop``   "end of turn" / "end of subagent turn", with the transcript; any
                               change since the last tool call is the user's (``actor=user``)
 ``PreCompact``                "before compaction", with the transcript (compaction loses context)
+``BackgroundTaskDone``        "background command finished", when the tree changed (an adapter's
+                              event: Copilot's ``shell_completed`` notification)
 ``SessionStart``/``SessionEnd`` nothing (no tree change to attribute; SessionEnd has ~1.5 s)
 ============================  =====================================================================
 
-A "user" label holds only while no tool call of the agent runs (parallel, or in the background):
-otherwise the changes are the agent's (:mod:`snapstore.integrations.hook_state`).
+A "user" label holds only while no tool call of the agent may be writing: while a call runs in
+parallel the changes are the agent's, while a backgrounded shell call may still run they are
+``unknown`` (:mod:`snapstore.integrations.hook_state`).
 
 Every checkpoint has task = the session id and metadata ``actor`` ("user", "agent" or "unknown"),
 ``event``, ``session_id`` and, for tool events, ``tool_name`` and ``tool_use_id``: the contract
@@ -161,6 +164,12 @@ def plan(event: dict[str, Any], project: str) -> dict[str, Any] | None:
         meta["actor"] = "user"
         args["message"] = {"Stop": "end of turn", "SubagentStop": "end of subagent turn", "PreCompact": "before compaction"}[name]
         args["conversation_from"] = transcript
+    elif name == "BackgroundTaskDone":
+        # What changed since the last checkpoint includes what the command wrote before it ended.
+        meta["actor"] = "unknown"
+        meta["attributed"] = "a background command of the agent ran until this event"
+        args["message"] = "background command finished"
+        args["skip_unchanged"] = True
     else:
         return None
     return args
@@ -201,7 +210,9 @@ def run(
                 with hook_state.session(store_dir, session) as calls:
                     hook_state.attribute(args["metadata"], calls, lost)
                     _record(store, args)
-                    hook_state.advance(event, calls)
+                    # (The window matters only for calls already open: a new one starts now.)
+                    window = _background_window(store) if calls.background else hook_state.WINDOW
+                    hook_state.advance(event, calls, window=window)
             else:
                 _record(store, args)
             idle = _idle_timeout(store)
@@ -239,6 +250,16 @@ def _http_hooks_on(store_dir: str) -> bool:
     from snapstore.service.http_hooks import load
 
     return load(store_dir) is not None
+
+
+def _background_window(store: Store) -> float:
+    """How long a background call's changes stay ``unknown`` when the agent never says it ended."""
+    from snapstore.integrations.hook_state import WINDOW
+
+    try:
+        return float(store.config_get("hooks.background-window"))
+    except (SnapstoreError, ValueError):
+        return WINDOW
 
 
 def _idle_timeout(store: Store) -> float:

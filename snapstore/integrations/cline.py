@@ -4,7 +4,9 @@ Cline runs the executable file named after the event, with one JSON object on st
 fields ``hookName``, ``taskId`` (the session), ``workspaceRoots`` (the project is the first),
 and the event's own object (``preToolUse: {toolName, parameters}``, ``postToolUse: {toolName,
 parameters, result, success}``, ``userPromptSubmit: {prompt}``).  It reads stdout as JSON
-(``{"cancel": false}`` lets the task go on).  Cline starts MCP servers in ``/``: the printed
+(``{"cancel": false}`` lets the task go on).  An ``execute_command`` the user let "Proceed While
+Running" ends with the command still running (its result says so): what changes next is
+``unknown`` (:mod:`snapstore.integrations.hook_state`).  Cline starts MCP servers in ``/``: the printed
 and written server entries name the project with ``--root``.
 
 =====================================  ===========================================================
@@ -68,6 +70,9 @@ def owns(text: str) -> bool:
     return written_by_snapstore(text, script, commands_in, LEGACY_SCRIPTS)
 
 
+#: What Cline's execute_command result says when the user let the task proceed while it runs.
+STILL_RUNNING = "command is still running in the user's terminal"
+
 #: Where VS Code-like editors keep Cline's MCP settings, under the home directory.
 MCP_SETTINGS = tuple(
     os.path.join(".config", editor, "User", "globalStorage", "saoudrizwan.claude-dev", "settings", "cline_mcp_settings.json")
@@ -92,7 +97,11 @@ def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
         raw = body.get("parameters")
         params = raw if isinstance(raw, dict) else {}
         tool_input = {"command": str(params.get("command", ""))} if tool == "Bash" else {"file_path": str(params.get("path", ""))}
-        return event_model.tool_event(AGENT, name, session, tool, tool_input, failed=body.get("success") is False)
+        # "Proceed While Running": the call ends with the command still running (its result says so).
+        running_on = tool == "Bash" and name == "PostToolUse" and STILL_RUNNING in str(body.get("result", "")).lower()
+        return event_model.tool_event(
+            AGENT, name, session, tool, tool_input, failed=body.get("success") is False, background=running_on
+        )
     if name in ("TaskComplete", "TaskCancel"):
         return event_model.event("Stop", session)
     if name == "PreCompact":

@@ -8,7 +8,10 @@ Code's shape (``hook_event_name``, ``session_id``, ``cwd``, ``tool_name``, ``too
 and fire for every tool: every tool but the read-only built-ins is bracketed (``bash``,
 ``powershell``, ``create``, ``edit`` named as the event model names them; MCP servers' tools
 and the rest under their own names: one that changed nothing records nothing) and a call id is
-made from the tool's name and arguments.  Copilot reads a ``preToolUse`` hook's stdout as a
+made from the tool's name and arguments.  A ``bash`` call with ``mode: "async"`` or ``detach``
+runs on after its ``postToolUse``: what changes until Copilot's ``Notification`` of type
+``shell_completed`` (or ``shell_detached_completed``) is labelled ``unknown``
+(:mod:`snapstore.integrations.hook_state`).  Copilot reads a ``preToolUse`` hook's stdout as a
 permission decision: the hook prints nothing.
 """
 
@@ -18,12 +21,17 @@ import json
 import os
 from typing import Any
 
-from snapstore.integrations import event_model
+from snapstore.integrations import event_model, hook_state
 from snapstore.integrations.executable import Executable, resolve
 from snapstore.integrations.settings import HOOK_TIMEOUT
 
 AGENT = "copilot"
-EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop", "PreCompact")
+EVENTS = (
+    "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop", "PreCompact",
+    "Notification",
+)
+#: Copilot's notifications that a background (async or detached) shell command finished.
+SHELL_DONE = ("shell_completed", "shell_detached_completed")
 TOOL_NAMES = {"bash": "Bash", "powershell": "PowerShell", "create": "Write", "edit": "Edit"}
 #: Copilot's built-in tools that change no file (its hooks reference's table).
 READ_ONLY_TOOLS = ("view", "glob", "grep", "web_fetch", "ask_user")
@@ -45,6 +53,11 @@ def normalize(event: dict[str, Any]) -> dict[str, Any] | None:
     name = str(event.get("hook_event_name", ""))
     if name not in EVENTS:
         return None
+    if name == "Notification":
+        if event.get("notification_type") not in SHELL_DONE:
+            return None
+        session = str(event.get("session_id") or event.get("sessionId") or "")
+        return event_model.event(hook_state.DONE_EVENT, session, cwd=event.get("cwd"))
     out = dict(event)
     if name in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
         tool = str(event.get("tool_name", ""))

@@ -6,7 +6,8 @@ tool events (``preToolUse``, ``postToolUse``, ``postToolUseFailure``: ``tool_nam
 ``tool_input``) and, older, specific ones (``beforeShellExecution``/``afterShellExecution``:
 ``command``; ``afterFileEdit``: ``file_path``).  snapstore subscribes to both: a call's events
 get one call id made from the shell command or the file, so a shell command reported twice
-opens and closes one call.  Cursor reads every hook's stdout as JSON: the hook prints ``{}``
+opens and closes one call.  A Shell call with ``is_background`` runs on after its
+``postToolUse``: what changes next is ``unknown``.  Cursor reads every hook's stdout as JSON: the hook prints ``{}``
 (or ``{"user_message": ...}`` when snapstore failed).
 
 ==========================================  =============================================
@@ -30,7 +31,7 @@ import json
 import os
 from typing import Any
 
-from snapstore.integrations import event_model
+from snapstore.integrations import background, event_model
 from snapstore.integrations.executable import Executable, resolve
 from snapstore.integrations.hook_files import flat_settings, server_file, where
 
@@ -63,8 +64,8 @@ def normalize(doc: dict[str, Any]) -> dict[str, Any] | None:
         tool = str(doc.get("tool_name", ""))
         raw = doc.get("tool_input")
         args = raw if isinstance(raw, dict) else {}
-        if tool in SHELL_TOOLS:
-            tool_input = {"command": str(args.get("command", ""))}
+        if tool in SHELL_TOOLS:  # (is_background: the command runs on after postToolUse)
+            tool_input = {"command": str(args.get("command", "")), **background.flags(args)}
             model_tool = "Bash"
         elif tool in EDIT_TOOLS:
             tool_input = {"file_path": str(args.get("file_path") or args.get("path") or "")}

@@ -2,9 +2,12 @@
 
 An adapter (``snapstore.integrations.<agent>``) turns its agent's payload into a dict with
 ``hook_event_name`` (``UserPromptSubmit``, ``PreToolUse``, ``PostToolUse``,
-``PostToolUseFailure``, ``Stop``, ``PreCompact``), ``session_id``, ``tool_name`` (the model's
+``PostToolUseFailure``, ``Stop``, ``PreCompact``, and ``BackgroundTaskDone`` for an agent's word
+that a background command finished), ``session_id``, ``tool_name`` (the model's
 names: ``Bash``, ``Write``, ``Edit``, or the agent's own for any other tool), ``tool_input``,
-``tool_use_id``, ``prompt``, ``transcript_path`` and ``cwd``, which
+``tool_use_id``, ``prompt``, ``transcript_path``, ``cwd`` and ``background`` (true when the
+adapter knows the call runs on after its post event; the agents' own flags in ``tool_input``
+and the command line count too: :mod:`snapstore.integrations.background`), which
 :func:`snapstore.integrations.claude_code.run` records.  What every adapter shares lives here.
 """
 
@@ -51,7 +54,8 @@ def event(name: str, session: str, **fields: Any) -> dict[str, Any]:
 
 
 def tool_event(
-    agent: str, name: str, session: str, tool: str, tool_input: dict[str, Any], *, failed: bool = False, cwd: str | None = None
+    agent: str, name: str, session: str, tool: str, tool_input: dict[str, Any], *, failed: bool = False,
+    cwd: str | None = None, background: bool = False,
 ) -> dict[str, Any]:
     """A PreToolUse/PostToolUse(Failure) event whose call id is made from the tool and what it
     works on, so that an agent's duplicate events for one call (a generic and a specific one)
@@ -62,4 +66,5 @@ def tool_event(
     return event(
         name, session, tool_name=tool, tool_input=tool_input,
         tool_use_id=call_id(agent, tool, subject if subject is not None else tool_input), cwd=cwd,
+        background=True if background else None,
     )

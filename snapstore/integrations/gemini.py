@@ -14,7 +14,8 @@ Gemini              the event model (:mod:`snapstore.integrations.claude_code`)
 ==================  ==================================================================
 
 A call id is made from the tool's name and arguments (a BeforeTool and its AfterTool carry the
-same), so the attribution of running calls holds as for Claude Code.  Gemini parses a hook's
+same), so the attribution of running calls holds as for Claude Code; a ``run_shell_command`` with
+``is_background`` runs on after its AfterTool (what changes next is ``unknown``).  Gemini parses a hook's
 stdout as JSON on exit 0: the hook prints ``{}`` when it has nothing to say.  Hooks and the MCP
 server live in ``.gemini/settings.json`` (project) or ``~/.gemini/settings.json`` (user); hook
 timeouts are in milliseconds.  The project is ``$GEMINI_PROJECT_DIR``, else the event's ``cwd``.

@@ -1,17 +1,32 @@
-"""Which of a Claude Code session's tool calls are still running: the hook's attribution state.
+"""Which of a session's tool calls may still be writing: the hooks' attribution state.
 
 A checkpoint labelled ``actor=user`` claims that what changed since the previous one was the
-user's.  That is only true while no tool call of the agent is running: a call started in
-parallel (its PreToolUse came, its PostToolUse not yet) or a Bash/PowerShell call started with
-``run_in_background`` (its changes land after its PostToolUse) may be writing.  The rule: **a
-tool call's changes are the agent's until its completion is known**, so while any call is open
-those changes are labelled ``actor=agent`` (metadata ``attributed`` says why).  A call is open
-from its PreToolUse to its PostToolUse or PostToolUseFailure; a background call until a Stop
-reports no background task (``background_tasks`` empty); every call of a turn is over at its
-Stop.  When the state cannot be read the label is ``unknown``, never silently the user's.
+user's.  That holds only while no tool call of the agent may be writing.  Two kinds may:
+
+- **running calls** (a PreToolUse came, its PostToolUse or PostToolUseFailure not yet: calls
+  run in parallel).  What changes meanwhile is the agent's: labelled ``actor=agent``.
+- **background calls** (a shell call that backgrounds, :mod:`snapstore.integrations.background`):
+  they write after their PostToolUse, while the user may be editing too.  What changes while
+  one may still run is nobody's for certain: labelled ``actor=unknown``, never the user's and
+  never the agent's (a revert of the agent lists it and leaves it unless asked).
+
+Metadata ``attributed`` says why a label was changed.  **The unknown window** of a background
+call opens at its PostToolUse and ends at the first of:
+
+1. the agent's word that it finished: a ``Stop`` whose ``background_tasks`` is empty (Claude
+   Code: every background task is over), or as many ``BackgroundTaskDone`` events as calls are
+   open (Copilot's ``shell_completed``/``shell_detached_completed`` notifications, which do not
+   say which call finished: every window stays open until each call could have sent its own);
+2. ``hooks.background-window`` seconds (:data:`WINDOW`) after it opened, for agents that never
+   say (Gemini, Codex, Cursor, Cline, Windsurf, Kiro, OpenCode, a ``cmd &`` anywhere).
+
+The checkpoint of the event that closes a window is still ``unknown`` (it holds what the call
+wrote before it ended); the next is the user's again.  Every call of a turn is over at its
+``Stop`` except background ones.  When the state cannot be read the label is ``unknown``.
 
 The state is one small JSON file per session in the store directory, read and written under an
-``flock`` held for the whole event (parallel hooks of one session take turns).
+``flock`` held for the whole event (parallel hooks of one session take turns), and rewritten
+only when the event changed it.
 """
 
 from __future__ import annotations
@@ -19,31 +34,55 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import blake3
 
+from snapstore.integrations import background as background_calls
+
 DIRNAME = "hook-sessions"
-#: Shell tools whose calls may run in the background (``tool_input.run_in_background``).
-SHELLS = ("Bash", "PowerShell")
+#: Shell tools whose calls may run in the background.
+SHELLS = background_calls.SHELLS
+#: Default length of a background call's unknown window, seconds (config ``hooks.background-window``).
+WINDOW = 600.0
+#: The model's event for "a background call finished" (Copilot's shell_completed notification).
+DONE_EVENT = "BackgroundTaskDone"
 
 
 class Calls:
     """The open tool calls of one session (tool_use_ids), and whether the state was readable."""
 
-    def __init__(self, doc: dict[str, Any] | None):
+    def __init__(self, doc: dict[str, Any] | None, now: float | None = None):
         self.readable = doc is not None
         doc = doc or {}
+        now = time.time() if now is None else now
         self.running = set(_ids(doc.get("running")))
-        self.background = set(_ids(doc.get("background")))
+        since = doc.get("since")
+        since = since if isinstance(since, dict) else {}
+        #: background call id -> when its unknown window opened (an older state file has no
+        #: times: its calls' windows open now).
+        self.background: dict[str, float] = {
+            c: float(t) if isinstance((t := since.get(c)), int | float) and math.isfinite(t) else now
+            for c in _ids(doc.get("background"))
+        }
+        #: How many "a background call finished" events came for the open background calls.
+        done = doc.get("done")
+        self.done = done if isinstance(done, int) and not isinstance(done, bool) and done > 0 else 0
 
     def open_ids(self) -> list[str]:
-        return sorted(self.running | self.background)
+        return sorted(self.running | set(self.background))
 
     def doc(self) -> dict[str, Any]:
-        return {"running": sorted(self.running), "background": sorted(self.background)}
+        return {
+            "running": sorted(self.running),
+            "background": sorted(self.background),
+            "since": {c: t for c, t in sorted(self.background.items())},
+            **({"done": self.done} if self.done else {}),
+        }
 
 
 def _path(store_dir: str, session_id: str) -> str:
@@ -58,7 +97,8 @@ def known(store_dir: str, session_id: str) -> bool:
 
 @contextlib.contextmanager
 def session(store_dir: str, session_id: str) -> Iterator[Calls]:
-    """The session's open calls, locked for the event; written back when the block ends."""
+    """The session's open calls, locked for the event; written back when the block ends (only
+    when they changed)."""
     path = _path(store_dir, session_id)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -72,8 +112,9 @@ def session(store_dir: str, session_id: str) -> Iterator[Calls]:
         calls = Calls(doc if isinstance(doc, dict) else None)
         yield calls
         data = json.dumps(calls.doc()).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
+        if data != raw:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
     finally:
         os.close(fd)  # (closing drops the flock)
 
@@ -89,32 +130,48 @@ def attribute(meta: dict[str, Any], calls: Calls, events_may_be_lost: bool = Fal
     elif not calls.readable:
         meta["actor"] = "unknown"
         meta["attributed"] = "the session's hook state could not be read"
-    elif calls.open_ids():
+    elif calls.running:
         meta["actor"] = "agent"
-        meta["attributed"] = "changes while the agent's tool calls ran: " + ", ".join(calls.open_ids())
+        meta["attributed"] = "changes while the agent's tool calls ran: " + ", ".join(sorted(calls.running))
+    elif calls.background:
+        meta["actor"] = "unknown"
+        meta["attributed"] = "changes while the agent's background calls may still run: " + ", ".join(sorted(calls.background))
 
 
-def advance(event: dict[str, Any], calls: Calls) -> None:
-    """What the event says about the session's calls, once its checkpoint is taken."""
+def advance(event: dict[str, Any], calls: Calls, *, now: float | None = None, window: float = WINDOW) -> None:
+    """What the event says about the session's calls, once its checkpoint is taken; then the
+    background calls whose window is over are dropped."""
+    now = time.time() if now is None else now
     name = str(event.get("hook_event_name", ""))
     call = str(event.get("tool_use_id") or "")
-    tool_input = event.get("tool_input")
-    background = (
-        str(event.get("tool_name", "")) in SHELLS
-        and isinstance(tool_input, dict)
-        and tool_input.get("run_in_background") is True
-    )
     if name == "PreToolUse" and call:
         calls.running.add(call)
     elif name in ("PostToolUse", "PostToolUseFailure"):
         calls.running.discard(call)
-        if background and call:
-            calls.background.add(call)
+        if call and backgrounds(event):
+            calls.background[call] = now
     elif name == "Stop":
         calls.running.clear()
         tasks = event.get("background_tasks")
         if isinstance(tasks, list) and not tasks:
             calls.background.clear()
+    elif name == DONE_EVENT and calls.background:
+        calls.done += 1
+        if calls.done >= len(calls.background):
+            calls.background.clear()
+    for c, since in list(calls.background.items()):
+        if now - since > window:
+            del calls.background[c]
+    if not calls.background:
+        calls.done = 0
+
+
+def backgrounds(event: dict[str, Any]) -> bool:
+    """Whether the event's tool call runs on in the background (the adapter's ``background``,
+    an agent's flag in ``tool_input``, or the command line)."""
+    if event.get("background") is True:
+        return True
+    return background_calls.reason(str(event.get("tool_name", "")), event.get("tool_input")) is not None
 
 
 def _ids(value: Any) -> list[str]:

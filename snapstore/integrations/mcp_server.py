@@ -48,6 +48,7 @@ from snapstore.integrations.mcp_types import (
     RevertResult,
     ShowResult,
     Task,
+    UnknownChangeItem,
 )
 from snapstore.ops.edit import content_hash
 from snapstore.records.checkpoint import Checkpoint
@@ -355,17 +356,21 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
         ref: Annotated[str | None, Field(description=_REF_TEXT + " Or a range A..B (what changed from A to B).")] = None,
         task: Task = None,
         actor: Annotated[
-            Literal["agent", "user"] | None, Field(description="With task: only the changes this actor made.")
+            Literal["agent", "user", "unknown"] | None, Field(description="With task: only the changes this actor made.")
         ] = None,
         paths: Paths = None,
         conflicts: Conflicts = "refuse",
         dry_run: DryRun = True,
+        include_unknown: Annotated[
+            bool, Field(description='With actor: also take back the changes labelled "unknown" (listed in `unknown` either way).')
+        ] = False,
     ) -> RevertResult:
         """Take back what checkpoint `ref` changed (or a range `"A..B"`, or every change of
         `task`, only the `actor`'s: "agent" or "user"), keeping every change made since.
         A dry run unless `dry_run` is false (`diff` shows the result).  Conflicting changes
         fail with the list of conflicts unless `conflicts` is "markers", "ours" or "theirs";
-        `undo` takes a real revert back."""
+        `undo` takes a real revert back.  With `actor`, changes labelled "unknown" (no event
+        says who made them) are left alone and listed in `unknown` unless `include_unknown`."""
         with tools.call(ctx):
             from snapstore.ops.revert import split_range
 
@@ -373,7 +378,7 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
             ranged = ref is not None and split_range(ref) is not None
             report = tools.store().revert(
                 None if ranged else ref, range=ref if ranged else None, task=task, actor=actor,
-                paths=rel, conflicts=conflicts, dry_run=dry_run,
+                paths=rel, conflicts=conflicts, dry_run=dry_run, include_unknown=include_unknown,
             )
             doc = report.to_json()
             return RevertResult(
@@ -387,6 +392,10 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
                 undo_ref=report.safety.id if report.safety is not None and report.op_seq is not None else None,
                 operation=report.op_seq,
                 warnings=list(report.warnings),
+                unknown=[
+                    UnknownChangeItem(checkpoint=u["checkpoint"], message=u["message"], paths=u["paths"], why=u["why"], taken=u["taken"])
+                    for u in doc["unknown"]
+                ],
             )
 
     @server.tool(annotations=DESTRUCTIVE)

@@ -114,6 +114,14 @@ class RevertConflict(TypedDict):
     note: str
 
 
+class UnknownChangeItem(TypedDict):
+    checkpoint: str
+    message: str
+    paths: list[str]
+    why: str
+    taken: bool
+
+
 class RevertResult(TypedDict):
     dry_run: bool
     what: str
@@ -125,6 +133,7 @@ class RevertResult(TypedDict):
     undo_ref: str | None
     operation: int | None
     warnings: list[str]
+    unknown: list[UnknownChangeItem]
 
 
 class EditItem(TypedDict):

@@ -21,6 +21,8 @@ from snapstore.storage.objects import chunk_id
 USER = "checkpoint"
 SAFETY = "safety"  # recorded by restore before it changes the tree
 KINDS = (USER, SAFETY)
+#: The attribution labels a checkpoint's metadata ``actor`` may hold (see :attr:`Checkpoint.actor`).
+ACTORS = ("agent", "user", "unknown")
 
 SHORT = 12  # hex digits shown for an id
 
@@ -146,6 +148,13 @@ class Checkpoint(NamedTuple):
     def is_safety(self) -> bool:
         return self.kind == SAFETY
 
+    @property
+    def actor(self) -> str | None:
+        """Who made the checkpoint's changes, from metadata ``actor``: ``"agent"``, ``"user"``,
+        ``"unknown"`` (no event vouches for either), or None when it has no such label."""
+        actor = self.metadata.get("actor")
+        return actor if actor in ACTORS else None
+
     def iso_time(self) -> str:
         import datetime as _dt
 
@@ -166,6 +175,7 @@ class Checkpoint(NamedTuple):
             "tags": list(self.tags),
             "kind": self.kind,
             "metadata": self.metadata,
+            "actor": self.actor,
             "stats": self.stats,
             "has_conversation": self.conversation is not None,
         }

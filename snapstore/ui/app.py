@@ -258,13 +258,14 @@ class UiApp:
 
     async def revert_preview(self, request: Request) -> Response:
         ref, form = request.path_params.get("cid", ""), await _form(request)
-        task, actor = _one(form, "task"), _one(form, "actor")
-        return await self.page(lambda: revert.preview(self.store, ref, task, actor), act=True)
+        task, actor, include = _one(form, "task"), _one(form, "actor"), _one(form, "include_unknown") == "1"
+        return await self.page(lambda: revert.preview(self.store, ref, task, actor, include_unknown=include), act=True)
 
     async def revert_confirm(self, request: Request) -> Response:
         ref, form = request.path_params.get("cid", ""), await _form(request)
         task, actor, plan, confirm = _one(form, "task"), _one(form, "actor"), _one(form, "plan"), _one(form, "confirm")
-        return await self.page(lambda: revert.confirm(self.store, ref, task, actor, plan, confirm), act=True)
+        include = _one(form, "include_unknown") == "1"
+        return await self.page(lambda: revert.confirm(self.store, ref, task, actor, plan, confirm, include), act=True)
 
     async def undo_preview(self, request: Request) -> Response:
         await _form(request)

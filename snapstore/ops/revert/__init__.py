@@ -24,7 +24,13 @@ from snapstore.errors import ConflictError
 from snapstore.ops.context import StageContext
 from snapstore.ops.revert.planner import PathOutcome, Step, plan
 from snapstore.ops.revert.record import RevertReport, record_target, target_entries
-from snapstore.ops.revert.steps import CONFLICT_MODES, check_request, read_steps, split_range
+from snapstore.ops.revert.steps import (
+    CONFLICT_MODES,
+    UnknownChange,
+    check_request,
+    read_steps,
+    split_range,
+)
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
 
@@ -32,7 +38,7 @@ if TYPE_CHECKING:
     from snapstore.ops.merge import Prefer
     from snapstore.ops.restore import RestoreReport, TakeSafety
 
-__all__ = ["CONFLICT_MODES", "Request", "RevertReport", "Restore", "run", "split_range"]
+__all__ = ["CONFLICT_MODES", "Request", "RevertReport", "Restore", "UnknownChange", "run", "split_range"]
 
 
 class Request(NamedTuple):
@@ -44,6 +50,8 @@ class Request(NamedTuple):
     actor: str | None
     paths: list[str] | None
     conflicts: str
+    #: With an actor: take the task's ``unknown`` changes too (else they are listed, left alone).
+    include_unknown: bool = False
 
 
 #: Applies a target: runs the journaled restore of ``paths`` (with the Store's hooks) whose
@@ -67,14 +75,15 @@ def run(
     check_request(request.conflicts, request.actor)
     prefer: Prefer = request.conflicts if request.conflicts in ("ours", "theirs") else None  # type: ignore[assignment]  # narrowed by the test
     markers = request.conflicts == "markers"
-    steps, what, revert_of = read_steps(
-        ctx, request.ref, request.range, request.task, request.actor, selector(request.paths)
+    steps, what, revert_of, unknown = read_steps(
+        ctx, request.ref, request.range, request.task, request.actor, selector(request.paths),
+        request.include_unknown,
     )
     if dry_run or request.conflicts == "refuse":
         outcomes, current, read = _plan_on_disk(ctx, steps, prefer, markers)
         _check(outcomes, what, markers)
         if dry_run:
-            report = RevertReport(what, outcomes, True)
+            report = RevertReport(what, outcomes, True, unknown=unknown)
             with ctx.backend.read() as view:  # a dry run writes nothing, not even that
                 pending = pending_restore(view)
             if pending:
@@ -85,7 +94,7 @@ def run(
     outcomes = plan(steps, current, ctx.read_stored, prefer=prefer, markers=markers)
     # (With "refuse", the plan on disk above found no conflict: one now means the tree moved.)
     _check(outcomes, what, markers, "the tree changed while the revert was prepared; " if request.conflicts == "refuse" else "")
-    report = RevertReport(what, outcomes, False, safety)
+    report = RevertReport(what, outcomes, False, safety, unknown=unknown)
     entries = target_entries(current, outcomes)
     touched = sorted(p for p in entries.keys() | current.keys() if entries.get(p) != current.get(p))
     if not touched:

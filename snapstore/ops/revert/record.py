@@ -16,6 +16,7 @@ from typing import Any
 from snapstore.errors import ConflictError
 from snapstore.ops.context import StageContext
 from snapstore.ops.revert.planner import PathOutcome
+from snapstore.ops.revert.steps import UnknownChange
 from snapstore.records import manifest, requests
 from snapstore.records.checkpoint import (
     PATHS_INDEX_META,
@@ -48,6 +49,8 @@ class RevertReport:
     #: Unified diffs per path (filled for a dry run), current tree -> result.
     diffs: dict[bytes, bytes] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: The task's changes labelled ``unknown`` (a revert by actor): left alone unless ``taken``.
+    unknown: list[UnknownChange] = field(default_factory=list)
 
     def paths(self, status: str) -> list[bytes]:
         """The paths whose outcome has ``status`` (reverted, merged, conflict, untouched)."""
@@ -85,6 +88,7 @@ class RevertReport:
             "undo": "snapstore undo" if self.op_seq is not None else None,
             "diffs": {to_json(p): d.decode("utf-8", "replace") for p, d in self.diffs.items()},
             "warnings": self.warnings,
+            "unknown": [u.to_json() for u in self.unknown],
         }
 
 

@@ -4,7 +4,8 @@ checkpoints) read from the store as *steps*, the changes the planner takes back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from snapstore.errors import RefError, UsageError
 from snapstore.ops.context import StageContext
@@ -14,7 +15,40 @@ from snapstore.records.manifest import Entry
 
 #: What ``conflicts=`` accepts: refuse (the default), write diff3 markers, or pick a side.
 CONFLICT_MODES = ("refuse", "markers", "ours", "theirs")
-ACTORS = ("agent", "user")
+ACTORS = ("agent", "user", "unknown")
+#: The label of changes no event vouches for (a backgrounded command's, the user's meanwhile).
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class UnknownChange:
+    """A checkpoint labelled ``unknown`` in a task reverted by actor: listed, and taken back
+    only when asked (``taken``)."""
+
+    checkpoint: Checkpoint
+    paths: list[bytes]
+    #: Why it is unknown (its metadata ``attributed``), or "".
+    why: str
+    taken: bool
+
+    def to_json(self) -> dict[str, Any]:
+        from snapstore.tree.paths import to_json
+
+        cp = self.checkpoint
+        return {
+            "checkpoint": cp.id, "short_id": cp.short_id, "message": cp.message,
+            "paths": [to_json(p) for p in self.paths], "why": self.why, "taken": self.taken,
+        }
+
+
+class Steps(NamedTuple):
+    """What a request takes back: the steps (oldest first), in words, the ``revert_of``
+    record, and the ``unknown`` changes of the task (an actor revert lists them)."""
+
+    steps: list[Step]
+    what: str
+    revert_of: dict[str, Any]
+    unknown: list[UnknownChange]
 
 
 def split_range(text: str) -> tuple[str, str] | None:
@@ -33,7 +67,7 @@ def check_request(conflicts: str, actor: str | None) -> None:
     if conflicts not in CONFLICT_MODES:
         raise UsageError(f"conflicts must be one of {', '.join(CONFLICT_MODES)}, not {conflicts!r}")
     if actor is not None and actor not in ACTORS:
-        raise UsageError(f"the actor must be 'agent' or 'user', not {actor!r}")
+        raise UsageError(f"the actor must be 'agent', 'user' or 'unknown', not {actor!r}")
 
 
 def read_steps(
@@ -43,8 +77,10 @@ def read_steps(
     task: str | None,
     actor: str | None,
     sel: Callable[[bytes], bool],
-) -> tuple[list[Step], str, dict[str, Any]]:
-    """The steps to take back (oldest first), a description, and the ``revert_of`` record."""
+    include_unknown: bool = False,
+) -> Steps:
+    """The steps to take back (oldest first), a description, the ``revert_of`` record and the
+    task's ``unknown`` changes (taken too only with ``include_unknown``)."""
     if sum(x is not None for x in (ref, range_, task)) != 1:
         raise UsageError("revert needs exactly one of: a checkpoint, a range A..B, or a task")
     if actor is not None and task is None:
@@ -53,11 +89,11 @@ def read_steps(
         ref, range_ = None, ref
     if ref is not None:
         cp = _resolve(ctx, ref)
-        return [_step_of(ctx, cp, sel)], f"checkpoint {cp.short_id}", {"checkpoint": cp.id}
+        return Steps([_step_of(ctx, cp, sel)], f"checkpoint {cp.short_id}", {"checkpoint": cp.id}, [])
     if range_ is not None:
-        return _range_step(ctx, range_, sel)
+        return Steps(*_range_step(ctx, range_, sel), [])
     assert task is not None
-    return _task_steps(ctx, task, actor, sel)
+    return _task_steps(ctx, task, actor, sel, include_unknown)
 
 
 def _range_step(
@@ -79,28 +115,59 @@ def _range_step(
 
 
 def _task_steps(
-    ctx: StageContext, task: str, actor: str | None, sel: Callable[[bytes], bool]
-) -> tuple[list[Step], str, dict[str, Any]]:
+    ctx: StageContext, task: str, actor: str | None, sel: Callable[[bytes], bool], include_unknown: bool
+) -> Steps:
+    rows = _task_rows(ctx, task)
+    wanted = [c for c in rows if actor is None or c.metadata.get("actor") == actor]
+    # An actor's revert never takes an "unknown" change silently: listed, taken only if asked.
+    unknown = [] if actor in (None, UNKNOWN) else unknown_changes(ctx, rows, sel, include_unknown)
+    taken = {u.checkpoint.id for u in unknown if u.taken}
+    chosen_ids = taken | {c.id for c in wanted}
+    chosen = [c for c in rows if c.id in chosen_ids]
+    who = f" by the {actor}" if actor else ""
+    if not chosen:
+        left = f" ({len(unknown)} unknown checkpoint(s) left alone: --include-unknown takes them)" if unknown else ""
+        raise RefError(f"no checkpoint{who} in task {task!r}{left}")
+    # One step per checkpoint against its parent, oldest first (the planner takes them back
+    # newest first): the other actor's checkpoints in between stay.
+    steps = [_step_of(ctx, cp, sel) for cp in chosen]
+    revert_of: dict[str, Any] = {"task": task, "actor": actor, "checkpoints": [c.id for c in chosen]}
+    what = f"{len(wanted)} checkpoint(s){who} in task {task}"
+    if taken:
+        revert_of["unknown"] = sorted(taken)
+        what += f" and {len(taken)} unknown"
+    return Steps(steps, what, revert_of, unknown)
+
+
+def _task_rows(ctx: StageContext, task: str) -> list[Checkpoint]:
+    """The task's checkpoints that record a change, oldest first."""
     with ctx.backend.read() as view:
         all_ = load_all(view)
     # A checkpoint without a parent records the tree the history starts from, not a change:
     # "what the user did" never includes the project's files as first recorded.
-    rows = [
-        c
-        for c in all_
-        if not c.is_safety
-        and c.task == task
-        and c.parent is not None
-        and (actor is None or c.metadata.get("actor") == actor)
-    ]
-    who = f" by the {actor}" if actor else ""
-    if not rows:
-        raise RefError(f"no checkpoint{who} in task {task!r}")
-    # One step per checkpoint against its parent, oldest first (the planner takes them back
-    # newest first): the other actor's checkpoints in between stay.
-    steps = [_step_of(ctx, cp, sel) for cp in rows]
-    revert_of = {"task": task, "actor": actor, "checkpoints": [c.id for c in rows]}
-    return steps, f"{len(rows)} checkpoint(s){who} in task {task}", revert_of
+    return [c for c in all_ if not c.is_safety and c.task == task and c.parent is not None]
+
+
+def unknown_changes(
+    ctx: StageContext, rows: list[Checkpoint], sel: Callable[[bytes], bool], take: bool = False
+) -> list[UnknownChange]:
+    """The checkpoints of ``rows`` labelled ``unknown`` that change a selected path, with those
+    paths (each marked ``taken`` as ``take`` says)."""
+    out = []
+    for cp in rows:
+        if cp.metadata.get("actor") != UNKNOWN:
+            continue
+        step = _step_of(ctx, cp, sel)
+        paths = sorted(step.a.keys() | step.b.keys())
+        if paths:
+            why = cp.metadata.get("attributed")
+            out.append(UnknownChange(cp, paths, why if isinstance(why, str) else "", take))
+    return out
+
+
+def task_unknown(ctx: StageContext, task: str, sel: Callable[[bytes], bool]) -> list[UnknownChange]:
+    """The ``unknown`` changes of ``task`` (what an actor revert would list), nothing taken."""
+    return unknown_changes(ctx, _task_rows(ctx, task), sel)
 
 
 def _resolve(ctx: StageContext, ref: str) -> Checkpoint:
