@@ -41,6 +41,9 @@ class Profile:
     stop: Callable[[list[str]], Payload]
     #: The agent's word that a background command finished (None: it never says).
     done: Callable[[], Payload] | None = None
+    #: The session's first event, where the agent has one (Kiro's agentSpawn: its payloads carry
+    #: no session id, so the task is made there and :attr:`session` is only its prefix).
+    spawn: Callable[[], Payload] | None = None
 
 
 def _claude_like(tree: Path, agent: str, session: str) -> Profile:
@@ -206,6 +209,7 @@ def _kiro(tree: Path) -> Profile:
         edit=lambda phase, call, path, text: tool(phase, "fs_write", {"command": "create", "path": str(path), "file_text": text}),
         shell=lambda phase, s: tool(phase, "execute_bash", {"command": s.command}, s.failed),
         stop=lambda running: base("stop"),
+        spawn=lambda: base("agentSpawn"),
     )
 
 

@@ -167,6 +167,8 @@ class Replay:
         self.maybe_user(0.5)  # after the turn, background commands maybe still running
 
     def play(self, turns: int) -> None:
+        if self.p.spawn is not None:
+            self.send(self.p.spawn())
         for _ in range(turns):
             self.turn()
         self.wait_background()
@@ -188,7 +190,9 @@ def replay_once(
     session = Replay(agent, tree, random.Random(seed), processes)
     session.play(turns=session.rng.randint(2, 3))
     with Store.open(tree) as store:
-        report = store.revert(task=session.p.session, actor="agent")
+        tasks = {c.task for c in store.checkpoints() if c.task and c.task.startswith(session.p.session)}
+        assert len(tasks) == 1, tasks  # (one session: Kiro's is named at its agentSpawn)
+        report = store.revert(task=tasks.pop(), actor="agent")
     listed = {p.decode() for u in report.unknown for p in u.paths}
     assert not any(u.taken for u in report.unknown)
     files = {p.name: p.read_text() for p in tree.iterdir() if p.is_file()}

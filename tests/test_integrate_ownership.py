@@ -118,7 +118,7 @@ def test_what_an_earlier_snapstore_wrote_is_still_ours(agent: str, tmp_path: Pat
 PINNED = {
     "cline": "49c02f1b4b33212c9444b551575f10669cb46ba6c5572295a93c59a5fd993cc0",
     "kiro": "18511f31a9c7c5c40d24de0acda77b490bcd27d85d553193ea8183daa16b21f6",
-    "copilot": "6dabb5daa513182a42b82fe67915965a8353fb9d8bec3c49a8aa545c43689185",
+    "copilot": "c36a3b08dac89ed410562ee01ff64394f094c12743cb67017e10012f01c1c711",
     "opencode": "ed9fb3a7adb02b6467374a246eff2320e31f898b891cb501eff222cadb0afd6e",
 }
 RENDER = {"cline": (cline.script, cline.owns), "kiro": (kiro.hooks_text, kiro.owns),
