@@ -19,6 +19,7 @@ import io
 import logging
 import os
 import queue
+import select
 import socket
 import threading
 import time
@@ -77,7 +78,7 @@ class Endpoint:
         self._thread = threading.Thread(target=self._accept_loop, name="http-accept", daemon=True)
 
     def start(self) -> None:
-        self.sock.settimeout(0.5)  # (to notice close)
+        self.sock.setblocking(False)
         self._thread.start()
 
     def close(self) -> None:
@@ -115,25 +116,36 @@ class Endpoint:
     # -- threads ---------------------------------------------------------------------------
 
     def _accept_loop(self) -> None:
+        closing: dict[socket.socket, float] = {}  # refused connections, closed once drained
         while not self._stop:
             try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
+                ready, _, _ = select.select([self.sock, *closing], [], [], 0.25)
+            except (OSError, ValueError):
                 if self._stop:
                     return
-                time.sleep(0.05)  # (out of descriptors, say: try again)
-                continue
-            uid = http_hooks.peer_uid(conn)
-            if uid != os.getuid():  # before reading anything: another user's, or unknown
-                log.warning("http hooks: refused a connection of uid %s", uid)
-                _reply_and_close(conn, 403, '{"error": "another user\'s connection"}')
-                continue
-            if not self._slots.acquire(blocking=False):
-                _reply_and_close(conn, 503, '{"error": "busy"}')
-                continue
-            threading.Thread(target=self._serve, args=(conn,), name="http-conn", daemon=True).start()
+                ready = []
+            for conn in [c for c in closing if c in ready or closing[c] < time.monotonic()]:
+                _drain_or_close(conn, closing)
+            if self.sock in ready:
+                self._accept(closing)
+        for conn in closing:
+            conn.close()
+
+    def _accept(self, closing: dict[socket.socket, float]) -> None:
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            time.sleep(0.05)  # (out of descriptors, say: try again)
+            return
+        uid = http_hooks.peer_uid(conn)
+        if uid != os.getuid():  # before reading anything: another user's, or unknown
+            log.warning("http hooks: refused a connection of uid %s", uid)
+            _refuse(conn, 403, '{"error": "another user\'s connection"}', closing)
+            return
+        if not self._slots.acquire(blocking=False):
+            _refuse(conn, 503, '{"error": "busy"}', closing)
+            return
+        threading.Thread(target=self._serve, args=(conn,), name="http-conn", daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -167,12 +179,40 @@ class Endpoint:
         handler.finish_answer()
 
 
-def _reply_and_close(conn: socket.socket, status: int, body: str) -> None:
-    """A short answer written without reading the request (a full socket buffer drops it)."""
+#: Refused connections drained (their bytes discarded, unread) before they are closed, at most.
+MAX_CLOSING = 64
+#: Seconds a refused connection may stay open for the peer to read the answer.
+CLOSING_GRACE = 1.0
+
+
+def _refuse(conn: socket.socket, status: int, body: str, closing: dict[socket.socket, float]) -> None:
+    """Answer without reading the request, then close once the peer has it: a socket closed with
+    unread bytes is reset, and a reset can destroy the answer before the peer reads it."""
     data = body.encode()
     head = f"HTTP/1.0 {status} {'Forbidden' if status == 403 else 'Service Unavailable'}\r\n"
     head += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n"
-    with contextlib.suppress(OSError):
+    try:
         conn.setblocking(False)
         conn.send(head.encode() + data)
+        conn.shutdown(socket.SHUT_WR)
+    except OSError:
+        conn.close()
+        return
+    if len(closing) >= MAX_CLOSING:
+        conn.close()
+        return
+    closing[conn] = time.monotonic() + CLOSING_GRACE
+
+
+def _drain_or_close(conn: socket.socket, closing: dict[socket.socket, float]) -> None:
+    """Discard what a refused peer sent; close when it closed, or its grace is over."""
+    try:
+        if conn.recv(1 << 16) and closing[conn] >= time.monotonic():
+            return
+    except BlockingIOError:
+        if closing[conn] >= time.monotonic():
+            return
+    except OSError:
+        pass
+    del closing[conn]
     conn.close()

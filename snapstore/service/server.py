@@ -32,6 +32,7 @@ from snapstore.errors import LockedError, TreeIOError
 from snapstore.integrations.agents import AGENTS
 from snapstore.records import requests
 from snapstore.service import http_endpoint, http_hooks, protocol
+from snapstore.service.heartbeat import Beating
 from snapstore.store import Store
 
 if TYPE_CHECKING:
@@ -49,8 +50,8 @@ REQUEST_TIMEOUT = 5.0
 class _FrameWriter(io.RawIOBase):
     """A binary stream whose writes go to the client as frames of one channel."""
 
-    def __init__(self, sock: socket.socket, channel: bytes):
-        self._sock, self._channel = sock, channel
+    def __init__(self, frames: Beating, channel: bytes):
+        self._frames, self._channel = frames, channel
 
     def writable(self) -> bool:
         return True
@@ -58,7 +59,7 @@ class _FrameWriter(io.RawIOBase):
     def write(self, data: Any) -> int:
         payload = bytes(data)
         if payload:
-            protocol.send_frame(self._sock, self._channel, payload)
+            self._frames.send(self._channel, payload)
         return len(payload)
 
 
@@ -287,8 +288,9 @@ class Service:
                 return
             conn.settimeout(None)
             self.requests += 1
-            code = self._run(conn, request)
-            protocol.send_frame(conn, b"x", str(code).encode())
+            with Beating(conn) as frames:  # (a client takes a silent service for stopped)
+                code = self._run(frames, request)
+                frames.send(b"x", str(code).encode())
         except (OSError, ValueError) as exc:  # the client went away or sent garbage
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("request failed: %s", self.last_error)
@@ -302,11 +304,11 @@ class Service:
         self.store.set_lock_timeout(ctx.lock_timeout)  # each request's own --lock-timeout
         return cast(Store, _Borrowed(self.store))
 
-    def _run(self, conn: socket.socket, request: dict[str, Any]) -> int:
+    def _run(self, frames: Beating, request: dict[str, Any]) -> int:
         encoding = str(request.get("encoding") or "utf-8")
         errors = str(request.get("errors") or "strict")
-        out = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"o"), 1 << 16), encoding=encoding, errors=errors)
-        err = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"e"), 1 << 12), encoding=encoding, errors="backslashreplace")
+        out = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(frames, b"o"), 1 << 16), encoding=encoding, errors=errors)
+        err = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(frames, b"e"), 1 << 12), encoding=encoding, errors="backslashreplace")
         stdin = request.get("stdin")  # a hook's event, read by the client
         return self._invoke(
             [str(a) for a in request.get("argv", [])], str(request["cwd"]), dict(request.get("env", {})),
