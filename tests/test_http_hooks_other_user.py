@@ -279,3 +279,20 @@ def test_a_request_has_a_total_deadline_however_its_bytes_trickle(project: Path)
     finally:
         slow.close()
     assert closed_after is not None and closed_after < 9.0, closed_after
+
+
+def test_serve_says_when_it_cannot_keep_the_http_port(project: Path, other: Other):
+    store_dir = str(project / ".snapstore")
+    port = (http_hooks.load(store_dir) or (0, ""))[0]
+    squatter = other.popen(SQUATTER, str(port))
+    try:
+        assert squatter.stdout is not None and squatter.stdout.readline().strip() == "bound"
+        done = subprocess.run([sys.executable, "-m", "snapstore", "serve", "--detach"], cwd=project, env=hook_env(project),
+                              capture_output=True, text=True, timeout=60)
+        log = (project / ".snapstore" / "service.log").read_text()
+    finally:
+        squatter.kill()
+        received, _ = squatter.communicate(timeout=30)
+    assert done.returncode == 0 and "warning: not answering Claude Code's http hooks" in done.stderr, done
+    assert "NOT answering the agent's http hooks" in log
+    assert received.strip() == ""
