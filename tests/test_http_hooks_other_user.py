@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import second_user, subprocess_env
+from helpers import SNAPSTORE_SCRIPT, second_user, subprocess_env
 
 from snapstore.integrations import settings
 from snapstore.service import daemon, http_hooks
@@ -138,8 +138,11 @@ def hook_env(tree: Path) -> dict[str, str]:
     return {**env, "CLAUDE_PROJECT_DIR": str(tree)}
 
 
-def command_hook(tree: Path, doc: dict[str, Any]) -> str:
-    done = subprocess.run([sys.executable, "-m", "snapstore", "hook", "claude-code"], input=json.dumps(doc), cwd=tree,
+def command_hook(tree: Path, doc: dict[str, Any], *, client: list[str] | None = None) -> str:
+    """The command hook run in-process (``python -m snapstore``), or by ``client`` (the
+    console script: through the running service)."""
+    command = client or [sys.executable, "-m", "snapstore"]
+    done = subprocess.run([*command, "hook", "claude-code"], input=json.dumps(doc), cwd=tree,
                           env=hook_env(tree), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done
     return done.stdout.strip()
@@ -153,10 +156,11 @@ def http_hook(tree: Path) -> tuple[str, dict[str, str]]:
     return hook["url"], hook["headers"]
 
 
-def claude_turn(tree: Path) -> dict[str, Any]:
+def claude_turn(tree: Path, *, client: list[str] | None = None) -> dict[str, Any]:
     """What Claude Code does for one turn with a Bash call: the prompt's command hook, and
     (unless it blocked the prompt) the PreToolUse event POSTed to the http hook's URL."""
-    out = command_hook(tree, {"hook_event_name": "UserPromptSubmit", "session_id": SESSION, "prompt": "go", "cwd": str(tree)})
+    prompt = {"hook_event_name": "UserPromptSubmit", "session_id": SESSION, "prompt": "go", "cwd": str(tree)}
+    out = command_hook(tree, prompt, client=client)
     if out and json.loads(out).get("decision") == "block":
         return {"blocked": json.loads(out)["reason"]}
     url, headers = http_hook(tree)
@@ -184,6 +188,10 @@ def test_a_squatted_port_stops_the_turn_and_the_other_user_receives_nothing(proj
         assert squatter.stdout is not None and squatter.stdout.readline().strip() == "bound"
         turn = claude_turn(project)  # the next prompt restarts the service, which cannot have the port
         info = daemon.status(store_dir) or {}
+        start = time.monotonic()
+        again = claude_turn(project, client=[str(SNAPSTORE_SCRIPT)])  # its hook run by that service
+        again_took = time.monotonic() - start
+        served_it = (daemon.status(store_dir) or {}).get("requests", 0) > info.get("requests", 0)
     finally:
         squatter.kill()
         received, _ = squatter.communicate(timeout=30)
@@ -191,6 +199,8 @@ def test_a_squatted_port_stops_the_turn_and_the_other_user_receives_nothing(proj
     assert "not answered by this project's service" in turn["blocked"] and token not in turn["blocked"]
     assert received.strip() == "", received  # no event, no token reached the other user
     assert info.get("http", {}).get("listening") is False and info["http"]["refused"], info
+    assert "blocked" in again and again_took < 5.0 and served_it, (again, again_took, served_it)
+    assert info["http"]["refused"] in again["blocked"]  # the true reason, from the service itself
 
 
 def test_integrate_http_is_refused_while_another_user_runs_processes(tmp_path: Path, other: Other):

@@ -92,6 +92,8 @@ def url(port: int, agent: str) -> str:
 #: The port each store's service of this process listens on (what :func:`guard` trusts without
 #: asking: a hook run by the service itself cannot ask it).
 SERVING: dict[str, int] = {}
+#: Why each store's service of this process does not answer its http hooks.
+NOT_SERVING: dict[str, str] = {}
 
 
 def listen(store_dir: str) -> tuple[socket.socket, int, str] | str | None:
@@ -185,16 +187,19 @@ def guard(store_dir: str) -> str | None:
     found = load(store_dir)
     if found is None:
         return None
-    port = found[0]
-    if SERVING.get(os.path.realpath(store_dir)) == port:
-        return None
-    from snapstore.service import daemon
+    port, real = found[0], os.path.realpath(store_dir)
+    if real in SERVING or real in NOT_SERVING:  # (run by the service itself: it cannot ask itself)
+        if SERVING.get(real) == port:
+            return None
+        why = NOT_SERVING.get(real) or "its service listens on another port"
+    else:
+        from snapstore.service import daemon
 
-    info = daemon.status(store_dir)
-    served = (info or {}).get("http") or {}
-    if served.get("port") == port and served.get("listening"):
-        return None
-    why = "the store's service is not running" if info is None else str(served.get("refused") or "its service does not answer them")
+        info = daemon.status(store_dir)
+        served = (info or {}).get("http") or {}
+        if served.get("port") == port and served.get("listening"):
+            return None
+        why = "the store's service is not running" if info is None else str(served.get("refused") or "its service does not answer them")
     return (f"snapstore's http hooks (127.0.0.1:{port}) are not answered by this project's service: {why}. Tool events "
             "sent to that port could reach another local user, so this prompt was stopped: run 'snapstore integrate "
             "claude-code' (command hooks) and restart Claude Code")

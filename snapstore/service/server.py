@@ -194,6 +194,7 @@ class Service:
             if web is not None:
                 web.close()
                 http_hooks.SERVING.pop(self.store_dir, None)
+            http_hooks.NOT_SERVING.pop(self.store_dir, None)
             self.store.close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
@@ -205,7 +206,7 @@ class Service:
         if got is None:
             return None
         if isinstance(got, str):
-            self.http_refused = got
+            self.http_refused = http_hooks.NOT_SERVING[self.store_dir] = got
             log.warning("NOT answering the agent's http hooks: %s", got)
             return None
         sock, port, token = got
