@@ -10,8 +10,9 @@ project's unshared ``.claude/settings.local.json`` (0600).
 Loopback is shared by every local user, so a request is served only when all of these hold: it
 is ``POST /snapstore/hook/<agent>``; its ``Host`` is the service's own address (no DNS rebinding
 from a web page); its ``Authorization`` carries the token (compared in constant time); its body
-is at most :data:`MAX_BODY` bytes; and, where ``/proc/net/tcp`` tells, the connecting socket
-belongs to the service's own user.  Anything else gets a status and no work.
+is at most :data:`MAX_BODY` bytes; and the connecting socket belongs to the service's own user
+(looked up in ``/proc/net/tcp`` before a byte is read: service.http_endpoint; a socket whose
+owner cannot be found is refused).  Anything else gets a status and no work.
 
 A port is not a credential: whoever binds it while the service is down (an idle exit, a reboot)
 receives what Claude Code sends there (the token and the whole ``tool_input``) and may answer it
