@@ -306,3 +306,25 @@ def test_serve_says_when_it_cannot_keep_the_http_port(project: Path, other: Othe
     assert done.returncode == 0 and "warning: not answering Claude Code's http hooks" in done.stderr, done
     assert "NOT answering the agent's http hooks" in log
     assert received.strip() == ""
+
+
+def test_integrating_again_moves_off_a_port_another_process_holds(project: Path, tmp_path: Path):
+    """A port taken by some other process (root's, or another program): the prompt is stopped,
+    and `integrate --http` again makes a new port and token, which the restarted service keeps."""
+    store_dir = str(project / ".snapstore")
+    old_port, old_token = http_hooks.load(store_dir) or (0, "")
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", old_port))
+    holder.listen(1)
+    try:
+        assert "blocked" in claude_turn(project)
+        settings.integrate_claude_code(str(project), http=True, home=str(tmp_path / "home"))
+        port, token = http_hooks.load(store_dir) or (0, "")
+        assert port != old_port and token != old_token
+        assert http_hook(project)[0].startswith(f"http://127.0.0.1:{port}/")
+        turn = claude_turn(project)  # (a new Claude Code session reads the new settings)
+    finally:
+        holder.close()
+    assert turn.get("status") == 200, turn
+    assert settings.integrate_claude_code(str(project), http=True, home=str(tmp_path / "home")) == []  # kept while served

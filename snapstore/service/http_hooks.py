@@ -66,7 +66,9 @@ def load(store_dir: str) -> tuple[int, str] | None:
 
 
 def configure(store_dir: str) -> tuple[int, str]:
-    """The store's endpoint, made on first use: a free loopback port and a fresh token.
+    """The store's endpoint, made on first use: a free loopback port and a fresh token; made
+    again when another process than the store's service holds the port (the token too: it went
+    to that process).
 
     Raises UsageError where http hooks are not safe (:func:`refusal`)."""
     from snapstore.errors import UsageError
@@ -76,7 +78,7 @@ def configure(store_dir: str) -> tuple[int, str]:
     if why is not None:
         raise UsageError(f"--http is refused: {why} (the command hooks, through the service and the native client, are as fast)")
     found = load(store_dir)
-    if found is not None:
+    if found is not None and not _taken(store_dir, found[0]):
         return found
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -84,6 +86,16 @@ def configure(store_dir: str) -> tuple[int, str]:
     token = secrets.token_urlsafe(32)
     write_file_atomic(os.path.join(store_dir, CONFIG_NAME), json.dumps({"port": port, "token": token}).encode(), 0o600)
     return port, token
+
+
+def _taken(store_dir: str, port: int) -> bool:
+    """Whether a process other than the store's service listens on ``port``."""
+    if port_owner(port) is None:
+        return False
+    from snapstore.service import daemon
+
+    served = (daemon.status(store_dir) or {}).get("http") or {}
+    return not (served.get("listening") and served.get("port") == port)
 
 
 def url(port: int, agent: str) -> str:
@@ -203,7 +215,7 @@ def guard(store_dir: str) -> str | None:
         why = "the store's service is not running" if info is None else str(served.get("refused") or "its service does not answer them")
     return (f"snapstore's http hooks (127.0.0.1:{port}) are not answered by this project's service: {why}. Tool events "
             "sent to that port could reach another local user, so this prompt was stopped: run 'snapstore integrate "
-            "claude-code' (command hooks) and restart Claude Code")
+            "claude-code' (command hooks) or 'snapstore integrate claude-code --http' again (a new port), and restart Claude Code")
 
 
 def prompt_guard(event_name: str, store_dir: str | None) -> str:
