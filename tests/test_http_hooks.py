@@ -26,6 +26,9 @@ from snapstore.service import daemon, http_hooks
 from snapstore.store import Store
 
 SESSION = "h-1"
+# --http is refused where another user runs processes (a desktop: system daemons run as their
+# own users; see test_http_hooks_other_user.py for the refusal itself).
+pytestmark = pytest.mark.skipif(http_hooks.refusal() is not None, reason=f"--http is refused on this machine: {http_hooks.refusal()}")
 
 
 def post(port: int, body: Any, *, token: str, host: str | None = None, path: str = "/snapstore/hook/claude-code") -> tuple[int, str]:

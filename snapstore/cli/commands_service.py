@@ -40,5 +40,8 @@ def serve(obj: Ctx, detach: bool, stop_it: bool, show_status: bool, idle_timeout
     if detach:
         info = daemon.start_detached(store_dir, idle_timeout)
         click.echo(f"serving {info['store']} for {info['tree']} (pid {info['pid']})")
+        refused = (info.get("http") or {}).get("refused")
+        if refused:  # (Claude Code's next prompt is blocked until this is settled: service.http_hooks)
+            click.echo(f"snapstore: warning: not answering Claude Code's http hooks: {refused}", err=True)
         return
     daemon.run_foreground(store_dir, idle_timeout)

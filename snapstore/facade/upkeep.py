@@ -272,11 +272,18 @@ class UpkeepMixin(StoreBase):
         or part of one, unchanged since): new packs whose entries replace the damaged ones, so
         every checkpoint naming those chunks reads them again.  The report has verify's
         findings before and after; what the tree no longer holds stays damaged
-        (:mod:`snapstore.ops.repair`).  Holds the writer lock; touches no file of the tree."""
-        from snapstore.ops import repair
+        (:mod:`snapstore.ops.repair`).  Touches no file of the tree.
 
+        The verify runs without the writer lock (a reader: snapshots go on meanwhile, and a
+        store with nothing to repair never blocks an agent's hooks); the lock is taken only
+        when there is damage, to re-check what still is and repair it."""
+        from snapstore.ops import repair, verify
+
+        found = verify.run(self.backend, progress, self.context.excluded)
+        if not repair.damaged_chunks(found) and not repair.damaged_packs(found):
+            return repair.RepairReport(found, None, 0, 0, 0)
         with self._lock.held():
-            return repair.run(self.context, progress)
+            return repair.run(self.context, before=found)
 
     def gc(
         self, *, compact: bool = False, dry_run: bool = False, repack_level: int | None = None

@@ -220,7 +220,10 @@ def run(
             from snapstore.service import daemon
 
             daemon.ensure_running(store_dir, idle)
-        return ""
+        # A turn whose tool events could reach another local user is stopped (service.http_hooks).
+        from snapstore.service.http_hooks import prompt_guard
+
+        return prompt_guard(str(event.get("hook_event_name", "")), store_dir) if agent == "claude-code" else ""
     except Exception as exc:  # noqa: BLE001 - the hook must never fail the agent's tool call
         return _report(exc, event, project, store_dir, agent)
 

@@ -28,7 +28,7 @@ from snapstore.ops.context import StageContext
 from snapstore.ops.snapshot import read as snapshot_read
 from snapstore.records.manifest import EXEC, FILE
 from snapstore.storage import chunker, entries, objects, packs
-from snapstore.storage.backend import ReadView
+from snapstore.storage.backend import Backend, ReadView
 from snapstore.tree import scan
 from snapstore.tree.paths import open_beneath
 
@@ -68,15 +68,17 @@ def damaged_packs(report: verify.VerifyReport) -> set[bytes]:
     return {bytes.fromhex(p.id) for p in report.problems if p.kind == "pack"}
 
 
-def run(ctx: StageContext, progress: verify.Progress | None = None) -> RepairReport:
+def run(ctx: StageContext, progress: verify.Progress | None = None, *, before: verify.VerifyReport | None = None) -> RepairReport:
     """Verify, store again from the tree what it can of the damage, verify again (the caller
-    holds the writer lock).
+    holds the writer lock).  ``before``: a verify made without the lock (``Store.repair``):
+    then only what it found that is still damaged now is repaired, and no whole verify runs first.
 
     A damaged pack is emptied when it can be: the chunks of its frames that still read back
     are stored again beside the ones the tree gave, and the pack goes once no entry names it.
     """
-    before = verify.run(ctx.backend, progress, ctx.excluded)
-    damaged, bad_packs = damaged_chunks(before), damaged_packs(before)
+    if before is None:
+        before = verify.run(ctx.backend, progress, ctx.excluded)
+    damaged, bad_packs = still_damaged(ctx.backend, before)
     if not damaged and not bad_packs:
         return RepairReport(before, None, 0, 0, 0)
     found, files = recover(ctx.root_bytes, ctx.excluded, damaged) if damaged else ({}, 0)
@@ -94,6 +96,25 @@ def run(ctx: StageContext, progress: verify.Progress | None = None) -> RepairRep
                     # its id: the batch then keeps what it wrote (WriteBatch.delete).
                     batch.delete("packs", pid)
     return RepairReport(before, verify.run(ctx.backend, None, ctx.excluded), len(damaged), len(found), files)
+
+
+def still_damaged(backend: Backend, report: verify.VerifyReport) -> tuple[set[bytes], set[bytes]]:
+    """The chunks and packs ``report`` found damaged that still are (it may be older than the
+    caller's writer lock: another repair may have stored them again meanwhile)."""
+    entries.clear_cache()  # (a frame cached before the damage would read back)
+    chunks, bad = set(), set()
+    with backend.read() as view:
+        for cid in damaged_chunks(report):
+            try:
+                objects.load_chunk(view.get, cid, whole_frame=True)  # (as verify: the whole frame)
+            except CorruptError:
+                chunks.add(cid)
+        for pid in damaged_packs(report):
+            pack = view.get("packs", pid)
+            if pack is not None and objects.pack_id(pack) != pid:
+                bad.add(pid)
+    entries.clear_cache()
+    return chunks, bad
 
 
 def _salvage(view: ReadView, bad_packs: set[bytes], damaged: set[bytes]) -> tuple[dict[bytes, bytes], dict[bytes, set[bytes]]]:

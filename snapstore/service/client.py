@@ -96,7 +96,7 @@ def _target(argv: list[str]) -> tuple[str, str, str] | None:
     return None if store_dir is None else (command, cwd, store_dir)
 
 
-def lost_request(argv: list[str], value: str) -> int:
+def lost_request(argv: list[str], value: str, silent: bool = False) -> int:
     """What the native client hands over when its service stopped after accepting a command
     (``SNAPSTORE_LOST_REQUEST=<id>:<pid>:<command>``): the store says what happened; the
     command is never run again."""
@@ -108,7 +108,7 @@ def lost_request(argv: list[str], value: str) -> int:
     if target is None:
         sys.stderr.write("snapstore: error: the service stopped before answering, and its store cannot be found again\n")
         return 12
-    return lost.report(target[2], rid, command, pid.encode())
+    return lost.report(target[2], rid, command, pid.encode(), silent=silent)
 
 
 def try_service(argv: list[str]) -> int | None:
@@ -155,12 +155,14 @@ def try_service(argv: list[str]) -> int | None:
             protocol.send_frame(sock, b"g", b"")
         except (OSError, ValueError):
             return None
-        sock.settimeout(None)  # accepted: the command may take as long as it needs
-        code, wrote = _relay(sock)
+        # Accepted: the command may take as long as it needs, but the service sends a frame
+        # (a heartbeat at least) every HEARTBEAT seconds; SILENCE seconds of none, it is stopped.
+        sock.settimeout(protocol.SILENCE)
+        code, wrote, silent = _relay(sock)
     if code is not None:
         return code
-    # The service stopped before answering.  A read-only command that printed nothing runs
-    # here; any other is never run twice: the store says what it did (service.lost).
+    # The service stopped (or went silent) before answering.  A read-only command that printed
+    # nothing runs here; any other is never run twice: the store says what it did (service.lost).
     if command in protocol.READ_ONLY_COMMANDS:
         if not wrote:
             return None
@@ -168,22 +170,26 @@ def try_service(argv: list[str]) -> int | None:
         return 12  # ServiceStoppedError's code (errors is not imported on this path)
     from snapstore.service import lost
 
-    return lost.report(store_dir, rid, command, first[1])
+    return lost.report(store_dir, rid, command, first[1], silent=silent)
 
 
-def _relay(sock: Any) -> tuple[int | None, bool]:
-    """Relay the command's output; ``(exit code, whether anything was written)``, the code None
-    when the service stopped before sending it."""
+def _relay(sock: Any) -> tuple[int | None, bool, bool]:
+    """Relay the command's output; ``(exit code, whether anything was written, whether the
+    service went silent)``, the code None when the service stopped before sending it."""
     out, err = sys.stdout.buffer, sys.stderr.buffer
     wrote = False
     while True:
         try:
             frame = protocol.recv_frame(sock)
+        except TimeoutError:  # no frame, not even a heartbeat, for SILENCE seconds
+            return None, wrote, True
         except (OSError, ValueError):
             frame = None
         if frame is None:
-            return None, wrote
+            return None, wrote, False
         channel, payload = frame
+        if channel == b"h" and not payload:
+            continue
         if channel == b"o":
             out.write(payload)
             out.flush()
@@ -194,11 +200,11 @@ def _relay(sock: Any) -> tuple[int | None, bool]:
             wrote = True
         elif channel == b"x":
             try:
-                return int(payload), wrote
+                return int(payload), wrote, False
             except ValueError:  # not an exit code: as if the service had stopped
-                return None, wrote
+                return None, wrote, False
         else:  # no such channel: the answer cannot be trusted from here on
-            return None, wrote
+            return None, wrote, False
 
 
 def main() -> int:
@@ -222,10 +228,12 @@ def _main(argv: list[str]) -> tuple[int, bool]:
     if gone is not None:
         return gone, False
     handed = os.environ.pop("SNAPSTORE_LOST_REQUEST", None)
+    # The native client found the service silent (protocol.SILENCE): not asked again.
+    silent = os.environ.pop("SNAPSTORE_SERVICE_SILENT", None) is not None
     if handed is not None:
-        return lost_request(argv, handed), True
+        return lost_request(argv, handed, silent), True
     try:
-        code = try_service(argv)
+        code = None if silent else try_service(argv)
     except BrokenPipeError:
         return 0, False
     if code is not None:

@@ -10,8 +10,20 @@ project's unshared ``.claude/settings.local.json`` (0600).
 Loopback is shared by every local user, so a request is served only when all of these hold: it
 is ``POST /snapstore/hook/<agent>``; its ``Host`` is the service's own address (no DNS rebinding
 from a web page); its ``Authorization`` carries the token (compared in constant time); its body
-is at most :data:`MAX_BODY` bytes; and, where ``/proc/net/tcp`` tells, the connecting socket
-belongs to the service's own user.  Anything else gets a status and no work.
+is at most :data:`MAX_BODY` bytes; and the connecting socket belongs to the service's own user
+(looked up in ``/proc/net/tcp`` before a byte is read: service.http_endpoint; a socket whose
+owner cannot be found is refused).  Anything else gets a status and no work.
+
+A port is not a credential: whoever binds it while the service is down (an idle exit, a reboot)
+receives what Claude Code sends there (the token and the whole ``tool_input``) and may answer it
+(a PreToolUse "allow").  Claude Code reads its hooks once, at the session's start, so a port
+cannot be changed under a running session.  Hence (docs/reliability.md, "other local user"):
+``--http`` is refused while another user (not root) runs a process here (:func:`refusal`), and
+the service refuses to listen then too; a service answering http hooks does not exit when idle
+(holding the port is what keeps it ours); a port it cannot bind is reported, never silently
+skipped; and the command hook of ``UserPromptSubmit``, which runs before every turn, blocks the
+prompt while the configured port is not held by the store's service (:func:`prompt_guard`), so
+no tool event of that turn is sent to a port someone else may hold.
 """
 
 from __future__ import annotations
@@ -24,14 +36,11 @@ import os
 import secrets
 import socket
 import stat
-from collections.abc import Callable
 from typing import Any
 
 CONFIG_NAME = "service-http.json"
 PATH_PREFIX = "/snapstore/hook/"
 MAX_BODY = 16 << 20
-#: Seconds a client has to send its request (the hook's own work is not bounded by this).
-READ_TIMEOUT = 10.0
 
 
 def load(store_dir: str) -> tuple[int, str] | None:
@@ -57,11 +66,19 @@ def load(store_dir: str) -> tuple[int, str] | None:
 
 
 def configure(store_dir: str) -> tuple[int, str]:
-    """The store's endpoint, made on first use: a free loopback port and a fresh token."""
+    """The store's endpoint, made on first use: a free loopback port and a fresh token; made
+    again when another process than the store's service holds the port (the token too: it went
+    to that process).
+
+    Raises UsageError where http hooks are not safe (:func:`refusal`)."""
+    from snapstore.errors import UsageError
     from snapstore.tree.atomic import write_file_atomic
 
+    why = refusal()
+    if why is not None:
+        raise UsageError(f"--http is refused: {why} (the command hooks, through the service and the native client, are as fast)")
     found = load(store_dir)
-    if found is not None:
+    if found is not None and not _taken(store_dir, found[0]):
         return found
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -71,97 +88,206 @@ def configure(store_dir: str) -> tuple[int, str]:
     return port, token
 
 
+def _taken(store_dir: str, port: int) -> bool:
+    """Whether a process other than the store's service listens on ``port``."""
+    if port_owner(port) is None:
+        return False
+    from snapstore.service import daemon
+
+    served = (daemon.status(store_dir) or {}).get("http") or {}
+    return not (served.get("listening") and served.get("port") == port)
+
+
 def url(port: int, agent: str) -> str:
     return f"http://127.0.0.1:{port}{PATH_PREFIX}{agent}"
 
 
-def listen(store_dir: str) -> tuple[socket.socket, int, str] | None:
-    """The listening socket, port and token, or None (no endpoint configured, or its port is
-    taken: then the hooks fail and the agent shows their errors; the command hooks go on)."""
+#: The port each store's service of this process listens on (what :func:`guard` trusts without
+#: asking: a hook run by the service itself cannot ask it).
+SERVING: dict[str, int] = {}
+#: Why each store's service of this process does not answer its http hooks.
+NOT_SERVING: dict[str, str] = {}
+
+
+def listen(store_dir: str) -> tuple[socket.socket, int, str] | str | None:
+    """The listening socket, port and token; None when no endpoint is configured; else why the
+    service does not listen (logged, shown by ``serve --status``, and the prompt hook refuses
+    the turn: see the module's doc)."""
     found = load(store_dir)
     if found is None:
         return None
     port, token = found
+    why = refusal()
+    if why is not None:
+        return f"http hooks refused: {why}"
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
         sock.listen(16)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        return None
+        owner = port_owner(port)
+        held = f" (held by uid {owner})" if owner is not None else ""
+        return f"cannot listen on 127.0.0.1:{port}{held}: {exc.strerror}"
     return sock, port, token
+
+
+def other_users() -> list[int]:
+    """The uids, other than this process's and root's, that own a running process: the users
+    who could bind the hook port while the service is down.  (A process hidden by ``/proc``'s
+    ``hidepid`` is not seen: :func:`refusal` refuses where /proc hides them.)"""
+    me, found = os.getuid(), set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                found.add(os.stat(f"/proc/{name}").st_uid)
+            except OSError:
+                continue  # (it ended meanwhile)
+    return sorted(found - {0, me})
+
+
+def _proc_hides_processes() -> bool:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            rows = [row.split() for row in f]
+    except OSError:
+        return True
+    for row in rows:
+        if len(row) > 4 and row[4] == "/proc":
+            options = row[-1].split(",")
+            return any(o.startswith("hidepid=") and o not in ("hidepid=0", "hidepid=off") for o in options)
+    return True
+
+
+def refusal() -> str | None:
+    """Why http hooks must not be used on this machine now, or None."""
+    import pwd
+
+    if _proc_hides_processes():
+        return "/proc hides other users' processes here, so it cannot be told whether another user could take the hook port"
+    others = other_users()
+    if not others:
+        return None
+    names = []
+    for uid in others[:3]:
+        try:
+            names.append(f"{pwd.getpwuid(uid).pw_name} ({uid})")
+        except KeyError:
+            names.append(str(uid))
+    more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+    return (f"other local users run processes here ({', '.join(names)}{more}); one of them could take the hook port "
+            "while the service is down and receive your tool events")
+
+
+def port_owner(port: int) -> int | None:
+    """The uid of the socket listening on 127.0.0.1 (or any address) at ``port``, if any."""
+    try:
+        with open("/proc/net/tcp", encoding="ascii") as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return None
+    for row in rows:
+        fields = row.split()
+        if len(fields) > 7 and fields[3] == "0A" and fields[1].endswith(f":{port:04X}"):
+            return int(fields[7])
+    return None
+
+
+def guard(store_dir: str) -> str | None:
+    """None when the store has no http hooks or its running service answers them; else why the
+    agent must not send tool events to their port now."""
+    found = load(store_dir)
+    if found is None:
+        return None
+    port, real = found[0], os.path.realpath(store_dir)
+    if real in SERVING or real in NOT_SERVING:  # (run by the service itself: it cannot ask itself)
+        if SERVING.get(real) == port:
+            return None
+        why = NOT_SERVING.get(real) or "its service listens on another port"
+    else:
+        from snapstore.service import daemon
+
+        info = daemon.status(store_dir)
+        served = (info or {}).get("http") or {}
+        if served.get("port") == port and served.get("listening"):
+            return None
+        why = "the store's service is not running" if info is None else str(served.get("refused") or "its service does not answer them")
+    return (f"snapstore's http hooks (127.0.0.1:{port}) are not answered by this project's service: {why}. Tool events "
+            "sent to that port could reach another local user, so this prompt was stopped: run 'snapstore integrate "
+            "claude-code' (command hooks) or 'snapstore integrate claude-code --http' again (a new port), and restart Claude Code")
+
+
+def prompt_guard(event_name: str, store_dir: str | None) -> str:
+    """What the ``UserPromptSubmit`` command hook answers: a block decision while the http hooks'
+    port is not held by the store's service (:func:`guard`), else nothing."""
+    if event_name != "UserPromptSubmit" or store_dir is None:
+        return ""
+    why = guard(store_dir)
+    return "" if why is None else json.dumps({"decision": "block", "reason": why})
 
 
 def peer_uid(conn: socket.socket) -> int | None:
     """The uid owning the other end of a loopback TCP connection (from ``/proc/net/tcp``)."""
     try:
-        host, port = conn.getpeername()[:2]
+        peer, here = conn.getpeername()[:2], conn.getsockname()[:2]
         with open("/proc/net/tcp", encoding="ascii") as f:
             rows = f.read().splitlines()[1:]
     except OSError:
         return None
-    ip = socket.inet_aton(host)[::-1].hex().upper()
-    local = f"{ip}:{port:04X}"
-    for row in rows:
+
+    def address(host: str, port: int) -> str:
+        return f"{socket.inet_aton(host)[::-1].hex().upper()}:{port:04X}"
+
+    theirs, ours = address(*peer), address(*here)
+    for row in rows:  # the peer's socket: its local address is our peer, its remote is us
         fields = row.split()
-        if len(fields) > 7 and fields[1] == local:
+        if len(fields) > 7 and fields[1] == theirs and fields[2] == ours:
             return int(fields[7])
     return None
 
 
-def serve_one(
-    conn: socket.socket, port: int, token: str, run_hook: Callable[[str, str], str], agents: tuple[str, ...]
-) -> bool:
-    """Answer one connection for the hooks of ``agents``; True when a hook ran (what keeps the
-    service alive)."""
-    conn.settimeout(READ_TIMEOUT)
-    uid = peer_uid(conn)
-    handler = _Handler.__new__(_Handler)
-    handler.setup_for(conn, port, token, run_hook, uid)
-    handler.agents = agents
-    handler.handle_one_request()
-    with contextlib.suppress(OSError):
-        handler.wfile.flush()
-    return handler.ran
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """One request, parsed by the standard library's HTTP handler."""
+class Handler(http.server.BaseHTTPRequestHandler):
+    """One request, parsed by the standard library's HTTP handler; a complete, authorised event
+    is left in :attr:`event` for the service to run (service.http_endpoint)."""
 
     protocol_version = "HTTP/1.0"
+    #: ``(agent, body)`` of a complete, authorised request.
+    event: tuple[str, str] | None = None
+    port: int
+    token: str
+    agents: tuple[str, ...]
 
-    def setup_for(self, conn: socket.socket, port: int, token: str, run_hook: Callable[[str, str], str], uid: int | None) -> None:
-        self.connection = self.request = conn
-        self.rfile = conn.makefile("rb", -1)
-        self.wfile = conn.makefile("wb")
-        self.client_address = ("127.0.0.1", 0)
-        self.close_connection = True
-        self.port, self.token, self.run_hook, self.uid = port, token, run_hook, uid
-        self.ran = False
-        self.agents: tuple[str, ...] = ()
+    @classmethod
+    def for_connection(cls, conn: socket.socket, rfile: Any, port: int, token: str, agents: tuple[str, ...]) -> Handler:
+        handler = cls.__new__(cls)
+        handler.connection = handler.request = conn
+        handler.rfile = rfile
+        handler.wfile = conn.makefile("wb")
+        handler.client_address = ("127.0.0.1", 0)
+        handler.close_connection = True
+        handler.port, handler.token, handler.agents = port, token, agents
+        return handler
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         pass
 
     def do_GET(self) -> None:
-        self._answer(405, {"error": "POST a hook event"})
+        self.answer(405, {"error": "POST a hook event"})
 
     def do_POST(self) -> None:
         refusal = self._refusal()
         if refusal is not None:
-            self._answer(*refusal)
+            self.answer(*refusal)
             return
         length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length).decode("utf-8", "surrogateescape")
-        agent = self.path[len(PATH_PREFIX):]
-        self.ran = True
-        out = self.run_hook(agent, body)
-        self._answer(200, out or "{}")
+        data = self.rfile.read(length)
+        if len(data) != length:
+            self.answer(400, {"error": "the body ended early"})
+            return
+        self.event = (self.path[len(PATH_PREFIX):], data.decode("utf-8", "surrogateescape"))
 
     def _refusal(self) -> tuple[int, Any] | None:
-        if self.uid is not None and self.uid != os.getuid():
-            return 403, {"error": "another user's connection"}
         if self.headers.get("Host") not in (f"127.0.0.1:{self.port}", f"localhost:{self.port}"):
             return 403, {"error": "wrong Host"}
         given = self.headers.get("Authorization") or ""
@@ -177,7 +303,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return 413, {"error": f"at most {MAX_BODY} bytes"}
         return None
 
-    def _answer(self, status: int, body: Any) -> None:
+    def answer(self, status: int, body: Any) -> None:
         data = (body if isinstance(body, str) else json.dumps(body)).encode()
         with contextlib.suppress(OSError):
             self.send_response(status)
@@ -185,3 +311,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+    def finish_answer(self) -> None:
+        with contextlib.suppress(OSError):
+            self.wfile.flush()

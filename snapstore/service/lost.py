@@ -21,8 +21,12 @@ from typing import Any
 WAIT_SECONDS = 60.0
 
 
-def report(store_dir: str, rid: str, command: str, ack: bytes) -> int:
-    """Print one line about request ``rid`` (``command``) and return the exit code to use."""
+def report(store_dir: str, rid: str, command: str, ack: bytes, *, silent: bool = False) -> int:
+    """Print one line about request ``rid`` (``command``) and return the exit code to use.
+
+    ``silent``: the service did not end but sent nothing (not even a heartbeat) for
+    protocol.SILENCE seconds: stopped (SIGSTOP), wedged or starved.  Its outcome is read once,
+    without waiting for it to end."""
     from snapstore.errors import ServiceStoppedError, SnapstoreError
 
     try:
@@ -30,17 +34,29 @@ def report(store_dir: str, rid: str, command: str, ack: bytes) -> int:
     except ValueError:
         pid = 0
     try:
-        row, pending, root = _outcome(store_dir, bytes.fromhex(rid), pid)
+        row, pending, root = _outcome(store_dir, bytes.fromhex(rid), 0 if silent else pid)
     except SnapstoreError as exc:
         return _say(f"error: the service stopped before answering {command}, and its store cannot be read: {exc}; it is not run again", ServiceStoppedError.exit_code)
+    if silent and _alive(pid) and not _finished(row, command):
+        return _say(f"error: the service (pid {pid}) stopped answering in the middle of {command} and still runs: what it "
+                    "does is recorded in the store (see 'snapstore list' and 'snapstore oplog'); it is not run again",
+                    ServiceStoppedError.exit_code)
     if row is None:
         return _say(f"error: the service stopped before {command} took effect; nothing was changed", ServiceStoppedError.exit_code)
     if row.get("stage") == "writing" and "exit" not in row:
         return _edit_outcome(command, row, root, store_dir)
-    if "exit" in row or row.get("stage") == "done" or ("checkpoint" in row and command in ("snapshot", "hook")):
+    if _finished(row, command):
         code = int(row.get("exit", 0))
         return _say(f"the service stopped after the command finished: {_summary(command, row, code)}", code)
     return _say(f"error: {_unfinished(command, row, pending, root, store_dir)}", ServiceStoppedError.exit_code)
+
+
+def _finished(row: dict[str, Any] | None, command: str) -> bool:
+    """Whether the request's row says it finished (an exit code, a finished operation, or the
+    checkpoint that is a snapshot's whole effect)."""
+    if row is None:
+        return False
+    return "exit" in row or row.get("stage") == "done" or ("checkpoint" in row and command in ("snapshot", "hook"))
 
 
 def _summary(command: str, row: dict[str, Any], code: int) -> str:

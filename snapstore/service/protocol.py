@@ -7,7 +7,9 @@ The service answers ``a`` (accepted, with its pid) or ``n`` ("not served here": 
 the command itself); after ``a`` the client sends ``g`` and only then does the service run the
 command (a client that gave up waiting closes without ``g``, so a command is never run both
 here and there).  Then frames ``(channel, payload)``: ``o`` stdout bytes, ``e`` stderr bytes,
-``x`` the exit code.  A frame is a 1-byte channel, a 4-byte big-endian length and the payload.
+``h`` a heartbeat (empty: the command still runs), ``x`` the exit code.  A frame is a 1-byte
+channel, a 4-byte big-endian length and the payload.  A client that receives no frame for
+:data:`SILENCE` seconds takes the service for stopped (service.heartbeat).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 
 #: Client and service of different versions never talk: the service answers ``n`` and the
 #: client runs in-process.  The package path is part of it, so two installations never mix.
-PROTOCOL = 3
+PROTOCOL = 4
 SOCKET_NAME = "service.sock"
 LOCK_NAME = "service.lock"
 #: Commands that change nothing: a client that lost their answer runs them again itself.
@@ -33,6 +35,11 @@ SELF_RECORDING_COMMANDS = frozenset({"snapshot", "hook"})
 #: Environment variables forwarded with a request (those the CLI and the store read, the
 #: agents' project variables, which name a hook's project, and the terminal's width).
 FORWARDED_ENV_PREFIXES = ("SNAPSTORE_", "TZ", "CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR", "COLUMNS")
+
+#: Seconds between heartbeat frames while a command prints nothing, and how long a client waits
+#: for the next frame before it takes the service for stopped (cclient/snapstore.c: SILENCE_MS).
+HEARTBEAT = 1.0
+SILENCE = 5.0
 
 _HEADER_SIZE = 5  # 1-byte channel, 4-byte big-endian length
 MAX_FRAME = 1 << 26

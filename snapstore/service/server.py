@@ -31,7 +31,8 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from snapstore.errors import LockedError, TreeIOError
 from snapstore.integrations.agents import AGENTS
 from snapstore.records import requests
-from snapstore.service import http_hooks, protocol
+from snapstore.service import http_endpoint, http_hooks, protocol
+from snapstore.service.heartbeat import Beating
 from snapstore.store import Store
 
 if TYPE_CHECKING:
@@ -49,8 +50,8 @@ REQUEST_TIMEOUT = 5.0
 class _FrameWriter(io.RawIOBase):
     """A binary stream whose writes go to the client as frames of one channel."""
 
-    def __init__(self, sock: socket.socket, channel: bytes):
-        self._sock, self._channel = sock, channel
+    def __init__(self, frames: Beating, channel: bytes):
+        self._frames, self._channel = frames, channel
 
     def writable(self) -> bool:
         return True
@@ -58,7 +59,7 @@ class _FrameWriter(io.RawIOBase):
     def write(self, data: Any) -> int:
         payload = bytes(data)
         if payload:
-            protocol.send_frame(self._sock, self._channel, payload)
+            self._frames.send(self._channel, payload)
         return len(payload)
 
 
@@ -94,6 +95,9 @@ class Service:
         self.requests = 0
         self.last_error: str | None = None
         self._stop = False
+        #: The http hooks' port while they are answered, or why they are not.
+        self.http_port: int | None = None
+        self.http_refused: str | None = None
         self._lock_fd: int | None = None
         self._dir_fd = os.open(self.store_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         st = os.stat(self.store.root)
@@ -142,9 +146,7 @@ class Service:
             raise TreeIOError(f"{self.store_dir} belongs to another user: not serving it")
         self._take_instance_lock()
         listener = self._bind()
-        web = http_hooks.listen(self.store_dir)
-        if web is not None:
-            log.info("answering agent hooks at %s", http_hooks.url(web[1], "AGENT"))
+        web = self._listen_http()
         log.info("serving %s (tree %s), pid %d", self.store_dir, self.store.root, os.getpid())
         if ready is not None:
             ready.write("ready\n")
@@ -153,7 +155,7 @@ class Service:
         swept = self.requests
         maintained = -1  # the request count at the last idle maintenance pass
         try:
-            sockets = [listener] + ([web[0]] if web is not None else [])
+            sockets: list[Any] = [listener] + ([web.wake_r] if web is not None else [])
             while not self._stop:
                 readable, _, _ = select.select(sockets, [], [], 1.0)
                 if not readable and swept != self.requests:
@@ -167,17 +169,18 @@ class Service:
                     maintained = self.requests
                     self._maintain(lambda: bool(select.select(sockets, [], [], 0)[0]))
                 for ready_sock in readable:
-                    conn, _ = ready_sock.accept()
                     served = self.requests
-                    with conn:
-                        if ready_sock is listener:
+                    if ready_sock is listener:
+                        conn, _ = listener.accept()
+                        with conn:
                             self._handle(conn)
-                        elif web is not None:
-                            http_hooks.serve_one(conn, web[1], web[2], self._run_http_hook, AGENTS)
+                    elif web is not None:  # complete hook events, read by the endpoint's threads
+                        web.run_pending(self._run_http_hook)
                     if self.requests != served:  # status requests do not keep it alive
                         last = time.monotonic()
                     gc.freeze()
-                if time.monotonic() - last > self.idle_timeout:
+                # Holding the http hooks' port is what keeps it ours (http_hooks): no idle exit.
+                if web is None and time.monotonic() - last > self.idle_timeout:
                     log.info("idle for %.0f s: exiting", self.idle_timeout)
                     break
                 if not self._tree_still_there():
@@ -189,10 +192,30 @@ class Service:
             os.close(self._dir_fd)
             listener.close()
             if web is not None:
-                web[0].close()
+                web.close()
+                http_hooks.SERVING.pop(self.store_dir, None)
+            http_hooks.NOT_SERVING.pop(self.store_dir, None)
             self.store.close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
+
+    def _listen_http(self) -> http_endpoint.Endpoint | None:
+        """The http hook endpoint, when the store has one configured and it can be served;
+        why not is logged and kept for ``status`` (the prompt hook refuses turns meanwhile)."""
+        got = http_hooks.listen(self.store_dir)
+        if got is None:
+            return None
+        if isinstance(got, str):
+            self.http_refused = http_hooks.NOT_SERVING[self.store_dir] = got
+            log.warning("NOT answering the agent's http hooks: %s", got)
+            return None
+        sock, port, token = got
+        web = http_endpoint.Endpoint(sock, port, token, AGENTS)
+        web.start()
+        self.http_port = port
+        http_hooks.SERVING[self.store_dir] = port
+        log.info("answering agent hooks at %s", http_hooks.url(port, "AGENT"))
+        return web
 
     def _maintain(self, waiting: Callable[[], bool] = lambda: False) -> None:
         """Maintenance when idle (``maintenance.auto``).  When a pass is due and
@@ -266,8 +289,9 @@ class Service:
                 return
             conn.settimeout(None)
             self.requests += 1
-            code = self._run(conn, request)
-            protocol.send_frame(conn, b"x", str(code).encode())
+            with Beating(conn) as frames:  # (a client takes a silent service for stopped)
+                code = self._run(frames, request)
+                frames.send(b"x", str(code).encode())
         except (OSError, ValueError) as exc:  # the client went away or sent garbage
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("request failed: %s", self.last_error)
@@ -281,11 +305,11 @@ class Service:
         self.store.set_lock_timeout(ctx.lock_timeout)  # each request's own --lock-timeout
         return cast(Store, _Borrowed(self.store))
 
-    def _run(self, conn: socket.socket, request: dict[str, Any]) -> int:
+    def _run(self, frames: Beating, request: dict[str, Any]) -> int:
         encoding = str(request.get("encoding") or "utf-8")
         errors = str(request.get("errors") or "strict")
-        out = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"o"), 1 << 16), encoding=encoding, errors=errors)
-        err = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(conn, b"e"), 1 << 12), encoding=encoding, errors="backslashreplace")
+        out = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(frames, b"o"), 1 << 16), encoding=encoding, errors=errors)
+        err = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(frames, b"e"), 1 << 12), encoding=encoding, errors="backslashreplace")
         stdin = request.get("stdin")  # a hook's event, read by the client
         return self._invoke(
             [str(a) for a in request.get("argv", [])], str(request["cwd"]), dict(request.get("env", {})),
@@ -396,7 +420,13 @@ class Service:
             "idle_timeout_s": self.idle_timeout,
             "last_error": self.last_error,
             "watcher": self.store.watch_status(),
+            "http": self._http_status(),
         }
+
+    def _http_status(self) -> dict[str, Any] | None:
+        if self.http_port is not None:
+            return {"port": self.http_port, "listening": True}
+        return None if self.http_refused is None else {"listening": False, "refused": self.http_refused}
 
 
 def _sweep() -> None:

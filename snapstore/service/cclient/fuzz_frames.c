@@ -48,8 +48,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         off += (size_t)n;
     }
     close(pair[0]);
-    int wrote = 0;
-    int code = relay(pair[1], &wrote);
+    int wrote = 0, silent = 0;
+    int code = relay(pair[1], &wrote, &silent);
     close(pair[1]);
     if (code < -1 || code > 255) __builtin_trap(); /* an exit status is one byte, or "stopped" */
     /* 2. The marshal writer: well-formed for any bytes ('u', a length, that many bytes). */

@@ -57,6 +57,9 @@ static const char *const VALUE_OPTIONS[] = {"--store", "-C", "--lock-timeout", N
 static const char *const FORWARDED_PREFIXES[] = {"SNAPSTORE_", "TZ", "CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR", "COLUMNS", NULL};
 
 #define CONNECT_TIMEOUT_MS 1000
+/* After 'g' the service sends a frame (a heartbeat 'h' at least) every protocol.HEARTBEAT
+ * seconds; this long without one, it is taken for stopped (protocol.SILENCE). */
+#define SILENCE_MS 5000
 #define EXIT_SERVICE_STOPPED 12
 
 static char **g_argv;
@@ -295,16 +298,25 @@ static int write_all(int fd, const char *data, size_t len) {
 static volatile sig_atomic_t g_interrupted;
 static void on_signal(int sig) { g_interrupted = sig; }
 
-/* Relay frames to stdout/stderr until the exit code; -1 when the service stopped first.
- * *wrote tells whether any output was relayed. */
-static int relay(int fd, int *wrote) {
+/* recv_exact, noting in *silent when it failed because nothing came for SILENCE_MS. */
+static int recv_or_silent(int fd, uint8_t *out, size_t n, int *silent) {
+    errno = 0;
+    if (recv_exact(fd, out, n)) return 1;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) *silent = 1;
+    return 0;
+}
+
+/* Relay frames to stdout/stderr until the exit code; -1 when the service stopped (or went
+ * silent: *silent) first.  *wrote tells whether any output was relayed. */
+static int relay(int fd, int *wrote, int *silent) {
     char chunk[65536];
     for (;;) {
         uint8_t header[FRAME_HEADER];
-        if (!recv_exact(fd, header, sizeof header)) return -1;
+        if (!recv_or_silent(fd, header, sizeof header, silent)) return -1;
         char channel;
         uint32_t length;
         if (!parse_header(header, &channel, &length)) return -1;
+        if (channel == 'h' && length == 0) continue; /* a heartbeat: the command still runs */
         if (channel == 'x') {
             char digits[16];
             if (length >= sizeof digits || !recv_exact(fd, (uint8_t *)digits, length)) return -1;
@@ -315,7 +327,7 @@ static int relay(int fd, int *wrote) {
         if (out < 0) return -1;
         while (length) {
             uint32_t n = length < sizeof chunk ? length : (uint32_t)sizeof chunk;
-            if (!recv_exact(fd, (uint8_t *)chunk, n)) return -1;
+            if (!recv_or_silent(fd, (uint8_t *)chunk, n, silent)) return -1;
             if (!write_all(out, chunk, n) && errno != EPIPE) return -1;
             *wrote = 1;
             length -= n;
@@ -326,7 +338,7 @@ static int relay(int fd, int *wrote) {
 int main(int argc, char **argv) {
     g_argv = argv;
     const char *command, *store, *directory, *encoding, *errors;
-    if (getenv("SNAPSTORE_LOST_REQUEST") || !parse_globals(argc, argv, &command, &store, &directory) || !command ||
+    if (getenv("SNAPSTORE_LOST_REQUEST") || getenv("SNAPSTORE_SERVICE_SILENT") || !parse_globals(argc, argv, &command, &store, &directory) || !command ||
         in_list(command, LOCAL_COMMANDS) || names_remote(argc, argv) || !stdout_encoding(&encoding, &errors))
         exec_python(NULL);
     char cwd[PATH_MAX];
@@ -366,22 +378,23 @@ int main(int argc, char **argv) {
     pid[length] = '\0';
     /* From here the command is the service's: it runs only after this confirmation. */
     if (!send_frame(fd, 'g', "", 0)) exec_python(NULL);
-    struct timeval none = {0, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+    struct timeval none = {0, 0}, silence = {SILENCE_MS / 1000, (SILENCE_MS % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &silence, sizeof silence);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: a blocked recv returns */
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    int wrote = 0;
-    int code = relay(fd, &wrote);
+    int wrote = 0, silent = 0;
+    int code = relay(fd, &wrote, &silent);
     close(fd);
     if (code >= 0) return code;
     if (g_interrupted) {
         fprintf(stderr, "snapstore: interrupted: the service finishes what it started (a checkpoint is all or nothing)\n");
         return 128 + g_interrupted;
     }
+    if (silent) setenv("SNAPSTORE_SERVICE_SILENT", pid, 1); /* the Python client does not ask it again */
     if (in_list(command, READ_ONLY_COMMANDS)) {
         if (!wrote) exec_python(NULL);
         fprintf(stderr, "snapstore: error: the service stopped before the command ended: its output above may be incomplete\n");
