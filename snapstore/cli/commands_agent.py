@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from snapstore.cli.app import Ctx, command, echo_json, read_json_list, read_stdin_text
+from snapstore.cli.app import Ctx, command, echo_json, read_json_list
 from snapstore.errors import UsageError
 
 #: Agents whose MCP configuration ``integrate --print`` writes out (kept here: click needs the
@@ -33,7 +33,10 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
     Always exits 0 (exit 2 would block the agent's tool call): a failure is logged in the
     store's hook.log and shown once per session where the agent shows hook messages.
     """
+    import sys
+
     from snapstore.integrations import agents
+    from snapstore.integrations.bounded_json import read_stream
 
     obj.lock_timeout = min(obj.lock_timeout, HOOK_LOCK_TIMEOUT)
     given = obj.directory
@@ -42,7 +45,7 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
         obj.directory = os.path.join(project, given) if given != "." else project
         return obj.open
 
-    out = agents.hook(agent, read_stdin_text(), open_at, start_service=not (obj.in_service or no_service))
+    out = agents.hook(agent, read_stream(sys.stdin), open_at, start_service=not (obj.in_service or no_service))
     if out:
         click.echo(out)
 

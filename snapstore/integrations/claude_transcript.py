@@ -21,13 +21,23 @@ import datetime as _dt
 import json
 import os
 import re
+import stat
 import uuid as _uuid
-from typing import Any
+from typing import IO, Any
 
 from snapstore.errors import RefError, UsageError
+from snapstore.integrations import bounded_json
 
 #: Kinds of line a transcript holds (others are kept as they are, but not needed to resume).
 MESSAGE_TYPES = ("user", "assistant", "system")
+#: The largest transcript read (a longer one is left out, and said so).
+MAX_TRANSCRIPT_BYTES = 256 << 20
+#: The longest line read (a pasted screenshot is a few MiB of base64); a longer one is skipped.
+MAX_LINE_BYTES = 16 << 20
+#: The most JSON values one line may hold, and all the lines read together: what memory the
+#: decoded transcript takes is bounded by these, not by how the file is shaped.
+MAX_LINE_VALUES = 200_000
+MAX_TRANSCRIPT_VALUES = 2_000_000
 
 
 def projects_dir(home: str | None = None) -> str:
@@ -63,13 +73,102 @@ def find(session: str, project: str, home: str | None = None) -> str:
     raise RefError(f"no transcript of session {session} under {base} (pass --transcript FILE)")
 
 
+def read_transcript(path: str | None, warnings: list[str] | None = None) -> list[Any] | None:
+    """The transcript's messages (JSONL), tolerating a missing file, a file still being written
+    and a partial or damaged line (skipped); None when there is no readable transcript.
+
+    Only a regular file is read (a FIFO or a device would block or never end, a directory has
+    no lines), up to :data:`MAX_TRANSCRIPT_BYTES`, one line at a time: a line longer than
+    :data:`MAX_LINE_BYTES`, holding more than :data:`MAX_LINE_VALUES` values or nested deeper
+    than :data:`bounded_json.MAX_DEPTH` is skipped, and reading stops once the lines read hold
+    :data:`MAX_TRANSCRIPT_VALUES`; each is said in ``warnings``.  Bytes that are not UTF-8 are
+    kept as lone surrogates, which the store replaces (and says so).
+    """
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _note(warnings, f"the transcript {path} is not a regular file: not stored")
+            return None
+        if st.st_size > MAX_TRANSCRIPT_BYTES:
+            _note(warnings, f"the transcript {path} is larger than {MAX_TRANSCRIPT_BYTES >> 20} MiB: not stored")
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return _read_lines_of(f, path, warnings)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_lines_of(f: IO[bytes], path: str, warnings: list[str] | None) -> list[Any] | None:
+    messages: list[Any] = []
+    skipped: list[str] = []
+    total = values = 0
+    n = 0
+    while True:
+        line, size = _next_line(f)
+        if not size:
+            break
+        n += 1
+        total += size
+        if total > MAX_TRANSCRIPT_BYTES:  # it grew while being read
+            _note(warnings, f"the transcript {path} is larger than {MAX_TRANSCRIPT_BYTES >> 20} MiB: not stored")
+            return None
+        if line is None:
+            skipped.append(f"line {n}: longer than {MAX_LINE_BYTES >> 20} MiB")
+            continue
+        if not line.strip():
+            continue
+        text = line.decode("utf-8", "surrogateescape")
+        try:
+            doc, count = bounded_json.loads_counted(text, max_chars=MAX_LINE_BYTES, max_values=MAX_LINE_VALUES)
+            if values + count > MAX_TRANSCRIPT_VALUES:
+                _note(warnings, f"the transcript {path} holds more than {MAX_TRANSCRIPT_VALUES} JSON values: "
+                                f"stored up to line {n - 1}")
+                break
+            messages.append(doc)
+            values += count
+        except bounded_json.Unbounded as exc:
+            skipped.append(f"line {n}: {exc.reason}")
+        except ValueError:  # the partial last line of a transcript being written, or damage
+            continue
+    if skipped:
+        more = f" (and {len(skipped) - 3} more)" if len(skipped) > 3 else ""
+        _note(warnings, f"{len(skipped)} line(s) of the transcript {path} left out: {'; '.join(skipped[:3])}{more}")
+    return messages
+
+
+def _next_line(f: IO[bytes]) -> tuple[bytes | None, int]:
+    """The next line and its size in bytes; None for a line over :data:`MAX_LINE_BYTES`, which
+    is read past in bounded pieces (never held whole)."""
+    line = f.readline(MAX_LINE_BYTES + 1)
+    if len(line) <= MAX_LINE_BYTES or line.endswith(b"\n"):
+        return line, len(line)
+    size = len(line)
+    del line
+    while True:
+        piece = f.readline(1 << 20)
+        size += len(piece)
+        if not piece or piece.endswith(b"\n"):
+            return None, size
+
+
+def _note(warnings: list[str] | None, text: str) -> None:
+    if warnings is not None:
+        warnings.append(text)
+
+
 def read_lines(path: str) -> list[dict[str, Any]]:
     """The transcript's objects (a damaged or partial line is skipped, as Claude Code does)."""
-    from snapstore.integrations.claude_code import read_transcript
-
     messages = read_transcript(path)
     if messages is None:
-        raise RefError(f"cannot read the transcript {path}")
+        raise RefError(f"cannot read the transcript {path} (not a regular file, missing or unreadable)")
     return [m for m in messages if isinstance(m, dict)]
 
 
