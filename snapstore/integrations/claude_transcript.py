@@ -10,7 +10,9 @@ assistant's ``tool_use`` blocks are answered by ``tool_result`` blocks of the ne
 
 Cutting at a checkpoint keeps the lines up to the checkpoint: up to the last message of the
 conversation stored with it when it has one (the hooks store the transcript at a prompt and at
-the end of a turn), else up to its time; then drops a trailing assistant turn whose tool calls
+the end of a turn), else up to its time, and for an "after tool" checkpoint through the
+result of the call it closes (its ``tool_use_id``: the result is written after the hook ran, and
+the files hold what the call did); then drops a trailing assistant turn whose tool calls
 have no results (the model's API refuses an unanswered ``tool_use``).  The cut is written under
 a new session id, every line's ``sessionId`` rewritten; the original file is never touched.
 """
@@ -172,8 +174,12 @@ def read_lines(path: str) -> list[dict[str, Any]]:
     return [m for m in messages if isinstance(m, dict)]
 
 
-def cut(lines: list[dict[str, Any]], stored: list[Any] | None, time_ns: int) -> list[dict[str, Any]]:
-    """The lines up to the checkpoint (see the module's docstring)."""
+def cut(
+    lines: list[dict[str, Any]], stored: list[Any] | None, time_ns: int, tool_use_id: str | None = None
+) -> list[dict[str, Any]]:
+    """The lines up to the checkpoint (see the module's docstring).  ``tool_use_id`` names the
+    call an "after tool" checkpoint closes: its result, written after the checkpoint, is kept,
+    since the files hold what the call did."""
     end = None
     if stored:
         last = next((m.get("uuid") for m in reversed(stored) if isinstance(m, dict) and m.get("uuid")), None)
@@ -190,7 +196,17 @@ def cut(lines: list[dict[str, Any]], stored: list[Any] | None, time_ns: int) -> 
             if stamp is not None and stamp > time_ns:
                 break
             end = i + 1
+    if tool_use_id:
+        end = max(end, _result_end(lines, tool_use_id))
     return _answered(lines[:end])
+
+
+def _result_end(lines: list[dict[str, Any]], tool_use_id: str) -> int:
+    """Just past the line answering ``tool_use_id`` (0 when no line does)."""
+    for i, line in enumerate(lines):
+        if tool_use_id in _tool_uses(line, "tool_result"):
+            return i + 1
+    return 0
 
 
 def _stamp_ns(value: Any) -> int | None:
@@ -229,6 +245,14 @@ def _answered(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
         last = max(i for i, line in enumerate(lines) if _tool_uses(line, "tool_use") & pending)
         lines = lines[:last]
     return lines
+
+
+def _closed_call(metadata: Any) -> str | None:
+    """The tool call an "after tool" checkpoint closes (its ``tool_use_id``), else None."""
+    if not isinstance(metadata, dict) or metadata.get("event") not in ("PostToolUse", "PostToolUseFailure"):
+        return None
+    found = metadata.get("tool_use_id")
+    return found if isinstance(found, str) and found else None
 
 
 def problems(lines: list[dict[str, Any]], session: str) -> list[str]:
@@ -305,7 +329,7 @@ def rewind(
         raise RefError(f"checkpoint {target.short_id} is not of session {session} (its task is {target.task})")
     source = transcript or find(session, store.root, home)
     lines = read_lines(source)
-    kept = cut(lines, store.conversation(target.id), target.time_ns)
+    kept = cut(lines, store.conversation(target.id), target.time_ns, _closed_call(target.metadata))
     if not kept:
         raise RefError(f"the transcript has nothing before checkpoint {target.short_id}: no session to resume")
     new, rewritten = as_new_session(kept)  # checked before any file is touched
