@@ -91,16 +91,18 @@ def mcp_(obj: Ctx, root: str | None, anywhere: bool) -> None:
     $GEMINI_PROJECT_DIR, else the client's first workspace root (MCP roots), else the current
     directory.  A write tool creates a store there only if
     it is not /, not $HOME and holds no other user's files (unless --create-anywhere)."""
-    try:
-        from snapstore.integrations import mcp_server
-    except ImportError as exc:
-        raise UsageError(f"the MCP server needs the mcp package: pip install 'snapstore[agents]' ({exc})") from exc
+    from importlib.util import find_spec
+
+    # (The SDK itself is imported only once the first request is answered: see mcp_front.)
+    if find_spec("mcp") is None:
+        raise UsageError("the MCP server needs the mcp package: pip install 'snapstore[agents]'")
+    from snapstore.integrations import mcp_front
     from snapstore.integrations.roots import project_root
 
     given = root or (obj.directory if obj.directory != "." else None)
     chosen = project_root(given, os.getcwd())
     # Only a root nobody named (the working directory) gives way to the client's workspace roots.
-    mcp_server.serve(chosen, anywhere, named=given is not None or chosen != os.path.abspath(os.getcwd()))
+    mcp_front.serve(chosen, anywhere, named=given is not None or chosen != os.path.abspath(os.getcwd()))
 
 
 @command(example="snapstore rewind --claude-session 5f0c... --to '#3'   # files and conversation\nclaude --resume <the new session id it prints>")

@@ -1,0 +1,111 @@
+"""``snapstore mcp`` answers its first request before loading the MCP SDK (issue 37 req 5).
+
+Measured without a clock: the server runs under ``python -X importtime`` with stderr and
+stdout on one pipe, so every import that finished before the answer to ``initialize`` is
+written before it.  The timing itself is ``python -m benchmarks.mcp_startup``."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import subprocess_env
+
+pytest.importorskip("mcp")
+
+from snapstore.integrations import mcp_front  # noqa: E402
+
+#: Modules that must not be loaded before the first answer (each costs tens to hundreds of ms).
+HEAVY = ("mcp", "mcp_types", "pydantic", "anyio", "snapstore.store", "snapstore.integrations.mcp_server")
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+
+
+class Server:
+    def __init__(self, tree: Path, cache: Path):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-X", "importtime", "-m", "snapstore", "mcp"], cwd=tree,
+            env=subprocess_env(XDG_CACHE_HOME=str(cache)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        self.imported: list[str] = []
+        self.answers: list[dict[str, Any]] = []
+
+    def send(self, doc: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(doc).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self, want: int) -> tuple[dict[str, Any], list[str]]:
+        """The answer to request ``want``, and the modules imported before it was written."""
+        assert self.proc.stdout is not None
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 60)
+            assert ready, f"no answer to request {want}"
+            line = self.proc.stdout.readline().decode()
+            assert line, "the server ended"
+            if line.startswith("import time:"):
+                self.imported.append(line.rsplit("|", 1)[1].strip())
+            elif line.startswith("{"):
+                doc = json.loads(line)
+                self.answers.append(doc)
+                if doc.get("id") == want:
+                    return doc, list(self.imported)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+def _first_answer(tree: Path, cache: Path) -> tuple[dict[str, Any], list[str], list[dict[str, Any]]]:
+    server = Server(tree, cache)
+    try:
+        server.send(INITIALIZE)
+        answer, before = server.answer(1)
+        server.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        server.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        tools, _ = server.answer(2)
+        assert len(tools["result"]["tools"]) == 10
+        return answer, before, server.answers
+    finally:
+        server.close()
+
+
+def test_the_first_answer_comes_before_the_sdk_is_imported(tmp_path: Path):
+    cache = tmp_path / "cache"
+    # First start after an install: no copy of the answer yet, so the SDK answers (and is loaded).
+    sdk_answer, before, _ = _first_answer(tmp_path, cache)
+    assert "mcp" in before and sdk_answer["result"]["serverInfo"]["name"] == "snapstore"
+    kept = list((cache / "snapstore").iterdir())
+    assert len(kept) == 1 and kept[0].stat().st_mode & 0o777 == 0o600
+    # Every later start: the same answer, written before any heavy module is loaded, and once.
+    early, before, answers = _first_answer(tmp_path, cache)
+    assert early == sdk_answer
+    assert not [m for m in before if m in HEAVY], before
+    assert [a.get("id") for a in answers] == [1, 2]
+
+
+def test_a_kept_answer_of_another_user_or_a_symlink_is_not_used(tmp_path: Path):
+    path = mcp_front.cache_path("2025-06-18")
+    assert path is not None
+    target = tmp_path / "elsewhere.json"
+    target.write_text(json.dumps({"protocolVersion": "2025-06-18"}))
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert mcp_front.read_cached(str(link)) is None
+    assert mcp_front.read_cached(str(target)) == {"protocolVersion": "2025-06-18"}
+    (tmp_path / "big.json").write_text(json.dumps({"protocolVersion": "x", "pad": "x" * mcp_front.MAX_CACHED_BYTES}))
+    assert mcp_front.read_cached(str(tmp_path / "big.json")) is None
+    if os.getuid() == 0:
+        os.chown(target, 12345, 12345)
+        assert mcp_front.read_cached(str(target)) is None
+
+
+def test_the_kept_answer_is_named_by_the_protocol_version(tmp_path: Path):
+    assert mcp_front.cache_path("2025-06-18") != mcp_front.cache_path("2025-11-25")
