@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
+from snapstore.units import printable
+
 TYPE_CHECKING = False  # no `typing` at run time (start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -171,7 +173,7 @@ def _echo(text: str, err: bool = False) -> None:
         import re
 
         text = re.sub(r"\033\[[;?0-9]*[a-zA-Z]", "", text)
-    stream.write(text + "\n")
+    stream.write(printable(text) + "\n")  # (no control character of a message or a name reaches the terminal)
     stream.flush()
 
 

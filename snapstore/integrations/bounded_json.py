@@ -22,8 +22,9 @@ from typing import IO, Any
 #: Deepest nesting accepted.  Real payloads and transcript lines nest a few dozen levels; the
 #: stores' msgpack encoder refuses past 511, and Python's own recursion stops near 1,000.
 MAX_DEPTH = 200
-#: The largest hook payload read (a ``Write`` carries the whole file it writes).
-MAX_PAYLOAD_BYTES = 64 << 20
+#: The largest hook payload read (a ``Write`` carries the whole file it writes; an event larger
+#: than the service's frame still reaches the hook whole).
+MAX_PAYLOAD_BYTES = 128 << 20
 #: The most values a payload may hold (a Python object costs tens of bytes each).
 MAX_PAYLOAD_VALUES = 2_000_000
 
