@@ -193,8 +193,9 @@ def failure_code(exc: BaseException, fail: Callable[[str], None]) -> int:
     says its message, an interrupt says so, a closed stdout is no error, anything else is a bug
     (one line; the traceback only with SNAPSTORE_DEBUG=1, when this re-raises).
     """
-    from snapstore.errors import EXIT_OK, InternalError, Interrupted, SnapstoreError
+    from snapstore.errors import EXIT_OK, InternalError, Interrupted, SnapstoreError, no_space
 
+    exc = no_space(exc) or exc  # a full disk met anywhere is said as such, not as a bug
     if isinstance(exc, SnapstoreError):
         fail(exc.message)
         return exc.exit_code
