@@ -109,3 +109,18 @@ def test_a_kept_answer_of_another_user_or_a_symlink_is_not_used(tmp_path: Path):
 
 def test_the_kept_answer_is_named_by_the_protocol_version(tmp_path: Path):
     assert mcp_front.cache_path("2025-06-18") != mcp_front.cache_path("2025-11-25")
+
+
+@pytest.mark.parametrize("first", [b"[" * 100_000 + b"]" * 100_000, b'{"a": "\\ud83d", "b": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"])
+def test_a_request_nested_100000_deep_is_answered_and_the_server_goes_on(tmp_path: Path, first: bytes):
+    """The pumps in front of the SDK decode what they look at: a deep line must not stop them."""
+    server = Server(tmp_path, tmp_path / "cache")
+    try:
+        assert server.proc.stdin is not None
+        server.proc.stdin.write(first + b"\n")
+        server.proc.stdin.flush()
+        server.send(INITIALIZE)
+        answer, _ = server.answer(1)
+        assert answer["result"]["serverInfo"]["name"] == "snapstore"
+    finally:
+        server.close()

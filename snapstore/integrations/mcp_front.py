@@ -49,7 +49,7 @@ class Front:
         of the SDK's answer is kept."""
         try:
             doc = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # the SDK answers a malformed request itself
             doc = None
         if isinstance(doc, dict) and doc.get("method") == "initialize" and "id" in doc:
             self.first_id = doc["id"]
@@ -156,7 +156,7 @@ def clean_line(line: bytes) -> bytes:
 
     try:
         doc = json.loads(line.decode("utf-8", "replace"))  # (the SDK decodes with "replace" too)
-    except ValueError:
+    except (ValueError, RecursionError):
         return line  # the SDK answers a malformed request itself
     doc, changed = clean_text(doc)
     return _line(doc) if changed else line
