@@ -80,6 +80,8 @@ def test_every_hook_answers_in_its_agents_format_whatever_arrives(project: Path,
     assert done.returncode == 0, done.stderr[-2000:]
     assert b"Traceback" not in done.stderr, done.stderr[-2000:]
     _in_agent_format(agent, done.stdout)
+    if agent == "claude-code" and kind in ("deep", "many-values"):  # said once, in one line
+        assert "over snapstore's limits" in json.loads(done.stdout)["systemMessage"]
 
 
 @pytest.mark.parametrize("agent", ["claude-code", "gemini", "copilot", "cline"])  # one of each reply style

@@ -79,8 +79,16 @@ def loads_counted(text: str, *, max_chars: int, max_values: int, max_depth: int 
 
 
 def loads_payload(text: str) -> Any:
-    """A hook payload decoded within the payload caps (:class:`Unbounded` or ValueError)."""
-    return loads(text, max_chars=MAX_PAYLOAD_BYTES, max_values=MAX_PAYLOAD_VALUES)
+    """A hook payload decoded within the payload caps; UsageError (one line, for the hook's log
+    and the agent's notice) for text that is not JSON or is over a cap."""
+    from snapstore.errors import UsageError
+
+    try:
+        return loads(text, max_chars=MAX_PAYLOAD_BYTES, max_values=MAX_PAYLOAD_VALUES)
+    except Unbounded as exc:
+        raise UsageError(f"the hook's event is over snapstore's limits: {exc.reason}") from None
+    except ValueError as exc:
+        raise UsageError(f"the hook's event is not JSON ({exc})") from None
 
 
 def read_stream(stream: IO[Any], limit: int = MAX_PAYLOAD_BYTES) -> str:
