@@ -1,15 +1,15 @@
-"""``snapstore mcp`` before the SDK is loaded: the first answer at once, then the SDK's server.
+"""``snapstore mcp`` before the SDK is loaded: the first answers at once, then the SDK's server.
 
 Importing the ``mcp`` SDK takes most of a second (its protocol models are pydantic classes of
-every protocol version), and a client waits for the answer to ``initialize`` before anything
-else.  That answer depends on nothing but the SDK's and snapstore's versions and the protocol
-version asked for, so the front answers it from a copy of the SDK's own answer, kept in the
-user's cache directory, while the SDK loads; the SDK is then handed the same request, and its
-answer to it (the same text) is kept out of the stream.  Without a copy (the first start after
-an install or an upgrade) the SDK answers, and its answer is kept for the next start.
+every protocol version), and a client waits for the answers to ``initialize`` and ``tools/list``
+before it calls a tool.  Those answers depend on nothing but the request, the SDK and the
+tools' code, so the front answers them from copies of the SDK's own answers, kept in the user's
+cache directory, while the SDK loads; the SDK is then handed the same requests, and its answers
+to them (the same text) are kept out of the stream.  Without a copy (the first start after an
+install, an upgrade or an edit of the tools) the SDK answers, and its answer is kept.
 
 Two pumps sit between the client and the SDK: stdin's replaces text JSON cannot carry
-(:func:`clean_line`), stdout's drops the SDK's second answer to ``initialize``.
+(:func:`clean_line`), stdout's drops the SDK's answers to the requests answered already.
 """
 
 from __future__ import annotations
@@ -24,59 +24,73 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any
 
-#: The largest cached answer read back (the real one is a few KiB: the server's instructions).
-MAX_CACHED_BYTES = 64 << 10
+#: The largest kept answer read back (the tools' list is ~20 KiB).
+MAX_CACHED_BYTES = 1 << 20
+
+
+#: The requests whose answers depend only on the versions and their parameters (kept per
+#: protocol version), and what a kept answer must hold to be used.
+CACHED = {"initialize": "protocolVersion", "tools/list": "tools"}
 
 
 class Front:
-    """The pumps and what they share: the first request, and whether it was answered early."""
+    """The pumps and what they share: the requests answered from kept copies (whose answers
+    from the SDK are kept out of the stream) and those whose answers are to be kept."""
 
     def __init__(self, client_out: IO[bytes]):
         self.client_out = client_out
         self.lock = threading.Lock()
-        self.first_id: Any = None
-        self.cache_path: str | None = None
-        self.answered_early = False
-        self.first_seen = threading.Event()
+        #: Request id -> (where its answer is kept, whether it was answered already).
+        self.pending: dict[Any, tuple[str | None, bool]] = {}
+        self.protocol = "?"
 
     def send(self, data: bytes) -> None:
         with self.lock:
             self.client_out.write(data)
             self.client_out.flush()
 
-    def take_first(self, line: bytes) -> None:
-        """Note the client's first request; answer it now when it is ``initialize`` and a copy
-        of the SDK's answer is kept."""
+    def take(self, line: bytes) -> None:
+        """Look at a client's request before the SDK gets it: answer ``initialize`` and
+        ``tools/list`` now when a copy of the SDK's answer is kept, else note where to keep it."""
+        if not any(b'"' + m.encode() + b'"' in line for m in CACHED):
+            return
         try:
             doc = json.loads(line)
         except (ValueError, RecursionError):  # the SDK answers a malformed request itself
-            doc = None
-        if isinstance(doc, dict) and doc.get("method") == "initialize" and "id" in doc:
-            self.first_id = doc["id"]
-            params = doc.get("params")
+            return
+        method = doc.get("method") if isinstance(doc, dict) else None
+        if method not in CACHED or "id" not in doc or isinstance(doc["id"], (dict, list)):
+            return
+        params = doc.get("params")
+        if method == "initialize":
             version = params.get("protocolVersion") if isinstance(params, dict) else None
-            self.cache_path = cache_path(str(version))
-            result = read_cached(self.cache_path) if self.cache_path else None
-            if result is not None:
-                self.answered_early = True
-                self.send(_line({"jsonrpc": "2.0", "id": self.first_id, "result": result}))
-        self.first_seen.set()
+            self.protocol = str(version)
+        path = cache_path(f"{method}\0{self.protocol}\0{json.dumps(params, sort_keys=True)}")
+        result = read_cached(path, CACHED[method]) if path else None
+        if result is not None:
+            self.send(_line({"jsonrpc": "2.0", "id": doc["id"], "result": result}))
+        with self.lock:
+            self.pending[doc["id"]] = (path, result is not None)
 
     def pass_answer(self, line: bytes) -> bool:
-        """Whether the SDK's line goes to the client (not its answer to an ``initialize`` that
-        was answered early); its first answer to ``initialize`` is kept for the next start."""
-        if self.first_id is None or not line.startswith(b"{"):
+        """Whether the SDK's line goes to the client (not its answer to a request answered
+        already); its answer to a request noted by :meth:`take` is kept for the next start."""
+        if not self.pending or not line.startswith(b"{"):
             return True
         try:
             doc = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return True
-        if not isinstance(doc, dict) or doc.get("id") != self.first_id or "result" not in doc:
+        if not isinstance(doc, dict) or "result" not in doc or isinstance(doc.get("id"), (dict, list)):
             return True
-        self.first_id = None  # only the first answer to that id
-        if self.cache_path is not None and not self.answered_early:
-            write_cached(self.cache_path, doc["result"])
-        return not self.answered_early
+        with self.lock:
+            noted = self.pending.pop(doc.get("id"), None)
+        if noted is None:
+            return True
+        path, answered = noted
+        if path is not None and not answered:
+            write_cached(path, doc["result"])
+        return not answered
 
 
 def serve(root: str, anywhere: bool = False, named: bool = True) -> None:
@@ -117,21 +131,17 @@ def _pipe_onto(fd: int, reading: bool = False) -> Any:
 def _pump_in(client_in: IO[bytes], sdk_in: IO[bytes], front: Front) -> None:
     with client_in, sdk_in:
         try:
-            for n, line in enumerate(client_in):
-                if n == 0:
-                    front.take_first(line)
+            for line in client_in:
+                front.take(line)
                 sdk_in.write(clean_line(line))
         except OSError:  # the server went away: nothing more to pass on
             pass
-        finally:
-            front.first_seen.set()
 
 
 def _pump_out(sdk_out: IO[bytes], front: Front) -> None:
     with sdk_out:
         try:
             for line in sdk_out:
-                front.first_seen.wait()
                 if front.pass_answer(line):
                     front.send(line)
         except OSError:  # the client went away
@@ -162,10 +172,11 @@ def clean_line(line: bytes) -> bytes:
     return _line(doc) if changed else line
 
 
-def cache_path(protocol_version: str, home: Callable[[str], str] = os.path.expanduser) -> str | None:
-    """Where the SDK's answer to ``initialize`` for ``protocol_version`` is kept: named by a
-    hash of snapstore's version, the SDK's installed files (their place and time) and the
-    protocol version, so another SDK or snapstore never reads a stale answer."""
+def cache_path(request: str, home: Callable[[str], str] = os.path.expanduser) -> str | None:
+    """Where the SDK's answer to ``request`` (method, protocol version, parameters) is kept:
+    named by a hash of it, snapstore's version and the files that make the answer (the SDK's
+    package, the tools' modules: their place and time), so that no other SDK or snapstore, nor
+    an edited tool, ever reads a stale answer."""
     import importlib.util
 
     from snapstore import __version__
@@ -175,16 +186,19 @@ def cache_path(protocol_version: str, home: Callable[[str], str] = os.path.expan
         origin = spec.origin if spec is not None else None
         if origin is None:
             return None
-        folder = os.path.dirname(origin)
-        key = f"{__version__}\0{folder}\0{os.stat(folder).st_mtime_ns}\0{os.stat(origin).st_mtime_ns}\0{protocol_version}"
+        here = os.path.dirname(os.path.abspath(__file__))
+        made_by = [os.path.dirname(origin), origin, *(os.path.join(here, f) for f in ("mcp_server.py", "mcp_types.py"))]
+        stamps = "\0".join(f"{p}:{os.stat(p).st_mtime_ns}" for p in made_by)
     except (OSError, ImportError, ValueError):
         return None
+    key = f"{__version__}\0{stamps}\0{request}"
     base = os.environ.get("XDG_CACHE_HOME") or home("~/.cache")
-    return os.path.join(base, "snapstore", f"mcp-initialize-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json")
+    return os.path.join(base, "snapstore", f"mcp-answer-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json")
 
 
-def read_cached(path: str) -> dict[str, Any] | None:
-    """The kept answer: only a regular file of this user's, never through a symlink, bounded."""
+def read_cached(path: str, holds: str) -> dict[str, Any] | None:
+    """The kept answer, a JSON object holding ``holds``: only a regular file of this user's,
+    never through a symlink, bounded."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -198,7 +212,7 @@ def read_cached(path: str) -> dict[str, Any] | None:
         return None
     finally:
         os.close(fd)
-    return doc if isinstance(doc, dict) and isinstance(doc.get("protocolVersion"), str) else None
+    return doc if isinstance(doc, dict) and holds in doc else None
 
 
 def write_cached(path: str, result: Any) -> None:
