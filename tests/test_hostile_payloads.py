@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import subprocess_env
@@ -155,12 +156,11 @@ def test_rewind_from_a_transcript_that_is_a_directory_is_one_clear_error(project
     assert done.stderr.decode().count("\n") == 1 and "not a regular file" in done.stderr.decode()
 
 
-def test_a_line_over_the_value_cap_is_skipped_and_memory_stays_bounded(tmp_path: Path):
-    """A 6 MiB line of empty lists (2 million values) would cost ~150 MiB of Python objects;
-    skipped, the read costs a few times the line's bytes."""
+def _read_between_two_lines(tmp_path: Path, line: bytes) -> tuple[list[Any] | None, list[str], int]:
+    """``read_transcript`` of a transcript holding ``line`` between two good ones: the messages,
+    the warnings, and the peak of memory the read allocated (tracemalloc)."""
     transcript = tmp_path / "t.jsonl"
-    bomb = b"[" + b"[]," * (2 << 20) + b"[]]"
-    transcript.write_bytes(b"\n".join([_line(1), bomb, _line(2)]) + b"\n")
+    transcript.write_bytes(b"\n".join([_line(1), line, _line(2)]) + b"\n")
     warnings: list[str] = []
     tracemalloc.start()
     try:
@@ -168,6 +168,14 @@ def test_a_line_over_the_value_cap_is_skipped_and_memory_stays_bounded(tmp_path:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    return messages, warnings, peak
+
+
+def test_a_line_over_the_value_cap_is_skipped_and_memory_stays_bounded(tmp_path: Path):
+    """A 6 MiB line of empty lists (2 million values) would cost ~150 MiB of Python objects;
+    skipped, the read costs a few times the line's bytes."""
+    bomb = b"[" + b"[]," * (2 << 20) + b"[]]"
+    messages, warnings, peak = _read_between_two_lines(tmp_path, bomb)
     assert [m["uuid"] for m in messages or []] == ["u1", "u2"]
     assert "values" in warnings[0]
     assert peak < 5 * len(bomb), f"peak {peak >> 20} MiB for a {len(bomb) >> 20} MiB line"
@@ -175,15 +183,7 @@ def test_a_line_over_the_value_cap_is_skipped_and_memory_stays_bounded(tmp_path:
 
 def test_a_line_over_the_byte_cap_is_skipped_without_being_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(claude_transcript, "MAX_LINE_BYTES", 1 << 20)
-    transcript = tmp_path / "t.jsonl"
-    transcript.write_bytes(b"\n".join([_line(1), b'["' + b"x" * (8 << 20) + b'"]', _line(2)]) + b"\n")
-    warnings: list[str] = []
-    tracemalloc.start()
-    try:
-        messages = claude_transcript.read_transcript(str(transcript), warnings)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    messages, warnings, peak = _read_between_two_lines(tmp_path, b'["' + b"x" * (8 << 20) + b'"]')
     assert [m["uuid"] for m in messages or []] == ["u1", "u2"]
     assert "longer than 1 MiB" in warnings[0]
     assert peak < 4 << 20, f"peak {peak >> 20} MiB"

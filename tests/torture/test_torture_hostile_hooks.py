@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from torture_tally import FULL
 
+from benchmarks.hook_latency import EVENTS  # one no-change tool event per agent, as each sends it
 from snapstore.integrations import agents
 from snapstore.store import Store
 
@@ -24,18 +25,6 @@ CASE = pytest.mark.torture_case("hostile input")
 SEEDS = range(40 if FULL else 4)
 PAYLOADS = 12
 
-#: One no-change tool event per agent, as each sends it (benchmarks/hook_latency.py's).
-EVENTS: dict[str, dict[str, Any]] = {
-    "claude-code": {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "t"},
-    "codex": {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "t"},
-    "gemini": {"hook_event_name": "BeforeTool", "tool_name": "run_shell_command", "tool_input": {"command": "ls"}},
-    "copilot": {"hook_event_name": "PreToolUse", "tool_name": "bash", "tool_input": {"command": "ls"}},
-    "cursor": {"hook_event_name": "beforeShellExecution", "conversation_id": "c", "command": "ls"},
-    "cline": {"hookName": "PreToolUse", "taskId": "c", "preToolUse": {"toolName": "execute_command", "parameters": {"command": "ls"}}},
-    "windsurf": {"agent_action_name": "pre_run_command", "trajectory_id": "c", "tool_info": {"command_line": "ls"}},
-    "kiro": {"hook_event_name": "preToolUse", "tool_name": "execute_bash", "tool_input": {"command": "ls"}},
-    "opencode": {"hook_event_name": "tool.execute.before", "sessionID": "c", "callID": "c", "tool": "bash", "args": {"command": "ls"}},
-}
 ODD_VALUES: list[Any] = [None, 0, -1, 1e308, True, "", "\x00", "\ud83d", [], {}, [[[]]], {"a": {"b": None}}, "x" * 5000]
 
 
