@@ -199,3 +199,32 @@ def test_a_dry_run_writes_nothing_and_bad_input_is_one_line(tmp_path: Path):
     other = subprocess.run([sys.executable, "-m", "snapstore", "rewind", "--claude-session", "../../etc", "--to", "#1"],
                            cwd=s.tree, env=subprocess_env(HOME=str(s.home)), capture_output=True, text=True, timeout=60)
     assert other.returncode == 2 and "not a Claude Code session id" in other.stderr
+
+
+def test_rewind_to_after_one_of_two_parallel_calls_keeps_that_call_and_drops_the_other(tmp_path: Path):
+    """Two Bash calls asked at once (one line per tool_use), the first answered before the second:
+    the cut at "after" the first keeps its call and result, and drops only the other call, whose
+    result came later (the parentUuid chain re-linked past the dropped line)."""
+    s = RealSession(tmp_path)
+    s.real("user", {"role": "user", "content": "make a and b"})
+    s.hook("UserPromptSubmit", prompt="make a and b")
+    s.assistant({"type": "tool_use", "id": "toolu_A", "name": "Bash", "input": {"command": "touch a"}})
+    s.assistant({"type": "tool_use", "id": "toolu_B", "name": "Bash", "input": {"command": "sleep 1; touch b"}})
+    s.hook("PreToolUse", tool_name="Bash", tool_use_id="toolu_A", tool_input={"command": "touch a"})
+    s.hook("PreToolUse", tool_name="Bash", tool_use_id="toolu_B", tool_input={"command": "sleep 1; touch b"})
+    (s.tree / "a").write_text("")
+    s.hook("PostToolUse", tool_name="Bash", tool_use_id="toolu_A", tool_input={"command": "touch a"})
+    s.real("user", {"role": "user", "content": [{"tool_use_id": "toolu_A", "type": "tool_result", "content": ""}]})
+    (s.tree / "b").write_text("")
+    s.hook("PostToolUse", tool_name="Bash", tool_use_id="toolu_B", tool_input={"command": "sleep 1; touch b"})
+    s.real("user", {"role": "user", "content": [{"tool_use_id": "toolu_B", "type": "tool_result", "content": ""}]})
+    s.assistant({"type": "text", "text": "both made"})
+    s.hook("Stop")
+    with Store.open(s.tree) as store:
+        after_a = next(c for c in store.checkpoints(task=SID) if c.metadata.get("tool_use_id") == "toolu_A" and c.message.startswith("after"))
+    done = s.rewind("--to", after_a.short_id, "--no-files")
+    assert done.returncode == 0, done.stderr
+    sid, lines = new_session(done.stdout)
+    blocks = [(b["type"], b.get("id") or b.get("tool_use_id")) for line in lines[1:] for b in line["message"]["content"]]
+    assert blocks == [("tool_use", "toolu_A"), ("tool_result", "toolu_A")]
+    assert claude_transcript.problems(lines, sid) == []

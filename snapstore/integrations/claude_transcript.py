@@ -12,8 +12,8 @@ Cutting at a checkpoint keeps the lines up to the checkpoint: up to the last mes
 conversation stored with it when it has one (the hooks store the transcript at a prompt and at
 the end of a turn), else up to its time, and for an "after tool" checkpoint through the
 result of the call it closes (its ``tool_use_id``: the result is written after the hook ran, and
-the files hold what the call did); then drops a trailing assistant turn whose tool calls
-have no results (the model's API refuses an unanswered ``tool_use``).  The cut is written under
+the files hold what the call did); then takes out the tool calls that have no results (the
+model's API refuses an unanswered ``tool_use``), re-linking the lines after a dropped one.  The cut is written under
 a new session id, every line's ``sessionId`` rewritten; the original file is never touched.
 """
 
@@ -231,20 +231,35 @@ def _tool_uses(line: dict[str, Any], kind: str) -> set[str]:
 
 
 def _answered(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``lines`` without a trailing run whose tool calls are not all answered."""
-    while lines:
-        asked: set[str] = set()
-        answered: set[str] = set()
-        for line in lines:
-            asked |= _tool_uses(line, "tool_use")
-            answered |= _tool_uses(line, "tool_result")
-        if asked <= answered:
-            return lines
-        pending = asked - answered
-        # Drop from the last line that asks a pending call to the end.
-        last = max(i for i, line in enumerate(lines) if _tool_uses(line, "tool_use") & pending)
-        lines = lines[:last]
-    return lines
+    """``lines`` without the tool calls that have no result in them (the model's API refuses
+    an unanswered ``tool_use``): each such block is taken out of its message, a line left with
+    no content is dropped, and the ``parentUuid`` of what followed it names its parent instead.
+    A call answered in the lines is kept, whatever was asked beside it (parallel calls)."""
+    asked: set[str] = set()
+    answered: set[str] = set()
+    for line in lines:
+        asked |= _tool_uses(line, "tool_use")
+        answered |= _tool_uses(line, "tool_result")
+    pending = asked - answered
+    if not pending:
+        return lines
+    out: list[dict[str, Any]] = []
+    dropped: dict[Any, Any] = {}  # uuid of a dropped line -> its parent
+    for line in lines:
+        parent = line.get("parentUuid")
+        while parent in dropped:
+            parent = dropped[parent]
+        if "parentUuid" in line and parent != line.get("parentUuid"):
+            line = {**line, "parentUuid": parent}
+        if _tool_uses(line, "tool_use") & pending:
+            message = line["message"]
+            kept = [b for b in message["content"] if not (isinstance(b, dict) and b.get("type") == "tool_use" and str(b.get("id")) in pending)]
+            if not kept:
+                dropped[line.get("uuid")] = parent
+                continue
+            line = {**line, "message": {**message, "content": kept}}
+        out.append(line)
+    return out
 
 
 def _closed_call(metadata: Any) -> str | None:
