@@ -81,16 +81,16 @@ class Front:
             doc = json.loads(line)
         except (ValueError, RecursionError):
             return True
-        if not isinstance(doc, dict) or "result" not in doc or isinstance(doc.get("id"), (dict, list)):
+        if not isinstance(doc, dict) or not ("result" in doc or "error" in doc) or isinstance(doc.get("id"), (dict, list)):
             return True
         with self.lock:
             noted = self.pending.pop(doc.get("id"), None)
         if noted is None:
             return True
         path, answered = noted
-        if path is not None and not answered:
+        if path is not None and not answered and "result" in doc:
             write_cached(path, doc["result"])
-        return not answered
+        return not answered  # (an error the SDK gives a request answered already is not sent either)
 
 
 def serve(root: str, anywhere: bool = False, named: bool = True) -> None:
