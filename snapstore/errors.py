@@ -73,6 +73,23 @@ class TreeIOError(SnapstoreError):
     exit_code = 8
 
 
+class NoSpaceError(TreeIOError):
+    """No space left (or the disk quota reached) on the device a write went to: nothing of the
+    write was recorded.  The exit code is :class:`TreeIOError`'s."""
+
+
+def no_space(exc: BaseException, where: str | None = None) -> NoSpaceError | None:
+    """The one error for an OSError of a full disk or an exhausted quota (ENOSPC, EDQUOT), or
+    None for any other error: every place the store writes says it the same way."""
+    import errno
+
+    if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    place = where or exc.filename or "the store"
+    return NoSpaceError(f"no space left on the device holding {place} ({exc.strerror}): this write was not "
+                        "recorded; free some space and try again")
+
+
 class ConflictError(SnapstoreError):
     """The working tree changed under an operation that had planned against it."""
 
@@ -152,6 +169,7 @@ ERROR_CLASSES: tuple[type[SnapstoreError], ...] = (
     CorruptError,
     FormatVersionError,
     TreeIOError,
+    NoSpaceError,
     ConflictError,
     UnsafePathError,
     HookError,

@@ -7,6 +7,8 @@ import time
 
 from snapstore.tree.paths import display
 from snapstore.units import human_size
+from snapstore.units import printable as printable  # the one escaping helper (re-exported)
+from snapstore.units import printable_bytes as printable_bytes
 
 TYPE_CHECKING = False  # no `typing` at run time: a plain CLI snapshot imports this module
 if TYPE_CHECKING:
@@ -59,10 +61,23 @@ def one_line(text: str, width: int = 50) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+#: C1 controls and DEL, which JSON may carry raw, as JSON escapes (a terminal obeys them raw).
+_JSON_C1 = {c: f"\\u{c:04x}" for c in range(0x7F, 0xA0)}
+
+
 def dump_json(doc: Any) -> str:
+    """``--json`` output: UTF-8 text, every control character escaped the JSON way (JSON
+    escapes C0 itself; C1 and DEL too here, so that no control character reaches a terminal)."""
     import json  # only for --json output (its import pulls in re)
 
-    return json.dumps(doc, indent=2, ensure_ascii=False)
+    out = json.dumps(doc, indent=2, ensure_ascii=False)
+    return out if out.isascii() else out.translate(_JSON_C1)
+
+
+def _terminal() -> Any:
+    """stderr as it is, for the progress line's own control sequences (the CLI shows control
+    characters in what it prints escaped: see :func:`printable`)."""
+    return getattr(sys.stderr, "unfiltered", sys.stderr)
 
 
 class Progress:
@@ -86,14 +101,14 @@ class Progress:
         width = 30
         filled = int(width * pct / 100)
         amount = f"{size(done)} / {size(total)}" if self.unit_bytes else f"{done} / {total}"
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {pct:5.1f}% {amount}")
-        sys.stderr.flush()
+        _terminal().write(f"\r{printable(self.label)} [{'#' * filled}{'.' * (width - filled)}] {pct:5.1f}% {amount}")
+        _terminal().flush()
         self._shown = True
 
     def close(self) -> None:
         if self._shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+            _terminal().write("\r\x1b[K")
+            _terminal().flush()
 
 
 # -- the CLI's renderings of library results (pure formatting: no store access) ------------

@@ -123,10 +123,68 @@ def test_a_tool_checkpoint_is_cut_by_time_without_an_unanswered_tool_call(tmp_pa
     assert done.returncode == 0, done.stderr
     assert (s.tree / "b.txt").exists()  # --no-files: the files stay
     sid, lines = new_session(done.stdout)
-    # At "after Edit" the transcript held the prompt and the tool_use, not yet its result: the
-    # unanswered call is dropped, the prompt stays.
-    assert [line["message"]["content"] for line in lines] == ["make x 2"]
-    assert claude_transcript.problems(lines, sid) == []
+    # At "after Edit" the files hold the edit: the conversation keeps the Edit's tool_use and
+    # its tool_result (written after PostToolUse), so files and conversation agree (issue 37).
+    assert [line["message"]["content"] for line in lines][0] == "make x 2"
+    assert [b.get("tool_use_id") for b in lines[-1]["message"]["content"]] == ["toolu_1"]
+    assert len(lines) == 3 and claude_transcript.problems(lines, sid) == []
+
+
+class RealSession(Session):
+    """Lines shaped as Claude Code 2.1 writes them: an assistant message split into one line per
+    content block (same ``message.id``), bookkeeping keys, ``toolUseResult`` beside the result."""
+
+    def real(self, kind: str, message: dict[str, Any], **extra: Any) -> str:
+        uid = str(uuid.uuid4())
+        doc = {"parentUuid": self.last, "isSidechain": False, "userType": "external", "cwd": str(self.tree),
+               "sessionId": SID, "version": "2.1.33", "gitBranch": "main", "type": kind, "message": message,
+               "uuid": uid, "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+               **extra}
+        with self.transcript.open("a") as f:
+            f.write(json.dumps(doc, separators=(",", ":")) + "\n")
+        self.last = uid
+        time.sleep(0.01)
+        return uid
+
+    def assistant(self, block: dict[str, Any]) -> str:
+        return self.real("assistant", {"id": "msg_01X", "type": "message", "role": "assistant", "model": "claude-opus-4-5",
+                                       "content": [block], "stop_reason": None, "usage": {"input_tokens": 3, "output_tokens": 9}},
+                         requestId="req_011")
+
+
+def test_rewind_to_after_a_tool_keeps_its_result_in_a_real_transcript_shape(tmp_path: Path):
+    s = RealSession(tmp_path)
+    (s.tree / "a.py").write_text("x = 1\n")
+    s.real("user", {"role": "user", "content": "make x 2 and run the tests"})
+    s.hook("UserPromptSubmit", prompt="make x 2 and run the tests")
+    s.assistant({"type": "text", "text": "I'll edit a.py."})
+    edit = {"file_path": str(s.tree / "a.py"), "old_string": "x = 1", "new_string": "x = 2"}
+    s.assistant({"type": "tool_use", "id": "toolu_01Edit", "name": "Edit", "input": edit})
+    s.hook("PreToolUse", tool_name="Edit", tool_use_id="toolu_01Edit", tool_input=edit)
+    (s.tree / "a.py").write_text("x = 2\n")
+    s.hook("PostToolUse", tool_name="Edit", tool_use_id="toolu_01Edit", tool_input=edit, tool_response={"filePath": edit["file_path"]})
+    s.real("user", {"role": "user", "content": [{"tool_use_id": "toolu_01Edit", "type": "tool_result",
+                                                 "content": "The file a.py has been updated."}]},
+           toolUseResult={"filePath": edit["file_path"], "oldString": "x = 1", "newString": "x = 2"})
+    s.assistant({"type": "tool_use", "id": "toolu_01Bash", "name": "Bash", "input": {"command": "touch ran"}})
+    s.hook("PreToolUse", tool_name="Bash", tool_use_id="toolu_01Bash", tool_input={"command": "touch ran"})
+    (s.tree / "ran").write_text("")
+    s.hook("PostToolUse", tool_name="Bash", tool_use_id="toolu_01Bash", tool_input={"command": "touch ran"})
+    s.real("user", {"role": "user", "content": [{"tool_use_id": "toolu_01Bash", "type": "tool_result", "content": ""}]},
+           toolUseResult={"stdout": "", "stderr": "", "interrupted": False})
+    s.assistant({"type": "text", "text": "Done."})
+    s.hook("Stop")
+    with Store.open(s.tree) as store:
+        after_edit = next(c for c in store.checkpoints(task=SID) if c.message.startswith("after Edit"))
+        assert after_edit.metadata["tool_use_id"] == "toolu_01Edit"
+    done = s.rewind("--to", after_edit.short_id)
+    assert done.returncode == 0, done.stderr
+    assert (s.tree / "a.py").read_text() == "x = 2\n" and not (s.tree / "ran").exists()
+    sid, lines = new_session(done.stdout)
+    blocks = [b for line in lines[1:] for b in line["message"]["content"]]
+    assert [b["type"] for b in blocks] == ["text", "tool_use", "tool_result"]
+    assert blocks[1]["id"] == blocks[2]["tool_use_id"] == "toolu_01Edit"
+    assert "toolUseResult" in lines[-1] and claude_transcript.problems(lines, sid) == []
 
 
 def test_a_dry_run_writes_nothing_and_bad_input_is_one_line(tmp_path: Path):
@@ -141,3 +199,32 @@ def test_a_dry_run_writes_nothing_and_bad_input_is_one_line(tmp_path: Path):
     other = subprocess.run([sys.executable, "-m", "snapstore", "rewind", "--claude-session", "../../etc", "--to", "#1"],
                            cwd=s.tree, env=subprocess_env(HOME=str(s.home)), capture_output=True, text=True, timeout=60)
     assert other.returncode == 2 and "not a Claude Code session id" in other.stderr
+
+
+def test_rewind_to_after_one_of_two_parallel_calls_keeps_that_call_and_drops_the_other(tmp_path: Path):
+    """Two Bash calls asked at once (one line per tool_use), the first answered before the second:
+    the cut at "after" the first keeps its call and result, and drops only the other call, whose
+    result came later (the parentUuid chain re-linked past the dropped line)."""
+    s = RealSession(tmp_path)
+    s.real("user", {"role": "user", "content": "make a and b"})
+    s.hook("UserPromptSubmit", prompt="make a and b")
+    s.assistant({"type": "tool_use", "id": "toolu_A", "name": "Bash", "input": {"command": "touch a"}})
+    s.assistant({"type": "tool_use", "id": "toolu_B", "name": "Bash", "input": {"command": "sleep 1; touch b"}})
+    s.hook("PreToolUse", tool_name="Bash", tool_use_id="toolu_A", tool_input={"command": "touch a"})
+    s.hook("PreToolUse", tool_name="Bash", tool_use_id="toolu_B", tool_input={"command": "sleep 1; touch b"})
+    (s.tree / "a").write_text("")
+    s.hook("PostToolUse", tool_name="Bash", tool_use_id="toolu_A", tool_input={"command": "touch a"})
+    s.real("user", {"role": "user", "content": [{"tool_use_id": "toolu_A", "type": "tool_result", "content": ""}]})
+    (s.tree / "b").write_text("")
+    s.hook("PostToolUse", tool_name="Bash", tool_use_id="toolu_B", tool_input={"command": "sleep 1; touch b"})
+    s.real("user", {"role": "user", "content": [{"tool_use_id": "toolu_B", "type": "tool_result", "content": ""}]})
+    s.assistant({"type": "text", "text": "both made"})
+    s.hook("Stop")
+    with Store.open(s.tree) as store:
+        after_a = next(c for c in store.checkpoints(task=SID) if c.metadata.get("tool_use_id") == "toolu_A" and c.message.startswith("after"))
+    done = s.rewind("--to", after_a.short_id, "--no-files")
+    assert done.returncode == 0, done.stderr
+    sid, lines = new_session(done.stdout)
+    blocks = [(b["type"], b.get("id") or b.get("tool_use_id")) for line in lines[1:] for b in line["message"]["content"]]
+    assert blocks == [("tool_use", "toolu_A"), ("tool_result", "toolu_A")]
+    assert claude_transcript.problems(lines, sid) == []

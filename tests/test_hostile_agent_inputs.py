@@ -16,7 +16,7 @@ import pytest
 from helpers import subprocess_env
 
 from snapstore.errors import UnsafePathError, UsageError
-from snapstore.integrations import claude_code
+from snapstore.integrations import claude_code, claude_transcript
 from snapstore.store import Store
 
 CUT = "cut \ud83d emoji"  # half of a surrogate pair, as a cut emoji leaves it
@@ -154,7 +154,7 @@ def test_a_transcript_that_is_no_regular_file_is_skipped_at_once(project: Path, 
 def test_a_huge_transcript_is_left_out_and_said_so(project: Path, monkeypatch: pytest.MonkeyPatch):
     transcript = project.parent / "big.jsonl"
     _transcript(transcript, [b'{"n": %d}' % i for i in range(1000)])
-    monkeypatch.setattr(claude_code, "MAX_TRANSCRIPT_BYTES", 1000)
+    monkeypatch.setattr(claude_transcript, "MAX_TRANSCRIPT_BYTES", 1000)
     warnings: list[str] = []
     assert claude_code.read_transcript(str(transcript), warnings) is None
     assert "larger than" in warnings[0]

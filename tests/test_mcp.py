@@ -71,6 +71,7 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
             if t.name in DESTRUCTIVE:
                 assert t.annotations.destructive_hint is True
             assert t.output_schema is not None, f"{t.name}: results must be structured (TypedDict)"
+            assert t.title and t.title[0].isupper() and "_" not in t.title, f"{t.name}: a title for people"
 
         # A store is made on first use by the tools that write.
         first = await call.ok("checkpoint_create", message="start", task="t1")
@@ -97,6 +98,7 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         shown = await call.ok("checkpoint_show", ref="latest~1")
         assert shown["checkpoint"]["message"] == "after edit_file: app.py"
         assert shown["checkpoint"]["metadata"]["actor"] == "agent"
+        assert shown["checkpoint"]["index"] == 2  # latest~1 is #2, as checkpoint_list numbers it
         assert [(c["path"], c["status"], c["added"], c["removed"]) for c in shown["changes"]] == [("app.py", "M", 1, 1)]
         assert (await call.ok("checkpoint_show", ref="latest"))["changes"] == []  # "two": nothing since
 
@@ -115,6 +117,7 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert old["hash"] == content_hash(b"def main():\n    return 1\n")
         history = await call.ok("file_history", path=str(tmp_path / "app.py"))
         assert [v["status"] for v in history["versions"]] == ["A", "M"]
+        assert [v["checkpoint"]["index"] for v in history["versions"]] == [3, 2]
 
         plan = await call.ok("checkpoint_restore", ref=first["checkpoint"]["id"])
         assert plan["dry_run"] and plan["undo_ref"] is None
@@ -137,6 +140,7 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert (tmp_path / "app.py").read_text().endswith("return 2\n")  # a dry run by default
         real = await call.ok("checkpoint_revert", ref=two, dry_run=False)
         assert not real["dry_run"] and real["undo_ref"] and real["operation"]
+        assert "-    return 2\n+    return 1" in real["diff"]  # what the revert did, as the dry run said
         assert (tmp_path / "app.py").read_text().endswith("return 1\n")
         assert (tmp_path / "notes.txt").read_text() == "changed\n"
         await call.ok("undo")

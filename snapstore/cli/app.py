@@ -253,9 +253,38 @@ def cli(ctx: click.Context, store_dir: str | None, directory: str | None, lock_t
     ctx.obj = Ctx(store_dir, directory, lock_timeout, opener=ctx.obj)
 
 
+class Printable:
+    """A text stream whose writes show control characters escaped (:func:`render.printable`):
+    what the CLI prints holds text from outside (messages, file names, conversations, tool
+    names, remotes' answers), which must not drive the terminal.  Bytes written to ``buffer``
+    (``cat``, patches) pass as they are; ``unfiltered`` is the stream itself (the progress
+    line's own control sequences)."""
+
+    def __init__(self, stream: Any):
+        self.unfiltered = stream
+
+    def write(self, text: str) -> int:
+        from snapstore.units import printable
+
+        written: int = self.unfiltered.write(printable(text))
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.unfiltered, name)
+
+
 def main(argv: list[str] | None = None, *, open_store: Opener | None = None) -> int:
     """Entry point of the console script; returns the exit code.  ``open_store`` replaces how
     commands open the store (the resident service keeps one open)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Printable(sys.stdout), Printable(sys.stderr)
+    try:
+        return _main(argv, open_store)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _main(argv: list[str] | None, open_store: Opener | None) -> int:
     try:
         cli.main(args=argv, prog_name="snapstore", standalone_mode=False, obj=open_store)
         return EXIT_OK

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from snapstore.cli.app import Ctx, command, echo_json, read_json_list, read_stdin_text
+from snapstore.cli.app import Ctx, command, echo_json, read_json_list
 from snapstore.errors import UsageError
 
 #: Agents whose MCP configuration ``integrate --print`` writes out (kept here: click needs the
@@ -33,7 +33,10 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
     Always exits 0 (exit 2 would block the agent's tool call): a failure is logged in the
     store's hook.log and shown once per session where the agent shows hook messages.
     """
+    import sys
+
     from snapstore.integrations import agents
+    from snapstore.integrations.bounded_json import read_stream
 
     obj.lock_timeout = min(obj.lock_timeout, HOOK_LOCK_TIMEOUT)
     given = obj.directory
@@ -43,7 +46,7 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
         return obj.open
 
     try:
-        out = agents.hook(agent, read_stdin_text(), open_at, start_service=not (obj.in_service or no_service))
+        out = agents.hook(agent, read_stream(sys.stdin), open_at, start_service=not (obj.in_service or no_service))
     except Exception as exc:  # noqa: BLE001 - a hook must never fail the agent's tool call
         out = agents.failed(agent, exc)
     if out:
@@ -107,16 +110,18 @@ def mcp_(obj: Ctx, root: str | None, anywhere: bool) -> None:
     $GEMINI_PROJECT_DIR, else the client's first workspace root (MCP roots), else the current
     directory.  A write tool creates a store there only if
     it is not /, not $HOME and holds no other user's files (unless --create-anywhere)."""
-    try:
-        from snapstore.integrations import mcp_server
-    except ImportError as exc:
-        raise UsageError(f"the MCP server needs the mcp package: pip install 'snapstore[agents]' ({exc})") from exc
+    from importlib.util import find_spec
+
+    # (The SDK itself is imported only once the first request is answered: see mcp_front.)
+    if find_spec("mcp") is None:
+        raise UsageError("the MCP server needs the mcp package: pip install 'snapstore[agents]'")
+    from snapstore.integrations import mcp_front
     from snapstore.integrations.roots import project_root
 
     given = root or (obj.directory if obj.directory != "." else None)
     chosen = project_root(given, os.getcwd())
     # Only a root nobody named (the working directory) gives way to the client's workspace roots.
-    mcp_server.serve(chosen, anywhere, named=given is not None or chosen != os.path.abspath(os.getcwd()))
+    mcp_front.serve(chosen, anywhere, named=given is not None or chosen != os.path.abspath(os.getcwd()))
 
 
 @command(example="snapstore rewind --claude-session 5f0c... --to '#3'   # files and conversation\nclaude --resume <the new session id it prints>")

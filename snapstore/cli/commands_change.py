@@ -9,6 +9,7 @@ import click
 
 from snapstore.cli.app import Ctx, Exit, command, echo_json, warn
 from snapstore.errors import EXIT_DIFFERENT, UsageError
+from snapstore.units import printable_bytes
 
 if TYPE_CHECKING:
     from snapstore.ops.diff import Change
@@ -74,8 +75,9 @@ def _print_changes(counts: list[LineCounts] | None, changes: list[Change], patch
             click.echo(line)
     if patch:
         out = sys.stdout.buffer
+        shown = printable_bytes if sys.stdout.isatty() else bytes  # (piped: the exact patch)
         for c in changes:
-            out.write(textdiff.unified(c))
+            out.write(shown(textdiff.unified(c)))
         out.flush()
 
 

@@ -8,6 +8,7 @@ import click
 
 from snapstore.cli.app import Ctx, Exit, command, echo_json, warn
 from snapstore.errors import EXIT_DIFFERENT, UsageError
+from snapstore.units import printable_bytes
 
 
 @command(
@@ -85,8 +86,9 @@ def revert(
             warn(w)
         if dry_run:
             out = sys.stdout.buffer
+            shown = printable_bytes if sys.stdout.isatty() else bytes  # (piped: the exact patch)
             for path in sorted(report.diffs):
-                out.write(report.diffs[path])
+                out.write(shown(report.diffs[path]))
             out.flush()
         for line in revert_lines(report):
             click.echo(line)

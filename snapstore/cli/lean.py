@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
+from snapstore.units import printable
+
 TYPE_CHECKING = False  # no `typing` at run time (start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -171,7 +173,7 @@ def _echo(text: str, err: bool = False) -> None:
         import re
 
         text = re.sub(r"\033\[[;?0-9]*[a-zA-Z]", "", text)
-    stream.write(text + "\n")
+    stream.write(printable(text) + "\n")  # (no control character of a message or a name reaches the terminal)
     stream.flush()
 
 
@@ -191,8 +193,9 @@ def failure_code(exc: BaseException, fail: Callable[[str], None]) -> int:
     says its message, an interrupt says so, a closed stdout is no error, anything else is a bug
     (one line; the traceback only with SNAPSTORE_DEBUG=1, when this re-raises).
     """
-    from snapstore.errors import EXIT_OK, InternalError, Interrupted, SnapstoreError
+    from snapstore.errors import EXIT_OK, InternalError, Interrupted, SnapstoreError, no_space
 
+    exc = no_space(exc) or exc  # a full disk met anywhere is said as such, not as a bug
     if isinstance(exc, SnapstoreError):
         fail(exc.message)
         return exc.exit_code

@@ -67,14 +67,9 @@ def hook(
     named: str | None = None
     module = adapter(agent) if agent in ADAPTED else None
     if module is not None:
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            doc = None
-        event = module.normalize(doc) if isinstance(doc, dict) else None
-        if event is None:  # nothing to record
+        event, named = _normalized(module, raw)
+        if event is None:  # nothing to record (or nothing that could be read)
             return str(module.reply(""))
-        named = module.project_of(doc)
         raw = json.dumps(event)
     elif agent == "codex":  # Codex names the session's directory in the event itself
         named = _event_cwd(raw)
@@ -93,14 +88,31 @@ def failed(agent: str, exc: BaseException) -> str:
     return str(adapter(agent).reply("")) if agent in ADAPTED else ""
 
 
+def _normalized(module: ModuleType, raw: str) -> tuple[dict[str, Any] | None, str | None]:
+    """An adapted agent's payload as the event model, and the project it names; ``(None, None)``
+    for a payload that is not a JSON object within the caps of :mod:`bounded_json`, or whose
+    fields have shapes the adapter cannot map (the agent still gets its reply)."""
+    from snapstore.integrations.bounded_json import loads_payload
+
+    try:
+        doc = loads_payload(raw)
+        if not isinstance(doc, dict):
+            return None, None
+        event = module.normalize(doc)
+        return (event, module.project_of(doc)) if isinstance(event, dict) else (None, None)
+    except Exception:  # noqa: BLE001 - hostile input must still get the agent's answer
+        return None, None
+
+
 def _event_cwd(raw: str) -> str | None:
+    from snapstore.integrations.bounded_json import loads_payload
     from snapstore.integrations.event_model import directory
 
     try:
-        doc: Any = json.loads(raw)
-    except ValueError:
+        doc: Any = loads_payload(raw)
+        return directory(doc.get("cwd")) if isinstance(doc, dict) else None
+    except Exception:  # noqa: BLE001 - the event itself is judged (and reported) by claude_code.run
         return None
-    return directory(doc.get("cwd")) if isinstance(doc, dict) else None
 
 
 def integrate(

@@ -42,6 +42,8 @@ from collections.abc import Callable
 from typing import Any
 
 from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError, UsageError
+from snapstore.integrations.bounded_json import loads_payload
+from snapstore.integrations.claude_transcript import read_transcript as read_transcript
 from snapstore.store import Store
 
 #: The tools whose calls change files; the hook entries' matcher.  Every MCP server's tool is
@@ -58,55 +60,6 @@ WARNED_NAME = "hook-warned-sessions"
 #: Idle timeout of a service the hook starts (seconds) when the store's config has none.
 SERVICE_IDLE_TIMEOUT = 1800.0
 LABEL_WIDTH = 120
-
-
-#: The largest transcript stored with a checkpoint (a longer one is left out, and said so).
-MAX_TRANSCRIPT_BYTES = 256 << 20
-
-
-def read_transcript(path: str | None, warnings: list[str] | None = None) -> list[Any] | None:
-    """The transcript's messages (JSONL), tolerating a missing file, a file still being written
-    and a partial or damaged line (skipped); None when there is no readable transcript.
-
-    Only a regular file is read (a FIFO or a device would block or never end), in full only up
-    to :data:`MAX_TRANSCRIPT_BYTES`; what is left out is said in ``warnings``.  Bytes that are
-    not UTF-8 are kept as lone surrogates, which the store replaces (and says so).
-    """
-    if not path:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            _note(warnings, f"the transcript {path} is not a regular file: not stored")
-            return None
-        if st.st_size > MAX_TRANSCRIPT_BYTES:
-            _note(warnings, f"the transcript {path} is larger than {MAX_TRANSCRIPT_BYTES >> 20} MiB: not stored")
-            return None
-        try:
-            data = f.read(MAX_TRANSCRIPT_BYTES + 1)
-        except OSError:
-            return None
-    if len(data) > MAX_TRANSCRIPT_BYTES:  # it grew while being read
-        _note(warnings, f"the transcript {path} is larger than {MAX_TRANSCRIPT_BYTES >> 20} MiB: not stored")
-        return None
-    messages = []
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            messages.append(json.loads(line.decode("utf-8", "surrogateescape")))
-        except ValueError:  # the partial last line of a transcript being written, or damage
-            continue
-    return messages
-
-
-def _note(warnings: list[str] | None, text: str) -> None:
-    if warnings is not None:
-        warnings.append(text)
 
 
 def _one_line(text: str, width: int = LABEL_WIDTH) -> str:
@@ -191,7 +144,7 @@ def run(
     event: dict[str, Any] = {}
     store_dir: str | None = None
     try:
-        doc = json.loads(raw)
+        doc = loads_payload(raw)  # bounded: a hostile payload is one clear error, not a crash
         if not isinstance(doc, dict):
             raise ValueError("the event is not a JSON object")
         event = doc

@@ -76,6 +76,36 @@ def _info(cp: Checkpoint, index: int | None = None) -> CheckpointInfo:
     )
 
 
+def _indexes(store: Store, ids: set[str]) -> dict[str, int]:
+    """The ``#N`` of each checkpoint of ``ids`` that has one (safety checkpoints have none),
+    numbered as :func:`snapstore.records.refs.numbered` numbers them; the log is read newest
+    first and no further than the oldest of ``ids``."""
+    from snapstore.records.history import History
+
+    found: dict[str, int] = {}
+    n = 0
+    with store.backend.read() as view:
+        for cp in History(view).newest():
+            if cp.is_safety:
+                continue
+            n += 1
+            if cp.id in ids:
+                found[cp.id] = n
+                if len(found) == len(ids):
+                    break
+    return found
+
+
+def _revert_diff(store: Store, report: Any, doc: dict[str, Any]) -> str:
+    """The unified diff of a revert: planned (a dry run), else what it did to the files (from
+    the checkpoint taken before it to the one it recorded)."""
+    if report.dry_run or report.target is None or report.safety is None:
+        return "".join(doc["diffs"][p] for p in sorted(doc["diffs"]))
+    from snapstore.ops.textdiff import unified
+
+    return b"".join(unified(c) for c in store.diff(report.safety.id, report.target.id)).decode("utf-8", "replace")
+
+
 @contextlib.contextmanager
 def _tool_errors() -> Iterator[None]:
     try:
@@ -201,7 +231,7 @@ def build_server(root: str, anywhere: bool = False, named: bool = True) -> MCPSe
 def _add_record_tools(server: MCPServer, tools: Tools) -> None:
     """Register the tools that record: a checkpoint, a safe edit."""
 
-    @server.tool(annotations=ADDITIVE)
+    @server.tool(title="Create a checkpoint", annotations=ADDITIVE)
     def checkpoint_create(
         ctx: Context,
         message: Annotated[str, Field(description="A label for the checkpoint (what is about to happen, or just happened).")],
@@ -219,7 +249,7 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
             index = newest[0][0] if newest and newest[0][1].id == cp.id else None
             return CreateResult(checkpoint=_info(cp, index), reused=cp.reused, warnings=list(cp.warnings))
 
-    @server.tool(annotations=DESTRUCTIVE)
+    @server.tool(title="Edit a file safely", annotations=DESTRUCTIVE)
     def edit_file(
         ctx: Context,
         path: Path_,
@@ -266,7 +296,7 @@ def _add_record_tools(server: MCPServer, tools: Tools) -> None:
 def _add_read_tools(server: MCPServer, tools: Tools) -> None:
     """Register the read-only tools: list, show, diff, file contents and history."""
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="List checkpoints", annotations=READ_ONLY)
     def checkpoint_list(
         ctx: Context,
         limit: Annotated[int, Field(description="At most this many checkpoints, newest first.")] = 20, task: Task = None
@@ -276,7 +306,7 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
             rows = tools.store().numbered_checkpoints(task=task)[: max(1, limit)]
             return ListResult(checkpoints=[_info(cp, n) for n, cp in rows])
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="Show a checkpoint", annotations=READ_ONLY)
     def checkpoint_show(ctx: Context, ref: Ref) -> ShowResult:
         """One checkpoint: its record and the files it changed against its parent."""
         with tools.call(ctx):
@@ -285,9 +315,9 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
             count = None
             if cp.conversation is not None:
                 count = len(store.conversation(cp.id) or [])
-            return ShowResult(checkpoint=_info(cp), changes=tools.changes(store.changes(cp.id)), conversation_messages=count)
+            return ShowResult(checkpoint=_info(cp, _indexes(store, {cp.id}).get(cp.id)), changes=tools.changes(store.changes(cp.id)), conversation_messages=count)
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="Diff checkpoints", annotations=READ_ONLY)
     def checkpoint_diff(
         ctx: Context,
         ref: Ref,
@@ -306,7 +336,7 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
             target = store.resolve(against).id if against is not None else "working tree"
             return DiffResult(source=store.resolve(ref).id, target=target, changes=tools.changes(found), patch=text)
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="Read a file at a checkpoint", annotations=READ_ONLY)
     def file_at(ctx: Context, ref: Ref, path: Path_) -> FileContent:
         """The content of `path` in checkpoint `ref` (text, or base64 when not UTF-8),
         with its `hash` (pass it as `expected` to edit_file)."""
@@ -326,22 +356,24 @@ def _add_read_tools(server: MCPServer, tools: Tools) -> None:
                 content, encoding = base64.b64encode(data).decode("ascii"), "base64"
             return FileContent(path=tools.rel(path), checkpoint=cp.id, encoding=encoding, content=content, size=len(data), hash=content_hash(data))
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="History of a file", annotations=READ_ONLY)
     def file_history(ctx: Context, path: Path_) -> HistoryResult:
         """The checkpoints in which `path` changed, oldest first, with lines added/removed."""
         with tools.call(ctx):
-            versions = tools.store().history(tools.rel(path))
+            store = tools.store()
+            versions = store.history(tools.rel(path))
+            numbers = _indexes(store, {v.checkpoint.id for v in versions})
             rows = []
             for v in versions:
                 doc = v.to_json()
-                rows.append(FileVersion(checkpoint=_info(v.checkpoint), status=doc["status"], size=doc["size"], added=doc["added"] or 0, removed=doc["removed"] or 0))
+                rows.append(FileVersion(checkpoint=_info(v.checkpoint, numbers.get(v.checkpoint.id)), status=doc["status"], size=doc["size"], added=doc["added"] or 0, removed=doc["removed"] or 0))
             return HistoryResult(path=tools.rel(path), versions=rows)
 
 
 def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
     """Register the tools that go back: restore, revert, undo (dry runs unless told otherwise)."""
 
-    @server.tool(annotations=DESTRUCTIVE)
+    @server.tool(title="Restore a checkpoint", annotations=DESTRUCTIVE)
     def checkpoint_restore(ctx: Context, ref: Ref, paths: Paths = None, dry_run: DryRun = True) -> RestoreResult:
         """Make the files (or just `paths`) equal to checkpoint `ref`.  A dry run unless
         `dry_run` is false; the real one first records the files as they are and returns
@@ -350,7 +382,7 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
             rel = [tools.rel(p) for p in paths] if paths else None
             return tools.restore_result(tools.store().restore(ref, rel, dry_run=dry_run))
 
-    @server.tool(annotations=DESTRUCTIVE)
+    @server.tool(title="Revert changes", annotations=DESTRUCTIVE)
     def checkpoint_revert(
         ctx: Context,
         ref: Annotated[str | None, Field(description=_REF_TEXT + " Or a range A..B (what changed from A to B).")] = None,
@@ -388,7 +420,7 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
                 merged=doc["merged"],
                 conflicted=[RevertConflict(path=c["path"], lines=c["lines"], note=c["note"]) for c in doc["conflicted"]],
                 untouched=doc["untouched"],
-                diff="".join(doc["diffs"][p] for p in sorted(doc["diffs"])),
+                diff=_revert_diff(tools.store(), report, doc),
                 undo_ref=report.safety.id if report.safety is not None and report.op_seq is not None else None,
                 operation=report.op_seq,
                 warnings=list(report.warnings),
@@ -398,56 +430,8 @@ def _add_going_back_tools(server: MCPServer, tools: Tools) -> None:
                 ],
             )
 
-    @server.tool(annotations=DESTRUCTIVE)
+    @server.tool(title="Undo the last restore", annotations=DESTRUCTIVE)
     def undo(ctx: Context) -> RestoreResult:
         """Put the files back as they were before the last restore or undo."""
         with tools.call(ctx):
             return tools.restore_result(tools.store().undo())
-
-
-def serve(root: str, anywhere: bool = False, named: bool = True) -> None:
-    """Run the MCP server for ``root`` on stdin/stdout until the client closes it."""
-    server = build_server(root, anywhere, named)
-    _clean_stdin()
-    server.run()
-
-
-def _clean_stdin() -> None:
-    """Put a filter in front of stdin that replaces text JSON cannot carry on to Python.
-
-    A request whose strings hold a lone surrogate escape (``"\\ud83d"``: half of an emoji an
-    agent cut) fails the SDK's validation and gets no answer at all, so the agent's call hangs.
-    Each such line is decoded, its bad characters replaced by U+FFFD (as the store does with
-    any such text) and encoded again; every other line passes through untouched.
-    """
-    import threading
-
-    source = os.dup(0)
-    read_end, write_end = os.pipe()
-    os.dup2(read_end, 0)
-    os.close(read_end)
-
-    def pump() -> None:
-        with os.fdopen(source, "rb") as inp, os.fdopen(write_end, "wb", buffering=0) as out:
-            try:
-                for line in inp:
-                    out.write(_clean_line(line))
-            except OSError:  # the server went away: nothing more to pass on
-                pass
-
-    threading.Thread(target=pump, name="mcp-stdin", daemon=True).start()
-
-
-def _clean_line(line: bytes) -> bytes:
-    if b"\\ud" not in line.lower():
-        return line
-    import json
-
-    from snapstore.records.schema import clean_text
-
-    try:
-        doc = json.loads(line.decode("utf-8", "replace"))  # (the SDK decodes with "replace" too)
-    except ValueError:
-        return line  # the SDK answers a malformed request itself
-    doc, changed = clean_text(doc)
-    return (json.dumps(doc, separators=(",", ":")) + "\n").encode() if changed else line

@@ -20,12 +20,14 @@ is garbage (removed by the next writer); after it, the new generation is complet
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from typing import Any
 
 import lmdb
 
-from snapstore.errors import TreeIOError
+from snapstore.errors import TreeIOError, no_space
 from snapstore.storage.backend import TABLES
 from snapstore.storage.lmdb_env import fitting_map_size, translate
 from snapstore.storage.lmdb_generations import CURRENT, Generations, gen_path
@@ -41,31 +43,53 @@ def compact(gens: Generations) -> tuple[int, int]:
     new_dir = gen_path(gens.store_dir, name)
     os.mkdir(new_dir, 0o700)
     with shared.write_lock:
-        txnid = shared.last_txnid()
         try:
-            _copy_filled(shared.env, shared.dbs, new_dir, before)
-        except lmdb.Error as exc:
-            raise translate(exc, "cannot compact the store") from exc
-        new = os.path.join(new_dir, "data.mdb")
-        _fsync(new)
-        _check_copy(new_dir)
-        _fsync(new_dir)
-        if shared.last_txnid() != txnid:
-            raise TreeIOError("the store changed during compaction; nothing was replaced")
-        tmp = os.path.join(gens.store_dir, CURRENT + ".tmp")
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, f"{name}\n".encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, os.path.join(gens.store_dir, CURRENT))
+            _write_copy(shared, new_dir, name, before)
+        except BaseException as exc:
+            # Judged while the copy still takes its space (a full disk is told by what is free),
+            # then the copy is removed at once: a failed compaction leaves the disk as it found it.
+            error = _failure(exc, gens.store_dir)
+            shutil.rmtree(new_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(gens.store_dir, CURRENT + ".tmp"))
+            if error is None:
+                raise
+            raise error from exc
+        os.rename(os.path.join(gens.store_dir, CURRENT + ".tmp"), os.path.join(gens.store_dir, CURRENT))
         _fsync(gens.store_dir)
     gens.follow()
     gens.remove_old()
-    return before, os.path.getsize(new)
+    return before, os.path.getsize(os.path.join(new_dir, "data.mdb"))
+
+
+def _write_copy(shared: Any, new_dir: str, name: str, before: int) -> None:
+    """The compact copy in ``new_dir``, checked and synced, and ``CURRENT.tmp`` naming it (the
+    caller renames it: the one step that switches)."""
+    txnid = shared.last_txnid()
+    _copy_filled(shared.env, shared.dbs, new_dir, before)
+    _fsync(os.path.join(new_dir, "data.mdb"))
+    _check_copy(new_dir)
+    _fsync(new_dir)
+    if shared.last_txnid() != txnid:
+        raise TreeIOError("the store changed during compaction; nothing was replaced")
+    tmp = os.path.join(os.path.dirname(new_dir), CURRENT + ".tmp")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, f"{name}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _failure(exc: BaseException, store_dir: str) -> Exception | None:
+    """The snapstore error for a failed compaction (None: raise ``exc`` as it is)."""
+    if isinstance(exc, lmdb.Error):
+        return translate(exc, "cannot compact the store", store_dir)
+    if isinstance(exc, OSError):
+        return no_space(exc, store_dir) or TreeIOError(f"cannot compact the store: {exc}")
+    return None
 
 
 #: Value bytes written per transaction of the copy (bounds its dirty pages in memory).

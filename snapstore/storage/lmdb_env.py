@@ -38,7 +38,13 @@ import lmdb
 if TYPE_CHECKING:
     from lmdb import _Database
 
-from snapstore.errors import CorruptError, StoreNotFoundError, TreeIOError, UnsafePathError
+from snapstore.errors import (
+    CorruptError,
+    NoSpaceError,
+    StoreNotFoundError,
+    TreeIOError,
+    UnsafePathError,
+)
 from snapstore.storage.backend import TABLES
 
 #: Files LMDB and the store keep in a store or generation directory (none may be a symlink).
@@ -242,11 +248,13 @@ def translate(exc: Exception, what: str, path: str | None = None) -> Exception:
     if isinstance(exc, lmdb.CorruptedError | lmdb.InvalidError | lmdb.PageNotFoundError):
         return CorruptError(f"{what}: the LMDB file is damaged ({exc})")
     text = str(exc)
-    if "No space left" in text or getattr(exc, "errno", None) == errno.ENOSPC or (
+    if (
+        any(s in text for s in ("No space left", "Disk quota exceeded"))
+        or getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
         # LMDB reports a short write (the disk filled up mid-commit) as EIO.
-        path is not None and isinstance(exc, lmdb.Error) and _nearly_full(path)
+        or (path is not None and isinstance(exc, lmdb.Error) and _nearly_full(path))
     ):
-        return TreeIOError(
+        return NoSpaceError(
             f"{what}: no space left on the device holding {path or 'the store'} "
             "(this write was not recorded; free some space and try again)"
         )

@@ -121,7 +121,7 @@ watch vs walk: a trial is one checkpoint taken through the watcher and compared 
 | crash | `tests/torture/test_torture_crash.py` (child: `crash_child.py`); also `tests/test_restore_crash.py`, `tests/test_gc_crash.py` |
 | concurrency | `tests/torture/test_torture_concurrency.py` (workers: `concurrency_worker.py`) |
 | full disk | `tests/torture/test_torture_disk_full.py` (real 4 MiB tmpfs mounts as root, injected ENOSPC always) |
-| hostile input | `tests/torture/test_torture_hostile.py`; the http hook endpoint: `tests/torture/test_torture_hook_endpoint.py` |
+| hostile input | `tests/torture/test_torture_hostile.py`; the http hook endpoint: `tests/torture/test_torture_hook_endpoint.py`; hook payloads of the nine agents: `tests/torture/test_torture_hostile_hooks.py` |
 | model | `tests/torture/test_torture_model.py` (Hypothesis `RuleBasedStateMachine`) |
 
 Trial counts scale with `SNAPSTORE_TORTURE=1`; `SNAPSTORE_TORTURE_RESULTS=FILE` makes the tests

@@ -61,7 +61,9 @@ CATEGORIES = OrderedDict(
         ("hostile input", "hostile manifests, corrupt or truncated records, a newer format, odd "
          "names, symlink loops, files changing under the scan, permission denied: each gets a "
          "clear error (documented exit code) or a documented skip; nothing outside the tree is "
-         "written and nothing stored is lost"),
+         "written and nothing stored is lost. Hook payloads of the nine agents (random bytes, "
+         "cut events, nesting 100,000 deep, arrays of millions, odd field types): the hook "
+         "never fails and answers in its agent's format, and the store verifies clean"),
         ("remote push/gc", "4 pushers (random edits, some killed at a random request) and a "
          "remote gc loop (grace and push window shrunk to seconds) on one remote: afterwards "
          "remote verify finds nothing wrong and every ref clones byte-exact to what its pusher "
