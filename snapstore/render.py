@@ -54,8 +54,19 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+#: C0 and C1 controls and DEL (ESC starts CSI and OSC sequences, BEL rings, 0x9b is a CSI of
+#: its own), each shown as ``\xNN``; tab and newline stay (they move, they do not command).
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if c not in (0x09, 0x0A)}
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped: what came from outside (a remote's
+    checkpoint text, an engine's error body, a stored message) must not drive the terminal."""
+    return text if text.isprintable() else text.translate(_CONTROLS)
+
+
 def one_line(text: str, width: int = 50) -> str:
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -120,7 +131,7 @@ def checkpoint_rows(numbered: list[tuple[int | None, Checkpoint]]) -> list[list[
                 c.short_id,
                 local_time(c.time_ns),
                 one_line(label) or "-",
-                c.task or "-",
+                printable(c.task or "-"),
                 changes_summary(c.stats),
             ]
         )
@@ -139,25 +150,25 @@ def summary_lines(info: dict[str, Any]) -> list[str]:
     out = [
         f"checkpoint {info['id']}",
         f"time:     {local_time(int(info['timestamp'] * 1e9))}",
-        f"message:  {info['message'] or '-'}",
+        f"message:  {printable(info['message']) or '-'}",
     ]
     if info["task"]:
-        out.append(f"task:     {info['task']}")
+        out.append(f"task:     {printable(info['task'])}")
     if info["tags"]:
-        out.append(f"tags:     {', '.join(info['tags'])}")
+        out.append(f"tags:     {printable(', '.join(info['tags']))}")
     out.append(f"parent:   {info['parent'][:12] if info['parent'] else '-'}")
     out.append(f"files:    {st.get('files', 0)} ({size(st.get('bytes', 0))}), {size(st.get('new_bytes', 0))} new")
     for key, value in info["metadata"].items():
-        out.append(f"meta:     {key}={value}")
+        out.append(printable(f"meta:     {key}={value}"))
     convo = info["conversation"]
     if convo is None:
         out.append("conversation: no conversation stored")
     else:
         out.append(f"conversation: {convo['messages']} message(s)")
         if convo["last_user"] is not None:
-            out.append(f"  user:      {convo['last_user']}")
+            out.append(f"  user:      {printable(convo['last_user'])}")
         if convo["last_assistant"] is not None:
-            out.append(f"  assistant: {convo['last_assistant']}")
+            out.append(f"  assistant: {printable(convo['last_assistant'])}")
     if info["changes"]:
         out.append("")
         for c in info["changes"]:

@@ -11,9 +11,10 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from snapstore.errors import RefError, SnapstoreError, UsageError
+from snapstore.errors import CorruptError, RefError, SnapstoreError, UsageError
 from snapstore.facade.going_back import GoingBackMixin
 from snapstore.records.checkpoint import Checkpoint
 
@@ -40,12 +41,18 @@ class FetchReport:
     def __init__(self, remote: str) -> None:
         self.remote = remote
         self.refs: list[FetchedRef] = []
+        #: One line per ref that could not be fetched (damaged, or naming damaged objects):
+        #: the sound refs are fetched all the same.
+        self.problems: list[str] = []
         self.requests = 0
         self.restore: RestoreReport | None = None
         self.directory: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"remote": self.remote, "refs": [r.to_json() for r in self.refs], "requests": self.requests}
+        d: dict[str, Any] = {
+            "remote": self.remote, "refs": [r.to_json() for r in self.refs], "problems": self.problems,
+            "requests": self.requests,
+        }
         if self.directory is not None:
             d["directory"] = self.directory
         if self.restore is not None:
@@ -194,9 +201,16 @@ class RemotesMixin(GoingBackMixin):
 
     # -- fetch, pull, clone -----------------------------------------------------------------
 
-    def fetch(self, refs: Sequence[str] = (), *, remote: str = "origin", progress: Progress | None = None) -> FetchReport:
+    def fetch(
+        self, refs: Sequence[str] = (), *, remote: str = "origin", progress: Progress | None = None,
+        keep_going: bool = False,
+    ) -> FetchReport:
         """Bring the checkpoints the remote ``refs`` name (default: every ref) and all they
-        reach into this store; the tree is not touched."""
+        reach into this store; the tree is not touched.
+
+        A ref that is damaged or names damaged objects adds nothing and does not stop the
+        others: with ``keep_going`` it is a line of ``report.problems``, else the first such
+        problem is raised (CorruptError) once the sound refs are fetched."""
         from snapstore.remote import fetch
 
         cfg, t = self._connect(remote, empty_ok=not refs)
@@ -206,11 +220,17 @@ class RemotesMixin(GoingBackMixin):
             if not names:
                 names = _ref_names(t)
             for name in names:
-                report.refs.append(
-                    fetch.fetch_ref(self.backend, t, cfg, name, lock=self._lock.held, progress=progress)
-                )
+                try:
+                    report.refs.append(fetch.fetch_ref(
+                        self.backend, t, cfg, name, lock=self._lock.held, progress=progress,
+                        add=partial(fetch.add_bundle, excluded=self.excluded, keep_latest=True),
+                    ))
+                except CorruptError as exc:
+                    report.problems.append(exc.message)
         finally:
             report.requests = t.requests
+        if report.problems and not keep_going:
+            raise _first(report.problems)
         return report
 
     def _default_ref(self, t: CountingTransport) -> str:
@@ -230,7 +250,10 @@ class RemotesMixin(GoingBackMixin):
         report = FetchReport(cfg.name)
         try:
             name = ref or self._default_ref(t)
-            got = fetch.fetch_ref(self.backend, t, cfg, name, lock=self._lock.held, progress=progress)
+            got = fetch.fetch_ref(
+                self.backend, t, cfg, name, lock=self._lock.held, progress=progress,
+                add=partial(fetch.add_bundle, excluded=self.excluded),
+            )
             report.refs.append(got)
         finally:
             report.requests = t.requests
@@ -257,34 +280,53 @@ class RemotesMixin(GoingBackMixin):
         report = FetchReport(cfg.name)
         try:
             for name in _ref_names(t):
-                report.refs.append(fetch.fetch_ref(
-                    self.backend, t, cfg, name, lock=self._lock.held, add=filler.add_bundle
-                ))
+                try:
+                    report.refs.append(fetch.fetch_ref(
+                        self.backend, t, cfg, name, lock=self._lock.held, add=filler.add_bundle
+                    ))
+                except CorruptError as exc:  # the sound refs are browsed all the same
+                    report.problems.append(exc.message)
+                    self.notes.append(f"skipped: {exc.message}")  # type: ignore[attr-defined]
         finally:
             report.requests = t.requests
         return report
 
     # -- looking at a remote ------------------------------------------------------------------
 
-    def remote_ls(self, remote: str = "origin") -> list[dict[str, Any]]:
-        """The remote's refs: name, checkpoint, bundle, time, writer (one LIST, one GET each)."""
+    def remote_ls(self, remote: str = "origin", *, problems: list[str] | None = None) -> list[dict[str, Any]]:
+        """The remote's refs: name, checkpoint, bundle, time, writer (one LIST, one GET each).
+
+        A damaged ref is left out: with ``problems`` given it gets a line there, else the
+        first is raised (CorruptError) once every ref is read."""
         from snapstore.remote import refs
 
         _, t = self._connect(remote, empty_ok=True)
         out = []
+        bad: list[str] = [] if problems is None else problems
         for name in _ref_names(t):
-            ref, _ = refs.read(t, name)
+            try:
+                ref, _ = refs.read(t, name)
+            except CorruptError as exc:
+                bad.append(exc.message)
+                continue
             if ref is not None:
                 out.append({"ref": name, "checkpoint": ref.checkpoint.hex(), "bundle": ref.bundle,
                             "time_ns": ref.time_ns, "writer": ref.writer})
+        if bad and problems is None:
+            raise _first(bad)
         return out
 
     def remote_verify(self, remote: str = "origin", progress: Progress | None = None) -> RemoteVerifyReport:
         """Read and check everything published on the remote; the report lists every problem."""
-        from snapstore.remote import verify
+        from snapstore.remote import state, verify
 
-        _, t = self._connect(remote, empty_ok=True)
-        return verify.run(t, progress)
+        cfg, t = self._connect(remote, empty_ok=True)
+        report = verify.run(t, progress)
+        if report.missing:  # the next push sends their data again instead of naming them
+            with self._lock.held(), self.backend.write() as batch:
+                for key in report.missing:
+                    state.put_lost(batch, cfg.rid, key)
+        return report
 
     def remote_gc(
         self, remote: str = "origin", *, dry_run: bool = False, grace_s: float | None = None,
@@ -310,6 +352,11 @@ class RemotesMixin(GoingBackMixin):
         with self._lock.held(), self.backend.write() as batch:
             state.put_config(batch, cfg._replace(cas=report.ok))
         return report
+
+
+def _first(problems: list[str]) -> CorruptError:
+    more = f" (and {len(problems) - 1} more damaged refs)" if len(problems) > 1 else ""
+    return CorruptError(problems[0] + more)
 
 
 def _ref_names(t: CountingTransport) -> list[str]:
@@ -360,23 +407,64 @@ def clone_into(
         from snapstore.errors import TreeIOError
 
         raise TreeIOError(f"cannot create {target}: {exc.strerror}") from None
+    made_store = False
+    written: set[str] = set()
     try:
         store = init(target)
+        made_store = True
+        before = set(os.listdir(target))
         try:
             store.remote_add(name, url, endpoint=endpoint, region=region, profile=profile)
             report = store.pull(ref, remote=name, progress=progress)
+        except BaseException:
+            written = _restored_names(store) - before
+            raise
         finally:
             store.close()  # type: ignore[attr-defined]  # (the Store's; a mixin has no close)
     except BaseException:
-        if made:
-            shutil.rmtree(target, ignore_errors=True)
-        else:
-            for entry in os.listdir(target):
-                path = os.path.join(target, entry)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    os.unlink(path)
+        _remove_clone(target, made, made_store, written)
         raise
     report.directory = target
     return report
+
+
+def _restored_names(store: RemotesMixin) -> set[str]:
+    """The top-level names of the checkpoint a failed clone fetched (what its restore may
+    have written), empty when it fetched none."""
+    from snapstore.records import manifest
+
+    names: set[str] = set()
+    try:
+        cps = store.checkpoints()
+        with store.backend.read() as view:
+            for cp in cps:  # (a fresh store: the fetched checkpoints only)
+                names.update(os.fsdecode(e.path.split(b"/", 1)[0]) for e in manifest.iter_entries(view.get, cp.manifest))
+    except (SnapstoreError, OSError):
+        pass
+    return names
+
+
+def _remove_clone(target: str, made: bool, made_store: bool, written: set[str]) -> None:
+    """Undo a failed clone: the store it made, the top-level entries its checkpoint names that
+    were not there before it began, then the directory if the clone made it and it is empty.
+    A file the user saved there meanwhile stays (and so does the directory holding it)."""
+    from snapstore.storage.discovery import STORE_DIRNAME
+
+    if made_store:
+        shutil.rmtree(os.path.join(target, STORE_DIRNAME), ignore_errors=True)
+    for entry in written:
+        path = os.path.join(target, entry)
+        if entry in (STORE_DIRNAME, "", ".", "..") or not os.path.lexists(path):
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    if made:
+        try:
+            os.rmdir(target)
+        except OSError:
+            pass  # not empty: something that is not the clone's is in it

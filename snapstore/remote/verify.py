@@ -30,6 +30,8 @@ class RemoteVerifyReport:
         self.checkpoints = 0
         self.unreferenced_packs = 0
         self.problems: list[dict[str, str]] = []
+        #: Objects a bundle needs that the remote does not have (a push must not count on them).
+        self.missing: list[str] = []
 
     @property
     def ok(self) -> bool:
@@ -106,6 +108,7 @@ def _read(transport: Transport, mem: MemoryBackend, key: str, report: RemoteVeri
     report.objects += 1
     if got is None:
         report.problem(key, "missing")
+        report.missing.append(key)
         return False
     report.bytes_read += len(got.body)
     try:
