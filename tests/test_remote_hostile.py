@@ -498,3 +498,37 @@ def test_the_credentials_file_is_a_bounded_regular_file(tmp_path, kind):
     assert_one_line_error(r.stderr)
     assert b"credentials file" in r.stderr and b"wJalrXUtnFEMIK7MDENGbPxRfiCYzz" not in r.stderr
     assert rss < 200 * MB
+
+
+# -- class 6: remote verify and fetch hold one object at a time, not the remote ---------------
+
+
+def test_remote_verify_and_fetch_memory_is_bounded_by_the_largest_object(remote, tmp_path, monkeypatch):
+    """Their peak does not grow with the remote: measured at 8 and at 20 packs of 2 MiB (the
+    process's bounded caches of frames and chunks shrunk, so they fill at once)."""
+    from snapstore.storage import entries
+    from snapstore.testing import random_bytes
+
+    monkeypatch.setattr(layout, "INLINE_MAX", 0)  # every push makes a pack
+    monkeypatch.setattr(entries, "CACHE_BYTES", 1 * MB)
+    monkeypatch.setattr(entries, "CHUNK_CACHE_BYTES", 1 * MB)
+    step = 2 * MB
+    peaks: dict[str, list[int]] = {"verify": [], "fetch": []}
+    with make_store(tmp_path / "a", {"seed.txt": b"seed\n"}) as a:
+        remote.add_to(a)
+        for i in range(20):  # each push adds a pack of ~2 MiB of incompressible data
+            (tmp_path / "a" / f"data{i}.bin").write_bytes(random_bytes(step, f"d{i}"))
+            a.snapshot(f"step {i}")
+            a.push()
+            if i + 1 not in (8, 20):  # (past 6, a fetch has READERS objects in flight)
+                continue
+            report, peak = peak_of(lambda: a.remote_verify())
+            assert report.ok, report.problems
+            peaks["verify"].append(peak)
+            with _fresh(remote, tmp_path / f"c{i}") as c:
+                _, peak = peak_of(lambda: c.fetch())
+                assert len(c.checkpoints()) == 1 and c.verify().ok  # the latest: its closure is every pack
+                peaks["fetch"].append(peak)
+    for what, (small, big) in peaks.items():
+        # 24 MiB more on the remote; one more object's worth at most (verify held all of it).
+        assert big < small + step, (what, small, big)

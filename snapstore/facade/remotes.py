@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from snapstore.remote.state import RemoteConfig
     from snapstore.remote.transport import CountingTransport
     from snapstore.remote.verify import RemoteVerifyReport
+    from snapstore.storage.backend import Backend
 
 Progress = Callable[[int, int], None]
 #: The ref a push without ``--task``/``--to`` moves, and the one clone and pull prefer.
@@ -321,7 +323,8 @@ class RemotesMixin(GoingBackMixin):
         from snapstore.remote import state, verify
 
         cfg, t = self._connect(remote, empty_ok=True)
-        report = verify.run(t, progress)
+        with _scratch_store(self.store_dir) as scratch:
+            report = verify.run(t, progress, scratch)
         if report.missing:  # the next push sends their data again instead of naming them
             with self._lock.held(), self.backend.write() as batch:
                 for key in report.missing:
@@ -352,6 +355,30 @@ class RemotesMixin(GoingBackMixin):
         with self._lock.held(), self.backend.write() as batch:
             state.put_config(batch, cfg._replace(cas=report.ok))
         return report
+
+
+@contextmanager
+def _scratch_store(store_dir: str | None) -> Iterator[Backend | None]:
+    """A throw-away on-disk store in the store directory (not a tmpfs: what it holds is the
+    size of the remote), removed after use; None for a store kept in memory."""
+    if store_dir is None:
+        yield None
+        return
+    import tempfile
+
+    from snapstore.storage.lmdb_backend import LmdbBackend
+
+    base = os.path.join(store_dir, CACHE_DIRNAME)
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    path = tempfile.mkdtemp(prefix="verify-", dir=base)
+    try:
+        backend = LmdbBackend(path, create=True)
+        try:
+            yield backend
+        finally:
+            backend.close()
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _first(problems: list[str]) -> CorruptError:

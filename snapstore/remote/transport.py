@@ -191,6 +191,9 @@ class ObstoreTransport(Transport):
     def _error(self, exc: BaseException, what: str, key: str) -> RemoteError:
         from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
 
+        if isinstance(exc, MemoryError):
+            raise exc  # this machine's limit, not the remote's: never reported as a network error
+
         if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
             return RemoteError(
                 f"the remote refused to {what} {key} (permission denied: check the credentials "
