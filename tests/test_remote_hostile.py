@@ -169,19 +169,29 @@ def test_a_bombed_gc_plan_and_config_are_refused_in_bounded_memory(remote, tmp_p
         assert peak < BOMB / 2, peak  # refused unread
 
 
+_PEAK = (
+    "def _peak():\n"
+    "    try:\n"  # the process's own high-water mark (ru_maxrss keeps the parent's across exec)
+    "        with open('/proc/self/status') as f:\n"
+    "            return next(int(line.split()[1]) * 1024 for line in f if line.startswith('VmHWM:'))\n"
+    "    except (OSError, StopIteration):\n"
+    "        import resource\n"
+    "        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == 'darwin' else 1024)\n"
+)
+
+
 def _run_measured(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 120):
     """Run ``snapstore ARGS`` in a real process; (result, its peak RSS in bytes)."""
-    out = cwd.parent / f"maxrss-{os.getpid()}"
+    out = cwd.parent / f"peak-rss-{os.getpid()}"
     code = (
-        "import atexit, resource, sys\n"
-        f"atexit.register(lambda: open({str(out)!r}, 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
+        "import atexit, sys\n" + _PEAK +
+        f"atexit.register(lambda: open({str(out)!r}, 'w').write(str(_peak())))\n"
         "from snapstore.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     r = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
                        env=env or subprocess_env(), timeout=timeout)
-    kib = int(out.read_text())
-    return r, kib * 1024 if sys.platform != "darwin" else kib
+    return r, int(out.read_text())
 
 
 @pytest.mark.parametrize("what", ["ref", "bundle"])
@@ -506,6 +516,7 @@ def test_the_credentials_file_is_a_bounded_regular_file(tmp_path, kind):
 def test_remote_verify_and_fetch_memory_is_bounded_by_the_largest_object(remote, tmp_path, monkeypatch):
     """Their peak does not grow with the remote: measured at 8 and at 20 packs of 2 MiB (the
     process's bounded caches of frames and chunks shrunk, so they fill at once)."""
+    from snapstore.remote import fetch
     from snapstore.storage import entries
     from snapstore.testing import random_bytes
 
@@ -529,6 +540,9 @@ def test_remote_verify_and_fetch_memory_is_bounded_by_the_largest_object(remote,
                 _, peak = peak_of(lambda: c.fetch())
                 assert len(c.checkpoints()) == 1 and c.verify().ok  # the latest: its closure is every pack
                 peaks["fetch"].append(peak)
-    for what, (small, big) in peaks.items():
-        # 24 MiB more on the remote; one more object's worth at most (verify held all of it).
-        assert big < small + step, (what, small, big)
+    # 24 MiB more on the remote: verify grows by less than one object (it held all of it)...
+    small, big = peaks["verify"]
+    assert big < small + step, (small, big)
+    # ...and fetch holds the objects it reads ahead, whatever the remote (a timing decides how
+    # many are ready at once, so a bound, not a comparison).
+    assert max(peaks["fetch"]) < (fetch.READERS + 4) * step + 8 * MB, peaks["fetch"]
