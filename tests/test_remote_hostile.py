@@ -486,7 +486,7 @@ def test_an_engine_body_that_reflects_the_token_is_not_printed(tmp_path, run_cli
         server.shutdown()
 
 
-@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "huge", "secret-line"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "huge", "secret-line", "token-fifo"])
 def test_the_credentials_file_is_a_bounded_regular_file(tmp_path, kind):
     cwd = _store_with_remote(tmp_path, endpoint="http://127.0.0.1:9")
     path = tmp_path / "credentials"
@@ -498,15 +498,20 @@ def test_the_credentials_file_is_a_bounded_regular_file(tmp_path, kind):
         path.mkdir()
     elif kind == "huge":
         path.write_bytes(b"[default]\n" + b"# padding\n" * (300_000))
-    else:
+    elif kind == "secret-line":
         path.write_text("aws_secret_access_key = wJalrXUtnFEMIK7MDENGbPxRfiCYzz\n[default]\n")
+    else:  # the web-identity token file obstore would read itself
+        os.mkfifo(path)
     env = subprocess_env(AWS_SHARED_CREDENTIALS_FILE=str(path))
+    if kind == "token-fifo":
+        env = subprocess_env(AWS_WEB_IDENTITY_TOKEN_FILE=str(path), AWS_ROLE_ARN="arn:aws:iam::1:role/r")
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         env.pop(var, None)
     r, rss = _run_measured(["remote", "ls"], cwd, env=env, timeout=30)
     assert r.returncode == 2, r.stderr
     assert_one_line_error(r.stderr)
-    assert b"credentials file" in r.stderr and b"wJalrXUtnFEMIK7MDENGbPxRfiCYzz" not in r.stderr
+    assert b"credentials file" in r.stderr or b"AWS_WEB_IDENTITY_TOKEN_FILE" in r.stderr
+    assert b"wJalrXUtnFEMIK7MDENGbPxRfiCYzz" not in r.stderr
     assert rss < 200 * MB
 
 

@@ -58,12 +58,27 @@ def _read_file(path: str) -> str:
     return b"".join(chunks).decode("utf-8")
 
 
+def _check_regular(path: str, what: str) -> None:
+    """UsageError unless ``path`` is a regular file of at most MAX_FILE bytes."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} ({path}): {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE:
+        raise UsageError(f"cannot read {what} ({path}): it is not a regular file of at most {MAX_FILE} bytes")
+
+
 def s3_credentials(profile: str | None) -> dict[str, str]:
     """The S3Store config entries that carry credentials (empty: leave it to obstore)."""
     env = os.environ
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
         return {}  # obstore reads these (and AWS_SESSION_TOKEN) itself
     if any(env.get(v) for v in _DELEGATED):
+        token_file = env.get("AWS_WEB_IDENTITY_TOKEN_FILE")
+        if token_file:
+            _check_regular(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE")  # obstore reads it itself
         return {}
     name = profile or env.get("AWS_PROFILE") or "default"
     path = env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.expanduser("~/.aws/credentials")
