@@ -272,7 +272,7 @@ def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: 
     """Make DIRECTORY (absent or empty) a tree with a store, holding a remote ref's checkpoint.
 
     Reads only what that checkpoint needs.  The remote is recorded as 'origin'.  On failure,
-    nothing is left behind.
+    what the clone made is removed (nothing else).
     """
     from snapstore.store import Store
 

@@ -162,7 +162,8 @@ def _first_line(exc: BaseException) -> str:
     head, sep, body = str(exc).partition("status code: ")
     if sep:
         code = re.search(r"<Code>([A-Za-z]{1,64})</Code>", body)
-        text = head.splitlines()[0] + sep + body.split(":", 1)[0].strip()[:40] + (f" ({code.group(1)})" if code else "")
+        first = head.splitlines()[0] if head.strip() else ""
+        text = first + sep + body.split(":", 1)[0].strip()[:40] + (f" ({code.group(1)})" if code else "")
     for secret in _secrets():
         text = text.replace(secret, "[redacted]")
     return re.sub(r"[A-Za-z0-9+/=_-]{40,}", "[redacted]", text)
