@@ -131,11 +131,11 @@ def checkpoint_rows(numbered: list[tuple[int | None, Checkpoint]]) -> list[list[
                 c.short_id,
                 local_time(c.time_ns),
                 one_line(label) or "-",
-                printable(c.task or "-"),
+                c.task or "-",
                 changes_summary(c.stats),
             ]
         )
-    return rows
+    return [[printable(cell) for cell in row] for row in rows]  # (a task name is text from outside)
 
 
 def _json_path(path: str) -> str:
@@ -150,31 +150,31 @@ def summary_lines(info: dict[str, Any]) -> list[str]:
     out = [
         f"checkpoint {info['id']}",
         f"time:     {local_time(int(info['timestamp'] * 1e9))}",
-        f"message:  {printable(info['message']) or '-'}",
+        f"message:  {info['message'] or '-'}",
     ]
     if info["task"]:
-        out.append(f"task:     {printable(info['task'])}")
+        out.append(f"task:     {info['task']}")
     if info["tags"]:
-        out.append(f"tags:     {printable(', '.join(info['tags']))}")
+        out.append(f"tags:     {', '.join(info['tags'])}")
     out.append(f"parent:   {info['parent'][:12] if info['parent'] else '-'}")
     out.append(f"files:    {st.get('files', 0)} ({size(st.get('bytes', 0))}), {size(st.get('new_bytes', 0))} new")
     for key, value in info["metadata"].items():
-        out.append(printable(f"meta:     {key}={value}"))
+        out.append(f"meta:     {key}={value}")
     convo = info["conversation"]
     if convo is None:
         out.append("conversation: no conversation stored")
     else:
         out.append(f"conversation: {convo['messages']} message(s)")
         if convo["last_user"] is not None:
-            out.append(f"  user:      {printable(convo['last_user'])}")
+            out.append(f"  user:      {convo['last_user']}")
         if convo["last_assistant"] is not None:
-            out.append(f"  assistant: {printable(convo['last_assistant'])}")
+            out.append(f"  assistant: {convo['last_assistant']}")
     if info["changes"]:
         out.append("")
         for c in info["changes"]:
             counts = "bin" if c["binary"] else f"+{c['added']} -{c['removed']}"
             out.append(f"{c['status']} {counts:>12}  {_json_path(c['path'])}")
-    return out
+    return [printable(line) for line in out]  # (messages, tasks, metadata, paths: text from outside)
 
 
 _STATUS_WORDS = {"A": "added", "M": "modified", "D": "deleted", "T": "replaced", "X": "mode", "R": "renamed"}
