@@ -551,3 +551,18 @@ def test_remote_verify_and_fetch_memory_is_bounded_by_the_largest_object(remote,
     # ...and fetch holds the objects it reads ahead, whatever the remote (a timing decides how
     # many are ready at once, so a bound, not a comparison).
     assert max(peaks["fetch"]) < (fetch.READERS + 4) * step + 8 * MB, peaks["fetch"]
+
+
+def test_a_legal_record_of_many_tiny_items_is_not_taken_for_a_bomb(remote, tmp_path):
+    """The bound on a checkpoint record follows its schema (metadata of up to 100,000 items),
+    not its length: the most metadata a local checkpoint may hold still crosses a remote."""
+    from snapstore.records import schema
+
+    items = schema.MAX_METADATA_ITEMS - 10
+    with make_store(tmp_path / "a", sample_tree("a")) as a:
+        remote.add_to(a)
+        cp = a.snapshot("many", metadata={"xs": list(range(items // 2)), "ys": [{}] * (items // 2 - 2)})
+        a.push()
+    with _fresh(remote, tmp_path / "c") as c:
+        c.fetch()
+        assert len(c.resolve(cp.id).metadata["xs"]) == items // 2

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from snapstore.errors import CorruptError
-from snapstore.records import conversation
+from snapstore.records import conversation, schema
 from snapstore.records.checkpoint import parse_record
 from snapstore.remote import wire
 from snapstore.remote.names import MAX_NAME, decode_name, encode_name
@@ -51,6 +51,8 @@ MAX_RECORDS = 1 << 22
 #: refused before it is read.
 MAX_REF = 4 << 10
 MAX_CONFIG = 4 << 10
+#: Containers and elements a checkpoint record may hold (its metadata's limit, and the rest).
+RECORD_ITEMS = schema.MAX_METADATA_ITEMS + 4096
 #: The longest object key a bundle or ref may name.
 MAX_KEY = 1024
 
@@ -340,7 +342,7 @@ def _read_bundle(body: bytes) -> tuple[str, str, int, list[tuple[bytes, bytes]],
             for _ in range(r.array()):
                 r.pair()
                 cid, rec = _id(r), r.bytes_()
-                wire.unpack(rec)  # bounded first: parse_record decodes it freely
+                wire.unpack(rec, items=RECORD_ITEMS)  # bounded first: parse_record decodes it freely
                 parse_record(cid, rec)
                 cps.append((cid, rec))
         else:

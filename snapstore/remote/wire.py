@@ -37,10 +37,14 @@ _FLOOR = 1 << 20
 _CONTAINER, _ELEMENT = 64, 32
 
 
-def unpack(data: bytes, *, strict_map_key: bool = True) -> Any:
+def unpack(data: bytes, *, strict_map_key: bool = True, items: int | None = None) -> Any:
     """``data`` decoded, at most about ``FACTOR * len(data)`` bytes of Python objects whatever
-    it holds; ValueError (or a msgpack error) otherwise."""
-    budget = FACTOR * len(data) + _FLOOR
+    it holds; ValueError (or a msgpack error) otherwise.
+
+    With ``items`` (a value whose schema bounds its elements, such as a checkpoint record's
+    metadata): at most that many containers and elements, whatever its length, so its cost is
+    fixed by the schema, not by the input (a legal record of many tiny items passes)."""
+    budget = FACTOR * len(data) + _FLOOR if items is None else (_CONTAINER + _ELEMENT) * items
     spent = 0
 
     def charge(n: int) -> None:
@@ -57,7 +61,7 @@ def unpack(data: bytes, *, strict_map_key: bool = True) -> Any:
         charge(2 * len(pairs))
         return dict(pairs)
 
-    most = len(data) // MIN_ITEM_BYTES + _FREE_ITEMS
+    most = len(data) // MIN_ITEM_BYTES + _FREE_ITEMS if items is None else items
     return msgpack.unpackb(
         data, raw=False, strict_map_key=strict_map_key, list_hook=on_list, object_pairs_hook=on_pairs,
         max_array_len=most, max_map_len=most, max_ext_len=0,
