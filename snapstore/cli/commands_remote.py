@@ -133,7 +133,7 @@ def verify(obj: Ctx, name: str, as_json: bool, quiet: bool) -> None:
         echo_json(report.to_json())
     else:
         for p in report.problems:
-            click.echo(f"problem: {p['object']}: {p['problem']}")
+            click.echo(printable(f"problem: {p['object']}: {p['problem']}"))
         if not quiet:
             click.echo(
                 f"{report.bundles} bundles, {report.checkpoints} checkpoints, {report.refs} refs, "
