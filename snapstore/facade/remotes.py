@@ -370,6 +370,9 @@ def _scratch_store(store_dir: str | None) -> Iterator[Backend | None]:
 
     base = os.path.join(store_dir, CACHE_DIRNAME)
     os.makedirs(base, mode=0o700, exist_ok=True)
+    for entry in os.scandir(base):  # left by a verify killed a day ago or more
+        if entry.name.startswith("verify-") and entry.stat(follow_symlinks=False).st_mtime < time.time() - 86400:
+            shutil.rmtree(entry.path, ignore_errors=True)
     path = tempfile.mkdtemp(prefix="verify-", dir=base)
     try:
         backend = LmdbBackend(path, create=True)
