@@ -56,8 +56,19 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+#: C0 and C1 controls and DEL (ESC starts CSI and OSC sequences, BEL rings, 0x9b is a CSI of
+#: its own), each shown as ``\xNN``; tab and newline stay (they move, they do not command).
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if c not in (0x09, 0x0A)}
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped: what came from outside (a remote's
+    checkpoint text, an engine's error body, a stored message) must not drive the terminal."""
+    return text if text.isprintable() else text.translate(_CONTROLS)
+
+
 def one_line(text: str, width: int = 50) -> str:
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -140,7 +151,7 @@ def checkpoint_rows(numbered: list[tuple[int | None, Checkpoint]]) -> list[list[
                 changes_summary(c.stats),
             ]
         )
-    return rows
+    return [[printable(cell) for cell in row] for row in rows]  # (a task name is text from outside)
 
 
 def _json_path(path: str) -> str:
@@ -182,7 +193,7 @@ def summary_lines(info: dict[str, Any]) -> list[str]:
         for c in info["changes"]:
             counts = "bin" if c["binary"] else f"+{c['added']} -{c['removed']}"
             out.append(f"{c['status']} {counts:>12}  {_json_path(c['path'])}")
-    return out
+    return [printable(line) for line in out]  # (messages, tasks, metadata, paths: text from outside)
 
 
 _STATUS_WORDS = {"A": "added", "M": "modified", "D": "deleted", "T": "replaced", "X": "mode", "R": "renamed"}

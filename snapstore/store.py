@@ -279,7 +279,7 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         """Make ``directory`` (absent or empty) a tree whose store holds remote ref ``ref``
         (default: ``default``, or the remote's only ref) of ``url``, and restore it there.
         Reads only what that checkpoint needs; on failure nothing is left behind."""
-        from snapstore.facade.remotes import clone_into
+        from snapstore.facade.clone import clone_into
 
         return clone_into(
             lambda d: cls.init(d), url, directory, ref=ref, name=name, endpoint=endpoint,

@@ -142,11 +142,15 @@ class Recording(tr.Transport):
         with self._lock:
             self.calls.append((kind, key))
 
-    def get(self, key: str) -> tr.Got | None:
+    def get(self, key: str, limit: int = tr.MAX_GET) -> tr.Got | None:
         self._note("get", key)
-        got = self.inner.get(key)
+        got = self.inner.get(key, limit)
         self._read(len(got.body) if got is not None else 0)
         return got
+
+    def head(self, key: str) -> tr.Listed | None:
+        self._note("head", key)
+        return self.inner.head(key)
 
     def get_range(self, key: str, start: int, end: int) -> bytes | None:
         self._note("range", key)
@@ -187,8 +191,11 @@ class Forwarding(tr.Transport):
     def __init__(self, inner: tr.Transport) -> None:
         self.inner = inner
 
-    def get(self, key: str) -> tr.Got | None:
-        return self.inner.get(key)
+    def get(self, key: str, limit: int = tr.MAX_GET) -> tr.Got | None:
+        return self.inner.get(key, limit)
+
+    def head(self, key: str) -> tr.Listed | None:
+        return self.inner.head(key)
 
     def get_range(self, key: str, start: int, end: int) -> bytes | None:
         return self.inner.get_range(key, start, end)

@@ -70,6 +70,8 @@ class Ctx:
                 view = store.remote_view(remote)
             finally:
                 store.close()
+            for line in view.notes:  # refs skipped as damaged: the sound ones are browsed
+                warn(line)
             return view
         note = None if upgrading else store.format_note
         for line in store.notes + ([note] if note is not None else []):
@@ -302,7 +304,9 @@ def _main(argv: list[str] | None, open_store: Opener | None) -> int:
 
 
 def _fail(message: str) -> None:
-    first = " ".join(str(message).split())
+    from snapstore.render import printable  # (a message may quote an engine or a remote)
+
+    first = printable(" ".join(str(message).split()))
     try:
         click.echo(f"snapstore: error: {first}", err=True)
     except Exception:

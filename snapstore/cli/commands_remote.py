@@ -13,7 +13,7 @@ import click
 
 from snapstore.cli.app import CONTEXT, Ctx, Exit, cli, command, echo_json, global_options
 from snapstore.errors import ConflictError, CorruptError, RemoteError
-from snapstore.render import size
+from snapstore.render import printable, size
 
 T = TypeVar("T")
 
@@ -101,13 +101,23 @@ def remove(obj: Ctx, name: str) -> None:
 @click.pass_obj
 def ls(obj: Ctx, name: str, as_json: bool) -> None:
     """List the refs on the remote (one listing, one read per ref)."""
+    problems: list[str] = []
     with obj.open(reading=True) as store:
-        rows = store.remote_ls(name)
+        rows = store.remote_ls(name, problems=problems)
     if as_json:
         echo_json(rows)
-        return
-    for row in rows:
-        click.echo(f"{row['ref']}\t{row['checkpoint'][:12]}\t{row['bundle']}")
+    else:
+        for row in rows:
+            click.echo(printable(f"{row['ref']}\t{row['checkpoint'][:12]}\t{row['bundle']}"))
+    _fail_on(problems)
+
+
+def _fail_on(problems: list[str]) -> None:
+    """One error line per damaged ref (the sound ones were served), then exit 6."""
+    for line in problems:
+        click.echo(f"snapstore: error: {printable(' '.join(line.split()))}", err=True)
+    if problems:
+        raise Exit(CorruptError.exit_code)
 
 
 @_sub("snapstore remote verify origin")
@@ -123,7 +133,7 @@ def verify(obj: Ctx, name: str, as_json: bool, quiet: bool) -> None:
         echo_json(report.to_json())
     else:
         for p in report.problems:
-            click.echo(f"problem: {p['object']}: {p['problem']}")
+            click.echo(printable(f"problem: {p['object']}: {p['problem']}"))
         if not quiet:
             click.echo(
                 f"{report.bundles} bundles, {report.checkpoints} checkpoints, {report.refs} refs, "
@@ -211,9 +221,11 @@ def fetch(obj: Ctx, refs: tuple[str, ...], remote: str, as_json: bool, quiet: bo
     """Bring the checkpoints remote refs name (default: all) into the store; the tree is untouched."""
     with obj.open() as store:
         report = _with_progress(
-            "fetch", not quiet and not as_json, lambda progress: store.fetch(refs, remote=remote, progress=progress)
+            "fetch", not quiet and not as_json,
+            lambda progress: store.fetch(refs, remote=remote, progress=progress, keep_going=True),
         )
     _fetch_lines(report.to_json(), as_json, quiet)
+    _fail_on(report.problems)
 
 
 def _fetch_lines(doc: dict[str, Any], as_json: bool, quiet: bool) -> None:
@@ -223,8 +235,8 @@ def _fetch_lines(doc: dict[str, Any], as_json: bool, quiet: bool) -> None:
     if quiet:
         return
     for r in doc["refs"]:
-        click.echo(f"{r['name']}\t{r['checkpoint'][:12]}\t{len(r['new_checkpoints'])} new checkpoint(s), "
-                   f"{r['objects_read']} objects, {size(r['bytes_read'])}")
+        click.echo(printable(f"{r['name']}\t{r['checkpoint'][:12]}\t{len(r['new_checkpoints'])} new checkpoint(s), "
+                             f"{r['objects_read']} objects, {size(r['bytes_read'])}"))
     click.echo(f"{doc['requests']} requests")
 
 
@@ -260,7 +272,7 @@ def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: 
     """Make DIRECTORY (absent or empty) a tree with a store, holding a remote ref's checkpoint.
 
     Reads only what that checkpoint needs.  The remote is recorded as 'origin'.  On failure,
-    nothing is left behind.
+    what the clone made is removed (nothing else).
     """
     from snapstore.store import Store
 

@@ -179,7 +179,9 @@ def _echo(text: str, err: bool = False) -> None:
 
 def fail(message: str) -> None:
     """Print ``snapstore: error: <message on one line>`` on stderr (never raises)."""
-    first = " ".join(str(message).split())
+    from snapstore.render import printable  # (a message may quote an engine or a remote)
+
+    first = printable(" ".join(str(message).split()))
     try:
         _echo(f"snapstore: error: {first}", err=True)
     except Exception:

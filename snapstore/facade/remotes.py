@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from snapstore.errors import RefError, SnapstoreError, UsageError
+from snapstore.errors import CorruptError, RefError, SnapstoreError, UsageError
 from snapstore.facade.going_back import GoingBackMixin
 from snapstore.records.checkpoint import Checkpoint
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from snapstore.remote.state import RemoteConfig
     from snapstore.remote.transport import CountingTransport
     from snapstore.remote.verify import RemoteVerifyReport
+    from snapstore.storage.backend import Backend
 
 Progress = Callable[[int, int], None]
 #: The ref a push without ``--task``/``--to`` moves, and the one clone and pull prefer.
@@ -40,12 +43,18 @@ class FetchReport:
     def __init__(self, remote: str) -> None:
         self.remote = remote
         self.refs: list[FetchedRef] = []
+        #: One line per ref that could not be fetched (damaged, or naming damaged objects):
+        #: the sound refs are fetched all the same.
+        self.problems: list[str] = []
         self.requests = 0
         self.restore: RestoreReport | None = None
         self.directory: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"remote": self.remote, "refs": [r.to_json() for r in self.refs], "requests": self.requests}
+        d: dict[str, Any] = {
+            "remote": self.remote, "refs": [r.to_json() for r in self.refs], "problems": self.problems,
+            "requests": self.requests,
+        }
         if self.directory is not None:
             d["directory"] = self.directory
         if self.restore is not None:
@@ -194,9 +203,16 @@ class RemotesMixin(GoingBackMixin):
 
     # -- fetch, pull, clone -----------------------------------------------------------------
 
-    def fetch(self, refs: Sequence[str] = (), *, remote: str = "origin", progress: Progress | None = None) -> FetchReport:
+    def fetch(
+        self, refs: Sequence[str] = (), *, remote: str = "origin", progress: Progress | None = None,
+        keep_going: bool = False,
+    ) -> FetchReport:
         """Bring the checkpoints the remote ``refs`` name (default: every ref) and all they
-        reach into this store; the tree is not touched."""
+        reach into this store; the tree is not touched.
+
+        A ref that is damaged or names damaged objects adds nothing and does not stop the
+        others: with ``keep_going`` it is a line of ``report.problems``, else the first such
+        problem is raised (CorruptError) once the sound refs are fetched."""
         from snapstore.remote import fetch
 
         cfg, t = self._connect(remote, empty_ok=not refs)
@@ -206,11 +222,17 @@ class RemotesMixin(GoingBackMixin):
             if not names:
                 names = _ref_names(t)
             for name in names:
-                report.refs.append(
-                    fetch.fetch_ref(self.backend, t, cfg, name, lock=self._lock.held, progress=progress)
-                )
+                try:
+                    report.refs.append(fetch.fetch_ref(
+                        self.backend, t, cfg, name, lock=self._lock.held, progress=progress,
+                        add=partial(fetch.add_bundle, excluded=self.excluded, keep_latest=True),
+                    ))
+                except CorruptError as exc:
+                    report.problems.append(exc.message)
         finally:
             report.requests = t.requests
+        if report.problems and not keep_going:
+            raise _first(report.problems)
         return report
 
     def _default_ref(self, t: CountingTransport) -> str:
@@ -230,7 +252,10 @@ class RemotesMixin(GoingBackMixin):
         report = FetchReport(cfg.name)
         try:
             name = ref or self._default_ref(t)
-            got = fetch.fetch_ref(self.backend, t, cfg, name, lock=self._lock.held, progress=progress)
+            got = fetch.fetch_ref(
+                self.backend, t, cfg, name, lock=self._lock.held, progress=progress,
+                add=partial(fetch.add_bundle, excluded=self.excluded),
+            )
             report.refs.append(got)
         finally:
             report.requests = t.requests
@@ -257,34 +282,54 @@ class RemotesMixin(GoingBackMixin):
         report = FetchReport(cfg.name)
         try:
             for name in _ref_names(t):
-                report.refs.append(fetch.fetch_ref(
-                    self.backend, t, cfg, name, lock=self._lock.held, add=filler.add_bundle
-                ))
+                try:
+                    report.refs.append(fetch.fetch_ref(
+                        self.backend, t, cfg, name, lock=self._lock.held, add=filler.add_bundle
+                    ))
+                except CorruptError as exc:  # the sound refs are browsed all the same
+                    report.problems.append(exc.message)
+                    self.notes.append(f"skipped: {exc.message}")  # type: ignore[attr-defined]
         finally:
             report.requests = t.requests
         return report
 
     # -- looking at a remote ------------------------------------------------------------------
 
-    def remote_ls(self, remote: str = "origin") -> list[dict[str, Any]]:
-        """The remote's refs: name, checkpoint, bundle, time, writer (one LIST, one GET each)."""
+    def remote_ls(self, remote: str = "origin", *, problems: list[str] | None = None) -> list[dict[str, Any]]:
+        """The remote's refs: name, checkpoint, bundle, time, writer (one LIST, one GET each).
+
+        A damaged ref is left out: with ``problems`` given it gets a line there, else the
+        first is raised (CorruptError) once every ref is read."""
         from snapstore.remote import refs
 
         _, t = self._connect(remote, empty_ok=True)
         out = []
+        bad: list[str] = [] if problems is None else problems
         for name in _ref_names(t):
-            ref, _ = refs.read(t, name)
+            try:
+                ref, _ = refs.read(t, name)
+            except CorruptError as exc:
+                bad.append(exc.message)
+                continue
             if ref is not None:
                 out.append({"ref": name, "checkpoint": ref.checkpoint.hex(), "bundle": ref.bundle,
                             "time_ns": ref.time_ns, "writer": ref.writer})
+        if bad and problems is None:
+            raise _first(bad)
         return out
 
     def remote_verify(self, remote: str = "origin", progress: Progress | None = None) -> RemoteVerifyReport:
         """Read and check everything published on the remote; the report lists every problem."""
-        from snapstore.remote import verify
+        from snapstore.remote import state, verify
 
-        _, t = self._connect(remote, empty_ok=True)
-        return verify.run(t, progress)
+        cfg, t = self._connect(remote, empty_ok=True)
+        with _scratch_store(self.store_dir) as scratch:
+            report = verify.run(t, progress, scratch)
+        if report.missing:  # the next push sends their data again instead of naming them
+            with self._lock.held(), self.backend.write() as batch:
+                for key in report.missing:
+                    state.put_lost(batch, cfg.rid, key)
+        return report
 
     def remote_gc(
         self, remote: str = "origin", *, dry_run: bool = False, grace_s: float | None = None,
@@ -312,6 +357,38 @@ class RemotesMixin(GoingBackMixin):
         return report
 
 
+@contextmanager
+def _scratch_store(store_dir: str | None) -> Iterator[Backend | None]:
+    """A throw-away on-disk store in the store directory (not a tmpfs: what it holds is the
+    size of the remote), removed after use; None for a store kept in memory."""
+    if store_dir is None:
+        yield None
+        return
+    import tempfile
+
+    from snapstore.storage.lmdb_backend import LmdbBackend
+
+    base = os.path.join(store_dir, CACHE_DIRNAME)
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    for entry in os.scandir(base):  # left by a verify killed a day ago or more
+        if entry.name.startswith("verify-") and entry.stat(follow_symlinks=False).st_mtime < time.time() - 86400:
+            shutil.rmtree(entry.path, ignore_errors=True)
+    path = tempfile.mkdtemp(prefix="verify-", dir=base)
+    try:
+        backend = LmdbBackend(path, create=True)
+        try:
+            yield backend
+        finally:
+            backend.close()
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _first(problems: list[str]) -> CorruptError:
+    more = f" (and {len(problems) - 1} more damaged refs)" if len(problems) > 1 else ""
+    return CorruptError(problems[0] + more)
+
+
 def _ref_names(t: CountingTransport) -> list[str]:
     """The names of the remote's refs (one LIST page per 1,000); keys no writer of ours could
     have made are skipped (remote verify reports damage, a listing is no place for it)."""
@@ -335,48 +412,3 @@ def cache_dirs(store_dir: str, cfg: RemoteConfig) -> tuple[str, str]:
     a cache is only read)."""
     base = os.path.join(store_dir, CACHE_DIRNAME, cfg.rid.hex())
     return os.path.join(base, "tree"), os.path.join(base, "store")
-
-
-def clone_into(
-    init: Callable[[str], RemotesMixin], url: str, directory: str | os.PathLike[str], *, ref: str | None = None,
-    name: str = "origin", endpoint: str | None = None, region: str | None = None, profile: str | None = None,
-    progress: Progress | None = None,
-) -> FetchReport:
-    """What :meth:`snapstore.Store.clone` does (``init`` makes the store: ``Store.init``).
-
-    ``directory`` (absent or empty) becomes a tree with a store; remote ref ``ref`` is fetched
-    from ``url`` into it and its checkpoint restored.  On failure, what was made is removed.
-    """
-    from snapstore.remote import state
-
-    target = os.path.abspath(os.fspath(directory))
-    if os.path.lexists(target) and (not os.path.isdir(target) or os.path.islink(target) or os.listdir(target)):
-        raise UsageError(f"{target} exists and is not an empty directory")
-    state.new_config(name, url, endpoint, region, profile)  # checks the arguments first
-    made = not os.path.exists(target)
-    try:
-        os.makedirs(target, exist_ok=True)
-    except OSError as exc:
-        from snapstore.errors import TreeIOError
-
-        raise TreeIOError(f"cannot create {target}: {exc.strerror}") from None
-    try:
-        store = init(target)
-        try:
-            store.remote_add(name, url, endpoint=endpoint, region=region, profile=profile)
-            report = store.pull(ref, remote=name, progress=progress)
-        finally:
-            store.close()  # type: ignore[attr-defined]  # (the Store's; a mixin has no close)
-    except BaseException:
-        if made:
-            shutil.rmtree(target, ignore_errors=True)
-        else:
-            for entry in os.listdir(target):
-                path = os.path.join(target, entry)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    os.unlink(path)
-        raise
-    report.directory = target
-    return report

@@ -337,3 +337,62 @@ def _check_journal(view: ReadView, report: VerifyReport) -> None:
         journal.parse(value)  # exactly what recovery reads: every field validated
     except CorruptError as exc:
         report.problems.append(Problem("journal", JOURNAL_KEY.decode(), str(exc)))
+
+
+def checkpoint_problems(view: ReadView, cid: bytes, packed: bytes, excluded: frozenset[bytes]) -> list[Problem]:
+    """What :func:`run` reports of checkpoint ``cid`` alone: its record, its manifest (the
+    path rules every restore applies), every file's stream and size, its conversation.
+
+    For a record that comes from outside (a fetch keeps it only if this is empty).  Its chunks
+    are taken as sound where they are stored: whoever stored them checked each against its id.
+    """
+    report = VerifyReport()
+    try:
+        cp = parse_record(cid, packed)
+    except CorruptError as exc:
+        return [Problem("checkpoint", cid.hex(), str(exc))]
+    sizes = _StoredSizes(view.get)
+    walked: dict[bytes, int] = {}
+
+    def check_stream(sid: bytes) -> str | None:
+        return _stream_problem(view.get, sid, sizes, walked, report.missing)  # type: ignore[arg-type]
+
+    def length(sid: bytes) -> int | None:
+        size = objects.stream_size(view.get, sid)
+        return sizes.get(sid) if size is None else size
+
+    _check_checkpoint(view.get, cp, check_stream, length, report, excluded)
+    return report.problems
+
+
+class _StoredSizes:
+    """The plain size of each stored chunk, read from its entry (or its value) on demand: the
+    ``sizes`` of :func:`_stream_problem` without re-reading every chunk."""
+
+    def __init__(self, get: Getter) -> None:
+        self._get = get
+        self._known: dict[bytes, int | None] = {}
+
+    def get(self, cid: bytes, default: int | None = None) -> int | None:
+        if cid not in self._known:
+            value = self._get("chunks", cid)
+            try:
+                if value is None:
+                    self._known[cid] = None
+                elif entries.is_entry(value):
+                    self._known[cid] = entries.parse(cid, value).size
+                else:
+                    self._known[cid] = len(objects.decode_chunk(cid, value))
+            except CorruptError:
+                self._known[cid] = None
+        size = self._known[cid]
+        return default if size is None else size
+
+    def __contains__(self, cid: object) -> bool:
+        return isinstance(cid, bytes) and self.get(cid) is not None
+
+    def __getitem__(self, cid: bytes) -> int:
+        size = self.get(cid)
+        if size is None:
+            raise KeyError(cid)
+        return size

@@ -27,8 +27,7 @@ last field, so the bundle ends with that pack's footer and tail (:func:`layout.e
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 import msgpack
 
@@ -54,8 +53,6 @@ TAIL_READ = 64 << 10
 #: Parsed footers kept in memory (a full pack's is ~1,000-5,000 tuples; the others are re-read
 #: from the cache's rows, never from the remote).
 FOOTERS_KEPT = 8
-
-T = TypeVar("T")
 
 
 class Footer(NamedTuple):
@@ -182,7 +179,7 @@ class Filler:
         keys = [k for k in keys if k not in self._read]
         if not keys:
             return False
-        for key, read in zip(keys, _map(self._read_footer, keys)):
+        for key, read in zip(keys, fetch.parallel_map(self._read_footer, keys)):
             footer = read.footer
             pending.put(state.TABLE, _footer_key(self.rid, key), msgpack.packb(
                 [footer.base, [[f.offset, f.length, [list(m) for m in f.members]] for f in footer.frames]],
@@ -309,15 +306,3 @@ class Filler:
 
 def _missing(key: str) -> CorruptError:
     return CorruptError(f"remote object {key} is missing (the browsed checkpoints need it); run 'snapstore remote verify'")
-
-
-def _map(read: Callable[[str], T], keys: list[str]) -> Iterator[T]:
-    """``read`` of each key, in order, :data:`fetch.READERS` at a time."""
-    if len(keys) < 2:
-        yield from map(read, keys)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=fetch.READERS, thread_name_prefix="snapstore-browse") as pool:
-        yield from pool.map(read, keys)
-

@@ -28,25 +28,76 @@ _NONE = (
 )
 
 
+#: The largest credentials file read (a real one is a few hundred bytes per profile).
+MAX_FILE = 1 << 20
+
+
+def _read_file(path: str) -> str:
+    """The text of the credentials file: a regular file only (a FIFO would block the open or
+    the read, a device never end), opened without blocking, read to at most MAX_FILE bytes."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(0, "it is not a regular file")
+        if st.st_size > MAX_FILE:
+            raise OSError(0, f"it is larger than {MAX_FILE} bytes")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, 64 << 10)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > MAX_FILE:
+                raise OSError(0, f"it is larger than {MAX_FILE} bytes")
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8")
+
+
+def _check_regular(path: str, what: str) -> None:
+    """UsageError unless ``path`` is a regular file of at most MAX_FILE bytes."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} ({path}): {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE:
+        raise UsageError(f"cannot read {what} ({path}): it is not a regular file of at most {MAX_FILE} bytes")
+
+
 def s3_credentials(profile: str | None) -> dict[str, str]:
     """The S3Store config entries that carry credentials (empty: leave it to obstore)."""
     env = os.environ
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
         return {}  # obstore reads these (and AWS_SESSION_TOKEN) itself
     if any(env.get(v) for v in _DELEGATED):
+        token_file = env.get("AWS_WEB_IDENTITY_TOKEN_FILE")
+        if token_file:
+            _check_regular(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE")  # obstore reads it itself
         return {}
     name = profile or env.get("AWS_PROFILE") or "default"
     path = env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.expanduser("~/.aws/credentials")
     parser = configparser.RawConfigParser()
     try:
-        with open(path, encoding="utf-8") as f:
-            parser.read_file(f)
+        parser.read_string(_read_file(path), path)
     except FileNotFoundError:
         if profile:
             raise UsageError(f"no AWS credentials file ({path}) for the profile {profile!r}") from None
         raise UsageError(_NONE) from None
-    except (OSError, configparser.Error, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read the AWS credentials file {path}: {exc}") from None
+    except configparser.Error as exc:
+        # Never the parser's message: it quotes the offending line, which may hold a key.
+        line = getattr(exc, "lineno", None)
+        where = f" (line {line})" if line else ""
+        raise UsageError(f"cannot read the AWS credentials file {path}: it is not an INI file{where}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"cannot read the AWS credentials file {path}: it is not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read the AWS credentials file {path}: {exc.strerror or exc}") from None
     if not parser.has_section(name):
         if profile:
             raise UsageError(f"no profile {profile!r} in {path}")

@@ -68,7 +68,7 @@ def probe(transport: Transport) -> DoctorReport:
 def ensure_config(transport: Transport, now_ns: int, *, create: bool) -> bytes:
     """The remote's id from its ``config``; with ``create``, written create-only when the remote
     is new (else RefError: nothing was ever pushed there)."""
-    got = transport.get(layout.CONFIG_KEY)
+    got = transport.get(layout.CONFIG_KEY, layout.MAX_CONFIG)
     if got is None and not create:
         from snapstore.errors import RefError
 
@@ -77,7 +77,7 @@ def ensure_config(transport: Transport, now_ns: int, *, create: bool) -> bytes:
         rid = os.urandom(16)
         if transport.put_create(layout.CONFIG_KEY, layout.encode_config(rid, now_ns)) is not None:
             return rid
-        got = transport.get(layout.CONFIG_KEY)  # another client made it first
+        got = transport.get(layout.CONFIG_KEY, layout.MAX_CONFIG)  # another client made it first
         if got is None:
             raise RemoteError("the remote's config vanished while it was being written")
     return layout.parse_config(got.body)

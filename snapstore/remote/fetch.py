@@ -11,20 +11,29 @@ unchanged); the tree is never touched (``pull`` restores through the journaled r
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 from snapstore.errors import CorruptError, RefError
-from snapstore.records.checkpoint import PATHS_INDEX_META, next_seq, parse_record, write_rows
+from snapstore.records.checkpoint import (
+    PATHS_INDEX_META,
+    Checkpoint,
+    key_seq,
+    next_seq,
+    parse_record,
+    write_rows,
+)
 from snapstore.remote import closure, layout, refs, state
 from snapstore.remote.state import RemoteConfig
 from snapstore.remote.transport import Transport
 from snapstore.storage import packs
-from snapstore.storage.backend import Backend, WriteBatch
+from snapstore.storage.backend import Backend, ReadView, WriteBatch
 from snapstore.storage.entries import CODEC_ZSTD
 
+T = TypeVar("T")
 Lock = Callable[[], AbstractContextManager[None]]
 Progress = Callable[[int, int], None]
 
@@ -101,6 +110,7 @@ def store_object(backend: Backend, cfg: RemoteConfig, lock: Lock, key: str, pack
             for rid, _ in pack.conversations:
                 state.put_known(batch, cfg.rid, state.KIND_CONV, rid, key)
         state.put_imported(batch, cfg.rid, key)
+        state.put_seen(batch, cfg.rid, key, time.time_ns())
 
 
 def fetch_ref(
@@ -136,9 +146,14 @@ def fetch_ref(
 
 def add_bundle(
     backend: Backend, transport: Transport, cfg: RemoteConfig, bundle: layout.Bundle, *, lock: Lock,
-    out: FetchedRef, progress: Progress | None = None,
+    out: FetchedRef, progress: Progress | None = None, excluded: frozenset[bytes] = frozenset(),
+    keep_latest: bool = False,
 ) -> None:
-    """Import what ``bundle``'s checkpoints need, then the checkpoints themselves."""
+    """Import what ``bundle``'s checkpoints need, then the checkpoints themselves, each only
+    if the store's own ``verify`` would find nothing wrong with it (``excluded``: the store's
+    paths in the tree).  With ``keep_latest`` they go into the log before the store's newest
+    checkpoint, which stays ``latest`` and the parent of the next snapshot (a fetch; a pull
+    means to move on to what it fetched)."""
     if bundle.inline is not None:
         store_object(backend, cfg, lock, bundle.key, bundle.inline)
     todo = [k for k in bundle.needs if not state.imported(backend, cfg.rid, k)]
@@ -160,45 +175,112 @@ def add_bundle(
         # Something imported earlier was removed locally since (gc): read every object again.
         todo = list(bundle.needs)
     _check_manifest_names(backend, bundle)
+    _check_like_local(backend, bundle, excluded)
     with lock(), backend.write() as batch:
-        add_checkpoints(batch, bundle, out)
+        add_checkpoints(batch, bundle, out, keep_latest=keep_latest)
 
 
-def add_checkpoints(batch: WriteBatch, bundle: layout.Bundle, out: FetchedRef) -> None:
-    """Append ``bundle``'s checkpoint records the store lacks to its log (in ``batch``)."""
+def _check_like_local(backend: Backend, bundle: layout.Bundle, excluded: frozenset[bytes]) -> None:
+    """Refuse the bundle (CorruptError, nothing of it kept) when a checkpoint it brings would
+    be damage to the store's own ``verify``: a manifest entry ``../x``, an absolute path or one
+    in the store, a file whose stream does not hold its size (git's ``fsckObjects``)."""
+    from snapstore.ops.verify import checkpoint_problems
+
+    with backend.read() as view:
+        for cid, rec in bundle.checkpoints:
+            if view.get("checkpoints", cid) is not None:
+                continue
+            problems = checkpoint_problems(view, cid, rec, excluded)
+            if problems:
+                raise CorruptError(
+                    f"remote object {bundle.key} names checkpoint {cid.hex()}, which this store would call "
+                    f"damaged ({problems[0]}); nothing of it was kept"
+                )
+
+
+def add_checkpoints(batch: WriteBatch, bundle: layout.Bundle, out: FetchedRef, *, keep_latest: bool = False) -> None:
+    """Add ``bundle``'s checkpoint records the store lacks to its log (in ``batch``): at its
+    end, or with ``keep_latest`` before its newest checkpoint (see :func:`add_bundle`)."""
+    new = [(cid, rec) for cid, rec in bundle.checkpoints if batch.get("checkpoints", cid) is None]
+    if not new:
+        return
     with batch.reading() as view:
         last = next(iter(view.items("log", reverse=True)), None)
-    seq = next_seq(last[0] if last is not None else None)
-    added = False
-    for cid, rec in bundle.checkpoints:
-        if batch.get("checkpoints", cid) is not None:
-            continue
-        cp = parse_record(cid, rec)
-        write_rows(batch, cid, rec, seq, cp.task, [])
+        lifted = _lift_newest(view, batch) if keep_latest else []
+    seq = key_seq(lifted[0][0]) if lifted else next_seq(last[0] if last is not None else None)
+    for cid, rec in new:
+        write_rows(batch, cid, rec, seq, parse_record(cid, rec).task, [])
         seq += 1
-        added = True
         out.new_checkpoints.append(cid.hex())
-    if added:
-        # The path index lists changes between log neighbours: rebuilt by the next snapshot.
-        batch.delete("meta", PATHS_INDEX_META)
+    for _, cid, rec, task in lifted:
+        write_rows(batch, cid, rec, seq, task, [])  # (tags name ids: they stay as they are)
+        seq += 1
+    # The path index lists changes between log neighbours: rebuilt by the next snapshot.
+    batch.delete("meta", PATHS_INDEX_META)
+
+
+def _lift_newest(view: ReadView, batch: WriteBatch) -> list[tuple[bytes, bytes, bytes, str | None]]:
+    """Take the store's newest checkpoint (and the safety checkpoints after it) out of the log
+    and its indexes; ``(log key, id, record, task)`` of each, oldest first, to put back after
+    what a fetch adds."""
+    from snapstore.ops import pathlog
+    from snapstore.records.checkpoint import SAFETY, path_prefix, task_key
+
+    rows: list[tuple[bytes, bytes, bytes, Checkpoint | None]] = []  # newest first
+    before: bytes | None = None  # the manifest of the checkpoint logged before them
+    for key, cid in view.items("log", reverse=True):
+        rec = view.get("checkpoints", cid)
+        cp = _parsed(cid, rec)
+        if rows and (rows[-1][3] is None or rows[-1][3].kind != SAFETY):
+            before = cp.manifest if cp is not None else None
+            break
+        if rec is None:  # a log entry that names nothing stays where it is
+            break
+        rows.append((key, cid, rec, cp))
+    rows.reverse()
+    for key, _, _, cp in rows:
+        batch.delete("log", key)
+        if cp is None:
+            continue
+        if cp.task is not None:
+            batch.delete("tasks", task_key(cp.task, key_seq(key)))
+        try:  # its path-index rows carry its old number (the next snapshot indexes it again)
+            for path in pathlog.changed(view.get, before, cp.manifest):
+                batch.delete("paths", path_prefix(path) + key)
+        except CorruptError:
+            pass
+        before = cp.manifest
+    return [(key, cid, rec, cp.task if cp is not None else None) for key, cid, rec, cp in rows]
+
+
+def _parsed(cid: bytes, rec: bytes | None) -> Checkpoint | None:
+    try:
+        return parse_record(cid, rec) if rec is not None else None
+    except CorruptError:
+        return None
 
 
 def _read_many(transport: Transport, keys: list[str], needed_by: str) -> Iterator[tuple[layout.Pack | None, int]]:
     """:func:`read_object` of each key, in order, :data:`READERS` requests in flight (the
     latency of a remote engine, not its bandwidth, bounds a clone of many small objects)."""
+    return parallel_map(lambda key: read_object(transport, key, needed_by), keys)
+
+
+def parallel_map(call: Callable[[str], T], keys: list[str]) -> Iterator[T]:
+    """``call`` of each key, results in order, :data:`READERS` at a time; at most READERS
+    results are held ahead of the consumer (each may be a whole object)."""
     if len(keys) < 2:
-        for key in keys:
-            yield read_object(transport, key, needed_by)
+        yield from map(call, keys)
         return
     from concurrent.futures import ThreadPoolExecutor
 
     pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="snapstore-fetch")
     try:
-        pending = deque(pool.submit(read_object, transport, key, needed_by) for key in keys[:READERS])
+        pending = deque(pool.submit(call, key) for key in keys[:READERS])
         for i in range(len(keys)):
             result = pending.popleft().result()
             if i + READERS < len(keys):
-                pending.append(pool.submit(read_object, transport, keys[i + READERS], needed_by))
+                pending.append(pool.submit(call, keys[i + READERS]))
             yield result
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

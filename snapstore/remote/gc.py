@@ -25,13 +25,15 @@ from typing import Any
 import msgpack
 
 from snapstore.errors import CorruptError, RemoteError
-from snapstore.remote import layout
+from snapstore.remote import layout, wire
 from snapstore.remote.transport import Transport
 
 PLAN_KEY = "gc/plan"
 CLOCK_KEY = "gc/clock"
 #: Default grace period: covers pushes in flight (at most PUSH_WINDOW), clock skew, LIST lag.
 GRACE = 24 * 3600
+#: The largest plan read (about 100 bytes per condemned object).
+MAX_PLAN = 64 << 20
 #: Default time between condemning a pack and deleting it (bundles published meanwhile rescue it).
 WINDOW = 3600
 
@@ -55,27 +57,56 @@ class RemoteGcReport:
 def server_now_ns(transport: Transport) -> int:
     """The engine's clock: the modification time of an object written just now (read back
     by a GET, read-after-write consistent, not by a listing, which may lag)."""
-    got = transport.get(CLOCK_KEY)
+    got = transport.get(CLOCK_KEY, 1024)
     body = os.urandom(8)  # a new ETag each time (see run)
     if got is None:
         transport.put_create(CLOCK_KEY, body)
     else:
         transport.put_update(CLOCK_KEY, body, got.etag)  # (a lost race wrote it just as well)
-    got = transport.get(CLOCK_KEY)
+    got = transport.get(CLOCK_KEY, 1024)
     if got is None or not got.mtime_ns:
         raise RemoteError("the engine gives no modification time for an object just written (gc needs its clock)")
     return got.mtime_ns
 
 
 def _load_plan(transport: Transport) -> tuple[dict[str, int], str | None]:
-    got = transport.get(PLAN_KEY)
+    got = transport.get(PLAN_KEY, MAX_PLAN)
     if got is None:
         return {}, None
     try:
-        plan = msgpack.unpackb(got.body, raw=False)
-        return {str(k): int(v) for k, v in plan["condemned"].items()}, got.etag
-    except (KeyError, ValueError, TypeError, AttributeError, msgpack.UnpackException) as exc:
+        return _read_plan(got.body), got.etag
+    except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptError(f"remote object {PLAN_KEY} is corrupt ({exc}); remove it to start gc afresh") from None
+
+
+def _read_plan(body: bytes) -> dict[str, int]:
+    """The condemned keys of a plan, each checked as it is read (:class:`wire.Reader`)."""
+    r = wire.Reader(body)
+    condemned: dict[str, int] | None = None
+    for _ in range(r.map()):
+        field = r.str_(32)
+        if field == "condemned" and condemned is None:
+            condemned = {}
+            for _ in range(r.map()):
+                key = r.str_(layout.MAX_KEY)
+                if not (layout.is_data_key(key) and key.startswith("packs/")) and not _is_probe_key(key):
+                    raise ValueError(f"it condemns {key!r}, which gc never deletes")
+                condemned[key] = r.int_()
+        elif field == "time_ns":
+            r.int_()
+        elif field == "nonce":
+            r.bytes_(64)
+        else:
+            raise ValueError(f"unexpected field {field!r}")
+    r.done()
+    if condemned is None:
+        raise KeyError("condemned")
+    return condemned
+
+
+def _is_probe_key(key: str) -> bool:
+    parts = key.split("/")
+    return len(parts) == 2 and parts[0] == "doctor" and parts[1] not in ("", ".", "..")
 
 
 def live_packs(transport: Transport, report: RemoteGcReport) -> set[str]:

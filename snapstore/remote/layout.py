@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgpack
 
 from snapstore.errors import CorruptError
-from snapstore.records import conversation
+from snapstore.records import conversation, schema
 from snapstore.records.checkpoint import parse_record
-from snapstore.remote.names import decode_name, encode_name
+from snapstore.remote import wire
+from snapstore.remote.names import MAX_NAME, decode_name, encode_name
 from snapstore.storage import entries, objects
 from snapstore.storage.chunker import PARAMS
 from snapstore.storage.objects import chunk_id
@@ -46,6 +47,14 @@ INLINE_MAX = 1 << 20
 MAX_OBJECT = 256 << 20
 #: Records of one kind in one footer, at most (bounds what a hostile footer makes us allocate).
 MAX_RECORDS = 1 << 22
+#: The largest ref and config objects (a ref is ~150 bytes, the config ~200): a larger one is
+#: refused before it is read.
+MAX_REF = 4 << 10
+MAX_CONFIG = 4 << 10
+#: Containers and elements a checkpoint record may hold (its metadata's limit, and the rest).
+RECORD_ITEMS = schema.MAX_METADATA_ITEMS + 4096
+#: The longest object key a bundle or ref may name.
+MAX_KEY = 1024
 
 
 def pack_key(name: bytes) -> str:
@@ -59,10 +68,19 @@ def ref_key(ns: str) -> str:
 
 
 def ref_name(key: str) -> str:
-    """The ref name of a ``refs/<ns>`` key (ValueError when it is not one)."""
+    """The ref name of a ``refs/<ns>`` key; ValueError when it is not one, or not the key
+    :func:`ref_key` makes of that name (``refs/%41``, ``refs/.hidden``: no writer of ours made
+    it, and reading the ref by its name would read another key)."""
     if not key.startswith("refs/") or "/" in key[5:]:
         raise ValueError(key)
-    return decode_name(key[5:])
+    name = decode_name(key[5:])
+    try:
+        canonical = ref_key(name)
+    except Exception:  # UsageError: empty, too long
+        raise ValueError(key) from None
+    if canonical != key:
+        raise ValueError(key)
+    return name
 
 
 def bundle_key(ns: str, time_ns: int, writer: str, body: bytes) -> str:
@@ -123,7 +141,7 @@ def parse_pack(what: str, body: bytes, name: bytes | None) -> Pack:
         raise bad("not a pack")
     flen = footer_length(what, body[-_TAIL.size :], len(body))
     end = len(body) - _TAIL.size
-    frames, streams, convs = parse_footer(what, body[end - flen : end], end - flen)
+    frames, streams, convs = parse_footer(what, memoryview(body)[end - flen : end], end - flen)
     return Pack(body, frames, streams, convs)
 
 
@@ -144,7 +162,7 @@ def footer_length(what: str, tail: bytes, size: int) -> int:
 
 
 def parse_footer(
-    what: str, footer: bytes, data_end: int
+    what: str, footer: bytes | memoryview, data_end: int
 ) -> tuple[list[PackFrame], list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
     """Parse and check a pack's footer: its frames (each within ``[magic + nonce, data_end)``
     and with a sound chunk list) and its records (schema).  CorruptError naming ``what``."""
@@ -152,31 +170,78 @@ def parse_footer(
         return CorruptError(f"remote object {what} is corrupt ({why})")
 
     try:
-        doc = msgpack.unpackb(footer, raw=False, max_bin_len=MAX_OBJECT)
-        frames = [
-            PackFrame(int(off), int(length), [(bytes(c), int(o), int(s)) for c, o, s in members])
-            for off, length, members in doc["frames"]
-        ]
-        streams = [(bytes(k), bytes(v)) for k, v in doc["streams"]]
-        convs = [(bytes(k), bytes(v)) for k, v in doc["conversations"]]
-    except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise bad(f"damaged footer: {exc}") from None
-    if len(streams) > MAX_RECORDS or len(convs) > MAX_RECORDS:
-        raise bad("too many records")
-    for f in frames:
-        if f.offset < len(PACK_MAGIC) + NONCE or f.length <= 0 or f.offset + f.length > data_end:
-            raise bad("a frame lies outside the pack")
-        total = sum(s for _, _, s in f.members)
-        if total > entries.MAX_FRAME_BYTES or any(s < 0 or o < 0 or o + s > total for _, o, s in f.members):
-            raise bad("a frame's chunk list is damaged")
-    try:
-        for sid, rec in streams:
-            objects.parse_stream_record(sid, rec)
-        for rid, rec in convs:
-            conversation.parse_record(rid, rec)
+        frames, streams, convs = _read_footer(footer, data_end)
     except CorruptError as exc:
         raise bad(exc.message) from None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise bad(f"damaged footer: {exc}") from None
     return frames, streams, convs
+
+
+#: Longest stream record (``[size, height, root]``: about 45 bytes).
+MAX_STREAM_RECORD = 64
+
+
+def _read_footer(
+    footer: bytes | memoryview, data_end: int
+) -> tuple[list[PackFrame], list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
+    """The footer's fields, each element checked as it is read (:class:`wire.Reader`)."""
+    r = wire.Reader(footer)
+    frames: list[PackFrame] = []
+    records: dict[str, list[tuple[bytes, bytes]]] = {}
+    for _ in range(r.map()):
+        field = r.str_(32)
+        if field == "frames" and not frames:
+            for _ in range(r.array()):
+                frames.append(_read_frame(r, data_end))
+        elif field in ("streams", "conversations") and field not in records:
+            out = records[field] = []
+            for _ in range(r.array()):
+                if len(out) >= MAX_RECORDS:
+                    raise ValueError("too many records")
+                r.pair()
+                rid = _id(r)
+                rec = r.bytes_(MAX_STREAM_RECORD if field == "streams" else None)
+                if field == "streams":
+                    objects.parse_stream_record(rid, rec)
+                else:
+                    wire.unpack(rec)  # bounded first: the record's own parser decodes it freely
+                    conversation.parse_record(rid, rec)
+                out.append((rid, rec))
+        else:
+            raise ValueError(f"unexpected field {field!r}")
+    r.done()
+    if len(records) != 2:
+        raise ValueError("a field is missing")
+    return frames, records["streams"], records["conversations"]
+
+
+def _id(r: wire.Reader) -> bytes:
+    v = r.bytes_(32)
+    if len(v) != 32:
+        raise ValueError("an id is not 32 bytes")
+    return v
+
+
+def _read_frame(r: wire.Reader, data_end: int) -> PackFrame:
+    if r.array() != 3:
+        raise ValueError("a frame is not [offset, length, chunks]")
+    offset, length = r.int_(), r.int_()
+    if offset < len(PACK_MAGIC) + NONCE or length <= 0 or offset + length > data_end:
+        raise CorruptError("a frame lies outside the pack")
+    members = []
+    total = 0
+    for _ in range(r.array()):
+        if r.array() != 3:
+            raise ValueError("a chunk is not [id, offset, size]")
+        cid, o, s = _id(r), r.int_(), r.int_()
+        total += s
+        if s < 0 or o < 0 or total > entries.MAX_FRAME_BYTES:
+            raise CorruptError("a frame's chunk list is damaged")
+        members.append((cid, o, s))
+    if not members or any(o + s > total for _, o, s in members):
+        raise CorruptError("a frame's chunk list is damaged")
+    return PackFrame(offset, length, members)
 
 
 def frame_chunks(what: str, pack: Pack, frame: PackFrame) -> list[tuple[bytes, bytes]]:
@@ -242,27 +307,50 @@ def parse_bundle(key: str, body: bytes) -> Bundle:
     if not body.startswith(BUNDLE_MAGIC):
         raise bad("not a bundle")
     try:
-        doc = msgpack.unpackb(body[len(BUNDLE_MAGIC) :], raw=False, max_bin_len=MAX_OBJECT)
-        if doc["v"] != FORMAT:
-            raise ValueError(f"unknown bundle version {doc['v']!r}")
-        ns, writer, time_ns = str(doc["ns"]), str(doc["writer"]), int(doc["time_ns"])
-        cps = [(bytes(k), bytes(v)) for k, v in doc["checkpoints"]]
-        needs = [str(n) for n in doc["needs"]]
-        inline = doc["inline"]
-        if inline is not None and not isinstance(inline, bytes):
-            raise ValueError("bad inline pack")
-    except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise bad(f"damaged: {exc}") from None
-    try:
-        for cid, rec in cps:
-            parse_record(cid, rec)
+        ns, writer, time_ns, cps, needs, inline = _read_bundle(body)
     except CorruptError as exc:
         raise bad(exc.message) from None
-    for n in needs:
-        if not is_data_key(n):
-            raise bad(f"it names {n!r}, not a pack or bundle")
+    except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise bad(f"damaged: {exc}") from None
     pack = parse_pack(key, inline, None) if inline is not None else None
     return Bundle(key, ns, writer, time_ns, cps, needs, pack)
+
+
+def _read_bundle(body: bytes) -> tuple[str, str, int, list[tuple[bytes, bytes]], list[str], bytes | None]:
+    """A bundle's fields, each element checked as it is read (:class:`wire.Reader`)."""
+    r = wire.Reader(memoryview(body)[len(BUNDLE_MAGIC) :])
+    doc: dict[str, Any] = {}
+    for _ in range(r.map()):
+        field = r.str_(32)
+        if field in doc:
+            raise ValueError(f"the field {field!r} appears twice")
+        if field in ("v", "time_ns"):
+            doc[field] = r.int_()
+        elif field in ("ns", "writer"):
+            doc[field] = r.str_(MAX_NAME)
+        elif field == "inline":
+            doc[field] = r.optional_bytes()
+        elif field == "needs":
+            doc[field] = needs = []
+            for _ in range(r.array()):
+                need = r.str_(MAX_KEY)
+                if not is_data_key(need):
+                    raise CorruptError(f"it names {need!r}, not a pack or bundle")
+                needs.append(need)
+        elif field == "checkpoints":
+            doc[field] = cps = []
+            for _ in range(r.array()):
+                r.pair()
+                cid, rec = _id(r), r.bytes_()
+                wire.unpack(rec, items=RECORD_ITEMS)  # bounded first: parse_record decodes it freely
+                parse_record(cid, rec)
+                cps.append((cid, rec))
+        else:
+            raise ValueError(f"unexpected field {field!r}")
+    r.done()
+    if doc.get("v") != FORMAT:
+        raise ValueError(f"unknown bundle version {doc.get('v')!r}")
+    return doc["ns"], doc["writer"], doc["time_ns"], doc["checkpoints"], doc["needs"], doc["inline"]
 
 
 def is_data_key(key: str) -> bool:
@@ -306,12 +394,21 @@ def encode_ref(ref: Ref) -> bytes:
 
 def parse_ref(key: str, body: bytes) -> Ref:
     try:
-        doc = msgpack.unpackb(body, raw=False)
-        cp = bytes(doc["checkpoint"])
-        bundle = str(doc["bundle"])
-        if doc["v"] != FORMAT or len(cp) != 32 or not bundle.startswith("log/") or not is_data_key(bundle):
+        if len(body) > MAX_REF:
+            raise ValueError(f"{len(body)} bytes, more than a ref holds ({MAX_REF})")
+        doc = wire.unpack(body)
+        if not isinstance(doc, dict):
+            raise ValueError("not a map")
+        cp = doc["checkpoint"]
+        bundle = doc["bundle"]
+        writer, time_ns = doc["writer"], doc["time_ns"]
+        if (
+            doc["v"] != FORMAT or not isinstance(cp, bytes) or len(cp) != 32 or not isinstance(bundle, str)
+            or not bundle.startswith("log/") or not is_data_key(bundle) or not isinstance(writer, str)
+            or type(time_ns) is not int
+        ):
             raise ValueError("bad fields")
-        return Ref(cp, bundle, int(doc["time_ns"]), str(doc["writer"]))
+        return Ref(cp, bundle, time_ns, writer)
     except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptError(f"remote object {key} is corrupt (damaged ref: {exc})") from None
 
@@ -327,12 +424,16 @@ def parse_config(body: bytes) -> bytes:
     from snapstore.errors import FormatVersionError
 
     try:
-        doc = msgpack.unpackb(body, raw=False, strict_map_key=False)
-        fmt, params, rid = doc["format"], doc["chunker"], bytes(doc["id"])
+        if len(body) > MAX_CONFIG:
+            raise ValueError(f"{len(body)} bytes, more than a config holds ({MAX_CONFIG})")
+        doc = wire.unpack(body, strict_map_key=False)
+        fmt, params, rid = doc["format"], doc["chunker"], doc["id"]
+        if not isinstance(rid, bytes) or not 8 <= len(rid) <= 64:
+            raise ValueError("bad id")
     except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptError(f"remote object {CONFIG_KEY} is corrupt ({exc})") from None
     if fmt != FORMAT:
-        raise FormatVersionError(f"the remote has format {fmt!r}; this snapstore reads format {FORMAT}")
+        raise FormatVersionError(f"the remote has format {fmt!r:.40}; this snapstore reads format {FORMAT}")
     if params != PARAMS:
         raise FormatVersionError("the remote was written with other chunker parameters")
     return rid

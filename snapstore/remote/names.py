@@ -23,20 +23,32 @@ class RemoteURL(NamedTuple):
         return f"{self.scheme}://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
 
 
+def shown(url: str) -> str:
+    """``url`` as a refusal may quote it: not at all when it may carry a credential (a user
+    name or password, a query string such as a presigned signature, a ``KEY:SECRET`` pair
+    mistyped anywhere), else quoted with its control characters escaped."""
+    rest = url.partition("://")[2] or url
+    if any(c in rest for c in "@:?#=") or len(url) > 200:
+        return "(not shown: it may hold a credential)"
+    return repr(url)
+
+
 def parse_url(url: str) -> RemoteURL:
     """Parse ``s3://bucket[/prefix]`` (or ``memory://name[/prefix]``); UsageError otherwise."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("s3", "memory"):
-        raise UsageError(f"not a remote URL: {url!r} (expected s3://bucket/prefix)")
+        raise UsageError(f"not a remote URL: {shown(url)} (expected s3://bucket/prefix)")
     bucket, _, prefix = rest.partition("/")
     prefix = prefix.strip("/")
-    if not bucket or any(c in bucket for c in " ?#\\"):
-        raise UsageError(f"not a remote URL: {url!r} (no bucket name)")
-    if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
-        raise UsageError(f"not a remote URL: {url!r} (empty, '.' or '..' in the prefix)")
-    if "@" in bucket or ":" in bucket:
+    if "@" in rest or ":" in bucket:
         # s3://KEY:SECRET@bucket would put a credential in the store: never accepted.
         raise UsageError("credentials never go in a remote URL: use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile")
+    if any(c in rest for c in "?#"):
+        raise UsageError(f"not a remote URL: {shown(url)} (a query or fragment: a remote URL is s3://bucket/prefix)")
+    if not bucket or any(c in bucket for c in " \\"):
+        raise UsageError(f"not a remote URL: {shown(url)} (no bucket name)")
+    if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
+        raise UsageError(f"not a remote URL: {shown(url)} (empty, '.' or '..' in the prefix)")
     return RemoteURL(scheme, bucket, prefix)
 
 

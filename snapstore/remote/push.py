@@ -36,6 +36,10 @@ READ_STEP = 32 << 20
 #: Longest time from a push's first pack upload to its bundle: past it the push stops (its packs
 #: may already be gc candidates, see :mod:`snapstore.remote.gc`, whose grace is longer).
 PUSH_WINDOW = 6 * 3600
+#: Seconds a remote object this store wrote, read or HEADed counts as still there: a push
+#: HEADs every object it reuses that was not seen for longer, before its bundle names it
+#: (``remote verify`` marks what it finds missing at once).
+CONFIRM_AGE = 3600
 #: Most bundles (with inline data) a push lets its checkpoints need before gathering their
 #: data into one pack: bounds the objects a clone reads whatever the length of the history.
 MAX_SPREAD = 24
@@ -163,6 +167,46 @@ class _Packer:
         return key
 
 
+def _plan(backend: Backend, cfg: RemoteConfig, records: list[tuple[bytes, bytes]], report: PushReport) -> _Plan:
+    # Manifest chunks an earlier push recorded need no walk: their entries' closure is in the
+    # objects listed (an incremental push walks only the chunks its changes touched).
+    with backend.read() as view:
+        leaves = closure.manifest_leaves(view.get, records)
+    leaf_rows = state.leaf_objects(backend, cfg.rid, leaves)
+    plan = _Plan(backend, cfg, records, leaf_rows)
+    if len(plan.spread()) > MAX_SPREAD:
+        # Small pushes leave their data inline in their bundles, so the checkpoints of a long
+        # history need more and more bundles (a clone reads each).  Past MAX_SPREAD, this push
+        # gathers what its checkpoints hold in those bundles into a fresh pack: a reader then
+        # needs at most MAX_SPREAD + its packs.  Only chunks these checkpoints reach are sent.
+        if leaf_rows:
+            plan = _Plan(backend, cfg, records, {})  # every entry walked: all that is scattered
+        plan.drop(plan.spread())
+        report.gathered = True
+    return plan
+
+
+def _lost_among(backend: Backend, transport: Transport, cfg: RemoteConfig, keys: set[str], lock: Lock) -> set[str]:
+    """Which of the remote objects ``keys`` a bundle is about to name are gone.
+
+    Each not seen on the remote for :data:`CONFIRM_AGE` is HEADed first (in parallel); what
+    is missing is marked lost (:func:`state.put_lost`), so no later push counts on it."""
+    from snapstore.remote.fetch import parallel_map
+
+    now = time.time_ns()
+    stale = state.unseen_since(backend, cfg.rid, sorted(keys), now - int(CONFIRM_AGE * 1e9))
+    if not stale:
+        return set()
+    found = list(parallel_map(transport.head, stale))
+    with lock(), backend.write() as batch:
+        for key, meta in zip(stale, found):
+            if meta is None:
+                state.put_lost(batch, cfg.rid, key)
+            else:
+                state.put_seen(batch, cfg.rid, key, now)
+    return {key for key, meta in zip(stale, found) if meta is None}
+
+
 def run(
     backend: Backend,
     transport: Transport,
@@ -180,21 +224,14 @@ def run(
     """Push the checkpoints ``records`` (``(id, record)``, oldest first) to namespace ``ns``."""
     report = PushReport(cfg.name, ns)
     report.checkpoints = [cid.hex() for cid, _ in records]
-    # Manifest chunks an earlier push recorded need no walk: their entries' closure is in the
-    # objects listed (an incremental push walks only the chunks its changes touched).
-    with backend.read() as view:
-        leaves = closure.manifest_leaves(view.get, records)
-    leaf_rows = state.leaf_objects(backend, cfg.rid, leaves)
-    plan = _Plan(backend, cfg, records, leaf_rows)
-    if len(plan.spread()) > MAX_SPREAD:
-        # Small pushes leave their data inline in their bundles, so the checkpoints of a long
-        # history need more and more bundles (a clone reads each).  Past MAX_SPREAD, this push
-        # gathers what its checkpoints hold in those bundles into a fresh pack: a reader then
-        # needs at most MAX_SPREAD + its packs.  Only chunks these checkpoints reach are sent.
-        if leaf_rows:
-            plan = _Plan(backend, cfg, records, {})  # every entry walked: all that is scattered
-        plan.drop(plan.spread())
-        report.gathered = True
+    plan = _plan(backend, cfg, records, report)
+    for _ in range(3):  # (a recomputed plan may name objects not checked yet)
+        if not _lost_among(backend, transport, cfg, plan.objects(), lock):
+            break
+        # Objects this store counted on are gone from the remote: their data goes in this push.
+        plan = _plan(backend, cfg, records, report)
+    else:
+        raise RemoteError("objects of the remote keep disappearing during the push: run 'snapstore remote verify'")
     need, known_chunks, known_streams, known_convs = plan.need, plan.chunks, plan.streams, plan.convs
     new_chunks = [c for c in need.chunks if c not in known_chunks]
     report.chunks_new, report.chunks_known = len(new_chunks), len(known_chunks)
@@ -240,6 +277,8 @@ def run(
         return known_streams.get(sid) or (records_at if sid in need.streams else None)
 
     with lock(), backend.write() as batch:
+        for written in [*uploaded, key]:
+            state.put_seen(batch, cfg.rid, written, now)
         for cid in new_chunks:
             state.put_known(batch, cfg.rid, state.KIND_CHUNK, cid, chunk_at(cid))
         for sid, _ in new_streams:

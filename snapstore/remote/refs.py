@@ -32,7 +32,7 @@ class RefMove(NamedTuple):
 
 def read(transport: Transport, name: str) -> tuple[layout.Ref | None, str]:
     key = layout.ref_key(name)
-    got = transport.get(key)
+    got = transport.get(key, layout.MAX_REF)
     if got is None:
         return None, ""
     return layout.parse_ref(key, got.body), got.etag

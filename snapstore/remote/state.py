@@ -11,6 +11,8 @@
 | ``f`` + rid + object key | msgpack ``[base, [[offset, length, [[chunk id, offset, size]...]]...]]``: the frames of that object's pack (read once; ``base`` is where the pack starts in the object) |
 | ``l`` + rid + chunk id | msgpack ``[object key, frame number]``: where browsing reads that chunk |
 | ``u`` + rid + manifest id | a stream record read for that manifest id that does not name it by its tree: kept apart until the manifest's content proves it (browsing) |
+| ``h`` + rid + object key | 8-byte time (ns, this machine's clock) the object was last seen on the remote: written, read, or HEADed by a push |
+| ``x`` + rid + object key | empty: the object is lost from the remote (a push's HEAD or ``remote verify`` found it missing); ``k`` and ``m`` rows naming it are ignored |
 
 ``rid`` is 8 random bytes given at ``remote add``; removing the remote removes its rows.
 Credentials are never stored (see :mod:`snapstore.remote.credentials`).
@@ -26,7 +28,7 @@ import msgpack
 
 from snapstore.errors import CorruptError, UsageError
 from snapstore.remote.layout import is_data_key
-from snapstore.remote.names import RemoteURL, parse_url
+from snapstore.remote.names import RemoteURL, parse_url, shown
 from snapstore.storage.backend import Backend, WriteBatch
 
 TABLE = "remotes"
@@ -97,7 +99,7 @@ def new_config(name: str, url: str, endpoint: str | None, region: str | None, pr
     check_name(name)
     parsed = parse_url(url)
     if endpoint is not None and not endpoint.startswith(("https://", "http://")):
-        raise UsageError(f"the endpoint must be an http(s) URL, not {endpoint!r}")
+        raise UsageError(f"the endpoint must be an http(s) URL, not {shown(endpoint)}")
     if endpoint is not None and "@" in endpoint.split("//", 1)[1].split("/", 1)[0]:
         raise UsageError("credentials never go in an endpoint URL")
     return RemoteConfig(name, str(parsed), endpoint, region, profile, os.urandom(8), os.urandom(8).hex())
@@ -111,7 +113,7 @@ def all_configs(backend: Backend) -> list[RemoteConfig]:
 def remove(backend: Backend, cfg: RemoteConfig) -> None:
     """Remove a remote and every row it owns (in bounded batches; the config row last, so a
     crash leaves the remote listed and ``remote remove`` finishes it)."""
-    for prefix in (b"k", b"o", b"r", b"m", b"n", b"f", b"l", b"u"):
+    for prefix in (b"k", b"o", b"r", b"m", b"n", b"f", b"l", b"u", b"h", b"x"):
         prefix += cfg.rid
         while True:
             with backend.read() as view:
@@ -140,13 +142,44 @@ def known_key(rid: bytes, kind: bytes, oid: bytes) -> bytes:
 
 
 def known(backend: Backend, rid: bytes, kind: bytes, ids: Iterable[bytes]) -> dict[bytes, str]:
-    """For each id known to be on the remote, the key of the object holding it."""
+    """For each id known to be on the remote, the key of the object holding it (none held by
+    an object found lost)."""
+    gone = lost(backend, rid)
     out = {}
     with backend.read() as view:
         for oid in ids:
             v = view.get(TABLE, known_key(rid, kind, oid))
-            if v is not None:
+            if v is not None and v.decode() not in gone:
                 out[oid] = v.decode()
+    return out
+
+
+def lost(backend: Backend, rid: bytes) -> set[str]:
+    """The objects found missing from the remote (few: a loss is an accident)."""
+    prefix = b"x" + rid
+    with backend.read() as view:
+        return {k[len(prefix) :].decode() for k, _ in view.items(TABLE, prefix=prefix)}
+
+
+def put_lost(batch: WriteBatch, rid: bytes, key: str) -> None:
+    batch.put(TABLE, b"x" + rid + key.encode(), b"")
+    batch.delete(TABLE, b"h" + rid + key.encode())
+    batch.delete(TABLE, imported_key(rid, key))
+
+
+def put_seen(batch: WriteBatch, rid: bytes, key: str, now_ns: int) -> None:
+    """Note that object ``key`` was on the remote at ``now_ns``."""
+    batch.put(TABLE, b"h" + rid + key.encode(), now_ns.to_bytes(8, "big"))
+
+
+def unseen_since(backend: Backend, rid: bytes, keys: Iterable[str], since_ns: int) -> list[str]:
+    """The objects among ``keys`` not seen on the remote since ``since_ns`` (or never)."""
+    out = []
+    with backend.read() as view:
+        for key in keys:
+            v = view.get(TABLE, b"h" + rid + key.encode())
+            if v is None or len(v) != 8 or int.from_bytes(v, "big") < since_ns:
+                out.append(key)
     return out
 
 
@@ -170,6 +203,7 @@ def put_imported(batch: WriteBatch, rid: bytes, key: str) -> None:
 def leaf_objects(backend: Backend, rid: bytes, leaves: Iterable[bytes]) -> dict[bytes, list[str]]:
     """For each manifest chunk a push recorded, the objects its entries' closure lives in."""
     out = {}
+    gone = lost(backend, rid)
     with backend.read() as view:
         for leaf in leaves:
             raw = view.get(TABLE, b"m" + rid + leaf)
@@ -179,7 +213,7 @@ def leaf_objects(backend: Backend, rid: bytes, leaves: Iterable[bytes]) -> dict[
                 keys = msgpack.unpackb(raw, raw=False)
             except (ValueError, TypeError, msgpack.UnpackException):
                 continue  # a cache only: that chunk's entries are walked again
-            if isinstance(keys, list) and all(isinstance(k, str) and is_data_key(k) for k in keys):
+            if isinstance(keys, list) and all(isinstance(k, str) and is_data_key(k) and k not in gone for k in keys):
                 out[leaf] = keys
     return out
 

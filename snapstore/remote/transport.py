@@ -51,8 +51,14 @@ class Listed(NamedTuple):
 class Transport:
     """One request per call, keys relative to the remote's prefix."""
 
-    def get(self, key: str) -> Got | None:
-        """The object at ``key``, or None when there is none."""
+    def get(self, key: str, limit: int = MAX_GET) -> Got | None:
+        """The object at ``key``, or None when there is none; CorruptError, before its body
+        is read, when it holds more than ``limit`` bytes (a ref, the config or gc's plan is
+        small: a planted giant is refused unread)."""
+        raise NotImplementedError
+
+    def head(self, key: str) -> Listed | None:
+        """The size and time of ``key`` without its body (one HEAD), or None when absent."""
         raise NotImplementedError
 
     def get_range(self, key: str, start: int, end: int) -> bytes | None:
@@ -116,6 +122,7 @@ def connect(url: RemoteURL, *, endpoint: str | None = None, region: str | None =
     from snapstore.remote.credentials import s3_credentials
 
     config: dict[str, Any] = dict(s3_credentials(profile))
+    _PROFILE_SECRETS.extend(str(v) for v in config.values())
     client: dict[str, Any] = {"connect_timeout": f"{CONNECT_TIMEOUT_S}s", "timeout": f"{REQUEST_TIMEOUT_S}s"}
     if endpoint:
         config["endpoint"] = endpoint
@@ -137,9 +144,42 @@ def connect(url: RemoteURL, *, endpoint: str | None = None, region: str | None =
     return ObstoreTransport(store, url.prefix)
 
 
+def too_large(key: str, size: int, limit: int) -> SnapstoreError:
+    """The error for an object larger than any snapstore writes under its key."""
+    from snapstore.errors import CorruptError
+
+    return CorruptError(f"remote object {key} is corrupt (it holds {size} bytes, more than such an object may, {limit})")
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    """What an error says, fit to print: its first line, with an engine's response body cut to
+    its status and S3 error code (a body may quote the request: a 403 that reflects the session
+    token was printed whole once), and any credential value or token-like run removed."""
+    import re
+
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else type(exc).__name__
+    head, sep, body = str(exc).partition("status code: ")
+    if sep:
+        code = re.search(r"<Code>([A-Za-z]{1,64})</Code>", body)
+        first = head.splitlines()[0] if head.strip() else ""
+        text = first + sep + body.split(":", 1)[0].strip()[:40] + (f" ({code.group(1)})" if code else "")
+    for secret in _secrets():
+        text = text.replace(secret, "[redacted]")
+    return re.sub(r"[A-Za-z0-9+/=_-]{40,}", "[redacted]", text)
+
+
+def _secrets() -> list[str]:
+    """The credential values this process could send (environment and profile), longest first."""
+    import os
+
+    values = [os.environ.get(v, "") for v in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")]
+    values += _PROFILE_SECRETS
+    return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
+
+
+#: Credential values read from a profile by :func:`connect` (scrubbed from messages too).
+_PROFILE_SECRETS: list[str] = []
 
 
 class ObstoreTransport(Transport):
@@ -152,6 +192,9 @@ class ObstoreTransport(Transport):
     def _error(self, exc: BaseException, what: str, key: str) -> RemoteError:
         from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
 
+        if isinstance(exc, MemoryError):
+            raise exc  # this machine's limit, not the remote's: never reported as a network error
+
         if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
             return RemoteError(
                 f"the remote refused to {what} {key} (permission denied: check the credentials "
@@ -159,19 +202,18 @@ class ObstoreTransport(Transport):
             )
         return RemoteError(f"cannot {what} {key} on the remote: {_first_line(exc)}")
 
-    def get(self, key: str) -> Got | None:
+    def get(self, key: str, limit: int = MAX_GET) -> Got | None:
         import obstore
 
         try:
             result = obstore.get(self.store, self.prefix + key)
-            if result.meta["size"] > MAX_GET:
+            if result.meta["size"] > min(limit, MAX_GET):
                 # Read whole only what snapstore could have written: a hostile or damaged
                 # engine must not make a fetch allocate without bound.
-                from snapstore.errors import CorruptError
-
-                raise CorruptError(f"remote object {key} is corrupt (it holds {result.meta['size']} bytes, "
-                                   f"more than any snapstore object, {MAX_GET})")
+                raise too_large(key, int(result.meta["size"]), min(limit, MAX_GET))
             body = bytes(result.bytes())
+            if len(body) > min(limit, MAX_GET):  # an engine whose listing and body disagree
+                raise too_large(key, len(body), min(limit, MAX_GET))
         except FileNotFoundError:
             return None
         except SnapstoreError:
@@ -180,6 +222,18 @@ class ObstoreTransport(Transport):
             raise self._error(exc, "read", key) from None
         mtime = result.meta.get("last_modified")
         return Got(body, result.meta.get("e_tag") or "", int(mtime.timestamp() * 1e9) if mtime else 0)
+
+    def head(self, key: str) -> Listed | None:
+        import obstore
+
+        try:
+            meta = obstore.head(self.store, self.prefix + key)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._error(exc, "read", key) from None
+        mtime = meta.get("last_modified")
+        return Listed(key, int(meta["size"]), int(mtime.timestamp() * 1e9) if mtime else 0)
 
     def get_range(self, key: str, start: int, end: int) -> bytes | None:
         import obstore
@@ -278,9 +332,13 @@ class CountingTransport(Transport):
         with self._lock:
             self.counts[kind] = self.counts.get(kind, 0) + 1
 
-    def get(self, key: str) -> Got | None:
+    def get(self, key: str, limit: int = MAX_GET) -> Got | None:
         self.count("get")
-        return self.inner.get(key)
+        return self.inner.get(key, limit)
+
+    def head(self, key: str) -> Listed | None:
+        self.count("head")
+        return self.inner.head(key)
 
     def get_range(self, key: str, start: int, end: int) -> bytes | None:
         self.count("get")

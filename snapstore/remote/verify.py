@@ -2,7 +2,7 @@
 
 Lists the bundles (``log/``) and refs (``refs/``); reads each bundle and every object it needs,
 once each, checking names against hashes, frames, chunk ids and records; imports them into a
-throw-away in-memory store and walks each bundle's checkpoints there, so a chunk a bundle needs
+throw-away store (on disk, beside the local store) and walks each bundle's checkpoints there, so a chunk a bundle needs
 but no object holds is found too.  Reads the whole remote: a maintenance command, not a per-push
 cost.  Packs no bundle names are counted (``remote gc`` would remove them), not problems.
 """
@@ -16,6 +16,8 @@ from snapstore.errors import CorruptError
 from snapstore.remote import closure, layout
 from snapstore.remote.fetch import import_pack
 from snapstore.remote.transport import Transport
+from snapstore.storage import entries
+from snapstore.storage.backend import Backend
 from snapstore.storage.memory import MemoryBackend
 
 Progress = Callable[[int, int], None]
@@ -30,6 +32,8 @@ class RemoteVerifyReport:
         self.checkpoints = 0
         self.unreferenced_packs = 0
         self.problems: list[dict[str, str]] = []
+        #: Objects a bundle needs that the remote does not have (a push must not count on them).
+        self.missing: list[str] = []
 
     @property
     def ok(self) -> bool:
@@ -44,9 +48,12 @@ class RemoteVerifyReport:
         return d
 
 
-def run(transport: Transport, progress: Progress | None = None) -> RemoteVerifyReport:
+def run(transport: Transport, progress: Progress | None = None, scratch: Backend | None = None) -> RemoteVerifyReport:
+    """Check everything published.  What is read goes into ``scratch`` (an empty store; a
+    throw-away on-disk one keeps memory to the largest object, not the remote), one object
+    at a time."""
     report = RemoteVerifyReport()
-    mem = MemoryBackend()
+    mem = scratch if scratch is not None else MemoryBackend()
     packs_seen: dict[str, bool] = {}  # key -> read and sound
     bundle_keys = [e.key for e in transport.list("log/")]
     for i, key in enumerate(bundle_keys):
@@ -81,6 +88,7 @@ def run(transport: Transport, progress: Progress | None = None) -> RemoteVerifyR
                 report.checkpoints += len(bundle.checkpoints)
             except CorruptError as exc:
                 report.problem(key, f"its checkpoints cannot be read whole: {exc.message}")
+        entries.clear_cache()  # (frames read for one bundle's walk: memory is per object, not per remote)
         if progress is not None:
             progress(i + 1, len(bundle_keys))
     for entry in transport.list("refs/"):
@@ -101,11 +109,12 @@ def run(transport: Transport, progress: Progress | None = None) -> RemoteVerifyR
     return report
 
 
-def _read(transport: Transport, mem: MemoryBackend, key: str, report: RemoteVerifyReport) -> bool:
+def _read(transport: Transport, mem: Backend, key: str, report: RemoteVerifyReport) -> bool:
     got = transport.get(key)
     report.objects += 1
     if got is None:
         report.problem(key, "missing")
+        report.missing.append(key)
         return False
     report.bytes_read += len(got.body)
     try:
@@ -119,7 +128,7 @@ def _read(transport: Transport, mem: MemoryBackend, key: str, report: RemoteVeri
     return pack is None or _import(mem, key, pack, report)
 
 
-def _import(mem: MemoryBackend, key: str, pack: layout.Pack, report: RemoteVerifyReport) -> bool:
+def _import(mem: Backend, key: str, pack: layout.Pack, report: RemoteVerifyReport) -> bool:
     try:
         with mem.write() as batch:
             import_pack(batch, key, pack, lambda c: batch.get("chunks", c) is not None)
