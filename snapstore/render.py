@@ -56,17 +56,6 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-#: C0 and C1 controls and DEL (ESC starts CSI and OSC sequences, BEL rings, 0x9b is a CSI of
-#: its own), each shown as ``\xNN``; tab and newline stay (they move, they do not command).
-_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if c not in (0x09, 0x0A)}
-
-
-def printable(text: str) -> str:
-    """``text`` with its control characters escaped: what came from outside (a remote's
-    checkpoint text, an engine's error body, a stored message) must not drive the terminal."""
-    return text if text.isprintable() else text.translate(_CONTROLS)
-
-
 def one_line(text: str, width: int = 50) -> str:
     text = printable(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"

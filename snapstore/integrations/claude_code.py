@@ -44,6 +44,7 @@ from typing import Any
 from snapstore.errors import SnapstoreError, StoreExistsError, StoreNotFoundError, UsageError
 from snapstore.integrations.bounded_json import loads_payload
 from snapstore.integrations.claude_transcript import read_transcript as read_transcript
+from snapstore.integrations.hook_log import append_line as _append
 from snapstore.store import Store
 
 #: The tools whose calls change files; the hook entries' matcher.  Every MCP server's tool is
@@ -261,17 +262,6 @@ def _report(exc: Exception, event: dict[str, Any], project: str, store_dir: str 
         return ""
     where = f" (details in {log_path})" if log_path else ""
     return json.dumps({"systemMessage": f"snapstore could not record a checkpoint: {message}{where}"})
-
-
-def _append(path: str, text: str) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, text.encode("utf-8", "replace"))
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
 
 
 def _user_state_dir() -> str:

@@ -26,9 +26,6 @@ def path() -> str:
 
 def append(agent: str, message: str) -> None:
     """Add one line (never raises: a log that cannot be written must not fail the hook)."""
-    # The store's hook.log is written the same way.
-    from snapstore.integrations.claude_code import _append
-
     target = path()
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {agent}: {' '.join(message.split())[:2000]}\n"
     try:
@@ -37,7 +34,20 @@ def append(agent: str, message: str) -> None:
             os.replace(target, target + ".1")
     except OSError:
         pass  # absent (the append creates it), or not ours to rotate
-    _append(target, line)
+    append_line(target, line)
+
+
+def append_line(path: str, text: str) -> None:
+    """Append ``text`` to the log at ``path`` (created 0600, never through a symlink; a store's
+    hook.log is written the same way); never raises."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, text.encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def tail(file: str, lines: int = 5) -> list[str]:

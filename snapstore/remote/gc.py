@@ -80,8 +80,8 @@ def _load_plan(transport: Transport) -> tuple[dict[str, int], str | None]:
 
 
 def _read_plan(body: bytes) -> dict[str, int]:
-    """The condemned keys of a plan, each checked as it is read (:class:`wire.Reader`)."""
-    r = wire.Reader(body)
+    """The condemned keys of a plan, each checked as it is read (:class:`wire.SchemaReader`)."""
+    r = wire.SchemaReader(body)
     condemned: dict[str, int] | None = None
     for _ in range(r.map()):
         field = r.str_(32)

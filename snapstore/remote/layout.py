@@ -185,8 +185,8 @@ MAX_STREAM_RECORD = 64
 def _read_footer(
     footer: bytes | memoryview, data_end: int
 ) -> tuple[list[PackFrame], list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
-    """The footer's fields, each element checked as it is read (:class:`wire.Reader`)."""
-    r = wire.Reader(footer)
+    """The footer's fields, each element checked as it is read (:class:`wire.SchemaReader`)."""
+    r = wire.SchemaReader(footer)
     frames: list[PackFrame] = []
     records: dict[str, list[tuple[bytes, bytes]]] = {}
     for _ in range(r.map()):
@@ -216,14 +216,14 @@ def _read_footer(
     return frames, records["streams"], records["conversations"]
 
 
-def _id(r: wire.Reader) -> bytes:
+def _id(r: wire.SchemaReader) -> bytes:
     v = r.bytes_(32)
     if len(v) != 32:
         raise ValueError("an id is not 32 bytes")
     return v
 
 
-def _read_frame(r: wire.Reader, data_end: int) -> PackFrame:
+def _read_frame(r: wire.SchemaReader, data_end: int) -> PackFrame:
     if r.array() != 3:
         raise ValueError("a frame is not [offset, length, chunks]")
     offset, length = r.int_(), r.int_()
@@ -317,8 +317,8 @@ def parse_bundle(key: str, body: bytes) -> Bundle:
 
 
 def _read_bundle(body: bytes) -> tuple[str, str, int, list[tuple[bytes, bytes]], list[str], bytes | None]:
-    """A bundle's fields, each element checked as it is read (:class:`wire.Reader`)."""
-    r = wire.Reader(memoryview(body)[len(BUNDLE_MAGIC) :])
+    """A bundle's fields, each element checked as it is read (:class:`wire.SchemaReader`)."""
+    r = wire.SchemaReader(memoryview(body)[len(BUNDLE_MAGIC) :])
     doc: dict[str, Any] = {}
     for _ in range(r.map()):
         field = r.str_(32)

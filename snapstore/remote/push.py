@@ -221,25 +221,62 @@ def run(
     move_ref: bool = True,
     progress: Progress | None = None,
 ) -> PushReport:
-    """Push the checkpoints ``records`` (``(id, record)``, oldest first) to namespace ``ns``."""
+    """Push the checkpoints ``records`` (``(id, record)``, oldest first) to namespace ``ns``.
+
+    Phases: plan (what the remote lacks, its lost objects sent again), upload (packs), publish
+    (the bundle: the commit point), record (what this store now knows the remote holds), and
+    move the ref (compare-and-swap)."""
     report = PushReport(cfg.name, ns)
     report.checkpoints = [cid.hex() for cid, _ in records]
+    plan = _checked_plan(backend, transport, cfg, records, report, lock)
+    up = _upload(backend, transport, plan, level, report, progress)
+    now = time.time_ns()
+    key = _publish(transport, cfg, ns, records, plan, up, now, report)
+    _record(backend, cfg, plan, up, key, now, lock)
+    if not move_ref or not records:
+        report.ref_outcome = "skipped"
+        return report
+    _move_ref(backend, transport, cfg, ns, layout.Ref(records[-1][0], key, now, cfg.writer), descends_from, force, lock, report)
+    return report
+
+
+def _checked_plan(
+    backend: Backend, transport: Transport, cfg: RemoteConfig, records: list[tuple[bytes, bytes]],
+    report: PushReport, lock: Lock,
+) -> _Plan:
+    """The plan, made again while objects it counts on turn out lost from the remote (their
+    data then goes in this push)."""
     plan = _plan(backend, cfg, records, report)
     for _ in range(3):  # (a recomputed plan may name objects not checked yet)
         if not _lost_among(backend, transport, cfg, plan.objects(), lock):
-            break
-        # Objects this store counted on are gone from the remote: their data goes in this push.
+            return plan
         plan = _plan(backend, cfg, records, report)
-    else:
-        raise RemoteError("objects of the remote keep disappearing during the push: run 'snapstore remote verify'")
-    need, known_chunks, known_streams, known_convs = plan.need, plan.chunks, plan.streams, plan.convs
-    new_chunks = [c for c in need.chunks if c not in known_chunks]
-    report.chunks_new, report.chunks_known = len(new_chunks), len(known_chunks)
-    needs = plan.objects()
+    raise RemoteError("objects of the remote keep disappearing during the push: run 'snapstore remote verify'")
 
+
+class _Uploaded:
+    """What the upload phase sent: the new chunks, streams and conversations, where each went."""
+
+    def __init__(self, plan: _Plan, packer: _Packer, new_chunks: list[bytes],
+                 new_streams: list[tuple[bytes, bytes]], new_convs: list[tuple[bytes, bytes]],
+                 inline: bytes | None) -> None:
+        self.new_chunks, self.new_streams, self.new_convs = new_chunks, new_streams, new_convs
+        self.inline = inline
+        self.placed, self.uploaded, self.last_records = packer.placed, packer.uploaded, packer.records_at
+        self.needs = plan.objects() | set(packer.uploaded)
+
+
+def _upload(
+    backend: Backend, transport: Transport, plan: _Plan, level: int, report: PushReport,
+    progress: Progress | None,
+) -> _Uploaded:
+    """Frames of the chunks the remote lacks, in packs PUT create-only (or left inline)."""
+    need = plan.need
+    new_chunks = [c for c in need.chunks if c not in plan.chunks]
+    report.chunks_new, report.chunks_known = len(new_chunks), len(plan.chunks)
     with backend.read() as view:
-        new_streams = [(s, _value(view.get, "streams", s)) for s in need.streams if s not in known_streams]
-        new_convs = [(c, _value(view.get, "conversations", c)) for c in need.conversations if c not in known_convs]
+        new_streams = [(s, _value(view.get, "streams", s)) for s in need.streams if s not in plan.streams]
+        new_convs = [(c, _value(view.get, "conversations", c)) for c in need.conversations if c not in plan.convs]
         packer = _Packer(transport, report)
         done = 0
 
@@ -253,57 +290,67 @@ def run(
             report.bytes_new += plain
             packer.add(data, members)
     inline = packer.finish(new_streams, new_convs)
-    placed, uploaded, last_records = packer.placed, packer.uploaded, packer.records_at
-    needs.update(uploaded)
     if packer.started is not None and time.monotonic() - packer.started > PUSH_WINDOW:
         raise RemoteError(
             f"the push took more than {PUSH_WINDOW / 3600:g} h between its first pack and its commit: "
             "its packs may be collected by remote gc, so nothing was published; push again"
         )
-    now = time.time_ns()
-    bundle = layout.encode_bundle(ns, cfg.writer, now, records, sorted(needs), inline)
+    return _Uploaded(plan, packer, new_chunks, new_streams, new_convs, inline)
+
+
+def _publish(
+    transport: Transport, cfg: RemoteConfig, ns: str, records: list[tuple[bytes, bytes]], plan: _Plan,
+    up: _Uploaded, now: int, report: PushReport,
+) -> str:
+    """The commit point: the bundle is visible iff its create succeeded (a None answer means a
+    retried request found our own bundle: its key holds its hash).  Returns its key."""
+    bundle = layout.encode_bundle(ns, cfg.writer, now, records, sorted(up.needs), up.inline)
     key = layout.bundle_key(ns, now, cfg.writer, bundle)
-    # The commit point: the bundle is visible iff this create succeeded (a None answer means a
-    # retried request found our own bundle: its key holds its hash).
     transport.put_create(key, bundle)
     report.bundle = key
-    report.inline = inline is not None
+    report.inline = up.inline is not None
     report.bytes_sent += len(bundle)
-    records_at = last_records or key
+    return key
+
+
+def _record(backend: Backend, cfg: RemoteConfig, plan: _Plan, up: _Uploaded, key: str, now: int, lock: Lock) -> None:
+    """What this store now knows the remote holds, and where (one transaction)."""
+    need = plan.need
+    records_at = up.last_records or key
+
     def chunk_at(cid: bytes) -> str:
-        return placed.get(cid) or known_chunks.get(cid) or key
+        return up.placed.get(cid) or plan.chunks.get(cid) or key
 
     def stream_at(sid: bytes) -> str | None:
-        return known_streams.get(sid) or (records_at if sid in need.streams else None)
+        return plan.streams.get(sid) or (records_at if sid in need.streams else None)
 
     with lock(), backend.write() as batch:
-        for written in [*uploaded, key]:
+        for written in [*up.uploaded, key]:
             state.put_seen(batch, cfg.rid, written, now)
-        for cid in new_chunks:
+        for cid in up.new_chunks:
             state.put_known(batch, cfg.rid, state.KIND_CHUNK, cid, chunk_at(cid))
-        for sid, _ in new_streams:
+        for sid, _ in up.new_streams:
             state.put_known(batch, cfg.rid, state.KIND_STREAM, sid, records_at)
-        for rid, _ in new_convs:
+        for rid, _ in up.new_convs:
             state.put_known(batch, cfg.rid, state.KIND_CONV, rid, records_at)
         for leaf, files in need.leaf_streams.items():
             held = {chunk_at(n) for sid in files for n in need.stream_nodes[sid]}
             held.update(k for k in map(stream_at, files) if k is not None)
             state.put_leaf_objects(batch, cfg.rid, leaf, sorted(held))
-    if not move_ref or not records:
-        report.ref_outcome = "skipped"
-        return report
-    head = records[-1][0]
+
+
+def _move_ref(
+    backend: Backend, transport: Transport, cfg: RemoteConfig, ns: str, new: layout.Ref,
+    descends_from: Callable[[bytes], bool], force: bool, lock: Lock, report: PushReport,
+) -> None:
+    """Move the ref to the new head by compare-and-swap, and remember what it was seen as."""
     seen = state.seen_ref(backend, cfg.rid, ns)
-    move = refs.advance(
-        transport, ns, layout.Ref(head, key, now, cfg.writer),
-        descends_from=descends_from, force=force, seen=seen,
-    )
+    move = refs.advance(transport, ns, new, descends_from=descends_from, force=force, seen=seen)
     report.ref_outcome, report.ref_rounds = move.outcome, move.rounds
     report.ref_checkpoint = move.ref.checkpoint.hex() if move.ref is not None else None
     if move.ref is not None and move.etag:
         with lock(), backend.write() as batch:
             state.put_seen_ref(batch, cfg.rid, ns, state.SeenRef(move.ref.checkpoint, move.etag, move.ref.bundle))
-    return report
 
 
 def _value(get: Callable[[str, bytes], bytes | None], table: str, key: bytes) -> bytes:

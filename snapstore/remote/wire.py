@@ -4,7 +4,7 @@ A writer of the bucket can plant any bytes under any key.  msgpack turns one byt
 Python object of 30-70 bytes (``[[], [], ...]``: 8 MB became 600 MiB), so every decode of
 remote bytes goes through here:
 
-* :class:`Reader` walks an object of a known schema (bundle, pack footer, gc plan) with
+* :class:`SchemaReader` walks an object of a known schema (bundle, pack footer, gc plan) with
   msgpack's streaming header reads: a container is opened only where the schema has one, a
   scalar is read only after its first byte says it is one, and the caller checks each element
   as it arrives, so a wrong one stops the read before the next is built.  Memory: the parsed
@@ -72,7 +72,7 @@ _ARRAY = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])
 _MAP = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
 
 
-class Reader:
+class SchemaReader:
     """A schema-guided walk over one msgpack value (see the module docstring)."""
 
     def __init__(self, data: bytes | memoryview) -> None:
