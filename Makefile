@@ -100,6 +100,7 @@ bench: $(STAMP) $(NATIVE) peers
 	$(PY) -m benchmarks.replay --repo . --commits 150 --out benchmarks/results/replay-own-history.json --md docs/benchmarks-replay.md
 	$(PY) -m benchmarks.million --files 1000000 --md docs/benchmarks-million.md
 	$(PY) -m benchmarks.storage_v3 --md docs/benchmarks-storage.md
+	$(PY) -m benchmarks.hook_latency --pairs --runs 50 --md docs/benchmarks-hooks.md
 
 bench-quick: $(STAMP) $(NATIVE)
 	$(PY) -m benchmarks.run --quick

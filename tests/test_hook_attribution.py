@@ -131,6 +131,21 @@ def test_a_failing_command_is_the_agents_and_powershell_is_matched(tmp_path: Pat
     assert cp.metadata["actor"] == "agent" and cp.message.startswith("after failed Bash")
 
 
+def test_a_failure_whose_pre_tool_event_was_not_seen_is_still_the_agents(tmp_path: Path):
+    """The open call usually makes the failing call's checkpoint the agent's anyway; without
+    its PreToolUse (another matcher, a lost state file) the event's own label must say so (the
+    review's mutation M6 labelled it the user's and survived every test)."""
+    tree = tmp_path / "t"
+    tree.mkdir()
+    Store.init(tree).close()
+    s = Session(tree, random.Random(0))
+    (tree / "made.txt").write_text("by a command whose start was not seen\n")
+    s.post("toolu_9", failed=True)
+    with Store.open(tree) as store:
+        cp = store.checkpoints()[0]
+    assert cp.message.startswith("after failed Bash") and cp.metadata["actor"] == "agent"
+
+
 def test_changes_while_a_background_call_may_run_are_unknown(tmp_path: Path):
     """Neither the agent's (the user's edits then would be reverted) nor the user's (the
     command's writes would be kept silently): ``unknown``, until Stop reports no background task."""

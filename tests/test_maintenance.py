@@ -342,3 +342,44 @@ def test_a_pass_that_leaves_the_file_mostly_free_compacts_it(tree, store, monkey
     assert store.verify().ok
     for cid, spec in specs.items():
         assert tree_from_store(store, cid) == spec
+
+
+def test_the_idle_pass_is_told_a_request_waits_as_soon_as_one_connects(tree, store, monkeypatch):
+    """The service's loop hands its idle pass a ``waiting`` test that looks at its own socket:
+    false while nobody connects, true once a client does (so the pass stops after the step it is
+    in).  The review's mutation M8a (``waiting`` always false) survived every test."""
+    import os
+    import socket
+    import threading
+
+    from snapstore.service import protocol, server
+
+    monkeypatch.setattr(server, "MAINTAIN_AFTER", 0.0)
+    svc, close = _service(store)
+    answers: list[bool] = []
+    asked = threading.Event()
+
+    def maintain(waiting) -> None:
+        try:
+            answers.append(waiting())
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.connect(os.path.join(svc.store_dir, protocol.SOCKET_NAME))
+            try:
+                answers.append(waiting())
+            finally:
+                client.close()
+        finally:
+            svc._stop = True
+            asked.set()
+
+    monkeypatch.setattr(svc, "_maintain", maintain)
+    svc.requests = 1  # (a pass is due only after a request)
+    thread = threading.Thread(target=svc.serve, daemon=True)
+    thread.start()
+    try:
+        assert asked.wait(30), "the idle pass never ran"
+        thread.join(30)
+    finally:
+        if thread.is_alive():
+            close()  # (a service that returned from serve closed its store and fd itself)
+    assert answers == [False, True]

@@ -566,3 +566,14 @@ def test_a_legal_record_of_many_tiny_items_is_not_taken_for_a_bomb(remote, tmp_p
     with _fresh(remote, tmp_path / "c") as c:
         c.fetch()
         assert len(c.resolve(cp.id).metadata["xs"]) == items // 2
+
+
+def test_a_credential_value_in_an_error_line_is_removed(monkeypatch):
+    """Short secrets (under the 40-character token rule) too: an access key id or a secret the
+    user set is never printed, whatever part of an error quotes it (the mutation list's M21)."""
+    from snapstore.remote import transport
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDSHORT1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2-secret")
+    line = transport._first_line(RuntimeError("auth failed for AKIDSHORT1 with hunter2-secret\nmore"))
+    assert "AKIDSHORT1" not in line and "hunter2-secret" not in line and "[redacted]" in line

@@ -131,3 +131,44 @@ def test_the_native_client_waits_as_long_as_the_python_client():
     source = (Path(__file__).resolve().parents[1] / "snapstore/service/cclient/snapstore.c").read_text()
     found = re.search(r"#define SILENCE_MS (\d+)", source)
     assert found is not None and int(found.group(1)) == int(protocol.SILENCE * 1000)
+
+
+#: Acknowledges, waits for "go", then announces an output frame longer than protocol.MAX_FRAME,
+#: sends a few bytes of it and closes.
+OVERSIZED = r"""
+import os, socket, struct, sys
+from snapstore.service import protocol
+path = sys.argv[1]
+os.umask(0o177)
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+s.listen(8)
+print("ready", flush=True)
+while True:
+    conn, _ = s.accept()
+    try:
+        protocol.recv_frame(conn)
+        protocol.send_frame(conn, b"a", str(os.getpid()).encode())
+        protocol.recv_frame(conn)
+        conn.sendall(b"o" + struct.pack(">I", protocol.MAX_FRAME + 1) + b"FORGED OUTPUT\n" * 6000)
+    except OSError:
+        pass
+    conn.close()
+"""
+
+
+def test_a_frame_over_the_limit_is_refused_and_never_printed(client: list[str], project: Path):
+    """A frame header that claims more than MAX_FRAME bytes is a broken or hostile service: the
+    client relays none of it and, for a read-only command that printed nothing, runs it locally
+    (the review's mutation M9, the C client's length check turned off, survived every test)."""
+    server = subprocess.Popen([sys.executable, "-c", OVERSIZED, str(project / ".snapstore" / protocol.SOCKET_NAME)],
+                              env=subprocess_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        expected = subprocess.run([sys.executable, "-m", "snapstore", "list"], cwd=project, capture_output=True, env=subprocess_env())
+        done, _ = run(client, "list", cwd=project)
+    finally:
+        server.kill()
+        server.wait()
+    assert b"FORGED" not in done.stdout + done.stderr
+    assert done.returncode == 0 and done.stdout == expected.stdout, done

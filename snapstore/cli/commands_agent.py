@@ -33,6 +33,35 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
     Always exits 0 (exit 2 would block the agent's tool call): a failure is logged in the
     store's hook.log and shown once per session where the agent shows hook messages.
     """
+    out = run_hook(obj, agent, no_service)
+    if out:
+        click.echo(out)
+
+
+def plain_hook(argv: list[str], *, opener: Callable[[Ctx], Store]) -> int | None:
+    """``snapstore hook AGENT [--no-service]`` as the resident service runs it for an agent's
+    every tool event, without click's parsing; None for any other form (click parses it).  The
+    body and the output are the click command's (:func:`run_hook`)."""
+    if len(argv) not in (2, 3) or argv[0] != "hook" or argv[1].startswith("-") or argv[2:] not in ([], ["--no-service"]):
+        return None
+    try:
+        lock_timeout = float(os.environ.get("SNAPSTORE_LOCK_TIMEOUT") or "30")
+    except ValueError:
+        return None  # click's message for a bad number
+    import sys
+
+    ctx = Ctx(os.environ.get("SNAPSTORE_STORE") or None, None, lock_timeout, opener=opener)
+    out = run_hook(ctx, argv[1], len(argv) == 3 or bool(os.environ.get("SNAPSTORE_NO_SERVICE")))
+    if out:
+        from snapstore.cli.app import Printable
+
+        Printable(sys.stdout).write(out + "\n")  # (the stream cli.main gives click.echo)
+    return 0
+
+
+def run_hook(obj: Ctx, agent: str, no_service: bool) -> str:
+    """The body of ``snapstore hook``: the event on stdin recorded, what to print (never
+    raises an Exception).  Shared with the service's click-free path (cli.lean.hook)."""
     import sys
 
     from snapstore.integrations import agents
@@ -46,11 +75,9 @@ def hook(obj: Ctx, agent: str, no_service: bool) -> None:
         return obj.open
 
     try:
-        out = agents.hook(agent, read_stream(sys.stdin), open_at, start_service=not (obj.in_service or no_service))
+        return agents.hook(agent, read_stream(sys.stdin), open_at, start_service=not (obj.in_service or no_service))
     except Exception as exc:  # noqa: BLE001 - a hook must never fail the agent's tool call
-        out = agents.failed(agent, exc)
-    if out:
-        click.echo(out)
+        return agents.failed(agent, exc)
 
 
 @command(example="snapstore integrate claude-code --mcp\nsnapstore integrate codex --mcp   # .codex/hooks.json and .codex/config.toml\nsnapstore integrate cursor --dry-run\nsnapstore integrate claude-code --remove\nsnapstore integrate --print cline   # paste into Cline's MCP settings")

@@ -112,11 +112,21 @@ def session(store_dir: str, session_id: str) -> Iterator[Calls]:
         calls = Calls(doc if isinstance(doc, dict) else None)
         yield calls
         data = json.dumps(calls.doc()).encode()
-        if data != raw:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
+        if data != raw.rstrip(b" "):
+            _overwrite(fd, data, len(raw))
     finally:
         os.close(fd)  # (closing drops the flock)
+
+
+def _overwrite(fd: int, data: bytes, old_size: int) -> None:
+    """Write ``data`` over the file's ``old_size`` bytes, padded with spaces (JSON allows them)
+    rather than truncated first: one write, no ``ftruncate`` on every event (it cost more than
+    the rest of the state's handling), and never an empty file between two steps."""
+    if len(data) < old_size <= 4 * len(data) + 4096:
+        data += b" " * (old_size - len(data))
+    elif len(data) < old_size:
+        os.ftruncate(fd, len(data))  # (a long list that shrank: not kept padded for ever)
+    os.pwrite(fd, data, 0)
 
 
 def attribute(meta: dict[str, Any], calls: Calls, events_may_be_lost: bool = False) -> None:

@@ -41,6 +41,8 @@ def report(store_dir: str, rid: str, command: str, ack: bytes, *, silent: bool =
         return _say(f"error: the service (pid {pid}) stopped answering in the middle of {command} and still runs: what it "
                     "does is recorded in the store (see 'snapstore list' and 'snapstore oplog'); it is not run again",
                     ServiceStoppedError.exit_code)
+    if row is None and command == "hook":  # (a hook always exits 0: the agent's call goes on)
+        return _say("the service stopped before answering the hook: it recorded no checkpoint", 0)
     if row is None:
         return _say(f"error: the service stopped before {command} took effect; nothing was changed", ServiceStoppedError.exit_code)
     if row.get("stage") == "writing" and "exit" not in row:

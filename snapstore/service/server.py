@@ -344,6 +344,10 @@ class Service:
                 # A plain snapshot (what agents send after every tool call) skips click's
                 # parsing, as in-process: the same body, the same bytes (cli.lean).
                 code = lean.main(argv, opener=self._provide) if command == "snapshot" else None
+                if command == "hook":  # (an agent's every tool event: click-free too)
+                    from snapstore.cli.commands_agent import plain_hook
+
+                    code = plain_hook(argv, opener=self._provide)
                 if code is None:
                     code = cli_main(argv, open_store=self._provide)
                 if rid is not None:
@@ -386,6 +390,11 @@ class Service:
                 row = requests.find(view, rid) or {}
             if code == 0 and (row.get("stage") == "done" or ("checkpoint" in row and command in protocol.SELF_RECORDING_COMMANDS)):
                 return  # the effect's own row says it all (service.lost reads exit 0)
+            if code == 0 and command == "hook" and not row:
+                # A hook's effect is its checkpoints; one that recorded none committed nothing,
+                # and no row is what service.lost reads as that (a hook always exits 0): no
+                # fsynced commit on each of an agent's no-change tool events.
+                return
             with backend.write() as batch:
                 requests.record(batch, request, exit=code)
         except SnapstoreError as exc:  # the store cannot take it: the answer still goes out

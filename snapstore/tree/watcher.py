@@ -34,13 +34,16 @@ import ctypes.util
 import errno
 import fcntl
 import os
-import re
 import struct
 import sys
 import termios
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from snapstore.tree.mapped import MapsCache, mapped_for_write
+
+__all__ = ["Changes", "MapsCache", "Watcher", "filesystem_type", "mapped_for_write", "watchable"]
 
 #: statfs f_type magic numbers of file systems whose inotify events are incomplete (changes
 #: made by other hosts or by a userspace daemon are not reported).
@@ -157,6 +160,7 @@ class Watcher:
         self.last_mapped: set[bytes] = set()
         self.last_error: str | None = None
         self._real_root = os.fsencode(os.path.realpath(root))
+        self._maps = MapsCache()
         try:
             self._dev: int | None = os.stat(self._real_root).st_dev
         except OSError:
@@ -348,9 +352,10 @@ class Watcher:
         }
 
     def mapped_for_write(self) -> tuple[set[bytes], set[int]]:
-        """The tree's files that some process maps shared and writable now (see the module's
-        function)."""
-        return mapped_for_write(self._real_root, self._dev)
+        """The tree's files that some process maps shared and writable now
+        (:func:`snapstore.tree.mapped.mapped_for_write`; each process's maps read again only
+        when its mapped size changed)."""
+        return mapped_for_write(self._real_root, self._dev, self._maps)
 
 
 #: add_watch errors that mean the directory is gone or is no longer one (not blindness).
@@ -359,75 +364,6 @@ _GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 
 def _show(rel: bytes) -> str:
     return rel.decode("utf-8", "replace") or "."
-
-
-def mapped_for_write(real_root: bytes, dev: int | None) -> tuple[set[bytes], set[int]]:
-    """What processes map ``MAP_SHARED`` with write access now, from ``/proc/*/maps``: the
-    root-relative paths of the files mapped by a name below ``real_root`` (a resolved path),
-    and the inode numbers of all the files mapped on the tree's device (``dev``): a file mapped
-    by another name (outside the tree, a name since deleted, another link in it) may have a
-    link in the tree that the mapping writes to.
-
-    A write through such a mapping gives no inotify event until the mapping goes
-    (``IN_CLOSE_WRITE`` at ``munmap`` or exit), only a new mtime: the caller re-stats and reads
-    them.  Processes whose maps this user cannot read (other users', unless root) are not
-    seen, nor names the maps file cannot show (a newline in a name): the periodic walk covers
-    those.  About a millisecond for a hundred processes.
-    """
-    prefix = real_root.rstrip(b"/") + b"/"
-    paths: set[bytes] = set()
-    inodes: set[int] = set()
-    try:
-        pids = [p for p in os.listdir(b"/proc") if p.isdigit()]
-    except OSError:
-        return paths, inodes
-    for pid in pids:
-        data = _read_maps(b"/proc/" + pid + b"/maps")
-        if b"w-s " not in data and b"wxs " not in data:
-            continue  # (most processes map nothing shared and writable)
-        for m in _SHARED_WRITABLE.finditer(data):
-            major, minor, ino, path = m.groups()
-            deleted = path.endswith(b" (deleted)")
-            if path.startswith(prefix) and not deleted:
-                paths.add(path[len(prefix) :])
-            if dev is not None and os.makedev(int(major, 16), int(minor, 16)) == dev:
-                number = int(ino)
-                if number not in inodes and (deleted or not _sole_link(path, dev, number)):
-                    inodes.add(number)  # (its other links in the tree write to it too)
-    return paths, inodes
-
-
-def _sole_link(path: bytes, dev: int, ino: int) -> bool:
-    """Whether ``path`` is the file's one and only link: then no other name of it can be in
-    the tree, and nobody need search the tree for its inode (a desktop maps dozens of
-    databases shared and writable, each a search of every file otherwise).  A link made in
-    the tree later gives an event there, and a file that gains a link means a full walk."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return False
-    return st.st_ino == ino and st.st_dev == dev and st.st_nlink == 1
-
-
-#: A maps line of a shared mapping with write access: device, inode, name.
-_SHARED_WRITABLE = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ [r-]w[x-]s [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) (\d+) +(.*)$", re.M)
-
-
-def _read_maps(path: bytes) -> bytes:
-    """A /proc maps file (empty when the process is gone or not ours to read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    chunks = []
-    try:
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
 
 
 def watchable(root: str) -> str | None:

@@ -1,0 +1,138 @@
+"""Which files processes map shared and writable: the watcher's blind spot, read from ``/proc``.
+
+A write through a ``MAP_SHARED`` mapping gives no inotify event until the mapping goes
+(``IN_CLOSE_WRITE`` at ``munmap`` or exit), only a new mtime, so a watching Store re-stats the
+files found here at every checkpoint (:mod:`snapstore.ops.snapshot.incremental`).
+
+Reading every process's ``/proc/PID/maps`` at every checkpoint was the largest part of a hook
+event answered by the service, and it grows with the number of processes.  :class:`MapsCache`
+keeps each process's shared writable mappings and reads its maps again only when the process's
+``/proc/PID/stat`` says its start time or its mapped size changed (one short read): a new
+mapping (``mmap``) or an unmapping changes the size.  What that cannot see: a shared mapping
+made writable in place (``mprotect``) or an ``mmap`` and a ``munmap`` of exactly the same size
+between two checkpoints; the periodic full walk covers those (docs/reliability.md, "What the
+watcher can and cannot see").  A name the cache still holds may be stale (a file renamed or
+deleted while mapped): it is then treated as a file with other links, whose inode the caller
+searches for, which errs on the side of looking.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+#: A maps line of a shared mapping with write access: device, inode, name.
+_SHARED_WRITABLE = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ [r-]w[x-]s [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) (\d+) +(.*)$", re.M)
+
+#: One process's shared writable mappings: (major, minor, inode, name) each.
+Mappings = tuple[tuple[bytes, bytes, bytes, bytes], ...]
+
+
+class MapsCache:
+    """Each process's shared writable mappings, keyed by its pid, with the fingerprint (start
+    time, mapped size) they were read under."""
+
+    def __init__(self) -> None:
+        self.entries: dict[bytes, tuple[bytes, Mappings]] = {}
+        #: How many maps files were read (the rest came from the cache): a test's count.
+        self.reads = 0
+
+    def mappings(self, pid: bytes) -> Mappings:
+        mark = _fingerprint(pid)
+        if mark is not None:
+            hit = self.entries.get(pid)
+            if hit is not None and hit[0] == mark:
+                return hit[1]
+        self.reads += 1
+        found = _shared_writable(_read(b"/proc/" + pid + b"/maps"))
+        if mark is not None:
+            self.entries[pid] = (mark, found)
+        return found
+
+    def forget_all_but(self, pids: list[bytes]) -> None:
+        """Drop the processes that are gone."""
+        if len(self.entries) > len(pids):  # (every live one was just put: the rest are gone)
+            alive = set(pids)
+            for pid in [p for p in self.entries if p not in alive]:
+                del self.entries[pid]
+
+
+def mapped_for_write(
+    real_root: bytes, dev: int | None, cache: MapsCache | None = None
+) -> tuple[set[bytes], set[int]]:
+    """What processes map ``MAP_SHARED`` with write access now, from ``/proc/*/maps``: the
+    root-relative paths of the files mapped by a name below ``real_root`` (a resolved path),
+    and the inode numbers of all the files mapped on the tree's device (``dev``): a file mapped
+    by another name (outside the tree, a name since deleted, another link in it) may have a
+    link in the tree that the mapping writes to.
+
+    Processes whose maps this user cannot read (other users', unless root) are not seen, nor
+    names the maps file cannot show (a newline in a name): the periodic walk covers those.
+    ``cache`` (a watcher's) skips the maps of processes whose mappings did not change size.
+    """
+    prefix = real_root.rstrip(b"/") + b"/"
+    paths: set[bytes] = set()
+    inodes: set[int] = set()
+    try:
+        pids = [p for p in os.listdir(b"/proc") if p.isdigit()]
+    except OSError:
+        return paths, inodes
+    for pid in pids:
+        found = cache.mappings(pid) if cache is not None else _shared_writable(_read(b"/proc/" + pid + b"/maps"))
+        for major, minor, ino, path in found:
+            deleted = path.endswith(b" (deleted)")
+            if path.startswith(prefix) and not deleted:
+                paths.add(path[len(prefix) :])
+            if dev is not None and os.makedev(int(major, 16), int(minor, 16)) == dev:
+                number = int(ino)
+                if number not in inodes and (deleted or not _sole_link(path, dev, number)):
+                    inodes.add(number)  # (its other links in the tree write to it too)
+    if cache is not None:
+        cache.forget_all_but(pids)
+    return paths, inodes
+
+
+def _shared_writable(data: bytes) -> Mappings:
+    if b"w-s " not in data and b"wxs " not in data:
+        return ()  # (most processes map nothing shared and writable)
+    return tuple((m[1], m[2], m[3], m[4]) for m in _SHARED_WRITABLE.finditer(data))
+
+
+def _fingerprint(pid: bytes) -> bytes | None:
+    """A process's start time and mapped size (``/proc/PID/stat`` fields 22 and 23), or None."""
+    data = _read(b"/proc/" + pid + b"/stat", 1024)
+    end = data.rfind(b")")  # (the command name, field 2, may hold spaces and parentheses)
+    fields = data[end + 2 :].split()
+    return b" ".join(fields[19:21]) if end > 0 and len(fields) > 21 else None
+
+
+def _sole_link(path: bytes, dev: int, ino: int) -> bool:
+    """Whether ``path`` is the file's one and only link: then no other name of it can be in
+    the tree, and nobody need search the tree for its inode (a desktop maps dozens of
+    databases shared and writable, each a search of every file otherwise).  A link made in
+    the tree later gives an event there, and a file that gains a link means a full walk."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return st.st_ino == ino and st.st_dev == dev and st.st_nlink == 1
+
+
+def _read(path: bytes, limit: int = 0) -> bytes:
+    """A /proc file (empty when the process is gone or not ours to read); ``limit`` bytes at
+    most when given."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    chunks = []
+    try:
+        if limit:
+            return os.read(fd, limit)
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return b"".join(chunks)

@@ -1,0 +1,78 @@
+"""The watcher's cache of each process's shared writable mappings (snapstore.tree.mapped):
+maps are read again only for a process whose start time or mapped size changed, and a mapping
+made since the last look is still found."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+from snapstore.tree import mapped
+from snapstore.tree.mapped import MapsCache, mapped_for_write
+
+
+def test_a_file_mapped_after_the_first_look_is_found_through_the_cache(tmp_path: Path):
+    root = tmp_path / "t"
+    root.mkdir()
+    (root / "data.bin").write_bytes(bytes(8192))
+    cache = MapsCache()
+    assert b"data.bin" not in mapped_for_write(os.fsencode(root), None, cache)[0]
+    fd = os.open(root / "data.bin", os.O_RDWR)
+    m = mmap.mmap(fd, 8192)  # (shared and writable: this process's mapped size grows)
+    os.close(fd)
+    try:
+        assert b"data.bin" in mapped_for_write(os.fsencode(root), None, cache)[0]
+    finally:
+        m.close()
+    assert b"data.bin" not in mapped_for_write(os.fsencode(root), None, cache)[0]
+
+
+def test_maps_are_read_again_only_for_processes_whose_fingerprint_changed(monkeypatch, tmp_path: Path):
+    marks = {b"10": b"1 4096", b"11": b"2 4096", b"12": b"3 8192"}
+    maps = {b"10": b"", b"11": b"", b"12": b""}
+    read: list[bytes] = []
+    monkeypatch.setattr(mapped.os, "listdir", lambda path: list(marks))
+    monkeypatch.setattr(mapped, "_fingerprint", lambda pid: marks.get(pid))
+
+    def fake_read(path: bytes, limit: int = 0) -> bytes:
+        pid = path.split(b"/")[2]
+        read.append(pid)
+        return maps.get(pid, b"")
+
+    monkeypatch.setattr(mapped, "_read", fake_read)
+    cache = MapsCache()
+    root = os.fsencode(tmp_path)
+    mapped_for_write(root, None, cache)
+    assert sorted(read) == [b"10", b"11", b"12"]
+    read.clear()
+    mapped_for_write(root, None, cache)
+    assert read == []  # nothing changed: no maps read
+    line = b"7f00-7f01 rw-s 00000000 08:01 1234 " + root + b"/db.bin\n"
+    maps[b"11"] = line
+    marks[b"11"] = b"2 8192"  # (a new mapping: its size grew)
+    assert mapped_for_write(root, None, cache)[0] == {b"db.bin"}
+    assert read == [b"11"]
+    read.clear()
+    marks[b"13"] = b"9 100"  # a new process, and one gone
+    del marks[b"10"]
+    assert mapped_for_write(root, None, cache)[0] == {b"db.bin"}
+    assert read == [b"13"] and set(cache.entries) == {b"11", b"12", b"13"}
+
+
+def test_a_process_whose_fingerprint_cannot_be_read_is_read_every_time(monkeypatch, tmp_path: Path):
+    read: list[bytes] = []
+    monkeypatch.setattr(mapped.os, "listdir", lambda path: [b"20"])
+    monkeypatch.setattr(mapped, "_fingerprint", lambda pid: None)
+    monkeypatch.setattr(mapped, "_read", lambda path, limit=0: read.append(path) or b"")
+    cache = MapsCache()
+    for _ in range(3):
+        mapped_for_write(os.fsencode(tmp_path), None, cache)
+    assert len(read) == 3 and cache.entries == {}
+
+
+def test_the_fingerprint_is_the_start_time_and_the_mapped_size():
+    data = Path(f"/proc/{os.getpid()}/stat").read_bytes()
+    fields = data[data.rfind(b")") + 2 :].split()
+    assert mapped._fingerprint(str(os.getpid()).encode()) == fields[19] + b" " + fields[20]
+    assert mapped._fingerprint(b"999999999") is None
