@@ -150,7 +150,7 @@ class GoingBackMixin(StoreBase):
         """
         from snapstore.ops import revert as revert_op
 
-        request = revert_op.Request(ref, range, task, actor, paths, conflicts, include_unknown)
+        request = revert_op.RevertRequest(ref, range, task, actor, paths, conflicts, include_unknown)
         with self._lock.held():
             if not dry_run:
                 self._recover()

@@ -166,7 +166,7 @@ def _check_chunks(view: ReadView, report: VerifyReport, progress: Progress | Non
     """
     total = view.count("chunks")
     sizes: dict[bytes, int] = {}
-    by_pack: dict[bytes, list[tuple[bytes, entries.Entry]]] = {}
+    by_pack: dict[bytes, list[tuple[bytes, entries.PackEntry]]] = {}
     for i, (cid, value) in enumerate(view.items("chunks")):
         report.chunks += 1
         if progress and (i & 255) == 0:
@@ -202,7 +202,7 @@ def _check_chunks(view: ReadView, report: VerifyReport, progress: Progress | Non
 
 
 def _pack_members(
-    get: Getter, *, cid_entries: list[tuple[bytes, entries.Entry]], pack: bytes | None
+    get: Getter, *, cid_entries: list[tuple[bytes, entries.PackEntry]], pack: bytes | None
 ) -> Iterator[tuple[bytes, bytes | CorruptError]]:
     """Each chunk of one pack, read and re-hashed, or the reason it cannot be."""
     frames: dict[tuple[int, int], bytes | CorruptError] = {}
