@@ -241,9 +241,11 @@ def _stream_problem(
     ``walked`` is shared by every stream of the run: an index node shared by many streams (or
     repeated inside one, as in a hostile DAG) is checked once.
     """
+    index: bytes | None = None  # (the walk loads an index node right after yielding it)
     try:
         for cid, size, height in objects.walk_stream(get, sid, walked=walked):
             if height:
+                index = cid
                 continue
             if cid not in sizes:
                 if get("chunks", cid) is None:
@@ -253,6 +255,8 @@ def _stream_problem(
             if size >= 0 and sizes[cid] != size:
                 return f"chunk {cid.hex()} has {sizes[cid]} bytes, its index says {size}"
     except CorruptError as exc:
+        if index is not None and get("chunks", index) is None:
+            missing.add(index)  # (an index node the store lacks: repair can store it again)
         return str(exc)
     return None
 
