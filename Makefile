@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all setup native fuzz chromium inspector axe peers demo test test-fast lint bench bench-quick torture mutate clean
+.PHONY: all setup native fuzz chromium inspector axe peers demo test test-fast test-quick lint bench bench-quick torture mutate clean
 
 all: test
 
@@ -78,6 +78,11 @@ test: $(STAMP) $(NATIVE) lint chromium inspector axe
 
 test-fast: $(STAMP) $(NATIVE)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+# The loop to run after each edit (<= 2 min here): every package, without the heavy files
+# (tests/tiers.py); make test runs those too.
+test-quick: $(STAMP) $(NATIVE)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not heavy"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check snapstore tests benchmarks

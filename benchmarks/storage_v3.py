@@ -274,7 +274,7 @@ def snapshot_as_before(tree: str, store_dir: str) -> None:
         packs.MANIFEST_FRAME = real
 
 
-def _copying_frame(get: objects.Getter, cid: bytes, entry: entries.Entry) -> bytes:
+def _copying_frame(get: objects.Getter, cid: bytes, entry: entries.PackEntry) -> bytes:
     """How a frame was read before 2026-11-26: its whole pack copied out of LMDB."""
     return entries.frame_bytes(cid, entry, get("packs", entry.pack))
 

@@ -29,6 +29,15 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "snapstore"))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of heavy files (tests/tiers.py): ``make test-quick`` leaves them out."""
+    import tiers
+
+    for item in items:
+        if tiers.is_heavy(str(item.path)):
+            item.add_marker(pytest.mark.heavy)
+
+
 @pytest.fixture(autouse=True)
 def _inotify_limits_lock():
     """Every test runs under a shared lock that a test lowering an inotify limit makes

@@ -105,7 +105,7 @@ def stored_bytes(backend, tables=("chunks", "packs", "streams")) -> int:
 
 
 def chunk_entry(store, cid: bytes):  # type: ignore[no-untyped-def]
-    """The parsed pack entry of chunk ``cid`` (storage.entries.Entry)."""
+    """The parsed pack entry of chunk ``cid`` (storage.entries.PackEntry)."""
     from snapstore.storage import entries
 
     with store.backend.read() as view:

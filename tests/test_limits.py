@@ -82,3 +82,13 @@ def test_no_module_is_over_600_lines_but_the_named_ones():
 
 def test_no_function_is_over_complexity_15_but_the_named_ones():
     assert complex_functions() == COMPLEX_FUNCTIONS
+
+
+def test_no_facade_mixin_inherits_another():
+    """Each part of the Store derives from StoreBase alone (issue 39): a part that needs another
+    part's method means that method belongs in the base."""
+    for path in sorted((PACKAGE / "facade").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Mixin"):
+                bases = [b.id for b in node.bases if isinstance(b, ast.Name)]
+                assert bases == ["StoreBase"], (path.name, node.name, bases)

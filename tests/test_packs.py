@@ -25,7 +25,7 @@ def chunk_values(store: Store) -> dict[bytes, bytes]:
         return dict(view.items("chunks"))
 
 
-def entry_of(store: Store, cid: bytes) -> entries.Entry:
+def entry_of(store: Store, cid: bytes) -> entries.PackEntry:
     value = chunk_values(store)[cid]
     return entries.parse(cid, value)
 
@@ -171,7 +171,7 @@ def test_verify_reports_a_delta_chain_that_loops(tree, store):
     e = entry_of(store, delta)
     base = e.base
     assert base is not None
-    looped = entries.Entry(e.pack, e.frame_off, e.frame_len, entries.CODEC_DELTA, 0, e.size, delta, e.depth)
+    looped = entries.PackEntry(e.pack, e.frame_off, e.frame_len, entries.CODEC_DELTA, 0, e.size, delta, e.depth)
     _put(store, "chunks", base, looped.encode())  # the base now claims to be a delta of its delta
     assert any("loops" in m for m in _all_messages(store))
 
@@ -180,7 +180,7 @@ def test_verify_reports_an_entry_pointing_outside_its_pack(tree, store):
     a, b, _ = _two_versions(tree, store)
     cid = file_leaves(store, a.id, b"keep.txt")[0]
     e = entry_of(store, cid)
-    moved = entries.Entry(e.pack, e.frame_off + (1 << 24), e.frame_len, e.codec, e.offset, e.size)
+    moved = entries.PackEntry(e.pack, e.frame_off + (1 << 24), e.frame_len, e.codec, e.offset, e.size)
     _put(store, "chunks", cid, moved.encode())
     assert any("outside its pack" in m for m in _all_messages(store))
     assert _problems_for(store, "keep.txt")
@@ -192,7 +192,7 @@ def test_a_damaged_entry_length_is_found_even_when_the_frame_is_cached(tree, sto
     second, last = (file_leaves(store, cp.id, p)[0] for p in (b"f1.txt", b"f3.txt"))
     e = entry_of(store, second)
     assert (e.pack, e.frame_off) == (entry_of(store, last).pack, entry_of(store, last).frame_off)
-    _put(store, "chunks", second, entries.Entry(e.pack, e.frame_off, e.frame_len + 3, e.codec, e.offset, e.size).encode())
+    _put(store, "chunks", second, entries.PackEntry(e.pack, e.frame_off, e.frame_len + 3, e.codec, e.offset, e.size).encode())
     store.read_bytes(cp.id, "f3.txt")  # puts the sound frame (past f1's chunk) in the cache
     with pytest.raises(CorruptError):
         store.read_bytes(cp.id, "f1.txt")

@@ -77,18 +77,18 @@ def test_select_keep_rules_combine_as_a_union():
         r = retention.select(cps, policy, guarded or {}, task=task, now_ns=NOW)
         return [c.message for c in r.removed]
 
-    assert removed(retention.Policy(keep_last=2)) == ["c1", "c2", "c3", "c5"]  # safety not counted
-    assert removed(retention.Policy(keep_within=30 * 60)) == ["c1", "c2", "c3", "c4"]
-    assert removed(retention.Policy(keep_tagged=True)) == ["c2", "c3", "c4", "c5", "c6"]
-    assert removed(retention.Policy(keep_last=1, keep_within=30 * 60, keep_tagged=True)) == [
+    assert removed(retention.RetentionRules(keep_last=2)) == ["c1", "c2", "c3", "c5"]  # safety not counted
+    assert removed(retention.RetentionRules(keep_within=30 * 60)) == ["c1", "c2", "c3", "c4"]
+    assert removed(retention.RetentionRules(keep_tagged=True)) == ["c2", "c3", "c4", "c5", "c6"]
+    assert removed(retention.RetentionRules(keep_last=1, keep_within=30 * 60, keep_tagged=True)) == [
         "c2", "c3", "c4"
     ]
-    assert removed(retention.Policy(keep_last=1), {cps[2].id: "undo"}) == ["c1", "c2", "c4", "c5"]
+    assert removed(retention.RetentionRules(keep_last=1), {cps[2].id: "undo"}) == ["c1", "c2", "c4", "c5"]
 
 
 def test_select_with_a_task_leaves_other_tasks_alone():
     cps = [_cp(i, minutes_ago=100 - i, task="a" if i % 2 else "b") for i in range(1, 7)]
-    r = retention.select(cps, retention.Policy(keep_last=1), {}, task="a", now_ns=NOW)
+    r = retention.select(cps, retention.RetentionRules(keep_last=1), {}, task="a", now_ns=NOW)
     assert [c.message for c in r.removed] == ["c1", "c3"]
     assert r.kept == 1
 

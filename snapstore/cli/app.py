@@ -150,6 +150,22 @@ def _set_global(name: str) -> Callable[[click.Context, click.Parameter, Any], No
     return callback
 
 
+#: The one help text of ``--json`` and of ``-q`` (every command that has them: json_option,
+#: quiet_option; what each command's JSON holds is in docs/cli.md).
+JSON_HELP = "Print the result as JSON (its fields: docs/cli.md)."
+QUIET_HELP = "Print nothing but errors (and, for the checks, the problems found)."
+
+
+def json_option(f: F) -> F:
+    """``--json`` (``as_json``), with the one help text."""
+    return click.option("--json", "as_json", is_flag=True, help=JSON_HELP)(f)
+
+
+def quiet_option(f: F) -> F:
+    """``-q/--quiet``, with the one help text."""
+    return click.option("-q", "--quiet", is_flag=True, help=QUIET_HELP)(f)
+
+
 def global_options(f: F, *, store: bool = True) -> F:
     """The global options (--store, -C, --lock-timeout), also accepted after the command."""
     f = click.option(

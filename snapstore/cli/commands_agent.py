@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from snapstore.cli.app import Ctx, command, echo_json, read_json_list
+from snapstore.cli.app import Ctx, command, echo_json, json_option, read_json_list
 from snapstore.errors import UsageError
 
 #: Agents whose MCP configuration ``integrate --print`` writes out (kept here: click needs the
@@ -186,7 +186,7 @@ def rewind(obj: Ctx, session: str, ref: str, no_files: bool, transcript: str | N
 @click.option("--replace-all", is_flag=True, help="Replace every match (else two matches are an error).")
 @click.option("--expected", metavar="HASH", help="Refuse (exit 9) unless the file is still this version.")
 @click.option("--dry-run", is_flag=True, help="Print the diff; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option
 @click.pass_obj
 def edit(
     obj: Ctx,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from snapstore.cli.app import Ctx, Exit, command, echo_json, warn
+from snapstore.cli.app import Ctx, Exit, command, echo_json, json_option, quiet_option, warn
 from snapstore.errors import EXIT_DIFFERENT, UsageError
 from snapstore.units import printable_bytes
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 @click.option("--stat", "show_stat", is_flag=True, help="Lines added and removed per file.")
 @click.option("-M", "--find-renames", "renames", is_flag=True, help="Pair a removed and an added file as a rename (R): same content or >= 50% of lines.")
 @click.option("-p", "--patch", is_flag=True, help="A unified diff (binary files are named, not shown).")
-@click.option("--json", "as_json", is_flag=True, help='Print JSON: {"changes": [...]}.')
+@json_option
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing; the exit code says (0 same, 1 different).")
 @click.option("--remote", metavar="NAME", help="Compare two checkpoints of remote NAME (read through a local cache: only what the command needs, by range).")
 @click.pass_context
@@ -94,8 +94,8 @@ def _print_changes(counts: list[LineCounts] | None, changes: list[Change], patch
 @click.option("-o", "--output", metavar="FILE|-", help="Write the conversation as JSON to FILE (stdout with -, the default).")
 @click.option("--task", metavar="NAME", help="Resolve REF among this task's checkpoints.")
 @click.option("-n", "--dry-run", is_flag=True, help="Print what would change; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 @click.pass_obj
 def restore(
     obj: Ctx,
@@ -147,8 +147,8 @@ def restore(
 
 @command(example="snapstore undo --dry-run\nsnapstore undo")
 @click.option("-n", "--dry-run", is_flag=True, help="Print what would change; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 @click.pass_obj
 def undo(obj: Ctx, dry_run: bool, as_json: bool, quiet: bool) -> None:
     """Put the tree back as it was before the last restore or undo (undo again to redo)."""
@@ -171,7 +171,7 @@ def _print_report(report: RestoreReport, as_json: bool, quiet: bool, err: bool =
 
 
 @command(example="snapstore oplog --json")
-@click.option("--json", "as_json", is_flag=True, help='Print JSON: {"operations": [...]}.')
+@json_option
 @click.pass_obj
 def oplog(obj: Ctx, as_json: bool) -> None:
     """List restores and undos, newest first."""

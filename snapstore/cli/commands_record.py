@@ -8,13 +8,21 @@ from typing import Any
 import click
 
 from snapstore.cli import lean
-from snapstore.cli.app import Ctx, command, echo_json, read_json_list, warn
+from snapstore.cli.app import (
+    Ctx,
+    command,
+    echo_json,
+    json_option,
+    quiet_option,
+    read_json_list,
+    warn,
+)
 
 
 @command(example="snapstore init                 # store in ./.snapstore\nsnapstore init --store ~/snaps/proj", own_store_option=True)
 @click.option("--store", "init_store", metavar="DIR", help="Keep the store in DIR, outside the tree.")
 @click.option("--compression", type=click.IntRange(1, 22), default=3, show_default=True, help="zstd level for new chunks.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@quiet_option
 @click.pass_obj
 def init(obj: Ctx, init_store: str | None, compression: int, quiet: bool) -> None:
     """Create a store for the tree in the current directory (in ./.snapstore by default)."""
@@ -38,8 +46,8 @@ def _read_conversation(source: str | None) -> list[Any] | None:
 @click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Free metadata, e.g. the tool call (repeatable).")
 @click.option("--conversation", "conversation_src", metavar="FILE|-", help="A JSON list of messages to keep with it.")
 @click.option("--skip-unchanged", is_flag=True, help="Record nothing (and print the parent) when nothing changed.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-@click.option("--json", "as_json", is_flag=True, help="Print the checkpoint as JSON.")
+@quiet_option
+@json_option
 @click.pass_obj
 def snapshot(
     obj: Ctx,
@@ -76,7 +84,7 @@ def snapshot(
 @click.option("--task", metavar="NAME", help="Only the checkpoints of this task.")
 @click.option("--all", "include_all", is_flag=True, help="Include the safety checkpoints that restores record.")
 @click.option("-n", "--limit", type=click.IntRange(min=1), help="Show at most N rows.")
-@click.option("--json", "as_json", is_flag=True, help='Print JSON: {"checkpoints": [...]}.')
+@json_option
 @click.option("--remote", metavar="NAME", help="Read remote NAME (read through a local cache: only what the command needs, by range) instead of this store.")
 @click.pass_obj
 def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_json: bool, remote: str | None) -> None:
@@ -103,7 +111,7 @@ def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_j
 @click.option("--conversation", "show_conversation", is_flag=True, help="Print the conversation stored with it.")
 @click.option("--task", metavar="NAME", help="Resolve REF among this task's checkpoints.")
 @click.option("-M", "--find-renames", "renames", is_flag=True, help="Show a removed and an added file as a rename (R).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 @click.option("--remote", metavar="NAME", help="Read remote NAME (read through a local cache: only what the command needs, by range) instead of this store.")
 @click.pass_obj
 def show(
@@ -129,7 +137,7 @@ def show(
 @click.argument("path")
 @click.option("--task", metavar="NAME", help="Only this task's checkpoints.")
 @click.option("-n", "--limit", type=click.IntRange(min=1), metavar="N", help="Only the newest N versions (reads history only that far back).")
-@click.option("--json", "as_json", is_flag=True, help='Print JSON: {"path": ..., "versions": [...]}.')
+@json_option
 @click.option("--remote", metavar="NAME", help="Read remote NAME (read through a local cache: only what the command needs, by range) instead of this store.")
 @click.pass_obj
 def log_(obj: Ctx, path: str, task: str | None, limit: int | None, as_json: bool, remote: str | None) -> None:

@@ -11,7 +11,17 @@ from typing import Any, TypeVar
 
 import click
 
-from snapstore.cli.app import CONTEXT, Ctx, Exit, cli, command, echo_json, global_options
+from snapstore.cli.app import (
+    CONTEXT,
+    Ctx,
+    Exit,
+    cli,
+    command,
+    echo_json,
+    global_options,
+    json_option,
+    quiet_option,
+)
 from snapstore.errors import ConflictError, CorruptError, RemoteError
 from snapstore.render import printable, size
 
@@ -69,7 +79,7 @@ def add(obj: Ctx, name: str, url: str, endpoint: str | None, region: str | None,
 
 
 @_sub("snapstore remote list --json", name="list")
-@click.option("--json", "as_json", is_flag=True, help="Print the remotes as JSON.")
+@json_option
 @click.pass_obj
 def list_(obj: Ctx, as_json: bool) -> None:
     """List the remotes and their refs as last seen (no request is made)."""
@@ -97,7 +107,7 @@ def remove(obj: Ctx, name: str) -> None:
 
 @_sub("snapstore remote ls origin --json")
 @click.argument("name", default="origin")
-@click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON.")
+@json_option
 @click.pass_obj
 def ls(obj: Ctx, name: str, as_json: bool) -> None:
     """List the refs on the remote (one listing, one read per ref)."""
@@ -122,8 +132,8 @@ def _fail_on(problems: list[str]) -> None:
 
 @_sub("snapstore remote verify origin")
 @click.argument("name", default="origin")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but problems.")
+@json_option
+@quiet_option
 @click.pass_obj
 def verify(obj: Ctx, name: str, as_json: bool, quiet: bool) -> None:
     """Read and check every object published on the remote; exit 6 naming each damaged one."""
@@ -146,7 +156,7 @@ def verify(obj: Ctx, name: str, as_json: bool, quiet: bool) -> None:
 
 @_sub("snapstore remote doctor origin")
 @click.argument("name", default="origin")
-@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@json_option
 @click.pass_obj
 def doctor(obj: Ctx, name: str, as_json: bool) -> None:
     """Probe the engine's conditional writes; exit 13 (and no shared-ref moves) if it ignores them."""
@@ -175,8 +185,8 @@ def doctor(obj: Ctx, name: str, as_json: bool) -> None:
 @click.option("--task", metavar="NAME", help="Push every checkpoint of this task (and move the ref named after it).")
 @click.option("--to", metavar="REF", help="The remote ref to move (default: the task, else 'default').")
 @click.option("--force", is_flag=True, help="Move the ref even when that is not a fast-forward.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 @click.pass_obj
 def push(obj: Ctx, refs: tuple[str, ...], remote: str, task: str | None, to: str | None, force: bool,
          as_json: bool, quiet: bool) -> None:
@@ -214,8 +224,8 @@ def push(obj: Ctx, refs: tuple[str, ...], remote: str, task: str | None, to: str
 @command(example="snapstore fetch\nsnapstore fetch default --remote origin")
 @click.argument("refs", nargs=-1)
 @_REMOTE_OPTION
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 @click.pass_obj
 def fetch(obj: Ctx, refs: tuple[str, ...], remote: str, as_json: bool, quiet: bool) -> None:
     """Bring the checkpoints remote refs name (default: all) into the store; the tree is untouched."""
@@ -243,8 +253,8 @@ def _fetch_lines(doc: dict[str, Any], as_json: bool, quiet: bool) -> None:
 @command(example="snapstore pull\nsnapstore pull fix-login")
 @click.argument("ref", required=False)
 @_REMOTE_OPTION
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 @click.pass_obj
 def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> None:
     """Fetch a remote ref (default: 'default', or the only one) and restore the tree to it
@@ -265,8 +275,8 @@ def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> 
 @click.option("--endpoint", metavar="URL", help="The S3 endpoint of a non-AWS engine.")
 @click.option("--region", metavar="REGION", help="The bucket's region.")
 @click.option("--profile", metavar="NAME", help="The AWS profile whose keys to use.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: str | None,
           profile: str | None, as_json: bool, quiet: bool) -> None:
     """Make DIRECTORY (absent or empty) a tree with a store, holding a remote ref's checkpoint.
@@ -288,7 +298,7 @@ def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: 
 @click.option("-n", "--dry-run", is_flag=True, help="Say what would be condemned and deleted; change nothing.")
 @click.option("--grace", "grace_hours", type=click.FloatRange(min=12), default=24, show_default=True,
               help="Hours a pack no bundle names must have existed (by the engine's clock) before it is condemned.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option
 @click.pass_obj
 def gc(obj: Ctx, name: str, dry_run: bool, grace_hours: float, as_json: bool) -> None:
     """Remove packs no bundle names (killed pushes), in two phases: condemned by one run, deleted

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from snapstore.cli.app import Ctx, Exit, command, echo_json, warn
+from snapstore.cli.app import Ctx, Exit, command, echo_json, json_option, quiet_option, warn
 from snapstore.errors import EXIT_DIFFERENT, UsageError
 from snapstore.units import printable_bytes
 
@@ -36,8 +36,8 @@ from snapstore.units import printable_bytes
 @click.option("--ours", "side", flag_value="ours", help="Conflicting lines keep the tree's version.")
 @click.option("--theirs", "side", flag_value="theirs", help="Conflicting lines take the version before the change.")
 @click.option("-n", "--dry-run", is_flag=True, help="Print the resulting diff per file and the conflicts; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 @click.pass_context
 def revert(
     ctx: click.Context,

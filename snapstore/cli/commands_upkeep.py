@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import click
 
-from snapstore.cli.app import Ctx, Exit, command, echo_json
+from snapstore.cli.app import Ctx, Exit, command, echo_json, json_option, quiet_option
 from snapstore.errors import CorruptError, UsageError
 
 T = TypeVar("T")
@@ -26,8 +26,8 @@ def counted(label: str, enabled: bool, run: Callable[..., T]) -> T:
 
 
 @command(example="snapstore verify --json")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but problems.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@quiet_option
+@json_option
 @click.option("--repair", is_flag=True, help="Store again the damaged chunks the working tree still holds, then verify again.")
 @click.pass_obj
 def verify(obj: Ctx, quiet: bool, as_json: bool, repair: bool) -> None:
@@ -60,8 +60,8 @@ def verify(obj: Ctx, quiet: bool, as_json: bool, repair: bool) -> None:
 @click.option("--keep-tagged", is_flag=True, help="Keep every checkpoint a tag names.")
 @click.option("--task", metavar="NAME", help="Only consider (and count) the checkpoints of this task.")
 @click.option("-n", "--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 @click.pass_obj
 def prune(
     obj: Ctx,
@@ -92,7 +92,7 @@ def prune(
 
 @command(example="snapstore delete latest~4 && snapstore gc")
 @click.argument("ref")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@quiet_option
 @click.pass_obj
 def delete(obj: Ctx, ref: str, quiet: bool) -> None:
     """Remove checkpoint REF: its record, its log entry and the tags naming it.
@@ -110,8 +110,8 @@ def delete(obj: Ctx, ref: str, quiet: bool) -> None:
 @click.option("--repack", is_flag=True, help="Rewrite every pack (recompress the whole store at --level).")
 @click.option("--level", type=click.IntRange(1, 22), default=9, show_default=True, help="zstd level for --repack.")
 @click.option("-n", "--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 @click.pass_obj
 def gc(
     obj: Ctx, compact: bool, repack: bool, level: int, dry_run: bool, as_json: bool, quiet: bool
@@ -133,8 +133,8 @@ def gc(
 
 
 @command(example="snapstore maintain")
-@click.option("--json", "as_json", is_flag=True, help="Print the passes' reports as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 @click.option("--background", is_flag=True, hidden=True, help="The detached pass a snapshot starts.")
 @click.pass_obj
 def maintain(obj: Ctx, as_json: bool, quiet: bool, background: bool) -> None:
@@ -167,8 +167,8 @@ def maintain(obj: Ctx, as_json: bool, quiet: bool, background: bool) -> None:
 
 
 @command(example="snapstore upgrade")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@json_option
+@quiet_option
 @click.pass_obj
 def upgrade(obj: Ctx, as_json: bool, quiet: bool) -> None:
     """Convert a format-1 store to format 2 (packs): crash-safe, verified as it goes.
@@ -187,7 +187,7 @@ def upgrade(obj: Ctx, as_json: bool, quiet: bool) -> None:
 
 
 @command(example="snapstore stats --json")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 @click.pass_obj
 def stats(obj: Ctx, as_json: bool) -> None:
     """Checkpoints, tasks, sizes, dedup and compression ratios, size on disk.
@@ -254,7 +254,7 @@ def relocate(obj: Ctx, new_root: str) -> None:
 @click.option("--back", "mode", flag_value="back", help="Roll the interrupted restore back instead of finishing it.")
 @click.option("--abandon", "mode", flag_value="abandon", help="Keep the tree as it is (recorded first) and drop the journal.")
 @click.option("-n", "--dry-run", is_flag=True, help="Say what would be done; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option
 @click.pass_obj
 def recover(obj: Ctx, mode: str | None, dry_run: bool, as_json: bool) -> None:
     """Finish (or roll back) a restore that was interrupted (a crash, a full disk, a kill).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from snapstore.errors import SnapstoreError
 from snapstore.hooks import HookRegistry
 from snapstore.ops.context import StageContext
 from snapstore.records import manifest
@@ -13,6 +14,7 @@ from snapstore.records.manifest import Entry
 from snapstore.storage.backend import JOURNAL_KEY, Backend
 
 if TYPE_CHECKING:
+    from snapstore.ops.restore import RestoreReport, TakeSafety
     from snapstore.ops.snapshot.result import SnapshotResult
     from snapstore.records.oplog import Operation
     from snapstore.tree.scan import Found
@@ -125,3 +127,36 @@ class StoreBase:
 
         cp_id, packed, result = snapshot.take(self.context, message=message, kind=SAFETY, skip_unchanged=True)
         return parse_record(cp_id, packed), result
+
+    def _restore(self, ref: str, paths: list[str] | None, *, dry_run: bool) -> RestoreReport:
+        """:meth:`snapstore.Store.restore`'s body (pull restores through it too)."""
+        with self._lock.held():
+            self._recover()
+            target = self.resolve(ref)
+            return self._run_restore(target, paths, dry_run, "restore", f"before restore of {target.short_id}")
+
+    def _run_restore(
+        self, target: Checkpoint, paths: list[str] | list[bytes] | None, dry_run: bool, kind: str, message: str,
+        take_safety: TakeSafety | None = None,
+    ) -> RestoreReport:
+        self.hooks.before("before_restore", target=target, paths=paths, dry_run=dry_run, kind=kind)
+        from snapstore.ops import restore
+
+        report = restore.run(
+            self.context, target, paths, dry_run=dry_run, kind=kind, message=message,
+            take_safety=take_safety or self._take_safety,
+        )
+        if report.op_seq is not None:
+            # The tree as the restore left it, recorded (hidden, like the safety checkpoint
+            # before it): the next checkpoint's parent and counts then describe the tree it was
+            # taken from, not the one before the restore.  The restore taught the stat cache
+            # (and a watcher's state) the files it wrote, so this reads none of them.
+            # Best effort: the restore is done, and a store too damaged to record this says so.
+            try:
+                self._record_tree(f"after {kind} to {target.short_id}")
+            except SnapstoreError as exc:
+                report.warnings.append(f"the tree after the {kind} was not recorded: {exc}")
+            finally:
+                self.context.found_hint = None  # used by that record or by nothing
+        report.warnings.extend(self.hooks.after("after_restore", report=report))
+        return report

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from snapstore.errors import RefError, SnapstoreError, UsageError
+from snapstore.errors import RefError, UsageError
 from snapstore.facade.base import StoreBase
 from snapstore.records.checkpoint import Checkpoint, load_one
 
 if TYPE_CHECKING:
-    from snapstore.ops.restore import RestoreReport, TakeSafety
+    from snapstore.ops.restore import RestoreReport
     from snapstore.ops.restore.recovery import RecoverReport
     from snapstore.ops.revert import RevertReport, UnknownChange
 
@@ -39,36 +39,7 @@ class GoingBackMixin(StoreBase):
         only paths that differ are touched; ignored files, ``.git`` and the store never are.
         With ``dry_run`` nothing changes (tree or store) and the report says what would.
         """
-        with self._lock.held():
-            self._recover()
-            target = self.resolve(ref)
-            return self._run_restore(target, paths, dry_run, "restore", f"before restore of {target.short_id}")
-
-    def _run_restore(
-        self, target: Checkpoint, paths: list[str] | list[bytes] | None, dry_run: bool, kind: str, message: str,
-        take_safety: TakeSafety | None = None,
-    ) -> RestoreReport:
-        self.hooks.before("before_restore", target=target, paths=paths, dry_run=dry_run, kind=kind)
-        from snapstore.ops import restore
-
-        report = restore.run(
-            self.context, target, paths, dry_run=dry_run, kind=kind, message=message,
-            take_safety=take_safety or self._take_safety,
-        )
-        if report.op_seq is not None:
-            # The tree as the restore left it, recorded (hidden, like the safety checkpoint
-            # before it): the next checkpoint's parent and counts then describe the tree it was
-            # taken from, not the one before the restore.  The restore taught the stat cache
-            # (and a watcher's state) the files it wrote, so this reads none of them.
-            # Best effort: the restore is done, and a store too damaged to record this says so.
-            try:
-                self._record_tree(f"after {kind} to {target.short_id}")
-            except SnapstoreError as exc:
-                report.warnings.append(f"the tree after the {kind} was not recorded: {exc}")
-            finally:
-                self.context.found_hint = None  # used by that record or by nothing
-        report.warnings.extend(self.hooks.after("after_restore", report=report))
-        return report
+        return self._restore(ref, paths, dry_run=dry_run)
 
     def undo(self, *, dry_run: bool = False) -> RestoreReport:
         """Put the tree back as it was before the last restore or undo (undo twice = redo)."""
@@ -150,7 +121,7 @@ class GoingBackMixin(StoreBase):
         """
         from snapstore.ops import revert as revert_op
 
-        request = revert_op.Request(ref, range, task, actor, paths, conflicts, include_unknown)
+        request = revert_op.RevertRequest(ref, range, task, actor, paths, conflicts, include_unknown)
         with self._lock.held():
             if not dry_run:
                 self._recover()

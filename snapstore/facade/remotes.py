@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import CorruptError, RefError, SnapstoreError, UsageError
-from snapstore.facade.going_back import GoingBackMixin
+from snapstore.facade.base import StoreBase
 from snapstore.records.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class FetchReport:
         return d
 
 
-class RemotesMixin(GoingBackMixin):
+class RemotesMixin(StoreBase):
     """remote add/list/remove/ls/verify/doctor, push, fetch, pull and clone."""
 
     #: A browsing cache's transport (:meth:`_read_through`): its requests, counted.
@@ -259,7 +259,7 @@ class RemotesMixin(GoingBackMixin):
             report.refs.append(got)
         finally:
             report.requests = t.requests
-        report.restore = self.restore(got.checkpoint)
+        report.restore = self._restore(got.checkpoint, None, dry_run=False)
         return report
 
     def _read_through(self, remote: str = "origin") -> FetchReport:

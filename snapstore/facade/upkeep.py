@@ -14,8 +14,7 @@ if TYPE_CHECKING:
     from snapstore.ops.gc import GcReport
     from snapstore.ops.maintenance import MaintenanceReport
     from snapstore.ops.repair import RepairReport
-    from snapstore.ops.retention import Policy as RetentionPolicy
-    from snapstore.ops.retention import PruneReport
+    from snapstore.ops.retention import PruneReport, RetentionRules
     from snapstore.ops.stats import StoreStats
     from snapstore.ops.upgrade import UpgradeReport
 
@@ -46,14 +45,14 @@ class UpkeepMixin(StoreBase):
             keep_within = retention.parse_duration(keep_within)
         elif keep_within is not None and keep_within <= 0:
             raise UsageError("--keep-within must be longer than zero")
-        policy = retention.Policy(keep_last, keep_within, bool(keep_tagged))
+        policy = retention.RetentionRules(keep_last, keep_within, bool(keep_tagged))
         if not policy.active:
             raise UsageError("prune needs a rule: --keep-last, --keep-within or --keep-tagged")
         with self._lock.held():
             self._recover()
             return self._prune(policy, task, dry_run)
 
-    def _prune(self, policy: RetentionPolicy, task: str | None, dry_run: bool) -> PruneReport:
+    def _prune(self, policy: RetentionRules, task: str | None, dry_run: bool) -> PruneReport:
         from snapstore.ops import retention
 
         all_, _ = self._load()

@@ -49,7 +49,7 @@ from snapstore.records import conversation, manifest
 from snapstore.records.checkpoint import references
 from snapstore.storage import entries, objects, packs
 from snapstore.storage.backend import Backend, ReadView, WriteBatch
-from snapstore.storage.entries import Entry
+from snapstore.storage.entries import PackEntry
 
 #: The first bytes of every consolidated pack: a zstd skippable frame (magic 0x184D2A5B, a
 #: 4-byte length, then b"SNC1"), which no entry ever points at.
@@ -302,7 +302,7 @@ def run(
         if keys is None:
             keys = order_keys(view)
         outlined = [] if dry_run or not conversations else outline(view, conversations)
-    moving: list[tuple[bytes, Entry | Outlined]] = [
+    moving: list[tuple[bytes, PackEntry | Outlined]] = [
         (cid, e) for ms in members.values() for cid, e in ms if cid in live
     ]
     report.packs_rewritten = len(targets)
@@ -321,16 +321,16 @@ def run(
     report.conversations_outlined = len(outlined)
     moving.sort(key=lambda ce: keys.get(ce[0], last))
     breaks, small = breaks_of([cid for cid, _ in moving], keys)
-    total = sum(item.size if isinstance(item, Entry) else len(item.plain) for _, item in moving)
+    total = sum(item.size if isinstance(item, PackEntry) else len(item.plain) for _, item in moving)
     if not exact_level:
         level = max(level, SMALL_LEVEL if full and total <= SMALL_BYTES else LEVEL)
     frame = FRAME if total <= SMALL_BYTES else BIG_FRAME
     damaged: set[bytes] = set()
-    step: list[tuple[bytes, Entry | Outlined]] = []
+    step: list[tuple[bytes, PackEntry | Outlined]] = []
     step_bytes = 0
     for cid, item in moving:
         step.append((cid, item))
-        step_bytes += item.size if isinstance(item, Entry) else len(item.plain)
+        step_bytes += item.size if isinstance(item, PackEntry) else len(item.plain)
         if step_bytes >= STEP_BYTES:
             report.packs_written += _move(backend, step, level, frame, damaged, breaks, small)
             step, step_bytes = [], 0
@@ -343,7 +343,7 @@ def run(
 
 def _move(
     backend: Backend,
-    chunks: list[tuple[bytes, Entry | Outlined]],
+    chunks: list[tuple[bytes, PackEntry | Outlined]],
     level: int,
     frame: int,
     damaged: set[bytes],
@@ -416,7 +416,7 @@ def frames_of(
 
 def _drop(
     backend: Backend,
-    members: dict[bytes, list[tuple[bytes, Entry]]],
+    members: dict[bytes, list[tuple[bytes, PackEntry]]],
     live: set[bytes],
     damaged: set[bytes],
 ) -> None:
@@ -432,7 +432,7 @@ def _drop(
                     batch.delete("packs", pid)
 
 
-def _still_named(batch: WriteBatch, ms: list[tuple[bytes, Entry]], live: set[bytes]) -> bool:
+def _still_named(batch: WriteBatch, ms: list[tuple[bytes, PackEntry]], live: set[bytes]) -> bool:
     """Whether a live entry still points into this pack (a move that did not happen)."""
     for cid, e in ms:
         if cid in live:

@@ -50,7 +50,7 @@ from snapstore.errors import CorruptError
 from snapstore.ops import consolidate
 from snapstore.storage import entries, objects, packs
 from snapstore.storage.backend import Backend
-from snapstore.storage.entries import Entry
+from snapstore.storage.entries import PackEntry
 
 #: Checkpoints between two checks (config ``maintenance.checkpoints``).
 EVERY = 32
@@ -111,13 +111,13 @@ class MaintenanceReport:
         return dict(self.__dict__)
 
 
-class Plan:
+class MaintenancePlan:
     """Which packs one pass moves, and their chunks in the order they are written."""
 
     def __init__(
         self,
         pids: list[bytes],
-        chunks: list[tuple[bytes, Entry]],
+        chunks: list[tuple[bytes, PackEntry]],
         loose: int,
         *,
         full: bool = False,
@@ -145,7 +145,7 @@ def small_loose(
 
 def plan(
     backend: Backend, *, min_packs: int, max_chunks: int, newest: int = 4 * EVERY
-) -> Plan | None:
+) -> MaintenancePlan | None:
     """Read (no lock needed) what a pass would move; None when fewer than ``min_packs``, or
     when the store holds more than ``max_chunks`` chunks (finding a pack's chunks reads them
     all)."""
@@ -172,7 +172,7 @@ def plan(
         keys = consolidate.order_keys(view, newest=newest, within=within)
     last: consolidate.Key = (9, b"", 0, 0)
     moving.sort(key=lambda ce: keys.get(ce[0], last))
-    return Plan(pids, moving, len(found))
+    return MaintenancePlan(pids, moving, len(found))
 
 
 def full_due(
@@ -197,7 +197,7 @@ def full_due(
     return stored >= FULL_GROWTH * base
 
 
-def plan_full(backend: Backend, max_chunks: int = SERVICE_CHUNKS) -> Plan | None:
+def plan_full(backend: Backend, max_chunks: int = SERVICE_CHUNKS) -> MaintenancePlan | None:
     """Read (no lock needed) the full pass, or None when it is not due (:func:`full_due`) or
     its chunks hold more than :data:`FULL_MAX` plain bytes."""
     sizes = list(backend.value_sizes("packs"))
@@ -214,7 +214,7 @@ def plan_full(backend: Backend, max_chunks: int = SERVICE_CHUNKS) -> Plan | None
     breaks, small = consolidate.breaks_of([cid for cid, _ in moving], keys)
     loose = sum(1 for _, _, head in sizes if not consolidate.is_consolidated(head))
     pids = sorted({pid for pid, _, _ in sizes})
-    return Plan(pids, moving, loose, full=True, breaks=breaks, small=small)
+    return MaintenancePlan(pids, moving, loose, full=True, breaks=breaks, small=small)
 
 
 def stop_after(seconds: float) -> Callable[[], bool]:
@@ -233,7 +233,7 @@ def stop_after(seconds: float) -> Callable[[], bool]:
 
 def run(
     backend: Backend,
-    the_plan: Plan,
+    the_plan: MaintenancePlan,
     *,
     level: int,
     locked: Callable[[], Any],
@@ -247,7 +247,7 @@ def run(
     if the_plan.full:
         level = max(level, consolidate.SMALL_LEVEL)
     limit = FULL_STEP if the_plan.full else STEP_BYTES
-    step: list[tuple[bytes, Entry]] = []
+    step: list[tuple[bytes, PackEntry]] = []
     size = moved = 0
     stopped = False
     for cid, e in the_plan.chunks:
@@ -281,9 +281,9 @@ def run(
 
 def _move(
     backend: Backend,
-    chunks: list[tuple[bytes, Entry]],
+    chunks: list[tuple[bytes, PackEntry]],
     level: int,
-    the_plan: Plan,
+    the_plan: MaintenancePlan,
     locked: Callable[[], Any],
 ) -> int:
     """One step: the chunks still where the plan found them, read and compressed without the
@@ -320,7 +320,7 @@ def _move(
     return sum(1 for table, _, _ in ops if table == "packs")
 
 
-def _drop(backend: Backend, the_plan: Plan) -> int:
+def _drop(backend: Backend, the_plan: MaintenancePlan) -> int:
     """Delete the planned packs that no entry names (one transaction)."""
     held: dict[bytes, list[bytes]] = {}  # (grouped once: the full pass plans every pack)
     for cid, e in the_plan.chunks:

@@ -22,7 +22,7 @@ from typing import Any
 from snapstore.errors import CorruptError
 from snapstore.storage import entries, objects, packs
 from snapstore.storage.backend import Backend
-from snapstore.storage.entries import CODEC_DELTA, Entry
+from snapstore.storage.entries import CODEC_DELTA, PackEntry
 
 #: Plain bytes of live chunks moved per transaction (bounds the memory of one step).
 STEP_BYTES = 16 << 20
@@ -61,7 +61,7 @@ def run(
     sizes = {pid: n for pid, n, _ in backend.value_sizes("packs")}
     report.packs = len(sizes)
     report.stored_before = report.stored_after = sum(sizes.values())
-    members: dict[bytes, list[tuple[bytes, Entry]]] = {pid: [] for pid in sizes}
+    members: dict[bytes, list[tuple[bytes, PackEntry]]] = {pid: [] for pid in sizes}
     with backend.read() as view:
         for pid, ms in entries.pack_members(view.items("chunks")).items():
             members.setdefault(pid, []).extend(ms)
@@ -108,7 +108,7 @@ def run(
 def _rewrite(
     backend: Backend,
     pids: list[bytes],
-    members: dict[bytes, list[tuple[bytes, Entry]]],
+    members: dict[bytes, list[tuple[bytes, PackEntry]]],
     live: set[bytes],
     level: int,
 ) -> None:
@@ -119,7 +119,7 @@ def _rewrite(
 
 def _move(
     backend: Backend,
-    chunks: list[tuple[bytes, Entry]],
+    chunks: list[tuple[bytes, PackEntry]],
     dead: list[bytes],
     live: set[bytes],
     level: int,

@@ -32,7 +32,7 @@ from snapstore.records.checkpoint import PATHS_INDEX_META, SAFETY, Checkpoint
 from snapstore.storage.backend import CONFIG_PREFIX, ReadView, WriteBatch
 
 
-class Tables(Protocol):
+class ConfigTables(Protocol):
     """What removing checkpoints needs of a backend (storage.backend.Backend, typed)."""
 
     def read(self) -> AbstractContextManager[ReadView]: ...
@@ -174,7 +174,7 @@ def read_config(view: ReadView) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class Policy:
+class RetentionRules:
     keep_last: int | None = None
     keep_within: int | None = None  # seconds
     keep_tagged: bool = False
@@ -184,13 +184,13 @@ class Policy:
         return self.keep_last is not None or self.keep_within is not None or self.keep_tagged
 
 
-def policy_from_config(values: dict[str, str]) -> Policy | None:
+def policy_from_config(values: dict[str, str]) -> RetentionRules | None:
     """The automatic policy, or None when neither keep-last nor keep-within is set."""
     last = values.get("retention.keep-last", "off")
     within = values.get("retention.keep-within", "off")
     if last == "off" and within == "off":
         return None
-    return Policy(
+    return RetentionRules(
         keep_last=None if last == "off" else int(last),
         keep_within=None if within == "off" else parse_duration(within),
         keep_tagged=values.get("retention.keep-tagged", "true") == "true",
@@ -238,7 +238,7 @@ class PruneReport:
 
 def select(
     checkpoints: list[Checkpoint],
-    policy: Policy,
+    policy: RetentionRules,
     guarded: dict[str, str],
     *,
     task: str | None = None,
@@ -268,7 +268,7 @@ def select(
     return report
 
 
-def remove(backend: Tables, checkpoints: list[Checkpoint]) -> None:
+def remove(backend: ConfigTables, checkpoints: list[Checkpoint]) -> None:
     """Delete the records, log entries and tags of ``checkpoints`` (the caller holds the lock).
 
     A checkpoint's record, log entry and tags go in the same transaction (batches of

@@ -166,7 +166,7 @@ def _check_chunks(view: ReadView, report: VerifyReport, progress: Progress | Non
     """
     total = view.count("chunks")
     sizes: dict[bytes, int] = {}
-    by_pack: dict[bytes, list[tuple[bytes, entries.Entry]]] = {}
+    by_pack: dict[bytes, list[tuple[bytes, entries.PackEntry]]] = {}
     for i, (cid, value) in enumerate(view.items("chunks")):
         report.chunks += 1
         if progress and (i & 255) == 0:
@@ -202,7 +202,7 @@ def _check_chunks(view: ReadView, report: VerifyReport, progress: Progress | Non
 
 
 def _pack_members(
-    get: Getter, *, cid_entries: list[tuple[bytes, entries.Entry]], pack: bytes | None
+    get: Getter, *, cid_entries: list[tuple[bytes, entries.PackEntry]], pack: bytes | None
 ) -> Iterator[tuple[bytes, bytes | CorruptError]]:
     """Each chunk of one pack, read and re-hashed, or the reason it cannot be."""
     frames: dict[tuple[int, int], bytes | CorruptError] = {}
@@ -241,9 +241,11 @@ def _stream_problem(
     ``walked`` is shared by every stream of the run: an index node shared by many streams (or
     repeated inside one, as in a hostile DAG) is checked once.
     """
+    index: bytes | None = None  # (the walk loads an index node right after yielding it)
     try:
         for cid, size, height in objects.walk_stream(get, sid, walked=walked):
             if height:
+                index = cid
                 continue
             if cid not in sizes:
                 if get("chunks", cid) is None:
@@ -253,6 +255,8 @@ def _stream_problem(
             if size >= 0 and sizes[cid] != size:
                 return f"chunk {cid.hex()} has {sizes[cid]} bytes, its index says {size}"
     except CorruptError as exc:
+        if index is not None and get("chunks", index) is None:
+            missing.add(index)  # (an index node the store lacks: repair can store it again)
         return str(exc)
     return None
 

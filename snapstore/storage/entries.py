@@ -64,7 +64,7 @@ CACHE_BYTES = 16 << 20
 CHUNK_CACHE_BYTES = 16 << 20
 
 
-class Entry(NamedTuple):  # (not a dataclass: importing dataclasses costs every CLI process)
+class PackEntry(NamedTuple):  # (not a dataclass: importing dataclasses costs every CLI process)
     """Where one chunk's bytes are: a frame of a pack, and the slice of its plain bytes."""
 
     pack: bytes
@@ -92,7 +92,7 @@ def is_entry(value: bytes | None) -> TypeGuard[bytes]:
     return value is not None and value[:1] == bytes((FLAG_PACKED,))
 
 
-def parse(cid: bytes, value: bytes) -> Entry:
+def parse(cid: bytes, value: bytes) -> PackEntry:
     """The entry a ``chunks`` value holds; CorruptError when it is not a well-formed one."""
     codec = value[1] if len(value) > 1 else -1
     want = DELTA_ENTRY_SIZE if codec == CODEC_DELTA else ENTRY_SIZE
@@ -106,7 +106,7 @@ def parse(cid: bytes, value: bytes) -> Entry:
             raise CorruptError(f"chunk {cid.hex()} has a damaged delta entry")
     if offset + size > MAX_FRAME_BYTES:
         raise CorruptError(f"chunk {cid.hex()} has a damaged index entry")
-    return Entry(pack, frame_off, frame_len, codec, offset, size, base, depth)
+    return PackEntry(pack, frame_off, frame_len, codec, offset, size, base, depth)
 
 
 def entry_size(head: bytes) -> int:
@@ -204,7 +204,7 @@ def _prefix(frame: bytes, upto: int) -> bytes:
     return bytes(out)
 
 
-def frame_bytes(cid: bytes, entry: Entry, pack: bytes | None) -> bytes:
+def frame_bytes(cid: bytes, entry: PackEntry, pack: bytes | None) -> bytes:
     """The stored bytes of ``entry``'s frame, checked to lie inside its pack."""
     if pack is None:
         return frame_part(cid, entry, None)
@@ -212,7 +212,7 @@ def frame_bytes(cid: bytes, entry: Entry, pack: bytes | None) -> bytes:
     return frame_part(cid, entry, (len(pack), pack[entry.frame_off : end]))
 
 
-def frame_part(cid: bytes, entry: Entry, part: tuple[int, bytes] | None) -> bytes:
+def frame_part(cid: bytes, entry: PackEntry, part: tuple[int, bytes] | None) -> bytes:
     """``entry``'s frame from ``part``, ``(length of its pack, the pack's bytes from the frame's
     offset to its end)`` (None: no such pack), checked to lie inside the pack."""
     if part is None:
@@ -291,7 +291,7 @@ def inflate(
 
 def frame_plain(
     cid: bytes,
-    entry: Entry,
+    entry: PackEntry,
     load_frame: Callable[[], bytes],
     load_base: Callable[[], bytes] | None = None,
     *,
@@ -327,7 +327,7 @@ def frame_plain(
     return plain
 
 
-def slice_chunk(cid: bytes, entry: Entry, plain: bytes) -> bytes:
+def slice_chunk(cid: bytes, entry: PackEntry, plain: bytes) -> bytes:
     """The chunk's bytes out of its frame's plain bytes."""
     end = entry.offset + entry.size
     if end > len(plain):
@@ -339,12 +339,12 @@ def slice_chunk(cid: bytes, entry: Entry, plain: bytes) -> bytes:
 
 def pack_members(
     items: Iterable[tuple[bytes, bytes]], packs: set[bytes] | dict[bytes, Any] | None = None
-) -> dict[bytes, list[tuple[bytes, Entry]]]:
+) -> dict[bytes, list[tuple[bytes, PackEntry]]]:
     """The chunks of each pack, from the ``chunks`` table's ``(id, value)`` items (packs do not
     list their members: every entry is read).  Only the packs in ``packs`` when given (each
     present in the result, maybe empty), else every pack an entry names.  An entry that does
     not parse names no pack anyone can know: skipped (verify reports it, gc leaves it)."""
-    members: dict[bytes, list[tuple[bytes, Entry]]] = {pid: [] for pid in packs} if packs is not None else {}
+    members: dict[bytes, list[tuple[bytes, PackEntry]]] = {pid: [] for pid in packs} if packs is not None else {}
     for cid, value in items:
         if not is_entry(value):
             continue

@@ -38,7 +38,7 @@ def _node(children: list[Ref]) -> tuple[bytes, bytes, int]:
     return nid, plain, sum(s for _, s in children)
 
 
-class _Level:
+class _IndexLevel:
     """The nodes built over one level's refs: where each ends, their refs and plain bytes."""
 
     __slots__ = ("refs", "ends", "parents", "plains")
@@ -70,9 +70,9 @@ def _cut(refs: list[Ref], start: int, resync: Callable[[int], bool] | None) -> t
     return ends, parents, plains, n
 
 
-def _build_level(refs: list[Ref]) -> _Level:
+def _build_level(refs: list[Ref]) -> _IndexLevel:
     ends, parents, plains, _ = _cut(refs, 0, None)
-    return _Level(refs, ends, parents, plains)
+    return _IndexLevel(refs, ends, parents, plains)
 
 
 def build_index(leaves: list[Ref], emit: Emit) -> tuple[int, bytes]:
@@ -91,7 +91,7 @@ class IndexTree:
     __slots__ = ("levels",)
 
     def __init__(self) -> None:
-        self.levels: list[_Level] = []
+        self.levels: list[_IndexLevel] = []
 
     def build(self, leaves: list[Ref], emit: Emit) -> tuple[int, bytes]:
         """The whole tree over ``leaves``: ``(height, root id)``; every node goes to ``emit``."""
@@ -134,7 +134,7 @@ class IndexTree:
         return h, refs[0][0]
 
 
-def _update_level(level: _Level, refs: list[Ref], prefix: int, suffix: int, emit: Emit) -> tuple[int, int]:
+def _update_level(level: _IndexLevel, refs: list[Ref], prefix: int, suffix: int, emit: Emit) -> tuple[int, int]:
     """Re-cut ``level`` (in place) for its new ``refs``; returns the parents' common prefix and
     suffix with the old parents."""
     old_n, n = len(level.refs), len(refs)

@@ -179,7 +179,7 @@ def _load_packed(get: Getter, cid: bytes, value: bytes, max_size: int, whole_fra
     return entries.slice_chunk(cid, entry, plain)
 
 
-def _frame(get: Getter, cid: bytes, entry: entries.Entry) -> bytes:
+def _frame(get: Getter, cid: bytes, entry: entries.PackEntry) -> bytes:
     """The stored bytes of ``entry``'s frame.  When ``get`` is a view's own method and the view
     reads parts of values (the LMDB view's ``part``), only the frame's bytes are copied, not
     the whole pack."""

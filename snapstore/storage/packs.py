@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from snapstore.errors import CorruptError
 from snapstore.storage import entries, objects
-from snapstore.storage.entries import CODEC_DELTA, CODEC_ZSTD, Entry
+from snapstore.storage.entries import CODEC_DELTA, CODEC_ZSTD, PackEntry
 
 if TYPE_CHECKING:
     import zstandard
@@ -170,7 +170,7 @@ def pack_ops(frames: Iterable[Frame], head: bytes = b"") -> list[Op]:
         ops.append(("packs", pid, value))
         for frame, off in placed:
             for cid, offset, size in frame.members:
-                entry = Entry(pid, off, len(frame.data), frame.codec, offset, size, frame.base, frame.depth)
+                entry = PackEntry(pid, off, len(frame.data), frame.codec, offset, size, frame.base, frame.depth)
                 ops.append(("chunks", cid, entry.encode()))
 
     for frame in frames:

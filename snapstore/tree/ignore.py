@@ -46,12 +46,12 @@ MAX_WILDCARDS = 4
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-class _Level(NamedTuple):  # (not a frozen dataclass: it would slow every CLI process's start)
+class _RuleLevel(NamedTuple):  # (not a frozen dataclass: it would slow every CLI process's start)
     base: str  # the directory's path relative to the root, '' or ending in '/'
     spec: Any  # pathspec.GitIgnoreSpec (untyped library)
 
 
-Rules = tuple[_Level, ...]
+Rules = tuple[_RuleLevel, ...]
 
 NO_RULES: Rules = ()
 
@@ -173,7 +173,7 @@ def rules_for_dir(
                 continue
             lines.append(pattern)
         if any(line.strip() and not line.lstrip().startswith("#") for line in lines):
-            levels.append(_Level(base, _compile(lines)))
+            levels.append(_RuleLevel(base, _compile(lines)))
     return tuple(levels)
 
 

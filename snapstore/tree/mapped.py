@@ -6,14 +6,14 @@ files found here at every checkpoint (:mod:`snapstore.ops.snapshot.incremental`)
 
 Reading every process's ``/proc/PID/maps`` at every checkpoint was the largest part of a hook
 event answered by the service, and it grows with the number of processes.  :class:`MapsCache`
-keeps each process's shared writable mappings and reads its maps again only when the process's
-``/proc/PID/stat`` says its start time or its mapped size changed (one short read): a new
-mapping (``mmap``) or an unmapping changes the size.  What that cannot see: a shared mapping
-made writable in place (``mprotect``) or an ``mmap`` and a ``munmap`` of exactly the same size
-between two checkpoints; the periodic full walk covers those (docs/reliability.md, "What the
-watcher can and cannot see").  A name the cache still holds may be stale (a file renamed or
-deleted while mapped): it is then treated as a file with other links, whose inode the caller
-searches for, which errs on the side of looking.
+keeps each process's shared writable mappings and reads its maps again only when one short read
+of ``/proc/PID/stat`` shows a change of its start time, its mapped size or its page-fault counts.
+Why that is enough: a write through a mapping made (or made writable) since the last look
+faults at least once (a new mapping has no page tables yet; an ``mprotect`` to writable makes the
+first write fault; ``MAP_POPULATE`` faults at ``mmap``), and those counts only grow.  A busy
+process faults all the time and is read every time; an idle one is read once.  A name the cache
+holds that went stale (renamed or deleted while mapped) sends its inode through the tree search:
+the error is on the side of looking.
 """
 
 from __future__ import annotations
@@ -99,11 +99,14 @@ def _shared_writable(data: bytes) -> Mappings:
 
 
 def _fingerprint(pid: bytes) -> bytes | None:
-    """A process's start time and mapped size (``/proc/PID/stat`` fields 22 and 23), or None."""
+    """A process's minor and major page faults, start time and mapped size (``/proc/PID/stat``
+    fields 10, 12, 22 and 23), or None."""
     data = _read(b"/proc/" + pid + b"/stat", 1024)
     end = data.rfind(b")")  # (the command name, field 2, may hold spaces and parentheses)
     fields = data[end + 2 :].split()
-    return b" ".join(fields[19:21]) if end > 0 and len(fields) > 21 else None
+    if end <= 0 or len(fields) <= 21:
+        return None
+    return b" ".join((fields[7], fields[9], fields[19], fields[20]))
 
 
 def _sole_link(path: bytes, dev: int, ino: int) -> bool:

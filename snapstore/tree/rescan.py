@@ -12,7 +12,7 @@ walk would find now:
 * a directory the watcher saw appear (a subtree) is forgotten and walked completely;
 * a file whose content or metadata changed is lstat-ed again; any other changed path (a
   symlink, an empty directory, something that changed type) has its directory listed again;
-* a blind directory (no watch on it or below it: ``Changes.blind``) is walked completely, as
+* a blind directory (no watch on it or below it: ``ChangeHints.blind``) is walked completely, as
   a new subtree is, at every snapshot until the watcher can watch it.
 
 Files found with more than one hard link are reported (``Patch.links``): the caller re-stats
@@ -37,7 +37,7 @@ from snapstore.tree import ignore, scan
 from snapstore.tree.paths import DIR_FLAGS, iter_parents, open_beneath
 
 
-class Changes(Protocol):
+class ChangeHints(Protocol):
     """What :func:`apply` reads of the watcher's changes (tree.watcher.Changes)."""
 
     dirs: set[bytes]
@@ -81,7 +81,7 @@ def apply(
     excluded: frozenset[bytes],
     found: dict[bytes, scan.Found],
     listings: scan.Listings,
-    changes: Changes,
+    changes: ChangeHints,
     report: scan.ScanReport,
     watch: Callable[[bytes], None] | None = None,
 ) -> Patch | None:

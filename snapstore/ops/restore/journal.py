@@ -32,10 +32,10 @@ from snapstore.storage.backend import JOURNAL_KEY, Backend, ReadView, WriteBatch
 from snapstore.tree import worktree
 from snapstore.tree.paths import display, parents
 
-__all__ = ["JOURNAL_KEY", "Journal", "Tables", "clear", "finish", "parse", "pending_ids", "read", "record", "tables"]
+__all__ = ["JOURNAL_KEY", "Journal", "JournalTables", "clear", "finish", "parse", "pending_ids", "read", "record", "tables"]
 
 
-class Tables(Protocol):
+class JournalTables(Protocol):
     """The backend's transactions, typed (``Backend.read``/``write`` carry no annotations)."""
 
     def read(self) -> AbstractContextManager[ReadView]: ...
@@ -45,9 +45,9 @@ class Tables(Protocol):
     def sync(self) -> None: ...
 
 
-def tables(backend: Backend) -> Tables:
-    """``backend`` seen through :class:`Tables` (the same object)."""
-    return cast(Tables, backend)
+def tables(backend: Backend) -> JournalTables:
+    """``backend`` seen through :class:`JournalTables` (the same object)."""
+    return cast(JournalTables, backend)
 
 
 #: What every message about a journal that cannot be finished points to.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from snapstore.errors import ConflictError
 from snapstore.ops.context import StageContext
-from snapstore.ops.revert.planner import PathOutcome, Step, plan
+from snapstore.ops.revert.planner import PathOutcome, RevertStep, plan
 from snapstore.ops.revert.record import RevertReport, record_target, target_entries
 from snapstore.ops.revert.steps import (
     CONFLICT_MODES,
@@ -38,10 +38,10 @@ if TYPE_CHECKING:
     from snapstore.ops.merge import Prefer
     from snapstore.ops.restore import RestoreReport, TakeSafety
 
-__all__ = ["CONFLICT_MODES", "Request", "RevertReport", "Restore", "UnknownChange", "run", "split_range"]
+__all__ = ["CONFLICT_MODES", "RevertRequest", "RevertReport", "Restore", "UnknownChange", "run", "split_range"]
 
 
-class Request(NamedTuple):
+class RevertRequest(NamedTuple):
     """What to take back (exactly one of ``ref``, ``range``, ``task``) and how."""
 
     ref: str | None
@@ -61,7 +61,7 @@ Restore = Callable[[Checkpoint, list[bytes], str, "TakeSafety"], "RestoreReport"
 
 def run(
     ctx: StageContext,
-    request: Request,
+    request: RevertRequest,
     *,
     take_safety: TakeSafety,
     restore: Restore,
@@ -121,7 +121,7 @@ def run(
 
 
 def _plan_on_disk(
-    ctx: StageContext, steps: list[Step], prefer: Prefer, markers: bool
+    ctx: StageContext, steps: list[RevertStep], prefer: Prefer, markers: bool
 ) -> tuple[list[PathOutcome], dict[bytes, Entry], Callable[[Entry], bytes]]:
     """The plan against the tree as it is (nothing recorded): the current contents are read
     from disk, the checkpoints' from the store."""

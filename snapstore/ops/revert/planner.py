@@ -46,7 +46,7 @@ MAX_MERGE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
-class Step:
+class RevertStep:
     """One change to take back: the changed paths' entries before (``a``) and after (``b``)."""
 
     label: str
@@ -123,7 +123,7 @@ class Planner:
         assert s.entry is not None
         return s.data if s.data is not None else self._read(s.entry)
 
-    def apply(self, step: Step) -> None:
+    def apply(self, step: RevertStep) -> None:
         """Take back ``step`` on top of what earlier (newer) steps left."""
         renames = _renames(step)
         for path in sorted(set(step.a) | set(step.b)):
@@ -202,7 +202,7 @@ class Planner:
         else:
             self._record(path, "conflict", ours, [WHOLE_FILE], note=why + " and changed since")
 
-    def _revert_rename(self, src: bytes, dst: bytes, step: Step) -> None:
+    def _revert_rename(self, src: bytes, dst: bytes, step: RevertStep) -> None:
         # The step moved src to dst (same content id). Take back whatever dst holds now.
         a, b = step.a[src], step.b[dst]
         ours_dst = self._ours(dst)
@@ -223,7 +223,7 @@ class Planner:
         return [self.outcomes[p] for p in sorted(self.outcomes)]
 
 
-def _renames(step: Step) -> dict[bytes, bytes]:
+def _renames(step: RevertStep) -> dict[bytes, bytes]:
     """src -> dst for paths the step removed at src and added at dst with the same content."""
     removed = {e.ref: p for p, e in step.a.items() if p not in step.b and e.is_file}
     out = {}
@@ -248,7 +248,7 @@ def _conflict_reason(o: Entry | None, a: Entry | None, b: Entry | None) -> str:
     return "changed since"
 
 
-def step_between(label: str, old: dict[bytes, Entry], new: dict[bytes, Entry], selected: Callable[[bytes], bool]) -> Step:
+def step_between(label: str, old: dict[bytes, Entry], new: dict[bytes, Entry], selected: Callable[[bytes], bool]) -> RevertStep:
     """The step that took ``old`` to ``new`` (entries of two manifests, possibly just the parts
     that differ), restricted to the selected paths that really changed (times do not count)."""
     a: dict[bytes, Entry] = {}
@@ -261,11 +261,11 @@ def step_between(label: str, old: dict[bytes, Entry], new: dict[bytes, Entry], s
             a[path] = x
         if y is not None:
             b[path] = y
-    return Step(label, a, b)
+    return RevertStep(label, a, b)
 
 
 def plan(
-    steps: list[Step],
+    steps: list[RevertStep],
     current: dict[bytes, Entry],
     read: Callable[[Entry], bytes],
     *,

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from snapstore.errors import RefError, UsageError
 from snapstore.ops.context import StageContext
-from snapstore.ops.revert.planner import Step, step_between
+from snapstore.ops.revert.planner import RevertStep, step_between
 from snapstore.records.checkpoint import Checkpoint, key_seq, load_all, load_one
 from snapstore.records.manifest import Entry
 
@@ -45,7 +45,7 @@ class Steps(NamedTuple):
     """What a request takes back: the steps (oldest first), in words, the ``revert_of``
     record, and the ``unknown`` changes of the task (an actor revert lists them)."""
 
-    steps: list[Step]
+    steps: list[RevertStep]
     what: str
     revert_of: dict[str, Any]
     unknown: list[UnknownChange]
@@ -98,7 +98,7 @@ def read_steps(
 
 def _range_step(
     ctx: StageContext, range_: str, sel: Callable[[bytes], bool]
-) -> tuple[list[Step], str, dict[str, Any]]:
+) -> tuple[list[RevertStep], str, dict[str, Any]]:
     sides = split_range(range_)
     if sides is None:
         raise UsageError(f"bad range {range_!r}: write A..B (two checkpoint references)")
@@ -177,7 +177,7 @@ def _resolve(ctx: StageContext, ref: str) -> Checkpoint:
         return History(view).resolve(ref, None)
 
 
-def _step_of(ctx: StageContext, cp: Checkpoint, sel: Callable[[bytes], bool]) -> Step:
+def _step_of(ctx: StageContext, cp: Checkpoint, sel: Callable[[bytes], bool]) -> RevertStep:
     with ctx.backend.read() as view:
         parent = None
         if cp.parent and view.get("checkpoints", bytes.fromhex(cp.parent)) is not None:
