@@ -58,6 +58,17 @@ def tree(tmp_path):
 
 
 @pytest.fixture
+def project(tmp_path):
+    """A tree (``tmp_path/proj``) of one file with a store and one checkpoint, "first"."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "a.txt").write_text("a\n")
+    with Store.init(root) as s:
+        s.snapshot("first")
+    return root
+
+
+@pytest.fixture
 def store(tree):
     """A fresh LMDB store inside ``tree`` (``tree/.snapstore``)."""
     s = Store.init(tree)

@@ -29,16 +29,6 @@ def _snap(cwd: Path, *args: str | bytes, stdin: bytes = b"", **env: str) -> subp
     )
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    tree = tmp_path / "proj"
-    tree.mkdir()
-    (tree / "a.txt").write_text("a\n")
-    with Store.init(tree) as store:
-        store.snapshot("first")
-    return tree
-
-
 # -- class 7: any text --------------------------------------------------------------------------
 
 

@@ -21,16 +21,6 @@ from snapstore.store import Store
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    tree = tmp_path / "proj"
-    tree.mkdir()
-    (tree / "a.txt").write_text("a\n")
-    with Store.init(tree) as store:
-        store.snapshot("first")
-    return tree
-
-
 def _hook(project: Path, agent: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "snapstore", "hook", agent, "--no-service"], cwd=project, input=stdin,

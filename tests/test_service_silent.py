@@ -24,8 +24,9 @@ from snapstore.testing import build_tree
 
 #: Accepts on the store's socket (argv[1]); acknowledges each request with its pid, waits for
 #: the client's "go", then never says anything again.
-WEDGED = r"""
-import os, socket, sys, threading, time
+#: A fake service's start: its socket bound at argv[1] (0600), then "ready" on stdout.
+LISTEN = r"""
+import os, socket, struct, sys, threading, time
 from snapstore.service import protocol
 path = sys.argv[1]
 os.umask(0o177)
@@ -33,6 +34,9 @@ s = socket.socket(socket.AF_UNIX)
 s.bind(path)
 s.listen(8)
 print("ready", flush=True)
+"""
+
+WEDGED = LISTEN + r"""
 held = []
 def serve(conn):
     try:
@@ -135,15 +139,7 @@ def test_the_native_client_waits_as_long_as_the_python_client():
 
 #: Acknowledges, waits for "go", then announces an output frame longer than protocol.MAX_FRAME,
 #: sends a few bytes of it and closes.
-OVERSIZED = r"""
-import os, socket, struct, sys
-from snapstore.service import protocol
-path = sys.argv[1]
-os.umask(0o177)
-s = socket.socket(socket.AF_UNIX)
-s.bind(path)
-s.listen(8)
-print("ready", flush=True)
+OVERSIZED = LISTEN + r"""
 while True:
     conn, _ = s.accept()
     try:
