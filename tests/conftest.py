@@ -49,6 +49,20 @@ def _inotify_limits_lock():
     inotify_limits.release()
 
 
+@pytest.fixture(autouse=True)
+def _this_checkout_is_lasting(monkeypatch):
+    """This checkout (and its .venv) may itself live in a temporary directory: CI clones it
+    anywhere.  Its own executables then count as lasting, so the tests of ``integrate``'s
+    temporary-directory note see only the temporary places they make themselves."""
+    from snapstore.integrations import executable
+
+    here = os.path.realpath(os.path.join(os.path.dirname(__file__), os.pardir)) + os.sep
+    real = executable.in_temporary_directory
+    monkeypatch.setattr(
+        executable, "in_temporary_directory", lambda path: not os.path.realpath(path).startswith(here) and real(path)
+    )
+
+
 @pytest.fixture
 def tree(tmp_path):
     """An empty working tree directory."""
