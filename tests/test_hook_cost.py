@@ -14,7 +14,7 @@ import pytest
 
 from snapstore.cli.commands_agent import plain_hook
 from snapstore.integrations import hook_state
-from snapstore.service import lost
+from snapstore.service.client import lost
 from snapstore.storage import lmdb_backend
 from snapstore.store import Store
 from snapstore.testing import build_tree

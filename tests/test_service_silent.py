@@ -18,7 +18,7 @@ import pytest
 from helpers import assert_one_line_error, subprocess_env
 
 from snapstore.service import native, protocol
-from snapstore.service.heartbeat import Beating
+from snapstore.service.server.heartbeat import Beating
 from snapstore.store import Store
 from snapstore.testing import build_tree
 

@@ -11,7 +11,7 @@ Loopback is shared by every local user, so a request is served only when all of 
 is ``POST /snapstore/hook/<agent>``; its ``Host`` is the service's own address (no DNS rebinding
 from a web page); its ``Authorization`` carries the token (compared in constant time); its body
 is at most :data:`MAX_BODY` bytes; and the connecting socket belongs to the service's own user
-(looked up in ``/proc/net/tcp`` before a byte is read: service.http_endpoint; a socket whose
+(looked up in ``/proc/net/tcp`` before a byte is read: service.server.http_endpoint; a socket whose
 owner cannot be found is refused).  Anything else gets a status and no work.
 
 A port is not a credential: whoever binds it while the service is down (an idle exit, a reboot)
@@ -249,7 +249,7 @@ def peer_uid(conn: socket.socket) -> int | None:
 
 class Handler(http.server.BaseHTTPRequestHandler):
     """One request, parsed by the standard library's HTTP handler; a complete, authorised event
-    is left in :attr:`event` for the service to run (service.http_endpoint)."""
+    is left in :attr:`event` for the service to run (service.server.http_endpoint)."""
 
     protocol_version = "HTTP/1.0"
     #: ``(agent, body)`` of a complete, authorised request.

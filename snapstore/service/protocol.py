@@ -9,7 +9,7 @@ command (a client that gave up waiting closes without ``g``, so a command is nev
 here and there).  Then frames ``(channel, payload)``: ``o`` stdout bytes, ``e`` stderr bytes,
 ``h`` a heartbeat (empty: the command still runs), ``x`` the exit code.  A frame is a 1-byte
 channel, a 4-byte big-endian length and the payload.  A client that receives no frame for
-:data:`SILENCE` seconds takes the service for stopped (service.heartbeat).
+:data:`SILENCE` seconds takes the service for stopped (service.server.heartbeat).
 """
 
 from __future__ import annotations

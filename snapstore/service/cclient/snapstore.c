@@ -11,7 +11,7 @@
  * If the connection ends after 'g' without an exit code, the command may have run: a read-only
  * command that printed nothing is run again by the Python client, any other is handed to the
  * Python client with SNAPSTORE_LOST_REQUEST=<id>:<pid>:<command>, which reports what the store
- * recorded (snapstore/service/lost.py), never running it twice.
+ * recorded (snapstore/service/client/lost.py), never running it twice.
  *
  * Built by `make setup` (python -m snapstore.service.native --install .venv/bin), which defines
  * SNAPSTORE_VERSION_TAG and SNAPSTORE_PYTHON_CLIENT in a header given with -include.

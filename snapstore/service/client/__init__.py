@@ -100,7 +100,7 @@ def lost_request(argv: list[str], value: str, silent: bool = False) -> int:
     """What the native client hands over when its service stopped after accepting a command
     (``SNAPSTORE_LOST_REQUEST=<id>:<pid>:<command>``): the store says what happened; the
     command is never run again."""
-    from snapstore.service import lost
+    from snapstore.service.client import lost
 
     rid, _, rest = value.partition(":")
     pid, _, command = rest.partition(":")
@@ -162,13 +162,13 @@ def try_service(argv: list[str]) -> int | None:
     if code is not None:
         return code
     # The service stopped (or went silent) before answering.  A read-only command that printed
-    # nothing runs here; any other is never run twice: the store says what it did (service.lost).
+    # nothing runs here; any other is never run twice: the store says what it did (service.client.lost).
     if command in protocol.READ_ONLY_COMMANDS:
         if not wrote:
             return None
         sys.stderr.write("snapstore: error: the service stopped before the command ended: its output above may be incomplete\n")
         return 12  # ServiceStoppedError's code (errors is not imported on this path)
-    from snapstore.service import lost
+    from snapstore.service.client import lost
 
     return lost.report(store_dir, rid, command, first[1], silent=silent)
 

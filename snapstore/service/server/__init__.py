@@ -31,8 +31,9 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from snapstore.errors import LockedError, TreeIOError
 from snapstore.integrations.agents import AGENTS
 from snapstore.records import requests
-from snapstore.service import http_endpoint, http_hooks, protocol
-from snapstore.service.heartbeat import Beating
+from snapstore.service import http_hooks, protocol
+from snapstore.service.server import http_endpoint
+from snapstore.service.server.heartbeat import Beating
 from snapstore.store import Store
 
 if TYPE_CHECKING:
@@ -279,7 +280,7 @@ class Service:
                 protocol.send_frame(conn, b"n", b"store")
                 return
             # The ack names this process: a client that loses the answer waits for it to end
-            # before reading what the request recorded (service.lost).
+            # before reading what the request recorded (service.client.lost).
             protocol.send_frame(conn, b"a", str(os.getpid()).encode())
             # Run only once the client confirms it saw the acknowledgement: a client that gave
             # up waiting (and runs the command itself) closes without confirming.
@@ -389,10 +390,10 @@ class Service:
             with backend.read() as view:
                 row = requests.find(view, rid) or {}
             if code == 0 and (row.get("stage") == "done" or ("checkpoint" in row and command in protocol.SELF_RECORDING_COMMANDS)):
-                return  # the effect's own row says it all (service.lost reads exit 0)
+                return  # the effect's own row says it all (service.client.lost reads exit 0)
             if code == 0 and command == "hook" and not row:
                 # A hook's effect is its checkpoints; one that recorded none committed nothing,
-                # and no row is what service.lost reads as that (a hook always exits 0): no
+                # and no row is what service.client.lost reads as that (a hook always exits 0): no
                 # fsynced commit on each of an agent's no-change tool events.
                 return
             with backend.write() as batch:
@@ -472,6 +473,3 @@ def main(argv: list[str]) -> int:
         return exc.exit_code
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
