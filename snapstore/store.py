@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -18,12 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from snapstore.errors import (
-    CorruptError,
-    FormatVersionError,
-    StoreExistsError,
     StoreNotFoundError,
-    TreeIOError,
-    UnsafePathError,
     UsageError,
 )
 from snapstore.facade.going_back import GoingBackMixin
@@ -39,11 +33,11 @@ from snapstore.records.checkpoint import (
     Checkpoint,
     parse_record,
 )
-from snapstore.storage import chunker, creation, lmdb_generations, objects, packs
+from snapstore.storage import chunker, creation, lmdb_generations, objects, opening, packs
 from snapstore.storage.backend import Backend
-from snapstore.storage.discovery import STORE_DIRNAME
 from snapstore.storage.lock import DEFAULT_TIMEOUT, WriterLock
 from snapstore.storage.memory import MemoryBackend
+from snapstore.storage.opening import FORMAT_VERSION, READABLE_FORMATS
 from snapstore.tree.paths import is_inside
 
 if TYPE_CHECKING:
@@ -51,9 +45,7 @@ if TYPE_CHECKING:
     from snapstore.ops.edit import EditReport
     from snapstore.policy import OperationContext, Policy
 
-FORMAT_VERSION = 2
-#: Formats this snapstore reads (1: one value per chunk; 2: packs, see docs/format.md).
-READABLE_FORMATS = (1, 2)
+__all__ = ["FORMAT_VERSION", "READABLE_FORMATS", "Store"]
 
 
 class _ThreadLock:
@@ -129,30 +121,13 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         """
         from snapstore.storage.lmdb_backend import LmdbBackend
 
-        root = os.path.abspath(os.fspath(root))
-        if not os.path.isdir(root):
-            raise TreeIOError(f"{root} is not a directory")
-        inside = store is None
-        store_dir = os.path.join(root, STORE_DIRNAME) if store is None else os.path.abspath(os.fspath(store))
-        if lmdb_generations.is_store(store_dir):
-            raise StoreExistsError(f"a store already exists at {store_dir}")
-        if os.path.realpath(store_dir) == os.path.realpath(root):
-            raise UsageError(  # its live files would be snapshotted and rewritten by restore
-                f"the store cannot be the tree's root ({root}): use a subdirectory or another path"
-            )
-        if not 1 <= compression_level <= 22:
-            raise UsageError("the compression level must be between 1 and 22")
-        creation.build(store_dir, {
-            b"format": str(FORMAT_VERSION).encode(),
-            b"root": os.fsencode(root),
-            b"layout": b"inside" if inside else b"outside",
-            b"chunker": msgpack.packb(chunker.PARAMS),
-            b"compression": str(compression_level).encode(),
-            b"created": str(time.time_ns()).encode(),
-        })
+        root_dir, store_dir, meta = opening.new_store(
+            os.fspath(root), None if store is None else os.fspath(store), compression_level
+        )
+        creation.build(store_dir, meta)
         backend = LmdbBackend(store_dir)
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
-        return cls(backend, root, store_dir, lock, compression_level)
+        return cls(backend, root_dir, store_dir, lock, compression_level)
 
     @classmethod
     def open(
@@ -170,43 +145,19 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         """
         from snapstore.storage.lmdb_backend import LmdbBackend
 
-        if store is None:
-            if root is None:
-                raise UsageError("Store.open needs a root or a store directory")
-            store_dir = os.path.join(os.path.abspath(os.fspath(root)), STORE_DIRNAME)
-            if not lmdb_generations.is_store(store_dir):
-                raise StoreNotFoundError(
-                    f"no store in {os.path.abspath(os.fspath(root))} (run 'snapstore init' there)"
-                )
-        else:
-            store_dir = os.path.abspath(os.fspath(store))
-            if not lmdb_generations.is_store(store_dir):
-                raise StoreNotFoundError(f"no store at {store_dir}")
+        root_path = None if root is None else os.fspath(root)
+        store_dir = opening.existing_store(root_path, None if store is None else os.fspath(store))
         backend = LmdbBackend(store_dir)
         try:
-            meta = cls._read_meta(backend)
+            found = opening.read(backend, store_dir, root_path, named=store is not None)
         except BaseException:
             backend.close()
             raise
-        if meta.get(b"layout") == b"inside":
-            tree = os.path.dirname(store_dir)
-        else:
-            tree = os.fsdecode(meta.get(b"root", b""))
-        if root is not None and store is not None and not _same_dir(os.fspath(root), tree):
-            backend.close()
-            raise StoreNotFoundError(_not_this_tree(store_dir, tree, os.fspath(root)))
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
-        try:
-            level = int(meta.get(b"compression", b"3"))
-            if not 1 <= level <= 22:  # what init accepts; zstd raises ValueError past 22
-                raise ValueError(level)
-        except ValueError:
-            backend.close()
-            raise CorruptError("the store's meta 'compression' is damaged") from None
         # Opening never replays a restore journal: read-only commands must not write the tree
         # (they report it: pending_restore); writers recover under the lock (_recover).
-        opened = cls(backend, tree, store_dir, lock, level)
-        opened.context.delta_depth = packs.delta_depth_of(meta)
+        opened = cls(backend, found.tree, store_dir, lock, found.level)
+        opened.context.delta_depth = packs.delta_depth_of(found.meta)
         if watch:
             opened.watch()
         return opened
@@ -249,26 +200,12 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         Searching upwards uses only a store of this user and stops at a file-system boundary
         (:mod:`snapstore.storage.discovery`); a store named with ``store`` is used as named.
         """
-        if store is not None:
-            return os.path.abspath(os.fspath(store))
-        from snapstore.storage import discovery
-
-        found, why = discovery.search(os.fspath(start))
-        if found is not None:
-            return found
-        if "another user" in why:
-            raise UnsafePathError(why)
-        raise StoreNotFoundError(
-            f"no store in {os.path.abspath(os.fspath(start))} or any parent"
-            + (f" ({why})" if why else "")
-            + " (run 'snapstore init' in the tree's top directory; a store kept outside the tree "
-            "is named with --store DIR or SNAPSTORE_STORE=DIR)"
-        )
+        return opening.locate(os.fspath(start), None if store is None else os.fspath(store))
 
     def check_tree(self, start: str | os.PathLike[str]) -> None:
         """Refuse (StoreNotFoundError) when ``start`` is not inside this store's tree."""
-        if not _inside(os.fspath(start), self.root):
-            raise StoreNotFoundError(_not_this_tree(self.store_dir or "", self.root, os.fspath(start)))
+        if not is_inside(os.path.realpath(start), os.path.realpath(self.root)):
+            raise StoreNotFoundError(opening.not_this_tree(self.store_dir or "", self.root, os.fspath(start)))
 
     @classmethod
     def clone(
@@ -322,26 +259,6 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
             batch.put("meta", b"format", str(FORMAT_VERSION).encode())
             batch.put("meta", b"chunker", msgpack.packb(chunker.PARAMS))
         return cls(backend, os.fspath(root), None, _ThreadLock(), objects.DEFAULT_LEVEL)
-
-    @staticmethod
-    def _read_meta(backend: Backend) -> dict[bytes, bytes]:
-        with backend.read() as view:
-            meta = dict(view.items("meta"))
-        fmt = meta.get(b"format")
-        if fmt is None:
-            raise CorruptError("this is not a snapstore store (no format version)")
-        if fmt not in [str(v).encode() for v in READABLE_FORMATS]:
-            raise FormatVersionError(
-                f"the store has format version {fmt.decode(errors='replace')}; this snapstore "
-                f"reads versions {', '.join(map(str, READABLE_FORMATS))} (upgrade snapstore)"
-            )
-        try:
-            params = msgpack.unpackb(meta.get(b"chunker", b"\xc0"), strict_map_key=False)
-        except (ValueError, msgpack.UnpackException):
-            params = None
-        if params != chunker.PARAMS:
-            raise FormatVersionError("the store was written with other chunker parameters")
-        return meta
 
     def watch(self) -> str | None:
         """Watch the tree so snapshots cost O(changed); returns why not when it cannot.
@@ -512,19 +429,3 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
             announce=lambda rel, old, new: requests.note(self.context.backend, self.context.request, stage="writing", path=rel, old=old, new=new),
         )
 
-
-def _same_dir(a: str, b: str) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _inside(path: str, root: str) -> bool:
-    """Whether ``path`` is ``root`` or below it (symlinks resolved)."""
-    return is_inside(os.path.realpath(path), os.path.realpath(root))
-
-
-def _not_this_tree(store_dir: str, root: str, asked: str) -> str:
-    return (
-        f"the store {store_dir} belongs to the tree {root}, not to {os.path.abspath(asked)}: run "
-        f"the command in {root}, or, if the tree was moved or copied, re-point the store with "
-        f"'snapstore --store {store_dir} relocate {os.path.abspath(asked)}'"
-    )

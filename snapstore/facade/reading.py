@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from snapstore.errors import CorruptError, RefError
+from snapstore.errors import RefError
 from snapstore.facade.base import StoreBase
 from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint, load_one
@@ -124,14 +124,10 @@ class ReadingMixin(StoreBase):
         """What ``list`` shows: newest first, each with its ``#N`` reference (None for safety
         checkpoints, which are listed only with ``include_safety``).  With ``limit`` only the
         records of the rows shown are read."""
-        from snapstore.records import refs
-        from snapstore.records.history import History
+        from snapstore.records import log_pages
 
         with self.backend.read() as view:
-            history = History(view)
-            out = refs.numbered(history.newest(), task, include_safety, limit)
-            tags = history.tags_of({c.id for _, c in out})
-        return [(i, c._replace(tags=tags.get(c.id, ()))) for i, c in out]
+            return log_pages.numbered(view, task, include_safety, limit)
 
     def log_page(
         self,
@@ -148,68 +144,23 @@ class ReadingMixin(StoreBase):
         given, that ``keep`` accepts (it must not read the store); and the ``before`` of the
         next page (None: nothing older).  At most ``scan`` records are read (a filtered page
         may hold fewer rows); newer records are skipped unread."""
-        from snapstore.records.history import History
+        from snapstore.records import log_pages
 
-        rows: list[Checkpoint] = []
         with self.backend.read() as view:
-            history = History(view)
-            source = history.of_task(task, before) if task is not None else None
-            if source is None:
-                source = history.newest(before)
-            after: int | None = None
-            for read, c in enumerate(source, 1):
-                after = c.seq
-                if (task is None or c.task == task) and (include_safety or not c.is_safety) and (keep is None or keep(c)):
-                    rows.append(c)
-                if len(rows) >= limit or (scan is not None and read >= scan):
-                    break
-            else:
-                after = None  # the oldest record was read
-            tags = history.tags_of({c.id for c in rows})
-        return [c._replace(tags=tags.get(c.id, ())) for c in rows], after
+            return log_pages.page(
+                view, before=before, limit=limit, task=task, include_safety=include_safety, keep=keep, scan=scan
+            )
 
     def log_neighbours(
         self, ref: str, *, include_safety: bool = False
     ) -> tuple[Checkpoint, Checkpoint | None, Checkpoint | None]:
         """Checkpoint ``ref`` with its log number (``seq``) set, and the checkpoints just newer
-        and just older than it in the log (safety ones skipped unless ``include_safety``).
-        The log's keys are scanned down to it; only the records returned are read."""
-        from snapstore.records import schema
-        from snapstore.records.checkpoint import key_seq, parse_record
-        from snapstore.records.history import History
+        and just older than it in the log (safety ones skipped unless ``include_safety``)."""
+        from snapstore.records import log_pages
 
         cp = self.resolve(ref)
-        want = bytes.fromhex(cp.id)
         with self.backend.read() as view:
-
-            def readable(pairs: Iterator[tuple[bytes, bytes]]) -> Iterator[Checkpoint]:
-                for key, cid in pairs:
-                    packed = view.get("checkpoints", cid) if len(cid) == schema.ID_BYTES else None
-                    if packed is not None:
-                        try:
-                            c = parse_record(cid, packed, key_seq(key))
-                        except CorruptError:
-                            continue
-                        if include_safety or not c.is_safety:
-                            yield c
-
-            log = iter(view.items("log", reverse=True))
-            seen: list[tuple[bytes, bytes]] = []
-            for key, cid in log:
-                if cid == want:
-                    cp = cp._replace(seq=key_seq(key))
-                    break
-                seen.append((key, cid))
-            else:
-                return cp, None, None  # not in the log (damaged): no neighbours
-            newer = next(readable(reversed(seen)), None)
-            older = next(readable(log), None)
-            tags = History(view).tags_of({c.id for c in (newer, older) if c is not None})
-        return (
-            cp,
-            newer._replace(tags=tags.get(newer.id, ())) if newer else None,
-            older._replace(tags=tags.get(older.id, ())) if older else None,
-        )
+            return log_pages.neighbours(view, cp, include_safety)
 
     def line_counts(self, changes: list[Change]) -> list[LineCounts]:
         """Lines added and removed by each change, as ``diff --stat`` shows them (binary files
