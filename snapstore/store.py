@@ -41,9 +41,9 @@ from snapstore.storage.opening import FORMAT_VERSION, READABLE_FORMATS
 from snapstore.tree.paths import is_inside
 
 if TYPE_CHECKING:
-    from snapstore.facade.remotes import FetchReport
     from snapstore.ops.edit import EditReport
     from snapstore.policy import OperationContext, Policy
+    from snapstore.remote.fetch import FetchReport
 
 __all__ = ["FORMAT_VERSION", "READABLE_FORMATS", "Store"]
 
@@ -230,13 +230,12 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         kept: remote objects are immutable).  Browse it like any store (list, show, log, cat,
         diff of two checkpoints); close it after use.  ``progress`` is not called (kept for
         callers of the whole-closure cache)."""
-        from snapstore.facade.remotes import cache_dirs
         from snapstore.remote import state
 
         cfg = state.get_config(self.backend, name)
         if self.store_dir is None:
             raise UsageError("an in-memory store keeps no remote cache")
-        root, store_dir = cache_dirs(self.store_dir, cfg)
+        root, store_dir = state.cache_dirs(self.store_dir, cfg)
         if lmdb_generations.is_store(store_dir):
             cache = type(self).open(store=store_dir)
         else:
@@ -367,9 +366,15 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
                 progress=progress,
             )
             if not result.reused:
-                result.report.warnings.extend(self._auto_retention())
+                from snapstore.ops import schedule
+
+                result.report.warnings.extend(schedule.retention_after_snapshot(
+                    self.backend, self.config, lambda rules: self._prune(rules, None, False), self.compression_level
+                ))
                 if self.maintain_after_snapshot:
-                    result.report.warnings.extend(self._auto_maintenance())
+                    result.report.warnings.extend(schedule.maintenance_after_snapshot(
+                        self.backend, self.config, self.compression_level, self.store_dir, self.root
+                    ))
         if replaced:
             result.report.warnings.append(
                 "some text was not valid Unicode (a cut emoji or raw bytes): stored with U+FFFD in its place"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from snapstore.ops import consolidate, maintenance
+from snapstore.ops import consolidate, maintenance, schedule
 from snapstore.storage.backend import CONFIG_PREFIX
 from snapstore.store import Store
 from snapstore.testing import build_tree, tree_from_store
@@ -110,7 +110,7 @@ def test_each_step_holds_the_lock_on_its_own(tree, store, monkeypatch):
 def test_the_fast_path_keys_are_the_modules(tree, store):
     assert maintenance.SEQ_KEY == b"maintenance:at"
     defaults = store.config()
-    assert defaults["maintenance.checkpoints"] == str(maintenance.EVERY)
+    assert defaults["maintenance.checkpoints"] == str(maintenance.EVERY) == str(schedule.EVERY)
     assert defaults["maintenance.loose-packs"] == str(maintenance.LOOSE_PACKS)
     assert defaults["maintenance.budget-ms"] == str(maintenance.BUDGET_MS)
     assert CONFIG_PREFIX + b"maintenance.auto" == b"config:maintenance.auto"

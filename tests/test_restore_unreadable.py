@@ -33,7 +33,7 @@ def _preload() -> None:
     import snapstore
 
     for mod in pkgutil.walk_packages(snapstore.__path__, "snapstore."):
-        if mod.name != "snapstore.__main__":
+        if not mod.name.endswith(".__main__"):  # (running one is its import)
             importlib.import_module(mod.name)
 
 

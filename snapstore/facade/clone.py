@@ -12,7 +12,8 @@ from snapstore.errors import SnapstoreError, UsageError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from snapstore.facade.remotes import FetchReport, Progress, RemotesMixin
+    from snapstore.facade.remotes import Progress, RemotesMixin
+    from snapstore.remote.fetch import FetchReport
 
 
 def clone_into(

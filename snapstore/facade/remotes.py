@@ -10,56 +10,26 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from snapstore.errors import CorruptError, RefError, SnapstoreError, UsageError
+from snapstore.errors import CorruptError, RefError, UsageError
 from snapstore.facade.base import StoreBase
 from snapstore.records.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
-    from snapstore.ops.restore import RestoreReport
     from snapstore.remote.doctor import DoctorReport
-    from snapstore.remote.fetch import FetchedRef
+    from snapstore.remote.fetch import FetchReport
     from snapstore.remote.gc import RemoteGcReport
     from snapstore.remote.push import PushReport
     from snapstore.remote.state import RemoteConfig
     from snapstore.remote.transport import CountingTransport
     from snapstore.remote.verify import RemoteVerifyReport
-    from snapstore.storage.backend import Backend
 
 Progress = Callable[[int, int], None]
 #: The ref a push without ``--task``/``--to`` moves, and the one clone and pull prefer.
 DEFAULT_REF = "default"
-#: Parent links followed to decide whether a ref move is a fast-forward.
-ANCESTRY_LIMIT = 100_000
-
-
-class FetchReport:
-    """What a fetch (or the fetch of a pull or clone) did, per ref, and its request count."""
-
-    def __init__(self, remote: str) -> None:
-        self.remote = remote
-        self.refs: list[FetchedRef] = []
-        #: One line per ref that could not be fetched (damaged, or naming damaged objects):
-        #: the sound refs are fetched all the same.
-        self.problems: list[str] = []
-        self.requests = 0
-        self.restore: RestoreReport | None = None
-        self.directory: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "remote": self.remote, "refs": [r.to_json() for r in self.refs], "problems": self.problems,
-            "requests": self.requests,
-        }
-        if self.directory is not None:
-            d["directory"] = self.directory
-        if self.restore is not None:
-            d["restore"] = self.restore.to_json()
-        return d
 
 
 class RemotesMixin(StoreBase):
@@ -102,7 +72,7 @@ class RemotesMixin(StoreBase):
         with self._lock.held():
             state.remove(self.backend, cfg)
             if self.store_dir is not None:
-                shutil.rmtree(os.path.dirname(cache_dirs(self.store_dir, cfg)[0]), ignore_errors=True)
+                shutil.rmtree(os.path.dirname(state.cache_dirs(self.store_dir, cfg)[0]), ignore_errors=True)
 
     def remote_refs_seen(self, name: str) -> dict[str, str]:
         """The remote's refs as this store last saw or set them: name -> checkpoint id."""
@@ -181,25 +151,10 @@ class RemotesMixin(StoreBase):
         return sorted(chosen, key=lambda c: (c.time_ns, c.id))
 
     def _descends(self, head: bytes, old: bytes) -> bool:
-        """Whether ``old`` is ``head`` or one of its ancestors in this store."""
-        from snapstore.records.checkpoint import parse_record
+        from snapstore.records.checkpoint import descends
 
-        cur: bytes | None = head
         with self.backend.read() as view:
-            for _ in range(ANCESTRY_LIMIT):
-                if cur is None:
-                    return False
-                if cur == old:
-                    return True
-                packed = view.get("checkpoints", cur)
-                if packed is None:
-                    return False
-                try:
-                    parent = parse_record(cur, packed).parent
-                except SnapstoreError:
-                    return False
-                cur = bytes.fromhex(parent) if parent else None
-        return False
+            return descends(view, head, old)
 
     # -- fetch, pull, clone -----------------------------------------------------------------
 
@@ -214,13 +169,14 @@ class RemotesMixin(StoreBase):
         others: with ``keep_going`` it is a line of ``report.problems``, else the first such
         problem is raised (CorruptError) once the sound refs are fetched."""
         from snapstore.remote import fetch
+        from snapstore.remote import refs as refs_mod
 
         cfg, t = self._connect(remote, empty_ok=not refs)
-        report = FetchReport(cfg.name)
+        report = fetch.FetchReport(cfg.name)
         try:
             names = list(refs)
             if not names:
-                names = _ref_names(t)
+                names = refs_mod.names(t)
             for name in names:
                 try:
                     report.refs.append(fetch.fetch_ref(
@@ -232,11 +188,13 @@ class RemotesMixin(StoreBase):
         finally:
             report.requests = t.requests
         if report.problems and not keep_going:
-            raise _first(report.problems)
+            raise refs_mod.first_problem(report.problems)
         return report
 
     def _default_ref(self, t: CountingTransport) -> str:
-        names = _ref_names(t)
+        from snapstore.remote import refs
+
+        names = refs.names(t)
         if DEFAULT_REF in names or not names:
             return DEFAULT_REF
         if len(names) == 1:
@@ -249,7 +207,7 @@ class RemotesMixin(StoreBase):
         from snapstore.remote import fetch
 
         cfg, t = self._connect(remote)
-        report = FetchReport(cfg.name)
+        report = fetch.FetchReport(cfg.name)
         try:
             name = ref or self._default_ref(t)
             got = fetch.fetch_ref(
@@ -269,7 +227,7 @@ class RemotesMixin(StoreBase):
         ref, and of the bundle of each checkpoint not held yet), then read chunks and records
         on demand by range (:mod:`snapstore.remote.browse`).  The report counts the requests
         made so far; ``self.remote_requests`` keeps counting them."""
-        from snapstore.remote import browse, fetch
+        from snapstore.remote import browse, fetch, refs
         from snapstore.storage.readthrough import ReadThroughBackend
 
         cfg, t = self._connect(remote, empty_ok=True)
@@ -279,9 +237,9 @@ class RemotesMixin(StoreBase):
         self.backend = ReadThroughBackend(self.backend, filler, browse.TABLES, self._lock.held)
         self.context.backend = self.backend
         self.remote_requests = t
-        report = FetchReport(cfg.name)
+        report = fetch.FetchReport(cfg.name)
         try:
-            for name in _ref_names(t):
+            for name in refs.names(t):
                 try:
                     report.refs.append(fetch.fetch_ref(
                         self.backend, t, cfg, name, lock=self._lock.held, add=filler.add_bundle
@@ -305,7 +263,7 @@ class RemotesMixin(StoreBase):
         _, t = self._connect(remote, empty_ok=True)
         out = []
         bad: list[str] = [] if problems is None else problems
-        for name in _ref_names(t):
+        for name in refs.names(t):
             try:
                 ref, _ = refs.read(t, name)
             except CorruptError as exc:
@@ -315,7 +273,7 @@ class RemotesMixin(StoreBase):
                 out.append({"ref": name, "checkpoint": ref.checkpoint.hex(), "bundle": ref.bundle,
                             "time_ns": ref.time_ns, "writer": ref.writer})
         if bad and problems is None:
-            raise _first(bad)
+            raise refs.first_problem(bad)
         return out
 
     def remote_verify(self, remote: str = "origin", progress: Progress | None = None) -> RemoteVerifyReport:
@@ -323,7 +281,7 @@ class RemotesMixin(StoreBase):
         from snapstore.remote import state, verify
 
         cfg, t = self._connect(remote, empty_ok=True)
-        with _scratch_store(self.store_dir) as scratch:
+        with verify.scratch_store(self.store_dir) as scratch:
             report = verify.run(t, progress, scratch)
         if report.missing:  # the next push sends their data again instead of naming them
             with self._lock.held(), self.backend.write() as batch:
@@ -357,58 +315,3 @@ class RemotesMixin(StoreBase):
         return report
 
 
-@contextmanager
-def _scratch_store(store_dir: str | None) -> Iterator[Backend | None]:
-    """A throw-away on-disk store in the store directory (not a tmpfs: what it holds is the
-    size of the remote), removed after use; None for a store kept in memory."""
-    if store_dir is None:
-        yield None
-        return
-    import tempfile
-
-    from snapstore.storage.lmdb_backend import LmdbBackend
-
-    base = os.path.join(store_dir, CACHE_DIRNAME)
-    os.makedirs(base, mode=0o700, exist_ok=True)
-    for entry in os.scandir(base):  # left by a verify killed a day ago or more
-        if entry.name.startswith("verify-") and entry.stat(follow_symlinks=False).st_mtime < time.time() - 86400:
-            shutil.rmtree(entry.path, ignore_errors=True)
-    path = tempfile.mkdtemp(prefix="verify-", dir=base)
-    try:
-        backend = LmdbBackend(path, create=True)
-        try:
-            yield backend
-        finally:
-            backend.close()
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _first(problems: list[str]) -> CorruptError:
-    more = f" (and {len(problems) - 1} more damaged refs)" if len(problems) > 1 else ""
-    return CorruptError(problems[0] + more)
-
-
-def _ref_names(t: CountingTransport) -> list[str]:
-    """The names of the remote's refs (one LIST page per 1,000); keys no writer of ours could
-    have made are skipped (remote verify reports damage, a listing is no place for it)."""
-    from snapstore.remote import layout
-
-    names = []
-    for entry in t.list("refs/"):
-        try:
-            names.append(layout.ref_name(entry.key))
-        except ValueError:
-            continue
-    return names
-
-
-#: Where the browsing caches of a store's remotes live (in the store directory).
-CACHE_DIRNAME = "remote-cache"
-
-
-def cache_dirs(store_dir: str, cfg: RemoteConfig) -> tuple[str, str]:
-    """``(tree, store)`` directories of remote ``cfg``'s browsing cache (its tree stays empty:
-    a cache is only read)."""
-    base = os.path.join(store_dir, CACHE_DIRNAME, cfg.rid.hex())
-    return os.path.join(base, "tree"), os.path.join(base, "store")

@@ -64,102 +64,15 @@ class UpkeepMixin(StoreBase):
             retention.remove(self.backend, report.removed)
         return report
 
-    def _auto_retention(self) -> list[str]:
-        """Apply the store's retention policy after a snapshot (lock held); returns warnings."""
-        from snapstore.errors import SnapstoreError
-
-        with self.backend.read() as view:
-            # No retention key stored (retention.CONFIG_PREFIX + "retention.") means every
-            # default, and the defaults keep everything: then not even the retention module is
-            # imported (its import would be part of every snapshot's cost).
-            if next(iter(view.items("meta", prefix=b"config:retention.")), None) is None:
-                return []
-        from snapstore.ops import retention
-
-        try:
-            values = self.config()
-            policy = retention.policy_from_config(values)
-            if policy is None:
-                return []
-            report = self._prune(policy, None, False)
-            if report.removed and values.get("retention.gc") == "true":
-                # imported only here: otherwise its import is part of every snapshot's cost
-                from snapstore.ops import gc
-
-                gc.run(
-                    self.backend,
-                    repack_below=float(values["gc.repack-below"]),
-                    level=self.compression_level,
-                    consolidation=values["gc.consolidate"],
-                )
-        except SnapstoreError as exc:
-            return [f"automatic retention failed: {exc}"]
-        return []
-
-    def _auto_maintenance(self) -> list[str]:
-        """After a snapshot (lock held): every ``maintenance.checkpoints`` checkpoints, gather
-        the small loose packs when at least ``maintenance.loose-packs`` have piled up.
-
-        Three raw reads on the fast path: the maintenance module is imported only when a check
-        is due (its keys are written out here; a test checks they agree)."""
-        from snapstore.storage.backend import CONFIG_PREFIX
-
-        with self.backend.read() as view:
-            count = view.count("log")
-            raw_at = view.get("meta", b"maintenance:at")
-            if view.get("meta", CONFIG_PREFIX + b"maintenance.auto") == b"false":
-                return []
-            raw_every = view.get("meta", CONFIG_PREFIX + b"maintenance.checkpoints")
-        try:
-            at = int(raw_at) if raw_at is not None else 0
-            every = int(raw_every) if raw_every is not None else 32
-        except ValueError:
-            at, every = 0, 32
-        if at <= count < at + every:
-            return []
-        from contextlib import nullcontext
-
-        from snapstore.errors import SnapstoreError
-        from snapstore.ops import maintenance
-
-        try:
-            values = self.config()
-            if self.maintain_in_background(values):
-                with self.backend.write() as batch:
-                    batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
-                return []
-            stop = maintenance.stop_after(int(values["maintenance.budget-ms"]) / 1000)
-            found = maintenance.plan(
-                self.backend,
-                min_packs=int(values["maintenance.loose-packs"]),
-                max_chunks=maintenance.SNAPSHOT_CHUNKS,
-            )
-            if found is not None:
-                maintenance.run(
-                    self.backend, found, level=self.compression_level, locked=nullcontext, stop=stop
-                )
-            with self.backend.write() as batch:
-                batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
-        except SnapstoreError as exc:
-            return [f"automatic maintenance failed: {exc}"]
-        return []
-
     def maintain_in_background(self, values: dict[str, str] | None = None) -> bool:
         """Start the due maintenance passes in a process of their own, when allowed (config
-        ``maintenance.detach``, :mod:`snapstore.ops.background`); whether one started.  Due: the
-        full pass, or ``maintenance.loose-packs`` small loose packs.  A snapshot's check calls
-        this (the pass it would run within its budget runs there without one, and the file is
-        compacted after), and so does the idle service (its request loop never compresses)."""
-        from snapstore.ops import background, maintenance
+        ``maintenance.detach``, :mod:`snapstore.ops.background`); whether one started.  The
+        idle service calls this (its request loop never compresses); a snapshot's check too
+        (:mod:`snapstore.ops.schedule`)."""
+        from snapstore.ops import schedule
 
         values = values if values is not None else self.config()
-        if self.store_dir is None or not background.enabled(values["maintenance.detach"]):
-            return False
-        sizes = list(self.backend.value_sizes("packs"))  # (read once for both questions)
-        due = maintenance.full_due(self.backend, sizes=sizes) or len(
-            maintenance.small_loose(self.backend, sizes)
-        ) >= max(2, int(values["maintenance.loose-packs"]))
-        return due and background.spawn(self.store_dir, self.root) is not None
+        return schedule.start_detached(self.backend, values, self.store_dir, self.root)
 
     def maintain(
         self,
@@ -184,28 +97,12 @@ class UpkeepMixin(StoreBase):
         order and level (:func:`snapstore.ops.maintenance.plan_full`).  A pass that finishes
         and leaves most of the file free pages compacts it (``report.compacted``).
         """
-        from snapstore.ops import maintenance
+        from snapstore.ops import schedule
 
-        limit = maintenance.SERVICE_CHUNKS if max_chunks is None else max_chunks
-        found = maintenance.plan_full(self.backend, limit) if full else None
-        if found is None:
-            found = maintenance.plan(self.backend, min_packs=min_packs, max_chunks=limit)
-        if found is None:
-            return None
-        report = maintenance.run(
-            self.backend,
-            found,
-            level=self.compression_level,
-            locked=lambda: self._lock.held(lock_timeout),
-            stop=stop,
+        return schedule.one_pass(
+            self.backend, self.compression_level, lambda: self._lock.held(lock_timeout),
+            min_packs=min_packs, max_chunks=max_chunks, stop=stop, full=full,
         )
-        if not report.stopped and not (stop is not None and stop()) and self._mostly_free():
-            # A pass frees the pages of the packs it gathered, and LMDB never shrinks its file:
-            # without this, an idle service's passes left a single-checkpoint stdlib store at
-            # 61 MiB where its checkpoint wrote 50.
-            with self._lock.held(lock_timeout):
-                report.compacted = self.backend.compact() is not None
-        return report
 
     def maintain_all(self, *, max_passes: int = 64) -> list[MaintenanceReport]:
         """Run :meth:`maintain` until no pass is due (what an idle service does over time);
@@ -215,38 +112,9 @@ class UpkeepMixin(StoreBase):
         says another ``maintain`` (or a detached pass, :mod:`snapstore.ops.background`) runs.
         Each step holds the writer lock only for its write, so checkpoints go on meanwhile.
         """
-        from contextlib import ExitStack
+        from snapstore.ops import schedule
 
-        from snapstore.errors import LockedError
-        from snapstore.ops import background
-        from snapstore.storage.lock import WriterLock
-
-        with ExitStack() as stack:
-            if self.store_dir is not None:
-                guard = WriterLock(os.path.join(self.store_dir, background.LOCK_NAME))
-                try:
-                    stack.enter_context(guard.held(0))
-                except LockedError:
-                    raise LockedError("another maintenance pass is running on this store") from None
-            reports: list[MaintenanceReport] = []
-            while len(reports) < max_passes:
-                report = self.maintain()
-                if report is None:
-                    break
-                reports.append(report)
-                if report.chunks_moved == 0:
-                    break  # (what is left cannot move now: damage, or a gc in between)
-            return reports
-
-    def _mostly_free(self) -> bool:
-        """Whether more than :data:`~snapstore.ops.maintenance.FREE_COMPACT` of the store file
-        is free pages (the tables' pages against the file's size)."""
-        from snapstore.ops import maintenance
-        from snapstore.storage.backend import TABLES
-
-        size = self.backend.disk_size()
-        used = sum(self.backend.table_pages(t) for t in TABLES)
-        return size > maintenance.COMPACT_ABOVE and used < (1 - maintenance.FREE_COMPACT) * size
+        return schedule.every_pass(self.store_dir, self.maintain, max_passes)
 
     def delete(self, ref: str) -> Checkpoint:
         """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.

@@ -318,3 +318,27 @@ def load_one(view: View, cid: bytes) -> Checkpoint:
     if packed is None:
         raise CorruptError(f"checkpoint {cid.hex()} is missing")
     return parse_record(cid, packed)
+
+
+#: Parent links followed to decide whether a ref move is a fast-forward.
+ANCESTRY_LIMIT = 100_000
+
+
+def descends(view: View, head: bytes, old: bytes) -> bool:
+    """Whether checkpoint ``old`` is ``head`` or one of its ancestors in this store (a damaged
+    or missing record ends the walk: not known to descend)."""
+    cur: bytes | None = head
+    for _ in range(ANCESTRY_LIMIT):
+        if cur is None:
+            return False
+        if cur == old:
+            return True
+        packed = view.get("checkpoints", cur)
+        if packed is None:
+            return False
+        try:
+            parent = parse_record(cur, packed).parent
+        except CorruptError:
+            return False
+        cur = bytes.fromhex(parent) if parent else None
+    return False

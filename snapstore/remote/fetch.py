@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from snapstore.errors import CorruptError, RefError
 from snapstore.records.checkpoint import (
@@ -32,6 +32,9 @@ from snapstore.remote.transport import Transport
 from snapstore.storage import packs
 from snapstore.storage.backend import Backend, ReadView, WriteBatch
 from snapstore.storage.entries import CODEC_ZSTD
+
+if TYPE_CHECKING:
+    from snapstore.ops.restore import RestoreReport
 
 T = TypeVar("T")
 Lock = Callable[[], AbstractContextManager[None]]
@@ -320,3 +323,28 @@ def _missing(backend: Backend, bundle: layout.Bundle) -> str | None:
         return str(exc)
     lacking = [c for c, ok in zip(need.chunks, have) if not ok]
     return f"{len(lacking)} chunks, e.g. {lacking[0].hex()}" if lacking else None
+
+
+class FetchReport:
+    """What a fetch (or the fetch of a pull or clone) did, per ref, and its request count."""
+
+    def __init__(self, remote: str) -> None:
+        self.remote = remote
+        self.refs: list[FetchedRef] = []
+        #: One line per ref that could not be fetched (damaged, or naming damaged objects):
+        #: the sound refs are fetched all the same.
+        self.problems: list[str] = []
+        self.requests = 0
+        self.restore: RestoreReport | None = None
+        self.directory: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "remote": self.remote, "refs": [r.to_json() for r in self.refs], "problems": self.problems,
+            "requests": self.requests,
+        }
+        if self.directory is not None:
+            d["directory"] = self.directory
+        if self.restore is not None:
+            d["restore"] = self.restore.to_json()
+        return d

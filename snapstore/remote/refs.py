@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from snapstore.errors import RemoteError
+from snapstore.errors import CorruptError, RemoteError
 from snapstore.remote import layout
 from snapstore.remote.state import SeenRef
 from snapstore.remote.transport import Transport
@@ -72,3 +72,21 @@ def advance(
             return RefMove("moved", new, got, rounds)
         cur, etag = read(transport, name)  # lost the race (or our cache was stale)
     raise RemoteError(f"the ref {name} kept changing: gave up after {MAX_ROUNDS} attempts")
+
+
+def first_problem(problems: list[str]) -> CorruptError:
+    """The error to raise for the damaged refs ``problems`` lists (the first, and a count)."""
+    more = f" (and {len(problems) - 1} more damaged refs)" if len(problems) > 1 else ""
+    return CorruptError(problems[0] + more)
+
+
+def names(t: Transport) -> list[str]:
+    """The names of the remote's refs (one LIST page per 1,000); keys no writer of ours could
+    have made are skipped (remote verify reports damage, a listing is no place for it)."""
+    names = []
+    for entry in t.list("refs/"):
+        try:
+            names.append(layout.ref_name(entry.key))
+        except ValueError:
+            continue
+    return names

@@ -258,3 +258,14 @@ def seen_refs(backend: Backend, rid: bytes) -> dict[str, SeenRef]:
             if ref is not None:
                 out[k[1 + len(rid) :].decode("utf-8", "surrogateescape")] = ref
     return out
+
+
+#: Where the browsing caches of a store's remotes live (in the store directory).
+CACHE_DIRNAME = "remote-cache"
+
+
+def cache_dirs(store_dir: str, cfg: RemoteConfig) -> tuple[str, str]:
+    """``(tree, store)`` directories of remote ``cfg``'s browsing cache (its tree stays empty:
+    a cache is only read)."""
+    base = os.path.join(store_dir, CACHE_DIRNAME, cfg.rid.hex())
+    return os.path.join(base, "tree"), os.path.join(base, "store")

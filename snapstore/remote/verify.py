@@ -9,12 +9,17 @@ cost.  Packs no bundle names are counted (``remote gc`` would remove them), not 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from snapstore.errors import CorruptError
 from snapstore.remote import closure, layout
 from snapstore.remote.fetch import import_pack
+from snapstore.remote.state import CACHE_DIRNAME
 from snapstore.remote.transport import Transport
 from snapstore.storage import entries
 from snapstore.storage.backend import Backend
@@ -136,3 +141,30 @@ def _import(mem: Backend, key: str, pack: layout.Pack, report: RemoteVerifyRepor
         report.problem(key, exc.message)
         return False
     return True
+
+
+@contextmanager
+def scratch_store(store_dir: str | None) -> Iterator[Backend | None]:
+    """A throw-away on-disk store in the store directory (not a tmpfs: what it holds is the
+    size of the remote), removed after use; None for a store kept in memory."""
+    if store_dir is None:
+        yield None
+        return
+    import tempfile
+
+    from snapstore.storage.lmdb_backend import LmdbBackend
+
+    base = os.path.join(store_dir, CACHE_DIRNAME)
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    for entry in os.scandir(base):  # left by a verify killed a day ago or more
+        if entry.name.startswith("verify-") and entry.stat(follow_symlinks=False).st_mtime < time.time() - 86400:
+            shutil.rmtree(entry.path, ignore_errors=True)
+    path = tempfile.mkdtemp(prefix="verify-", dir=base)
+    try:
+        backend = LmdbBackend(path, create=True)
+        try:
+            yield backend
+        finally:
+            backend.close()
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
