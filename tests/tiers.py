@@ -2,7 +2,7 @@
 
 ``make test`` runs everything.  ``make test-quick`` (``-m "not slow and not heavy"``) is the loop
 a developer runs after each edit: at most two minutes on the 2-core machine.  A file is heavy
-when a ``make test`` run spends more than ~6 s in it (killed processes, SeaweedFS, Chromium,
+when a ``make test`` run spends more than ~6 s in it (or a quick run under load ~14 s) (killed processes, SeaweedFS, Chromium,
 many replays, big trees), or it is a torture file; ``tests/test_tiers.py`` checks that every
 package of snapstore still has a quick test file, so the quick tier never stops covering one.
 Figures: the per-file times of a ``make test`` run's JUnit report (docs/test-map.md has the map).
@@ -11,16 +11,22 @@ Figures: the per-file times of a ``make test`` run's JUnit report (docs/test-map
 from __future__ import annotations
 
 HEAVY = frozenset({
-    "test_agent_adapters.py", "test_attribution_differential.py", "test_claude_rewind.py",
-    "test_consolidate.py", "test_gc_crash.py", "test_hook_claude_code.py", "test_hostile_payloads.py",
-    "test_http_hooks_other_user.py", "test_integrate.py", "test_integrate_any_path.py",
-    "test_manifest_cut.py", "test_mcp.py", "test_mcp_attribution.py", "test_mcp_inspector.py",
-    "test_mcp_root.py", "test_mcp_startup.py", "test_memory.py", "test_native_client.py",
-    "test_native_fuzz.py", "test_packs.py", "test_remote_browse.py", "test_remote_hostile.py",
-    "test_remote_protocol.py", "test_remote_volume_down.py", "test_repair_same_pack.py",
-    "test_restore_crash.py", "test_service.py", "test_service_once.py", "test_service_silent.py",
-    "test_small_address_space.py", "test_store_creation_race.py", "test_ui_access.py",
-    "test_ui_bounded.py", "test_ui_browser.py", "test_ui_browser_flows.py",
+    "test_agent.py", "test_agent_adapters.py", "test_agent_integrate.py",
+    "test_attribution_differential.py", "test_background.py", "test_bombs.py",
+    "test_claude_rewind.py", "test_consolidate.py", "test_gc_crash.py", "test_gemini.py",
+    "test_generations.py", "test_hook_claude_code.py", "test_hook_root.py",
+    "test_hostile_payloads.py", "test_http_hooks_other_user.py", "test_integrate.py",
+    "test_integrate_any_path.py", "test_maintenance.py", "test_manifest_cut.py", "test_mcp.py",
+    "test_mcp_attribution.py", "test_mcp_inspector.py", "test_mcp_root.py", "test_mcp_startup.py",
+    "test_memory.py", "test_native_client.py", "test_native_fuzz.py", "test_no_space.py",
+    "test_packs.py", "test_pathlog.py", "test_planted_store.py", "test_remote_browse.py",
+    "test_remote_failures.py", "test_remote_hostile.py", "test_remote_protocol.py",
+    "test_remote_volume_down.py", "test_repair.py", "test_repair_same_pack.py",
+    "test_restore_crash.py", "test_roundtrip.py", "test_service.py", "test_service_once.py",
+    "test_service_silent.py", "test_small_address_space.py", "test_snapshot_memory.py",
+    "test_store_creation_race.py", "test_store_files.py", "test_terminal_escapes.py",
+    "test_textdiff_ends.py", "test_ui_access.py", "test_ui_bounded.py", "test_ui_browser.py",
+    "test_ui_browser_flows.py", "test_ui_other_user.py", "test_ui_remote.py",
     "test_watch_differential.py", "test_watch_partial.py", "test_watch_trust.py",
 })  # fmt: skip
 
