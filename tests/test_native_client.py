@@ -168,3 +168,27 @@ def test_the_native_and_python_clients_keep_the_same_commands_local():
     listed = re.search(r"LOCAL_COMMANDS\[\] = \{(.*?)\};", source, re.S)
     assert listed is not None
     assert set(re.findall(r'"([a-z-]+)"', listed.group(1))) == set(client.LOCAL_COMMANDS)
+
+
+@pytest.mark.parametrize("client", ["native", "python"])
+def test_an_endless_hook_stdin_is_read_to_a_bound_not_to_its_end(clients: dict[str, Path], project: Path, client: str):
+    """A hook's stdin is the agent's (or a hostile payload's): a client that reads it to its end
+    never ends on an endless one, and fills memory on a huge one.  Each client keeps at most
+    protocol.MAX_STDIN + 1 bytes; the hook refuses the event as over its limits and fails open."""
+    from snapstore.service import protocol
+
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    feeder = subprocess.Popen(["yes", "x" * 4000], stdout=subprocess.PIPE)  # never ends
+    try:
+        done = subprocess.run(
+            [str(clients[client]), "hook", "claude-code"], cwd=project, stdin=feeder.stdout, capture_output=True,
+            env=subprocess_env(CLAUDE_PROJECT_DIR=str(project), XDG_STATE_HOME=str(project.parent / "state")),
+            timeout=90,
+        )
+    finally:
+        feeder.kill()
+        feeder.wait()
+    assert done.returncode == 0, done.stderr  # a hook never blocks the agent's tool call
+    assert "over snapstore's limits" in json.loads(done.stdout)["systemMessage"]
+    assert "over snapstore's limits" in (project / ".snapstore" / "hook.log").read_text()
+    assert protocol.MAX_STDIN == 128 << 20

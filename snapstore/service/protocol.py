@@ -43,6 +43,9 @@ SILENCE = 5.0
 
 _HEADER_SIZE = 5  # 1-byte channel, 4-byte big-endian length
 MAX_FRAME = 1 << 26
+#: The most of a hook's stdin a client keeps (integrations.bounded_json.MAX_PAYLOAD_BYTES: an event
+#: past it is refused by the hook all the same, so an endless stdin is never read to its end).
+MAX_STDIN = 128 << 20
 
 
 def version_tag() -> str:

@@ -16,6 +16,7 @@
 
 #define FRAME_HEADER 5
 #define MAX_FRAME (1u << 26) /* protocol.MAX_FRAME */
+#define MAX_STDIN (128u << 20) /* protocol.MAX_STDIN */
 
 struct buf {
     char *data;

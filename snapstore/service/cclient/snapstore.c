@@ -214,13 +214,17 @@ static int stdout_encoding(const char **encoding, const char **errors) {
     return 0;
 }
 
-/* Copy ``fd`` to its end into a new memfd (g_stdin_fd); 0 on an error. */
+/* Copy ``fd`` into a new memfd (g_stdin_fd): to its end, or MAX_STDIN + 1 bytes at most (the
+ * hook refuses a larger event unread: an endless stdin must not fill memory); 0 on an error. */
 static int keep_stdin(int fd) {
     g_stdin_fd = memfd_create("snapstore-stdin", MFD_CLOEXEC);
     if (g_stdin_fd < 0) return 0;
     char chunk[65536];
+    uint64_t kept = 0;
     for (;;) {
-        ssize_t n = read(fd, chunk, sizeof chunk);
+        uint64_t room = (uint64_t)MAX_STDIN + 1 - kept;
+        if (room == 0) return 1;
+        ssize_t n = read(fd, chunk, room < sizeof chunk ? (size_t)room : sizeof chunk);
         if (n < 0) {
             if (errno == EINTR) continue;
             return 0;
@@ -234,6 +238,7 @@ static int keep_stdin(int fd) {
             }
             off += w;
         }
+        kept += (uint64_t)n;
     }
 }
 

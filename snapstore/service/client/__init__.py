@@ -137,7 +137,9 @@ def try_service(argv: list[str]) -> int | None:
     }
     if command in STDIN_COMMANDS:
         global _read_stdin
-        _read_stdin = sys.stdin.buffer.read()
+        _read_stdin = sys.stdin.buffer.read(protocol.MAX_STDIN + 1)  # (the hook reads no more either)
+        if len(_read_stdin) > protocol.MAX_FRAME // 2:
+            return None  # no room in a request frame: run here, on what was read
         request["stdin"] = _read_stdin.decode("utf-8", "surrogateescape")
     try:
         conn = protocol.connect(path, CONNECT_TIMEOUT)
