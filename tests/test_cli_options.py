@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import click
 
-from snapstore.cli.app import JSON_HELP, QUIET_HELP, cli
+from snapstore.cli import cli  # (the package registers every command; cli.app alone has none)
+from snapstore.cli.app import JSON_HELP, QUIET_HELP
 
 #: (command path, option) whose meaning differs, and so their help.
 OWN_HELP = {("cat", "--json"), ("diff", "--quiet")}
