@@ -72,13 +72,16 @@ class RemotesMixin(StoreBase):
 
     def remote_add(
         self, name: str, url: str, *, endpoint: str | None = None, region: str | None = None,
-        profile: str | None = None,
+        profile: str | None = None, encrypt: bool = False, key_file: str | None = None,
     ) -> RemoteConfig:
         """Record remote ``name`` at ``url`` (``s3://bucket/prefix``).  No request is made and
-        no credential is stored: keys come from the AWS environment variables or ``profile``."""
-        from snapstore.remote import state
+        no credential is stored: keys come from the AWS environment variables or ``profile``.
+        With ``encrypt`` (or ``key_file``) everything put there is encrypted (remote/keys.py):
+        the passphrase comes from ``key_file``, SNAPSTORE_PASSPHRASE or the terminal."""
+        from snapstore.remote import keys, state
 
-        cfg = state.new_config(name, url, endpoint, region, profile)
+        crypt = keys.settings(key_file) if encrypt or key_file is not None else None
+        cfg = state.new_config(name, url, endpoint, region, profile, crypt)
         with self._lock.held():
             with self.backend.read() as view:
                 if view.get(state.TABLE, b"c:" + name.encode()) is not None:
@@ -116,20 +119,21 @@ class RemotesMixin(StoreBase):
         read (a first push writes it), and before the first push the engine's conditional
         writes are probed; both are remembered, so later commands make neither request.
         Reading commands never write (a read-only credential can fetch and clone)."""
-        from snapstore.remote import doctor, state, transport
+        from snapstore.remote import doctor, keys, state, transport
 
-        cfg = state.get_config(self.backend, name)
+        cfg = seen = state.get_config(self.backend, name)
         t = transport.CountingTransport(
             transport.connect(cfg.parsed, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile)
         )
-        if cfg.remote_id is None or (writing and cfg.cas is None):
+        t, cfg = keys.encrypted(t, cfg, writing=writing)  # as it is unless the remote is encrypted
+        if cfg.remote_id is None or (writing and cfg.cas is None) or cfg != seen:
             try:
                 remote_id = cfg.remote_id or doctor.ensure_config(t, time.time_ns(), create=writing)
             except RefError:
                 if empty_ok:  # nothing pushed there yet: an empty remote to list or verify
                     return cfg, t
                 raise
-            cas = doctor.probe(t).ok if writing else cfg.cas
+            cas = doctor.probe(t).ok if writing and cfg.cas is None else cfg.cas
             cfg = cfg._replace(remote_id=remote_id, cas=cas)
             with self._lock.held(), self.backend.write() as batch:
                 state.put_config(batch, cfg)

@@ -1,0 +1,301 @@
+"""Client-side encryption of a remote (docs/remote.md, "Encryption"), on both engines.
+
+What the bucket holds is read behind the client's back (``remote.raw``): no plaintext, no chunk
+id, no ref name; a bucket writer who flips, cuts or swaps objects is refused with nothing
+written; a wrong or missing key is one line and exit 14.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error
+from remote_helpers import make_store, remote, sample_tree, seaweed  # noqa: F401
+
+from snapstore.remote import crypto, keys
+from snapstore.remote import transport as tr
+from snapstore.store import Store
+from snapstore.testing import assert_trees_equal, read_tree
+
+PASS = "correct horse battery staple"
+
+
+@pytest.fixture(autouse=True)
+def passphrase(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(keys.PASSPHRASE_ENV, PASS)
+
+
+def _tree(marker: str) -> dict[str, object]:
+    files = sample_tree("crypt")
+    files["notes/secret.txt"] = f"the launch code is {marker}\n".encode()
+    return files
+
+
+def _push(tmp_path: Path, remote, run_cli, *extra: str, task: str = "launch-plan", name: str = "a") -> Path:  # noqa: F811
+    cwd = tmp_path / name
+    marker = "MARKER-" + os.urandom(8).hex()
+    with make_store(cwd, _tree(marker)) as s:
+        s.snapshot("first", task=task)
+    r = run_cli("remote", "add", "origin", remote.url, *remote.cli_args(), *extra, cwd=cwd)
+    assert r.code == 0, r.err
+    r = run_cli("push", "--task", task, cwd=cwd)
+    assert r.code == 0, r.err
+    return cwd
+
+
+def _chunk_ids(cwd: Path) -> list[bytes]:
+    with Store.open(cwd) as s, s.backend.read() as view:
+        return [k for k, _ in view.items("chunks")] + [k for k, _ in view.items("streams")]
+
+
+def _bucket(remote) -> dict[str, bytes]:  # noqa: F811
+    return {k: remote.read(k) for k in remote.keys()}
+
+
+def _marker(cwd: Path) -> bytes:
+    return (cwd / "notes/secret.txt").read_bytes().split()[-1]
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_the_bucket_holds_no_plaintext_no_chunk_id_and_no_ref_name(remote, tmp_path, run_cli, encrypted):  # noqa: F811
+    """The plain run is the control: the same greps find the marker, the ids and the task name."""
+    cwd = _push(tmp_path, remote, run_cli, *(["--encrypt"] if encrypted else []))
+    bucket = _bucket(remote)
+    blob = b"\0".join(bucket.values())
+    names = "\n".join(bucket)
+    ids = _chunk_ids(cwd)
+    assert len(ids) > 5
+    found = {
+        "marker": _marker(cwd) in blob,
+        "task in names": "launch-plan" in names,
+        "task in bodies": b"launch-plan" in blob,
+        "chunk ids": any(i in blob or i.hex().encode() in blob or i.hex() in names for i in ids),
+        "message": b"first" in blob,
+    }
+    if not encrypted:
+        assert all(found.values()), found
+        return
+    assert not any(found.values()), found
+    tops = {k.split("/")[0] for k in bucket}
+    assert {"config", "crypt", "keys", "log", "refs"} <= tops <= {"config", "crypt", "keys", "log", "refs", "packs"}, tops
+    assert all(v.startswith(crypto.MAGIC) for k, v in bucket.items() if k.split("/")[0] not in crypto.OWN)
+
+
+def test_push_and_clone_round_trip_byte_exact(remote, tmp_path, run_cli):  # noqa: F811
+    cwd = _push(tmp_path, remote, run_cli, "--encrypt")
+    r = run_cli("clone", remote.url, str(tmp_path / "b"), *remote.cli_args(), "--encrypt", "--ref", "launch-plan")
+    assert r.code == 0, r.err
+    assert_trees_equal(read_tree(cwd), read_tree(tmp_path / "b"))
+    # An incremental push and a fetch of it; then the range reads of browsing (cat --remote).
+    (cwd / "src/app.py").write_bytes(b"print('v2')\n" * 3000)
+    assert run_cli("snapshot", "-m", "second", "--task", "launch-plan", cwd=cwd).code == 0
+    assert run_cli("push", "--task", "launch-plan", cwd=cwd).code == 0
+    r = run_cli("pull", "launch-plan", cwd=tmp_path / "b")
+    assert r.code == 0, r.err
+    assert_trees_equal(read_tree(cwd), read_tree(tmp_path / "b"))
+    r = run_cli("cat", "--remote", "origin", "latest", "data/blob.bin", cwd=tmp_path / "b")
+    assert r.code == 0, r.err
+    assert r.out == (cwd / "data/blob.bin").read_bytes()
+    r = run_cli("remote", "verify", cwd=cwd)
+    assert r.code == 0, r.err
+
+
+def test_a_key_file_opens_it_and_another_does_not(remote, tmp_path, run_cli):  # noqa: F811
+    key = tmp_path / "team.key"
+    key.write_bytes(os.urandom(32).hex().encode() + b"\n")
+    cwd = _push(tmp_path, remote, run_cli, "--key-file", str(key))
+    r = run_cli("clone", remote.url, str(tmp_path / "b"), *remote.cli_args(), "--key-file", str(key))
+    assert r.code == 0, r.err
+    assert_trees_equal(read_tree(cwd), read_tree(tmp_path / "b"))
+    other = tmp_path / "other.key"
+    other.write_bytes(os.urandom(32).hex().encode())
+    r = run_cli("clone", remote.url, str(tmp_path / "c"), *remote.cli_args(), "--key-file", str(other))
+    assert r.code == 14 and "no key of the remote" in r.err
+    assert_one_line_error(r.err)
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_wrong_passphrase_is_one_line_exit_14_and_writes_nothing(remote, tmp_path, run_cli, monkeypatch):  # noqa: F811
+    cwd = _push(tmp_path, remote, run_cli, "--encrypt")
+    before = _bucket(remote)
+    monkeypatch.setenv(keys.PASSPHRASE_ENV, "not the passphrase")
+    r = run_cli("clone", remote.url, str(tmp_path / "b"), *remote.cli_args(), "--encrypt")
+    assert r.code == 14, r.err
+    assert_one_line_error(r.err)
+    assert not (tmp_path / "b").exists()
+    for args in (["push", "--task", "launch-plan"], ["fetch"], ["remote", "ls"], ["list", "--remote", "origin"]):
+        r = run_cli(*args, cwd=cwd)
+        assert r.code == 14, (args, r.err)
+        assert_one_line_error(r.err)
+    assert _bucket(remote) == before
+    # No passphrase at all and no terminal to ask on: one line naming the ways to give one.
+    monkeypatch.delenv(keys.PASSPHRASE_ENV)
+    r = run_cli("fetch", cwd=cwd)
+    assert r.code == 14 and keys.PASSPHRASE_ENV in r.err
+    assert_one_line_error(r.err)
+
+
+def test_a_client_without_the_key_and_a_key_on_a_plain_remote(remote, tmp_path, run_cli):  # noqa: F811
+    _push(tmp_path, remote, run_cli, "--encrypt")
+    r = run_cli("clone", remote.url, str(tmp_path / "b"), *remote.cli_args())
+    assert r.code == 14 and "is encrypted" in r.err and "--encrypt" in r.err
+    assert_one_line_error(r.err)
+    assert not (tmp_path / "b").exists()
+    with make_store(tmp_path / "p", {"a.txt": b"a"}) as s:
+        s.snapshot("plain")
+    other = tmp_path / "p"
+    plain_url = remote.url + "-plain"
+    assert run_cli("remote", "add", "origin", plain_url, *remote.cli_args(), cwd=other).code == 0
+    assert run_cli("push", cwd=other).code == 0
+    r = run_cli("clone", plain_url, str(tmp_path / "c"), *remote.cli_args(), "--encrypt")
+    assert r.code == 14 and "not encrypted" in r.err
+    assert_one_line_error(r.err)
+
+
+def test_a_missing_key_file(remote, tmp_path, run_cli):  # noqa: F811
+    with make_store(tmp_path / "a", {"a.txt": b"a"}) as s:
+        s.snapshot("first")
+    cwd = tmp_path / "a"
+    r = run_cli("remote", "add", "origin", remote.url, *remote.cli_args(), "--key-file", str(tmp_path / "nope"), cwd=cwd)
+    assert r.code == 14 and "nope" in r.err
+    assert_one_line_error(r.err)
+    key = tmp_path / "k"
+    key.write_bytes(b"a long enough secret for this test")
+    assert run_cli("remote", "add", "origin", remote.url, *remote.cli_args(), "--key-file", str(key), cwd=cwd).code == 0
+    assert run_cli("push", cwd=cwd).code == 0
+    key.unlink()
+    r = run_cli("push", cwd=cwd)
+    assert r.code == 14 and "key file" in r.err
+    assert_one_line_error(r.err)
+    r = run_cli("clone", remote.url, str(tmp_path / "b"), *remote.cli_args(), "--key-file", str(key))
+    assert r.code == 14
+    assert_one_line_error(r.err)
+    assert not (tmp_path / "b").exists()
+
+
+def _two_refs(tmp_path: Path, remote, run_cli) -> tuple[Path, dict[str, str]]:  # noqa: F811
+    """Two tasks pushed (two refs, two bundles, a pack): the stored name of each plain key."""
+    cwd = _push(tmp_path, remote, run_cli, "--encrypt", task="one")
+    (cwd / "big.bin").write_bytes(os.urandom(3 << 20))  # a pack, not inline data
+    assert run_cli("snapshot", "-m", "two", "--task", "two", cwd=cwd).code == 0
+    assert run_cli("push", "--task", "two", cwd=cwd).code == 0
+    cfg = Store.open(cwd)
+    try:
+        from snapstore.remote import state
+
+        crypt = state.get_config(cfg.backend, "origin").crypt
+    finally:
+        cfg.close()
+    assert crypt is not None
+    t = keys.open_remote(remote.transport(), "origin", keys.secret_from("origin", None), hint=crypt["key_id"], create=False)
+    assert t.ciphers is not None
+    plain = {crypto.plain_key(t.ciphers, k): k for k in remote.keys()}
+    return cwd, {k: v for k, v in plain.items() if k is not None}
+
+
+def _clone_fails(remote, tmp_path: Path, run_cli, ref: str, what: str) -> None:  # noqa: F811
+    target = tmp_path / ("clone-" + ref)
+    r = run_cli("clone", remote.url, str(target), *remote.cli_args(), "--encrypt", "--ref", ref)
+    assert r.code == 6, (what, r.code, r.err)
+    assert_one_line_error(r.err)
+    assert "corrupt" in r.err, r.err
+    assert not target.exists(), what
+
+
+@pytest.mark.parametrize("damage", ["flip a pack", "cut a pack", "cut a bundle on a segment", "swap two refs",
+                                    "swap two bundles"])
+def test_a_bucket_writer_is_detected_and_nothing_is_written(remote, tmp_path, run_cli, damage):  # noqa: F811
+    cwd, names = _two_refs(tmp_path, remote, run_cli)
+    pack = next(k for k in names if k.startswith("packs/"))
+    bundles = sorted(k for k in names if k.startswith("log/"))
+    assert len(bundles) == 2
+    if damage == "flip a pack":
+        body = bytearray(remote.read(names[pack]))
+        body[len(body) // 2] ^= 1
+        remote.overwrite(names[pack], bytes(body))
+    elif damage == "cut a pack":
+        remote.overwrite(names[pack], remote.read(names[pack])[:-100])
+    elif damage == "cut a bundle on a segment":
+        b2 = next(b for b in bundles if "/two/" in b)
+        body = remote.read(names[b2])
+        full = crypto.SEGMENT + crypto.OVERHEAD
+        cut = len(crypto.MAGIC) + (len(body) - len(crypto.MAGIC)) // full * full
+        assert cut < len(body)
+        remote.overwrite(names[b2], body[:cut] if cut > len(crypto.MAGIC) else body[:-1])
+    elif damage == "swap two refs":
+        one, two = remote.read(names["refs/one"]), remote.read(names["refs/two"])
+        remote.overwrite(names["refs/one"], two)
+        remote.overwrite(names["refs/two"], one)
+    else:
+        one, two = (remote.read(names[b]) for b in bundles)
+        remote.overwrite(names[bundles[0]], two)
+        remote.overwrite(names[bundles[1]], one)
+    _clone_fails(remote, tmp_path, run_cli, "two", damage)
+    r = run_cli("remote", "verify", cwd=cwd)
+    assert r.code == 6, r.err
+    # A fetch into a fresh store adds no checkpoint of the damaged ref.
+    with make_store(tmp_path / "f", {"x": b"x"}) as s:
+        s.snapshot("own")
+    assert run_cli("remote", "add", "origin", remote.url, *remote.cli_args(), "--encrypt", cwd=tmp_path / "f").code == 0
+    r = run_cli("fetch", "two", "--json", cwd=tmp_path / "f")
+    assert r.code == 6, r.err
+    assert json.loads(run_cli("list", "--json", cwd=tmp_path / "f").text)["checkpoints"].__len__() == 1
+
+
+# -- the layer alone (in-memory engine): ranges across segments, sizes, names ----------------------------------
+
+
+def _sealed() -> tuple[crypto.EncryptedTransport, tr.Transport]:
+    inner = tr.connect(__import__("snapstore.remote.names", fromlist=["parse_url"]).parse_url(f"memory://{os.urandom(6).hex()}/p"))
+    return crypto.EncryptedTransport(inner, crypto.Ciphers(os.urandom(32))), inner
+
+
+@pytest.mark.parametrize("size", [0, 1, crypto.SEGMENT - 1, crypto.SEGMENT, crypto.SEGMENT + 1, 5 * crypto.SEGMENT + 77])
+def test_ranges_and_suffixes_read_what_the_plain_object_holds(size):
+    t, inner = _sealed()
+    data = os.urandom(size)
+    assert t.put_create("packs/ab/cd", data) is not None
+    got = t.get("packs/ab/cd")
+    assert got is not None and got.body == data
+    head = t.head("packs/ab/cd")
+    assert head is not None and head.size == size
+    assert [e.key for e in t.list("packs/")] == ["packs/ab/cd"] and next(iter(t.list("packs/"))).size == size
+    for start, end in [(0, size), (1, size - 1), (crypto.SEGMENT - 3, crypto.SEGMENT + 5), (size // 2, size)]:
+        if 0 <= start < end <= size:
+            assert t.get_range("packs/ab/cd", start, end) == data[start:end], (start, end)
+    for n in [1, 100, crypto.SEGMENT, crypto.SEGMENT + 1, 3 * crypto.SEGMENT, size + 10]:
+        assert t.get_suffix("packs/ab/cd", n) == (data[max(0, size - n) :], size), n
+
+
+def test_ranges_refuse_a_cut_object():
+    from snapstore.errors import CorruptError
+
+    t, inner = _sealed()
+    data = os.urandom(3 * crypto.SEGMENT)
+    t.put_create("packs/ab/cd", data)
+    stored = next(iter(inner.list("packs/"))).key
+    body = inner.get(stored).body  # type: ignore[union-attr]
+    inner.delete(stored)
+    inner.put_create(stored, body[: len(crypto.MAGIC) + 3 * (crypto.SEGMENT + crypto.OVERHEAD)])  # the final segment gone
+    with pytest.raises(CorruptError):
+        t.get_range("packs/ab/cd", 2 * crypto.SEGMENT, 3 * crypto.SEGMENT + 1)
+    with pytest.raises(CorruptError):
+        t.get_suffix("packs/ab/cd", 10)
+    with pytest.raises(CorruptError):
+        t.get("packs/ab/cd")
+    assert t.get_range("packs/ab/cd", 0, 100) == data[:100]  # what is there is still authentic
+
+
+def test_a_planted_key_object_asking_for_huge_scrypt_memory_is_refused_unread():
+    from snapstore.errors import CorruptError
+
+    body = keys.wrap(os.urandom(32), b"x", "00")
+    import msgpack
+
+    d = msgpack.unpackb(body)
+    d["n"] = 1 << 30
+    with pytest.raises(CorruptError):
+        keys.unwrap("00", msgpack.packb(d), b"x")
