@@ -245,6 +245,63 @@ def test_a_bucket_writer_is_detected_and_nothing_is_written(remote, tmp_path, ru
     assert json.loads(run_cli("list", "--json", cwd=tmp_path / "f").text)["checkpoints"].__len__() == 1
 
 
+def test_remote_key_add_list_remove(remote, tmp_path, run_cli, monkeypatch):  # noqa: F811
+    cwd = _push(tmp_path, remote, run_cli, "--encrypt")
+    first = json.loads(run_cli("remote", "key", "list", "origin", "--json", cwd=cwd).text)
+    assert [k["current"] for k in first] == [True]
+    assert run_cli("remote", "key", "add", "origin", cwd=cwd).code == 14  # no new passphrase and no terminal
+    monkeypatch.setenv(keys.NEW_PASSPHRASE_ENV, "a second passphrase")
+    r = run_cli("remote", "key", "add", "origin", cwd=cwd)
+    assert r.code == 0, r.err
+    second = r.text.split()[2]
+    listed = json.loads(run_cli("remote", "key", "list", "origin", "--json", cwd=cwd).text)
+    assert sorted(k["id"] for k in listed) == sorted([first[0]["id"], second])
+    # The second passphrase opens the remote; a key cannot remove itself, another can.
+    monkeypatch.setenv(keys.PASSPHRASE_ENV, "a second passphrase")
+    r = run_cli("clone", remote.url, str(tmp_path / "b"), *remote.cli_args(), "--encrypt")
+    assert r.code == 0, r.err
+    assert_trees_equal(read_tree(cwd), read_tree(tmp_path / "b"))
+    r = run_cli("remote", "key", "remove", "origin", second, cwd=tmp_path / "b")
+    assert r.code == 2 and "another key" in r.err
+    r = run_cli("remote", "key", "remove", "origin", first[0]["id"], cwd=tmp_path / "b")
+    assert r.code == 0, r.err
+    assert run_cli("remote", "key", "remove", "origin", "0123", cwd=tmp_path / "b").code == 2
+    # The first passphrase no longer opens it (its key is gone), even where it was remembered.
+    monkeypatch.setenv(keys.PASSPHRASE_ENV, PASS)
+    r = run_cli("fetch", cwd=cwd)
+    assert r.code == 14, r.err
+    assert_one_line_error(r.err)
+
+
+def test_help_and_a_plain_remote_never_import_cryptography(remote, tmp_path):  # noqa: F811
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env
+
+    with make_store(tmp_path / "a", {"a.txt": b"a"}) as s:
+        s.snapshot("first")
+        remote.add_to(s)
+        s.push()
+    code = (
+        "import sys\n"
+        "from snapstore.cli import main\n"
+        "for args in (['remote', 'key', '--help'], ['remote', 'add', '--help'], ['push', '-q']):\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit as e:\n"
+        "        assert not e.code, (args, e.code)\n"
+        "print('cryptography' in sys.modules)\n"
+    )
+    env = subprocess_env(**remote.env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=120, cwd=tmp_path / "a")
+    if remote.kind == "memory":  # a memory store lives in one process: only the help is checked there
+        code = code.replace(", ['push', '-q']", "")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=120, cwd=tmp_path / "a")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().strip().splitlines()[-1] == "False"
+
+
 # -- the layer alone (in-memory engine): ranges across segments, sizes, names ----------------------------------
 
 

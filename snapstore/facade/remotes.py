@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from snapstore.remote.doctor import DoctorReport
     from snapstore.remote.fetch import FetchedRef
     from snapstore.remote.gc import RemoteGcReport
+    from snapstore.remote.keys import KeyInfo
     from snapstore.remote.push import PushReport
     from snapstore.remote.state import RemoteConfig
     from snapstore.remote.transport import CountingTransport
@@ -359,6 +360,26 @@ class RemotesMixin(StoreBase):
         with self._lock.held(), self.backend.write() as batch:
             state.put_config(batch, cfg._replace(cas=report.ok))
         return report
+
+    # -- the keys of an encrypted remote (remote/keys.py) ---------------------------------------
+
+    def remote_keys(self, remote: str = "origin") -> list[KeyInfo]:
+        """The keys of the encrypted remote ``remote`` (each wraps its one master key)."""
+        from snapstore.remote import keys, state
+
+        return keys.list_keys(state.get_config(self.backend, remote))
+
+    def remote_key_add(self, remote: str = "origin", *, key_file: str | None = None) -> str:
+        """Add a key (a passphrase, or ``key_file``) to the encrypted remote; its id."""
+        from snapstore.remote import keys, state
+
+        return keys.add_key(state.get_config(self.backend, remote), key_file)
+
+    def remote_key_remove(self, key_id: str, remote: str = "origin") -> None:
+        """Remove key ``key_id`` of the encrypted remote (not the one opening it now)."""
+        from snapstore.remote import keys, state
+
+        keys.remove_key(state.get_config(self.backend, remote), key_id)
 
 
 @contextmanager

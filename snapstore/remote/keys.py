@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
@@ -184,11 +184,12 @@ def parse_crypt(body: bytes) -> bytes:
 
 
 class Opened:
-    """What opening an encrypted remote found: its ciphers (None: nothing is there yet) and
-    the id of the key that opened it."""
+    """What opening an encrypted remote found: its master key and ciphers (None: nothing is
+    there yet) and the id of the key that opened it."""
 
-    def __init__(self, ciphers: Ciphers | None, key_id: str | None) -> None:
-        self.ciphers = ciphers
+    def __init__(self, master: bytes | None, key_id: str | None) -> None:
+        self.master = master
+        self.ciphers = Ciphers(master) if master is not None else None
         self.key_id = key_id
 
 
@@ -201,7 +202,7 @@ def open_remote(t: Transport, name: str, secret: Secret, *, hint: str | None, cr
         if got is not None:
             master = unwrap(hint, got.body, secret(False))
             if master is not None:
-                return Opened(Ciphers(master), hint)
+                return Opened(master, hint)
     for _attempt in range(2):
         crypt = t.get(CRYPT_KEY, MAX_KEY_OBJECT)
         if crypt is not None:
@@ -231,7 +232,7 @@ def _open_with_keys(t: Transport, name: str, check: bytes, secret: bytes) -> Ope
         except SnapstoreError:
             continue  # a damaged or planted key object: the others may open the remote
         if master is not None and Ciphers(master).check == check:
-            return Opened(Ciphers(master), key_id)
+            return Opened(master, key_id)
     raise EncryptionKeyError(
         f"no key of the remote {name} opens with this passphrase or key file ({tried} tried): nothing was read"
     )
@@ -248,7 +249,7 @@ def _create(t: Transport, secret: bytes) -> Opened | None:
     if t.put_create(CRYPT_KEY, encode_crypt(ciphers)) is None:
         t.delete(KEYS + key_id)
         return None
-    return Opened(ciphers, key_id)
+    return Opened(master, key_id)
 
 
 def encrypted(t: CountingTransport, cfg: RemoteConfig, *, writing: bool) -> tuple[CountingTransport, RemoteConfig]:
@@ -269,3 +270,79 @@ def encrypted(t: CountingTransport, cfg: RemoteConfig, *, writing: bool) -> tupl
     if opened.key_id != hint:
         cfg = cfg._replace(crypt={**cfg.crypt, "key_id": opened.key_id})
     return sealed, cfg
+
+
+# -- remote key add / list / remove (restic's `key` command) ------------------------------------------
+
+NEW_PASSPHRASE_ENV = "SNAPSTORE_NEW_PASSPHRASE"
+
+
+class KeyInfo(NamedTuple):
+    """A key of an encrypted remote: its id, when it was made, and whether it is the one this
+    command opened the remote with."""
+
+    id: str
+    created: int
+    current: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "created_ns": self.created, "current": self.current}
+
+
+def _manage(cfg: RemoteConfig) -> tuple[Transport, Opened]:
+    from snapstore.errors import UsageError
+    from snapstore.remote import transport
+
+    if cfg.crypt is None:
+        raise UsageError(f"the remote {cfg.name} is not encrypted: it has no keys")
+    t = transport.connect(cfg.parsed, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile)
+    opened = open_remote(t, cfg.name, secret_from(cfg.name, cfg.crypt.get("key_file")), hint=cfg.crypt.get("key_id"),
+                         create=False)
+    if opened.master is None:
+        raise UsageError(f"nothing has been pushed to the remote {cfg.name} yet: the first push makes its first key")
+    return t, opened
+
+
+def list_keys(cfg: RemoteConfig) -> list[KeyInfo]:
+    """The keys of the encrypted remote ``cfg`` (opening it with this user's key first)."""
+    t, opened = _manage(cfg)
+    out = []
+    for entry in t.list(KEYS):
+        key_id = entry.key[len(KEYS) :]
+        got = t.get(entry.key, MAX_KEY_OBJECT)
+        try:
+            created = int(parse_key(key_id, got.body)["created"]) if got is not None else 0
+        except (SnapstoreError, TypeError, ValueError):
+            created = 0
+        out.append(KeyInfo(key_id, created, key_id == opened.key_id))
+    return out
+
+
+def add_key(cfg: RemoteConfig, key_file: str | None) -> str:
+    """A new key for the encrypted remote ``cfg``: its master key wrapped under the secret of
+    ``key_file``, else ``SNAPSTORE_NEW_PASSPHRASE``, else asked twice on the terminal."""
+    t, opened = _manage(cfg)
+    if key_file is not None:
+        secret = read_key_file(os.path.abspath(key_file))
+    elif os.environ.get(NEW_PASSPHRASE_ENV):
+        secret = os.environ[NEW_PASSPHRASE_ENV].encode()
+    else:
+        secret = _ask(cfg.name, True)
+    assert opened.master is not None
+    key_id = os.urandom(8).hex()
+    if t.put_create(KEYS + key_id, wrap(opened.master, secret, key_id)) is None:
+        raise EncryptionKeyError(f"a key {key_id} exists already on the remote {cfg.name}; try again")
+    return key_id
+
+
+def remove_key(cfg: RemoteConfig, key_id: str) -> None:
+    """Remove key ``key_id`` of the encrypted remote ``cfg``: never the one this command opened
+    it with (use another key to remove that one), so the remote always keeps a key."""
+    from snapstore.errors import UsageError
+
+    t, opened = _manage(cfg)
+    if key_id == opened.key_id:
+        raise UsageError(f"key {key_id} is the one this command opened the remote with: remove it with another key")
+    if not key_id or "/" in key_id or t.head(KEYS + key_id) is None:
+        raise UsageError(f"the remote {cfg.name} has no key {key_id!r} (see 'snapstore remote key list')")
+    t.delete(KEYS + key_id)
