@@ -16,7 +16,7 @@ HEAVY = frozenset({
     "test_http_hooks_other_user.py", "test_integrate.py", "test_integrate_any_path.py",
     "test_manifest_cut.py", "test_mcp.py", "test_mcp_attribution.py", "test_mcp_inspector.py",
     "test_mcp_root.py", "test_mcp_startup.py", "test_memory.py", "test_native_client.py",
-    "test_native_fuzz.py", "test_packs.py", "test_remote_browse.py", "test_remote_hostile.py",
+    "test_native_fuzz.py", "test_packs.py", "test_remote_browse.py", "test_remote_crypt.py", "test_remote_hostile.py",
     "test_remote_protocol.py", "test_remote_volume_down.py", "test_repair_same_pack.py",
     "test_restore_crash.py", "test_service.py", "test_service_once.py", "test_service_silent.py",
     "test_small_address_space.py", "test_store_creation_race.py", "test_ui_access.py",

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from snapstore.cli.app import CONTEXT, Ctx, global_options, json_option
+from snapstore.cli.app import CONTEXT, Ctx, echo_json, global_options, json_option
 from snapstore.cli.commands_remote import remote
 
 
@@ -36,7 +35,7 @@ def list_(obj: Ctx, name: str, as_json: bool) -> None:
     with obj.open() as store:
         rows = store.remote_keys(name)
     if as_json:
-        click.echo(json.dumps([r.to_json() for r in rows], indent=2))
+        echo_json([r.to_json() for r in rows])
         return
     for r in rows:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created / 1e9)) if r.created else "?"

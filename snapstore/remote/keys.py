@@ -27,6 +27,7 @@ import msgpack
 from snapstore.errors import CorruptError, EncryptionKeyError, FormatVersionError, SnapstoreError
 from snapstore.remote import wire
 from snapstore.remote.crypto import SEGMENT, Ciphers
+from snapstore.remote.layout import CRYPT_MAGIC
 from snapstore.remote.transport import Transport
 
 if TYPE_CHECKING:
@@ -39,8 +40,8 @@ PASSPHRASE_ENV = "SNAPSTORE_PASSPHRASE"
 #: scrypt's cost for new keys (~32 MiB, a few tenths of a second); a key object asking for more
 #: than the limits below is refused unread (a bucket writer could plant one to exhaust memory).
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 1 << 15, 8, 1
-MAX_N, MAX_R, MAX_P = 1 << 20, 32, 16
-MAX_MEM = 1 << 30
+MAX_N, MAX_R, MAX_P = 1 << 18, 32, 16
+MAX_MEM = 256 << 20
 MAX_KEY_OBJECT = 4 << 10
 #: Keys tried, at most, when the remembered one does not open the remote.
 MAX_KEYS = 64
@@ -207,7 +208,10 @@ def open_remote(t: Transport, name: str, secret: Secret, *, hint: str | None, cr
         crypt = t.get(CRYPT_KEY, MAX_KEY_OBJECT)
         if crypt is not None:
             return _open_with_keys(t, name, parse_crypt(crypt.body), secret(False))
-        if t.head("config") is not None:
+        config = t.get("config", 1 << 16)
+        if config is not None and config.body.startswith(CRYPT_MAGIC):
+            raise CorruptError(f"remote object {CRYPT_KEY} is missing: the remote {name} is encrypted but says nothing of its keys")
+        if config is not None:
             raise EncryptionKeyError(f"the remote {name} is not encrypted: remove it and add it again without --encrypt")
         if not create:
             return Opened(None, None)
