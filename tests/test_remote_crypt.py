@@ -358,3 +358,12 @@ def test_a_planted_key_object_asking_for_huge_scrypt_memory_is_refused_unread():
     d["n"] = 1 << 20
     with pytest.raises(CorruptError):
         keys.unwrap("00", msgpack.packb(d), b"x")
+
+
+def test_the_layer_covers_every_transport_method():
+    """A request the layer did not wrap would reach the bucket in the clear (or fail): every
+    public method of Transport is the layer's own."""
+    methods = [n for n, v in vars(tr.Transport).items() if callable(v) and not n.startswith("_")]
+    assert len(methods) >= 8
+    missing = [n for n in methods if n not in vars(crypto.EncryptedTransport)]
+    assert not missing, missing

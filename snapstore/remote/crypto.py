@@ -95,7 +95,7 @@ def seal(c: Ciphers, key: str, plain: bytes) -> bytes:
     for i in range(full + 1):
         nonce = salt + i.to_bytes(4, "big")
         out += nonce
-        out += c.data.encrypt(nonce, bytes(view[i * SEGMENT : (i + 1) * SEGMENT]), _aad(key, i == full))
+        out += c.data.encrypt(nonce, view[i * SEGMENT : (i + 1) * SEGMENT], _aad(key, i == full))
     return bytes(out)
 
 
@@ -106,19 +106,20 @@ def _corrupt(key: str, why: str) -> CorruptError:
     )
 
 
-def _open_segments(c: Ciphers, key: str, data: bytes, first: int, ends: bool) -> bytes:
+def _open_segments(c: Ciphers, key: str, data: bytes | memoryview, first: int, ends: bool) -> bytes:
     """The plain bytes of the consecutive segments ``data`` holds, the first being number
     ``first``; ``ends``: ``data`` reaches the object's end (its last segment is the final one)."""
     from cryptography.exceptions import InvalidTag
 
     out = bytearray()
     salt: bytes | None = None
+    view = memoryview(data)
     for n, pos in enumerate(range(0, len(data), _FULL)):
-        piece = data[pos : pos + _FULL]
+        piece = view[pos : pos + _FULL]
         final = len(piece) < _FULL
         if len(piece) < OVERHEAD or (final and pos + len(piece) != len(data)):
             raise _corrupt(key, "a segment is cut short")
-        nonce = piece[:NONCE]
+        nonce = bytes(piece[:NONCE])
         if salt is None:
             salt = nonce[:-4]
         if nonce[:-4] != salt or int.from_bytes(nonce[-4:], "big") != first + n:
@@ -139,7 +140,7 @@ def unseal(c: Ciphers, key: str, body: bytes) -> bytes:
         raise _corrupt(key, "it is not sealed")
     if plain_size(len(body)) is None:
         raise _corrupt(key, f"its size, {len(body)} bytes, is no sealed object's")
-    return _open_segments(c, key, body[len(MAGIC) :], 0, True)
+    return _open_segments(c, key, memoryview(body)[len(MAGIC) :], 0, True)
 
 
 def _b32(data: bytes) -> str:
