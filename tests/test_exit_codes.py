@@ -205,6 +205,13 @@ def test_11_a_plugin_refuses(inited, tmp_path):
     assert_one_line_error(r.stderr)
 
 
+def test_14_a_missing_key_file_for_an_encrypted_remote(tmp_path, inited, run_cli):
+    r = run_cli("remote", "add", "origin", "s3://bucket/p", "--key-file", str(tmp_path / "gone.key"), cwd=inited)
+    assert r.code == 14
+    assert_one_line_error(r.err)
+    assert "gone.key" in r.err
+
+
 def test_every_command_help_has_an_example(run_cli):
     from snapstore.cli import cli
 

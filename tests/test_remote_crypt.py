@@ -304,6 +304,94 @@ def test_help_and_a_plain_remote_never_import_cryptography(remote, tmp_path):  #
     assert r.stdout.decode().strip().splitlines()[-1] == "False"
 
 
+class _Between(tr.Transport):
+    """Runs ``then`` once, right after this client's first key is written and before its
+    ``crypt`` (another client's whole first push landing in that gap)."""
+
+    def __init__(self, inner: tr.Transport, then) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.then = inner, then
+
+    def __getattribute__(self, name: str):  # type: ignore[no-untyped-def]
+        if name in ("put_create", "inner", "then"):
+            return object.__getattribute__(self, name)
+        return getattr(object.__getattribute__(self, "inner"), name)
+
+    def put_create(self, key: str, data: bytes) -> str | None:
+        got = self.inner.put_create(key, data)
+        if key.startswith(keys.KEYS) and self.then is not None:
+            then, self.then = self.then, None
+            then()
+        return got
+
+
+@pytest.mark.parametrize("same_secret", [True, False], ids=["same passphrase", "another passphrase"])
+def test_two_first_pushes_at_once_leave_one_master_key(remote, same_secret):  # noqa: F811
+    winner: list[keys.Opened] = []
+
+    def other_client() -> None:
+        winner.append(keys.open_remote(remote.transport(), "origin", lambda new: b"first", hint=None, create=True))
+
+    mine = b"first" if same_secret else b"second"
+    loser = _Between(remote.transport(), other_client)
+    if same_secret:
+        opened = keys.open_remote(loser, "origin", lambda new: mine, hint=None, create=True)
+        assert opened.master == winner[0].master and opened.key_id == winner[0].key_id
+    else:
+        from snapstore.errors import EncryptionKeyError
+
+        with pytest.raises(EncryptionKeyError):
+            keys.open_remote(loser, "origin", lambda new: mine, hint=None, create=True)
+    assert remote.keys(keys.KEYS) == [keys.KEYS + str(winner[0].key_id)]  # the loser's key was removed
+
+
+def test_the_passphrase_is_asked_on_the_terminal(remote, tmp_path, run_cli, monkeypatch):  # noqa: F811
+    """No SNAPSTORE_PASSPHRASE: a first push asks twice on the terminal (a real pty), a later
+    command once; a mistyped second entry makes nothing."""
+    import pty
+    import sys
+
+    from helpers import subprocess_env
+
+    if remote.kind == "memory":
+        pytest.skip("a memory remote lives in one process")
+    monkeypatch.delenv(keys.PASSPHRASE_ENV)
+    with make_store(tmp_path / "a", _tree("tty")) as s:
+        s.snapshot("first")
+    assert run_cli("remote", "add", "origin", remote.url, *remote.cli_args(), "--encrypt", cwd=tmp_path / "a").code == 0
+    env = subprocess_env(**remote.env)
+    env.pop(keys.PASSPHRASE_ENV, None)
+
+    def on_tty(args: list[str], answers: list[str]) -> tuple[int, str]:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: its controlling terminal is the pty
+            os.chdir(tmp_path / "a")
+            os.execve(sys.executable, [sys.executable, "-m", "snapstore", *args], env)
+        out = b""
+        for answer in answers:
+            while b": " not in out.rsplit(b"\n", 1)[-1]:
+                chunk = os.read(fd, 1024)
+                assert chunk, out
+                out += chunk
+            os.write(fd, answer.encode() + b"\n")
+            out += b"\n"
+        try:
+            while chunk := os.read(fd, 1024):
+                out += chunk
+        except OSError:
+            pass  # EIO: the child closed the terminal
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+    code, text = on_tty(["push"], ["tty pass", "tty typo"])
+    assert code == 14 and "differ" in text, text
+    assert not remote.keys(), remote.keys()
+    code, text = on_tty(["push"], ["tty pass", "tty pass"])
+    assert code == 0, text
+    assert text.count("passphrase for remote origin") == 1 and "the same again" in text
+    code, text = on_tty(["remote", "ls"], ["tty pass"])
+    assert code == 0 and "default" in text, text
+
+
 # -- the layer alone (in-memory engine): ranges across segments, sizes, names ----------------------------------
 
 
