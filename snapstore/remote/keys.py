@@ -238,7 +238,7 @@ def _open_with_keys(t: Transport, name: str, check: bytes, secret: bytes) -> Ope
         if master is not None and Ciphers(master).check == check:
             return Opened(master, key_id)
     raise EncryptionKeyError(
-        f"no key of the remote {name} opens with this passphrase or key file ({tried} tried): nothing was read"
+        f"no key of the remote {name} opens with this passphrase or key file ({tried} tried)"
     )
 
 
