@@ -249,6 +249,8 @@ def test_a_bucket_writer_is_detected_and_nothing_is_written(remote, tmp_path, ru
 
 def test_remote_key_add_list_remove(remote, tmp_path, run_cli, monkeypatch):  # noqa: F811
     cwd = _push(tmp_path, remote, run_cli, "--encrypt")
+    assert "(encrypted)" in run_cli("remote", "list", cwd=cwd).text
+    assert json.loads(run_cli("remote", "list", "--json", cwd=cwd).text)[0]["encrypted"] is True
     first = json.loads(run_cli("remote", "key", "list", "origin", "--json", cwd=cwd).text)
     assert [k["current"] for k in first] == [True]
     assert run_cli("remote", "key", "add", "origin", cwd=cwd).code == 14  # no new passphrase and no terminal

@@ -103,7 +103,7 @@ def list_(obj: Ctx, as_json: bool) -> None:
         return
     for cfg, seen in rows:
         where = f" at {cfg.endpoint}" if cfg.endpoint else ""
-        click.echo(f"{cfg.name}\t{cfg.url}{where}")
+        click.echo(f"{cfg.name}\t{cfg.url}{where}" + (" (encrypted)" if cfg.crypt is not None else ""))
         for ref, cid in sorted(seen.items()):
             click.echo(f"  {ref}\t{cid[:12]}")
 

@@ -32,7 +32,7 @@ def list_(obj: Ctx, name: str, as_json: bool) -> None:
     """List the remote's keys (the current one is the one that opened it)."""
     import time
 
-    with obj.open() as store:
+    with obj.open(reading=True) as store:
         rows = store.remote_keys(name)
     if as_json:
         echo_json([r.to_json() for r in rows])
