@@ -306,6 +306,38 @@ def test_help_and_a_plain_remote_never_import_cryptography(remote, tmp_path):  #
     assert r.stdout.decode().strip().splitlines()[-1] == "False"
 
 
+def test_browsing_reads_an_encrypted_pack_by_range_at_a_plain_remote_s_cost(remote, tmp_path, run_cli, monkeypatch):  # noqa: F811
+    """``cat --remote`` of a small file beside 3 MiB of packed data: the encrypted remote is
+    read by range too (footer and one frame, not the pack), for at most a few segments more."""
+    from remote_helpers import Counting
+
+    files = {"small.txt": b"a small file\n" * 10, **{f"big{i}.bin": os.urandom(1 << 20) for i in range(3)}}
+    read: dict[str, tuple[int, int]] = {}
+    real = tr.connect
+    for kind in ("plain", "encrypted"):
+        url = f"{remote.url}-{kind}"
+        flags = ["--encrypt"] if kind == "encrypted" else []
+        with make_store(tmp_path / kind, files) as s:
+            s.snapshot("packed")
+        assert run_cli("remote", "add", "origin", url, *remote.cli_args(), *flags, cwd=tmp_path / kind).code == 0
+        assert run_cli("push", cwd=tmp_path / kind).code == 0
+        with make_store(tmp_path / f"{kind}-reader", {"x": b"x"}) as s:
+            s.snapshot("own")
+        reader = tmp_path / f"{kind}-reader"
+        assert run_cli("remote", "add", "origin", url, *remote.cli_args(), *flags, cwd=reader).code == 0
+        counting = Counting(monkeypatch)
+        r = run_cli("cat", "--remote", "origin", "latest", "small.txt", cwd=reader)
+        assert r.code == 0 and r.out == files["small.txt"], r.err
+        pack_calls = [k for kind_, k in counting.last.calls if kind_ in ("range", "suffix", "get") and k.startswith("packs/")]
+        assert pack_calls and all(kind_ != "get" for kind_, k in counting.last.calls if k.startswith("packs/"))
+        read[kind] = (counting.last.bytes_read, len(pack_calls))
+        monkeypatch.setattr(tr, "connect", real)
+    (plain, n), (sealed, m) = read["plain"], read["encrypted"]
+    assert m == n
+    assert sealed <= plain + m * 2 * (crypto.SEGMENT + crypto.OVERHEAD) + 4096, read
+    assert sealed < 1 << 20, read  # not the 3 MiB pack
+
+
 class _Between(tr.Transport):
     """Runs ``then`` once, right after this client's first key is written and before its
     ``crypt`` (another client's whole first push landing in that gap)."""
