@@ -123,6 +123,15 @@ class RemoteError(SnapstoreError):
     exit_code = 13
 
 
+class EncryptionKeyError(SnapstoreError):
+    """An encrypted remote and no key to open it: a wrong passphrase, a missing or unreadable
+    key file, none given (no ``SNAPSTORE_PASSPHRASE`` and no terminal to ask on), or a remote
+    added with ``--encrypt`` that is not encrypted (or the reverse).  Nothing was read or
+    written past the check."""
+
+    exit_code = 14
+
+
 class InternalError(SnapstoreError):
     """A bug in snapstore: reported as one line (a traceback with ``SNAPSTORE_DEBUG=1``)."""
 
@@ -154,6 +163,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (HookError.exit_code, "a `before_snapshot` / `before_restore` hook (or plugin) refused the operation; nothing changed"),
     (ServiceStoppedError.exit_code, "the resident service stopped before answering and the command did not provably finish: it is not run again; the message says what was recorded"),
     (RemoteError.exit_code, "a remote could not be reached, refused the request (permission, credentials) or lacks conditional writes (`remote doctor` says which); nothing local changed. Corrupt remote data is 6"),
+    (EncryptionKeyError.exit_code, "an encrypted remote and no key that opens it: wrong passphrase, a missing key file, none given; or `--encrypt` on a remote that is not encrypted (or the reverse); nothing changed"),
     (InternalError.exit_code, "an internal error (a bug): one line; `SNAPSTORE_DEBUG=1` shows the traceback"),
     (Interrupted.exit_code, "interrupted (Ctrl-C); an interrupted restore is finished by the next writing command"),
 )
@@ -175,6 +185,7 @@ ERROR_CLASSES: tuple[type[SnapstoreError], ...] = (
     HookError,
     ServiceStoppedError,
     RemoteError,
+    EncryptionKeyError,
     InternalError,
     Interrupted,
 )

@@ -211,16 +211,17 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
     def clone(
         cls, url: str, directory: str | os.PathLike[str], *, ref: str | None = None, name: str = "origin",
         endpoint: str | None = None, region: str | None = None, profile: str | None = None,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Callable[[int, int], None] | None = None, encrypt: bool = False, key_file: str | None = None,
     ) -> FetchReport:
         """Make ``directory`` (absent or empty) a tree whose store holds remote ref ``ref``
         (default: ``default``, or the remote's only ref) of ``url``, and restore it there.
-        Reads only what that checkpoint needs; on failure nothing is left behind."""
+        Reads only what that checkpoint needs; on failure nothing is left behind.
+        ``encrypt``/``key_file``: the remote is encrypted (see :meth:`remote_add`)."""
         from snapstore.facade.clone import clone_into
 
         return clone_into(
             lambda d: cls.init(d), url, directory, ref=ref, name=name, endpoint=endpoint,
-            region=region, profile=profile, progress=progress,
+            region=region, profile=profile, progress=progress, encrypt=encrypt, key_file=key_file,
         )
 
     def remote_view(self, name: str = "origin", *, progress: Callable[[int, int], None] | None = None) -> Store:
@@ -243,7 +244,8 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
             cache = type(self).init(root, store=store_dir)
         try:
             if not any(c.name == name for c in cache.remote_list()):
-                cache.remote_add(name, cfg.url, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile)
+                cache.remote_add(name, cfg.url, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile,
+                                 encrypt=cfg.crypt is not None, key_file=(cfg.crypt or {}).get("key_file"))
             cache._read_through(name)
         except BaseException:
             cache.close()

@@ -33,7 +33,7 @@ def inited(tmp_path: Path) -> Path:
 def test_the_table_has_every_class_and_the_two_statuses():
     codes = {code for code, _ in errors.EXIT_CODES}
     assert {cls.exit_code for cls in errors.ERROR_CLASSES} | {0, 1} == codes
-    assert sorted(codes) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 70, 130]
+    assert sorted(codes) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 70, 130]
 
 
 def test_docs_cli_md_holds_the_generated_table():
@@ -203,6 +203,13 @@ def test_11_a_plugin_refuses(inited, tmp_path):
     )
     assert r.returncode == 11, r.stderr
     assert_one_line_error(r.stderr)
+
+
+def test_14_a_missing_key_file_for_an_encrypted_remote(tmp_path, inited, run_cli):
+    r = run_cli("remote", "add", "origin", "s3://bucket/p", "--key-file", str(tmp_path / "gone.key"), cwd=inited)
+    assert r.code == 14
+    assert_one_line_error(r.err)
+    assert "gone.key" in r.err
 
 
 def test_every_command_help_has_an_example(run_cli):

@@ -33,6 +33,7 @@ def __getattr__(name: str) -> Any:
         commands_change,
         commands_record,
         commands_remote,
+        commands_remote_keys,
         commands_revert,
         commands_service,
         commands_ui,

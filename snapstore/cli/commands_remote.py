@@ -63,19 +63,32 @@ def _sub(example: str, name: str | None = None) -> Callable[[Callable[..., Any]]
     return decorate
 
 
+def _encrypt_options(f: Callable[..., None]) -> Callable[..., None]:
+    f = click.option("--key-file", metavar="FILE", type=click.Path(dir_okay=False),
+                     help="Encrypt, with the secret this file holds as the passphrase (implies --encrypt).")(f)
+    return click.option("--encrypt", is_flag=True, help=(
+        "Encrypt everything put on the remote (passphrase from SNAPSTORE_PASSPHRASE or asked for; "
+        "losing it loses the data). See docs/remote.md."))(f)
+
+
 @_sub("snapstore remote add origin s3://bucket/team/project\n"
-      "snapstore remote add local s3://snap/dev --endpoint http://127.0.0.1:8333")
+      "snapstore remote add local s3://snap/dev --endpoint http://127.0.0.1:8333\n"
+      "snapstore remote add safe s3://bucket/team/project --encrypt --key-file ~/.config/snapstore/team.key")
 @click.argument("name")
 @click.argument("url")
 @click.option("--endpoint", metavar="URL", help="The S3 endpoint of a non-AWS engine (https; http only when written so).")
 @click.option("--region", metavar="REGION", help="The bucket's region (default us-east-1).")
 @click.option("--profile", metavar="NAME", help="The AWS profile whose keys to use (its name is stored, never the keys).")
+@_encrypt_options
 @click.pass_obj
-def add(obj: Ctx, name: str, url: str, endpoint: str | None, region: str | None, profile: str | None) -> None:
+def add(obj: Ctx, name: str, url: str, endpoint: str | None, region: str | None, profile: str | None,
+        encrypt: bool, key_file: str | None) -> None:
     """Record a remote (no request is made; nothing secret is stored)."""
     with obj.open() as store:
-        cfg = store.remote_add(name, url, endpoint=endpoint, region=region, profile=profile)
-    click.echo(f"added remote {cfg.name} {cfg.url}" + (f" at {cfg.endpoint}" if cfg.endpoint else ""))
+        cfg = store.remote_add(name, url, endpoint=endpoint, region=region, profile=profile, encrypt=encrypt,
+                               key_file=key_file)
+    click.echo(f"added remote {cfg.name} {cfg.url}" + (f" at {cfg.endpoint}" if cfg.endpoint else "")
+               + (" (encrypted)" if cfg.crypt is not None else ""))
 
 
 @_sub("snapstore remote list --json", name="list")
@@ -90,7 +103,7 @@ def list_(obj: Ctx, as_json: bool) -> None:
         return
     for cfg, seen in rows:
         where = f" at {cfg.endpoint}" if cfg.endpoint else ""
-        click.echo(f"{cfg.name}\t{cfg.url}{where}")
+        click.echo(f"{cfg.name}\t{cfg.url}{where}" + (" (encrypted)" if cfg.crypt is not None else ""))
         for ref, cid in sorted(seen.items()):
             click.echo(f"  {ref}\t{cid[:12]}")
 
@@ -275,10 +288,11 @@ def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> 
 @click.option("--endpoint", metavar="URL", help="The S3 endpoint of a non-AWS engine.")
 @click.option("--region", metavar="REGION", help="The bucket's region.")
 @click.option("--profile", metavar="NAME", help="The AWS profile whose keys to use.")
+@_encrypt_options
 @json_option
 @quiet_option
 def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: str | None,
-          profile: str | None, as_json: bool, quiet: bool) -> None:
+          profile: str | None, encrypt: bool, key_file: str | None, as_json: bool, quiet: bool) -> None:
     """Make DIRECTORY (absent or empty) a tree with a store, holding a remote ref's checkpoint.
 
     Reads only what that checkpoint needs.  The remote is recorded as 'origin'.  On failure,
@@ -287,7 +301,8 @@ def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: 
     from snapstore.store import Store
 
     report = _with_progress("clone", not quiet and not as_json, lambda progress: Store.clone(
-        url, target, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress))
+        url, target, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress,
+        encrypt=encrypt, key_file=key_file))
     _fetch_lines(report.to_json(), as_json, quiet)
     if not as_json and not quiet:
         click.echo(f"cloned {report.refs[0].checkpoint[:12]} into {report.directory}")

@@ -19,19 +19,21 @@ if TYPE_CHECKING:
 def clone_into(
     init: Callable[[str], RemotesMixin], url: str, directory: str | os.PathLike[str], *, ref: str | None = None,
     name: str = "origin", endpoint: str | None = None, region: str | None = None, profile: str | None = None,
-    progress: Progress | None = None,
+    progress: Progress | None = None, encrypt: bool = False, key_file: str | None = None,
 ) -> FetchReport:
     """What :meth:`snapstore.Store.clone` does (``init`` makes the store: ``Store.init``).
 
     ``directory`` (absent or empty) becomes a tree with a store; remote ref ``ref`` is fetched
     from ``url`` into it and its checkpoint restored.  On failure, what was made is removed.
     """
-    from snapstore.remote import state
+    from snapstore.remote import keys, state
 
     target = os.path.abspath(os.fspath(directory))
     if os.path.lexists(target) and (not os.path.isdir(target) or os.path.islink(target) or os.listdir(target)):
         raise UsageError(f"{target} exists and is not an empty directory")
     state.new_config(name, url, endpoint, region, profile)  # checks the arguments first
+    if key_file is not None:
+        key_file = keys.settings(key_file)["key_file"]  # a missing key file is said before anything is made
     made = not os.path.exists(target)
     try:
         os.makedirs(target, exist_ok=True)
@@ -46,7 +48,8 @@ def clone_into(
         made_store = True
         before = set(os.listdir(target))
         try:
-            store.remote_add(name, url, endpoint=endpoint, region=region, profile=profile)
+            store.remote_add(name, url, endpoint=endpoint, region=region, profile=profile, encrypt=encrypt,
+                             key_file=key_file)
             report = store.pull(ref, remote=name, progress=progress)
         except BaseException:
             written = _restored_names(store) - before

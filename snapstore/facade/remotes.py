@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from snapstore.remote.doctor import DoctorReport
     from snapstore.remote.fetch import FetchReport
     from snapstore.remote.gc import RemoteGcReport
+    from snapstore.remote.keys import KeyInfo
     from snapstore.remote.push import PushReport
     from snapstore.remote.state import RemoteConfig
     from snapstore.remote.transport import CountingTransport
@@ -42,13 +43,16 @@ class RemotesMixin(StoreBase):
 
     def remote_add(
         self, name: str, url: str, *, endpoint: str | None = None, region: str | None = None,
-        profile: str | None = None,
+        profile: str | None = None, encrypt: bool = False, key_file: str | None = None,
     ) -> RemoteConfig:
         """Record remote ``name`` at ``url`` (``s3://bucket/prefix``).  No request is made and
-        no credential is stored: keys come from the AWS environment variables or ``profile``."""
-        from snapstore.remote import state
+        no credential is stored: keys come from the AWS environment variables or ``profile``.
+        With ``encrypt`` (or ``key_file``) everything put there is encrypted (remote/keys.py):
+        the passphrase comes from ``key_file``, SNAPSTORE_PASSPHRASE or the terminal."""
+        from snapstore.remote import keys, state
 
-        cfg = state.new_config(name, url, endpoint, region, profile)
+        crypt = keys.settings(key_file) if encrypt or key_file is not None else None
+        cfg = state.new_config(name, url, endpoint, region, profile, crypt)
         with self._lock.held():
             with self.backend.read() as view:
                 if view.get(state.TABLE, b"c:" + name.encode()) is not None:
@@ -86,20 +90,21 @@ class RemotesMixin(StoreBase):
         read (a first push writes it), and before the first push the engine's conditional
         writes are probed; both are remembered, so later commands make neither request.
         Reading commands never write (a read-only credential can fetch and clone)."""
-        from snapstore.remote import doctor, state, transport
+        from snapstore.remote import doctor, keys, state, transport
 
-        cfg = state.get_config(self.backend, name)
+        cfg = seen = state.get_config(self.backend, name)
         t = transport.CountingTransport(
             transport.connect(cfg.parsed, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile)
         )
-        if cfg.remote_id is None or (writing and cfg.cas is None):
+        t, cfg = keys.encrypted(t, cfg, writing=writing)  # as it is unless the remote is encrypted
+        if cfg.remote_id is None or (writing and cfg.cas is None) or cfg != seen:
             try:
                 remote_id = cfg.remote_id or doctor.ensure_config(t, time.time_ns(), create=writing)
             except RefError:
                 if empty_ok:  # nothing pushed there yet: an empty remote to list or verify
                     return cfg, t
                 raise
-            cas = doctor.probe(t).ok if writing else cfg.cas
+            cas = doctor.probe(t).ok if writing and cfg.cas is None else cfg.cas
             cfg = cfg._replace(remote_id=remote_id, cas=cas)
             with self._lock.held(), self.backend.write() as batch:
                 state.put_config(batch, cfg)
@@ -313,5 +318,25 @@ class RemotesMixin(StoreBase):
         with self._lock.held(), self.backend.write() as batch:
             state.put_config(batch, cfg._replace(cas=report.ok))
         return report
+
+    # -- the keys of an encrypted remote (remote/keys.py) ---------------------------------------
+
+    def remote_keys(self, remote: str = "origin") -> list[KeyInfo]:
+        """The keys of the encrypted remote ``remote`` (each wraps its one master key)."""
+        from snapstore.remote import keys, state
+
+        return keys.list_keys(state.get_config(self.backend, remote))
+
+    def remote_key_add(self, remote: str = "origin", *, key_file: str | None = None) -> str:
+        """Add a key (a passphrase, or ``key_file``) to the encrypted remote; its id."""
+        from snapstore.remote import keys, state
+
+        return keys.add_key(state.get_config(self.backend, remote), key_file)
+
+    def remote_key_remove(self, key_id: str, remote: str = "origin") -> None:
+        """Remove key ``key_id`` of the encrypted remote (not the one opening it now)."""
+        from snapstore.remote import keys, state
+
+        keys.remove_key(state.get_config(self.backend, remote), key_id)
 
 

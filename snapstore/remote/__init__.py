@@ -10,5 +10,6 @@ snapstore runs no server of its own.  The layout and the commit protocol are in 
 * ``state``: what the local store remembers about each remote (its settings, which chunks and
   records are known to be there, the refs last seen);
 * ``closure``: what a set of checkpoints reaches, in order;
-* ``push``, ``fetch``, ``refs``: the protocol; ``verify``, ``doctor``: checking a remote.
+* ``push``, ``fetch``, ``refs``: the protocol; ``verify``, ``doctor``: checking a remote;
+* ``crypto``, ``keys``: optional client-side encryption, a layer over the transport.
 """

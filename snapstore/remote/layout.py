@@ -37,6 +37,8 @@ FORMAT = 1
 CONFIG_KEY = "config"
 PACK_MAGIC = b"SNAPPACK"
 BUNDLE_MAGIC = b"SNAPBNDL"
+#: The start of every object of an encrypted remote (``remote/crypto.py``).
+CRYPT_MAGIC = b"SNAPENC1"
 NONCE = 16  # random bytes after PACK_MAGIC
 _TAIL = struct.Struct(">I8s")  # footer length, PACK_MAGIC again (the end of a pack)
 #: A pack closes once it holds this many stored bytes (one PUT each; docs/remote.md, costs).
@@ -421,8 +423,11 @@ def encode_config(remote_id: bytes, created: int) -> bytes:
 def parse_config(body: bytes) -> bytes:
     """The remote's id; CorruptError for a damaged config, FormatVersionError for another
     format or chunker (a remote written by another snapstore)."""
-    from snapstore.errors import FormatVersionError
+    from snapstore.errors import EncryptionKeyError, FormatVersionError
 
+    if body.startswith(CRYPT_MAGIC):
+        raise EncryptionKeyError("the remote is encrypted: remove it and add it again with --encrypt "
+                                 "(the passphrase in SNAPSTORE_PASSPHRASE or asked for, or --key-file FILE)")
     try:
         if len(body) > MAX_CONFIG:
             raise ValueError(f"{len(body)} bytes, more than a config holds ({MAX_CONFIG})")

@@ -47,6 +47,8 @@ class RemoteConfig(NamedTuple):
     writer: str
     remote_id: bytes | None = None
     cas: bool | None = None  # conditional writes probed: True enforced, False ignored
+    #: None: not encrypted; else ``{key_file, key_id}`` (remote/keys.py; never a secret)
+    crypt: dict[str, Any] | None = None
 
     @property
     def parsed(self) -> RemoteURL:
@@ -55,7 +57,7 @@ class RemoteConfig(NamedTuple):
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "url": self.url, "endpoint": self.endpoint, "region": self.region,
-            "profile": self.profile, "conditional_writes": self.cas,
+            "profile": self.profile, "conditional_writes": self.cas, "encrypted": self.crypt is not None,
         }
 
 
@@ -82,7 +84,7 @@ def _parse(name: str, raw: bytes) -> RemoteConfig:
         d = msgpack.unpackb(raw, raw=False)
         return RemoteConfig(
             name, str(d["url"]), d["endpoint"], d["region"], d["profile"], bytes(d["rid"]),
-            str(d["writer"]), d.get("remote_id"), d.get("cas"),
+            str(d["writer"]), d.get("remote_id"), d.get("cas"), d.get("crypt"),
         )
     except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptError(f"the settings of remote {name!r} are damaged ({exc}); remove and add it again") from None
@@ -91,18 +93,21 @@ def _parse(name: str, raw: bytes) -> RemoteConfig:
 def put_config(batch: WriteBatch, cfg: RemoteConfig) -> None:
     batch.put(TABLE, _config_key(cfg.name), msgpack.packb({
         "url": cfg.url, "endpoint": cfg.endpoint, "region": cfg.region, "profile": cfg.profile,
-        "rid": cfg.rid, "writer": cfg.writer, "remote_id": cfg.remote_id, "cas": cfg.cas,
+        "rid": cfg.rid, "writer": cfg.writer, "remote_id": cfg.remote_id, "cas": cfg.cas, "crypt": cfg.crypt,
     }, use_bin_type=True))
 
 
-def new_config(name: str, url: str, endpoint: str | None, region: str | None, profile: str | None) -> RemoteConfig:
+def new_config(
+    name: str, url: str, endpoint: str | None, region: str | None, profile: str | None,
+    crypt: dict[str, Any] | None = None,
+) -> RemoteConfig:
     check_name(name)
     parsed = parse_url(url)
     if endpoint is not None and not endpoint.startswith(("https://", "http://")):
         raise UsageError(f"the endpoint must be an http(s) URL, not {shown(endpoint)}")
     if endpoint is not None and "@" in endpoint.split("//", 1)[1].split("/", 1)[0]:
         raise UsageError("credentials never go in an endpoint URL")
-    return RemoteConfig(name, str(parsed), endpoint, region, profile, os.urandom(8), os.urandom(8).hex())
+    return RemoteConfig(name, str(parsed), endpoint, region, profile, os.urandom(8), os.urandom(8).hex(), crypt=crypt)
 
 
 def all_configs(backend: Backend) -> list[RemoteConfig]:
