@@ -72,7 +72,7 @@ def existing_store(root: str | None, store: str | None) -> str:
     return store_dir
 
 
-class Opened(NamedTuple):
+class OpenedStore(NamedTuple):
     """What an opened store's meta table says the facade needs."""
 
     tree: str
@@ -80,7 +80,7 @@ class Opened(NamedTuple):
     meta: dict[bytes, bytes]
 
 
-def read(backend: Backend, store_dir: str, root: str | None, named: bool) -> Opened:
+def read(backend: Backend, store_dir: str, root: str | None, named: bool) -> OpenedStore:
     """The tree and compression level of the store open in ``backend``; refuses a store of
     another format or chunker, and, when both ``root`` and the store were ``named``, a root that
     is not the store's tree."""
@@ -94,7 +94,7 @@ def read(backend: Backend, store_dir: str, root: str | None, named: bool) -> Ope
             raise ValueError(level)
     except ValueError:
         raise CorruptError("the store's meta 'compression' is damaged") from None
-    return Opened(tree, level, meta)
+    return OpenedStore(tree, level, meta)
 
 
 def read_meta(backend: Backend) -> dict[bytes, bytes]:
