@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -84,3 +85,13 @@ class Policy:
 
 def seconds_since(time_ns: int | None) -> float | None:
     return None if time_ns is None else max(0.0, (time.time_ns() - time_ns) / 1e9)
+
+
+def metadata_for(decision: Decision, context: OperationContext, metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """The checkpoint metadata of a checkpoint ``decision`` warranted: ``metadata`` with the
+    policy's score and reasons, and the tool when the caller did not name one."""
+    out = dict(metadata or {})
+    out.setdefault("policy", {"score": round(decision.score, 3), "reasons": decision.reasons})
+    if context.tool and "tool" not in out:
+        out["tool"] = context.tool
+    return out

@@ -392,18 +392,13 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         """Take a checkpoint only when ``policy`` (default :class:`snapstore.policy.Policy`)
         says ``context`` (an OperationContext) warrants one; returns it, or None."""
         from snapstore.policy import Policy as DefaultPolicy
-        from snapstore.policy import seconds_since
+        from snapstore.policy import metadata_for, seconds_since
 
         latest = self.checkpoints()
-        since = seconds_since(latest[0].time_ns) if latest else None
-        decision = (policy or DefaultPolicy()).decide(context, since)
+        decision = (policy or DefaultPolicy()).decide(context, seconds_since(latest[0].time_ns) if latest else None)
         if not decision.checkpoint:
             return None
-        metadata = dict(snapshot_args.pop("metadata", None) or {})
-        metadata.setdefault("policy", {"score": round(decision.score, 3), "reasons": decision.reasons})
-        if context.tool and "tool" not in metadata:
-            metadata["tool"] = context.tool
-        return self.snapshot(metadata=metadata, **snapshot_args)
+        return self.snapshot(metadata=metadata_for(decision, context, snapshot_args.pop("metadata", None)), **snapshot_args)
 
     # -- the edit tool (agents) -----------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from snapstore.errors import TreeIOError, UsageError
+from snapstore.errors import UsageError
 from snapstore.facade.base import StoreBase
 from snapstore.records.checkpoint import Checkpoint
 
@@ -270,24 +270,12 @@ class UpkeepMixin(StoreBase):
         rewrite the original tree), so a moved or copied tree is adopted explicitly.  The stat
         cache is cleared: it describes the old tree's inodes.
         """
-        new = os.path.abspath(os.fspath(new_root))
-        if not os.path.isdir(new):
-            raise TreeIOError(f"{new} is not a directory")
-        if self.store_dir is None:
-            raise UsageError("an in-memory store has no tree to re-point")
-        with self.backend.read() as view:
-            layout = view.get("meta", b"layout")
-        if layout == b"inside":
-            raise UsageError(f"the store {self.store_dir} lives inside its tree and moves with it")
+        from snapstore.storage import opening
+
+        new = opening.relocatable(self.backend, self.store_dir, os.fspath(new_root))
         old = self.root
         with self._lock.held():
-            with self.backend.read() as view:
-                stale = [k for k, _ in view.items("statcache")]
-            with self.backend.write() as batch:
-                batch.put("meta", b"root", os.fsencode(new))
-                for key in stale:
-                    batch.delete("statcache", key)
-            self.backend.sync()
+            opening.relocate(self.backend, new)
         self.root = new
         self.root_bytes = os.fsencode(new)
         self.context.root = new  # the stages' view of the tree follows

@@ -143,3 +143,31 @@ def not_this_tree(store_dir: str, root: str, asked: str) -> str:
         f"the command in {root}, or, if the tree was moved or copied, re-point the store with "
         f"'snapstore --store {store_dir} relocate {os.path.abspath(asked)}'"
     )
+
+
+def relocatable(backend: Backend, store_dir: str | None, new_root: str) -> str:
+    """The absolute ``new_root`` a store kept outside its tree may be re-pointed at (refuses an
+    in-memory store, a store inside its tree, which moves with it, and a root that is no
+    directory)."""
+    new = os.path.abspath(new_root)
+    if not os.path.isdir(new):
+        raise TreeIOError(f"{new} is not a directory")
+    if store_dir is None:
+        raise UsageError("an in-memory store has no tree to re-point")
+    with backend.read() as view:
+        layout = view.get("meta", b"layout")
+    if layout == b"inside":
+        raise UsageError(f"the store {store_dir} lives inside its tree and moves with it")
+    return new
+
+
+def relocate(backend: Backend, new_root: str) -> None:
+    """Record ``new_root`` as the store's tree and clear the stat cache (it describes the old
+    tree's inodes), durably; the writer lock is the caller's."""
+    with backend.read() as view:
+        stale = [k for k, _ in view.items("statcache")]
+    with backend.write() as batch:
+        batch.put("meta", b"root", os.fsencode(new_root))
+        for key in stale:
+            batch.delete("statcache", key)
+    backend.sync()
