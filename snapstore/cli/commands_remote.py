@@ -22,6 +22,7 @@ from snapstore.cli.app import (
     json_option,
     quiet_option,
 )
+from snapstore.cli.remote_options import retry_budget_option
 from snapstore.errors import ConflictError, CorruptError, RemoteError
 from snapstore.render import printable, size
 
@@ -185,6 +186,7 @@ def doctor(obj: Ctx, name: str, as_json: bool) -> None:
 @click.option("--task", metavar="NAME", help="Push every checkpoint of this task (and move the ref named after it).")
 @click.option("--to", metavar="REF", help="The remote ref to move (default: the task, else 'default').")
 @click.option("--force", is_flag=True, help="Move the ref even when that is not a fast-forward.")
+@retry_budget_option
 @json_option
 @quiet_option
 @click.pass_obj
@@ -224,6 +226,7 @@ def push(obj: Ctx, refs: tuple[str, ...], remote: str, task: str | None, to: str
 @command(example="snapstore fetch\nsnapstore fetch default --remote origin")
 @click.argument("refs", nargs=-1)
 @_REMOTE_OPTION
+@retry_budget_option
 @json_option
 @quiet_option
 @click.pass_obj
@@ -253,6 +256,7 @@ def _fetch_lines(doc: dict[str, Any], as_json: bool, quiet: bool) -> None:
 @command(example="snapstore pull\nsnapstore pull fix-login")
 @click.argument("ref", required=False)
 @_REMOTE_OPTION
+@retry_budget_option
 @json_option
 @quiet_option
 @click.pass_obj
@@ -275,6 +279,7 @@ def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> 
 @click.option("--endpoint", metavar="URL", help="The S3 endpoint of a non-AWS engine.")
 @click.option("--region", metavar="REGION", help="The bucket's region.")
 @click.option("--profile", metavar="NAME", help="The AWS profile whose keys to use.")
+@retry_budget_option
 @json_option
 @quiet_option
 def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: str | None,

@@ -120,7 +120,8 @@ class RemotesMixin(StoreBase):
 
         cfg = state.get_config(self.backend, name)
         t = transport.CountingTransport(
-            transport.connect(cfg.parsed, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile)
+            transport.connect(cfg.parsed, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile,
+                              retry_budget=self.config()["remote.retry-budget"])
         )
         if cfg.remote_id is None or (writing and cfg.cas is None):
             try:
