@@ -21,6 +21,10 @@ import time
 ACCESS_KEY = "snapkey"
 SECRET_KEY = "snapsecret-0123456789"
 BUCKET = "snapbucket"
+#: A second identity that may only read and list (AccessDenied on a write; no Admin, so a write to
+#: a missing bucket does not create it).
+READER_KEY = "snapreader"
+READER_SECRET = "readersecret-0123456789"
 
 
 def weed_binary() -> str | None:
@@ -76,6 +80,9 @@ class SeaweedFS:
             json.dump({"identities": [{
                 "name": "snapstore", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
                 "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            }, {
+                "name": "reader", "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}],
+                "actions": ["Read", "List"],
             }]}, f)
         (s3, s3g, master, masterg, volume, volumeg, filer, filerg) = _free_ports(8)
         self.s3_port = s3
