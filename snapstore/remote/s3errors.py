@@ -54,6 +54,11 @@ class TransientError(RemoteError):
         self.reason = reason
 
 
+class RangeNotServed(RemoteError):
+    """The engine answered a ranged GET with the whole object (HTTP 200, not 206): see
+    :class:`snapstore.remote.ranges.RangeFallback`."""
+
+
 def s3_code(text: str) -> str | None:
     """The ``<Code>`` of an engine's error body quoted in ``text``."""
     m = re.search(r"<Code>([A-Za-z.]{1,64})</Code>", text)
@@ -95,6 +100,8 @@ def describe(exc: BaseException, what: str, key: str, first_line: str) -> Remote
     is the message's printable first line, used when nothing better is found (the caller
     scrubs the result of secrets)."""
     text = str(exc)
+    if "NotPartial" in text or "non-partial response" in text:
+        return RangeNotServed(f"cannot read {key} by range: the engine answered with the whole object")
     code, st = s3_code(text), status(text)
     request = request_of(text)
     if request:

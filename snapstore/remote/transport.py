@@ -116,6 +116,7 @@ def connect(
         import obstore  # noqa: F401 - only to say clearly when it is missing
     except ImportError:
         raise UsageError("remotes need obstore: pip install 'snapstore[remotes]'") from None
+    from snapstore.remote.ranges import RangeFallback
     from snapstore.remote.retry import RetryingTransport, budget
 
     seconds = budget(retry_budget)
@@ -147,7 +148,7 @@ def connect(
         )
     except Exception as exc:  # obstore raises its own config errors
         raise RemoteError(f"cannot set up the remote {url}: {_first_line(exc)}") from None
-    return RetryingTransport(ObstoreTransport(store, url.prefix), seconds)
+    return RetryingTransport(RangeFallback(ObstoreTransport(store, url.prefix)), seconds)
 
 
 def too_large(key: str, size: int, limit: int) -> SnapstoreError:
