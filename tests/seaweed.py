@@ -58,6 +58,7 @@ class SeaweedFS:
         self.s3_port = 0
         self.filer_port = 0
         self.endpoint = ""
+        self.metrics_port = 0  # set before launch: Prometheus metrics there (per-bucket requests and bytes)
 
     @property
     def env(self) -> dict[str, str]:
@@ -98,6 +99,8 @@ class SeaweedFS:
             "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3g}", f"-s3.config={config}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
         ]
+        if self.metrics_port:
+            args.append(f"-metricsPort={self.metrics_port}")
         log = open(os.path.join(self.workdir, "weed.log"), "wb")  # noqa: SIM115 - the child's output for its life
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)

@@ -24,8 +24,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from snapstore.remote.interface import MAX_GET, Got, Listed, Transport
 from snapstore.remote.s3errors import RangeNotServed
-from snapstore.remote.transport import MAX_GET, Got, Listed, Transport
 
 #: Bytes of a bundle's end read first (its inline pack's footer and tail).
 BUNDLE_TAIL = 4 << 10

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from snapstore.errors import RemoteError, UsageError
+from snapstore.remote.interface import MAX_GET, Got, Listed, Transport
 from snapstore.remote.s3errors import TransientError
-from snapstore.remote.transport import MAX_GET, Got, Listed, Transport
 
 T = TypeVar("T")
 

@@ -13,81 +13,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import RemoteError, SnapstoreError, UsageError
+from snapstore.remote.interface import MAX_GET, Got, Listed, Transport
 from snapstore.remote.names import RemoteURL
+
+__all__ = ["MAX_GET", "Got", "Listed", "Transport", "connect"]
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
 
 
-#: The largest object read whole (packs close at 16 MiB plus a frame; bundles hold records).
-MAX_GET = 256 << 20
 #: The S3 client's limits: to connect, and per request.  A request that times out is retried
 #: while the retry budget lasts (:mod:`snapstore.remote.retry`), then the command fails with a
 #: RemoteError (exit 13); the tests shrink them.
 CONNECT_TIMEOUT_S = 10
 REQUEST_TIMEOUT_S = 120
-
-
-class Got(NamedTuple):
-    """An object read whole, the ETag to compare-and-swap it against, and its modification
-    time by the engine's clock (0 when unknown)."""
-
-    body: bytes
-    etag: str
-    mtime_ns: int = 0
-
-
-class Listed(NamedTuple):
-    key: str
-    size: int
-    mtime_ns: int
-
-
-class Transport:
-    """One request per call, keys relative to the remote's prefix."""
-
-    def get(self, key: str, limit: int = MAX_GET) -> Got | None:
-        """The object at ``key``, or None when there is none; CorruptError, before its body
-        is read, when it holds more than ``limit`` bytes (a ref, the config or gc's plan is
-        small: a planted giant is refused unread)."""
-        raise NotImplementedError
-
-    def head(self, key: str) -> Listed | None:
-        """The size and time of ``key`` without its body (one HEAD), or None when absent."""
-        raise NotImplementedError
-
-    def get_range(self, key: str, start: int, end: int) -> bytes | None:
-        """Bytes ``[start, end)`` of ``key`` (fewer when the object ends first), or None when
-        there is no such object.  One ranged GET: what browsing reads of a pack's frames."""
-        raise NotImplementedError
-
-    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
-        """The last ``n`` bytes of ``key`` (all of it when it is shorter) and the object's
-        size, or None.  One ranged GET (``Range: bytes=-n``): a pack's footer and its tail."""
-        raise NotImplementedError
-
-    def put_create(self, key: str, data: bytes) -> str | None:
-        """Create ``key`` only if absent (``If-None-Match: *``): its ETag, or None if it existed."""
-        raise NotImplementedError
-
-    def put_update(self, key: str, data: bytes, etag: str) -> str | None:
-        """Replace ``key`` only if its ETag is ``etag`` (``If-Match``): the new ETag, or None."""
-        raise NotImplementedError
-
-    def list(self, prefix: str, start_after: str | None = None) -> Iterator[Listed]:
-        """The objects under ``prefix`` in key order (one request per page of 1,000).
-
-        ``prefix`` is a whole path ("log/", "refs/"): object_store lists by path segment, so
-        "gc/clock" would list "gc/clock/..." and not the key itself."""
-        raise NotImplementedError
-
-    def delete(self, key: str) -> None:
-        """Remove ``key`` (no error when it is already gone)."""
-        raise NotImplementedError
-
 
 _MEMORY: dict[str, ObjectStore] = {}
 _MEMORY_LOCK = threading.Lock()
