@@ -171,7 +171,7 @@ def test_region_precedence(home, monkeypatch):
     assert credentials.resolve(None, region="us-west-2").region == "us-west-2"
     # ...and the connection signs for it (the S3 client is set with the region resolved)
     t = tr.connect(parse_url("s3://b/p"), endpoint="http://127.0.0.1:9")
-    assert t.inner.store.config["region"] == "eu-west-3"  # type: ignore[attr-defined]
+    assert t.inner.inner.store.config["region"] == "eu-west-3"  # type: ignore[attr-defined]
     (home / ".aws" / "config").write_text(f"[default]\n{_keys()}")
     for var in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(var)
