@@ -33,10 +33,10 @@ _REMOTE_OPTION = click.option(
 )
 
 
-def _with_progress(label: str, enabled: bool, run: Callable[..., T]) -> T:
+def _with_progress(label: str, enabled: bool, run: Callable[..., T], unit_bytes: bool = False) -> T:
     from snapstore.render import Progress
 
-    progress = Progress(label, enabled=enabled, unit_bytes=False)
+    progress = Progress(label, enabled=enabled, unit_bytes=unit_bytes)
     try:
         return run(progress=progress)
     finally:
@@ -202,6 +202,7 @@ def push(obj: Ctx, refs: tuple[str, ...], remote: str, task: str | None, to: str
         report = _with_progress(
             "push", not quiet and not as_json,
             lambda progress: store.push(refs, remote=remote, task=task, to=to, force=force, progress=progress),
+            unit_bytes=True,
         )
     if as_json:
         echo_json(report.to_json())
@@ -236,6 +237,7 @@ def fetch(obj: Ctx, refs: tuple[str, ...], remote: str, as_json: bool, quiet: bo
         report = _with_progress(
             "fetch", not quiet and not as_json,
             lambda progress: store.fetch(refs, remote=remote, progress=progress, keep_going=True),
+            unit_bytes=True,
         )
     _fetch_lines(report.to_json(), as_json, quiet)
     _fail_on(report.problems)
@@ -264,7 +266,8 @@ def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> 
     """Fetch a remote ref (default: 'default', or the only one) and restore the tree to it
     (journaled; 'snapstore undo' puts the tree back)."""
     with obj.open() as store:
-        report = _with_progress("pull", not quiet and not as_json, lambda progress: store.pull(ref, remote=remote, progress=progress))
+        report = _with_progress("pull", not quiet and not as_json, lambda progress: store.pull(ref, remote=remote, progress=progress),
+                                unit_bytes=True)
     _fetch_lines(report.to_json(), as_json, quiet)
     if report.restore is not None and not as_json and not quiet:
         click.echo(f"restored {report.refs[0].checkpoint[:12]}: {len(report.restore.changes)} paths changed")
@@ -292,7 +295,7 @@ def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: 
     from snapstore.store import Store
 
     report = _with_progress("clone", not quiet and not as_json, lambda progress: Store.clone(
-        url, target, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress))
+        url, target, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress), unit_bytes=True)
     _fetch_lines(report.to_json(), as_json, quiet)
     if not as_json and not quiet:
         click.echo(f"cloned {report.refs[0].checkpoint[:12]} into {report.directory}")
