@@ -106,7 +106,10 @@ def run(work: str, weed: Any, tree: str, steps: int) -> dict[str, Any]:
     shutil.copytree(tree, src, symlinks=True)
     sb, rb = f"snap-{os.urandom(3).hex()}", f"restic-{os.urandom(3).hex()}"
     surl, rurl = f"s3://{sb}/p", f"s3:{weed.endpoint}/{rb}"
-    res: dict[str, Any] = {"file": _pick_file(src)}
+    from .corpora import tree_stats
+
+    files, size = tree_stats(src)
+    res: dict[str, Any] = {"file": _pick_file(src), "tree": {"files": files, "bytes": size}}
     _make_bucket(weed, sb)
     subprocess.run([*snap, "init", "-q"], cwd=src, env=env, check=True)
     subprocess.run([*snap, "remote", "add", "origin", surl, "--endpoint", weed.endpoint], cwd=src, env=env, check=True)
@@ -198,6 +201,8 @@ def markdown(res: dict[str, Any], steps: int) -> str:
         ("clone / restore on a fresh machine: time", cells(cl, "seconds", sec)),
         ("... requests", cells(cl, "requests", n)), ("... bytes read", cells(cl, "down", kb)),
     ]
-    out = ["| row | snapstore | restic | ÷ restic |", "| --- | ---: | ---: | ---: |"]
+    tree = res.get("tree", {})
+    out = [f"Tree: {tree.get('files')} files, {tree.get('bytes', 0) / 1e6:.1f} MB.", "",
+           "| row | snapstore | restic | ÷ restic |", "| --- | ---: | ---: | ---: |"]
     out += [f"| {name} | {c} |" for name, c in rows]
     return "\n".join(out) + "\n"
