@@ -150,3 +150,21 @@ def test_a_whole_answer_to_a_range_is_recognised(monkeypatch):
         server.close()
     assert ranges.fell_back()
 
+
+
+def test_remote_doctor_notes_an_engine_that_ignores_ranges(monkeypatch, capsys):
+    from snapstore.remote import doctor
+    from snapstore.remote import transport as tr
+
+    monkeypatch.setattr(ranges, "_told", False)
+    store = tr.ObstoreTransport(tr.memory_store(f"doctor-{id(monkeypatch)}"), "p")
+    report = doctor.probe(ranges.RangeFallback(store))
+    assert report.ok and not any("Range" in n for n in report.notes)
+
+    def whole(self, key, start, end):  # type: ignore[no-untyped-def]
+        raise RangeNotServed(f"cannot read {key} by range")
+
+    monkeypatch.setattr(tr.ObstoreTransport, "get_range", whole)
+    report = doctor.probe(ranges.RangeFallback(store))
+    assert report.ok and any("ignores ranged reads" in n for n in report.notes)
+    assert "does not serve ranged reads" in capsys.readouterr().err

@@ -35,6 +35,7 @@ PACK_TAIL = 64 << 10
 FALLBACK_KEPT = 64 << 20
 
 _told = False
+_fallbacks = 0  # ranged reads served from whole objects in this process
 _told_lock = threading.Lock()
 
 
@@ -45,12 +46,18 @@ def tail_read(key: str) -> int:
 
 def fell_back() -> bool:
     """Whether this process read whole objects for want of ranged reads."""
-    return _told
+    return _fallbacks > 0
+
+
+def fallbacks() -> int:
+    """How many ranged reads this process served from whole objects."""
+    return _fallbacks
 
 
 def _say_once(key: str) -> None:
-    global _told
+    global _told, _fallbacks
     with _told_lock:
+        _fallbacks += 1
         if _told:
             return
         _told = True
