@@ -17,6 +17,7 @@ import threading
 import time
 
 import pytest
+from canned_http import canned
 from helpers import assert_one_line_error
 from remote_helpers import make_store, seaweed  # noqa: F401 - the fixture
 
@@ -294,37 +295,20 @@ def test_slowdown_is_retried_then_named(monkeypatch):
     """An engine answering 503 SlowDown: retried with backoff, then named in plain words."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    hits = [0]
     body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
             b"<Message>Please reduce your request rate.</Message></Error>")
-
-    def serve() -> None:
-        while True:
-            try:
-                c, _ = server.accept()
-            except OSError:
-                return
-            c.recv(65536)
-            hits[0] += 1
-            c.sendall(b"HTTP/1.1 503 Slow Down\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
-            c.close()
-
-    threading.Thread(target=serve, daemon=True).start()
     from snapstore.remote import transport as tr
     from snapstore.remote.names import parse_url
 
     retry.set_budget(1.5)
     try:
-        t = tr.connect(parse_url("s3://b/p"), endpoint=f"http://127.0.0.1:{server.getsockname()[1]}")
-        with pytest.raises(RemoteError) as info:
-            t.get("config")
+        with canned("503 Slow Down", body) as server:
+            t = tr.connect(parse_url("s3://b/p"), endpoint=server.endpoint)
+            with pytest.raises(RemoteError) as info:
+                t.get("config")
     finally:
         retry.set_budget(None)
-        server.close()
-    assert hits[0] >= 3
+    assert server.hits >= 3
     message = str(info.value)
     assert "SlowDown" in message and "slow down" in message and "gave up after 1.5 s" in message
     assert "\n" not in message

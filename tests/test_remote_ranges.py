@@ -13,10 +13,9 @@ exact footers of the needed objects (+ config and ref).  Reading each small bund
 from __future__ import annotations
 
 import hashlib
-import socket
-import threading
 
 import pytest
+from canned_http import canned
 from remote_helpers import Counting, make_store, remote, seaweed  # noqa: F401 - fixtures
 
 from snapstore.remote import layout, ranges
@@ -123,31 +122,13 @@ def test_a_whole_answer_to_a_range_is_recognised(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     monkeypatch.setattr(ranges, "_told", False)
     body = b"0123456789" * 100
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-
-    def serve() -> None:
-        while True:
-            try:
-                c, _ = server.accept()
-            except OSError:
-                return
-            c.recv(65536)
-            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: \"x\"\r\nConnection: close\r\n\r\n"
-                      % len(body) + body)
-            c.close()
-
-    threading.Thread(target=serve, daemon=True).start()
     from snapstore.remote import transport as tr
     from snapstore.remote.names import parse_url
 
-    try:
-        t = tr.connect(parse_url("s3://b/p"), endpoint=f"http://127.0.0.1:{server.getsockname()[1]}")
+    with canned("200 OK", body, 'ETag: "x"\r\n') as server:
+        t = tr.connect(parse_url("s3://b/p"), endpoint=server.endpoint)
         assert t.get_range("packs/aa/k", 10, 20) == body[10:20]
         assert t.get_suffix("packs/aa/k", 5) == (body[-5:], len(body))
-    finally:
-        server.close()
     assert ranges.fell_back()
 
 
