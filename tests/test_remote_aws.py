@@ -207,3 +207,22 @@ def test_the_store_keeps_no_key_read_from_the_config_file(seaweed, home, tmp_pat
     assert SECRET_KEY.encode() not in data
     with Store.open(cwd):
         pass
+
+
+def test_a_profile_that_gets_keys_another_way_is_named(home, monkeypatch):
+    (home / ".aws" / "config").write_text("[profile sso]\nsso_session = corp\nregion = eu-west-3\n"
+                                         "[profile proc]\ncredential_process = /bin/get-keys\n")
+    monkeypatch.setenv("AWS_PROFILE", "sso")
+    with pytest.raises(UsageError, match="sso_session, which snapstore does not support"):
+        credentials.resolve(None)
+    with pytest.raises(UsageError, match="credential_process, which snapstore does not support"):
+        credentials.resolve("proc")
+    monkeypatch.setenv("AWS_PROFILE", "nobody")
+    with pytest.raises(UsageError, match="no profile 'nobody' \\(AWS_PROFILE\\)"):
+        credentials.resolve(None)
+
+
+def test_profile_default_may_be_written_as_the_config_file_writes_others(home):
+    (home / ".aws" / "config").write_text(f"[profile default]\nregion = eu-north-1\n{_keys()}")
+    got = credentials.resolve(None)
+    assert got.region == "eu-north-1" and got.keys["access_key_id"] == ACCESS_KEY

@@ -116,7 +116,7 @@ class _Files:
         parser = self.parser(which)
         if parser is None:
             return None
-        names = [f"profile {name}", name] if which == "config" and name != "default" else [name]
+        names = [f"profile {name}", name] if which == "config" else [name]
         for section in names:
             if parser.has_section(section):
                 return dict(parser[section])
@@ -181,6 +181,9 @@ def _keys(files: _Files, profile: str | None, name: str) -> tuple[dict[str, str]
     if profile:  # named for this remote: it wins over the environment, as boto3's explicit profile
         found = _profile_keys(files, profile)
         if found is None:
+            unsupported = _unsupported(files, profile)
+            if unsupported:
+                raise UsageError(unsupported)
             if files.parser("credentials") is None and files.parser("config") is None:
                 raise UsageError(f"no AWS credentials file ({files.paths['credentials']}) for the profile {profile!r}")
             raise UsageError(f"no profile {profile!r} with keys in {files.paths['credentials']} or {files.paths['config']}")
@@ -194,8 +197,21 @@ def _keys(files: _Files, profile: str | None, name: str) -> tuple[dict[str, str]
         return {}, "web identity or container"
     found = _profile_keys(files, name)
     if found is None:
-        raise UsageError(_NONE)
+        raise UsageError(_unsupported(files, name) or (
+            f"no profile {name!r} (AWS_PROFILE) with keys in {files.paths['credentials']} or {files.paths['config']}"
+            if env.get("AWS_PROFILE") else _NONE))
     return found[0], f"profile {name} ({found[1]})"
+
+
+def _unsupported(files: _Files, name: str) -> str | None:
+    """The message for a profile that gets its keys in a way snapstore does not support."""
+    section = files.section("config", name) or {}
+    kinds = [k for k in ("credential_process", "sso_session", "sso_start_url", "role_arn") if section.get(k)]
+    if not kinds:
+        return None
+    return (f"the profile {name!r} gets its keys by {kinds[0]}, which snapstore does not support: export keys "
+            "(for example `eval \"$(aws configure export-credentials --format env)\"`) or use a profile with "
+            "aws_access_key_id and aws_secret_access_key")
 
 
 def _endpoint(files: _Files, endpoint: str | None, name: str) -> tuple[str | None, str]:

@@ -127,6 +127,9 @@ def describe(exc: BaseException, what: str, key: str, first_line: str) -> Remote
 def missing_bucket(exc: BaseException) -> RemoteError | None:
     """For a 404 (obstore's FileNotFoundError): the error when it is the *bucket* that is
     missing (NoSuchBucket), None for a missing object."""
-    if s3_code(str(exc)) != "NoSuchBucket":
+    text = str(exc)
+    if s3_code(text) != "NoSuchBucket":
         return None
-    return RemoteError(f"the remote refused the request: NoSuchBucket: {CODES['NoSuchBucket']}")
+    request = request_of(text)
+    where = f" ({request}: HTTP 404)" if request else ""
+    return RemoteError(f"the remote refused the request: NoSuchBucket: {CODES['NoSuchBucket']}{where}")
