@@ -16,10 +16,7 @@ def _set_budget(_ctx: click.Context, _param: click.Parameter, value: str | None)
     if value is None:  # (click calls back for an option not given too: an earlier run's in-process value goes)
         set_budget(None)
         return
-    try:
-        set_budget(float(value.strip().lower().removesuffix("s")))
-    except ValueError:
-        raise click.BadParameter(f"a number of seconds, not {value!r}") from None
+    set_budget(value)  # (UsageError, exit 2, for a value that is not 0 to 600 seconds)
 
 
 def retry_budget_option(f: F) -> F:

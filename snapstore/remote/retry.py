@@ -60,7 +60,7 @@ def parse_budget(text: str | float, what: str) -> float:
     return value
 
 
-def set_budget(seconds: float | None) -> None:
+def set_budget(seconds: str | float | None) -> None:
     """The budget given on the command line (``--retry-budget``): it wins over the rest."""
     global _override
     _override = None if seconds is None else parse_budget(seconds, "--retry-budget")
