@@ -85,10 +85,11 @@ class Progress:
     Counted in bytes (``unit_bytes``), it shows the rate and the time left once there is a
     rate to go by (half a second of progress)."""
 
-    def __init__(self, label: str, enabled: bool = True, unit_bytes: bool = True):
+    def __init__(self, label: str, enabled: bool = True, unit_bytes: bool = True, then: str = ""):
         self.label = label
         self.enabled = enabled and sys.stderr.isatty()
         self.unit_bytes = unit_bytes
+        self.then = then  # what comes once the count is done (clone: the restore), shown until close
         self._last = 0.0
         self._shown = False
         self._start: float | None = None
@@ -102,7 +103,10 @@ class Progress:
         if now - self._last < 0.1 and done < total:
             return
         self._last = now
-        _terminal().write(f"\r{self.line(done, total, now - self._start)}\x1b[K")
+        line = self.line(done, total, now - self._start)
+        if self.then and total and done >= total:
+            line = f"{printable(self.label)}: {size(done) if self.unit_bytes else done} done; {self.then}"
+        _terminal().write(f"\r{line}\x1b[K")
         _terminal().flush()
         self._shown = True
 

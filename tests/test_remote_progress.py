@@ -89,3 +89,19 @@ def test_quiet_and_json_show_no_progress_even_on_a_terminal(remote, tmp_path, ru
     r = run_cli("push", flag, cwd=cwd)
     assert r.code == 0
     assert made and not any(p.enabled for p in made)
+
+
+def test_a_clone_line_says_it_restores_once_the_bytes_are_in(monkeypatch):
+    import io
+    import sys
+
+    from snapstore import render
+
+    out = io.StringIO()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(render, "_terminal", lambda: out)
+    p = Progress("clone", then="checking and restoring the tree")
+    p(1 << 20, 4 << 20)
+    assert "25.0%" in out.getvalue() and "restoring" not in out.getvalue()
+    p(4 << 20, 4 << 20)
+    assert out.getvalue().rsplit("\r", 1)[-1].startswith("clone: 4.0 MiB done; checking and restoring the tree")

@@ -33,10 +33,10 @@ _REMOTE_OPTION = click.option(
 )
 
 
-def _with_progress(label: str, enabled: bool, run: Callable[..., T], unit_bytes: bool = False) -> T:
+def _with_progress(label: str, enabled: bool, run: Callable[..., T], unit_bytes: bool = False, then: str = "") -> T:
     from snapstore.render import Progress
 
-    progress = Progress(label, enabled=enabled, unit_bytes=unit_bytes)
+    progress = Progress(label, enabled=enabled, unit_bytes=unit_bytes, then=then)
     try:
         return run(progress=progress)
     finally:
@@ -267,7 +267,7 @@ def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> 
     (journaled; 'snapstore undo' puts the tree back)."""
     with obj.open() as store:
         report = _with_progress("pull", not quiet and not as_json, lambda progress: store.pull(ref, remote=remote, progress=progress),
-                                unit_bytes=True)
+                                unit_bytes=True, then="checking and restoring the tree")
     _fetch_lines(report.to_json(), as_json, quiet)
     if report.restore is not None and not as_json and not quiet:
         click.echo(f"restored {report.refs[0].checkpoint[:12]}: {len(report.restore.changes)} paths changed")
@@ -295,7 +295,8 @@ def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: 
     from snapstore.store import Store
 
     report = _with_progress("clone", not quiet and not as_json, lambda progress: Store.clone(
-        url, target, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress), unit_bytes=True)
+        url, target, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress), unit_bytes=True,
+        then="checking and restoring the tree")
     _fetch_lines(report.to_json(), as_json, quiet)
     if not as_json and not quiet:
         click.echo(f"cloned {report.refs[0].checkpoint[:12]} into {report.directory}")
