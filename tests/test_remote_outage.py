@@ -312,3 +312,12 @@ def test_slowdown_is_retried_then_named(monkeypatch):
     message = str(info.value)
     assert "SlowDown" in message and "slow down" in message and "gave up after 1.5 s" in message
     assert "\n" not in message
+
+
+def test_a_reports_request_count_includes_retries():
+    from snapstore.remote.transport import CountingTransport
+
+    inner = Scripted([_transient(), _transient()])
+    t = CountingTransport(retry.RetryingTransport(inner, 60, notify=lambda m: None, sleep=lambda s: None))
+    assert t.get_range("x", 0, 2) == b"ok"
+    assert t.requests == inner.calls == 3

@@ -293,7 +293,8 @@ class CountingTransport(Transport):
 
     @property
     def requests(self) -> int:
-        return sum(self.counts.values())
+        """Requests made, retries of transient failures included (they are requests too)."""
+        return sum(self.counts.values()) + int(getattr(self.inner, "retries", 0))
 
     def count(self, kind: str) -> None:
         with self._lock:
