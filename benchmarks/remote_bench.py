@@ -9,6 +9,11 @@ Two workloads, every figure a real run through the library (``Store.push`` / ``c
   pushed as it is taken (an agent pushing after every step), then a clone of the latest, and
   the same 150 checkpoints pushed at once (``push --task``) to a fresh prefix and cloned.
 
+- **peers** (when restic is installed: ``make peers``): snapstore and restic side by side on
+  the same engine, row by row (benchmarks/remote_peers.py: first push, incremental push,
+  requests, bytes stored, one file read from a fresh machine, clone); ``--peers-only`` runs
+  just these rows, ``--no-peers`` skips them.
+
 SeaweedFS runs on 127.0.0.1 on this machine (2 cores shared with the client): timings show the
 client's costs and a loopback engine, not a WAN.  ``--md FILE`` writes the table docs/remote.md
 quotes; ``--out FILE`` the JSON.
@@ -28,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
-from seaweed import BUCKET, SeaweedFS  # noqa: E402
+from seaweed import BUCKET, SeaweedFS, _free_ports  # noqa: E402
 
 from snapstore.store import Store  # noqa: E402
 
@@ -46,9 +51,7 @@ def _timed(fn: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - t
 
 
-def run(work: str, weed: SeaweedFS, steps: int, small: bool) -> dict[str, Any]:
-    os.environ.update(weed.env)
-    res: dict[str, Any] = {}
+def make_tree(work: str, small: bool) -> str:
     tree = os.path.join(work, "tree")
     if small:  # --quick: a slice of the stdlib
         os.makedirs(tree)
@@ -58,6 +61,12 @@ def run(work: str, weed: SeaweedFS, steps: int, small: bool) -> dict[str, Any]:
             shutil.copytree(os.path.join(stdlib_dir(), name), os.path.join(tree, name), symlinks=True)
     else:
         build_stdlib(tree)
+    return tree
+
+
+def run(work: str, weed: SeaweedFS, steps: int, small: bool, tree: str) -> dict[str, Any]:
+    os.environ.update(weed.env)
+    res: dict[str, Any] = {}
     files, size = tree_stats(tree)
     res["tree"] = {"files": files, "bytes": size}
     url = f"s3://{BUCKET}/bench-{os.urandom(4).hex()}"
@@ -138,22 +147,53 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _tables(res: dict[str, Any], peer_steps: int) -> str:
+    import subprocess
+
+    from .report import machine, machine_line
+
+    restic = subprocess.run(["restic", "version"], capture_output=True, text=True).stdout.split(" compiled")[0] \
+        if shutil.which("restic") else "no restic"
+    out = [f"Machine: {machine_line(machine())}; {restic}; SeaweedFS on 127.0.0.1 on the same cores.", ""]
+    if "tree" in res:
+        out.append(markdown(res))
+    if "peers" in res:
+        from . import remote_peers
+
+        out.append(remote_peers.markdown(res["peers"], peer_steps))
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a slice of the stdlib and 20 history steps")
     ap.add_argument("--steps", type=int, default=None, help="history steps (default 150; 20 with --quick)")
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--md", help="write the markdown table here")
+    ap.add_argument("--no-peers", action="store_true", help="skip the side-by-side rows with restic")
+    ap.add_argument("--peers-only", action="store_true", help="only the side-by-side rows with restic")
+    ap.add_argument("--peer-steps", type=int, default=10, help="incremental steps of the side-by-side rows")
     a = ap.parse_args()
     steps = a.steps if a.steps is not None else (20 if a.quick else 150)
+    peers = not a.no_peers and shutil.which("restic") is not None
+    if a.peers_only and not peers:
+        sys.exit("no restic: make peers installs it")
+    res: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="snapstore-remote-bench-") as work:
         weed = SeaweedFS(os.path.join(work, "weed"))
+        weed.metrics_port = _free_ports(1)[0]
         weed.start()
         try:
-            res = run(work, weed, steps, a.quick)
+            tree = make_tree(work, a.quick)
+            if peers:
+                from . import remote_peers
+
+                res["peers"] = remote_peers.run(work, weed, tree, a.peer_steps)
+            if not a.peers_only:
+                res.update(run(work, weed, steps, a.quick, tree))
         finally:
             weed.stop()
-    text = markdown(res)
+    text = _tables(res, a.peer_steps)
     print(text)
     if a.out:
         with open(a.out, "w") as f:

@@ -81,34 +81,58 @@ def _terminal() -> Any:
 
 
 class Progress:
-    """A progress line on stderr, only when stderr is a terminal and output is not quiet."""
+    """A progress line on stderr, only when stderr is a terminal and output is not quiet.
+    Counted in bytes (``unit_bytes``), it shows the rate and the time left once there is a
+    rate to go by (half a second of progress)."""
 
-    def __init__(self, label: str, enabled: bool = True, unit_bytes: bool = True):
+    def __init__(self, label: str, enabled: bool = True, unit_bytes: bool = True, then: str = ""):
         self.label = label
         self.enabled = enabled and sys.stderr.isatty()
         self.unit_bytes = unit_bytes
+        self.then = then  # what comes once the count is done (clone: the restore), shown until close
         self._last = 0.0
         self._shown = False
+        self._start: float | None = None
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
             return
         now = time.monotonic()
+        if self._start is None:
+            self._start = now
         if now - self._last < 0.1 and done < total:
             return
         self._last = now
-        pct = 100 * done / total if total else 100
+        line = self.line(done, total, now - self._start)
+        if self.then and total and done >= total:
+            line = f"{printable(self.label)}: {size(done) if self.unit_bytes else done} done; {self.then}"
+        _terminal().write(f"\r{line}\x1b[K")
+        _terminal().flush()
+        self._shown = True
+
+    def line(self, done: int, total: int, elapsed: float) -> str:
+        """``push [#####.....]  45.0% 12.3 MiB / 27.3 MiB  4.1 MiB/s  ETA 4 s``."""
+        pct = min(100.0, 100 * done / total) if total else 100.0
         width = 30
         filled = int(width * pct / 100)
         amount = f"{size(done)} / {size(total)}" if self.unit_bytes else f"{done} / {total}"
-        _terminal().write(f"\r{printable(self.label)} [{'#' * filled}{'.' * (width - filled)}] {pct:5.1f}% {amount}")
-        _terminal().flush()
-        self._shown = True
+        out = f"{printable(self.label)} [{'#' * filled}{'.' * (width - filled)}] {pct:5.1f}% {amount}"
+        if self.unit_bytes and elapsed >= 0.5 and done > 0:
+            rate = done / elapsed
+            out += f"  {size(rate)}/s"
+            if done < total:
+                out += f"  ETA {_duration((total - done) / rate)}"
+        return out
 
     def close(self) -> None:
         if self._shown:
             _terminal().write("\r\x1b[K")
             _terminal().flush()
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds + 0.5)
+    return f"{s} s" if s < 60 else f"{s // 60}:{s % 60:02d}" if s < 3600 else f"{s // 3600} h {s % 3600 // 60:02d}"
 
 
 # -- the CLI's renderings of library results (pure formatting: no store access) ------------

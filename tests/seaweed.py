@@ -21,6 +21,10 @@ import time
 ACCESS_KEY = "snapkey"
 SECRET_KEY = "snapsecret-0123456789"
 BUCKET = "snapbucket"
+#: A second identity that may only read and list (AccessDenied on a write; no Admin, so a write to
+#: a missing bucket does not create it).
+READER_KEY = "snapreader"
+READER_SECRET = "readersecret-0123456789"
 
 
 def weed_binary() -> str | None:
@@ -54,6 +58,7 @@ class SeaweedFS:
         self.s3_port = 0
         self.filer_port = 0
         self.endpoint = ""
+        self.metrics_port = 0  # set before launch: Prometheus metrics there (per-bucket requests and bytes)
 
     @property
     def env(self) -> dict[str, str]:
@@ -76,6 +81,9 @@ class SeaweedFS:
             json.dump({"identities": [{
                 "name": "snapstore", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
                 "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            }, {
+                "name": "reader", "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}],
+                "actions": ["Read", "List"],
             }]}, f)
         (s3, s3g, master, masterg, volume, volumeg, filer, filerg) = _free_ports(8)
         self.s3_port = s3
@@ -91,6 +99,8 @@ class SeaweedFS:
             "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3g}", f"-s3.config={config}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
         ]
+        if self.metrics_port:
+            args.append(f"-metricsPort={self.metrics_port}")
         log = open(os.path.join(self.workdir, "weed.log"), "wb")  # noqa: SIM115 - the child's output for its life
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)

@@ -245,6 +245,7 @@ def test_config_defaults_set_get_unset(tree, store):
         "maintenance.loose-packs": "16",
         "maintenance.budget-ms": "250",
         "maintenance.detach": "true",
+        "remote.retry-budget": "60",
     }
     assert store.config_set("retention.keep-last", 100) == "100"
     assert store.config_set("retention.keep-within", "30D") == "30d"

@@ -70,8 +70,7 @@ def test_one_volume_server_down_fails_cleanly_and_loses_nothing(cluster, tmp_pat
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(tr, "CONNECT_TIMEOUT_S", 2)
     monkeypatch.setattr(tr, "REQUEST_TIMEOUT_S", 5)
-    monkeypatch.setattr(tr, "MAX_RETRIES", 1)
-    monkeypatch.setattr(tr, "RETRY_TIMEOUT_S", 10)
+    monkeypatch.setenv("SNAPSTORE_RETRY_BUDGET", "10")
     monkeypatch.setattr(layout, "INLINE_MAX", 0)  # every push's data in a pack of its own
     url = f"s3://{BUCKET}/down"
     src = tmp_path / "a"

@@ -22,6 +22,7 @@ from snapstore.cli.app import (
     json_option,
     quiet_option,
 )
+from snapstore.cli.remote_options import retry_budget_option
 from snapstore.errors import ConflictError, CorruptError, RemoteError
 from snapstore.render import printable, size
 
@@ -32,10 +33,10 @@ _REMOTE_OPTION = click.option(
 )
 
 
-def _with_progress(label: str, enabled: bool, run: Callable[..., T]) -> T:
+def _with_progress(label: str, enabled: bool, run: Callable[..., T], unit_bytes: bool = False, then: str = "") -> T:
     from snapstore.render import Progress
 
-    progress = Progress(label, enabled=enabled, unit_bytes=False)
+    progress = Progress(label, enabled=enabled, unit_bytes=unit_bytes, then=then)
     try:
         return run(progress=progress)
     finally:
@@ -198,6 +199,7 @@ def doctor(obj: Ctx, name: str, as_json: bool) -> None:
 @click.option("--task", metavar="NAME", help="Push every checkpoint of this task (and move the ref named after it).")
 @click.option("--to", metavar="REF", help="The remote ref to move (default: the task, else 'default').")
 @click.option("--force", is_flag=True, help="Move the ref even when that is not a fast-forward.")
+@retry_budget_option
 @json_option
 @quiet_option
 @click.pass_obj
@@ -213,6 +215,7 @@ def push(obj: Ctx, refs: tuple[str, ...], remote: str, task: str | None, to: str
         report = _with_progress(
             "push", not quiet and not as_json,
             lambda progress: store.push(refs, remote=remote, task=task, to=to, force=force, progress=progress),
+            unit_bytes=True,
         )
     if as_json:
         echo_json(report.to_json())
@@ -237,6 +240,7 @@ def push(obj: Ctx, refs: tuple[str, ...], remote: str, task: str | None, to: str
 @command(example="snapstore fetch\nsnapstore fetch default --remote origin")
 @click.argument("refs", nargs=-1)
 @_REMOTE_OPTION
+@retry_budget_option
 @json_option
 @quiet_option
 @click.pass_obj
@@ -246,6 +250,7 @@ def fetch(obj: Ctx, refs: tuple[str, ...], remote: str, as_json: bool, quiet: bo
         report = _with_progress(
             "fetch", not quiet and not as_json,
             lambda progress: store.fetch(refs, remote=remote, progress=progress, keep_going=True),
+            unit_bytes=True,
         )
     _fetch_lines(report.to_json(), as_json, quiet)
     _fail_on(report.problems)
@@ -266,6 +271,7 @@ def _fetch_lines(doc: dict[str, Any], as_json: bool, quiet: bool) -> None:
 @command(example="snapstore pull\nsnapstore pull fix-login")
 @click.argument("ref", required=False)
 @_REMOTE_OPTION
+@retry_budget_option
 @json_option
 @quiet_option
 @click.pass_obj
@@ -273,7 +279,8 @@ def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> 
     """Fetch a remote ref (default: 'default', or the only one) and restore the tree to it
     (journaled; 'snapstore undo' puts the tree back)."""
     with obj.open() as store:
-        report = _with_progress("pull", not quiet and not as_json, lambda progress: store.pull(ref, remote=remote, progress=progress))
+        report = _with_progress("pull", not quiet and not as_json, lambda progress: store.pull(ref, remote=remote, progress=progress),
+                                unit_bytes=True, then="checking and restoring the tree")
     _fetch_lines(report.to_json(), as_json, quiet)
     if report.restore is not None and not as_json and not quiet:
         click.echo(f"restored {report.refs[0].checkpoint[:12]}: {len(report.restore.changes)} paths changed")
@@ -289,6 +296,7 @@ def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> 
 @click.option("--region", metavar="REGION", help="The bucket's region.")
 @click.option("--profile", metavar="NAME", help="The AWS profile whose keys to use.")
 @_encrypt_options
+@retry_budget_option
 @json_option
 @quiet_option
 def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: str | None,
@@ -302,7 +310,7 @@ def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: 
 
     report = _with_progress("clone", not quiet and not as_json, lambda progress: Store.clone(
         url, target, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress,
-        encrypt=encrypt, key_file=key_file))
+        encrypt=encrypt, key_file=key_file), unit_bytes=True, then="checking and restoring the tree")
     _fetch_lines(report.to_json(), as_json, quiet)
     if not as_json and not quiet:
         click.echo(f"cloned {report.refs[0].checkpoint[:12]} into {report.directory}")

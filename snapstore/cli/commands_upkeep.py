@@ -213,7 +213,7 @@ def config(obj: Ctx, key: str | None, value: str | None, unset: bool) -> None:
     """Print all settings, print KEY, or set KEY to VALUE (e.g. retention.keep-last 100).
 
     Printing all settings lists every key with its value (docs/cli.md says what each means:
-    retention.*, gc.*, maintenance.*, storage.*, service.*).
+    retention.*, gc.*, maintenance.*, storage.*, service.*, remote.*).
     """
     with obj.open() as store:
         if key is None:

@@ -85,6 +85,14 @@ class RemotesMixin(StoreBase):
         cfg = state.get_config(self.backend, name)
         return {k: v.checkpoint.hex() for k, v in state.seen_refs(self.backend, cfg.rid).items()}
 
+    def _retry_budget(self) -> str | None:
+        """The store's ``remote.retry-budget`` as set (None: unset; checked by the reader)."""
+        from snapstore.storage.backend import CONFIG_PREFIX
+
+        with self.backend.read() as view:
+            raw = view.get("meta", CONFIG_PREFIX + b"remote.retry-budget")
+        return raw.decode("utf-8", "replace") if raw is not None else None
+
     def _connect(self, name: str, *, writing: bool = False, empty_ok: bool = False) -> tuple[RemoteConfig, CountingTransport]:
         """The remote's settings and a counting transport.  On first contact its config is
         read (a first push writes it), and before the first push the engine's conditional
@@ -94,7 +102,8 @@ class RemotesMixin(StoreBase):
 
         cfg = seen = state.get_config(self.backend, name)
         t = transport.CountingTransport(
-            transport.connect(cfg.parsed, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile)
+            transport.connect(cfg.parsed, endpoint=cfg.endpoint, region=cfg.region, profile=cfg.profile,
+                              retry_budget=self._retry_budget())
         )
         t, cfg = keys.encrypted(t, cfg, writing=writing)  # as it is unless the remote is encrypted
         if cfg.remote_id is None or (writing and cfg.cas is None) or cfg != seen:

@@ -114,6 +114,18 @@ def _choice(text: str, what: str, choices: tuple[str, ...]) -> str:
     return t
 
 
+def _seconds(text: str, what: str) -> str:
+    """Seconds from 0 to 600 (remote.retry-budget: a signed request must not outlive its
+    signature; the same rule as snapstore.remote.retry.parse_budget)."""
+    try:
+        f = float(str(text).strip().lower().removesuffix("s"))
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f <= 600.0:
+        raise UsageError(f"{what} must be a number of seconds from 0 to 600, not {text!r}")
+    return f"{f:g}"
+
+
 #: key -> (default shown when unset, normaliser of a value to store).
 CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "retention.keep-last": ("off", lambda v: str(parse_count(v, "retention.keep-last"))),
@@ -131,6 +143,7 @@ CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "maintenance.loose-packs": ("16", lambda v: _bounded(v, "maintenance.loose-packs", 2, 1 << 30)),
     "maintenance.budget-ms": ("250", lambda v: _bounded(v, "maintenance.budget-ms", 1, 3_600_000)),
     "maintenance.detach": ("true", _bool),
+    "remote.retry-budget": ("60", lambda v: _seconds(v, "remote.retry-budget")),
 }
 UNSET = ("off", "none", "")
 

@@ -9,7 +9,7 @@ read until a command reads a row the cache lacks (:meth:`Filler.add_bundle` take
 
 * a chunk: where it is comes from the footers of the objects the cached checkpoints need.  The
   first miss reads every footer not read yet (one ranged GET of the object's last
-  :data:`TAIL_READ` bytes each, a second only for a larger footer, :data:`fetch.READERS` at a
+  :func:`ranges.tail_read` bytes each, a second only for a larger footer, :data:`fetch.READERS` at a
   time) and keeps them in the cache, with any frame such a read brought whole (a small
   bundle's inline pack); then one ranged GET of the frame that holds the chunk.
   Every chunk of that frame is checked against its id and imported into the cache;
@@ -34,7 +34,7 @@ import msgpack
 from snapstore.errors import CorruptError
 from snapstore.records import manifest
 from snapstore.records.checkpoint import references
-from snapstore.remote import fetch, layout, state
+from snapstore.remote import fetch, layout, ranges, state
 from snapstore.remote.fetch import FetchedRef, Lock, Progress
 from snapstore.remote.state import RemoteConfig
 from snapstore.remote.transport import MAX_GET, Transport
@@ -46,9 +46,6 @@ from snapstore.storage.readthrough import Pending
 #: The tables whose missing rows a remote fills ("packs": the local packs frames were imported
 #: into, written with their chunks' entries, so a view older than the import asks for them).
 TABLES = ("chunks", "packs", "streams", "conversations")
-#: Bytes of an object's end read to find its footer: one request for a footer up to this size
-#: (about 1,400 chunks; a full 16 MiB pack of small text chunks has a larger one, read in two).
-TAIL_READ = 64 << 10
 
 #: Parsed footers kept in memory (a full pack's is ~1,000-5,000 tuples; the others are re-read
 #: from the cache's rows, never from the remote).
@@ -237,11 +234,12 @@ class Filler:
 
     def _read_footer(self, key: str) -> _Read:
         """Read and check the footer of ``key``'s pack by ranges (its frames and records)."""
-        got = self.transport.get_suffix(key, TAIL_READ)
+        first = ranges.tail_read(key)
+        got = self.transport.get_suffix(key, first)
         if got is None:
             raise _missing(key)
         tail, size = got
-        if size > MAX_GET or len(tail) != min(size, TAIL_READ):
+        if size > MAX_GET or len(tail) != min(size, first):
             raise CorruptError(f"remote object {key} is corrupt (it is not the size its reads say)")
         flen = layout.footer_length(key, tail[-layout.TAIL_SIZE :], size)
         need = flen + layout.TAIL_SIZE

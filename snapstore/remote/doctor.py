@@ -49,6 +49,7 @@ def probe(transport: Transport) -> DoctorReport:
         report.checks["a current compare-and-swap succeeds"] = swapped is not None
         got = transport.get(key)
         report.checks["a read returns the last successful write"] = got is not None and got.body == b"4"
+        _check_ranges(transport, key, report)
         # Not a condition for refs (nothing in the protocol trusts a listing to be complete):
         # a lag only delays what `fetch` without ref names and `remote gc` see.
         report.listing_current = any(e.key == key for e in transport.list("doctor/"))
@@ -63,6 +64,18 @@ def probe(transport: Transport) -> DoctorReport:
         except RemoteError as exc:
             report.notes.append(f"could not remove the probe key {key}: {exc}")
     return report
+
+
+def _check_ranges(transport: Transport, key: str, report: DoctorReport) -> None:
+    """A note when the engine ignores ranged reads (browsing then reads whole objects: it
+    works, at a cost, and the note is what makes that fallback visible here)."""
+    from snapstore.remote import ranges
+
+    before = ranges.fallbacks()
+    part = transport.get_range(key, 0, 1)
+    if ranges.fallbacks() > before or part != b"4":
+        report.notes.append("the engine ignores ranged reads (Range): browsing with --remote reads whole "
+                            "objects instead of footers and frames")
 
 
 def ensure_config(transport: Transport, now_ns: int, *, create: bool) -> bytes:

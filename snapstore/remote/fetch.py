@@ -160,13 +160,15 @@ def add_bundle(
     if bundle.inline is not None:
         store_object(backend, cfg, lock, bundle.key, bundle.inline)
     todo = [k for k in bundle.needs if not state.imported(backend, cfg.rid, k)]
+    done = 0
     for again in (False, True):
         for i, (key, (pack, size)) in enumerate(zip(todo, _read_many(transport, todo, bundle.key))):
             out.objects_read += 1
             out.bytes_read += size
             store_object(backend, cfg, lock, key, pack)  # (one writer thread: this one)
-            if progress is not None:
-                progress(i + 1, len(todo))
+            done += size
+            if progress is not None:  # bytes; a bundle names objects, not sizes: the total is
+                progress(done, done * len(todo) // (i + 1))  # estimated from those read so far
         missing = _missing(backend, bundle)
         if not missing:
             break

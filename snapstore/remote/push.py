@@ -28,7 +28,7 @@ from snapstore.remote.transport import Transport
 from snapstore.storage import objects, packs
 from snapstore.storage.backend import Backend
 
-Progress = Callable[[int, int], None]  # (done, total) chunks or objects
+Progress = Callable[[int, int], None]  # (done, total): plain bytes uploaded, of the push's new data
 Lock = Callable[[], AbstractContextManager[None]]
 
 #: Plain bytes read from the store and compressed per step (bounds a push's memory).
@@ -125,9 +125,10 @@ class _Packer:
     """Frames in, packs out: each pack PUT create-only once it holds PACK_TARGET bytes; what
     is left at the end goes inline in the bundle when small enough (and nothing was packed)."""
 
-    def __init__(self, transport: Transport, report: PushReport) -> None:
+    def __init__(self, transport: Transport, report: PushReport, uploaded: Callable[[int], None]) -> None:
         self.transport = transport
         self.report = report
+        self.on_upload = uploaded  # plain bytes of each pack, once it is on the remote
         self.frames: list[tuple[bytes, list[tuple[bytes, int, int]]]] = []
         self.stored = 0
         self.placed: dict[bytes, str] = {}  # new chunk -> key of the pack it went to
@@ -163,6 +164,7 @@ class _Packer:
             for cid, _, _ in members:
                 self.placed[cid] = key
         self.uploaded.append(key)
+        self.on_upload(sum(s for _, members in self.frames for _, _, s in members))
         self.frames, self.stored = [], 0
         return key
 
@@ -233,10 +235,12 @@ def run(
     now = time.time_ns()
     key = _publish(transport, cfg, ns, records, plan, up, now, report)
     _record(backend, cfg, plan, up, key, now, lock)
-    if not move_ref or not records:
+    if move_ref and records:
+        _move_ref(backend, transport, cfg, ns, layout.Ref(records[-1][0], key, now, cfg.writer), descends_from, force, lock, report)
+    else:
         report.ref_outcome = "skipped"
-        return report
-    _move_ref(backend, transport, cfg, ns, layout.Ref(records[-1][0], key, now, cfg.writer), descends_from, force, lock, report)
+    if progress is not None:
+        progress(up.total, up.total)
     return report
 
 
@@ -264,6 +268,7 @@ class _Uploaded:
         self.inline = inline
         self.placed, self.uploaded, self.last_records = packer.placed, packer.uploaded, packer.records_at
         self.needs = plan.objects() | set(packer.uploaded)
+        self.total = 1  # progress's total (plain bytes + 1 for the commit)
 
 
 def _upload(
@@ -277,16 +282,21 @@ def _upload(
     with backend.read() as view:
         new_streams = [(s, _value(view.get, "streams", s)) for s in need.streams if s not in plan.streams]
         new_convs = [(c, _value(view.get, "conversations", c)) for c in need.conversations if c not in plan.convs]
-        packer = _Packer(transport, report)
+        # Progress counts plain bytes once their pack is on the remote; the last byte stands for
+        # the commit (bundle and ref), so 100% is shown only after the last upload.
+        total = sum(_plain_size(view.get("chunks", c)) for c in new_chunks) + 1
         done = 0
 
-        def tick(n: int) -> None:  # progress counts chunks (their sizes are known once read)
+        def uploaded(n: int) -> None:
             nonlocal done
-            done += n
+            done = min(done + n, total - 1)
             if progress is not None:
-                progress(done, len(new_chunks))
+                progress(done, total)
 
-        for data, members, plain in _frames_of(view.get, new_chunks, level, tick):
+        packer = _Packer(transport, report, uploaded)
+        if progress is not None:
+            progress(0, total)
+        for data, members, plain in _frames_of(view.get, new_chunks, level, lambda n: None):
             report.bytes_new += plain
             packer.add(data, members)
     inline = packer.finish(new_streams, new_convs)
@@ -295,7 +305,16 @@ def _upload(
             f"the push took more than {PUSH_WINDOW / 3600:g} h between its first pack and its commit: "
             "its packs may be collected by remote gc, so nothing was published; push again"
         )
-    return _Uploaded(plan, packer, new_chunks, new_streams, new_convs, inline)
+    up = _Uploaded(plan, packer, new_chunks, new_streams, new_convs, inline)
+    up.total = total
+    return up
+
+
+def _plain_size(value: bytes | None) -> int:
+    """A chunk's plain size from its index entry (cheap: no frame is read)."""
+    from snapstore.storage import entries
+
+    return entries.entry_size(value) if entries.is_entry(value) else len(value or b"")
 
 
 def _publish(

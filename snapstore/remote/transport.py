@@ -13,83 +13,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import RemoteError, SnapstoreError, UsageError
+from snapstore.remote.interface import MAX_GET, Got, Listed, Transport
 from snapstore.remote.names import RemoteURL
+
+__all__ = ["MAX_GET", "Got", "Listed", "Transport", "connect"]
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
 
 
-#: The largest object read whole (packs close at 16 MiB plus a frame; bundles hold records).
-MAX_GET = 256 << 20
-#: The S3 client's limits: to connect, per request, retries of a failed request and the time
-#: they may take in all.  An engine with a server down makes a request wait until these run out,
-#: then the command fails with a RemoteError (exit 13); the tests shrink them.
+#: The S3 client's limits: to connect, and per request.  A request that times out is retried
+#: while the retry budget lasts (:mod:`snapstore.remote.retry`), then the command fails with a
+#: RemoteError (exit 13); the tests shrink them.
 CONNECT_TIMEOUT_S = 10
 REQUEST_TIMEOUT_S = 120
-MAX_RETRIES = 4
-RETRY_TIMEOUT_S = 120
-
-
-class Got(NamedTuple):
-    """An object read whole, the ETag to compare-and-swap it against, and its modification
-    time by the engine's clock (0 when unknown)."""
-
-    body: bytes
-    etag: str
-    mtime_ns: int = 0
-
-
-class Listed(NamedTuple):
-    key: str
-    size: int
-    mtime_ns: int
-
-
-class Transport:
-    """One request per call, keys relative to the remote's prefix."""
-
-    def get(self, key: str, limit: int = MAX_GET) -> Got | None:
-        """The object at ``key``, or None when there is none; CorruptError, before its body
-        is read, when it holds more than ``limit`` bytes (a ref, the config or gc's plan is
-        small: a planted giant is refused unread)."""
-        raise NotImplementedError
-
-    def head(self, key: str) -> Listed | None:
-        """The size and time of ``key`` without its body (one HEAD), or None when absent."""
-        raise NotImplementedError
-
-    def get_range(self, key: str, start: int, end: int) -> bytes | None:
-        """Bytes ``[start, end)`` of ``key`` (fewer when the object ends first), or None when
-        there is no such object.  One ranged GET: what browsing reads of a pack's frames."""
-        raise NotImplementedError
-
-    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
-        """The last ``n`` bytes of ``key`` (all of it when it is shorter) and the object's
-        size, or None.  One ranged GET (``Range: bytes=-n``): a pack's footer and its tail."""
-        raise NotImplementedError
-
-    def put_create(self, key: str, data: bytes) -> str | None:
-        """Create ``key`` only if absent (``If-None-Match: *``): its ETag, or None if it existed."""
-        raise NotImplementedError
-
-    def put_update(self, key: str, data: bytes, etag: str) -> str | None:
-        """Replace ``key`` only if its ETag is ``etag`` (``If-Match``): the new ETag, or None."""
-        raise NotImplementedError
-
-    def list(self, prefix: str, start_after: str | None = None) -> Iterator[Listed]:
-        """The objects under ``prefix`` in key order (one request per page of 1,000).
-
-        ``prefix`` is a whole path ("log/", "refs/"): object_store lists by path segment, so
-        "gc/clock" would list "gc/clock/..." and not the key itself."""
-        raise NotImplementedError
-
-    def delete(self, key: str) -> None:
-        """Remove ``key`` (no error when it is already gone)."""
-        raise NotImplementedError
-
 
 _MEMORY: dict[str, ObjectStore] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -107,41 +47,50 @@ def memory_store(name: str) -> ObjectStore:
         return store
 
 
-def connect(url: RemoteURL, *, endpoint: str | None = None, region: str | None = None, profile: str | None = None) -> Transport:
-    """A transport for ``url`` (credentials from the environment or ``profile``)."""
+def connect(
+    url: RemoteURL, *, endpoint: str | None = None, region: str | None = None, profile: str | None = None,
+    retry_budget: str | None = None,
+) -> Transport:
+    """A transport for ``url``: endpoint, region and credentials resolved as the AWS CLI does
+    (:func:`credentials.resolve`), transient failures retried over the retry budget
+    (:mod:`snapstore.remote.retry`; ``retry_budget`` is the store's ``remote.retry-budget``)."""
     try:
         import obstore  # noqa: F401 - only to say clearly when it is missing
     except ImportError:
         raise UsageError("remotes need obstore: pip install 'snapstore[remotes]'") from None
-    if url.scheme == "memory":
-        return ObstoreTransport(memory_store(url.bucket), url.prefix)
-    from datetime import timedelta
+    from snapstore.remote.ranges import RangeFallback
+    from snapstore.remote.retry import RetryingTransport, budget
 
+    seconds = budget(retry_budget)
+    if url.scheme == "memory":
+        return RetryingTransport(ObstoreTransport(memory_store(url.bucket), url.prefix), seconds)
     from obstore.store import S3Store
 
-    from snapstore.remote.credentials import s3_credentials
+    from snapstore.remote.credentials import resolve
 
-    config: dict[str, Any] = dict(s3_credentials(profile))
+    settings = resolve(profile, endpoint, region)
+    config: dict[str, Any] = dict(settings.keys)
     _PROFILE_SECRETS.extend(str(v) for v in config.values())
     client: dict[str, Any] = {"connect_timeout": f"{CONNECT_TIMEOUT_S}s", "timeout": f"{REQUEST_TIMEOUT_S}s"}
-    if endpoint:
-        config["endpoint"] = endpoint
+    if settings.endpoint:
+        config["endpoint"] = settings.endpoint
         # S3-compatible engines (SeaweedFS, Ceph, MinIO) serve path-style requests.
         config["virtual_hosted_style_request"] = False
-        if endpoint.startswith("http://"):
+        if settings.endpoint.startswith("http://"):
             # Plain HTTP only when the user wrote it; TLS certificates are always verified.
             client["allow_http"] = True
-    config["region"] = region or "us-east-1"
+    config["region"] = settings.region
     try:
         store = S3Store(
             url.bucket,
             config=config,  # type: ignore[arg-type]  # (built as a plain dict)
             client_options=client,  # type: ignore[arg-type]
-            retry_config={"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=RETRY_TIMEOUT_S)},
+            # Retries are RetryingTransport's (a budget over the whole outage, said on stderr).
+            retry_config={"max_retries": 0},
         )
     except Exception as exc:  # obstore raises its own config errors
         raise RemoteError(f"cannot set up the remote {url}: {_first_line(exc)}") from None
-    return ObstoreTransport(store, url.prefix)
+    return RetryingTransport(RangeFallback(ObstoreTransport(store, url.prefix)), seconds)
 
 
 def too_large(key: str, size: int, limit: int) -> SnapstoreError:
@@ -164,6 +113,14 @@ def _first_line(exc: BaseException) -> str:
         code = re.search(r"<Code>([A-Za-z]{1,64})</Code>", body)
         first = head.splitlines()[0] if head.strip() else ""
         text = first + sep + body.split(":", 1)[0].strip()[:40] + (f" ({code.group(1)})" if code else "")
+    return _scrub(text)
+
+
+def _scrub(text: str) -> str:
+    """``text`` with every credential value this process could send, and any token-like run
+    (40 characters of base64 or hex), removed."""
+    import re
+
     for secret in _secrets():
         text = text.replace(secret, "[redacted]")
     return re.sub(r"[A-Za-z0-9+/=_-]{40,}", "[redacted]", text)
@@ -190,17 +147,23 @@ class ObstoreTransport(Transport):
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
 
     def _error(self, exc: BaseException, what: str, key: str) -> RemoteError:
-        from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+        from snapstore.remote.s3errors import describe
 
         if isinstance(exc, MemoryError):
             raise exc  # this machine's limit, not the remote's: never reported as a network error
+        error = describe(exc, what, key, _first_line(exc))
+        error.message = _scrub(error.message)
+        error.args = (error.message,)
+        return error
 
-        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
-            return RemoteError(
-                f"the remote refused to {what} {key} (permission denied: check the credentials "
-                f"and the bucket policy): {_first_line(exc)}"
-            )
-        return RemoteError(f"cannot {what} {key} on the remote: {_first_line(exc)}")
+    def _absent(self, exc: BaseException) -> None:
+        """A 404: None for a missing object; RemoteError when the bucket itself is missing
+        (a clone must not say "nothing has been pushed" of a bucket that is not there)."""
+        from snapstore.remote.s3errors import missing_bucket
+
+        error = missing_bucket(exc)
+        if error is not None:
+            raise error
 
     def get(self, key: str, limit: int = MAX_GET) -> Got | None:
         import obstore
@@ -214,7 +177,8 @@ class ObstoreTransport(Transport):
             body = bytes(result.bytes())
             if len(body) > min(limit, MAX_GET):  # an engine whose listing and body disagree
                 raise too_large(key, len(body), min(limit, MAX_GET))
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            self._absent(exc)
             return None
         except SnapstoreError:
             raise
@@ -228,7 +192,8 @@ class ObstoreTransport(Transport):
 
         try:
             meta = obstore.head(self.store, self.prefix + key)
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            self._absent(exc)
             return None
         except Exception as exc:
             raise self._error(exc, "read", key) from None
@@ -242,7 +207,8 @@ class ObstoreTransport(Transport):
             raise ValueError(f"bad range {start}-{end}")
         try:
             return bytes(obstore.get_range(self.store, self.prefix + key, start=start, end=end))
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            self._absent(exc)
             return None
         except Exception as exc:
             raise self._error(exc, "read", key) from None
@@ -255,7 +221,8 @@ class ObstoreTransport(Transport):
         try:
             result = obstore.get(self.store, self.prefix + key, options={"range": {"suffix": n}})
             body = bytes(result.bytes())
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            self._absent(exc)
             return None
         except Exception as exc:
             raise self._error(exc, "read", key) from None
@@ -326,7 +293,8 @@ class CountingTransport(Transport):
 
     @property
     def requests(self) -> int:
-        return sum(self.counts.values())
+        """Requests made, retries of transient failures included (they are requests too)."""
+        return sum(self.counts.values()) + int(getattr(self.inner, "retries", 0))
 
     def count(self, kind: str) -> None:
         with self._lock:
