@@ -103,7 +103,7 @@ def test_rewind_files_and_conversation_restores_then_hands_the_conversation_back
 
 
 def labels(html: str) -> list[int]:
-    return [int(n) for n in re.findall(r'<td class="ref"><span title="checkpoint number \d+[^"]*">(\d+)</span>', html)]
+    return [int(n) for n in re.findall(r'<td class="ref"><span title="checkpoint number \d+[^"]*">#(\d+)</span>', html)]
 
 
 def test_search_in_conversations_finds_the_step_where_it_was_said(store: Store):

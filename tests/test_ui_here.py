@@ -74,14 +74,22 @@ def test_the_working_tree_row_names_the_checkpoint_the_tree_equals(store: Store,
     assert 'id="worktree" data-src="/here.frag"' in client.get("/").text
     latest, first = store.resolve("latest").id, store.resolve("#2").id
     text, here = here_of(client)
-    assert "no changes since the latest checkpoint" in text and here == latest
+    assert "Tree = #2 rename and edit · the newest checkpoint, nothing unsaved" in text and here == latest
     (tree / "app.py").write_text("a = 3\n")
     (tree / "scratch.txt").write_text("new\n")
     text, here = here_of(client)
-    assert "2 paths changed since the latest checkpoint" in text and "+1 ~1 -0" in text and here == ""
+    assert "Tree = #2 rename and edit + 2 paths unsaved" in text and "+1 ~1 -0" in text and here == ""
     store.restore(first)
     text, here = here_of(client)
-    assert "it equals checkpoint" in text and here == first
+    # Issue 42 req 3: after a restore the tree is a checkpoint, not unsaved work.
+    assert re.search(r"Tree = #1 first · restored .* · nothing unsaved · 3 paths differ from the newest, #2", text), text
+    assert "unsaved" not in text.replace("nothing unsaved", "") and here == first
+    html = client.get("/here.frag").text
+    assert 'href="#r1"' in html and 'data-page="/?before=2#r1"' in html  # linked to its row
+    assert 'id="r1"' in client.get("/").text
+    (tree / "app.py").write_text("a = 4\n")
+    text, here = here_of(client)
+    assert "Tree = #1 first + 1 path unsaved" in text and here == ""  # based on what was restored
     store.undo()
     _, here = here_of(client)
     assert here == store.operations()[0].target  # the tree as it was before the restore

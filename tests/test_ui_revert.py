@@ -86,13 +86,25 @@ def test_take_back_a_tasks_agent_changes_only(store: Store, tree: Path):
     assert tree.joinpath("b.txt").read_text() == "b by the user\n"  # the user's kept
 
 
-def test_a_conflict_is_shown_and_nothing_can_be_confirmed(store: Store, tree: Path):
+def test_a_conflict_is_settled_per_file_in_the_page(store: Store, tree: Path):
+    """Issue 42 req 1: a conflict is listed first with its own choice (keep mine preselected),
+    never a command-line sentence; confirming applies the choice; nothing changes before."""
     tree.joinpath("a.py").write_text(A1.replace("line 2\n", "line 2, edited by hand\n"))
     client = client_for(store)
     cid = store.resolve("#3").id
     preview = post(client, f"/c/{cid}/revert/preview")
-    assert preview.status_code == 200 and "would conflict" in preview.text and 'id="confirm"' not in preview.text
+    assert preview.status_code == 200 and "--conflicts" not in preview.text and 'id="confirm"' in preview.text
+    token = "c.a.py"
+    assert f'name="{token}" value="ours" checked' in preview.text and f'name="{token}" value="theirs"' in preview.text
+    assert preview.text.index("conflict: you choose") < preview.text.index("Every path") + 400  # first in the list
+    assert "line 2, edited by hand" in tree.joinpath("a.py").read_text()  # nothing yet
+    done = post(client, f"/c/{cid}/revert/confirm", {"plan": plan_of(preview.text), "confirm": "yes", token: "theirs"})
+    assert done.status_code == 200 and 'id="result"' in done.text
+    assert tree.joinpath("a.py").read_text() == A1  # theirs: line 2 as before the change
+    store.undo()
     assert "line 2, edited by hand" in tree.joinpath("a.py").read_text()
+    done = post(client, f"/c/{cid}/revert/confirm", {"plan": plan_of(preview.text), "confirm": "yes", token: "ours"})
+    assert "line 2, edited by hand" in tree.joinpath("a.py").read_text()  # keep mine
 
 
 def test_a_stale_plan_is_previewed_again_and_a_bad_actor_refused(store: Store, tree: Path):

@@ -79,7 +79,7 @@ def checkpoint_actions(cp: Checkpoint, *, read_only: bool = False) -> Html:
 # -- restore ----------------------------------------------------------------------------------
 
 
-def _unsaved(store: Store) -> set[bytes]:
+def unsaved(store: Store) -> set[bytes]:
     """Paths whose working-tree state no checkpoint records: the tree against the checkpoint it
     last equalled (the newest checkpoint, or the target of a restore or undo done since)."""
     try:
@@ -122,7 +122,7 @@ def restore_preview(store: Store, ref: str, paths: list[bytes], notice: str = ""
     body = fmt(
         '<h1>Preview: restore {} to checkpoint <a href="/c/{}">{}</a></h1><p class="message">{}</p>{}',
         scope, target.id, target.short_id, target.message or "(no message)",
-        plan_page(report, _unsaved(store), diffs, verb="Restoring", confirm=confirm, notice=notice),
+        plan_page(report, unsaved(store), diffs, verb="Restoring", confirm=confirm, notice=notice),
     )
     return "Preview restore", body
 
@@ -161,7 +161,7 @@ def undo_preview(store: Store, notice: str = "") -> Page:
         '<h1>Preview: undo the last operation</h1><p>The tree would go back to checkpoint <a href="/c/{}">{}</a> '
         "(as it was before the last restore or undo).</p>{}",
         report.target.id, report.target.short_id,
-        plan_page(report, _unsaved(store), diffs, verb="Undoing", confirm=confirm, notice=notice),
+        plan_page(report, unsaved(store), diffs, verb="Undoing", confirm=confirm, notice=notice),
     )
     return "Preview undo", body
 
