@@ -149,8 +149,8 @@ def _rows(report: RevertReport, unsaved: set[bytes], choices: dict[bytes, str]) 
         data = report.diffs.get(o.path)
         if data and budget > 0:
             budget -= min(len(data), MAX_DIFF)
-            rows.append(fmt('<li class="st-{}"><details{}><summary>{} <small>(diff)</small></summary>{}</details>{}</li>', o.status,
-                            Html(" open") if o.status == "conflict" else Html(""), head, _udiff(data), pick))
+            rows.append(fmt('<li class="st-{}"><details><summary>{} <small>(diff)</small></summary>{}</details>{}</li>', o.status,
+                            head, _udiff(data), pick))
         else:
             rows.append(fmt('<li class="st-{}">{}{}</li>', o.status, head, pick))
     return join(rows)

@@ -185,8 +185,9 @@ def page(store: Store, r: Range, view: str, budget: Budget | None = None, *, rea
     counts = store.line_counts(changes)
     whose = actor_word(r.actor)
     switch = join(
-        fmt('<a href="{}"{}>{}</a>', url("/range", start=r.first.id, end=r.last.id, actor=a), Html(' aria-current="true"') if a == r.actor else Html(""), actor_word(a))
-        for a in ("agent", "user", "unknown", "")
+        [fmt('<a href="{}"{}>{}</a>', url("/range", start=r.first.id, end=r.last.id, actor=a), Html(' aria-current="true"') if a == r.actor else Html(""), actor_word(a))
+         for a in ("agent", "user", "unknown", "")],
+        " · ",
     )
     act = Html("")
     if chosen and not read_only:

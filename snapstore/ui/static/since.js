@@ -25,14 +25,14 @@
   pane.setAttribute("aria-label", "The selected checkpoint");
   pane.hidden = true;
   box.parentNode.insertBefore(pane, box.nextSibling);
-  document.body.classList.add("has-detail");
   let asked = 0;
 
   async function show(src, title) {
     const mine = ++asked;
     pane.hidden = false;
+    document.body.classList.add("detail-open");
     pane.innerHTML = "";
-    const head = document.createElement("p");
+    const head = document.createElement("h2");
     head.className = "detail-head";
     const open = document.createElement("a");
     open.href = src;
