@@ -15,10 +15,11 @@ import json
 from typing import TYPE_CHECKING
 
 from snapstore import render
-from snapstore.errors import SnapstoreError, UsageError
+from snapstore.errors import UsageError
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
 from snapstore.ui.diffview import STATUS_WORDS
+from snapstore.ui.here import unsaved
 from snapstore.ui.html import Html, fmt, join, path_token, tags_el
 from snapstore.ui.preview import plan_page, plural, tree_to_target, undo_button
 
@@ -77,23 +78,6 @@ def checkpoint_actions(cp: Checkpoint, *, read_only: bool = False) -> Html:
 
 
 # -- restore ----------------------------------------------------------------------------------
-
-
-def unsaved(store: Store) -> set[bytes]:
-    """Paths whose working-tree state no checkpoint records: the tree against the checkpoint it
-    last equalled (the newest checkpoint, or the target of a restore or undo done since)."""
-    try:
-        rows, _ = store.log_page(limit=1, include_safety=True)  # the newest only (not all of them)
-        ops = store.operations()
-        if ops and (not rows or ops[0].time_ns > rows[0].time_ns):
-            reference = ops[0].target
-        elif rows:
-            reference = rows[0].id
-        else:
-            return set()
-        return {c.path for c in store.diff(reference, None)}
-    except SnapstoreError:
-        return set()
 
 
 def _hidden_paths(paths: list[bytes]) -> Html:

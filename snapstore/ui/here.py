@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from snapstore.errors import RefError
+from snapstore.errors import RefError, SnapstoreError
 from snapstore.ui.html import Html, fmt, url
 
 if TYPE_CHECKING:
@@ -109,6 +109,23 @@ def row(store: Store) -> Html:
     )
 
 
+def unsaved(store: Store) -> set[bytes]:
+    """Paths whose working-tree state no checkpoint records: the tree against the checkpoint it
+    last equalled (the newest checkpoint, or the target of a restore or undo done since)."""
+    try:
+        rows, _ = store.log_page(limit=1, include_safety=True)  # the newest only (not all of them)
+        ops = store.operations()
+        if ops and (not rows or ops[0].time_ns > rows[0].time_ns):
+            reference = ops[0].target
+        elif rows:
+            reference = rows[0].id
+        else:
+            return set()
+        return {c.path for c in store.diff(reference, None)}
+    except SnapstoreError:
+        return set()
+
+
 def resolve_number(store: Store, ref: str) -> Checkpoint:
     """The checkpoint ``ref`` names in the browser: ``#N`` is the timeline's number (log number
     N, which never changes: the same #N on every page); anything else as the CLI reads it."""
@@ -128,4 +145,4 @@ def _paths(n: int) -> str:
     return f"{n:,} path{'' if n == 1 else 's'}"
 
 
-__all__ = ["equal_to", "placeholder", "resolve_number", "row"]
+__all__ = ["equal_to", "placeholder", "resolve_number", "row", "unsaved"]

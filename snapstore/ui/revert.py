@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from snapstore.errors import ConflictError, UsageError
 from snapstore.tree.paths import display
+from snapstore.ui import here
 from snapstore.ui.html import Html, fmt, join, path_token
 from snapstore.ui.preview import plural, undo_button
 
@@ -156,19 +157,13 @@ def _rows(report: RevertReport, unsaved: set[bytes], choices: dict[bytes, str]) 
     return join(rows)
 
 
-def _unsaved(store: Store) -> set[bytes]:
-    from snapstore.ui.actions import unsaved
-
-    return unsaved(store)
-
-
 def preview(store: Store, scope: Scope, notice: str = "", choices: dict[bytes, str] | None = None) -> Page:
     """What reverting would do, conflicts first with a choice per file, and the Confirm button."""
     scope.check()
     action = scope.action(store)
     note = fmt('<p class="notice" role="alert">{}</p>', notice) if notice else Html("")
     report = scope.run(store, dry_run=True)
-    unsaved = _unsaved(store)
+    unsaved = here.unsaved(store)
     by = {s: sum(1 for o in report.outcomes if o.status == s) for s in ("reverted", "merged", "conflict")}
     changed = by["reverted"] + by["merged"] + by["conflict"]
     confirm = fmt(
