@@ -33,8 +33,8 @@ EVIL = "<script>alert(1)</script>"
 FIRST = [{"role": "user", "content": "add a greeting"}, {"role": "assistant", "content": "Added greet()."}]
 SECOND = FIRST + [
     {"role": "user", "content": [{"type": "text", "text": "now make it  polite " + EVIL}]},
-    {"role": "assistant", "content": [{"type": "tool_use", "name": "Edit", "input": {"file": "a.py"}}]},
-    {"role": "user", "content": [{"type": "tool_result", "content": "ok"}]},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_9", "name": "Edit", "input": {"file": "a.py", "new": "x = 2"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "ok"}]},
     {"role": "assistant", "content": "Done: it says please."},
 ]
 
@@ -71,6 +71,29 @@ def test_a_checkpoint_shows_its_new_messages_first_and_folds_the_earlier_ones(st
     assert '<p class="prompt"><span class="prompt-mark">prompt</span> now make it polite &lt;script&gt;' in html
     assert EVIL not in html
     assert '<a href="#conversation">Conversation</a> <small>(4 new)</small>' in html
+
+
+def test_tool_calls_and_results_are_cards_not_json(store: Store):
+    """Issue 42 req 4: a tool call shows its name and each argument; its result names the call
+    it answers and is labelled a tool's, not the user's."""
+    html = client_for(store).get(f"/c/{store.resolve('#2').id}").text
+    assert '<div class="tool-card tool-use"><span class="tool-name">Edit</span> <small>call</small><dl><dt>file</dt><dd><code>a.py</code></dd>' in html
+    assert '<div class="tool-card tool-result"><span class="tool-name">Edit</span> <small>result</small><pre>ok</pre></div>' in html
+    assert '<li class="msg role-tool"><span class="role">tool</span>' in html
+    assert "tool_result" not in html and "[tool call" not in html
+
+
+def test_a_rewind_preview_says_what_happens_to_the_conversation(store: Store):
+    from urllib.parse import urlencode
+
+    client = client_for(store)
+    headers = {"origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"}
+    two, one = store.resolve("#2").id, store.resolve("#3").id
+    preview = client.post(f"/c/{one}/restore/preview", content=urlencode({"rewind": "1"}), headers=headers).text
+    note = re.search(r'<p class="notice" id="rewind-note">(.*?)</p>', preview).group(1)
+    assert "as it was at this checkpoint (JSON, 2 messages), without the 4 messages sent after it" in note
+    plain = client.post(f"/c/{two}/restore/preview", content=urlencode({}), headers=headers).text
+    assert 'id="rewind-note"' not in plain  # a plain restore leaves the conversation out of it
 
 
 def test_a_long_conversation_renders_only_its_newest_messages(store: Store, monkeypatch):

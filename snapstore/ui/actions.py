@@ -104,11 +104,31 @@ def restore_preview(store: Store, ref: str, paths: list[bytes], notice: str = ""
     )
     diffs = tree_to_target(store, target.id, paths) if report.changes else {}
     body = fmt(
-        '<h1>Preview: restore {} to checkpoint <a href="/c/{}">{}</a></h1><p class="message">{}</p>{}',
-        scope, target.id, target.short_id, target.message or "(no message)",
+        '<h1>Preview: restore {} to checkpoint <a href="/c/{}">{}</a></h1><p class="message">{}</p>{}{}',
+        scope, target.id, target.short_id, target.message or "(no message)", conversation_note(store, target) if rewind else Html(""),
         plan_page(report, unsaved(store), diffs, verb="Restoring", confirm=confirm, notice=notice),
     )
     return "Preview restore", body
+
+
+def conversation_note(store: Store, target: Checkpoint) -> Html:
+    """What a rewind of files and conversation does to the conversation, in words: how many
+    messages the one handed back holds, how many later ones it leaves out, and how to resume."""
+    if target.conversation is None:
+        return Html('<p class="notice" id="rewind-note"><strong>The conversation:</strong> this checkpoint stores none, so only the files go back.</p>')
+    kept = len(store.conversation(target.id) or [])
+    newest = next((c for c in store.log_page(limit=50, task=target.task)[0] if c.conversation is not None), None)
+    later = max(0, len(store.conversation(newest.id) or []) - kept) if newest is not None else 0
+    session = target.metadata.get("session_id")
+    resume = Html("")
+    if isinstance(session, str) and session and target.metadata.get("event"):
+        resume = fmt(" For Claude Code, <code>snapstore rewind --claude-session {} --to {}</code> writes a session that resumes here.", session, target.short_id)
+    return fmt(
+        '<p class="notice" id="rewind-note"><strong>The conversation:</strong> the agent holds the live one, so it is not changed '
+        "from here. After Confirm you get it as it was at this checkpoint (JSON, {}), without the {} sent after it; "
+        "give it to the agent to go on from here.{}</p>",
+        plural(kept, "message"), plural(later, "message"), resume,
+    )
 
 
 def restore_confirm(store: Store, ref: str, paths: list[bytes], plan: str, confirm: str, rewind: bool = False) -> Page:
