@@ -133,3 +133,17 @@ def test_word_marks_survive_escaping_and_span_boundaries():
     spanned = words.mark(Html('<span class="k">ab</span><span class="n">cd</span>'), [(1, 3)], "ins")
     assert spanned == '<span class="k">a<ins>b</ins></span><span class="n"><ins>c</ins>d</span>'
     assert words.changed("x = 1", "completely different text") is None
+
+
+def test_compare_uses_the_timeline_s_numbers(store: Store):
+    """Issue 42 req 3: one numbering: #N in Compare is the timeline's #N (the log number, which
+    never changes), in its suggestions and in what it resolves."""
+    client = client_for(store)
+    first = store.resolve(":/first")
+    store.snapshot("third")  # the CLI's #2 now names "rename and edit", the timeline's #2 too
+    timeline = client.get("/").text
+    assert re.search(r'<span title="checkpoint number 1[^"]*">#1</span>.*?first', timeline, re.S)
+    page = client.get("/compare?a=%231&b=%232").text
+    assert f'<a href="/c/{first.id}">{first.short_id}</a> first' in page
+    assert '<option value="#1">first</option>' in page and '<option value="#3">third</option>' in page
+    assert "no checkpoint numbered #9" in client.get("/compare?a=%239").text

@@ -188,3 +188,32 @@ def test_a_conflict_can_take_theirs_and_undo_puts_everything_back(page: Page, tr
         page.wait_for_selector("#result")
     after = {p.name: p.read_bytes() for p in tree.iterdir() if p.is_file()}
     assert after == before
+
+
+def test_a_row_s_diff_shows_beside_the_list_and_two_ticked_rows_compare(page: Page, tree: Path):
+    """Issue 42 req 5: select a row, its diff is beside the list and above the fold; j/k move
+    the pane along; two ticked rows show their comparison there and make a range."""
+    build(tree)
+    with Store.open(tree) as store, background(store) as running:
+        page.goto(running.url)
+        page.wait_for_selector("#timeline tr.cp")
+        row = page.locator("#timeline tr.cp", has_text="after Edit: app.py").first
+        row.locator("td").nth(2).click()  # the time cell: not a link
+        first = page.locator("#detail details.filediff").first
+        expect(first).to_contain_text("app.py")
+        box, listed = first.bounding_box(), page.locator("#timeline").bounding_box()
+        assert box is not None and listed is not None
+        assert box["y"] < 800 and box["x"] >= listed["x"] + listed["width"]  # beside, above the fold
+        shot(page, "detail-pane.png")
+        head = page.locator("#detail .detail-head")
+        shown = head.inner_text()
+        page.locator("body").press("j")
+        expect(head).not_to_have_text(shown)  # the pane follows the keyboard's selection
+        ticks = page.locator('#timeline input[name="pick"]')
+        ticks.nth(1).check()
+        ticks.nth(4).check()
+        expect(head).to_have_text("Open the comparison on its own page")
+        expect(page.locator("#detail p.summary")).to_contain_text("changed")
+        page.locator("#range-picked").click()
+        page.wait_for_url(re.compile(r"/range\?"))
+        expect(page.locator("h1")).to_contain_text(re.compile(r"#\d+ to #\d+"))

@@ -59,14 +59,31 @@
     return Array.from(document.querySelectorAll('#timeline input[name="pick"]:checked'));
   }
 
-  box.addEventListener("click", function (e) {
-    const t = e.target;
-    if (t.closest("a, button, input, label, select")) return;
-    const row = t.closest("tr.cp[data-href]");
-    if (!row) return;
+  // Beside the list only where there is room for both (narrow screens open a row's page).
+  function wide() { return window.matchMedia("(min-width: 1100px)").matches; }
+
+  function pick(row) {
     box.querySelectorAll("tr.cp.picked").forEach(function (r) { r.classList.remove("picked"); });
     row.classList.add("picked");
     show(row.getAttribute("data-href"), "Open #" + row.id.slice(1) + " on its own page");
+  }
+
+  box.addEventListener("click", function (e) {
+    const t = e.target;
+    if (t.closest("a, button, input, label, select") || !wide()) return;
+    const row = t.closest("tr.cp[data-href]");
+    if (row) pick(row);
+  });
+
+  // j/k (ui.js moves the selection first): the pane follows, once the keys rest.
+  let timer = 0;
+  document.addEventListener("keydown", function (e) {
+    if ((e.key !== "j" && e.key !== "k") || !wide()) return;
+    clearTimeout(timer);
+    timer = setTimeout(function () {
+      const row = box.querySelector("tr.cp.selected[data-href]");
+      if (row && !row.classList.contains("picked")) pick(row);
+    }, 250);
   });
 
   box.addEventListener("change", function (e) {
@@ -74,7 +91,7 @@
     const two = ticked();
     const button = document.getElementById("range-picked");
     if (button) button.disabled = two.length !== 2;
-    if (two.length !== 2) return;
+    if (two.length !== 2 || !wide()) return;
     const ids = two.map(function (i) { return i.value; });
     // older first: rows are listed newest first
     const src = "/compare?a=" + encodeURIComponent(ids[1].slice(0, 12)) + "&b=" + encodeURIComponent(ids[0].slice(0, 12));
