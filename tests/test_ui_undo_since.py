@@ -9,24 +9,24 @@ tests/test_ui_undo_since.py``.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from ui_browser import launch, unavailable
+from ui_browser import browser_page, unavailable
 
 REASON = unavailable()
 if REASON:
     pytest.skip(REASON, allow_module_level=True)
 
+import test_claude_rewind as claude_session  # noqa: E402
 from playwright.sync_api import Page, expect  # noqa: E402
+from test_ui_browser_flows import open_ui  # noqa: E402
 
 from snapstore.integrations import claude_code  # noqa: E402
 from snapstore.store import Store  # noqa: E402
@@ -34,29 +34,20 @@ from snapstore.ui.server import background  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
-SID = "5e55-undo-since"
+SID = claude_session.SID
 APP = "".join(f"def step_{i}():\n    return {i}\n\n" for i in range(30))
 README = "# demo\n\nA small project.\nRun it with python app.py.\n"
 UTIL = "def helper():\n    return 1\n"
 
 
-class Session:
-    """A Claude Code session on disk: the transcript grows and the hook runs on each event."""
+class Session(claude_session.Session):
+    """A Claude Code session on disk (its transcript grows), the hook run in this process on
+    each event, as the agent's hook command runs it."""
 
     def __init__(self, tree: Path):
+        (tree.parent / "session").mkdir()
+        super().__init__(tree.parent / "session")
         self.tree = tree
-        self.transcript = tree.parent / f"{SID}.jsonl"
-        self.transcript.write_text("")
-        self.last: str | None = None
-
-    def line(self, kind: str, content: Any) -> None:
-        uid = str(uuid.uuid4())
-        doc = {"type": kind, "uuid": uid, "parentUuid": self.last, "sessionId": SID, "cwd": str(self.tree),
-               "timestamp": dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z"),
-               "message": {"role": kind, "content": content}}
-        with self.transcript.open("a") as f:
-            f.write(json.dumps(doc) + "\n")
-        self.last = uid
 
     def hook(self, name: str, **fields: Any) -> None:
         doc = {"session_id": SID, "hook_event_name": name, "cwd": str(self.tree), "transcript_path": str(self.transcript), **fields}
@@ -112,12 +103,8 @@ def build(tree: Path) -> dict[str, bytes]:
 
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[Page]:
-    playwright, context = launch(tmp_path)
-    try:
-        yield context.pages[0] if context.pages else context.new_page()
-    finally:
-        context.close()
-        playwright.stop()
+    with browser_page(tmp_path) as opened:
+        yield opened
 
 
 def shot(page: Page, name: str) -> None:
@@ -132,9 +119,7 @@ def test_undo_what_the_agent_did_in_the_last_hour_keeping_the_user_s_edits(page:
         agent = [c for c in store.checkpoints(task=SID) if c.metadata.get("actor") == "agent"]
         assert len(agent) == 4 and store.conversation(store.resolve("latest").id)  # a real-shaped session
         with background(store) as running:
-            page.goto(running.url)
-            page.wait_for_url(re.compile(r"^http://127\.\d+\.\d+\.\d+:\d+/$"))
-            page.wait_for_selector("#timeline tr.cp")
+            open_ui(page, running)
             expect(page.locator("#worktree tr[data-here]")).to_contain_text("unsaved")
             shot(page, "undo-since-1-timeline.png")
             started = time.monotonic()
@@ -170,8 +155,7 @@ def test_a_conflict_can_take_theirs_and_undo_puts_everything_back(page: Page, tr
     build(tree)
     before = {p.name: p.read_bytes() for p in tree.iterdir() if p.is_file()}
     with Store.open(tree) as store, background(store) as running:
-        page.goto(running.url)
-        page.wait_for_selector("#timeline tr.cp.turn")
+        open_ui(page, running)
         prompt = page.locator("#timeline tr.cp.turn")
         expect(prompt).to_contain_text("Add logging to app.py")
         expect(prompt.locator(".steps")).to_have_text(re.compile(r"\d+ steps"))
@@ -195,8 +179,7 @@ def test_a_row_s_diff_shows_beside_the_list_and_two_ticked_rows_compare(page: Pa
     the pane along; two ticked rows show their comparison there and make a range."""
     build(tree)
     with Store.open(tree) as store, background(store) as running:
-        page.goto(running.url)
-        page.wait_for_selector("#timeline tr.cp")
+        open_ui(page, running)
         row = page.locator("#timeline tr.cp", has_text="after Edit: app.py").first
         row.locator("td").nth(2).click()  # the time cell: not a link
         first = page.locator("#detail details.filediff").first
