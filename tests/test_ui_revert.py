@@ -135,3 +135,38 @@ def test_unknown_changes_are_listed_and_taken_only_from_a_second_preview(store: 
     done = post(client, "/revert/confirm", {"task": "t", "actor": "agent", "include_unknown": "1", "plan": plan_of(both), "confirm": "yes"})
     assert done.status_code == 200 and not tree.joinpath("bg.log").exists()
     assert tree.joinpath("b.txt").read_text() == "b by the user\n"
+
+
+def range_of(html: str) -> str:
+    found = re.search(r'name="range" value="([0-9a-f]+\.\.[0-9a-f]+)"', html)
+    assert found, "no range form"
+    return found.group(1)
+
+
+def test_a_range_shows_one_actor_s_changes_combined_then_takes_them_back(store: Store, tree: Path):
+    """Issue 42 req 1 over HTTP: the last hour's agent changes, combined, then previewed and
+    confirmed with the same safety as every revert (same-origin POST, plan digest, Undo)."""
+    client = client_for(store)
+    page = client.get("/range?since=1h&actor=agent").text
+    assert "The agent&#x27;s changes in the last hour" in page and "2 of 4 checkpoints" in page
+    assert "b.txt" not in page.split("Changed files")[1].split("<details><summary>The")[0]  # the user's file: not the agent's
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "fifteen" in text and "two" in text  # both agent edits, combined into one diff of a.py
+    span = range_of(page)
+    form = {"range": span, "actor": "agent"}
+    # The same safety as any change: a POST from elsewhere is refused, nothing changes.
+    foreign = client.post("/revert/confirm", data={**form, "plan": "0" * 32, "confirm": "yes"}, headers={"origin": "http://evil.example"})
+    assert foreign.status_code == 403
+    preview = post(client, "/revert/preview", form).text
+    assert "Dry run: nothing has changed yet." in preview
+    stale = post(client, "/revert/confirm", {**form, "plan": "0" * 32, "confirm": "yes"}).text
+    assert "changed since the preview" in stale and "line two" in tree.joinpath("a.py").read_text()
+    done = post(client, "/revert/confirm", {**form, "plan": plan_of(preview), "confirm": "yes"})
+    assert done.status_code == 200 and 'id="undo"' in done.text
+    assert tree.joinpath("a.py").read_text() == A1 and tree.joinpath("b.txt").read_text() == "b by the user\n"
+    # Two ticked rows, "since here", and bad requests.
+    ids = [store.resolve(r).id for r in ("#4", "#2")]  # (the CLI's numbers: after the revert's own record)
+    assert "#2 to #4" in client.get("/range?" + "&".join(f"pick={i}" for i in ids) + "&actor=agent").text
+    assert client.get(f"/range?start={ids[1]}&actor=user").status_code == 200
+    assert client.get("/range?since=forever").status_code == 400
+    assert client.get(f"/range?pick={ids[0]}").status_code == 400
