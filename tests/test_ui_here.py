@@ -147,3 +147,14 @@ def test_compare_uses_the_timeline_s_numbers(store: Store):
     assert f'<a href="/c/{first.id}">{first.short_id}</a> first' in page
     assert '<option value="#1">first</option>' in page and '<option value="#3">third</option>' in page
     assert "no checkpoint numbered #9" in client.get("/compare?a=%239").text
+
+
+def test_numbers_skipped_by_hidden_safety_checkpoints_are_explained(store: Store, tree: Path):
+    client = client_for(store)
+    store.restore(store.resolve(":/first").id)  # records #3, a safety checkpoint
+    (tree / "app.py").write_text("a = 5\n")
+    store.snapshot("after the restore")  # #4
+    html = client.get("/").text
+    row = re.search(r'<tr class="cp[^"]*" id="r2".*?</tr>', html, re.S)
+    assert row and "+1 hidden" in row.group(0) and "1 safety checkpoint (the tree before a restore" in row.group(0)
+    assert "+1 hidden" not in client.get("/?safety=1").text  # listed, nothing to explain

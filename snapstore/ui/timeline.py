@@ -253,7 +253,8 @@ def rows_html(f: Filters, before: int | None, rows: Rows, *, here_row: bool = Tr
             groups[-1][1].append(c)
         else:
             groups.append((key, [c]))
-    body = join(_group(key, members, picks) for key, members in groups)
+    gaps = {} if (f.any() or f.safety) else _gaps(rows.checkpoints)
+    body = join(_group(key, members, picks, gaps) for key, members in groups)
     if here_row and before is None and not f.any():
         body = fmt("{}{}", here.placeholder(), body)
     return fmt(
@@ -287,7 +288,12 @@ def is_prompt(c: Checkpoint) -> bool:
     return isinstance(event, str) and "prompt" in event.lower()
 
 
-def _group(key: tuple[str, str], members: list[Checkpoint], picks: bool = False) -> Html:
+def _gaps(rows: list[Checkpoint]) -> dict[str, int]:
+    """``{id: n}``: the n hidden records (safety checkpoints) numbered just above each row."""
+    return {c.id: newer.seq - c.seq - 1 for newer, c in zip(rows, rows[1:]) if newer.seq - c.seq > 1}
+
+
+def _group(key: tuple[str, str], members: list[Checkpoint], picks: bool = False, gaps: dict[str, int] | None = None) -> Html:
     kind, name = key
     title = fmt("{}: <strong>{}</strong>", kind, name) if kind else Html("No task")
     span = time_el(members[0].time_ns) if len(members) == 1 else fmt(
@@ -295,32 +301,39 @@ def _group(key: tuple[str, str], members: list[Checkpoint], picks: bool = False)
     )
     return fmt(
         '<tbody class="group"><tr class="grp"><th colspan="{}" scope="rowgroup">{} <small>{}</small></th></tr>{}</tbody>',
-        COLUMNS, title, span, join(_turns(members, picks)),
+        COLUMNS, title, span, join(_turns(members, picks, gaps or {})),
     )
 
 
-def _turns(members: list[Checkpoint], picks: bool) -> list[Html]:
+def _turns(members: list[Checkpoint], picks: bool, gaps: dict[str, int]) -> list[Html]:
     """The rows of a group, anchored to prompts: each prompt's row heads its turn and the steps
     after it (newer, newest first) are nested below it."""
     out: list[Html] = []
     pending: list[Checkpoint] = []
     for c in members:  # newest first
         if is_prompt(c):
-            out.append(_row(c, picks, head=len(pending)))
-            out.extend(_row(s, picks, nested=True) for s in pending)
+            out.append(_row(c, picks, head=len(pending), gap=gaps.get(c.id, 0)))
+            out.extend(_row(s, picks, nested=True, gap=gaps.get(s.id, 0)) for s in pending)
             pending = []
         else:
             pending.append(c)
-    out.extend(_row(s, picks) for s in pending)
+    out.extend(_row(s, picks, gap=gaps.get(s.id, 0)) for s in pending)
     return out
 
 
-def _row(c: Checkpoint, picks: bool = False, *, head: int | None = None, nested: bool = False) -> Html:
+def _row(c: Checkpoint, picks: bool = False, *, head: int | None = None, nested: bool = False, gap: int = 0) -> Html:
     href = f"/c/{c.id}"
     message = c.message or "(no message)"
     label = fmt('<span title="checkpoint number {} (it never changes)">#{}</span>', c.seq, c.seq)
     if c.is_safety:
         label = fmt("{} <small>safety</small>", label)
+    if gap:
+        # The numbers skipped above this row belong to hidden safety checkpoints: say so.
+        label = fmt(
+            '{} <small class="gap" title="{} safety checkpoint{} (the tree before a restore, undo or revert) numbered just above: '
+            'tick &quot;safety checkpoints&quot; to list {}">+{} hidden</small>',
+            label, gap, "" if gap == 1 else "s", "it" if gap == 1 else "them", gap,
+        )
     tick = Html("")
     since = Html("")
     if picks:
