@@ -66,7 +66,10 @@ def test_take_back_one_checkpoint_keeping_later_changes_then_undo(store: Store, 
     assert f'action="/c/{cid}/revert/preview"' in page and 'id="revert-task"' in page
     preview = post(client, f"/c/{cid}/revert/preview").text
     assert "Dry run: nothing has changed yet." in preview and "1 path would be merged with the changes made since" in preview
-    assert "-line two" in preview and "+line 2" in preview
+    # the diff tree -> after the revert, rendered like a checkpoint's (rows by kind, line numbers)
+    dels = [re.sub(r"<[^>]+>", "", r) for r in re.findall(r'<tr class="del">(.*?)</tr>', preview, re.S)]
+    adds = [re.sub(r"<[^>]+>", "", r) for r in re.findall(r'<tr class="add">(.*?)</tr>', preview, re.S)]
+    assert any("line two" in r for r in dels) and any(re.search(r"line 2\b", r) for r in adds), (dels, adds)
     assert tree.joinpath("a.py").read_text().startswith("line 0\nline 1\nline two\n")  # nothing yet
     done = post(client, f"/c/{cid}/revert/confirm", {"plan": plan_of(preview), "confirm": "yes"})
     assert done.status_code == 200 and 'id="result"' in done.text and 'id="undo"' in done.text

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from snapstore.errors import ConflictError, UsageError
 from snapstore.tree.paths import display
-from snapstore.ui import here
+from snapstore.ui import diffview, here
+from snapstore.ui.budget import Budget
 from snapstore.ui.html import Html, fmt, join, path_token
 from snapstore.ui.preview import plural, undo_button
 
@@ -30,9 +31,8 @@ if TYPE_CHECKING:
 
 Page = tuple[str, Html]
 
-#: Bytes of one path's diff shown in a preview, and of all of them.
+#: Bytes of one path's plain diff shown in a preview (once the page's budget for rendered ones is spent).
 MAX_DIFF = 64 * 1024
-MAX_DIFFS = 1 << 20
 ACTORS = ("agent", "user", "unknown")
 
 _WORDS = {"reverted": "goes back", "merged": "merged with the changes made since", "conflict": "conflict", "untouched": "unchanged"}
@@ -136,22 +136,32 @@ def _choice(o: PathOutcome, chosen: str) -> Html:
         for v, label in ways
     )
     lines = ", ".join(c.describe() for c in o.conflicts if c.first_line) or "the whole file"
-    return fmt('<fieldset class="choice"><legend>Settle <code>{}</code> ({}; {})</legend>{}</fieldset>', display(o.path), lines, o.note, radios)
+    why = "; ".join(x for x in (lines, o.note) if x)
+    return fmt('<fieldset class="choice"><legend>Settle <code>{}</code> ({})</legend>{}</fieldset>', display(o.path), why, radios)
+
+
+def _diff(report: RevertReport, path: bytes, budget: Budget) -> Html | None:
+    """A path's diff, tree now -> after the revert: highlighted with line numbers and changed
+    words while the page's budget lasts, then plain."""
+    change = report.changes.get(path)
+    if change is not None and not budget.exhausted():
+        return diffview.change_body(change, "unified", budget)
+    data = report.diffs.get(path)
+    return _udiff(data) if data else None
 
 
 def _rows(report: RevertReport, unsaved: set[bytes], choices: dict[bytes, str]) -> Html:
-    budget = MAX_DIFFS
+    budget = Budget()
     rows = []
     for o in sorted(report.outcomes, key=lambda o: _order(o, unsaved)):
         flag = Html(' <strong class="warn">your unsaved work: kept</strong>') if o.path in unsaved else Html("")
         word = "conflict: you choose" if o.status == "conflict" else _WORDS.get(o.status, o.status)
         head = fmt('<span class="st st-{}">{}</span> <code>{}</code>{}{}', o.status, word, display(o.path), flag, fmt(" <small>{}</small>", o.note) if o.note else Html(""))
         pick = _choice(o, choices.get(o.path, "ours")) if o.status == "conflict" and o.conflicts else Html("")
-        data = report.diffs.get(o.path)
-        if data and budget > 0:
-            budget -= min(len(data), MAX_DIFF)
+        diff = _diff(report, o.path, budget)
+        if diff is not None:
             rows.append(fmt('<li class="st-{}"><details><summary>{} <small>(diff)</small></summary>{}</details>{}</li>', o.status,
-                            head, _udiff(data), pick))
+                            head, diff, pick))
         else:
             rows.append(fmt('<li class="st-{}">{}{}</li>', o.status, head, pick))
     return join(rows)

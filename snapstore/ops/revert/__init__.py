@@ -35,6 +35,7 @@ from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
 
 if TYPE_CHECKING:
+    from snapstore.ops.diff import Change
     from snapstore.ops.merge import Prefer
     from snapstore.ops.restore import RestoreReport, TakeSafety
 
@@ -91,7 +92,7 @@ def run(
                 pending = pending_restore(view)
             if pending:
                 report.warnings.append(pending)
-            report.diffs = _diffs(outcomes, current, read)
+            report.diffs, report.changes = _diffs(outcomes, current, read)
             return report
     safety, current, found = take_safety(f"before revert of {what}")
     outcomes = plan(steps, current, ctx.read_stored, prefer=prefer, markers=markers, choices=choices)
@@ -163,12 +164,14 @@ def _check(
 
 def _diffs(
     outcomes: list[PathOutcome], current: dict[bytes, Entry], read: Callable[[Entry], bytes]
-) -> dict[bytes, bytes]:
-    """The unified diff of each path the revert changes: the tree now -> the result."""
+) -> tuple[dict[bytes, bytes], dict[bytes, Change]]:
+    """The unified diff of each path the revert changes (the tree now -> the result), and its
+    change with lazy contents (for a viewer that renders diffs itself)."""
     from snapstore.ops.diff import compare, with_loaders
     from snapstore.ops.textdiff import unified
 
     out: dict[bytes, bytes] = {}
+    changes: dict[bytes, Change] = {}
     for o in outcomes:
         old, new = current.get(o.path), o.final.entry
         if old == new or (
@@ -184,7 +187,8 @@ def _diffs(
             compare({o.path: old} if old else {}, {o.path: new} if new else {}), read, new_loader
         ):
             out[o.path] = unified(change)
-    return out
+            changes[o.path] = change
+    return out, changes
 
 
 def check_choices(choices: dict[bytes, str] | None) -> dict[bytes, Choice]:
