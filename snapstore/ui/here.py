@@ -1,18 +1,21 @@
 """"You are here": the working tree's row at the top of the timeline.
 
-It says what changed in the tree since the latest checkpoint (a link compares them) and names
-the checkpoint the tree equals, if one does: the latest when nothing changed, else the target
-of the last restore or undo when the tree still matches it (a selective restore matches only
-its paths, so it names none).  Finding this walks the tree, so the timeline loads it after its
-own first paint (``/here.frag``), and its first byte does not wait for the walk.
+It says, in the timeline's numbers, which checkpoint the tree is: "Tree = #N" when it equals
+one (the latest when nothing changed, else the target of the last whole-tree restore or undo
+when the tree still matches it: then nothing is unsaved, however much differs from the newest),
+or "Tree = #N + 3 paths unsaved" (N: what the tree was last made equal to).  ``#N`` links to its
+row.  Finding this walks the tree, so the timeline loads it after its own first paint
+(``/here.frag``), and its first byte does not wait for the walk.  Also here: the paths holding
+unsaved work (previews flag them) and ``#N`` read as the timeline's number (Compare).
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from snapstore.errors import RefError, SnapstoreError
-from snapstore.ui.html import Html, fmt, url
+from snapstore.ui.html import Html, fmt, time_el, url
 
 if TYPE_CHECKING:
     from snapstore.records.checkpoint import Checkpoint
@@ -61,12 +64,6 @@ def _link(cp: Checkpoint) -> Html:
     )
 
 
-def _ago(time_ns: int) -> Html:
-    from snapstore.ui.html import time_el
-
-    return time_el(time_ns, relative=True)
-
-
 def row(store: Store) -> Html:
     """The working tree's row (the ``<tr>``), ``data-here`` naming the checkpoint it equals.
 
@@ -88,7 +85,7 @@ def row(store: Store) -> Html:
         what = fmt("Tree = {} · the newest checkpoint, nothing unsaved", _link(latest))
     elif here is not None and (cp := _number(store, here)) is not None:
         verb = "undone to" if op is not None and op.kind == "undo" else "restored"
-        when = fmt(" {} {}", verb, _ago(op.time_ns)) if op is not None else Html("")
+        when = fmt(" {} {}", verb, time_el(op.time_ns, relative=True)) if op is not None else Html("")
         what = fmt(
             'Tree = {} ·{} · nothing unsaved · <a href="{}">{} differ from the newest</a>, #{}',
             _link(cp), when, url("/compare", a=latest.short_id), _paths(len(changes)), latest.seq,
@@ -129,8 +126,6 @@ def unsaved(store: Store) -> set[bytes]:
 def resolve_number(store: Store, ref: str) -> Checkpoint:
     """The checkpoint ``ref`` names in the browser: ``#N`` is the timeline's number (log number
     N, which never changes: the same #N on every page); anything else as the CLI reads it."""
-    import re
-
     found = re.fullmatch(r"\s*#(\d+)\s*", ref)
     if found is None:
         return store.resolve(ref)
