@@ -82,6 +82,8 @@ def test_take_back_one_checkpoint_keeping_later_changes_then_undo(store: Store, 
 
 def test_take_back_a_tasks_agent_changes_only(store: Store, tree: Path):
     client = client_for(store)
+    header = re.search(r'<tr class="grp">.*?</tr>', client.get("/").text, re.S).group(0)
+    assert '<input type="hidden" name="task" value="t"><input type="hidden" name="actor" value="agent">' in header  # on the task's header row
     preview = post(client, "/revert/preview", {"task": "t", "actor": "agent"}).text
     done = post(client, "/revert/confirm", {"task": "t", "actor": "agent", "plan": plan_of(preview), "confirm": "yes"})
     assert done.status_code == 200

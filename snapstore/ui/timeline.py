@@ -299,9 +299,17 @@ def _group(key: tuple[str, str], members: list[Checkpoint], picks: bool = False,
     span = time_el(members[0].time_ns) if len(members) == 1 else fmt(
         "{}, {} – {}", plural(len(members), "checkpoint"), time_el(members[-1].time_ns), time_el(members[0].time_ns)
     )
+    back = Html("")
+    if picks and kind == "task":
+        back = fmt(
+            ' <form class="inline" method="post" action="/revert/preview"><input type="hidden" name="task" value="{}">'
+            '<input type="hidden" name="actor" value="agent"><button type="submit" class="small task-revert">'
+            "Take back the agent's changes in this task…</button></form>",
+            name,
+        )
     return fmt(
-        '<tbody class="group"><tr class="grp"><th colspan="{}" scope="rowgroup">{} <small>{}</small></th></tr>{}</tbody>',
-        COLUMNS, title, span, join(_turns(members, picks, gaps or {})),
+        '<tbody class="group"><tr class="grp"><th colspan="{}" scope="rowgroup">{} <small>{}</small>{}</th></tr>{}</tbody>',
+        COLUMNS, title, span, back, join(_turns(members, picks, gaps or {})),
     )
 
 
