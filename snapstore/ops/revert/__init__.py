@@ -13,6 +13,9 @@ edits, and ``undo`` puts the tree back exactly.  The order under the writer lock
    paths replaced, kind user, metadata ``revert_of``) are stored;
 5. restore makes the outcome paths equal to the target, with the safety checkpoint of step 3
    as its own: each path is checked against what step 3 saw before it is touched.
+
+Conflicts are settled for the whole revert (``conflicts``) or file by file (``choices``: path ->
+ours, theirs or markers, what the UI's per-file choice sends); a conflict left unsettled refuses.
 """
 
 from __future__ import annotations

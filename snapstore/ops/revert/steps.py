@@ -1,5 +1,9 @@
 """What a revert takes back: the request (one checkpoint, a range ``A..B``, or a task's
-checkpoints) read from the store as *steps*, the changes the planner takes back."""
+checkpoints) read from the store as *steps*, the changes the planner takes back.
+
+A range is one step (A's tree to B's); a range with an actor, like a task, is one step per
+checkpoint of that actor after A up to B in log order (whatever their task: "what the agent did
+since here"), the other actors' checkpoints in between left as they are."""
 
 from __future__ import annotations
 
