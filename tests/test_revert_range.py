@@ -115,3 +115,18 @@ def test_a_markers_choice_writes_markers_in_that_file_only(clash: Path):
 def test_an_unknown_choice_is_a_usage_error(clash: Path):
     with Store.open(clash) as s, pytest.raises(UsageError, match="ours, theirs, markers"):
         s.revert(task="s1", actor="agent", choices={b"a.py": "both"}, dry_run=True)
+
+
+def test_the_cli_takes_an_actor_with_a_range(tree: Path, history: dict[str, str]):
+    import json
+
+    from helpers import assert_one_line_error, run_snapstore
+
+    done = run_snapstore("revert", f"{history['early'][:12]}..latest", "--actor", "agent", "--json", cwd=tree)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert "3 checkpoint(s) by the agent" in report["what"] and report["unknown"][0]["taken"] is False
+    assert "agent 14\n" not in (tree / "a.py").read_text() and "user 9\n" in (tree / "a.py").read_text()
+    bad = run_snapstore("revert", "latest", "--actor", "agent", cwd=tree)
+    assert bad.returncode != 0 and b"--actor needs --task or a range" in bad.stderr
+    assert_one_line_error(bad.stderr)
