@@ -159,6 +159,12 @@ def test_a_conflict_can_take_theirs_and_undo_puts_everything_back(page: Page, tr
         prompt = page.locator("#timeline tr.cp.turn")
         expect(prompt).to_contain_text("Add logging to app.py")
         expect(prompt.locator(".steps")).to_have_text(re.compile(r"\d+ steps"))
+        nested = page.locator("#timeline tr.cp.step")
+        expect(nested.first).to_be_visible()
+        prompt.locator(".steps").click()  # the turn's steps fold under its prompt
+        expect(nested.first).to_be_hidden()
+        prompt.locator(".steps").click()
+        expect(nested.first).to_be_visible()
         prompt.get_by_role("link", name="since this prompt").click()
         page.wait_for_url(re.compile(r"/range\?"))
         page.locator("#revert-range").click()

@@ -321,7 +321,7 @@ def _turns(members: list[Checkpoint], picks: bool, gaps: dict[str, int]) -> list
     for c in members:  # newest first
         if is_prompt(c):
             out.append(_row(c, picks, head=len(pending), gap=gaps.get(c.id, 0)))
-            out.extend(_row(s, picks, nested=True, gap=gaps.get(s.id, 0)) for s in pending)
+            out.extend(_row(s, picks, turn=c.seq, gap=gaps.get(s.id, 0)) for s in pending)
             pending = []
         else:
             pending.append(c)
@@ -329,7 +329,9 @@ def _turns(members: list[Checkpoint], picks: bool, gaps: dict[str, int]) -> list
     return out
 
 
-def _row(c: Checkpoint, picks: bool = False, *, head: int | None = None, nested: bool = False, gap: int = 0) -> Html:
+def _row(c: Checkpoint, picks: bool = False, *, head: int | None = None, turn: int | None = None, gap: int = 0) -> Html:
+    """One checkpoint's row; ``head``: it heads a turn of that many steps; ``turn``: the number
+    of the prompt row it is nested under; ``gap``: hidden records numbered just above it."""
     href = f"/c/{c.id}"
     message = c.message or "(no message)"
     label = fmt('<span title="checkpoint number {} (it never changes)">#{}</span>', c.seq, c.seq)
@@ -347,13 +349,15 @@ def _row(c: Checkpoint, picks: bool = False, *, head: int | None = None, nested:
     if picks:
         tick = fmt('<input type="checkbox" form="range-form" name="pick" value="{}" aria-label="tick #{} for a range">', c.id, c.seq)
         since = fmt(' <a class="since" href="{}">{}</a>', url("/range", start=c.id, actor="agent"), "since this prompt" if head is not None else "since here")
-    classes = "cp" + (" safety" if c.is_safety else "") + (" turn" if head is not None else "") + (" step" if nested else "")
+    classes = "cp" + (" safety" if c.is_safety else "") + (" turn" if head is not None else "") + (" step" if turn is not None else "")
     lead = fmt('<span class="turn-label">Prompt</span> ') if head is not None else Html("")
-    steps = fmt(' <small class="steps">{}</small>', plural(head, "step")) if head else Html("")
+    steps = Html("")
+    if head:
+        steps = fmt(' <button type="button" class="small steps" data-fold="{}" aria-expanded="true">{}</button>', c.seq, plural(head, "step"))
     return fmt(
-        '<tr class="{}" id="r{}" data-href="{}" data-id="{}"><td class="pick">{}</td><td class="ref">{}</td><td>{}</td>'
+        '<tr class="{}" id="r{}"{} data-href="{}" data-id="{}"><td class="pick">{}</td><td class="ref">{}</td><td>{}</td>'
         '<td class="msg">{}<a href="{}">{}</a>{} {}{}</td><td>{}</td><td class="who">{}</td><td class="id"><code>{}</code></td></tr>',
-        classes, c.seq, href, c.id, tick, label, time_el(c.time_ns, relative=True), lead, href, message, steps,
+        classes, c.seq, fmt(' data-turn="{}"', turn) if turn is not None else Html(""), href, c.id, tick, label, time_el(c.time_ns, relative=True), lead, href, message, steps,
         tags_el(c.tags), since, counts_el(c.stats), who(c) or "–", c.short_id,
     )
 

@@ -18,6 +18,15 @@
   });
 
   if (!box) return;
+  // A turn's steps fold under its prompt ("6 steps").
+  box.addEventListener("click", function (e) {
+    const b = e.target.closest ? e.target.closest("button.steps[data-fold]") : null;
+    if (!b) return;
+    const open = b.getAttribute("aria-expanded") === "true";
+    box.querySelectorAll('tr[data-turn="' + CSS.escape(b.dataset.fold) + '"]').forEach(function (r) { r.hidden = open; });
+    b.setAttribute("aria-expanded", open ? "false" : "true");
+  });
+
   // The detail pane: a row's diff (or, with two rows ticked, their comparison) beside the list.
   const pane = document.createElement("aside");
   pane.id = "detail";
