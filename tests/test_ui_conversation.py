@@ -136,3 +136,24 @@ def test_search_in_conversations_finds_the_step_where_it_was_said(store: Store):
     assert labels(client.get("/?said=please").text) == [2]  # the assistant's words count too
     assert labels(client.get("/?said=please&path=*.txt").text) == []  # and every filter must hold
     assert "No checkpoint matches." in client.get("/?said=nowhere").text
+
+
+def test_a_prompt_is_shown_once_per_turn_and_never_on_the_user_s_rows(tree: Path):
+    """Issue 42 req 4: not the same prompt on every row of its turn: on the oldest of its rows
+    (not the user's), and not at all under a hook's prompt row, which heads the turn."""
+    (tree / "a.py").write_text("x = 1\n")
+    with Store.init(tree) as s:
+        first = [{"role": "user", "content": "tidy a.py"}]
+        for i in range(3):
+            (tree / "a.py").write_text(f"x = {i + 2}\n")
+            s.snapshot(f"after Edit {i}", conversation=first, metadata={"actor": "agent"})
+        (tree / "a.py").write_text("x = 9\n")
+        s.snapshot("before Edit", conversation=first, metadata={"actor": "user"})
+        second = first + [{"role": "user", "content": "now b.py"}]
+        s.snapshot("now b.py", conversation=second, metadata={"actor": "user", "event": "UserPromptSubmit"})
+        (tree / "b.py").write_text("y = 1\n")
+        s.snapshot("after Write b.py", conversation=second, metadata={"actor": "agent"})
+        found = client_for(s).get("/timeline.prompts").json()
+        assert found == {s.resolve(":/after Edit 0").id: "tidy a.py"}
+        page = client_for(s).get("/").text
+        assert re.search(r'<tr class="cp turn".*?now b\.py</a> <button type="button" class="small steps" data-fold="\d+" aria-expanded="true">1 step</button>', page)

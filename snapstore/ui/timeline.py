@@ -220,13 +220,14 @@ def prompts(store: Store, f: Filters, before: int | None = None) -> dict[str, st
 
     rows = page_rows(store, f, before).checkpoints
     found = read(store, rows)
-    # Once per turn, not on every row: on its prompt's row, else on the oldest row of a run of
-    # rows with the same prompt; never on the user's own checkpoints (they are not the turn's).
+    # Once per turn, not on every row: on the oldest row of a run of rows with the same prompt,
+    # never on the user's own checkpoints (they are not the turn's); a prompt's own row (the
+    # turn's header) already reads as its prompt, and its steps are below it.
     out: dict[str, str] = {}
     for i, c in enumerate(rows):
         text = found.get(c.id)
         older = found.get(rows[i + 1].id) if i + 1 < len(rows) else None
-        if text and (is_prompt(c) or (text != older and c.metadata.get("actor") != "user")):
+        if text and text != older and not is_prompt(c) and c.metadata.get("actor") != "user":
             out[c.id] = text
     return out
 
