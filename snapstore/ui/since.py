@@ -174,7 +174,7 @@ def range_form(r: Range, label: str) -> Html:
         '<form class="inline" method="post" action="/revert/preview"><input type="hidden" name="range" value="{}">'
         '<input type="hidden" name="actor" value="{}"><input type="hidden" name="words" value="{}">'
         '<button type="submit" class="action" id="revert-range">{}</button></form>',
-        r.spec, r.actor, r.words, label,
+        r.spec, r.actor, f"{actor_word(r.actor)} changes in {r.words}", label,
     )
 
 
