@@ -116,6 +116,8 @@ def pages(store: Store) -> list[str]:
         "/history?path=src/app.py",
         "/compare",
         "/compare?a=%233&b=%231",
+        "/?actor=agent",
+        "/range?since=1h&actor=agent",
         "/ops",
         "/c/ffffffffffff",
     ]
@@ -156,6 +158,18 @@ def test_axe_core_finds_no_violation_on_any_page(page: Page, served: Running, st
     revert_preview(page, base, store)
     if v := axe_violations(page):
         found["revert preview"] = v
+    # Issue 42: the timeline's detail pane, and a range's revert with a conflict settled in the page.
+    page.goto(base + "/")
+    page.locator("#timeline tr.cp td.when, #timeline tr.cp td:nth-child(3)").first.click()
+    page.wait_for_selector("#detail p.summary")
+    if v := axe_violations(page):
+        found["detail pane"] = v
+    write(Path(store.root), "src/util.py", "X = 2\n")  # unsaved, on the agent's lines: a conflict
+    page.goto(base + "/range?since=1h&actor=agent")
+    page.locator("#revert-range").click()
+    page.wait_for_selector("fieldset.choice")
+    if v := axe_violations(page):
+        found["range revert preview with a conflict"] = v
     assert found == {}
 
 

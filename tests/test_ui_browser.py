@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ui_browser import launch, unavailable
+from ui_browser import browser_page, launch, unavailable
 
 REASON = unavailable()
 if REASON:
@@ -62,12 +62,8 @@ def served(ui_store: Store) -> Iterator[Running]:
 
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[Page]:
-    playwright, context = launch(tmp_path)
-    try:
-        yield context.pages[0] if context.pages else context.new_page()
-    finally:
-        context.close()
-        playwright.stop()
+    with browser_page(tmp_path) as opened:
+        yield opened
 
 
 def open_ui(page: Page, running: Running) -> None:

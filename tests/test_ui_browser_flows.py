@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ui_browser import launch, unavailable
+from ui_browser import browser_page, unavailable
 
 REASON = unavailable()
 if REASON:
@@ -32,12 +32,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[Page]:
-    playwright, context = launch(tmp_path)
-    try:
-        yield context.pages[0] if context.pages else context.new_page()
-    finally:
-        context.close()
-        playwright.stop()
+    with browser_page(tmp_path) as opened:
+        yield opened
 
 
 def open_ui(page: Page, running: Running) -> str:
@@ -85,7 +81,7 @@ def test_you_are_here_prompts_and_relative_times(page: Page, tree: Path):
         with background(store) as running:
             open_ui(page, running)
             row = page.locator("#worktree tr.worktree")
-            expect(row).to_contain_text("it equals checkpoint")
+            expect(row).to_contain_text(re.compile(r"Tree = #\d+ .* restored .* nothing unsaved"))
             marked = page.locator("#timeline tr.cp.here")
             expect(marked).to_have_count(1)
             expect(marked).to_have_attribute("data-href", f"/c/{target.id}")
@@ -103,7 +99,7 @@ def test_you_are_here_prompts_and_relative_times(page: Page, tree: Path):
             page.goto(page.url.split("/c/")[0] + "/")
             (tree / "notes.txt").write_text("changed after\n")
             page.reload()
-            expect(page.locator("#worktree tr.worktree")).to_contain_text(re.compile(r"\d+ paths? changed since the latest checkpoint"))
+            expect(page.locator("#worktree tr.worktree")).to_contain_text(re.compile(r"\+ \d+ paths? unsaved"))
             page.wait_for_selector("#worktree tr[data-here]")  # the real row, not the placeholder
             expect(page.locator("#timeline tr.cp.here")).to_have_count(0)  # the tree equals no checkpoint now
 
@@ -118,15 +114,15 @@ def test_paging_and_keys_walk_the_history(page: Page, tree: Path, monkeypatch):
             open_ui(page, running)
             refs = page.locator("#timeline td.ref")
             expect(refs).to_have_count(5)
-            expect(refs.first).to_have_text("12")
+            expect(refs.first).to_have_text("#12")
             page.keyboard.press("[")
             page.wait_for_url(re.compile(r"before=8"))
-            expect(refs.first).to_have_text("7")
+            expect(refs.first).to_have_text("#7")
             page.get_by_role("link", name=re.compile("Older checkpoints")).click()
-            expect(refs.first).to_have_text("2")
+            expect(refs.first).to_have_text("#2")
             expect(page.get_by_role("link", name=re.compile("Older checkpoints"))).to_have_count(0)
             page.keyboard.press("]")
-            expect(refs.first).to_have_text("12")
+            expect(refs.first).to_have_text("#12")
 
 
 def test_the_preview_keeps_confirm_in_view(page: Page, tree: Path):

@@ -74,14 +74,22 @@ def test_the_working_tree_row_names_the_checkpoint_the_tree_equals(store: Store,
     assert 'id="worktree" data-src="/here.frag"' in client.get("/").text
     latest, first = store.resolve("latest").id, store.resolve("#2").id
     text, here = here_of(client)
-    assert "no changes since the latest checkpoint" in text and here == latest
+    assert "Tree = #2 rename and edit · the newest checkpoint, nothing unsaved" in text and here == latest
     (tree / "app.py").write_text("a = 3\n")
     (tree / "scratch.txt").write_text("new\n")
     text, here = here_of(client)
-    assert "2 paths changed since the latest checkpoint" in text and "+1 ~1 -0" in text and here == ""
+    assert "Tree = #2 rename and edit + 2 paths unsaved" in text and "+1 ~1 -0" in text and here == ""
     store.restore(first)
     text, here = here_of(client)
-    assert "it equals checkpoint" in text and here == first
+    # Issue 42 req 3: after a restore the tree is a checkpoint, not unsaved work.
+    assert re.search(r"Tree = #1 first · restored .* · nothing unsaved · 3 paths differ from the newest, #2", text), text
+    assert "unsaved" not in text.replace("nothing unsaved", "") and here == first
+    html = client.get("/here.frag").text
+    assert 'href="#r1"' in html and 'data-page="/?before=2#r1"' in html  # linked to its row
+    assert 'id="r1"' in client.get("/").text
+    (tree / "app.py").write_text("a = 4\n")
+    text, here = here_of(client)
+    assert "Tree = #1 first + 1 path unsaved" in text and here == ""  # based on what was restored
     store.undo()
     _, here = here_of(client)
     assert here == store.operations()[0].target  # the tree as it was before the restore
@@ -125,3 +133,28 @@ def test_word_marks_survive_escaping_and_span_boundaries():
     spanned = words.mark(Html('<span class="k">ab</span><span class="n">cd</span>'), [(1, 3)], "ins")
     assert spanned == '<span class="k">a<ins>b</ins></span><span class="n"><ins>c</ins>d</span>'
     assert words.changed("x = 1", "completely different text") is None
+
+
+def test_compare_uses_the_timeline_s_numbers(store: Store):
+    """Issue 42 req 3: one numbering: #N in Compare is the timeline's #N (the log number, which
+    never changes), in its suggestions and in what it resolves."""
+    client = client_for(store)
+    first = store.resolve(":/first")
+    store.snapshot("third")  # the CLI's #2 now names "rename and edit", the timeline's #2 too
+    timeline = client.get("/").text
+    assert re.search(r'<span title="checkpoint number 1[^"]*">#1</span>.*?first', timeline, re.S)
+    page = client.get("/compare?a=%231&b=%232").text
+    assert f'<a href="/c/{first.id}">{first.short_id}</a> first' in page
+    assert '<option value="#1">first</option>' in page and '<option value="#3">third</option>' in page
+    assert "no checkpoint numbered #9" in client.get("/compare?a=%239").text
+
+
+def test_numbers_skipped_by_hidden_safety_checkpoints_are_explained(store: Store, tree: Path):
+    client = client_for(store)
+    store.restore(store.resolve(":/first").id)  # records #3, a safety checkpoint
+    (tree / "app.py").write_text("a = 5\n")
+    store.snapshot("after the restore")  # #4
+    html = client.get("/").text
+    row = re.search(r'<tr class="cp[^"]*" id="r2".*?</tr>', html, re.S)
+    assert row and "+1 hidden" in row.group(0) and "1 safety checkpoint (the tree before a restore" in row.group(0)
+    assert "+1 hidden" not in client.get("/?safety=1").text  # listed, nothing to explain

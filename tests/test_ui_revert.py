@@ -66,7 +66,10 @@ def test_take_back_one_checkpoint_keeping_later_changes_then_undo(store: Store, 
     assert f'action="/c/{cid}/revert/preview"' in page and 'id="revert-task"' in page
     preview = post(client, f"/c/{cid}/revert/preview").text
     assert "Dry run: nothing has changed yet." in preview and "1 path would be merged with the changes made since" in preview
-    assert "-line two" in preview and "+line 2" in preview
+    # the diff tree -> after the revert, rendered like a checkpoint's (rows by kind, line numbers)
+    dels = [re.sub(r"<[^>]+>", "", r) for r in re.findall(r'<tr class="del">(.*?)</tr>', preview, re.S)]
+    adds = [re.sub(r"<[^>]+>", "", r) for r in re.findall(r'<tr class="add">(.*?)</tr>', preview, re.S)]
+    assert any("line two" in r for r in dels) and any(re.search(r"line 2\b", r) for r in adds), (dels, adds)
     assert tree.joinpath("a.py").read_text().startswith("line 0\nline 1\nline two\n")  # nothing yet
     done = post(client, f"/c/{cid}/revert/confirm", {"plan": plan_of(preview), "confirm": "yes"})
     assert done.status_code == 200 and 'id="result"' in done.text and 'id="undo"' in done.text
@@ -79,6 +82,8 @@ def test_take_back_one_checkpoint_keeping_later_changes_then_undo(store: Store, 
 
 def test_take_back_a_tasks_agent_changes_only(store: Store, tree: Path):
     client = client_for(store)
+    header = re.search(r'<tr class="grp">.*?</tr>', client.get("/").text, re.S).group(0)
+    assert '<input type="hidden" name="task" value="t"><input type="hidden" name="actor" value="agent">' in header  # on the task's header row
     preview = post(client, "/revert/preview", {"task": "t", "actor": "agent"}).text
     done = post(client, "/revert/confirm", {"task": "t", "actor": "agent", "plan": plan_of(preview), "confirm": "yes"})
     assert done.status_code == 200
@@ -86,13 +91,25 @@ def test_take_back_a_tasks_agent_changes_only(store: Store, tree: Path):
     assert tree.joinpath("b.txt").read_text() == "b by the user\n"  # the user's kept
 
 
-def test_a_conflict_is_shown_and_nothing_can_be_confirmed(store: Store, tree: Path):
+def test_a_conflict_is_settled_per_file_in_the_page(store: Store, tree: Path):
+    """Issue 42 req 1: a conflict is listed first with its own choice (keep mine preselected),
+    never a command-line sentence; confirming applies the choice; nothing changes before."""
     tree.joinpath("a.py").write_text(A1.replace("line 2\n", "line 2, edited by hand\n"))
     client = client_for(store)
     cid = store.resolve("#3").id
     preview = post(client, f"/c/{cid}/revert/preview")
-    assert preview.status_code == 200 and "would conflict" in preview.text and 'id="confirm"' not in preview.text
+    assert preview.status_code == 200 and "--conflicts" not in preview.text and 'id="confirm"' in preview.text
+    token = "c.a.py"
+    assert f'name="{token}" value="ours" checked' in preview.text and f'name="{token}" value="theirs"' in preview.text
+    assert preview.text.index("conflict: you choose") < preview.text.index("Every path") + 400  # first in the list
+    assert "line 2, edited by hand" in tree.joinpath("a.py").read_text()  # nothing yet
+    done = post(client, f"/c/{cid}/revert/confirm", {"plan": plan_of(preview.text), "confirm": "yes", token: "theirs"})
+    assert done.status_code == 200 and 'id="result"' in done.text
+    assert tree.joinpath("a.py").read_text() == A1  # theirs: line 2 as before the change
+    store.undo()
     assert "line 2, edited by hand" in tree.joinpath("a.py").read_text()
+    done = post(client, f"/c/{cid}/revert/confirm", {"plan": plan_of(preview.text), "confirm": "yes", token: "ours"})
+    assert "line 2, edited by hand" in tree.joinpath("a.py").read_text()  # keep mine
 
 
 def test_a_stale_plan_is_previewed_again_and_a_bad_actor_refused(store: Store, tree: Path):
@@ -123,3 +140,38 @@ def test_unknown_changes_are_listed_and_taken_only_from_a_second_preview(store: 
     done = post(client, "/revert/confirm", {"task": "t", "actor": "agent", "include_unknown": "1", "plan": plan_of(both), "confirm": "yes"})
     assert done.status_code == 200 and not tree.joinpath("bg.log").exists()
     assert tree.joinpath("b.txt").read_text() == "b by the user\n"
+
+
+def range_of(html: str) -> str:
+    found = re.search(r'name="range" value="([0-9a-f]+\.\.[0-9a-f]+)"', html)
+    assert found, "no range form"
+    return found.group(1)
+
+
+def test_a_range_shows_one_actor_s_changes_combined_then_takes_them_back(store: Store, tree: Path):
+    """Issue 42 req 1 over HTTP: the last hour's agent changes, combined, then previewed and
+    confirmed with the same safety as every revert (same-origin POST, plan digest, Undo)."""
+    client = client_for(store)
+    page = client.get("/range?since=1h&actor=agent").text
+    assert "The agent&#x27;s changes in the last hour" in page and "2 of 4 checkpoints" in page
+    assert "b.txt" not in page.split("Changed files")[1].split("<details><summary>The")[0]  # the user's file: not the agent's
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "fifteen" in text and "two" in text  # both agent edits, combined into one diff of a.py
+    span = range_of(page)
+    form = {"range": span, "actor": "agent"}
+    # The same safety as any change: a POST from elsewhere is refused, nothing changes.
+    foreign = client.post("/revert/confirm", data={**form, "plan": "0" * 32, "confirm": "yes"}, headers={"origin": "http://evil.example"})
+    assert foreign.status_code == 403
+    preview = post(client, "/revert/preview", form).text
+    assert "Dry run: nothing has changed yet." in preview
+    stale = post(client, "/revert/confirm", {**form, "plan": "0" * 32, "confirm": "yes"}).text
+    assert "changed since the preview" in stale and "line two" in tree.joinpath("a.py").read_text()
+    done = post(client, "/revert/confirm", {**form, "plan": plan_of(preview), "confirm": "yes"})
+    assert done.status_code == 200 and 'id="undo"' in done.text
+    assert tree.joinpath("a.py").read_text() == A1 and tree.joinpath("b.txt").read_text() == "b by the user\n"
+    # Two ticked rows, "since here", and bad requests.
+    ids = [store.resolve(r).id for r in ("#4", "#2")]  # (the CLI's numbers: after the revert's own record)
+    assert "#2 to #4" in client.get("/range?" + "&".join(f"pick={i}" for i in ids) + "&actor=agent").text
+    assert client.get(f"/range?start={ids[1]}&actor=user").status_code == 200
+    assert client.get("/range?since=forever").status_code == 400
+    assert client.get(f"/range?pick={ids[0]}").status_code == 400

@@ -37,7 +37,7 @@ def client_for(store: Store) -> TestClient:
 
 def labels(html: str) -> list[int]:
     """The row numbers of a timeline page, top to bottom."""
-    return [int(n) for n in re.findall(r'<td class="ref"><span title="checkpoint number \d+[^"]*">(\d+)</span>', html)]
+    return [int(n) for n in re.findall(r'<td class="ref"><span title="checkpoint number \d+[^"]*">#(\d+)</span>', html)]
 
 
 def older_link(html: str) -> str | None:
@@ -78,12 +78,12 @@ def test_pages_read_only_their_records_and_page_back_to_the_first(long_store: St
 def test_row_numbers_do_not_move_when_checkpoints_arrive(long_store: Store, tree: Path):
     client = client_for(long_store)
     before = client.get("/").text
-    assert re.search(r">30</span></td><td>.*?Step 29 edit", before)
+    assert re.search(r">#30</span></td><td>.*?Step 29 edit", before)
     (tree / "new.txt").write_text("new\n")
     long_store.snapshot("a new one")
     after = client.get("/").text
     assert labels(after)[0] == 46 and labels(after)[1:] == labels(before)[:-1]
-    assert re.search(r">30</span></td><td>.*?Step 29 edit", after)
+    assert re.search(r">#30</span></td><td>.*?Step 29 edit", after)
     cid = long_store.resolve(":/Step 29 edit").id
     assert re.search(r"<h1>Checkpoint 30 <code>", client.get(f"/c/{cid}").text)
 

@@ -7,6 +7,8 @@ persistent context with a fresh profile that stays off the network.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +54,14 @@ def launch(tmp_path: Path, locale: str = "en-US") -> Any:
     )
     context.set_default_timeout(20_000)
     return playwright, context
+
+
+@contextmanager
+def browser_page(tmp_path: Path) -> Iterator[Any]:
+    """A page of a fresh browser (:func:`launch`), closed after."""
+    playwright, context = launch(tmp_path)
+    try:
+        yield context.pages[0] if context.pages else context.new_page()
+    finally:
+        context.close()
+        playwright.stop()

@@ -15,13 +15,14 @@ from snapstore.units import printable_bytes
     example="snapstore revert latest~3                 # what latest~3 changed, merged out\n"
     "snapstore revert A..B                     # everything between A and B\n"
     "snapstore revert --task S --actor agent   # every change of the agent in session S\n"
+    "snapstore revert A..latest --actor agent  # the agent's changes after A, the user's kept\n"
     "snapstore revert latest~3 -n -- src/app.py  # the resulting diff of one file\n"
     "snapstore undo                            # puts the tree back",
     paths_after_dashdash=True,
 )
 @click.argument("what", required=False, metavar="[REF | A..B]")
 @click.option("--task", metavar="S", help="Take back the changes of the checkpoints of task (session) S.")
-@click.option("--actor", type=click.Choice(["agent", "user", "unknown"]), help="With --task: only the checkpoints whose metadata actor is this.")
+@click.option("--actor", type=click.Choice(["agent", "user", "unknown"]), help="With --task or A..B: only the checkpoints whose metadata actor is this.")
 @click.option(
     "--include-unknown", is_flag=True,
     help="With --actor: take back the task's changes labelled unknown too (else listed and left alone; on a terminal you are asked).",
@@ -52,8 +53,8 @@ def revert(
     quiet: bool,
 ) -> None:
     """Undo what checkpoint REF changed (against its parent), what the range A..B changed, or
-    what the checkpoints of --task S did (--actor agent: only the agent's), merged into the
-    tree as it is now: later edits stay.
+    what the checkpoints of --task S did (--actor agent: only the agent's; with A..B, the
+    actor's checkpoints after A up to B), merged into the tree as it is now: later edits stay.
 
     Paths after `--` limit the revert.  Conflicting changes stop the revert (exit 9, nothing
     changed) unless --conflicts=markers, --ours or --theirs.  Undo it with `snapstore undo`.

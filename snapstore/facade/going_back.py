@@ -106,6 +106,7 @@ class GoingBackMixin(StoreBase):
         conflicts: str = "refuse",
         dry_run: bool = False,
         include_unknown: bool = False,
+        choices: dict[bytes, str] | None = None,
     ) -> RevertReport:
         """Take back what checkpoint ``ref`` changed (against its parent), what the range
         ``"A..B"`` changed (A's tree to B's), or every change of ``task`` (optionally only the
@@ -117,11 +118,14 @@ class GoingBackMixin(StoreBase):
         (diff3 markers written), ``"ours"`` or ``"theirs"``.  Undoable with :meth:`undo`.
         With ``actor``, the task's checkpoints labelled ``unknown`` (no event vouches for who made
         them) are left alone and listed in ``report.unknown``; ``include_unknown`` takes them too.
+        A range with ``actor`` takes back each of that actor's checkpoints after A up to B (log
+        order), like a task's.  ``choices`` settles some paths' conflicts on their own (path ->
+        ``"ours"``, ``"theirs"`` or ``"markers"``), over ``conflicts``.
         The stage is :mod:`snapstore.ops.revert`.
         """
         from snapstore.ops import revert as revert_op
 
-        request = revert_op.RevertRequest(ref, range, task, actor, paths, conflicts, include_unknown)
+        request = revert_op.RevertRequest(ref, range, task, actor, paths, conflicts, include_unknown, choices)
         with self._lock.held():
             if not dry_run:
                 self._recover()

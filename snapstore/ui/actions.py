@@ -15,10 +15,11 @@ import json
 from typing import TYPE_CHECKING
 
 from snapstore import render
-from snapstore.errors import SnapstoreError, UsageError
+from snapstore.errors import UsageError
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
 from snapstore.ui.diffview import STATUS_WORDS
+from snapstore.ui.here import unsaved
 from snapstore.ui.html import Html, fmt, join, path_token, tags_el
 from snapstore.ui.preview import plan_page, plural, tree_to_target, undo_button
 
@@ -79,23 +80,6 @@ def checkpoint_actions(cp: Checkpoint, *, read_only: bool = False) -> Html:
 # -- restore ----------------------------------------------------------------------------------
 
 
-def _unsaved(store: Store) -> set[bytes]:
-    """Paths whose working-tree state no checkpoint records: the tree against the checkpoint it
-    last equalled (the newest checkpoint, or the target of a restore or undo done since)."""
-    try:
-        rows, _ = store.log_page(limit=1, include_safety=True)  # the newest only (not all of them)
-        ops = store.operations()
-        if ops and (not rows or ops[0].time_ns > rows[0].time_ns):
-            reference = ops[0].target
-        elif rows:
-            reference = rows[0].id
-        else:
-            return set()
-        return {c.path for c in store.diff(reference, None)}
-    except SnapstoreError:
-        return set()
-
-
 def _hidden_paths(paths: list[bytes]) -> Html:
     return join(fmt('<input type="hidden" name="p" value="{}">', path_token(p)) for p in paths)
 
@@ -120,11 +104,31 @@ def restore_preview(store: Store, ref: str, paths: list[bytes], notice: str = ""
     )
     diffs = tree_to_target(store, target.id, paths) if report.changes else {}
     body = fmt(
-        '<h1>Preview: restore {} to checkpoint <a href="/c/{}">{}</a></h1><p class="message">{}</p>{}',
-        scope, target.id, target.short_id, target.message or "(no message)",
-        plan_page(report, _unsaved(store), diffs, verb="Restoring", confirm=confirm, notice=notice),
+        '<h1>Preview: restore {} to checkpoint <a href="/c/{}">{}</a></h1><p class="message">{}</p>{}{}',
+        scope, target.id, target.short_id, target.message or "(no message)", conversation_note(store, target) if rewind else Html(""),
+        plan_page(report, unsaved(store), diffs, verb="Restoring", confirm=confirm, notice=notice),
     )
     return "Preview restore", body
+
+
+def conversation_note(store: Store, target: Checkpoint) -> Html:
+    """What a rewind of files and conversation does to the conversation, in words: how many
+    messages the one handed back holds, how many later ones it leaves out, and how to resume."""
+    if target.conversation is None:
+        return Html('<p class="notice" id="rewind-note"><strong>The conversation:</strong> this checkpoint stores none, so only the files go back.</p>')
+    kept = len(store.conversation(target.id) or [])
+    newest = next((c for c in store.log_page(limit=50, task=target.task)[0] if c.conversation is not None), None)
+    later = max(0, len(store.conversation(newest.id) or []) - kept) if newest is not None else 0
+    session = target.metadata.get("session_id")
+    resume = Html("")
+    if isinstance(session, str) and session and target.metadata.get("event"):
+        resume = fmt(" For Claude Code, <code>snapstore rewind --claude-session {} --to {}</code> writes a session that resumes here.", session, target.short_id)
+    return fmt(
+        '<p class="notice" id="rewind-note"><strong>The conversation:</strong> the agent holds the live one, so it is not changed '
+        "from here. After Confirm you get it as it was at this checkpoint (JSON, {}), without the {} sent after it; "
+        "give it to the agent to go on from here.{}</p>",
+        plural(kept, "message"), plural(later, "message"), resume,
+    )
 
 
 def restore_confirm(store: Store, ref: str, paths: list[bytes], plan: str, confirm: str, rewind: bool = False) -> Page:
@@ -161,7 +165,7 @@ def undo_preview(store: Store, notice: str = "") -> Page:
         '<h1>Preview: undo the last operation</h1><p>The tree would go back to checkpoint <a href="/c/{}">{}</a> '
         "(as it was before the last restore or undo).</p>{}",
         report.target.id, report.target.short_id,
-        plan_page(report, _unsaved(store), diffs, verb="Undoing", confirm=confirm, notice=notice),
+        plan_page(report, unsaved(store), diffs, verb="Undoing", confirm=confirm, notice=notice),
     )
     return "Preview undo", body
 

@@ -28,7 +28,7 @@ from snapstore.errors import (
     UnsafePathError,
     UsageError,
 )
-from snapstore.ui import actions, budget, here, revert, timeline, views
+from snapstore.ui import actions, budget, here, revert, since, timeline, views
 from snapstore.ui.download import stream
 from snapstore.ui.highlight import stylesheet
 from snapstore.ui.html import Html, error_body, page, path_from_token, read_only_banner
@@ -78,6 +78,8 @@ class UiApp:
         self.static: dict[str, tuple[bytes, str]] = {
             "ui.css": (_resource("ui.css"), "text/css; charset=utf-8"),
             "ui.js": (_resource("ui.js"), "text/javascript; charset=utf-8"),
+            "since.css": (_resource("since.css"), "text/css; charset=utf-8"),
+            "since.js": (_resource("since.js"), "text/javascript; charset=utf-8"),
             "pygments.css": (stylesheet().encode(), "text/css; charset=utf-8"),
         }
 
@@ -258,14 +260,25 @@ class UiApp:
 
     async def revert_preview(self, request: Request) -> Response:
         ref, form = request.path_params.get("cid", ""), await _form(request)
-        task, actor, include = _one(form, "task"), _one(form, "actor"), _one(form, "include_unknown") == "1"
-        return await self.page(lambda: revert.preview(self.store, ref, task, actor, include_unknown=include), act=True)
+        return await self.page(lambda: revert.preview(self.store, _scope(ref, form)), act=True)
 
     async def revert_confirm(self, request: Request) -> Response:
         ref, form = request.path_params.get("cid", ""), await _form(request)
-        task, actor, plan, confirm = _one(form, "task"), _one(form, "actor"), _one(form, "plan"), _one(form, "confirm")
-        include = _one(form, "include_unknown") == "1"
-        return await self.page(lambda: revert.confirm(self.store, ref, task, actor, plan, confirm, include), act=True)
+        plan, confirm, choices = _one(form, "plan"), _one(form, "confirm"), _choices(form)
+        return await self.page(lambda: revert.confirm(self.store, _scope(ref, form), plan, confirm, choices), act=True)
+
+    async def range_page(self, request: Request) -> Response:
+        """A range of the timeline, one actor's changes in it combined (``/range``)."""
+        q = request.query_params
+        picks = [v for k, v in q.multi_items() if k == "pick" and v]
+        start, end, since_, actor = q.get("start", ""), q.get("end", ""), q.get("since", ""), q.get("actor", "")
+        view, cap = _view(request), budget.for_request(_full(request))
+
+        def build() -> tuple[str, Html]:
+            r = since.pick(self.reader, start, end, since_, picks, actor)
+            return since.page(self.reader, r, view, cap, read_only=self.read_only)
+
+        return await self.page(build)
 
     async def undo_preview(self, request: Request) -> Response:
         await _form(request)
@@ -309,6 +322,7 @@ def _filters(request: Request) -> tuple[timeline.Filters, int | None]:
         task=q.get("task", "").strip(),
         tag=q.get("tag", "").strip(),
         safety=q.get("safety", "") == "1",
+        actor=q.get("actor", "").strip() if q.get("actor", "").strip() in since.ACTORS else "",
     )
     try:
         before = max(0, int(q["before"])) if q.get("before") else None
@@ -364,6 +378,17 @@ class _BadForm(Exception):
 def _one(form: list[tuple[str, str]], name: str) -> str:
     values = [v for k, v in form if k == name]
     return values[-1] if values else ""
+
+
+def _scope(ref: str, form: list[tuple[str, str]]) -> revert.Scope:
+    return revert.Scope(
+        ref, _one(form, "task"), _one(form, "actor"), _one(form, "range"), _one(form, "include_unknown") == "1", _one(form, "words"),
+    )
+
+
+def _choices(form: list[tuple[str, str]]) -> dict[bytes, str]:
+    """Each conflicted file's choice (fields ``c.<path token>``: ours, theirs or markers)."""
+    return {path_from_token(k[2:]): v for k, v in form if k.startswith("c.") and len(k) > 2}
 
 
 def _form_paths(form: list[tuple[str, str]]) -> list[bytes]:
@@ -428,6 +453,7 @@ def create_app(
         Route("/c/{cid}/conversation.json", ui.conversation),
         Route("/history", ui.history),
         Route("/compare", ui.compare),
+        Route("/range", ui.range_page),
         Route("/ops", ui.operations),
         Route("/static/{name}", ui.static_file),
         change("/c/{cid}/restore/preview", ui.restore_preview, methods=["POST"]),

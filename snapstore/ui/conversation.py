@@ -2,7 +2,9 @@
 conversation with what is new in it first.
 
 A checkpoint stores the conversation as it was then; the messages its parent did not have yet
-are this step's (the prompt, the agent's answer and tool calls).  The page shows those, newest
+are this step's (the prompt, the agent's answer and tool calls).  Tool calls and their results
+are cards (the tool's name, each argument on its line; the call a result answers), not JSON.
+The page shows those, newest
 first, and folds the earlier ones; at most :data:`MAX_SHOWN` messages are rendered (the JSON
 download has them all).  The timeline's prompts are read after its first paint
 (``/timeline.prompts``), within :data:`PROMPT_SECONDS`.
@@ -121,14 +123,72 @@ def said_in(store: Store, text: str) -> Callable[[Checkpoint], bool]:
     return hit
 
 
-def _item(i: int, m: Any) -> Html:
-    role = str(m.get("role", "?")) if isinstance(m, dict) else "?"
-    text = message_text(m)
+def _text(text: str) -> Html:
     if len(text) > LONG_MESSAGE or text.count("\n") >= LONG_LINES:
         first = " ".join(text[:200].split())
-        content = fmt("<details><summary>{}… <small>({} characters)</small></summary><pre>{}</pre></details>", first, len(text), text)
-    else:
-        content = fmt("<pre>{}</pre>", text)
+        return fmt("<details><summary>{}… <small>({} characters)</small></summary><pre>{}</pre></details>", first, len(text), text)
+    return fmt("<pre>{}</pre>", text)
+
+
+def _value(v: Any) -> Html:
+    text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+    if "\n" in text or len(text) > 120:
+        return _text(text)
+    return fmt("<code>{}</code>", text)
+
+
+def _tool_use(b: dict[str, Any]) -> Html:
+    """A tool call as a card: its name and each argument on its own line (not raw JSON)."""
+    args = b.get("input")
+    rows = join(fmt("<dt>{}</dt><dd>{}</dd>", k, _value(v)) for k, v in args.items()) if isinstance(args, dict) else _value(args)
+    return fmt('<div class="tool-card tool-use"><span class="tool-name">{}</span> <small>call</small><dl>{}</dl></div>', str(b.get("name", "?")), rows)
+
+
+def _tool_result(b: dict[str, Any], names: dict[str, str]) -> Html:
+    """A tool's result as a card: which call it answers, and its text."""
+    content = b.get("content")
+    if isinstance(content, list):
+        content = "\n".join(x["text"] for x in content if isinstance(x, dict) and isinstance(x.get("text"), str))
+    name = names.get(str(b.get("tool_use_id", "")), "a tool")
+    failed = Html(' <strong class="warn">failed</strong>') if b.get("is_error") else Html("")
+    body = _text(content) if isinstance(content, str) and content else Html('<p class="empty">(no output)</p>')
+    return fmt('<div class="tool-card tool-result"><span class="tool-name">{}</span> <small>result</small>{}{}</div>', name, failed, body)
+
+
+def _blocks(m: Any, names: dict[str, str]) -> tuple[str, Html]:
+    """A message's label (a tool result's is "tool", not "user") and its content."""
+    role = str(m.get("role", "?")) if isinstance(m, dict) else "?"
+    content = m.get("content") if isinstance(m, dict) else m
+    if not isinstance(content, list):
+        return role, _text(message_text(m))
+    parts = []
+    for b in content:
+        kind = b.get("type") if isinstance(b, dict) else None
+        if kind == "text" and isinstance(b.get("text"), str):
+            parts.append(_text(b["text"]))
+        elif kind == "tool_use":
+            parts.append(_tool_use(b))
+        elif kind == "tool_result":
+            parts.append(_tool_result(b, names))
+        else:
+            parts.append(_text(json.dumps(b, ensure_ascii=False)))
+    only_results = bool(content) and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    return ("tool" if only_results else role), join(parts)
+
+
+def tool_names(messages: list[Any]) -> dict[str, str]:
+    """``{tool_use_id: tool name}`` of every tool call in ``messages``."""
+    out: dict[str, str] = {}
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        for b in content if isinstance(content, list) else []:
+            if isinstance(b, dict) and b.get("type") == "tool_use":
+                out[str(b.get("id", ""))] = str(b.get("name", "?"))
+    return out
+
+
+def _item(i: int, m: Any, names: dict[str, str]) -> Html:
+    role, content = _blocks(m, names)
     prompt = Html(' <span class="prompt-mark">prompt</span>') if is_prompt(m) else Html("")
     return fmt('<li class="msg role-{}"><span class="role">{}</span> <small>#{}</small>{}{}</li>', role, role, i + 1, prompt, content)
 
@@ -142,22 +202,23 @@ def section(messages: list[Any], before: int) -> Html:
     shown_new = new[:MAX_SHOWN]
     shown_old = old[: max(0, MAX_SHOWN - len(shown_new))]
     hidden = len(messages) - len(shown_new) - len(shown_old)
+    names = tool_names(messages)
     parts = []
     if new:
         parts.append(fmt(
             '<h3>New in this checkpoint <small>{} message{}, newest first</small></h3><ol class="conversation" reversed>{}</ol>',
-            len(new), "" if len(new) == 1 else "s", join(_item(i, messages[i]) for i in shown_new),
+            len(new), "" if len(new) == 1 else "s", join(_item(i, messages[i], names) for i in shown_new),
         ))
     else:
         parts.append(Html('<p class="empty">No message is new in this checkpoint.</p>'))
     if old:
         parts.append(fmt(
             '<details class="earlier"><summary>{} earlier message{} (the conversation before this step)</summary><ol class="conversation">{}</ol></details>',
-            len(old), "" if len(old) == 1 else "s", join(_item(i, messages[i]) for i in shown_old),
+            len(old), "" if len(old) == 1 else "s", join(_item(i, messages[i], names) for i in shown_old),
         ))
     if hidden > 0:
         parts.append(fmt('<p class="note">{} older messages are not shown here: the download has them all.</p>', hidden))
     return join(parts)
 
 
-__all__ = ["is_prompt", "last_prompt", "message_text", "prompts", "said_in", "section"]
+__all__ = ["is_prompt", "last_prompt", "message_text", "prompts", "said_in", "section", "tool_names"]

@@ -1,32 +1,36 @@
 """"You are here": the working tree's row at the top of the timeline.
 
-It says what changed in the tree since the latest checkpoint (a link compares them) and names
-the checkpoint the tree equals, if one does: the latest when nothing changed, else the target
-of the last restore or undo when the tree still matches it (a selective restore matches only
-its paths, so it names none).  Finding this walks the tree, so the timeline loads it after its
-own first paint (``/here.frag``), and its first byte does not wait for the walk.
+It says, in the timeline's numbers, which checkpoint the tree is: "Tree = #N" when it equals
+one (the latest when nothing changed, else the target of the last whole-tree restore or undo
+when the tree still matches it: then nothing is unsaved, however much differs from the newest),
+or "Tree = #N + 3 paths unsaved" (N: what the tree was last made equal to).  ``#N`` links to its
+row.  Finding this walks the tree, so the timeline loads it after its own first paint
+(``/here.frag``), and its first byte does not wait for the walk.  Also here: the paths holding
+unsaved work (previews flag them) and ``#N`` read as the timeline's number (Compare).
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
-from snapstore.errors import RefError
-from snapstore.ui.html import Html, fmt, url
+from snapstore.errors import RefError, SnapstoreError
+from snapstore.ui.html import Html, fmt, time_el, url
 
 if TYPE_CHECKING:
+    from snapstore.records.checkpoint import Checkpoint
     from snapstore.store import Store
 
 #: Columns of the timeline's table (the row spans them).
-COLUMNS = 6
+COLUMNS = 7
 
 
 def placeholder() -> Html:
     """What the timeline shows until the row arrives (and without JavaScript)."""
     return fmt(
-        '<tbody id="worktree" data-src="/here.frag"><tr class="worktree"><th scope="row" class="ref">Now</th>'
+        '<tbody id="worktree" data-src="/here.frag"><tr class="worktree"><th scope="row" class="ref" colspan="2">Now</th>'
         '<td colspan="{}">Working tree: <a href="/compare?a=latest">compare it with the latest checkpoint</a></td></tr></tbody>',
-        COLUMNS - 1,
+        COLUMNS - 2,
     )
 
 
@@ -45,32 +49,95 @@ def equal_to(store: Store, latest_id: str, tree_changed: bool) -> str | None:
         return None
 
 
-def row(store: Store) -> Html:
-    """The working tree's row (the ``<tr>``), ``data-here`` naming the checkpoint it equals."""
+def _number(store: Store, cid: str) -> Checkpoint | None:
     try:
-        latest = store.resolve("latest")
+        return store.log_neighbours(cid, include_safety=True)[0]
     except RefError:
-        return Html("")
-    changes = store.diff(latest.id, None)
-    here = equal_to(store, latest.id, bool(changes))
-    counts = {k: sum(1 for c in changes if c.status == k) for k in "AMD"}
-    compare = url("/compare", a=latest.short_id)
-    if changes:
-        n = len(changes)
-        what = fmt(
-            '<a href="{}">{} path{} changed</a> since the latest checkpoint '
-            '<span class="counts"><span class="add">+{}</span> <span class="mod">~{}</span> <span class="del">-{}</span></span>',
-            compare, n, "" if n == 1 else "s", counts["A"], counts["M"], counts["D"],
-        )
-    else:
-        what = Html("no changes since the latest checkpoint")
-    where = Html("")
-    if here is not None:
-        where = fmt(' · it equals checkpoint <a href="/c/{}"><code>{}</code></a>', here, here[:12])
+        return None
+
+
+def _link(cp: Checkpoint) -> Html:
+    """``#74`` linked to its row (on this page when there; else the page that starts with it)."""
     return fmt(
-        '<tr class="worktree" data-here="{}"><th scope="row" class="ref">Now</th><td colspan="{}">Working tree: {}{}</td></tr>',
-        here or "", COLUMNS - 1, what, where,
+        '<a href="#r{}" data-page="{}" class="to-row">#{}</a> <span class="msg-here">{}</span>',
+        cp.seq, url("/", before=cp.seq + 1) + f"#r{cp.seq}", cp.seq, cp.message or "(no message)",
     )
 
 
-__all__ = ["equal_to", "placeholder", "row"]
+def row(store: Store) -> Html:
+    """The working tree's row (the ``<tr>``), ``data-here`` naming the checkpoint it equals.
+
+    In words: "Tree = #74 … · restored 2 minutes ago · 54 paths differ from the newest, #111"
+    after a restore (no unsaved work: the tree is a checkpoint), "Tree = #111 (the newest) + 2
+    unsaved paths" with edits since, "Tree = #111, the newest" when nothing changed.
+    """
+    try:
+        latest = _number(store, store.resolve("latest").id)
+    except RefError:
+        return Html("")
+    if latest is None:
+        return Html("")
+    changes = store.diff(latest.id, None)
+    here = equal_to(store, latest.id, bool(changes))
+    ops = store.operations()
+    op = ops[0] if ops and ops[0].time_ns > latest.time_ns and ops[0].paths is None else None
+    if here == latest.id:
+        what = fmt("Tree = {} · the newest checkpoint, nothing unsaved", _link(latest))
+    elif here is not None and (cp := _number(store, here)) is not None:
+        verb = "undone to" if op is not None and op.kind == "undo" else "restored"
+        when = fmt(" {} {}", verb, time_el(op.time_ns, relative=True)) if op is not None else Html("")
+        what = fmt(
+            'Tree = {} ·{} · nothing unsaved · <a href="{}">{} differ from the newest</a>, #{}',
+            _link(cp), when, url("/compare", a=latest.short_id), _paths(len(changes)), latest.seq,
+        )
+    else:
+        base = _number(store, op.target) if op is not None else None
+        unsaved = store.diff(base.id, None) if base is not None else changes
+        base = base or latest
+        counts = {k: sum(1 for c in unsaved if c.status == k) for k in "AMD"}
+        what = fmt(
+            'Tree = {} + <a href="{}">{} unsaved</a> '
+            '<span class="counts"><span class="add">+{}</span> <span class="mod">~{}</span> <span class="del">-{}</span></span>',
+            _link(base), url("/compare", a=base.short_id), _paths(len(unsaved)), counts["A"], counts["M"], counts["D"],
+        )
+    return fmt(
+        '<tr class="worktree" data-here="{}"><th scope="row" class="ref" colspan="2">Now</th><td colspan="{}">{}</td></tr>',
+        here or "", COLUMNS - 2, what,
+    )
+
+
+def unsaved(store: Store) -> set[bytes]:
+    """Paths whose working-tree state no checkpoint records: the tree against the checkpoint it
+    last equalled (the newest checkpoint, or the target of a restore or undo done since)."""
+    try:
+        rows, _ = store.log_page(limit=1, include_safety=True)  # the newest only (not all of them)
+        ops = store.operations()
+        if ops and (not rows or ops[0].time_ns > rows[0].time_ns):
+            reference = ops[0].target
+        elif rows:
+            reference = rows[0].id
+        else:
+            return set()
+        return {c.path for c in store.diff(reference, None)}
+    except SnapstoreError:
+        return set()
+
+
+def resolve_number(store: Store, ref: str) -> Checkpoint:
+    """The checkpoint ``ref`` names in the browser: ``#N`` is the timeline's number (log number
+    N, which never changes: the same #N on every page); anything else as the CLI reads it."""
+    found = re.fullmatch(r"\s*#(\d+)\s*", ref)
+    if found is None:
+        return store.resolve(ref)
+    n = int(found.group(1))
+    rows, _ = store.log_page(before=n + 1, limit=1, include_safety=True)
+    if not rows or rows[0].seq != n:
+        raise RefError(f"no checkpoint numbered #{n} (the timeline's numbers)")
+    return rows[0]
+
+
+def _paths(n: int) -> str:
+    return f"{n:,} path{'' if n == 1 else 's'}"
+
+
+__all__ = ["equal_to", "placeholder", "resolve_number", "row", "unsaved"]

@@ -136,7 +136,8 @@ def page(title: str, body: Html, *, active: str = "", root: str = "", revision: 
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} · snapstore</title>
 <link rel="stylesheet" href="/static/ui.css"><link rel="stylesheet" href="/static/pygments.css">
-<script src="/static/ui.js" defer></script>
+<link rel="stylesheet" href="/static/since.css">
+<script src="/static/ui.js" defer></script><script src="/static/since.js" defer></script>
 </head><body data-revision="{revision}">
 <a class="skip" href="#main">Skip to the content</a>
 <header><a class="brand" href="/">snapstore</a><nav>{nav}</nav><span class="root" title="{where}">{root}</span></header>

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from snapstore.errors import RefError
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.ui import here
+from snapstore.ui.here import COLUMNS
 from snapstore.ui.html import Html, counts_el, fmt, group_key, join, tags_el, time_el, url, who
 
 if TYPE_CHECKING:
@@ -53,15 +54,17 @@ class Filters:
     task: str = ""
     tag: str = ""
     safety: bool = False
+    #: Only the checkpoints whose metadata ``actor`` is this (agent, user, unknown).
+    actor: str = ""
 
     def query(self) -> dict[str, str | int | None]:
         return {
             "q": self.q, "path": self.path, "said": self.said, "task": self.task, "tag": self.tag,
-            "safety": 1 if self.safety else None,
+            "safety": 1 if self.safety else None, "actor": self.actor,
         }
 
     def any(self) -> bool:
-        return bool(self.q or self.path or self.said or self.task or self.tag)
+        return bool(self.q or self.path or self.said or self.task or self.tag or self.actor)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,13 @@ def path_matcher(pattern: str) -> Callable[[bytes], bool]:
     return lambda path: path == prefix or path.startswith(prefix + b"/")
 
 
+def _by_actor(actor: str, first: Callable[[Checkpoint], bool] | None) -> Callable[[Checkpoint], bool]:
+    def keep(c: Checkpoint) -> bool:
+        return c.metadata.get("actor") == actor and (first is None or first(c))
+
+    return keep
+
+
 def page_rows(store: Store, f: Filters, before: int | None) -> Rows:
     """The checkpoints of one page of the timeline."""
     needle = f.q.casefold()
@@ -95,7 +105,9 @@ def page_rows(store: Store, f: Filters, before: int | None) -> Rows:
     def message(c: Checkpoint) -> bool:
         return needle in c.message.casefold()
 
-    keep = message if needle else None
+    keep: Callable[[Checkpoint], bool] | None = message if needle else None
+    if f.actor:
+        keep = _by_actor(f.actor, keep)
     task = f.task or None
     if f.tag:
         try:
@@ -166,32 +178,66 @@ def timeline(store: Store, f: Filters, before: int | None = None, *, read_only: 
         '<label>Conversation <input name="said" value="{}" placeholder="text in the messages"></label>'
         '<label>Task <input name="task" value="{}" list="tasks"></label><datalist id="tasks">{}</datalist>'
         '<label>Tag <input name="tag" value="{}" list="tags"></label><datalist id="tags">{}</datalist>'
+        '<label>Who <select name="actor">{}</select></label>'
         '<label class="check"><input type="checkbox" name="safety" value="1"{}> safety checkpoints</label>'
         '<button type="submit">Filter</button> <a href="/">Clear</a></form>',
         f.q, f.path, f.said, f.task, join(fmt('<option value="{}">', t) for t in tasks),
-        f.tag, join(fmt('<option value="{}">', t) for t in tags), Html(" checked") if f.safety else Html(""),
+        f.tag, join(fmt('<option value="{}">', t) for t in tags), _actor_options(f.actor), Html(" checked") if f.safety else Html(""),
     )
+    picker = Html("") if read_only else range_picker()
     src = url("/timeline.frag", **f.query(), before=before)
     body = fmt(
-        '<h1>Checkpoints</h1>{}<div id="timeline" data-src="{}" aria-live="polite">{}</div>',
-        form, src, rows_html(f, before, rows, here_row=not read_only),
+        '<h1>Checkpoints</h1>{}{}<div id="timeline" data-src="{}" aria-live="polite">{}</div>',
+        form, picker, src, rows_html(f, before, rows, here_row=not read_only, picks=not read_only),
     )
     return "Timeline", body
+
+
+def _actor_options(chosen: str) -> Html:
+    return join(
+        fmt('<option value="{}"{}>{}</option>', v, Html(" selected") if v == chosen else Html(""), label)
+        for v, label in (("", "everyone"), ("agent", "the agent"), ("user", "the user"), ("unknown", "unknown"))
+    )
+
+
+def range_picker() -> Html:
+    """"Undo what the agent did since here": a window, a row's "since here", or two ticked rows,
+    and whose changes (the range's page shows them combined, then the revert's preview)."""
+    return fmt(
+        '<form class="rangebar" id="range-form" method="get" action="/range" aria-label="Pick a range to review or take back">'
+        "<strong>Review or take back</strong> <label><select name=\"actor\" id=\"range-actor\">{}</select> changes</label> in "
+        '<button type="submit" name="since" value="1h" id="since-1h">the last hour</button> '
+        '<button type="submit" name="since" value="1d" id="since-1d">the last day</button> '
+        '<button type="submit" id="range-picked">the two ticked rows</button> '
+        "<small>or follow a row's <em>since here</em></small></form>",
+        join(fmt('<option value="{}">{}</option>', v, label) for v, label in (("agent", "the agent's"), ("user", "the user's"), ("unknown", "the unknown"), ("", "everyone's"))),
+    )
 
 
 def prompts(store: Store, f: Filters, before: int | None = None) -> dict[str, str]:
     """The prompt each row of a page belongs to (``{id: text}``), for ui.js to fill in."""
     from snapstore.ui.conversation import prompts as read
 
-    return read(store, page_rows(store, f, before).checkpoints)
+    rows = page_rows(store, f, before).checkpoints
+    found = read(store, rows)
+    # Once per turn, not on every row: on the oldest row of a run of rows with the same prompt,
+    # never on the user's own checkpoints (they are not the turn's); a prompt's own row (the
+    # turn's header) already reads as its prompt, and its steps are below it.
+    out: dict[str, str] = {}
+    for i, c in enumerate(rows):
+        text = found.get(c.id)
+        older = found.get(rows[i + 1].id) if i + 1 < len(rows) else None
+        if text and text != older and not is_prompt(c) and c.metadata.get("actor") != "user":
+            out[c.id] = text
+    return out
 
 
 def timeline_list(store: Store, f: Filters, before: int | None = None, *, read_only: bool = False) -> Html:
     """The list part of the timeline (also served alone, for live updates)."""
-    return rows_html(f, before, page_rows(store, f, before), here_row=not read_only)
+    return rows_html(f, before, page_rows(store, f, before), here_row=not read_only, picks=not read_only)
 
 
-def rows_html(f: Filters, before: int | None, rows: Rows, *, here_row: bool = True) -> Html:
+def rows_html(f: Filters, before: int | None, rows: Rows, *, here_row: bool = True, picks: bool = False) -> Html:
     """One table for the page, a header row per run of the same task (or agent session), and
     first, on the first page of an unfiltered timeline, the working tree's row (``here_row``)."""
     pager = _pager(f, before, rows)
@@ -208,11 +254,12 @@ def rows_html(f: Filters, before: int | None, rows: Rows, *, here_row: bool = Tr
             groups[-1][1].append(c)
         else:
             groups.append((key, [c]))
-    body = join(_group(key, members) for key, members in groups)
+    gaps = {} if (f.any() or f.safety) else _gaps(rows.checkpoints)
+    body = join(_group(key, members, picks, gaps) for key, members in groups)
     if here_row and before is None and not f.any():
         body = fmt("{}{}", here.placeholder(), body)
     return fmt(
-        '<table class="timeline"><thead><tr><th scope="col">No.</th><th scope="col">When</th>'
+        '<table class="timeline"><thead><tr><th scope="col" class="pick"><span class="sr">Tick</span></th><th scope="col">No.</th><th scope="col">When</th>'
         '<th scope="col">Message</th><th scope="col">Changes</th><th scope="col" class="who">Who</th>'
         '<th scope="col" class="id">Id</th></tr></thead>{}</table>{}',
         body, pager,
@@ -236,30 +283,84 @@ def plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
-def _group(key: tuple[str, str], members: list[Checkpoint]) -> Html:
+def is_prompt(c: Checkpoint) -> bool:
+    """Whether ``c`` was taken when the user sent a prompt (a hook's prompt event)."""
+    event = c.metadata.get("event")
+    return isinstance(event, str) and "prompt" in event.lower()
+
+
+def _gaps(rows: list[Checkpoint]) -> dict[str, int]:
+    """``{id: n}``: the n hidden records (safety checkpoints) numbered just above each row."""
+    return {c.id: newer.seq - c.seq - 1 for newer, c in zip(rows, rows[1:]) if newer.seq - c.seq > 1}
+
+
+def _group(key: tuple[str, str], members: list[Checkpoint], picks: bool = False, gaps: dict[str, int] | None = None) -> Html:
     kind, name = key
     title = fmt("{}: <strong>{}</strong>", kind, name) if kind else Html("No task")
-    span = fmt(
+    span = time_el(members[0].time_ns) if len(members) == 1 else fmt(
         "{}, {} – {}", plural(len(members), "checkpoint"), time_el(members[-1].time_ns), time_el(members[0].time_ns)
     )
+    back = Html("")
+    if picks and kind == "task":
+        back = fmt(
+            ' <form class="inline" method="post" action="/revert/preview"><input type="hidden" name="task" value="{}">'
+            '<input type="hidden" name="actor" value="agent"><button type="submit" class="small task-revert">'
+            "Take back the agent's changes in this task…</button></form>",
+            name,
+        )
     return fmt(
-        '<tbody class="group"><tr class="grp"><th colspan="6" scope="rowgroup">{} <small>{}</small></th></tr>{}</tbody>',
-        title, span, join(_row(c) for c in members),
+        '<tbody class="group"><tr class="grp"><th colspan="{}" scope="rowgroup">{} <small>{}</small>{}</th></tr>{}</tbody>',
+        COLUMNS, title, span, back, join(_turns(members, picks, gaps or {})),
     )
 
 
-def _row(c: Checkpoint) -> Html:
+def _turns(members: list[Checkpoint], picks: bool, gaps: dict[str, int]) -> list[Html]:
+    """The rows of a group, anchored to prompts: each prompt's row heads its turn and the steps
+    after it (newer, newest first) are nested below it."""
+    out: list[Html] = []
+    pending: list[Checkpoint] = []
+    for c in members:  # newest first
+        if is_prompt(c):
+            out.append(_row(c, picks, head=len(pending), gap=gaps.get(c.id, 0)))
+            out.extend(_row(s, picks, turn=c.seq, gap=gaps.get(s.id, 0)) for s in pending)
+            pending = []
+        else:
+            pending.append(c)
+    out.extend(_row(s, picks, gap=gaps.get(s.id, 0)) for s in pending)
+    return out
+
+
+def _row(c: Checkpoint, picks: bool = False, *, head: int | None = None, turn: int | None = None, gap: int = 0) -> Html:
+    """One checkpoint's row; ``head``: it heads a turn of that many steps; ``turn``: the number
+    of the prompt row it is nested under; ``gap``: hidden records numbered just above it."""
     href = f"/c/{c.id}"
     message = c.message or "(no message)"
-    label = fmt('<span title="checkpoint number {} (it never changes)">{}</span>', c.seq, c.seq)
+    label = fmt('<span title="checkpoint number {} (it never changes)">#{}</span>', c.seq, c.seq)
     if c.is_safety:
         label = fmt("{} <small>safety</small>", label)
+    if gap:
+        # The numbers skipped above this row belong to hidden safety checkpoints: say so.
+        label = fmt(
+            '{} <small class="gap" title="{} safety checkpoint{} (the tree before a restore, undo or revert) numbered just above: '
+            'tick &quot;safety checkpoints&quot; to list {}">+{} hidden</small>',
+            label, gap, "" if gap == 1 else "s", "it" if gap == 1 else "them", gap,
+        )
+    tick = Html("")
+    since = Html("")
+    if picks:
+        tick = fmt('<input type="checkbox" form="range-form" name="pick" value="{}" aria-label="tick #{} for a range">', c.id, c.seq)
+        since = fmt(' <a class="since" href="{}">{}</a>', url("/range", start=c.id, actor="agent"), "since this prompt" if head is not None else "since here")
+    classes = "cp" + (" safety" if c.is_safety else "") + (" turn" if head is not None else "") + (" step" if turn is not None else "")
+    lead = fmt('<span class="turn-label">Prompt</span> ') if head is not None else Html("")
+    steps = Html("")
+    if head:
+        steps = fmt(' <button type="button" class="small steps" data-fold="{}" aria-expanded="true">{}</button>', c.seq, plural(head, "step"))
     return fmt(
-        '<tr class="cp{}" data-href="{}"><td class="ref">{}</td><td>{}</td>'
-        '<td class="msg"><a href="{}">{}</a> {}</td><td>{}</td><td class="who">{}</td><td class="id"><code>{}</code></td></tr>',
-        " safety" if c.is_safety else "", href, label, time_el(c.time_ns, relative=True), href, message,
-        tags_el(c.tags), counts_el(c.stats), who(c) or "–", c.short_id,
+        '<tr class="{}" id="r{}"{} data-href="{}" data-id="{}"><td class="pick">{}</td><td class="ref">{}</td><td>{}</td>'
+        '<td class="msg">{}<a href="{}">{}</a>{} {}{}</td><td>{}</td><td class="who">{}</td><td class="id"><code>{}</code></td></tr>',
+        classes, c.seq, fmt(' data-turn="{}"', turn) if turn is not None else Html(""), href, c.id, tick, label, time_el(c.time_ns, relative=True), lead, href, message, steps,
+        tags_el(c.tags), since, counts_el(c.stats), who(c) or "–", c.short_id,
     )
 
 
-__all__ = ["PAGE", "Filters", "Rows", "page_rows", "path_matcher", "prompts", "rows_html", "timeline", "timeline_list"]
+__all__ = ["PAGE", "Filters", "is_prompt", "range_picker", "Rows", "page_rows", "path_matcher", "prompts", "rows_html", "timeline", "timeline_list"]

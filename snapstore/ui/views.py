@@ -219,8 +219,10 @@ def compare(
 ) -> Page:
     """Two checkpoints compared (``b`` empty: checkpoint ``a`` against the working tree, which
     a ``read_only`` browser has not: there ``b`` is needed)."""
-    recent = store.numbered_checkpoints()[:100]
-    options = join(fmt('<option value="{}">{} {}</option>', c.short_id, f"#{n}", c.message[:60]) for n, c in recent)
+    from snapstore.ui.here import resolve_number
+
+    recent, _ = store.log_page(limit=100)  # labelled with the timeline's numbers (#N: one numbering)
+    options = join(fmt('<option value="#{}">{}</option>', c.seq, c.message[:60]) for c in recent)
     form = fmt(
         '<form class="filters" method="get" action="/compare"><label>From <input name="a" value="{}" list="cps" required placeholder="#2, a tag, an id"></label>'
         '<label>To <input name="b" value="{}" list="cps" placeholder="{}"></label><datalist id="cps">{}</datalist>'
@@ -231,8 +233,8 @@ def compare(
         return "Compare", fmt("<h1>Compare</h1>{}", form)
     if read_only and not b:
         raise UsageError("this browser is read-only and has no working tree: name both checkpoints (From and To)")
-    old = store.resolve(a)
-    new = store.resolve(b) if b else None
+    old = resolve_number(store, a)
+    new = resolve_number(store, b) if b else None
     changes = store.diff(old.id, new.id if new else None, [only.decode("utf-8", "surrogateescape")] if only else None, renames=True)
     counts = store.line_counts(changes)
     right = fmt('<a href="/c/{}">{}</a> {}', new.id, new.short_id, new.message) if new else Html("the working tree")

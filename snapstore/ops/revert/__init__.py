@@ -13,6 +13,9 @@ edits, and ``undo`` puts the tree back exactly.  The order under the writer lock
    paths replaced, kind user, metadata ``revert_of``) are stored;
 5. restore makes the outcome paths equal to the target, with the safety checkpoint of step 3
    as its own: each path is checked against what step 3 saw before it is touched.
+
+Conflicts are settled for the whole revert (``conflicts``) or file by file (``choices``: path ->
+ours, theirs or markers, what the UI's per-file choice sends); a conflict left unsettled refuses.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from snapstore.errors import ConflictError
+from snapstore.errors import ConflictError, UsageError
 from snapstore.ops.context import StageContext
-from snapstore.ops.revert.planner import PathOutcome, RevertStep, plan
+from snapstore.ops.revert.planner import CHOICES, Choice, PathOutcome, RevertStep, plan
 from snapstore.ops.revert.record import RevertReport, record_target, target_entries
 from snapstore.ops.revert.steps import (
     CONFLICT_MODES,
@@ -35,6 +38,7 @@ from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
 
 if TYPE_CHECKING:
+    from snapstore.ops.diff import Change
     from snapstore.ops.merge import Prefer
     from snapstore.ops.restore import RestoreReport, TakeSafety
 
@@ -52,6 +56,8 @@ class RevertRequest(NamedTuple):
     conflicts: str
     #: With an actor: take the task's ``unknown`` changes too (else they are listed, left alone).
     include_unknown: bool = False
+    #: Per path, how its conflicts are settled ("ours", "theirs" or "markers"), over ``conflicts``.
+    choices: dict[bytes, str] | None = None
 
 
 #: Applies a target: runs the journaled restore of ``paths`` (with the Store's hooks) whose
@@ -75,25 +81,27 @@ def run(
     check_request(request.conflicts, request.actor)
     prefer: Prefer = request.conflicts if request.conflicts in ("ours", "theirs") else None  # type: ignore[assignment]  # narrowed by the test
     markers = request.conflicts == "markers"
+    choices = check_choices(request.choices)
     steps, what, revert_of, unknown = read_steps(
         ctx, request.ref, request.range, request.task, request.actor, selector(request.paths),
         request.include_unknown,
     )
     if dry_run or request.conflicts == "refuse":
-        outcomes, current, read = _plan_on_disk(ctx, steps, prefer, markers)
-        _check(outcomes, what, markers)
+        outcomes, current, read = _plan_on_disk(ctx, steps, prefer, markers, choices)
+        _check(outcomes, what, markers, choices=choices)
         if dry_run:
             report = RevertReport(what, outcomes, True, unknown=unknown)
             with ctx.backend.read() as view:  # a dry run writes nothing, not even that
                 pending = pending_restore(view)
             if pending:
                 report.warnings.append(pending)
-            report.diffs = _diffs(outcomes, current, read)
+            report.diffs, report.changes = _diffs(outcomes, current, read)
             return report
     safety, current, found = take_safety(f"before revert of {what}")
-    outcomes = plan(steps, current, ctx.read_stored, prefer=prefer, markers=markers)
+    outcomes = plan(steps, current, ctx.read_stored, prefer=prefer, markers=markers, choices=choices)
     # (With "refuse", the plan on disk above found no conflict: one now means the tree moved.)
-    _check(outcomes, what, markers, "the tree changed while the revert was prepared; " if request.conflicts == "refuse" else "")
+    moved = "the tree changed while the revert was prepared; " if request.conflicts == "refuse" else ""
+    _check(outcomes, what, markers, moved, choices)
     report = RevertReport(what, outcomes, False, safety, unknown=unknown)
     entries = target_entries(current, outcomes)
     touched = sorted(p for p in entries.keys() | current.keys() if entries.get(p) != current.get(p))
@@ -121,7 +129,7 @@ def run(
 
 
 def _plan_on_disk(
-    ctx: StageContext, steps: list[RevertStep], prefer: Prefer, markers: bool
+    ctx: StageContext, steps: list[RevertStep], prefer: Prefer, markers: bool, choices: dict[bytes, Choice]
 ) -> tuple[list[PathOutcome], dict[bytes, Entry], Callable[[Entry], bytes]]:
     """The plan against the tree as it is (nothing recorded): the current contents are read
     from disk, the checkpoints' from the store."""
@@ -139,29 +147,34 @@ def _plan_on_disk(
         now = on_disk.get(e.ref)
         return ctx.read_disk(now) if now is not None else ctx.read_stored(e)
 
-    return plan(steps, current, read, prefer=prefer, markers=markers), current, read
+    return plan(steps, current, read, prefer=prefer, markers=markers, choices=choices), current, read
 
 
-def _check(outcomes: list[PathOutcome], what: str, markers: bool, why: str = "") -> None:
+def _check(
+    outcomes: list[PathOutcome], what: str, markers: bool, why: str = "", choices: dict[bytes, Choice] | None = None
+) -> None:
     """Refuse when a conflict is left that neither markers nor a preferred side settles."""
     # With markers, a conflict that cannot hold markers (a binary file, a type change) leaves
-    # the path as it is and the report lists it: the caller asked to go on.
-    if markers or not any(o.status == "conflict" for o in outcomes):
+    # the path as it is and the report lists it: the caller asked to go on (for the whole
+    # revert, or for that path by its own choice).
+    if markers or not any(o.status == "conflict" and o.path not in (choices or {}) for o in outcomes):
         return
     from snapstore.ops.revert.record import refuse
 
-    err = refuse(outcomes, what)
+    err = refuse([o for o in outcomes if o.path not in (choices or {})], what)
     raise ConflictError(why + str(err)) if why else err
 
 
 def _diffs(
     outcomes: list[PathOutcome], current: dict[bytes, Entry], read: Callable[[Entry], bytes]
-) -> dict[bytes, bytes]:
-    """The unified diff of each path the revert changes: the tree now -> the result."""
+) -> tuple[dict[bytes, bytes], dict[bytes, Change]]:
+    """The unified diff of each path the revert changes (the tree now -> the result), and its
+    change with lazy contents (for a viewer that renders diffs itself)."""
     from snapstore.ops.diff import compare, with_loaders
     from snapstore.ops.textdiff import unified
 
     out: dict[bytes, bytes] = {}
+    changes: dict[bytes, Change] = {}
     for o in outcomes:
         old, new = current.get(o.path), o.final.entry
         if old == new or (
@@ -177,4 +190,15 @@ def _diffs(
             compare({o.path: old} if old else {}, {o.path: new} if new else {}), read, new_loader
         ):
             out[o.path] = unified(change)
+            changes[o.path] = change
+    return out, changes
+
+
+def check_choices(choices: dict[bytes, str] | None) -> dict[bytes, Choice]:
+    """The per-path conflict choices, checked (UsageError for a way revert does not know)."""
+    out: dict[bytes, Choice] = {}
+    for path, way in (choices or {}).items():
+        if way not in CHOICES:
+            raise UsageError(f"a conflict is settled by one of {', '.join(CHOICES)}, not {way!r}")
+        out[path] = way
     return out

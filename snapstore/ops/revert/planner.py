@@ -37,6 +37,9 @@ from snapstore.storage.objects import chunk_id
 from snapstore.tree.paths import display, parents
 
 Status = Literal["reverted", "merged", "conflict", "untouched"]
+#: How one path's conflicts are settled: keep the tree's lines, take the old ones, or markers.
+Choice = Literal["ours", "theirs", "markers"]
+CHOICES: tuple[Choice, ...] = ("ours", "theirs", "markers")
 PERM = 0o777
 #: The conflict of a path that cannot be merged line by line (binary, a type change, ...);
 #: line 0 never occurs in a merge's conflicts (1-based).
@@ -106,13 +109,30 @@ class Planner:
         *,
         prefer: Prefer = None,
         markers: bool = False,
+        choices: dict[bytes, Choice] | None = None,
     ):
         self._read = read
-        self._prefer = prefer
-        self._markers = markers
+        self._default_prefer = prefer
+        self._default_markers = markers
+        #: A way to settle each path's conflicts chosen on its own (the UI's per-file choice).
+        self._choices = choices or {}
+        self._path = b""
         self.state: dict[bytes, State] = {}
         self._current = current
         self.outcomes: dict[bytes, PathOutcome] = {}
+
+    @property
+    def _prefer(self) -> Prefer:
+        """The side that settles conflicts in the path being planned (its choice, else the default)."""
+        chosen = self._choices.get(self._path)
+        if chosen is None:
+            return self._default_prefer
+        return None if chosen == "markers" else chosen
+
+    @property
+    def _markers(self) -> bool:
+        chosen = self._choices.get(self._path)
+        return self._default_markers if chosen is None else chosen == "markers"
 
     def _ours(self, path: bytes) -> State:
         if path not in self.state:
@@ -144,6 +164,7 @@ class Planner:
         self.outcomes[path] = PathOutcome(path, status, final, conflicts or [], note)
 
     def _revert_path(self, path: bytes, a: Entry | None, b: Entry | None, ours: State) -> None:
+        self._path = path
         o = ours.entry
         if same(o, b):
             self._record(path, "reverted", State(a))
@@ -271,9 +292,11 @@ def plan(
     *,
     prefer: Prefer = None,
     markers: bool = False,
+    choices: dict[bytes, Choice] | None = None,
 ) -> list[PathOutcome]:
-    """Each touched path's outcome after taking back ``steps`` (oldest first) from ``current``."""
-    planner = Planner(current, read, prefer=prefer, markers=markers)
+    """Each touched path's outcome after taking back ``steps`` (oldest first) from ``current``;
+    ``choices`` settles some paths' conflicts their own way (else ``prefer``/``markers``)."""
+    planner = Planner(current, read, prefer=prefer, markers=markers, choices=choices)
     for step in reversed(steps):
         planner.apply(step)
     return settle_clashes(planner.result(), current)

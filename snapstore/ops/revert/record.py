@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import ConflictError
 from snapstore.ops.context import StageContext
@@ -32,6 +32,9 @@ from snapstore.records.manifest import Entry
 from snapstore.storage import chunker, objects, packs
 from snapstore.tree.paths import display, to_json
 
+if TYPE_CHECKING:
+    from snapstore.ops.diff import Change
+
 
 @dataclass
 class RevertReport:
@@ -48,6 +51,8 @@ class RevertReport:
     op_seq: int | None = None
     #: Unified diffs per path (filled for a dry run), current tree -> result.
     diffs: dict[bytes, bytes] = field(default_factory=dict)
+    #: The same as changes with lazy contents (a dry run), for viewers that render diffs.
+    changes: dict[bytes, Change] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     #: The task's changes labelled ``unknown`` (a revert by actor): left alone unless ``taken``.
     unknown: list[UnknownChange] = field(default_factory=list)

@@ -1,5 +1,9 @@
 """What a revert takes back: the request (one checkpoint, a range ``A..B``, or a task's
-checkpoints) read from the store as *steps*, the changes the planner takes back."""
+checkpoints) read from the store as *steps*, the changes the planner takes back.
+
+A range is one step (A's tree to B's); a range with an actor, like a task, is one step per
+checkpoint of that actor after A up to B in log order (whatever their task: "what the agent did
+since here"), the other actors' checkpoints in between left as they are."""
 
 from __future__ import annotations
 
@@ -83,17 +87,20 @@ def read_steps(
     task's ``unknown`` changes (taken too only with ``include_unknown``)."""
     if sum(x is not None for x in (ref, range_, task)) != 1:
         raise UsageError("revert needs exactly one of: a checkpoint, a range A..B, or a task")
-    if actor is not None and task is None:
-        raise UsageError("--actor needs --task (the session whose changes to take back)")
     if ref is not None and split_range(ref) is not None:
         ref, range_ = None, ref
+    if actor is not None and task is None and range_ is None:
+        raise UsageError("--actor needs --task or a range A..B (whose changes to take back)")
     if ref is not None:
         cp = _resolve(ctx, ref)
         return Steps([_step_of(ctx, cp, sel)], f"checkpoint {cp.short_id}", {"checkpoint": cp.id}, [])
+    if range_ is not None and actor is not None:
+        a, b, rows = _range_rows(ctx, range_)
+        return _actor_steps(ctx, rows, actor, sel, include_unknown, f"{a.short_id}..{b.short_id}", {"range": [a.id, b.id]})
     if range_ is not None:
         return Steps(*_range_step(ctx, range_, sel), [])
     assert task is not None
-    return _task_steps(ctx, task, actor, sel, include_unknown)
+    return _actor_steps(ctx, _task_rows(ctx, task), actor, sel, include_unknown, f"task {task}", {"task": task})
 
 
 def _range_step(
@@ -114,10 +121,12 @@ def _range_step(
     return [step], label, {"range": [a.id, b.id]}
 
 
-def _task_steps(
-    ctx: StageContext, task: str, actor: str | None, sel: Callable[[bytes], bool], include_unknown: bool
+def _actor_steps(
+    ctx: StageContext, rows: list[Checkpoint], actor: str | None, sel: Callable[[bytes], bool],
+    include_unknown: bool, where: str, scope: dict[str, Any],
 ) -> Steps:
-    rows = _task_rows(ctx, task)
+    """One step per checkpoint of ``rows`` (a task's, or a range's in log order) made by
+    ``actor`` (everyone's with None), and the ``unknown`` ones listed (taken only if asked)."""
     wanted = [c for c in rows if actor is None or c.metadata.get("actor") == actor]
     # An actor's revert never takes an "unknown" change silently: listed, taken only if asked.
     unknown = [] if actor in (None, UNKNOWN) else unknown_changes(ctx, rows, sel, include_unknown)
@@ -127,16 +136,41 @@ def _task_steps(
     who = f" by the {actor}" if actor else ""
     if not chosen:
         left = f" ({len(unknown)} unknown checkpoint(s) left alone: --include-unknown takes them)" if unknown else ""
-        raise RefError(f"no checkpoint{who} in task {task!r}{left}")
+        raise RefError(f"no checkpoint{who} in {where}{left}")
     # One step per checkpoint against its parent, oldest first (the planner takes them back
     # newest first): the other actor's checkpoints in between stay.
     steps = [_step_of(ctx, cp, sel) for cp in chosen]
-    revert_of: dict[str, Any] = {"task": task, "actor": actor, "checkpoints": [c.id for c in chosen]}
-    what = f"{len(wanted)} checkpoint(s){who} in task {task}"
+    revert_of: dict[str, Any] = {**scope, "actor": actor, "checkpoints": [c.id for c in chosen]}
+    what = f"{len(wanted)} checkpoint(s){who} in {where}"
     if taken:
         revert_of["unknown"] = sorted(taken)
         what += f" and {len(taken)} unknown"
     return Steps(steps, what, revert_of, unknown)
+
+
+def _range_rows(ctx: StageContext, range_: str) -> tuple[Checkpoint, Checkpoint, list[Checkpoint]]:
+    """The two ends of ``A..B`` and the checkpoints recording a change after A up to B (log
+    order, oldest first; safety checkpoints and a history's first record left out)."""
+    sides = split_range(range_)
+    if sides is None:
+        raise UsageError(f"bad range {range_!r}: write A..B (two checkpoint references)")
+    a, b = _resolve(ctx, sides[0]), _resolve(ctx, sides[1])
+    order = _log_positions(ctx, {a.id, b.id})
+    low, high = order.get(a.id, 0), order.get(b.id, 0)
+    if low > high:
+        raise UsageError(f"bad range {range_!r}: {a.short_id} is newer than {b.short_id}")
+    rows = []
+    with ctx.backend.read() as view:
+        # Newest first: a range near the end ("the last hour") reads only its own rows.
+        for key, cid in view.items("log", reverse=True):
+            seq = key_seq(key)
+            if seq <= low:
+                break
+            if seq <= high:
+                cp = load_one(view, cid)
+                if not cp.is_safety and cp.parent is not None:
+                    rows.append(cp)
+    return a, b, rows[::-1]
 
 
 def _task_rows(ctx: StageContext, task: str) -> list[Checkpoint]:
