@@ -274,16 +274,17 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
     def clone(
         cls, url: str, directory: str | os.PathLike[str], *, ref: str | None = None, name: str = "origin",
         endpoint: str | None = None, region: str | None = None, profile: str | None = None,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Callable[[int, int], None] | None = None, at: str | None = None,
     ) -> FetchReport:
         """Make ``directory`` (absent or empty) a tree whose store holds remote ref ``ref``
-        (default: ``default``, or the remote's only ref) of ``url``, and restore it there.
+        (default: ``default``, or the remote's only ref) of ``url``, and restore it there
+        (``at``: that checkpoint of the ref's history, by id or prefix, instead of its latest).
         Reads only what that checkpoint needs; on failure nothing is left behind."""
         from snapstore.facade.clone import clone_into
 
         return clone_into(
             lambda d: cls.init(d), url, directory, ref=ref, name=name, endpoint=endpoint,
-            region=region, profile=profile, progress=progress,
+            region=region, profile=profile, progress=progress, at=at,
         )
 
     def remote_view(self, name: str = "origin", *, progress: Callable[[int, int], None] | None = None) -> Store:

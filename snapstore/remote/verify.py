@@ -55,7 +55,16 @@ def run(transport: Transport, progress: Progress | None = None, scratch: Backend
     report = RemoteVerifyReport()
     mem = scratch if scratch is not None else MemoryBackend()
     packs_seen: dict[str, bool] = {}  # key -> read and sound
-    bundle_keys = [e.key for e in transport.list("log/")]
+    from snapstore.remote import history
+
+    listed = [e.key for e in transport.list("log/")]
+    bundle_keys = [k for k in listed if not history.is_forget_key(k)]
+    for key in listed:
+        if history.is_forget_key(key):
+            try:
+                history.read_forgets(transport, [key])
+            except CorruptError as exc:
+                report.problem(key, exc.message)
     for i, key in enumerate(bundle_keys):
         report.bundles += 1
         got = transport.get(key)
