@@ -7,8 +7,8 @@ bundles are those no forget record names; live objects are those bundles and all
 (a forgotten bundle a live one needs for its inline data stays, hidden).  Nothing younger than
 ``grace`` (by the engine's clock, never a client's) is ever a candidate.
 
-1. **Condemn**: list the bundles and read each (the objects live ones need are live), list the
-   packs; every candidate older than the grace period is written into ``gc/plan`` (moved by
+1. **Condemn**: list the bundles and read each (the objects live ones need are live; a bundle
+   a ref names is live whatever a forget record says), list the packs; every candidate older than the grace period is written into ``gc/plan`` (moved by
    compare-and-swap: two gc runs never both act on one plan), timed by the engine's clock read
    just before that write.
 2. **Delete**, at a later run at least ``window`` after an object was condemned: the bundles are
@@ -136,12 +136,13 @@ def live_objects(transport: Transport, report: RemoteGcReport) -> tuple[set[str]
     forgotten: set[str] = set()
     for f in history.read_forgets(transport, [e.key for e in listed if history.is_forget_key(e.key)]):
         forgotten.update(f.bundles)
+    named = _ref_bundles(transport)  # a ref's bundle is live whatever a forget record says
     dead: dict[str, int] = {}
     for entry in listed:
         if history.is_forget_key(entry.key):
             continue
         report.bundles += 1
-        if entry.key in forgotten:
+        if entry.key in forgotten and entry.key not in named:
             report.forgotten += 1
             dead[entry.key] = entry.mtime_ns
             continue
@@ -152,6 +153,16 @@ def live_objects(transport: Transport, report: RemoteGcReport) -> tuple[set[str]
         live.add(entry.key)
         live.update(bundle.needs)
     return live, dead
+
+
+def _ref_bundles(transport: Transport) -> set[str]:
+    """The bundles the refs name (a damaged ref stops gc: what it names is unknown)."""
+    out = set()
+    for entry in transport.list("refs/"):
+        got = transport.get(entry.key, layout.MAX_REF)
+        if got is not None:
+            out.add(layout.parse_ref(entry.key, got.body).bundle)
+    return out
 
 
 def run(transport: Transport, *, grace_s: float = GRACE, window_s: float = WINDOW, dry_run: bool = False) -> RemoteGcReport:
