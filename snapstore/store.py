@@ -28,6 +28,7 @@ from snapstore.errors import (
 )
 from snapstore.facade.going_back import GoingBackMixin
 from snapstore.facade.reading import ReadingMixin
+from snapstore.facade.remote_history import RemoteHistoryMixin
 from snapstore.facade.remotes import RemotesMixin
 from snapstore.facade.tags import TagsMixin, check_tag
 from snapstore.facade.upkeep import UpkeepMixin
@@ -68,7 +69,7 @@ class _ThreadLock:
             yield
 
 
-class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
+class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
     """A snapshot store for one directory tree.
 
     Open one with :meth:`init` (creates it), :meth:`open` (a tree's store, or a store directory)

@@ -86,7 +86,7 @@ class RemoteHistoryMixin(StoreBase):
         checkpoints the rules keep: the ``keep_last`` newest, those less than ``keep_within_s``
         older than the newest, and any not of ``task`` when one is named.  Publishes one forget
         record per ref (nothing with ``dry_run``); ``remote gc`` then reclaims what only they held."""
-        from snapstore.facade.remotes import _ref_names
+        from snapstore.remote import refs as remote_refs
         from snapstore.remote import retention
 
         rules = retention.Rules(keep_last, None if keep_within_s is None else int(keep_within_s * 1e9), task)
@@ -94,7 +94,7 @@ class RemoteHistoryMixin(StoreBase):
         cfg, t = self._connect(remote, writing=not dry_run, empty_ok=dry_run)
         report = ForgetReport(cfg.name, dry_run)
         try:
-            for name in list(refs) or _ref_names(t):
+            for name in list(refs) or remote_refs.names(t):
                 report.refs.append(retention.forget(t, name, rules, writer=cfg.writer, who=who(), dry_run=dry_run))
         finally:
             report.requests = t.requests

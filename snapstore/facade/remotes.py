@@ -16,7 +16,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import CorruptError, RefError, SnapstoreError, UsageError
-from snapstore.facade.remote_history import RemoteHistoryMixin, who
+from snapstore.facade.base import StoreBase
+from snapstore.facade.remote_history import who
 from snapstore.records.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class FetchReport:
         return d
 
 
-class RemotesMixin(RemoteHistoryMixin):
+class RemotesMixin(StoreBase):
     """remote add/list/remove/ls/verify/doctor, push, fetch, pull and clone."""
 
     #: A browsing cache's transport (:meth:`_read_through`): its requests, counted.
@@ -428,17 +429,9 @@ def _first(problems: list[str]) -> CorruptError:
 
 
 def _ref_names(t: CountingTransport) -> list[str]:
-    """The names of the remote's refs (one LIST page per 1,000); keys no writer of ours could
-    have made are skipped (remote verify reports damage, a listing is no place for it)."""
-    from snapstore.remote import layout
+    from snapstore.remote import refs
 
-    names = []
-    for entry in t.list("refs/"):
-        try:
-            names.append(layout.ref_name(entry.key))
-        except ValueError:
-            continue
-    return names
+    return refs.names(t)
 
 
 #: Where the browsing caches of a store's remotes live (in the store directory).

@@ -119,7 +119,7 @@ def _read_forget(body: bytes, segment: str) -> dict[str, Any]:
     return doc
 
 
-class History(NamedTuple):
+class RefHistory(NamedTuple):
     """What a listing of a namespace found: its bundles (oldest first, forgotten ones left
     out), the forget records read, the bundles they name, and the last key listed."""
 
@@ -144,7 +144,7 @@ def resume_point(ns: str, last: str | None) -> str | None:
     return f"{prefix}{t - SKEW_NS:020d}"
 
 
-def read(transport: Transport, ns: str, *, start_after: str | None = None) -> History:
+def read(transport: Transport, ns: str, *, start_after: str | None = None) -> RefHistory:
     """List namespace ``ns`` (from ``start_after``) and read its forget records (one GET
     each, bounded): the live bundles listed, oldest first.  CorruptError for a damaged record."""
     bundles: list[str] = []
@@ -158,7 +158,7 @@ def read(transport: Transport, ns: str, *, start_after: str | None = None) -> Hi
             bundles.append(entry.key)
     forgets = read_forgets(transport, forget_keys)
     forgotten = {k for f in forgets for k in f.bundles}
-    return History([k for k in bundles if k not in forgotten], forgets, forgotten, last)
+    return RefHistory([k for k in bundles if k not in forgotten], forgets, forgotten, last)
 
 
 def read_forgets(transport: Transport, keys: Iterable[str]) -> list[Forget]:

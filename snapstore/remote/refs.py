@@ -72,3 +72,15 @@ def advance(
             return RefMove("moved", new, got, rounds)
         cur, etag = read(transport, name)  # lost the race (or our cache was stale)
     raise RemoteError(f"the ref {name} kept changing: gave up after {MAX_ROUNDS} attempts")
+
+
+def names(transport: Transport) -> list[str]:
+    """The names of the remote's refs (one LIST page per 1,000); keys no writer of ours could
+    have made are skipped (remote verify reports damage, a listing is no place for it)."""
+    out = []
+    for entry in transport.list("refs/"):
+        try:
+            out.append(layout.ref_name(entry.key))
+        except ValueError:
+            continue
+    return out
