@@ -20,7 +20,7 @@ import msgpack
 
 from snapstore.errors import CorruptError
 from snapstore.remote import layout, wire
-from snapstore.remote.names import MAX_NAME, encode_name
+from snapstore.remote.names import encode_name
 from snapstore.remote.transport import Transport
 from snapstore.storage.objects import chunk_id
 
@@ -88,15 +88,9 @@ def _read_forget(body: bytes, segment: str) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for _ in range(r.map()):
         field = r.str_(32)
-        if field in doc:
-            raise ValueError(f"the field {field!r} appears twice")
-        if field in ("v", "time_ns"):
-            doc[field] = r.int_()
-        elif field in ("ns", "writer"):
-            doc[field] = r.str_(MAX_NAME)
-        elif field in ("user", "host"):
-            doc[field] = r.str_(layout.MAX_WHO)
-        elif field == "bundles":
+        if layout.read_header(r, field, doc):
+            continue
+        if field == "bundles":
             doc[field] = keys = []
             count = r.array()
             if count > MAX_FORGOTTEN:

@@ -336,15 +336,9 @@ def _read_bundle(body: bytes) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for _ in range(r.map()):
         field = r.str_(32)
-        if field in doc:
-            raise ValueError(f"the field {field!r} appears twice")
-        if field in ("v", "time_ns"):
-            doc[field] = r.int_()
-        elif field in ("ns", "writer"):
-            doc[field] = r.str_(MAX_NAME)
-        elif field in ("user", "host"):
-            doc[field] = r.str_(MAX_WHO)
-        elif field == "inline":
+        if read_header(r, field, doc):
+            continue
+        if field == "inline":
             doc[field] = r.optional_bytes()
         elif field == "needs":
             doc[field] = needs = []
@@ -374,6 +368,23 @@ def _read_bundle(body: bytes) -> dict[str, Any]:
 
 #: What ends the key of a forget record (``log/<ns>/...-<h16>.forget``, remote/history.py).
 FORGET_SUFFIX = ".forget"
+
+
+def read_header(r: wire.SchemaReader, field: str, doc: dict[str, Any]) -> bool:
+    """Read ``field`` into ``doc`` if it is one of the fields bundles and forget records share
+    (``v``, ``time_ns``, ``ns``, ``writer``, ``user``, ``host``, each bounded); whether it was.
+    ValueError for a field seen twice or of the wrong type."""
+    if field in doc:
+        raise ValueError(f"the field {field!r} appears twice")
+    if field in ("v", "time_ns"):
+        doc[field] = r.int_()
+    elif field in ("ns", "writer"):
+        doc[field] = r.str_(MAX_NAME)
+    elif field in ("user", "host"):
+        doc[field] = r.str_(MAX_WHO)
+    else:
+        return False
+    return True
 
 
 def is_data_key(key: str) -> bool:
