@@ -119,14 +119,16 @@ def test_ref_delete_forgets_its_history_and_gc_reclaims_it(remote, tmp_path, pac
         (tmp_path / "a" / "other.bin").write_bytes(random_bytes(200_000, "other"))
         other = a.snapshot("other").id
         a.push(to="review")
+    b = make_store(tmp_path / "b", {"x": b"x"})
+    remote.add_to(b)
+    with b.remote_view("origin") as view:  # a browsing cache that took up both refs
+        assert len(view.checkpoints()) == 3
     assert run_cli("remote", "ref", "delete", "default", cwd=tmp_path / "a").code == 0
     assert [row["ref"] for row in json.loads(run_cli("remote", "ls", "--json", cwd=tmp_path / "a").text)] == ["review"]
     r = run_cli("remote", "ref", "delete", "default", cwd=tmp_path / "a")
     assert r.code == RefError.exit_code and "no ref" in r.err
-    with make_store(tmp_path / "b", {"x": b"x"}) as b:
-        remote.add_to(b)
-        with b.remote_view("origin") as view:
-            assert [c.id for c in view.checkpoints()] == [other]
+    with b, b.remote_view("origin") as view:
+        assert [c.id for c in view.checkpoints()] == [other]
     _gc_twice(remote)
     # The review checkpoint needs the default ref's packs (its files): they stay.
     Store.clone(remote.url, tmp_path / "c", endpoint=remote.endpoint, ref="review")

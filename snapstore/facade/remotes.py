@@ -301,14 +301,18 @@ class RemotesMixin(StoreBase):
         self, t: CountingTransport, cfg: RemoteConfig, filler: Any, report: FetchReport, again: bool,
     ) -> None:
         """Take up the history of every ref into a browsing cache (:meth:`_read_through`);
-        _Forgotten when a push it took up was forgotten since (not ``again``)."""
-        from snapstore.remote import fetch
+        _Forgotten when a push it took up was forgotten since, or a ref it read was deleted
+        (not ``again``)."""
+        from snapstore.remote import fetch, state
 
         def forgotten() -> None:
             if not again:
                 raise _Forgotten
 
-        for name in _ref_names(t):
+        names = _ref_names(t)
+        if set(state.seen_refs(self.backend, cfg.rid)) - set(names):
+            forgotten()  # a ref was deleted: its history went with it
+        for name in names:
             try:
                 report.refs.append(fetch.fetch_ref(
                     self.backend, t, cfg, name, lock=self._lock.held, add=filler.add_bundle,
