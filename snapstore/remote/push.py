@@ -113,6 +113,7 @@ class _Plan:
         self.streams = state.known(backend, cfg.rid, state.KIND_STREAM, self.need.streams)
         self.convs = state.known(backend, cfg.rid, state.KIND_CONV, self.need.conversations)
         self.pending = pending
+        self.expired: list[str] = []
         for key, p in pending.items():  # what an unfinished push uploaded is not sent again
             for ids, need, known in ((p.chunks, self.need.chunks, self.chunks),
                                      (p.streams, self.need.streams, self.streams),
@@ -190,8 +191,10 @@ def _plan(backend: Backend, cfg: RemoteConfig, records: list[tuple[bytes, bytes]
         leaves = closure.manifest_leaves(view.get, records)
     leaf_rows = state.leaf_objects(backend, cfg.rid, leaves)
     young = time.time_ns() - int(PUSH_WINDOW / 2 * 1e9)
-    pending = {k: p for k, p in state.pending(backend, cfg.rid).items() if p.time_ns > young}
+    noted = state.pending(backend, cfg.rid)
+    pending = {k: p for k, p in noted.items() if p.time_ns > young}
     plan = _Plan(backend, cfg, records, leaf_rows, pending)
+    plan.expired = [k for k in noted if k not in pending]  # too old to name: forgotten once published
     if len(plan.spread()) > MAX_SPREAD:
         # Small pushes leave their data inline in their bundles, so the checkpoints of a long
         # history need more and more bundles (a clone reads each).  Past MAX_SPREAD, this push
@@ -398,6 +401,8 @@ def _record(
         for written in [*up.uploaded, key]:
             state.put_seen(batch, cfg.rid, written, now)
             state.drop_pending(batch, cfg.rid, written)
+        for old in plan.expired:
+            state.drop_pending(batch, cfg.rid, old)
         for pk, p in up.resumed.items():  # named by a published bundle now: known, no longer pending
             for kind, ids in ((state.KIND_CHUNK, p.chunks), (state.KIND_STREAM, p.streams), (state.KIND_CONV, p.conversations)):
                 for oid in ids:
