@@ -188,3 +188,24 @@ def test_a_push_planned_before_gc_condemns_rescues_what_it_names(remote, tmp_pat
     assert set(second.rescued) == condemned and not condemned & set(second.deleted)
     Store.clone(remote.url, tmp_path / "c", endpoint=remote.endpoint)
     assert (tmp_path / "c" / "s1.bin").read_bytes() == random_bytes(300_000, "s1")
+
+
+def test_remote_forget_through_the_cli(remote, tmp_path, run_cli):
+    a, ids = _steps(remote, tmp_path, 3)
+    a.close()
+    cwd = tmp_path / "a"
+    r = run_cli("remote", "forget", cwd=cwd)
+    assert r.code == 2 and "say what to keep" in r.err
+    r = run_cli("remote", "forget", "--keep-within", "soon", cwd=cwd)
+    assert r.code == 2 and "bad duration" in r.err
+    r = run_cli("remote", "forget", "--ref", "nope", "--keep-last", "1", cwd=cwd)
+    assert r.code == 4 and "no ref" in r.err
+    before = remote.keys()
+    r = run_cli("remote", "forget", "--keep-last", "1", "--dry-run", "--json", cwd=cwd)
+    assert r.code == 0 and remote.keys() == before, r.err
+    doc = json.loads(r.text)
+    assert doc["dry_run"] and doc["refs"][0]["forgotten"] == ids[:2] and doc["refs"][0]["record"] == ""
+    r = run_cli("remote", "forget", "--keep-last", "1", cwd=cwd)
+    assert r.code == 0 and "default: forgot 2 checkpoint(s) in 2 push(es), kept 1" in r.text, r.text + r.err
+    r = run_cli("list", "--remote", "origin", "--json", cwd=cwd)
+    assert [c["id"] for c in json.loads(r.text)["checkpoints"]] == [ids[-1]]
