@@ -209,3 +209,64 @@ def test_remote_forget_through_the_cli(remote, tmp_path, run_cli):
     assert r.code == 0 and "default: forgot 2 checkpoint(s) in 2 push(es), kept 1" in r.text, r.text + r.err
     r = run_cli("list", "--remote", "origin", "--json", cwd=cwd)
     assert [c["id"] for c in json.loads(r.text)["checkpoints"]] == [ids[-1]]
+
+
+def test_pushers_racing_forget_and_gc_loops_lose_nothing(remote, tmp_path, packs, monkeypatch):
+    """Two pushers (own refs), and a loop of forget --keep-last 1 and gc, at once, with the
+    protocol's clocks shrunk to seconds and kept in their order (a push reads gc's plan before
+    each plan and gives up 1 s after it; gc condemns nothing younger than 1.5 s and deletes
+    2.5 s on).  Contents come back every third step, so pushes reuse packs that forget released.
+    Afterwards every head clones byte-exact and the remote verifies clean."""
+    import threading
+    import time
+
+    from snapstore.errors import RemoteError
+
+    monkeypatch.setattr(push, "CONFIRM_AGE", 0)
+    monkeypatch.setattr(push, "PUSH_WINDOW", 1.0)
+    grace, window = 1.5, 2.5
+    heads: dict[str, tuple[str, bytes]] = {}
+    errors: list[BaseException] = []
+
+    def pusher(name: str) -> None:
+        try:
+            with make_store(tmp_path / name, {"data.bin": b"0"}) as s:
+                remote.add_to(s)
+                end, i = time.monotonic() + 7, 0
+                while time.monotonic() < end:
+                    content = random_bytes(200_000, f"{name}-{i % 3}")
+                    (tmp_path / name / "data.bin").write_bytes(content)
+                    cid = s.snapshot(f"{name} {i}").id
+                    try:
+                        if s.push(to=name).ref_outcome == "moved":
+                            heads[name] = (cid, content)
+                    except RemoteError:  # slower than PUSH_WINDOW: nothing published
+                        pass
+                    i += 1
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=pusher, args=(n,)) for n in ("p1", "p2")]
+    for t in threads:
+        t.start()
+    reclaimed = 0
+    with make_store(tmp_path / "keeper", {"k": b"k"}) as keeper:
+        remote.add_to(keeper)
+        while any(t.is_alive() for t in threads):
+            try:
+                keeper.remote_forget(keep_last=1)
+            except RefError:  # no ref yet
+                pass
+            reclaimed += len(gc.run(remote.transport(), grace_s=grace, window_s=window).deleted)
+            time.sleep(0.3)
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert set(heads) == {"p1", "p2"} and reclaimed > 0, (heads.keys(), reclaimed)
+    for name, (cid, content) in heads.items():
+        r = Store.clone(remote.url, tmp_path / f"clone-{name}", endpoint=remote.endpoint, ref=name)
+        assert r.refs[0].checkpoint == cid
+        assert (tmp_path / f"clone-{name}" / "data.bin").read_bytes() == content
+    with Store.open(tmp_path / "clone-p1") as c:
+        v = c.remote_verify()
+        assert v.ok, v.problems
