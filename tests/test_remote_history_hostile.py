@@ -20,7 +20,7 @@ NS_KEY = "log/default/"
 
 def _record(doc: object, *, raw: bytes | None = None, key_ns: str = "default") -> tuple[str, bytes]:
     body = history.FORGET_MAGIC + (raw if raw is not None else msgpack.packb(doc, use_bin_type=True))
-    return f"log/{key_ns}/{1:020d}-w-{chunk_id(body)[:8].hex()}.forget", body
+    return f"log/{key_ns}/{1:020d}-0a-{chunk_id(body)[:8].hex()}.forget", body
 
 
 def _doc(**fields: object) -> dict[str, object]:
@@ -132,3 +132,18 @@ def test_a_planted_forget_record_naming_the_refs_bundle_cannot_make_gc_delete_it
     assert ref.bundle not in report.deleted
     clone = Store.clone(remote.url, tmp_path / "c", endpoint=remote.endpoint)
     assert clone.refs[0].checkpoint == head and (tmp_path / "c" / "f.txt").read_bytes() == b"two\n"
+
+
+def test_keys_no_writer_of_ours_made_under_a_history_are_skipped(remote, tmp_path):
+    """A key under ``log/<ns>/`` that is not shaped like a bundle's or a forget record's
+    (``junk``, ``.hidden``) does not take the ref's history down: it is skipped, as odd ref
+    keys are."""
+    with _pushed(remote, tmp_path) as a:
+        ids = [c.id for c in a.checkpoints()]
+    for key in ("log/default/junk", "log/default/.hidden", "log/default/1-2-3.forget"):
+        remote.overwrite(key, b"\x00" * 100)
+    with make_store(tmp_path / "b", {"x": b"x"}) as b:
+        remote.add_to(b)
+        with b.remote_view("origin") as view:
+            assert {c.id for c in view.checkpoints()} == set(ids)
+        assert sorted(b.fetch().refs[0].new_checkpoints) == sorted(ids)

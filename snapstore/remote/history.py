@@ -13,6 +13,7 @@ Nothing in a history is ever edited, so a reader resumes a listing where it stop
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -32,6 +33,8 @@ MAX_FORGET = 64 << 20
 MAX_FORGOTTEN = 1 << 20
 #: A listing resumes this far (by the time in the keys) before the last key it saw.
 SKEW_NS = 60 * 10**9
+#: The last segment of a bundle key (and of a forget record's, less its suffix).
+_SHAPE = re.compile(r"[0-9]{20}-[0-9a-f]{1,64}-[0-9a-f]{16}")
 
 
 class Forget(NamedTuple):
@@ -146,10 +149,12 @@ def read(transport: Transport, ns: str, *, start_after: str | None = None) -> Re
     last = None
     for entry in transport.list(layout.log_prefix(ns), start_after):
         last = entry.key
-        if is_forget_key(entry.key):
+        name = entry.key.rsplit("/", 1)[-1]
+        if is_forget_key(entry.key) and _SHAPE.fullmatch(name[: -len(layout.FORGET_SUFFIX)]):
             forget_keys.append(entry.key)
-        elif layout.is_data_key(entry.key):
+        elif layout.is_data_key(entry.key) and _SHAPE.fullmatch(name):
             bundles.append(entry.key)
+        # (any other key is none a writer of ours made: skipped, as odd ref keys are)
     forgets = read_forgets(transport, forget_keys)
     forgotten = {k for f in forgets for k in f.bundles}
     return RefHistory([k for k in bundles if k not in forgotten], forgets, forgotten, last)
