@@ -117,7 +117,33 @@ def run(work: str, weed: SeaweedFS, steps: int, small: bool, tree: str) -> dict[
         c, t = _timed(lambda: Store.clone(url2, os.path.join(work, "clone3"), endpoint=weed.endpoint))
         res["history_once_clone"] = {"seconds": t, "requests": c.requests, "objects": c.refs[0].objects_read,
                                      "bytes_read": c.refs[0].bytes_read}
+    res["task_push_each"] = task_push_each(work, weed, steps)
     return res
+
+
+def task_push_each(work: str, weed: SeaweedFS, steps: int) -> dict[str, Any]:
+    """``push --task`` after each of ``steps`` edits of a 200-file tree: the bytes a step sends
+    early and late in the history (each record is sent once: they do not grow with it)."""
+    import random
+
+    tree = os.path.join(work, "task-tree")
+    rng = random.Random(7)
+    for i in range(200):
+        os.makedirs(os.path.join(tree, f"d{i % 10}"), exist_ok=True)
+        with open(os.path.join(tree, f"d{i % 10}", f"f{i}.py"), "w") as f:
+            f.write("".join(f"line {j} {rng.random()}\n" for j in range(40)))
+    sent: list[int] = []
+    with Store.init(tree) as s:
+        s.remote_add("origin", f"s3://{BUCKET}/bench-{os.urandom(4).hex()}", endpoint=weed.endpoint)
+        s.remote_doctor()
+        for i in range(steps):
+            with open(os.path.join(tree, f"d{i % 10}", f"f{rng.randrange(200)}.py"), "a") as f:
+                f.write(f"step {i}\n")
+            s.snapshot(f"step {i}", task="t")
+            sent.append(s.push(task="t").bytes_sent)
+    k = max(1, min(10, steps // 4))
+    return {"checkpoints": steps, "first_median_bytes": statistics.median(sent[1 : 1 + k]),
+            "last_median_bytes": statistics.median(sent[-k:]), "total_bytes": sum(sent)}
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -141,6 +167,10 @@ def markdown(res: dict[str, Any]) -> str:
         ("history (one push): clone of the latest", res["history_once_clone"]["seconds"], res["history_once_clone"]["requests"],
          f"{res['history_once_clone']['objects']} objects, {_mib(res['history_once_clone']['bytes_read'])} read"),
     ]
+    tp = res["task_push_each"]
+    rows.append((f"200 files: push --task after each of {tp['checkpoints']} steps", 0.0, 0,
+                 f"bytes sent per step: {tp['first_median_bytes']:.0f} B early, {tp['last_median_bytes']:.0f} B late "
+                 f"(median), {_mib(tp['total_bytes'])} in all"))
     out = [f"Tree: {tr['files']} files, {_mib(tr['bytes'])}; SeaweedFS on 127.0.0.1, 2 cores shared.", "",
            "| operation | time | requests | notes |", "| --- | ---: | ---: | --- |"]
     out += [f"| {name} | {sec:.2f} s | {req} | {note} |" for name, sec, req, note in rows]

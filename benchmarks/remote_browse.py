@@ -38,10 +38,14 @@ class Recorder(tr.Transport):
     def __init__(self, inner: tr.Transport) -> None:
         self.inner = inner
 
-    def get(self, key: str) -> tr.Got | None:
-        got = self.inner.get(key)
+    def get(self, key: str, limit: int = tr.MAX_GET) -> tr.Got | None:
+        got = self.inner.get(key, limit)
         self.calls.append(("get", len(got.body) if got else 0))
         return got
+
+    def head(self, key: str) -> tr.Listed | None:
+        self.calls.append(("head", 0))
+        return self.inner.head(key)
 
     def get_range(self, key: str, start: int, end: int) -> bytes | None:
         got = self.inner.get_range(key, start, end)

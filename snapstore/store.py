@@ -22,6 +22,7 @@ from snapstore.errors import (
 )
 from snapstore.facade.going_back import GoingBackMixin
 from snapstore.facade.reading import ReadingMixin
+from snapstore.facade.remote_history import RemoteHistoryMixin
 from snapstore.facade.remotes import RemotesMixin
 from snapstore.facade.tags import TagsMixin, check_tag
 from snapstore.facade.upkeep import UpkeepMixin
@@ -60,7 +61,7 @@ class _ThreadLock:
             yield
 
 
-class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
+class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
     """A snapshot store for one directory tree.
 
     Open one with :meth:`init` (creates it), :meth:`open` (a tree's store, or a store directory)
@@ -212,16 +213,18 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         cls, url: str, directory: str | os.PathLike[str], *, ref: str | None = None, name: str = "origin",
         endpoint: str | None = None, region: str | None = None, profile: str | None = None,
         progress: Callable[[int, int], None] | None = None, encrypt: bool = False, key_file: str | None = None,
+        at: str | None = None,
     ) -> FetchReport:
         """Make ``directory`` (absent or empty) a tree whose store holds remote ref ``ref``
-        (default: ``default``, or the remote's only ref) of ``url``, and restore it there.
+        (default: ``default``, or the remote's only ref) of ``url``, and restore it there
+        (``at``: that checkpoint of the ref's history, by id or prefix, instead of its latest).
         Reads only what that checkpoint needs; on failure nothing is left behind.
         ``encrypt``/``key_file``: the remote is encrypted (see :meth:`remote_add`)."""
         from snapstore.facade.clone import clone_into
 
         return clone_into(
             lambda d: cls.init(d), url, directory, ref=ref, name=name, endpoint=endpoint,
-            region=region, profile=profile, progress=progress, encrypt=encrypt, key_file=key_file,
+            region=region, profile=profile, progress=progress, encrypt=encrypt, key_file=key_file, at=at,
         )
 
     def remote_view(self, name: str = "origin", *, progress: Callable[[int, int], None] | None = None) -> Store:

@@ -68,6 +68,11 @@ class Remote:
 
         obstore.put(self.raw, self.prefix + key, data)
 
+    def delete(self, key: str) -> None:
+        import obstore
+
+        obstore.delete(self.raw, self.prefix + key)
+
     def transport(self) -> tr.Transport:
         """A transport of its own (no counting), as a second client would have."""
         from snapstore.remote.names import parse_url
@@ -303,4 +308,5 @@ def plant_swapped_manifest(remote: Remote, tmp_path: Path, monkeypatch: pytest.M
     key = layout.bundle_key(bundle.ns, bundle.time_ns + 1, bundle.writer, planted)
     remote.overwrite(key, planted)
     remote.overwrite("refs/t", layout.encode_ref(ref._replace(bundle=key)))
+    remote.delete(ref.bundle)  # the planted bundle is the ref's whole history
     return first.id, second.id, key

@@ -73,15 +73,17 @@ def test_cat_reads_the_ref_the_bundle_each_footer_once_and_one_frame(history, mo
     counting = Counting(monkeypatch)
     data, kinds, keys, read = browse(b, counting, lambda v: v.read_bytes(ids[-1], "README.md"))
     assert data == small(STEPS - 1)
-    # config (first contact), LIST refs, GET ref, GET bundle; a footer per pack; one frame.
-    assert kinds == {"get": 3, "list": 1, "suffix": STEPS, "range": 1}, keys
+    # config (first contact), LIST refs, GET ref, LIST the ref's history, GET each of its
+    # bundles (one per push: each carries only its own checkpoint); a footer per pack; one frame.
+    assert kinds == {"get": 2 + STEPS, "list": 2, "suffix": STEPS, "range": 1}, keys
     assert sorted(keys["suffix"]) == packs
     assert read < closure / 4, (read, closure)
 
-    # Again: only the ref is read (refs are read every command: their freshness rule).
+    # Again: only the ref and its history's listing (from where the last one stopped) are read
+    # (refs are read every command: their freshness rule).
     data, kinds, keys, read = browse(b, counting, lambda v: v.read_bytes(ids[-1], "README.md"))
     assert data == small(STEPS - 1)
-    assert kinds == {"list": 1, "get": 1} and keys["get"] == ["refs/t"]
+    assert kinds == {"list": 2, "get": 1} and keys["get"] == ["refs/t"]
 
     # Another file of another checkpoint: its frames only, from the one pack that holds them.
     data, kinds, keys, read = browse(b, counting, lambda v: v.read_bytes(ids[0], "big0.bin"))
@@ -95,9 +97,9 @@ def test_cat_reads_the_ref_the_bundle_each_footer_once_and_one_frame(history, mo
     for fn, frames in ((lambda v: v.summary(ids[-1]), 2), (lambda v: v.diff(ids[1], ids[-1]), 1)):
         _, kinds, keys, _ = browse(b, counting, fn)
         assert "suffix" not in kinds and kinds["range"] == frames, keys
-    # list reads nothing but the ref.
+    # list reads nothing but the ref and its history's listing.
     listed, kinds, _, _ = browse(b, counting, lambda v: v.checkpoints())
-    assert [c.id for c in listed] == ids[::-1] and kinds == {"list": 1, "get": 1}
+    assert [c.id for c in listed] == ids[::-1] and kinds == {"list": 2, "get": 1}
 
 
 def test_a_new_push_is_seen_by_the_next_command(remote, tmp_path, monkeypatch):
@@ -116,8 +118,9 @@ def test_a_new_push_is_seen_by_the_next_command(remote, tmp_path, monkeypatch):
     with b.remote_view("origin") as view:
         assert [c.message for c in view.checkpoints()] == ["two", "one"]
         assert view.read_bytes(two.id, "f.txt") == b"two\n"
-    # LIST, GET ref, GET bundle: the new data was inline in it (no footer, no frame).
-    assert Counter(kind for kind, _ in counting.last.calls) == {"list": 1, "get": 2}
+    # LIST refs, GET ref, LIST its history, GET bundle: the new data was inline in it (no
+    # footer, no frame).
+    assert Counter(kind for kind, _ in counting.last.calls) == {"list": 2, "get": 2}
     b.close()
 
 
@@ -152,15 +155,19 @@ def test_a_damaged_pack_is_exit_6_in_one_line_naming_it(history, run_cli, how):
 def test_data_inline_in_an_older_bundle_is_read_by_range_from_that_bundle(remote, tmp_path, monkeypatch):
     """Small pushes leave their data inline in their bundles: the latest bundle names the older
     one, whose inline pack ends it, so it is read from its end like a pack (its frame offsets
-    are the inline pack's: a wrong base fails every chunk's id)."""
+    are the inline pack's: a wrong base fails every chunk's id).  The older one left every
+    history (its ref was deleted), so browsing does not take it up whole: it stays, hidden, for
+    the data the latest needs of it."""
     with make_store(tmp_path / "a", {"old.txt": b"pushed first\n" * 100}) as a:
         remote.add_to(a)
         a.snapshot("one", task="t")
-        a.push(task="t")
+        a.push(to="old")
         (tmp_path / "a" / "new.txt").write_bytes(b"pushed second\n" * 100)
         two = a.snapshot("two", task="t")
         a.push(task="t")
-    bundles = remote.keys("log/")
+        a.remote_ref_delete("old")
+    bundles = [k for k in remote.keys("log/") if not k.endswith(".forget")]
+    bundles.sort(key=lambda k: k.rsplit("/", 1)[1])  # oldest first (by time)
     assert len(bundles) == 2 and remote.keys("packs/") == []
     entries.clear_cache()
     b = make_store(tmp_path / "b", {"mine.txt": b"mine\n"})

@@ -86,17 +86,27 @@ def snapshot(
 @click.option("-n", "--limit", type=click.IntRange(min=1), help="Show at most N rows.")
 @json_option
 @click.option("--remote", metavar="NAME", help="Read remote NAME (read through a local cache: only what the command needs, by range) instead of this store.")
+@click.option("--ref", metavar="REF", help="With --remote: only the checkpoints of this remote ref's history.")
 @click.pass_obj
-def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_json: bool, remote: str | None) -> None:
+def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_json: bool, remote: str | None,
+          ref: str | None) -> None:
     """List checkpoints, newest first; #N in the first column is a valid reference.
 
     The +/~/- counts are paths of every kind (files, directories, symlinks) added, changed
-    and removed against the parent checkpoint.
+    and removed against the parent checkpoint.  With --remote, every checkpoint of every
+    ref's published history (--ref: one ref's).
     """
     from snapstore.render import checkpoint_rows, table
 
+    if ref is not None and remote is None:
+        from snapstore.errors import UsageError
+
+        raise UsageError("--ref names a remote ref: give --remote NAME too")
     with obj.open(reading=True, remote=remote) as store:
-        numbered = store.numbered_checkpoints(task=task, include_safety=include_all, limit=limit)
+        if ref is not None and remote is not None:
+            numbered = store.numbered_in_ref(remote, ref, task=task, include_safety=include_all, limit=limit)
+        else:
+            numbered = store.numbered_checkpoints(task=task, include_safety=include_all, limit=limit)
     if as_json:
         echo_json({"checkpoints": [{**c.to_json(), "index": n} for n, c in numbered]})
         return

@@ -1,4 +1,4 @@
-"""Remote commands: remote add/list/remove/ls/verify/doctor, push, fetch, pull, clone.
+"""Remote commands: remote add/list/remove/ls/log/verify/doctor/gc/forget/ref, push, fetch, pull, clone.
 
 Thin: each parses, calls one Store method, prints lines or ``--json``.  Credentials are never
 options (they would land in shell history and ``ps``): AWS environment variables or a profile.
@@ -46,7 +46,7 @@ def _with_progress(label: str, enabled: bool, run: Callable[..., T], unit_bytes:
 @global_options
 @click.group(context_settings=CONTEXT, epilog="\b\nExample:\n  snapstore remote add origin s3://bucket/team/project")
 def remote() -> None:
-    """Manage remotes (S3-compatible object storage): add, list, remove, ls, verify, gc, doctor.
+    """Manage remotes (S3-compatible object storage): add, list, remove, ls, log, verify, gc, forget, ref, doctor.
 
     Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or
     an AWS profile; they are never stored.  See docs/remote.md.
@@ -292,6 +292,7 @@ def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> 
 @click.argument("url")
 @click.argument("target", metavar="DIRECTORY", type=click.Path(file_okay=False))
 @click.option("--ref", metavar="REF", help="The remote ref to clone (default: 'default', or the only one).")
+@click.option("--at", metavar="CHECKPOINT", help="Clone this checkpoint of the ref's history (an id or a prefix of 4+ hex digits) instead of its latest.")
 @click.option("--endpoint", metavar="URL", help="The S3 endpoint of a non-AWS engine.")
 @click.option("--region", metavar="REGION", help="The bucket's region.")
 @click.option("--profile", metavar="NAME", help="The AWS profile whose keys to use.")
@@ -299,7 +300,7 @@ def pull(obj: Ctx, ref: str | None, remote: str, as_json: bool, quiet: bool) -> 
 @retry_budget_option
 @json_option
 @quiet_option
-def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: str | None,
+def clone(url: str, target: str, ref: str | None, at: str | None, endpoint: str | None, region: str | None,
           profile: str | None, encrypt: bool, key_file: str | None, as_json: bool, quiet: bool) -> None:
     """Make DIRECTORY (absent or empty) a tree with a store, holding a remote ref's checkpoint.
 
@@ -310,7 +311,7 @@ def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: 
 
     report = _with_progress("clone", not quiet and not as_json, lambda progress: Store.clone(
         url, target, ref=ref, endpoint=endpoint, region=region, profile=profile, progress=progress,
-        encrypt=encrypt, key_file=key_file), unit_bytes=True, then="checking and restoring the tree")
+        encrypt=encrypt, key_file=key_file, at=at), unit_bytes=True, then="checking and restoring the tree")
     _fetch_lines(report.to_json(), as_json, quiet)
     if not as_json and not quiet:
         click.echo(f"cloned {report.refs[0].checkpoint[:12]} into {report.directory}")
@@ -324,8 +325,9 @@ def clone(url: str, target: str, ref: str | None, endpoint: str | None, region: 
 @json_option
 @click.pass_obj
 def gc(obj: Ctx, name: str, dry_run: bool, grace_hours: float, as_json: bool) -> None:
-    """Remove packs no bundle names (killed pushes), in two phases: condemned by one run, deleted
-    by a later one an hour on if still unreferenced. Published checkpoints are never removed."""
+    """Remove what no live push names (packs of killed pushes, pushes 'remote forget' or 'remote
+    ref delete' took out of a history, and what only they held), in two phases: condemned by one
+    run, deleted by a later one 8 h on if still unreferenced."""
     with obj.open() as store:
         report = store.remote_gc(name, dry_run=dry_run, grace_s=grace_hours * 3600)
     if as_json:
@@ -333,7 +335,83 @@ def gc(obj: Ctx, name: str, dry_run: bool, grace_hours: float, as_json: bool) ->
         return
     verb = "would delete" if dry_run else "deleted"
     click.echo(
-        f"{report.bundles} bundles, {report.packs} packs ({report.live_packs} live): {verb} "
+        f"{report.bundles} bundles ({report.forgotten} forgotten), {report.packs} packs ({report.live_packs} live): {verb} "
         f"{len(report.deleted)} ({size(report.bytes_deleted)}), condemned {len(report.condemned)}, "
         f"{report.waiting} waiting, {len(report.rescued)} rescued"
     )
+
+
+@_sub("snapstore remote log origin\nsnapstore remote log origin --ref fix-login --json", name="log")
+@click.argument("name", default="origin")
+@click.option("--ref", metavar="REF", help="Only the pushes of this ref's history.")
+@json_option
+@click.pass_obj
+def log_(obj: Ctx, name: str, ref: str | None, as_json: bool) -> None:
+    """Who pushed what and when: every push of every ref's history (read through the browsing
+    cache: each push is read once)."""
+    with obj.open(reading=True, remote=name) as view:
+        pushes = view.remote_pushes(name, ref)
+    if as_json:
+        echo_json([p.to_json() for p in pushes])
+        return
+    from snapstore.render import local_time
+
+    for p in pushes:
+        who = f"{p.user or '?'}@{p.host or '?'}"
+        ids = " ".join(c.hex()[:12] for c in p.checkpoints[-3:]) + (" ..." if len(p.checkpoints) > 3 else "")
+        click.echo(printable(f"{local_time(p.time_ns)}\t{p.ns}\t{who}\t{len(p.checkpoints)} checkpoint(s)\t{ids}"))
+
+
+@_sub("snapstore remote forget origin --keep-last 20 --dry-run\n"
+      "snapstore remote forget origin --ref fix-login --keep-within 7d")
+@click.argument("name", default="origin")
+@click.option("--ref", "refs", multiple=True, metavar="REF", help="Only this ref's history (repeatable; default: every ref).")
+@click.option("--task", metavar="NAME", help="Forget only checkpoints of this task (the others are kept).")
+@click.option("--keep-last", type=click.IntRange(min=1), metavar="N", help="Keep the N newest checkpoints of each ref.")
+@click.option("--keep-within", metavar="DURATION", help="Keep the checkpoints less than DURATION (30m, 12h, 7d) older than each ref's newest.")
+@click.option("-n", "--dry-run", is_flag=True, help="Say what would be forgotten; write nothing.")
+@json_option
+@click.pass_obj
+def forget(obj: Ctx, name: str, refs: tuple[str, ...], task: str | None, keep_last: int | None,
+           keep_within: str | None, dry_run: bool, as_json: bool) -> None:
+    """Take old pushes out of each ref's history by keep rules (the ref's checkpoint is always
+    kept); 'remote gc' then reclaims what only they held. Nothing is deleted here."""
+    from snapstore.ops.retention import parse_duration
+
+    within = parse_duration(keep_within) if keep_within is not None else None
+    with obj.open() as store:
+        report = store.remote_forget(name, refs, keep_last=keep_last, keep_within_s=within, task=task, dry_run=dry_run)
+    _forget_lines(report, as_json, "would forget" if dry_run else "forgot")
+
+
+def _forget_lines(report: Any, as_json: bool, verb: str) -> None:
+    if as_json:
+        echo_json(report.to_json())
+        return
+    for r in report.refs:
+        shared = f", {len(r.shared)} kept as they share a push with a kept one" if r.shared else ""
+        click.echo(printable(f"{r.ref}: {verb} {len(r.forgotten)} checkpoint(s) in {len(r.bundles)} push(es), "
+                             f"kept {len(r.kept)}{shared}"))
+
+
+@remote.group(name="ref", context_settings=CONTEXT)
+def ref_group() -> None:
+    """Manage the refs on a remote: delete."""
+
+
+@ref_group.command(name="delete", context_settings=CONTEXT,
+                   epilog="\b\nExample:\n  snapstore remote ref delete fix-login --remote origin")
+@global_options
+@click.argument("ref")
+@_REMOTE_OPTION
+@json_option
+@click.pass_obj
+def ref_delete(obj: Ctx, ref: str, remote: str, as_json: bool) -> None:
+    """Delete a remote ref and take its whole history out; 'remote gc' then reclaims what only it held."""
+    with obj.open() as store:
+        report = store.remote_ref_delete(ref, remote=remote)
+    if as_json:
+        echo_json(report.to_json())
+        return
+    r = report.refs[0]
+    click.echo(printable(f"deleted ref {r.ref}: {len(r.bundles)} push(es) forgotten"))

@@ -19,12 +19,13 @@ if TYPE_CHECKING:
 def clone_into(
     init: Callable[[str], RemotesMixin], url: str, directory: str | os.PathLike[str], *, ref: str | None = None,
     name: str = "origin", endpoint: str | None = None, region: str | None = None, profile: str | None = None,
-    progress: Progress | None = None, encrypt: bool = False, key_file: str | None = None,
+    progress: Progress | None = None, encrypt: bool = False, key_file: str | None = None, at: str | None = None,
 ) -> FetchReport:
     """What :meth:`snapstore.Store.clone` does (``init`` makes the store: ``Store.init``).
 
     ``directory`` (absent or empty) becomes a tree with a store; remote ref ``ref`` is fetched
-    from ``url`` into it and its checkpoint restored.  On failure, what was made is removed.
+    from ``url`` into it and its checkpoint restored (with ``at``, a checkpoint id or prefix:
+    that checkpoint of the ref's history).  On failure, what was made is removed.
     """
     from snapstore.remote import keys, state
 
@@ -50,7 +51,7 @@ def clone_into(
         try:
             store.remote_add(name, url, endpoint=endpoint, region=region, profile=profile, encrypt=encrypt,
                              key_file=key_file)
-            report = store.pull(ref, remote=name, progress=progress)
+            report = store.pull(ref, remote=name, progress=progress, at=at)
         except BaseException:
             written = _restored_names(store) - before
             raise

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import CorruptError, RefError, UsageError
 from snapstore.facade.base import StoreBase
+from snapstore.facade.remote_history import who
 from snapstore.records.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ class RemotesMixin(StoreBase):
         report = push.run(
             self.backend, t, cfg, records, ns, level=self.compression_level, lock=self._lock.held,
             descends_from=lambda old: self._descends(bytes.fromhex(cps[-1].id), old),
-            force=force, move_ref=cfg.cas is not False, progress=progress,
+            force=force, move_ref=cfg.cas is not False, progress=progress, who=who(),
         )
         if cfg.cas is False:
             report.ref_outcome = "refused"  # the engine ignores conditional writes (remote doctor)
@@ -176,8 +177,9 @@ class RemotesMixin(StoreBase):
         self, refs: Sequence[str] = (), *, remote: str = "origin", progress: Progress | None = None,
         keep_going: bool = False,
     ) -> FetchReport:
-        """Bring the checkpoints the remote ``refs`` name (default: every ref) and all they
-        reach into this store; the tree is not touched.
+        """Bring the checkpoints of the remote ``refs``' histories (default: every ref) and all
+        they reach into this store; the tree is not touched.  Each history is listed from where
+        the last fetch stopped: only pushes not taken up yet are read.
 
         A ref that is damaged or names damaged objects adds nothing and does not stop the
         others: with ``keep_going`` it is a line of ``report.problems``, else the first such
@@ -195,7 +197,7 @@ class RemotesMixin(StoreBase):
                 try:
                     report.refs.append(fetch.fetch_ref(
                         self.backend, t, cfg, name, lock=self._lock.held, progress=progress,
-                        add=partial(fetch.add_bundle, excluded=self.excluded, keep_latest=True),
+                        add=partial(fetch.add_bundle, excluded=self.excluded, keep_latest=True), whole_history=True,
                     ))
                 except CorruptError as exc:
                     report.problems.append(exc.message)
@@ -215,9 +217,12 @@ class RemotesMixin(StoreBase):
             return names[0]
         raise UsageError(f"the remote has several refs ({', '.join(sorted(names)[:10])}): name one")
 
-    def pull(self, ref: str | None = None, *, remote: str = "origin", progress: Progress | None = None) -> FetchReport:
+    def pull(
+        self, ref: str | None = None, *, remote: str = "origin", progress: Progress | None = None, at: str | None = None,
+    ) -> FetchReport:
         """Fetch remote ref ``ref`` (default: ``default``, or the only one) and restore the tree
-        to it through the normal journaled restore (``undo`` puts the tree back)."""
+        to it through the normal journaled restore (``undo`` puts the tree back).  With ``at``
+        (a checkpoint id or prefix), that checkpoint of the ref's history instead."""
         from snapstore.remote import fetch
 
         cfg, t = self._connect(remote)
@@ -226,7 +231,7 @@ class RemotesMixin(StoreBase):
             name = ref or self._default_ref(t)
             got = fetch.fetch_ref(
                 self.backend, t, cfg, name, lock=self._lock.held, progress=progress,
-                add=partial(fetch.add_bundle, excluded=self.excluded),
+                add=partial(fetch.add_bundle, excluded=self.excluded), at=at,
             )
             report.refs.append(got)
         finally:
@@ -241,7 +246,7 @@ class RemotesMixin(StoreBase):
         ref, and of the bundle of each checkpoint not held yet), then read chunks and records
         on demand by range (:mod:`snapstore.remote.browse`).  The report counts the requests
         made so far; ``self.remote_requests`` keeps counting them."""
-        from snapstore.remote import browse, fetch, refs
+        from snapstore.remote import browse, fetch
         from snapstore.storage.readthrough import ReadThroughBackend
 
         cfg, t = self._connect(remote, empty_ok=True)
@@ -253,17 +258,51 @@ class RemotesMixin(StoreBase):
         self.remote_requests = t
         report = fetch.FetchReport(cfg.name)
         try:
-            for name in refs.names(t):
+            for again in (False, True):
                 try:
-                    report.refs.append(fetch.fetch_ref(
-                        self.backend, t, cfg, name, lock=self._lock.held, add=filler.add_bundle
-                    ))
-                except CorruptError as exc:  # the sound refs are browsed all the same
-                    report.problems.append(exc.message)
-                    self.notes.append(f"skipped: {exc.message}")  # type: ignore[attr-defined]
+                    self._take_up_refs(t, cfg, filler, report, again)
+                    break
+                except _Forgotten:
+                    self._drop_history(cfg)
+                    report.refs, report.problems = [], []
         finally:
             report.requests = t.requests
         return report
+
+    def _take_up_refs(
+        self, t: CountingTransport, cfg: RemoteConfig, filler: Any, report: FetchReport, again: bool,
+    ) -> None:
+        """Take up the history of every ref into a browsing cache (:meth:`_read_through`);
+        _Forgotten when a push it took up was forgotten since, or a ref it read was deleted
+        (not ``again``)."""
+        from snapstore.remote import fetch, refs, state
+
+        def forgotten() -> None:
+            if not again:
+                raise _Forgotten
+
+        names = refs.names(t)
+        if set(state.seen_refs(self.backend, cfg.rid)) - set(names):
+            forgotten()  # a ref was deleted: its history went with it
+        for name in names:
+            try:
+                report.refs.append(fetch.fetch_ref(
+                    self.backend, t, cfg, name, lock=self._lock.held, add=filler.add_bundle,
+                    whole_history=True, on_forgotten=forgotten,
+                ))
+            except CorruptError as exc:  # the sound refs are browsed all the same
+                report.problems.append(exc.message)
+                self.notes.append(f"skipped: {exc.message}")  # type: ignore[attr-defined]
+
+    def _drop_history(self, cfg: RemoteConfig) -> None:
+        """Empty a browsing cache's history: its checkpoints and what it took up (the data it
+        read stays), to take up the live history again after pushes were forgotten."""
+        from snapstore.ops import retention
+        from snapstore.remote import state
+
+        with self._lock.held():
+            retention.remove(self.backend, list(self._load()[0]))
+            state.drop_history(self.backend, cfg.rid)
 
     # -- looking at a remote ------------------------------------------------------------------
 
@@ -349,3 +388,5 @@ class RemotesMixin(StoreBase):
         keys.remove_key(state.get_config(self.backend, remote), key_id)
 
 
+class _Forgotten(Exception):
+    """A browsing cache holds pushes forgotten since: it starts its history again."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from snapstore.errors import CorruptError, RefError
+from snapstore.errors import CorruptError, RefError, UsageError
 from snapstore.records.checkpoint import (
     PATHS_INDEX_META,
     Checkpoint,
@@ -118,33 +118,100 @@ def store_object(backend: Backend, cfg: RemoteConfig, lock: Lock, key: str, pack
 
 def fetch_ref(
     backend: Backend, transport: Transport, cfg: RemoteConfig, name: str, *, lock: Lock,
-    progress: Progress | None = None, add: Callable[..., None] | None = None,
+    progress: Progress | None = None, add: Callable[..., None] | None = None, whole_history: bool = False,
+    at: str | None = None, on_forgotten: Callable[[], None] | None = None,
 ) -> FetchedRef:
     """Fetch ref ``name``: RefError when the remote has no such ref; CorruptError (nothing of
     the bundle's checkpoints added) when an object is missing or fails a check.
 
-    ``add`` takes the checked bundle up when its checkpoint is new here (default:
+    Takes up the bundle of the ref's checkpoint; with ``whole_history`` every bundle of the
+    ref's history this store has not taken up yet (remote/history.py), oldest first; with
+    ``at`` (a checkpoint id or a prefix of one) the bundle of the newest such checkpoint in
+    that history instead, and ``out.checkpoint`` names it.  ``on_forgotten`` is called when a
+    bundle taken up before was forgotten since.  ``add`` takes each checked bundle up (default:
     :func:`add_bundle`, the whole closure; browsing passes one that reads lazily)."""
     out = FetchedRef(name)
     ref, etag = refs.read(transport, name)
     if ref is None:
         raise RefError(f"the remote {cfg.name} has no ref {name!r} ('snapstore remote ls {cfg.name}' lists them)")
     out.checkpoint, out.bundle = ref.checkpoint.hex(), ref.bundle
-    with backend.read() as view:
-        present = view.get("checkpoints", ref.checkpoint) is not None
-    if not present:
-        got = transport.get(ref.bundle)
-        if got is None:
-            raise CorruptError(f"remote object {ref.bundle} is missing (the ref {name} names it)")
-        bundle = layout.parse_bundle(ref.bundle, got.body)
-        out.objects_read += 1
-        out.bytes_read += len(got.body)
-        if ref.checkpoint not in {cid for cid, _ in bundle.checkpoints}:
+    last = None
+    pairs: Iterator[tuple[str, layout.Bundle]]
+    if at is not None:
+        found, cid = _find(transport, name, ref, at, out)
+        out.checkpoint, out.bundle = cid.hex(), found.key
+        pairs = iter([(found.key, found)])
+    else:
+        if whole_history:
+            keys, last = _untaken_history(backend, transport, cfg, name, ref, on_forgotten)
+        else:
+            with backend.read() as view:
+                present = view.get("checkpoints", ref.checkpoint) is not None
+            keys = [] if present else [ref.bundle]
+        pairs = zip(keys, parallel_map(lambda k: _read_bundle(transport, k, name, out), keys))
+    for key, bundle in pairs:
+        if key == ref.bundle and ref.checkpoint not in {cid for cid, _ in bundle.checkpoints}:
             raise CorruptError(f"remote object {ref.bundle} does not hold the checkpoint its ref {name} names")
         (add or add_bundle)(backend, transport, cfg, bundle, lock=lock, out=out, progress=progress)
+        with lock(), backend.write() as batch:
+            take(batch, cfg, bundle)
     with lock(), backend.write() as batch:
         state.put_seen_ref(batch, cfg.rid, name, state.SeenRef(ref.checkpoint, etag, ref.bundle))
+        if last is not None:
+            state.put_listed_until(batch, cfg.rid, name, last)
     return out
+
+
+def take(batch: WriteBatch, cfg: RemoteConfig, bundle: layout.Bundle) -> None:
+    """Note that ``bundle`` was taken up: its checkpoints are published there (a push does not
+    send them again) and who pushed it (``remote log``)."""
+    cids = [cid for cid, _ in bundle.checkpoints]
+    for cid in cids:
+        state.put_published(batch, cfg.rid, cid, bundle.key)
+    state.put_taken(batch, cfg.rid, state.Taken(bundle.key, bundle.ns, bundle.writer, bundle.user, bundle.host, bundle.time_ns, cids))
+
+
+def _read_bundle(transport: Transport, key: str, name: str, out: FetchedRef) -> layout.Bundle:
+    got = transport.get(key)
+    if got is None:
+        raise CorruptError(f"remote object {key} is missing (the history of ref {name} names it)")
+    out.objects_read += 1
+    out.bytes_read += len(got.body)
+    return layout.parse_bundle(key, got.body)
+
+
+def _untaken_history(
+    backend: Backend, transport: Transport, cfg: RemoteConfig, name: str, ref: layout.Ref,
+    on_forgotten: Callable[[], None] | None,
+) -> tuple[list[str], str | None]:
+    """The bundles of ref ``name``'s history this store has not taken up (the listing resumed
+    where the last one stopped), and the last key listed."""
+    from snapstore.remote import history
+
+    hist = history.read(transport, name, start_after=history.resume_point(name, state.listed_until(backend, cfg.rid, name)))
+    if on_forgotten is not None and any(state.is_taken(backend, cfg.rid, k) for k in hist.forgotten):
+        on_forgotten()
+    keys = [k for k in hist.bundles if not state.is_taken(backend, cfg.rid, k)]
+    if ref.bundle not in keys and not state.is_taken(backend, cfg.rid, ref.bundle):
+        keys.append(ref.bundle)  # (a listing may lag the push that moved the ref)
+    return keys, hist.last
+
+
+def _find(transport: Transport, name: str, ref: layout.Ref, at: str, out: FetchedRef) -> tuple[layout.Bundle, bytes]:
+    """The bundle of the newest checkpoint of ref ``name``'s history whose id starts with
+    ``at`` (its bundles read newest first until one holds it), and that checkpoint's id."""
+    from snapstore.remote import history
+
+    prefix = at.lower()
+    if len(prefix) < 4 or any(c not in "0123456789abcdef" for c in prefix):
+        raise UsageError(f"--at takes a checkpoint id or a prefix of at least 4 hex digits, not {at!r:.80}")
+    keys = [k for k in history.read(transport, name).bundles if k != ref.bundle]
+    for key in [ref.bundle, *reversed(keys)]:
+        bundle = _read_bundle(transport, key, name, out)
+        for cid, _ in reversed(bundle.checkpoints):
+            if cid.hex().startswith(prefix):
+                return bundle, cid
+    raise RefError(f"no checkpoint {at!r:.80} in the history of the remote ref {name}")
 
 
 def add_bundle(

@@ -273,6 +273,13 @@ def check_frame(what: str, data: bytes, frame: PackFrame) -> list[tuple[bytes, b
 # -- bundles -----------------------------------------------------------------------------------
 
 
+#: Bundle versions: 1 (no author), 2 (adds ``user`` and ``host``, who pushed it).  Older
+#: readers refuse version 2 by its number, not as damage.
+BUNDLE_V = 2
+#: The longest user or host name a bundle records.
+MAX_WHO = 256
+
+
 class Bundle(NamedTuple):
     """A parsed bundle: the commit of one push."""
 
@@ -283,15 +290,18 @@ class Bundle(NamedTuple):
     checkpoints: list[tuple[bytes, bytes]]  # (id, record), oldest first
     needs: list[str]  # keys of the packs (and bundles with inline data) the checkpoints need
     inline: Pack | None
+    user: str = ""  # who pushed it (version 2; "" for version 1)
+    host: str = ""
 
 
 def encode_bundle(
-    ns: str, writer: str, time_ns: int, checkpoints: list[tuple[bytes, bytes]], needs: list[str], inline: bytes | None
+    ns: str, writer: str, time_ns: int, checkpoints: list[tuple[bytes, bytes]], needs: list[str], inline: bytes | None,
+    *, user: str = "", host: str = "",
 ) -> bytes:
     # "inline" stays the last field: a bundle then ends with its inline pack's footer and tail,
     # so browsing reads it by range like a pack (remote/browse.py).  msgpack keeps this order.
     doc = {
-        "v": FORMAT, "ns": ns, "writer": writer, "time_ns": time_ns,
+        "v": BUNDLE_V, "ns": ns, "writer": writer, "time_ns": time_ns, "user": user[:MAX_WHO], "host": host[:MAX_WHO],
         "checkpoints": [[k, v] for k, v in checkpoints], "needs": needs, "inline": inline,
     }
     packed: bytes = msgpack.packb(doc, use_bin_type=True)
@@ -309,28 +319,28 @@ def parse_bundle(key: str, body: bytes) -> Bundle:
     if not body.startswith(BUNDLE_MAGIC):
         raise bad("not a bundle")
     try:
-        ns, writer, time_ns, cps, needs, inline = _read_bundle(body)
+        doc = _read_bundle(body)
     except CorruptError as exc:
         raise bad(exc.message) from None
     except (KeyError, ValueError, TypeError, msgpack.UnpackException) as exc:
         raise bad(f"damaged: {exc}") from None
+    inline = doc["inline"]
     pack = parse_pack(key, inline, None) if inline is not None else None
-    return Bundle(key, ns, writer, time_ns, cps, needs, pack)
+    return Bundle(
+        key, doc["ns"], doc["writer"], doc["time_ns"], doc["checkpoints"], doc["needs"], pack,
+        doc.get("user", ""), doc.get("host", ""),
+    )
 
 
-def _read_bundle(body: bytes) -> tuple[str, str, int, list[tuple[bytes, bytes]], list[str], bytes | None]:
+def _read_bundle(body: bytes) -> dict[str, Any]:
     """A bundle's fields, each element checked as it is read (:class:`wire.SchemaReader`)."""
     r = wire.SchemaReader(memoryview(body)[len(BUNDLE_MAGIC) :])
     doc: dict[str, Any] = {}
     for _ in range(r.map()):
         field = r.str_(32)
-        if field in doc:
-            raise ValueError(f"the field {field!r} appears twice")
-        if field in ("v", "time_ns"):
-            doc[field] = r.int_()
-        elif field in ("ns", "writer"):
-            doc[field] = r.str_(MAX_NAME)
-        elif field == "inline":
+        if read_header(r, field, doc):
+            continue
+        if field == "inline":
             doc[field] = r.optional_bytes()
         elif field == "needs":
             doc[field] = needs = []
@@ -350,9 +360,33 @@ def _read_bundle(body: bytes) -> tuple[str, str, int, list[tuple[bytes, bytes]],
         else:
             raise ValueError(f"unexpected field {field!r}")
     r.done()
-    if doc.get("v") != FORMAT:
+    if doc.get("v") not in (FORMAT, BUNDLE_V):
         raise ValueError(f"unknown bundle version {doc.get('v')!r}")
-    return doc["ns"], doc["writer"], doc["time_ns"], doc["checkpoints"], doc["needs"], doc["inline"]
+    for field in ("ns", "writer", "time_ns", "checkpoints", "needs", "inline"):
+        if field not in doc:
+            raise KeyError(field)
+    return doc
+
+
+#: What ends the key of a forget record (``log/<ns>/...-<h16>.forget``, remote/history.py).
+FORGET_SUFFIX = ".forget"
+
+
+def read_header(r: wire.SchemaReader, field: str, doc: dict[str, Any]) -> bool:
+    """Read ``field`` into ``doc`` if it is one of the fields bundles and forget records share
+    (``v``, ``time_ns``, ``ns``, ``writer``, ``user``, ``host``, each bounded); whether it was.
+    ValueError for a field seen twice or of the wrong type."""
+    if field in doc:
+        raise ValueError(f"the field {field!r} appears twice")
+    if field in ("v", "time_ns"):
+        doc[field] = r.int_()
+    elif field in ("ns", "writer"):
+        doc[field] = r.str_(MAX_NAME)
+    elif field in ("user", "host"):
+        doc[field] = r.str_(MAX_WHO)
+    else:
+        return False
+    return True
 
 
 def is_data_key(key: str) -> bool:
@@ -360,7 +394,15 @@ def is_data_key(key: str) -> bool:
     parts = key.split("/")
     if parts[0] == "packs":
         return len(parts) == 3 and len(parts[2]) == 64 and parts[1] == parts[2][:2] and _hex(parts[2])
-    return parts[0] == "log" and len(parts) == 3 and all(p not in ("", ".", "..") for p in parts[1:])
+    return (
+        parts[0] == "log" and len(parts) == 3 and all(p not in ("", ".", "..") for p in parts[1:])
+        and not key.endswith(FORGET_SUFFIX)
+    )
+
+
+def log_prefix(ns: str) -> str:
+    """The prefix of the bundles (and forget records) published under namespace ``ns``."""
+    return f"log/{encode_name(ns)}/"
 
 
 def _hex(s: str) -> bool:

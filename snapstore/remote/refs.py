@@ -80,13 +80,13 @@ def first_problem(problems: list[str]) -> CorruptError:
     return CorruptError(problems[0] + more)
 
 
-def names(t: Transport) -> list[str]:
+def names(transport: Transport) -> list[str]:
     """The names of the remote's refs (one LIST page per 1,000); keys no writer of ours could
     have made are skipped (remote verify reports damage, a listing is no place for it)."""
-    names = []
-    for entry in t.list("refs/"):
+    out = []
+    for entry in transport.list("refs/"):
         try:
-            names.append(layout.ref_name(entry.key))
+            out.append(layout.ref_name(entry.key))
         except ValueError:
             continue
-    return names
+    return out

@@ -12,7 +12,12 @@
 | ``l`` + rid + chunk id | msgpack ``[object key, frame number]``: where browsing reads that chunk |
 | ``u`` + rid + manifest id | a stream record read for that manifest id that does not name it by its tree: kept apart until the manifest's content proves it (browsing) |
 | ``h`` + rid + object key | 8-byte time (ns, this machine's clock) the object was last seen on the remote: written, read, or HEADed by a push |
-| ``x`` + rid + object key | empty: the object is lost from the remote (a push's HEAD or ``remote verify`` found it missing); ``k`` and ``m`` rows naming it are ignored |
+| ``x`` + rid + object key | empty: the object is lost from the remote (a push's HEAD or ``remote verify`` found it missing, or gc's plan condemns it); ``k`` and ``m`` rows naming it are ignored |
+| ``b`` + rid + checkpoint id | the key of a bundle that published that checkpoint (a push of its namespace does not send its record again) |
+| ``w`` + rid + bundle key | msgpack ``{ns, writer, user, host, time_ns, checkpoints}``: a bundle of the history this store took up (pushed, fetched or browsed): read once |
+| ``y`` + rid + ref name | the last key a listing of that namespace's history gave (the next listing resumes there) |
+| ``j`` + rid + pack key | msgpack ``[time_ns, chunks, streams, conversations]``: a pack a push uploaded whose bundle is not published yet (the next push names it instead of sending it again) |
+| ``g`` + rid | 8-byte time (ns) gc's plan was last read: a push reads it again an hour on |
 
 ``rid`` is 8 random bytes given at ``remote add``; removing the remote removes its rows.
 Credentials are never stored (see :mod:`snapstore.remote.credentials`).
@@ -118,8 +123,20 @@ def all_configs(backend: Backend) -> list[RemoteConfig]:
 def remove(backend: Backend, cfg: RemoteConfig) -> None:
     """Remove a remote and every row it owns (in bounded batches; the config row last, so a
     crash leaves the remote listed and ``remote remove`` finishes it)."""
-    for prefix in (b"k", b"o", b"r", b"m", b"n", b"f", b"l", b"u", b"h", b"x"):
-        prefix += cfg.rid
+    _drop(backend, cfg.rid, b"korm" + b"nflu" + b"hxbw" + b"yjg")
+    with backend.write() as batch:
+        batch.delete(TABLE, _config_key(cfg.name))
+
+
+def drop_history(backend: Backend, rid: bytes) -> None:
+    """Forget the history taken up (the bundles, what they published, where listings
+    stopped, the refs as seen); what is known of the remote's objects stays."""
+    _drop(backend, rid, b"wbyr")
+
+
+def _drop(backend: Backend, rid: bytes, kinds: bytes) -> None:
+    for kind in kinds:
+        prefix = bytes([kind]) + rid
         while True:
             with backend.read() as view:
                 keys = [k for k, _ in _take(view.items(TABLE, prefix=prefix), 4096)]
@@ -128,8 +145,6 @@ def remove(backend: Backend, cfg: RemoteConfig) -> None:
             with backend.write() as batch:
                 for k in keys:
                     batch.delete(TABLE, k)
-    with backend.write() as batch:
-        batch.delete(TABLE, _config_key(cfg.name))
 
 
 def _take(it: Iterator[tuple[bytes, bytes]], n: int) -> Iterator[tuple[bytes, bytes]]:
@@ -274,3 +289,118 @@ def cache_dirs(store_dir: str, cfg: RemoteConfig) -> tuple[str, str]:
     a cache is only read)."""
     base = os.path.join(store_dir, CACHE_DIRNAME, cfg.rid.hex())
     return os.path.join(base, "tree"), os.path.join(base, "store")
+# -- the published history ---------------------------------------------------------------------
+
+
+def published(backend: Backend, rid: bytes, ids: Iterable[bytes]) -> dict[bytes, str]:
+    """For each checkpoint known to be published on the remote, the key of a bundle holding it."""
+    out = {}
+    with backend.read() as view:
+        for cid in ids:
+            v = view.get(TABLE, b"b" + rid + cid)
+            if v is not None:
+                out[cid] = v.decode()
+    return out
+
+
+def put_published(batch: WriteBatch, rid: bytes, cid: bytes, bundle: str) -> None:
+    batch.put(TABLE, b"b" + rid + cid, bundle.encode())
+
+
+class Taken(NamedTuple):
+    """A bundle of a history this store took up (what ``remote log`` shows of it)."""
+
+    key: str
+    ns: str
+    writer: str
+    user: str
+    host: str
+    time_ns: int
+    checkpoints: list[bytes]
+
+    def to_json(self) -> dict[str, Any]:
+        d = self._asdict()
+        d["checkpoints"] = [c.hex() for c in self.checkpoints]
+        return d
+
+
+def put_taken(batch: WriteBatch, rid: bytes, t: Taken) -> None:
+    batch.put(TABLE, b"w" + rid + t.key.encode(), msgpack.packb(
+        [t.ns, t.writer, t.user, t.host, t.time_ns, t.checkpoints], use_bin_type=True))
+
+
+def taken(backend: Backend, rid: bytes, prefix: str = "") -> list[Taken]:
+    """The bundles taken up whose keys start with ``prefix``, in key order (oldest first
+    within a namespace)."""
+    out = []
+    start = b"w" + rid
+    with backend.read() as view:
+        for k, raw in view.items(TABLE, prefix=start + prefix.encode()):
+            try:
+                ns, writer, user, host, time_ns, cps = msgpack.unpackb(raw, raw=False)
+                out.append(Taken(k[len(start) :].decode(), ns, writer, user, host, int(time_ns), [bytes(c) for c in cps]))
+            except (ValueError, TypeError, msgpack.UnpackException):
+                continue  # a cache row only: that bundle is read again
+    return out
+
+
+def is_taken(backend: Backend, rid: bytes, key: str) -> bool:
+    with backend.read() as view:
+        return view.get(TABLE, b"w" + rid + key.encode()) is not None
+
+
+def listed_until(backend: Backend, rid: bytes, ns: str) -> str | None:
+    with backend.read() as view:
+        v = view.get(TABLE, b"y" + rid + ns.encode("utf-8", "surrogateescape"))
+    return None if v is None else v.decode()
+
+
+def put_listed_until(batch: WriteBatch, rid: bytes, ns: str, key: str) -> None:
+    batch.put(TABLE, b"y" + rid + ns.encode("utf-8", "surrogateescape"), key.encode())
+
+
+# -- packs uploaded by a push that did not finish ----------------------------------------------
+
+
+class PendingPack(NamedTuple):
+    time_ns: int  # when it was uploaded (this machine's clock)
+    chunks: list[bytes]
+    streams: list[bytes]
+    conversations: list[bytes]
+
+
+def put_pending(batch: WriteBatch, rid: bytes, key: str, p: PendingPack) -> None:
+    batch.put(TABLE, b"j" + rid + key.encode(), msgpack.packb(list(p), use_bin_type=True))
+
+
+def drop_pending(batch: WriteBatch, rid: bytes, key: str) -> None:
+    batch.delete(TABLE, b"j" + rid + key.encode())
+
+
+def pending(backend: Backend, rid: bytes) -> dict[str, PendingPack]:
+    """The packs uploaded by pushes whose bundle was never published (none found lost)."""
+    gone = lost(backend, rid)
+    out = {}
+    start = b"j" + rid
+    with backend.read() as view:
+        for k, raw in view.items(TABLE, prefix=start):
+            key = k[len(start) :].decode()
+            try:
+                t, chunks, streams, convs = msgpack.unpackb(raw, raw=False)
+                row = PendingPack(int(t), [bytes(c) for c in chunks], [bytes(c) for c in streams], [bytes(c) for c in convs])
+            except (ValueError, TypeError, msgpack.UnpackException):
+                continue
+            if key not in gone and is_data_key(key):
+                out[key] = row
+    return out
+
+
+def plan_read_at(backend: Backend, rid: bytes) -> int:
+    """When gc's plan was last read (ns, this machine's clock; 0: never)."""
+    with backend.read() as view:
+        v = view.get(TABLE, b"g" + rid)
+    return int.from_bytes(v, "big") if v is not None and len(v) == 8 else 0
+
+
+def put_plan_read_at(batch: WriteBatch, rid: bytes, now_ns: int) -> None:
+    batch.put(TABLE, b"g" + rid, now_ns.to_bytes(8, "big"))

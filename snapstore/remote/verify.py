@@ -1,6 +1,7 @@
 """``remote verify``: read every published object and report every problem.
 
-Lists the bundles (``log/``) and refs (``refs/``); reads each bundle and every object it needs,
+Lists the bundles (``log/``) and refs (``refs/``); reads each bundle (but those forget records
+took out of every history and no ref names) and every object it needs,
 once each, checking names against hashes, frames, chunk ids and records; imports them into a
 throw-away store (on disk, beside the local store) and walks each bundle's checkpoints there, so a chunk a bundle needs
 but no object holds is found too.  Reads the whole remote: a maintenance command, not a per-push
@@ -39,6 +40,8 @@ class RemoteVerifyReport:
         self.problems: list[dict[str, str]] = []
         #: Objects a bundle needs that the remote does not have (a push must not count on them).
         self.missing: list[str] = []
+        self.forgotten = 0  # bundles forget records took out of their histories (not checked)
+        self.ref_list: list[tuple[str, layout.Ref]] = []
 
     @property
     def ok(self) -> bool:
@@ -49,6 +52,7 @@ class RemoteVerifyReport:
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
+        del d["ref_list"]
         d["ok"] = self.ok
         return d
 
@@ -60,7 +64,21 @@ def run(transport: Transport, progress: Progress | None = None, scratch: Backend
     report = RemoteVerifyReport()
     mem = scratch if scratch is not None else MemoryBackend()
     packs_seen: dict[str, bool] = {}  # key -> read and sound
-    bundle_keys = [e.key for e in transport.list("log/")]
+    from snapstore.remote import history
+
+    listed = [e.key for e in transport.list("log/")]
+    forgotten: set[str] = set()
+    for key in listed:
+        if history.is_forget_key(key):
+            try:
+                forgotten.update(b for f in history.read_forgets(transport, [key]) for b in f.bundles)
+            except CorruptError as exc:
+                report.problem(key, exc.message)
+    # A forgotten bundle is in no history: gc may have reclaimed what it alone needed.  One a
+    # live bundle needs (for its inline data) is checked as that bundle's object.
+    forgotten -= _ref_bundles(transport, report)
+    bundle_keys = [k for k in listed if not history.is_forget_key(k) and k not in forgotten]
+    report.forgotten = sum(1 for k in listed if k in forgotten)
     for i, key in enumerate(bundle_keys):
         report.bundles += 1
         got = transport.get(key)
@@ -96,22 +114,28 @@ def run(transport: Transport, progress: Progress | None = None, scratch: Backend
         entries.clear_cache()  # (frames read for one bundle's walk: memory is per object, not per remote)
         if progress is not None:
             progress(i + 1, len(bundle_keys))
+    for key, ref in report.ref_list:
+        if ref.bundle not in packs_seen:
+            report.problem(key, f"names the bundle {ref.bundle}, which is missing")
+    for entry in transport.list("packs/"):
+        if entry.key not in packs_seen:
+            report.unreferenced_packs += 1
+    return report
+
+
+def _ref_bundles(transport: Transport, report: RemoteVerifyReport) -> set[str]:
+    """Read every ref (kept in ``report.ref_list``; a damaged one is a problem): the bundles
+    they name."""
     for entry in transport.list("refs/"):
         report.refs += 1
         got = transport.get(entry.key)
         if got is None:
             continue  # moved away between the listing and the read: not a problem
         try:
-            ref = layout.parse_ref(entry.key, got.body)
+            report.ref_list.append((entry.key, layout.parse_ref(entry.key, got.body)))
         except CorruptError as exc:
             report.problem(entry.key, exc.message)
-            continue
-        if ref.bundle not in packs_seen:
-            report.problem(entry.key, f"names the bundle {ref.bundle}, which is missing")
-    for entry in transport.list("packs/"):
-        if entry.key not in packs_seen:
-            report.unreferenced_packs += 1
-    return report
+    return {ref.bundle for _, ref in report.ref_list}
 
 
 def _read(transport: Transport, mem: Backend, key: str, report: RemoteVerifyReport) -> bool:
