@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, quote
 
@@ -28,10 +27,12 @@ from snapstore.errors import (
     UnsafePathError,
     UsageError,
 )
-from snapstore.ui import actions, budget, here, revert, timeline, views
+from snapstore.ui import actions, budget, filediff, here, revert, timeline, views
+from snapstore.ui.assets import assets, headers_for
 from snapstore.ui.download import stream
-from snapstore.ui.highlight import stylesheet
-from snapstore.ui.html import Html, error_body, page, path_from_token, read_only_banner
+from snapstore.ui.html import Html, error_body, fmt, page, path_from_token, read_only_banner
+from snapstore.ui.images import HEADERS as IMAGE_HEADERS
+from snapstore.ui.images import image_type
 from snapstore.ui.locked import locked
 from snapstore.ui.security import AdmitPeer, Credentials, Guard, allowed_hosts
 
@@ -75,11 +76,7 @@ class UiApp:
         self.remote = remote
         self.banner = read_only_banner(remote) if read_only else Html("")
         self.root = f"remote {remote} (read-only)" if read_only and remote else store.root
-        self.static: dict[str, tuple[bytes, str]] = {
-            "ui.css": (_resource("ui.css"), "text/css; charset=utf-8"),
-            "ui.js": (_resource("ui.js"), "text/javascript; charset=utf-8"),
-            "pygments.css": (stylesheet().encode(), "text/css; charset=utf-8"),
-        }
+        self.static = assets()
 
     async def run(self, fn: Callable[[], T]) -> T:
         """``fn()`` in a worker thread, one at a time."""
@@ -173,9 +170,39 @@ class UiApp:
         return JSONResponse({"revision": await self.run(self.reader.revision)})
 
     async def checkpoint(self, request: Request) -> Response:
-        ref, view, only = request.path_params["cid"], _view(request), _path(request)
+        ref, view, only, ctx = request.path_params["cid"], _view(request), _path(request), _context(request)
         b = budget.for_request(_full(request))
-        return await self.page(lambda: views.checkpoint(self.reader, ref, view, only, b, read_only=self.read_only))
+        if only is not None and request.query_params.get("frag") == "1":
+            return await self.fragment(lambda: views.checkpoint_diff(self.reader, ref, view, only, b, ctx))
+        return await self.page(lambda: views.checkpoint(self.reader, ref, view, only, b, read_only=self.read_only, context=ctx))
+
+    async def fragment(self, fn: Callable[[], Html]) -> Response:
+        """A piece of a page (one file's diff, loaded as it scrolls into view), or its error note."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import HTMLResponse
+
+        try:
+            html = await run_in_threadpool(fn)
+        except SnapstoreError as exc:
+            status = _status(exc)
+            return HTMLResponse(fmt('<p class="note error" role="alert">{}</p>', exc.message), status_code=status)
+        return HTMLResponse(html)
+
+    async def image(self, request: Request) -> Response:
+        """A stored file as an image, when its bytes are one (PNG, JPEG, GIF, WebP): the type
+        from its signature, a policy that lets it run nothing."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import PlainTextResponse, Response
+
+        ref, path = request.path_params["cid"], _path(request) or b""
+        try:
+            data = await run_in_threadpool(lambda: views.image_bytes(self.reader, ref, path))
+        except SnapstoreError as exc:
+            return PlainTextResponse(exc.message, status_code=_status(exc))
+        kind = image_type(data)
+        if kind is None:
+            return PlainTextResponse("not an image this page shows (PNG, JPEG, GIF, WebP)", status_code=415)
+        return Response(data, media_type=kind, headers=IMAGE_HEADERS)
 
     async def file(self, request: Request) -> Response:
         ref, path = request.path_params["cid"], _path(request) or b""
@@ -220,19 +247,30 @@ class UiApp:
     async def compare(self, request: Request) -> Response:
         q = request.query_params
         a, b, view, only = q.get("a", "").strip(), q.get("b", "").strip(), _view(request), _path(request)
-        cap = budget.for_request(_full(request))
-        return await self.page(lambda: views.compare(self.reader, a, b, view, only, cap, read_only=self.read_only), "compare")
+        cap, ctx = budget.for_request(_full(request)), _context(request)
+        if only is not None and a and q.get("frag") == "1":
+            return await self.fragment(lambda: views.compare_diff(self.reader, a, b, view, only, cap, ctx))
+        return await self.page(
+            lambda: views.compare(self.reader, a, b, view, only, cap, read_only=self.read_only, context=ctx), "compare",
+        )
 
     async def operations(self, request: Request) -> Response:
         return await self.page(lambda: views.operations(self.reader, read_only=self.read_only), "ops")
 
     async def static_file(self, request: Request) -> Response:
+        """A static file: gzipped when the browser takes it, cached by its content's version."""
         from starlette.responses import PlainTextResponse, Response
 
         found = self.static.get(request.path_params["name"])
         if found is None:
             return PlainTextResponse("not found", status_code=404)
-        return Response(found[0], media_type=found[1])
+        versioned = request.query_params.get("v") == found.version
+        gzipped = "gzip" in request.headers.get("accept-encoding", "").lower()
+        headers = headers_for(found, versioned=versioned, gzipped=gzipped)
+        if request.headers.get("if-none-match") == found.etag:
+            headers.pop("content-encoding", None)
+            return Response(status_code=304, headers=headers)
+        return Response(found.gzipped if gzipped else found.data, media_type=found.media_type, headers=headers)
 
     # -- changing (POST only; security.Guard checked the Origin) -------------------------------
 
@@ -295,10 +333,6 @@ class UiApp:
         return RedirectResponse(f"/c/{quote(ref, safe='')}", status_code=303)
 
 
-def _resource(name: str) -> bytes:
-    return resources.files("snapstore.ui").joinpath("static", name).read_bytes()
-
-
 def _filters(request: Request) -> tuple[timeline.Filters, int | None]:
     """The timeline's filters and its page (``before``: the log number its rows are below)."""
     q = request.query_params
@@ -324,6 +358,15 @@ def _full(request: Request) -> bool:
 
 def _attachment(name: str) -> str:
     return f"attachment; filename*=UTF-8''{quote(name, safe='')}"
+
+
+def _context(request: Request) -> int:
+    """Lines of context asked for (``ctx``), one of :data:`filediff.CONTEXTS`."""
+    try:
+        asked = int(request.query_params.get("ctx", ""))
+    except ValueError:
+        return filediff.CONTEXTS[0]
+    return max((n for n in filediff.CONTEXTS if n <= asked), default=filediff.CONTEXTS[0])
 
 
 def _view(request: Request) -> str:
@@ -393,6 +436,8 @@ def create_app(
     client has no socket to check).
     """
     from starlette.applications import Starlette
+    from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES as UNZIPPED
+    from starlette.middleware.gzip import GZipMiddleware
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
@@ -425,6 +470,7 @@ def create_app(
         Route("/c/{cid}", ui.checkpoint),
         Route("/c/{cid}/file", ui.file),
         Route("/c/{cid}/raw", ui.raw),
+        Route("/c/{cid}/image", ui.image),
         Route("/c/{cid}/conversation.json", ui.conversation),
         Route("/history", ui.history),
         Route("/compare", ui.compare),
@@ -445,4 +491,6 @@ def create_app(
         _TooLarge: too_large, _BadForm: bad_form, 404: not_found, 405: not_found,
     }
     app = Starlette(routes=routes, exception_handlers=handlers)
-    return Guard(app, hosts=allowed_hosts(host, port), port=port, credentials=credentials, token=token, peer=peer)
+    # pages and fragments gzipped (a timeline of 77 KB is 12 KB); raw downloads stream as they are
+    zipped = GZipMiddleware(app, minimum_size=1024, compresslevel=6, exclude_content_types=(*UNZIPPED, "application/octet-stream"))
+    return Guard(zipped, hosts=allowed_hosts(host, port), port=port, credentials=credentials, token=token, peer=peer)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from snapstore.errors import SnapstoreError, UsageError
+from snapstore.errors import RefError, SnapstoreError, UsageError
 from snapstore.ops.diff import Change
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
-from snapstore.ui import conversation, diffview, preview
+from snapstore.ui import conversation, diffview, filediff, preview
 from snapstore.ui.budget import Budget
 from snapstore.ui.changes import changes_section, links, more_links, old_path
 from snapstore.ui.html import (
@@ -44,16 +44,17 @@ MAX_HISTORY = 500
 
 def checkpoint(
     store: Store, ref: str, view: str, only: bytes | None = None, budget: Budget | None = None, *, read_only: bool = False,
+    context: int = filediff.CONTEXTS[0],
 ) -> Page:
     """A checkpoint's record, actions, changed files with diffs, and conversation
     (``read_only``: no form that changes anything, nothing about a working tree)."""
     from snapstore.ui import actions
 
     cp, newer, older = store.log_neighbours(ref)
-    changes = store.changes(cp.id, renames=True)
+    changes = filediff.changes_of(store, cp.id)
     if only is not None:
         changes = [c for c in changes if c.path == only]
-    counts = store.line_counts(changes)
+    counts = filediff.line_counts(store, changes)
     messages = store.conversation(cp.id) if cp.conversation is not None else None
     st = cp.stats
     meta = join(fmt('<tr class="meta"><th><code>{}</code></th><td><code>{}</code></td></tr>', k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) for k, v in sorted(cp.metadata.items()))
@@ -78,6 +79,7 @@ def checkpoint(
             c, budget, lambda: url(f"/c/{cp.id}", p=path_token(c.path), view=view, full=1),
             new=cp.id, old=cp.parent,
         ),
+        render=_renderer(cp, view, budget, context, lazy=only is None),
     )
     if messages is None:
         convo = Html('<p class="empty">No conversation is stored with this checkpoint.</p>')
@@ -120,6 +122,24 @@ def checkpoint(
         actions.checkpoint_actions(cp, read_only=read_only), jump, section, convo,
     )
     return f"{label} {cp.message or cp.short_id}", body
+
+
+def _renderer(cp: Checkpoint, view: str, budget: Budget | None, context: int, *, lazy: bool) -> filediff.Renderer:
+    return filediff.Renderer(
+        view, budget or Budget(), lambda c: url(f"/c/{cp.id}", p=path_token(c.path)),
+        old_id=cp.parent, new_id=cp.id, context=context, lazy=lazy,
+    )
+
+
+def checkpoint_diff(store: Store, ref: str, view: str, path: bytes, budget: Budget, context: int) -> Html:
+    """One file's diff in checkpoint ``ref``, alone (what a page's placeholder loads)."""
+    cp = store.resolve(ref)
+    found = [c for c in filediff.changes_of(store, cp.id) if c.path == path]
+    if not found:
+        raise RefError(f"{display(path)} did not change in checkpoint {cp.short_id}")
+    c = found[0]
+    more = more_links(c, budget, lambda: url(f"/c/{cp.id}", p=path_token(c.path), view=view, full=1), new=cp.id, old=cp.parent)
+    return _renderer(cp, view, budget, context, lazy=False).body(c, more)
 
 
 def neighbours_nav(older: Checkpoint | None, newer: Checkpoint | None) -> Html:
@@ -215,7 +235,7 @@ def history(store: Store, path: bytes | None) -> Page:
 
 def compare(
     store: Store, a: str, b: str, view: str, only: bytes | None = None, budget: Budget | None = None, *,
-    read_only: bool = False,
+    read_only: bool = False, context: int = filediff.CONTEXTS[0],
 ) -> Page:
     """Two checkpoints compared (``b`` empty: checkpoint ``a`` against the working tree, which
     a ``read_only`` browser has not: there ``b`` is needed)."""
@@ -234,7 +254,7 @@ def compare(
     old = store.resolve(a)
     new = store.resolve(b) if b else None
     changes = store.diff(old.id, new.id if new else None, [only.decode("utf-8", "surrogateescape")] if only else None, renames=True)
-    counts = store.line_counts(changes)
+    counts = filediff.line_counts(store, changes)
     right = fmt('<a href="/c/{}">{}</a> {}', new.id, new.short_id, new.message) if new else Html("the working tree")
 
     def file_link(c: Change) -> Html:
@@ -252,6 +272,10 @@ def compare(
             c, budget, lambda: url("/compare", a=a, b=b, p=path_token(c.path), view=view, full=1),
             new=new.id if new else None, old=old.id,
         ),
+        render=filediff.Renderer(
+            view, budget or Budget(), lambda c: url("/compare", a=a, b=b, p=path_token(c.path)),
+            old_id=old.id, new_id=new.id if new else None, context=context, lazy=only is None,
+        ),
     )
     body = fmt(
         '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} {}.</p><h2>Changed files</h2>{}',
@@ -259,6 +283,21 @@ def compare(
         "differs" if len(changes) == 1 else "differ", section,
     )
     return "Compare", body
+
+
+def compare_diff(store: Store, a: str, b: str, view: str, path: bytes, budget: Budget, context: int) -> Html:
+    """One file's diff between ``a`` and ``b`` (empty: the working tree), alone."""
+    old = store.resolve(a)
+    new = store.resolve(b) if b else None
+    found = store.diff(old.id, new.id if new else None, [path.decode("utf-8", "surrogateescape")], renames=True)
+    found = [c for c in found if c.path == path]
+    if not found:
+        raise RefError(f"{display(path)} does not differ between these two")
+    c = found[0]
+    own = url("/compare", a=a, b=b, p=path_token(c.path))
+    more = more_links(c, budget, lambda: filediff.with_params(own, view=view, full=1), new=new.id if new else None, old=old.id)
+    renderer = filediff.Renderer(view, budget, lambda _: own, old_id=old.id, new_id=new.id if new else None, context=context, lazy=False)
+    return renderer.body(c, more)
 
 
 def operations(store: Store, *, read_only: bool = False) -> Page:
@@ -311,4 +350,19 @@ def plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-__all__ = ["checkpoint", "compare", "file_at", "history", "operations"]
+
+
+
+def image_bytes(store: Store, ref: str, path: bytes) -> bytes:
+    """The bytes of the file ``path`` at ``ref``, for showing as an image (at most
+    :data:`snapstore.ui.images.MAX_IMAGE`)."""
+    from snapstore.ui.images import MAX_IMAGE
+
+    info = store.file_info(ref, path)
+    if "hash" not in info:
+        raise RefError(f"{display(path)} is not a file in that checkpoint")
+    if int(info["size"]) > MAX_IMAGE:
+        raise UsageError(f"{display(path)} is too large to show as an image (download it instead)")
+    data, _ = diffview.read_head(store.iter_bytes(info["checkpoint"], path), MAX_IMAGE)
+    return data
+__all__ = ["checkpoint", "checkpoint_diff", "compare", "compare_diff", "file_at", "history", "image_bytes", "operations"]

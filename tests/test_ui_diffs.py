@@ -1,0 +1,149 @@
+"""Diffs that are right and cheap (issue 42 req 2 and 6): colours lexed from the file's start
+(a hunk that starts inside a docstring), highlighted lines cached by content, renames as
+renames (a pure rename is not "only the line endings"), function names in hunk headers, more
+context on request, image previews from a safe endpoint.  A real LMDB store on disk, the app
+through Starlette's TestClient."""
+
+from __future__ import annotations
+
+import re
+import warnings
+import zlib
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette", reason="the ui extra is not installed (pip install -e '.[ui]')")
+pytest.importorskip("httpx", reason="httpx (for Starlette's TestClient) is not installed")
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from ui_client import logged_in  # noqa: E402
+
+from snapstore.store import Store  # noqa: E402
+from snapstore.ui import highlight  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+PORT = 47831
+TOKEN = "diffs-token-0123456789"
+
+
+def client_for(store: Store) -> TestClient:
+    return logged_in(store, PORT, TOKEN)
+
+
+def docstring_module(ret: str) -> str:
+    """A function whose docstring is 100 lines long, then code: a hunk at its end starts
+    (with the old 60-line look-behind) inside the docstring."""
+    doc = "".join(f"    line {i} of the docstring, with `backticks`\n" for i in range(100))
+    return f'def handler(x):\n    """Summary.\n\n{doc}    """\n    return {ret}\n\n\ndef other():\n    pass\n'
+
+
+def png(width: int = 1) -> bytes:
+    """A valid 1-pixel-high PNG."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+
+    header = width.to_bytes(4, "big") + (1).to_bytes(4, "big") + bytes([8, 0, 0, 0, 0])
+    raw = zlib.compress(b"\x00" + b"\x80" * width)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", raw) + chunk(b"IEND", b"") + b"\x00" * 16
+
+
+def test_colours_of_a_hunk_that_starts_inside_a_docstring_are_right(tree: Path):
+    (tree / "app.py").write_text(docstring_module("compute(x)"))
+    with Store.init(tree) as store:
+        store.snapshot("one")
+        (tree / "app.py").write_text(docstring_module("compute(x) + 1"))
+        store.snapshot("two")
+        html = client_for(store).get("/c/latest").text
+    added = re.search(r'<tr class="add">.*?</tr>', html)
+    assert added, html
+    # `return` is a keyword, not the inside of a string, and the docstring's line is a string
+    assert '<span class="k">return</span>' in added.group(0), added.group(0)
+    context = re.findall(r'<tr class="ctx">.*?</tr>', html)
+    assert any('<span class="sd">    line 99 of the docstring' in row for row in context), context
+    assert 'class="err"' not in html
+
+
+def test_highlighted_lines_are_cached_by_content_and_the_cache_is_bounded(tree: Path, monkeypatch):
+    calls = []
+    lex = highlight._lex
+    monkeypatch.setattr(highlight, "_lex", lambda *a: calls.append(1) or lex(*a))
+    text = "".join(f"def f{i}():\n    return {i}\n" for i in range(50))
+    (tree / "a.py").write_text(text)
+    (tree / "b.py").write_text("x = 1\n")
+    with Store.init(tree) as store:
+        store.snapshot("one")
+        (tree / "a.py").write_text(text.replace("return 7\n", "return 8\n"))
+        store.snapshot("two")
+        highlight.CACHE.clear()
+        client = client_for(store)
+        first = client.get("/c/latest").text
+        lexed = len(calls)
+        assert lexed == 2  # the old and the new side, once each
+        assert client.get("/c/latest").text == first
+        assert client.get("/c/latest?view=split").status_code == 200
+        assert len(calls) == lexed  # nothing lexed again
+    small = highlight._Cache(limit=4000)
+    for i in range(20):
+        small.put((bytes([i]), "L"), [highlight.Html("x" * 500)], True)
+    assert small.size <= 4000 and len(small.entries) < 20
+    assert small.get((bytes([19]), "L"), 1) is not None and small.get((bytes([0]), "L"), 1) is None
+
+
+def test_a_pure_rename_says_so_not_that_line_endings_differ(tree: Path):
+    body = "".join(f"row {i}\n" for i in range(30))
+    (tree / "db.py").write_text(body)
+    with Store.init(tree) as store:
+        store.snapshot("one")
+        (tree / "db.py").rename(tree / "database.py")
+        store.snapshot("rename")
+        html = client_for(store).get("/c/latest").text
+    assert "line endings" not in html
+    assert "the content is unchanged (100% similar)" in html
+    assert '<span class="from">db.py</span> → database.py' in html
+
+
+def test_hunk_headers_name_the_function_and_context_expands(tree: Path):
+    body = "".join(f"        step_{k} = {k}\n" for k in range(8))
+    text = "import os\n\n\nclass Greeter:\n" + "".join(f"    def m{i}(self):\n{body}        return {i}\n\n" for i in range(20))
+    (tree / "g.py").write_text(text)
+    with Store.init(tree) as store:
+        store.snapshot("one")
+        (tree / "g.py").write_text(text.replace("return 12\n", "return 'twelve'\n"))
+        store.snapshot("two")
+        client = client_for(store)
+        html = client.get("/c/latest").text
+        header = re.search(r'<tr class="hunk"><td colspan="4">(.*?)</td>', html)
+        assert header and header.group(1).endswith("def m12(self):"), header
+        ctx_rows = len(re.findall(r'<tr class="ctx">', html))
+        more = re.search(r'<a href="([^"]+)" class="expand">', html)
+        assert more, "no link to more context"
+        wider = client.get(more.group(1).replace("&amp;", "&")).text
+        assert len(re.findall(r'<tr class="ctx">', wider)) > ctx_rows + 20
+
+
+def test_images_are_shown_from_an_endpoint_that_runs_nothing(tree: Path):
+    (tree / "plot.png").write_bytes(png(1))
+    (tree / "fake.png").write_bytes(b"\x00<html><script>alert(1)</script>")
+    with Store.init(tree) as store:
+        store.snapshot("one")
+        (tree / "plot.png").write_bytes(png(3))
+        (tree / "fake.png").write_bytes(b"\x00<html><script>alert(2)</script>")
+        cp = store.snapshot("two")
+        client = client_for(store)
+        html = client.get("/c/latest").text
+        srcs = re.findall(r'<img src="([^"]+)" alt="(before|after) \(image/png\)"', html)
+        assert [kind for _, kind in srcs] == ["before", "after"], html
+        assert all("p=plot.png" in src for src, _ in srcs)
+        image = client.get(srcs[1][0].replace("&amp;", "&"))
+        assert image.status_code == 200 and image.content == png(3)
+        assert image.headers["content-type"] == "image/png"
+        assert image.headers["x-content-type-options"] == "nosniff"
+        assert image.headers["content-security-policy"] == "default-src 'none'; sandbox"
+        refused = client.get(f"/c/{cp.id}/image?p=fake.png")
+        assert refused.status_code == 415 and b"script" not in refused.content
+        assert client.get(f"/c/{cp.id}/image?p=nothing.png").status_code == 404
