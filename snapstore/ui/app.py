@@ -413,6 +413,41 @@ def _form_paths(form: list[tuple[str, str]]) -> list[bytes]:
     return [path_from_token(v) for k, v in form if k == "p" and v]
 
 
+def _routes(ui: UiApp, read_only: bool) -> list[Any]:
+    """Every route; those that change something answer :meth:`UiApp.refused` when ``read_only``."""
+    from starlette.routing import Route
+
+    def change(path: str, handler: Callable[[Request], Awaitable[Response]], methods: list[str]) -> Route:
+        return Route(path, ui.refused if read_only else handler, methods=methods)
+
+    return [
+        Route("/", ui.timeline),
+        Route("/timeline.frag", ui.timeline_fragment),
+        Route("/api/revision", ui.revision),
+        Route("/here.frag", ui.here),
+        Route("/timeline.prompts", ui.prompts),
+        Route("/c/{cid}", ui.checkpoint),
+        Route("/c/{cid}/file", ui.file),
+        Route("/c/{cid}/raw", ui.raw),
+        Route("/c/{cid}/image", ui.image),
+        Route("/c/{cid}/conversation.json", ui.conversation),
+        Route("/history", ui.history),
+        Route("/compare", ui.compare),
+        Route("/ops", ui.operations),
+        Route("/static/{name}", ui.static_file),
+        change("/c/{cid}/restore/preview", ui.restore_preview, methods=["POST"]),
+        change("/c/{cid}/restore", ui.restore, methods=["POST"]),
+        change("/c/{cid}/revert/preview", ui.revert_preview, methods=["POST"]),
+        change("/c/{cid}/revert/confirm", ui.revert_confirm, methods=["POST"]),
+        change("/revert/preview", ui.revert_preview, methods=["POST"]),
+        change("/revert/confirm", ui.revert_confirm, methods=["POST"]),
+        change("/undo/preview", ui.undo_preview, methods=["POST"]),
+        change("/undo", ui.undo, methods=["POST"]),
+        change("/c/{cid}/tag", ui.tag, methods=["POST"]),
+        change("/c/{cid}/untag", ui.untag, methods=["POST"]),
+    ]
+
+
 def create_app(
     store: Store,
     *,
@@ -439,7 +474,6 @@ def create_app(
     from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES as UNZIPPED
     from starlette.middleware.gzip import GZipMiddleware
     from starlette.responses import PlainTextResponse
-    from starlette.routing import Route
 
     ui = UiApp(store, read_only=read_only, remote=remote)
 
@@ -458,35 +492,7 @@ def create_app(
         message = "no such page here" if status == 404 else "this address does not take that method"
         return HTMLResponse(page(f"Error {status}", error_body(status, message), root=ui.root, banner=ui.banner), status_code=status)
 
-    def change(path: str, handler: Callable[[Request], Awaitable[Response]], methods: list[str]) -> Route:
-        return Route(path, ui.refused if read_only else handler, methods=methods)
-
-    routes = [
-        Route("/", ui.timeline),
-        Route("/timeline.frag", ui.timeline_fragment),
-        Route("/api/revision", ui.revision),
-        Route("/here.frag", ui.here),
-        Route("/timeline.prompts", ui.prompts),
-        Route("/c/{cid}", ui.checkpoint),
-        Route("/c/{cid}/file", ui.file),
-        Route("/c/{cid}/raw", ui.raw),
-        Route("/c/{cid}/image", ui.image),
-        Route("/c/{cid}/conversation.json", ui.conversation),
-        Route("/history", ui.history),
-        Route("/compare", ui.compare),
-        Route("/ops", ui.operations),
-        Route("/static/{name}", ui.static_file),
-        change("/c/{cid}/restore/preview", ui.restore_preview, methods=["POST"]),
-        change("/c/{cid}/restore", ui.restore, methods=["POST"]),
-        change("/c/{cid}/revert/preview", ui.revert_preview, methods=["POST"]),
-        change("/c/{cid}/revert/confirm", ui.revert_confirm, methods=["POST"]),
-        change("/revert/preview", ui.revert_preview, methods=["POST"]),
-        change("/revert/confirm", ui.revert_confirm, methods=["POST"]),
-        change("/undo/preview", ui.undo_preview, methods=["POST"]),
-        change("/undo", ui.undo, methods=["POST"]),
-        change("/c/{cid}/tag", ui.tag, methods=["POST"]),
-        change("/c/{cid}/untag", ui.untag, methods=["POST"]),
-    ]
+    routes = _routes(ui, read_only)
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         _TooLarge: too_large, _BadForm: bad_form, 404: not_found, 405: not_found,
     }
