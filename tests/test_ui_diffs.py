@@ -147,3 +147,22 @@ def test_images_are_shown_from_an_endpoint_that_runs_nothing(tree: Path):
         refused = client.get(f"/c/{cp.id}/image?p=fake.png")
         assert refused.status_code == 415 and b"script" not in refused.content
         assert client.get(f"/c/{cp.id}/image?p=nothing.png").status_code == 404
+
+
+def test_a_files_history_follows_its_renames(tree: Path):
+    body = "".join(f"row {i}\n" for i in range(30))
+    (tree / "db.py").write_text(body)
+    with Store.init(tree) as store:
+        first = store.snapshot("add db.py")
+        (tree / "db.py").write_text(body + "row 30\n")
+        second = store.snapshot("grow db.py")
+        (tree / "db.py").rename(tree / "database.py")
+        third = store.snapshot("rename to database.py", metadata={"actor": "agent"})
+        (tree / "database.py").write_text(body)
+        fourth = store.snapshot("shrink database.py")
+        html = client_for(store).get("/history?path=database.py").text
+    rows = re.findall(r'<tr class="cp" data-href="[^"]+">(.*?)</tr>', html)
+    ids = [re.search(r'<a href="/c/([0-9a-f]+)">', row).group(1) for row in rows]
+    assert ids == [fourth.id, third.id, second.id, first.id]
+    assert "renamed from <code>db.py</code>" in rows[1] and "agent" in rows[1]
+    assert "p=db.py" in rows[2] and "p=db.py" in rows[3]  # the older versions under their old name

@@ -12,6 +12,7 @@ Static files are a fixed set read from the package.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -27,10 +28,10 @@ from snapstore.errors import (
     UnsafePathError,
     UsageError,
 )
-from snapstore.ui import actions, budget, filediff, here, revert, timeline, views
+from snapstore.ui import actions, budget, filediff, here, preview, revert, timeline, views
 from snapstore.ui.assets import assets, headers_for
 from snapstore.ui.download import stream
-from snapstore.ui.html import Html, error_body, fmt, page, path_from_token, read_only_banner
+from snapstore.ui.html import Html, error_body, fmt, page, path_from_token, read_only_banner, url
 from snapstore.ui.images import HEADERS as IMAGE_HEADERS
 from snapstore.ui.images import image_type
 from snapstore.ui.locked import locked
@@ -101,6 +102,8 @@ class UiApp:
             title, body = fn()
             return title, body, self.reader.revision()
 
+        if self.vanished():
+            return self.gone()
         try:
             title, body, revision = await (self.run(build) if act else run_in_threadpool(build))
         except SnapstoreError as exc:
@@ -110,6 +113,19 @@ class UiApp:
             body = error_body(500, f"internal error: {type(exc).__name__} (see the terminal running snapstore ui)")
             return HTMLResponse(page("Error 500", body, root=self.root, banner=self.banner), status_code=500)
         return HTMLResponse(page(title, body, active=active, root=self.root, revision=revision, banner=self.banner))
+
+    def vanished(self) -> bool:
+        """Whether the store's directory is gone (deleted or moved while this browser runs)."""
+        where = self.store.store_dir
+        return where is not None and not self.read_only and not os.path.isdir(where)
+
+    def gone(self) -> Response:
+        """The page of a store that vanished: what happened and what to do, not a stale page."""
+        return self.status_page(
+            410, f"the store at {self.store.store_dir} is gone: its directory was deleted or moved while this browser "
+            "was open. Nothing more can be shown or restored from it; stop snapstore ui (Ctrl-C) and start it where "
+            "the store is now (or run 'snapstore init' for a new one).",
+        )
 
     def error_page(self, exc: SnapstoreError) -> Response:
         """The page for a Store error (its one-line message, the status its class maps to)."""
@@ -126,7 +142,13 @@ class UiApp:
 
     async def timeline(self, request: Request) -> Response:
         f, before = _filters(request)
-        return await self.page(lambda: timeline.timeline(self.reader, f, before, read_only=self.read_only), "timeline")
+
+        def build() -> tuple[str, Html]:
+            if before is None and f == timeline.Filters() and not self.reader.log_page(limit=1, include_safety=True)[0]:
+                return views.empty_store()
+            return timeline.timeline(self.reader, f, before, read_only=self.read_only)
+
+        return await self.page(build, "timeline")
 
     async def timeline_fragment(self, request: Request) -> Response:
         from starlette.concurrency import run_in_threadpool
@@ -167,6 +189,8 @@ class UiApp:
     async def revision(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
 
+        if self.vanished():
+            return JSONResponse({"error": "the store is gone"}, status_code=410)
         return JSONResponse({"revision": await self.run(self.reader.revision)})
 
     async def checkpoint(self, request: Request) -> Response:
@@ -174,7 +198,13 @@ class UiApp:
         b = budget.for_request(_full(request))
         if only is not None and request.query_params.get("frag") == "1":
             return await self.fragment(lambda: views.checkpoint_diff(self.reader, ref, view, only, b, ctx))
-        return await self.page(lambda: views.checkpoint(self.reader, ref, view, only, b, read_only=self.read_only, context=ctx))
+        q = request.query_params
+        done = f"Tagged this checkpoint #{q['tagged']}." if q.get("tagged") else ""
+        done = f"Removed the tag #{q['untagged']}." if q.get("untagged") else done
+        notice = fmt('<p class="done" role="status">{}</p>', done) if done else None
+        return await self.page(
+            lambda: views.checkpoint(self.reader, ref, view, only, b, read_only=self.read_only, context=ctx, notice=notice),
+        )
 
     async def fragment(self, fn: Callable[[], Html]) -> Response:
         """A piece of a page (one file's diff, loaded as it scrolls into view), or its error note."""
@@ -187,6 +217,13 @@ class UiApp:
             status = _status(exc)
             return HTMLResponse(fmt('<p class="note error" role="alert">{}</p>', exc.message), status_code=status)
         return HTMLResponse(html)
+
+    async def towards(self, request: Request) -> Response:
+        """One path's diff from the working tree to a checkpoint (a restore preview's row, when opened)."""
+        if self.read_only:
+            return self.status_page(404, "this browser is read-only: it has no working tree")
+        ref, path = request.path_params["cid"], _path(request) or b""
+        return await self.fragment(lambda: preview.towards(self.reader, self.reader.resolve(ref).id, path))
 
     async def image(self, request: Request) -> Response:
         """A stored file as an image, when its bytes are one (PNG, JPEG, GIF, WebP): the type
@@ -316,21 +353,28 @@ class UiApp:
 
     async def tag(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
-        return await self.after_change(ref, lambda: actions.tag(self.store, ref, _one(form, "name")))
+        name = _one(form, "name").strip()
+        return await self.after_change(ref, lambda: actions.tag(self.store, ref, name), tagged=name)
 
     async def untag(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
-        return await self.after_change(ref, lambda: actions.untag(self.store, _one(form, "name")))
+        name = _one(form, "name")
+        return await self.after_change(ref, lambda: actions.untag(self.store, name), untagged=name)
 
-    async def after_change(self, ref: str, fn: Callable[[], str]) -> Response:
-        """Run a change that needs no preview, then go back to the checkpoint (POST-redirect-GET)."""
-        from starlette.responses import RedirectResponse
+    async def after_change(self, ref: str, fn: Callable[[], str], **done: str) -> Response:
+        """Run a change that needs no preview, then go back to the checkpoint (POST-redirect-GET)
+        saying what it did; a refusal is said on the checkpoint's own page, above its record."""
+        from starlette.responses import HTMLResponse, RedirectResponse
 
         try:
             await self.run(fn)
         except SnapstoreError as exc:
-            return self.error_page(exc)
-        return RedirectResponse(f"/c/{quote(ref, safe='')}", status_code=303)
+            notice = fmt('<p class="error" role="alert">Not done: {}</p>', exc.message)
+            response = await self.page(lambda: views.checkpoint(self.reader, ref, "unified", notice=notice))
+            if isinstance(response, HTMLResponse) and response.status_code == 200:
+                response.status_code = _status(exc)
+            return response
+        return RedirectResponse(url(f"/c/{quote(ref, safe='')}", **done), status_code=303)
 
 
 def _filters(request: Request) -> tuple[timeline.Filters, int | None]:
@@ -430,6 +474,7 @@ def _routes(ui: UiApp, read_only: bool) -> list[Any]:
         Route("/c/{cid}/file", ui.file),
         Route("/c/{cid}/raw", ui.raw),
         Route("/c/{cid}/image", ui.image),
+        Route("/c/{cid}/towards.frag", ui.towards),
         Route("/c/{cid}/conversation.json", ui.conversation),
         Route("/history", ui.history),
         Route("/compare", ui.compare),

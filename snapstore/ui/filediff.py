@@ -118,8 +118,8 @@ class Renderer:
 
     def body(self, change: Change, more: Html) -> Html:
         """The diff of ``change`` within the budget, or the note saying it is damaged."""
-        step = next_context(self.context)
-        expand = with_params(self.own(change), view=self.view, ctx=step) if step else None
+        step, own = next_context(self.context), self.own(change)
+        expand = with_params(own, view=self.view, ctx=step) if step and own else None
         try:
             return diffview.change_body(
                 change, self.view, self.budget, more, images=self.images(change), context=self.context, expand=expand,

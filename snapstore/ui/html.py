@@ -131,6 +131,7 @@ def page(title: str, body: Html, *, active: str = "", root: str = "", revision: 
     nav = join(
         fmt('<a href="{}"{}>{}</a>', href, Html(' aria-current="page"') if key == active else Html(""), label)
         for key, href, label in NAV
+        if not (banner and key == "ops")  # a read-only browser (a remote) has no operations
     )
     return fmt(
         """<!doctype html>

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import RefError, SnapstoreError, UsageError
 from snapstore.ops.diff import Change
+from snapstore.ops.renames import Renamed
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
 from snapstore.ui import conversation, diffview, filediff, preview
@@ -31,6 +32,7 @@ from snapstore.ui.html import (
 )
 
 if TYPE_CHECKING:
+    from snapstore.ops.history import Version
     from snapstore.store import Store
 
 
@@ -44,10 +46,11 @@ MAX_HISTORY = 500
 
 def checkpoint(
     store: Store, ref: str, view: str, only: bytes | None = None, budget: Budget | None = None, *, read_only: bool = False,
-    context: int = filediff.CONTEXTS[0],
+    context: int = filediff.CONTEXTS[0], notice: Html | None = None,
 ) -> Page:
     """A checkpoint's record, actions, changed files with diffs, and conversation
-    (``read_only``: no form that changes anything, nothing about a working tree)."""
+    (``read_only``: no form that changes anything, nothing about a working tree; ``notice``:
+    what a tag change just did, or why it was refused)."""
     from snapstore.ui import actions
 
     cp, newer, older = store.log_neighbours(ref)
@@ -116,9 +119,9 @@ def checkpoint(
         "the working tree equals this checkpoint</p>", cp.id,
     )
     body = fmt(
-        '<h1>Checkpoint {} <code>{}</code></h1>{}{}<p class="message">{}</p>{}{}{}'
+        '<h1>Checkpoint {} <code>{}</code></h1>{}{}{}<p class="message">{}</p>{}{}{}'
         '<h2>Changed files <small>against its parent{}</small></h2>{}<h2 id="conversation">Conversation</h2>{}',
-        label, cp.short_id, neighbours_nav(older, newer), here_note, cp.message or "(no message)", prompt, record,
+        label, cp.short_id, notice or Html(""), neighbours_nav(older, newer), here_note, cp.message or "(no message)", prompt, record,
         actions.checkpoint_actions(cp, read_only=read_only), jump, section, convo,
     )
     return f"{label} {cp.message or cp.short_id}", body
@@ -197,24 +200,25 @@ def file_at(store: Store, ref: str, path: bytes, budget: Budget | None = None, *
 
 
 def history(store: Store, path: bytes | None) -> Page:
-    """The checkpoints in which ``path`` changed, newest first."""
+    """The checkpoints in which ``path`` changed, newest first, through its renames."""
     shown = display(path) if path else ""
     form = fmt('<form method="get" action="/history"><label>Path <input name="path" value="{}" required></label> <button type="submit">Show history</button></form>', shown)
     if not path:
         return "History", fmt("<h1>A file's history</h1>{}", form)
-    versions = list(reversed(store.history(path)))
-    token = path_token(path)
+    versions = followed(store, path)
     rows = []
-    for v in versions[:MAX_HISTORY]:
+    for shown_path, v, renamed_from in versions[:MAX_HISTORY]:
         cp = v.checkpoint
+        token = path_token(shown_path)
         lines = "binary" if v.binary else f"+{v.added} -{v.removed}"
         see = url(f"/c/{cp.id}/file", p=token) if v.entry is not None and v.entry.is_file else url(f"/c/{cp.id}", p=token)
+        status = fmt("renamed from <code>{}</code>", display(renamed_from)) if renamed_from else diffview.STATUS_WORDS.get(v.status, v.status)
         rows.append(
             fmt(
                 '<tr class="cp" data-href="{}"><td>{}</td><td class="st st-{}">{}</td><td>{}</td><td class="lines">{}</td>'
-                '<td><a href="{}">{}</a></td><td><a href="{}">diff</a> · <a href="{}">file</a></td></tr>',
-                see, time_el(cp.time_ns), v.status, diffview.STATUS_WORDS.get(v.status, v.status),
-                size_el(v.entry.size) if v.entry else "–", lines, f"/c/{cp.id}", cp.message or cp.short_id,
+                '<td><a href="{}">{}</a> <small class="who">{}</small></td><td><a href="{}">diff</a> · <a href="{}">file</a></td></tr>',
+                see, time_el(cp.time_ns), "R" if renamed_from else v.status, status,
+                size_el(v.entry.size) if v.entry else "–", lines, f"/c/{cp.id}", cp.message or cp.short_id, who(cp),
                 url(f"/c/{cp.id}", p=token), see,
             )
         )
@@ -226,11 +230,38 @@ def history(store: Store, path: bytes | None) -> Page:
             table, f"{MAX_HISTORY:,}", f"{len(versions):,}",
         )
     body = fmt(
-        '<h1>History of <code>{}</code></h1>{}<table class="files"><thead><tr><th>Time</th><th>Change</th><th>Size</th>'
+        '<h1>History of <code>{}</code></h1>{}<table class="files history"><thead><tr><th>Time</th><th>Change</th><th>Size</th>'
         "<th>Lines</th><th>Checkpoint</th><th>Open</th></tr></thead><tbody>{}</tbody></table>",
         shown, form, table,
     )
     return f"History of {shown}", body
+
+
+#: Renames a file's history follows back.
+MAX_RENAMES = 20
+
+
+def followed(store: Store, path: bytes) -> list[tuple[bytes, Version, bytes | None]]:
+    """``path``'s versions newest first, following it back through renames: ``(the path it had,
+    the version, the path it was renamed from at that version or None)``."""
+    out: list[tuple[bytes, Version, bytes | None]] = []
+    current, until = path, None
+    for _ in range(MAX_RENAMES):
+        versions = list(reversed(store.history(current)))
+        if until is not None:  # the old path's versions before the rename
+            versions = [v for v in versions if v.checkpoint.id != until.id and v.checkpoint.time_ns <= until.time_ns]
+        if not versions:
+            break
+        out += [(current, v, None) for v in versions]
+        first = versions[-1]
+        if first.status != "A" or len(out) >= MAX_HISTORY:
+            break
+        moved = [c for c in filediff.changes_of(store, first.checkpoint.id) if isinstance(c, Renamed) and c.path == current]
+        if not moved:
+            break
+        out[-1] = (current, first, moved[0].old_path)
+        current, until = moved[0].old_path, first.checkpoint
+    return out
 
 
 def compare(
@@ -306,9 +337,14 @@ def operations(store: Store, *, read_only: bool = False) -> Page:
     ``read_only`` browser)."""
     from snapstore.errors import RefError
 
+    if read_only:
+        return "Operations", Html(
+            '<h1>Operations</h1><p class="empty">A remote has no operations: restores, undos and reverts are made in a '
+            "local store (pull a checkpoint into yours to work on it).</p>"
+        )
     ops = store.operations()
     if not ops:
-        return "Operations", Html('<h1>Operations</h1><p class="empty">No restore has been done in this store.</p>')
+        return "Operations", Html('<h1>Operations</h1><p class="empty">No restore, undo or revert has been done in this store.</p>')
 
     def named(cid: str) -> Html:
         try:
@@ -319,13 +355,14 @@ def operations(store: Store, *, read_only: bool = False) -> Page:
 
     rows = []
     for k, op in enumerate(ops):
+        verb = "Revert" if op.kind != "undo" and _is_revert(store, op.target) else "Restore"
         if op.kind == "undo":
             what = Html("<strong>Undo</strong> of the operation before")
         elif op.paths:
             shown = ", ".join(op.paths[:5]) + (f" and {len(op.paths) - 5} more" if len(op.paths) > 5 else "")
-            what = fmt("<strong>Restore</strong> of {}: {}", plural(len(op.paths), "path"), shown)
+            what = fmt("<strong>{}</strong> of {}: {}", verb, plural(len(op.paths), "path"), shown)
         else:
-            what = Html("<strong>Restore</strong> of the whole tree")
+            what = fmt("<strong>{}</strong> of the whole tree", verb)
         undo = fmt('<td class="undo">{}</td>', preview.undo_button()) if k == 0 and not read_only else Html('<td class="undo"></td>')
         rows.append(
             fmt(
@@ -336,13 +373,32 @@ def operations(store: Store, *, read_only: bool = False) -> Page:
             )
         )
     body = fmt(
-        '<h1>Operations</h1><p>Every restore and undo, newest first. Undo takes back the newest one (undoing an '
+        '<h1>Operations</h1><p>Every restore, revert and undo, newest first. Undo takes back the newest one (undoing an '
         "undo redoes what it undid); the tree it replaces is kept in a safety checkpoint first, so nothing is lost.</p>"
         '<table class="files ops"><thead><tr><th scope="col">Op</th><th scope="col">When</th><th scope="col">What</th>'
         '<th scope="col">Changed</th><th scope="col">Undo</th></tr></thead><tbody>{}</tbody></table>',
         join(rows),
     )
     return "Operations", body
+
+
+def _is_revert(store: Store, target: str) -> bool:
+    """Whether the operation that made the tree equal to ``target`` was a revert (its checkpoint
+    records what it reverted)."""
+    try:
+        return "revert_of" in store.resolve(target).metadata
+    except SnapstoreError:
+        return False
+
+
+def empty_store() -> Page:
+    """The timeline of a store that holds no checkpoint yet: how to take the first."""
+    return "Checkpoints", Html(
+        '<h1>No checkpoints yet</h1><p>This store holds no checkpoint. Take the first one from the project\'s directory:</p>'
+        '<pre><code>snapstore snapshot -m "start"</code></pre><p>or let your coding agent take one at each step '
+        "(Claude Code, Codex, Cursor and the others):</p><pre><code>snapstore integrate</code></pre>"
+        '<p>New checkpoints appear below by themselves.</p><div id="timeline" data-src="/timeline.frag"></div>'
+    )
 
 
 def plural(n: int, word: str) -> str:
@@ -365,4 +421,9 @@ def image_bytes(store: Store, ref: str, path: bytes) -> bytes:
         raise UsageError(f"{display(path)} is too large to show as an image (download it instead)")
     data, _ = diffview.read_head(store.iter_bytes(info["checkpoint"], path), MAX_IMAGE)
     return data
-__all__ = ["checkpoint", "checkpoint_diff", "compare", "compare_diff", "file_at", "history", "image_bytes", "operations"]
+
+
+__all__ = [
+    "checkpoint", "checkpoint_diff", "compare", "compare_diff", "empty_store", "file_at", "followed", "history", "image_bytes",
+    "operations",
+]
