@@ -37,7 +37,7 @@ def _asset(data: bytes, media_type: str) -> Asset:
 @functools.cache
 def assets() -> dict[str, Asset]:
     """Every static file by name (a fixed set)."""
-    from snapstore.ui.highlight import stylesheet
+    from snapstore.ui.palette import token_css
 
     def read(name: str) -> bytes:
         return resources.files("snapstore.ui").joinpath("static", name).read_bytes()
@@ -45,7 +45,7 @@ def assets() -> dict[str, Asset]:
     return {
         "ui.css": _asset(read("ui.css"), "text/css; charset=utf-8"),
         "ui.js": _asset(read("ui.js"), "text/javascript; charset=utf-8"),
-        "pygments.css": _asset(stylesheet().encode(), "text/css; charset=utf-8"),
+        "pygments.css": _asset(token_css(".hl").encode(), "text/css; charset=utf-8"),  # (highlight.stylesheet)
     }
 
 

@@ -84,6 +84,23 @@ def checkpoint(
         ),
         render=_renderer(cp, view, budget, context, lazy=only is None),
     )
+    convo, jump, prompt = _conversation_parts(store, cp, messages, read_only=read_only)
+    label = f"{cp.seq}{' (safety)' if cp.is_safety else ''}" if cp.seq else ("safety" if cp.is_safety else "")
+    here_note = Html("") if read_only else fmt(
+        '<p class="here-note" data-cid="{}" hidden><span class="here-badge">you are here</span> '
+        "the working tree equals this checkpoint</p>", cp.id,
+    )
+    body = fmt(
+        '<h1>Checkpoint {} <code>{}</code></h1>{}{}{}<p class="message">{}</p>{}{}{}'
+        '<h2>Changed files <small>against its parent{}</small></h2>{}<h2 id="conversation">Conversation</h2>{}',
+        label, cp.short_id, notice or Html(""), neighbours_nav(older, newer), here_note, cp.message or "(no message)", prompt, record,
+        actions.checkpoint_actions(cp, read_only=read_only), jump, section, convo,
+    )
+    return f"{label} {cp.message or cp.short_id}", body
+
+
+def _conversation_parts(store: Store, cp: Checkpoint, messages: list[Any] | None, *, read_only: bool) -> tuple[Html, Html, Html]:
+    """A checkpoint page's conversation section, its jump link and its prompt line."""
     if messages is None:
         convo = Html('<p class="empty">No conversation is stored with this checkpoint.</p>')
         jump = Html("")
@@ -113,18 +130,7 @@ def checkpoint(
         jump = fmt(' · <a href="#conversation">Conversation</a> <small>({} new)</small>', max(0, len(messages) - earlier))
         said = conversation.last_prompt(messages)
         prompt = fmt('<p class="prompt"><span class="prompt-mark">prompt</span> {}</p>', said) if said else Html("")
-    label = f"{cp.seq}{' (safety)' if cp.is_safety else ''}" if cp.seq else ("safety" if cp.is_safety else "")
-    here_note = Html("") if read_only else fmt(
-        '<p class="here-note" data-cid="{}" hidden><span class="here-badge">you are here</span> '
-        "the working tree equals this checkpoint</p>", cp.id,
-    )
-    body = fmt(
-        '<h1>Checkpoint {} <code>{}</code></h1>{}{}{}<p class="message">{}</p>{}{}{}'
-        '<h2>Changed files <small>against its parent{}</small></h2>{}<h2 id="conversation">Conversation</h2>{}',
-        label, cp.short_id, notice or Html(""), neighbours_nav(older, newer), here_note, cp.message or "(no message)", prompt, record,
-        actions.checkpoint_actions(cp, read_only=read_only), jump, section, convo,
-    )
-    return f"{label} {cp.message or cp.short_id}", body
+    return convo, jump, prompt
 
 
 def _renderer(cp: Checkpoint, view: str, budget: Budget | None, context: int, *, lazy: bool) -> filediff.Renderer:
