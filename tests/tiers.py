@@ -20,7 +20,7 @@ HEAVY = frozenset({
     "test_remote_protocol.py", "test_remote_volume_down.py", "test_repair_same_pack.py",
     "test_restore_crash.py", "test_service.py", "test_service_once.py", "test_service_silent.py",
     "test_small_address_space.py", "test_store_creation_race.py", "test_ui_access.py",
-    "test_ui_bounded.py", "test_ui_browser.py", "test_ui_browser_flows.py",
+    "test_ui_bounded.py", "test_ui_browser.py", "test_ui_browser_flows.py", "test_ui_browser_lazy.py",
     "test_watch_differential.py", "test_watch_partial.py", "test_watch_trust.py",
 })  # fmt: skip
 

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from snapstore.store import Store
 
 T = TypeVar("T")
+#: Fragments rendered at the same time (the others wait their turn in their worker thread).
+FRAGMENTS_AT_ONCE = 2
 #: The largest form body accepted (a restore of many selected paths fits easily).
 MAX_FORM = 4 * 1024 * 1024
 
@@ -78,6 +80,9 @@ class UiApp:
         self.banner = read_only_banner(remote) if read_only else Html("")
         self.root = f"remote {remote} (read-only)" if read_only and remote else store.root
         self.static = assets()
+        #: fragments (diffs loaded as they scroll into view) rendered at once, over every reader:
+        #: a page's first byte then competes with two of them, not with every open page's
+        self.fragments = threading.BoundedSemaphore(FRAGMENTS_AT_ONCE)
 
     async def run(self, fn: Callable[[], T]) -> T:
         """``fn()`` in a worker thread, one at a time."""
@@ -211,8 +216,12 @@ class UiApp:
         from starlette.concurrency import run_in_threadpool
         from starlette.responses import HTMLResponse
 
+        def render() -> Html:
+            with self.fragments:
+                return fn()
+
         try:
-            html = await run_in_threadpool(fn)
+            html = await run_in_threadpool(render)
         except SnapstoreError as exc:
             status = _status(exc)
             return HTMLResponse(fmt('<p class="note error" role="alert">{}</p>', exc.message), status_code=status)

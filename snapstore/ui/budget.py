@@ -29,11 +29,11 @@ class Limits:
     #: rows rendered with the page itself: past them, diffs load as they scroll into view
     inline_lines: int = 1_500
     #: bytes lexed for highlighting with the page itself (cache misses only), likewise
-    inline_lex: int = 96 << 10
+    inline_lex: int = 16 << 10
 
 
 #: What a page shows unasked: enough for any agent's step, cheap whatever the files hold.
-DEFAULT = Limits(page_lines=5_000, file_lines=2_000, file_bytes=2 << 20, inline_lines=1_500, inline_lex=96 << 10)
+DEFAULT = Limits(page_lines=5_000, file_lines=2_000, file_bytes=2 << 20, inline_lines=1_500, inline_lex=16 << 10)
 #: "Show anyway": much more, still bounded (the store's own line-count cap for a side).
 FULL = Limits(page_lines=100_000, file_lines=100_000, file_bytes=16 << 20, inline_lines=100_000, inline_lex=16 << 20)
 
