@@ -11,9 +11,12 @@ the page goes on with the others.
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import SnapstoreError
 from snapstore.ops.diff import Change
@@ -56,13 +59,53 @@ def line_counts(store: Store, changes: list[Change]) -> list[LineCounts]:
         return out
 
 
-def changes_of(store: Store, ref: str) -> list[Change]:
-    """Checkpoint ``ref``'s changes with renames; without them when finding the renames needs
-    content that cannot be read (the damaged file is then marked by its own diff)."""
+#: Checkpoints whose changes (and line counts) are kept, per store: a checkpoint never changes,
+#: and its page, its fragments and four other readers of it all need them.
+KEEP_CHANGES = 32
+_kept: weakref.WeakKeyDictionary[Any, OrderedDict[str, tuple[list[Change], list[LineCounts] | None]]] = weakref.WeakKeyDictionary()
+_kept_lock = threading.Lock()
+
+
+def _kept_for(store: Store) -> OrderedDict[str, tuple[list[Change], list[LineCounts] | None]]:
+    with _kept_lock:
+        found = _kept.get(store)
+        if found is None:
+            found = _kept[store] = OrderedDict()
+        return found
+
+
+def changes_of(store: Store, cid: str) -> list[Change]:
+    """Checkpoint ``cid``'s changes with renames (a full id: kept for the next request); without
+    renames when finding them needs content that cannot be read (the damaged file is then
+    marked by its own diff)."""
+    kept = _kept_for(store)
+    with _kept_lock:
+        if cid in kept:
+            kept.move_to_end(cid)
+            return kept[cid][0]
     try:
-        return store.changes(ref, renames=True)
+        changes = store.changes(cid, renames=True)
     except SnapstoreError:
-        return store.changes(ref)
+        changes = store.changes(cid)
+    with _kept_lock:
+        kept[cid] = (changes, None)
+        while len(kept) > KEEP_CHANGES:
+            kept.popitem(last=False)
+    return changes
+
+
+def checkpoint_counts(store: Store, cid: str, changes: list[Change]) -> list[LineCounts]:
+    """:func:`line_counts` of checkpoint ``cid``'s ``changes`` (all of them), kept with them."""
+    kept = _kept_for(store)
+    with _kept_lock:
+        found = kept.get(cid)
+        if found is not None and found[0] is changes and found[1] is not None:
+            return found[1]
+    counts = line_counts(store, changes)
+    with _kept_lock:
+        if cid in kept and kept[cid][0] is changes:
+            kept[cid] = (changes, counts)
+    return counts
 
 
 def damaged(change: Change, exc: SnapstoreError) -> Html:
@@ -137,4 +180,4 @@ class Renderer:
         return None if self.context == CONTEXTS[0] else self.context
 
 
-__all__ = ["CONTEXTS", "Damaged", "Renderer", "changes_of", "damaged", "line_counts", "next_context", "with_params"]
+__all__ = ["CONTEXTS", "Damaged", "Renderer", "changes_of", "checkpoint_counts", "damaged", "line_counts", "next_context", "with_params"]

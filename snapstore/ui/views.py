@@ -57,7 +57,9 @@ def checkpoint(
     changes = filediff.changes_of(store, cp.id)
     if only is not None:
         changes = [c for c in changes if c.path == only]
-    counts = filediff.line_counts(store, changes)
+        counts = filediff.line_counts(store, changes)
+    else:
+        counts = filediff.checkpoint_counts(store, cp.id, changes)
     messages = store.conversation(cp.id) if cp.conversation is not None else None
     st = cp.stats
     meta = join(fmt('<tr class="meta"><th><code>{}</code></th><td><code>{}</code></td></tr>', k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) for k, v in sorted(cp.metadata.items()))
