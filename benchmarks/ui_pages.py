@@ -301,10 +301,20 @@ def checkpoint_pages(runs: int) -> dict[str, Any]:
     from snapstore.ui import highlight
     from snapstore.ui.server import background
 
+    try:
+        from snapstore.ui import filediff
+    except ImportError:
+        filediff = None  # type: ignore[assignment]
+
     def cold() -> None:
-        cache = getattr(highlight, "CACHE", None)  # (the code before the cache had none)
+        """Forget what the server keeps: highlighted lines and checkpoints' changes (the code
+        before either had none)."""
+        cache = getattr(highlight, "CACHE", None)
         if cache is not None:
             cache.clear()
+        kept = getattr(filediff, "_kept", None)
+        if kept is not None:
+            kept.clear()
 
     with tempfile.TemporaryDirectory() as tmp:
         store = checkpoint27(Path(tmp))
