@@ -62,6 +62,24 @@ def png(width: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00" + b"\x80" * width)) + chunk(b"IEND", b"")
 
 
+def chart(bars: list[int], width: int = 160, height: int = 80) -> bytes:
+    """An RGB PNG bar chart (bars of the given heights, in pixels)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+
+    step = width // len(bars)
+    rows = []
+    for y in range(height):
+        row = bytearray(b"\x00")
+        for x in range(width):
+            k = min(x // step, len(bars) - 1)
+            inside = x % step < step - 4 and height - y <= bars[k]
+            row += bytes((31, 95, 191) if inside else (244, 246, 248))
+        rows.append(bytes(row))
+    header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"".join(rows))) + chunk(b"IEND", b"")
+
+
 def test_every_diff_loads_as_it_scrolls_into_view(page: Page, tree: Path, monkeypatch):
     monkeypatch.setattr(budget, "DEFAULT", budget.Limits(page_lines=5_000, file_lines=2_000, file_bytes=1 << 20, inline_lines=20))
     for i in range(12):
@@ -127,3 +145,42 @@ def test_show_anyway_on_a_big_diff_keeps_the_tab_responsive(page: Page, tree: Pa
             assert chunks.first.evaluate("c => getComputedStyle(c).contentVisibility") == "auto"
             # every row is there: searching the page finds the last one
             expect(page.locator("details.filediff tr.add").last).to_contain_text("key011997")
+
+
+def test_screenshots_of_diff_details_and_a_phone_history(page: Page, tree: Path):
+    """docs/ui.md's pictures of this round (into $SNAPSTORE_UI_SCREENSHOTS when set): a
+    checkpoint with a function's hunk, a pure rename and an image; a file's history at 390 px;
+    the keys dialog."""
+    import os
+
+    out = Path(os.environ.get("SNAPSTORE_UI_SCREENSHOTS") or tree.parent / "shots")
+    out.mkdir(parents=True, exist_ok=True)
+    body = "".join(f"        total += weight_{k} * item.size\n" for k in range(12))
+    code = f'"""Shipping costs."""\n\n\nclass Quote:\n    def price(self, items):\n        total = 0\n{body}        return total\n'
+    (tree / "shipping.py").write_text(code)
+    (tree / "db.py").write_text("".join(f"row {i}\n" for i in range(20)))
+    (tree / "chart.png").write_bytes(chart([20, 35, 50, 30]))
+    with Store.init(tree) as store:
+        store.snapshot("Add shipping quotes", metadata={"actor": "user"})
+        (tree / "shipping.py").write_text(code.replace("weight_7 * item.size", "weight_7 * item.size * item.count"))
+        (tree / "db.py").rename(tree / "database.py")
+        (tree / "chart.png").write_bytes(chart([20, 35, 50, 30, 65, 72]))
+        store.snapshot("Count items in quotes; rename db.py; re-plot the chart", metadata={"actor": "agent", "tool_name": "Edit"})
+        (tree / "shipping.py").write_text(code.replace("return total", "return round(total, 2)"))
+        store.snapshot("Round quotes", metadata={"actor": "agent", "tool_name": "Edit"})
+        with background(store) as running:
+            base = open_ui(page, running)
+            page.goto(f"{base}/c/{store.resolve('#2').id}")
+            page.wait_for_function("() => Array.from(document.querySelectorAll('.images img')).every(i => i.complete && i.naturalWidth > 0)")
+            page.locator("details.filediff").first.evaluate("d => d.scrollIntoView()")
+            page.screenshot(path=str(out / "diff-details.png"), full_page=False)
+            page.keyboard.press("?")
+            expect(page.locator("dialog#keys-help")).to_be_visible()
+            page.screenshot(path=str(out / "keys.png"))
+            page.keyboard.press("Escape")
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.goto(f"{base}/history?path=shipping.py")
+            page.screenshot(path=str(out / "history-phone.png"))
+    for name in ("diff-details.png", "keys.png", "history-phone.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
