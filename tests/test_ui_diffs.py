@@ -166,3 +166,14 @@ def test_a_files_history_follows_its_renames(tree: Path):
     assert ids == [fourth.id, third.id, second.id, first.id]
     assert "renamed from <code>db.py</code>" in rows[1] and "agent" in rows[1]
     assert "p=db.py" in rows[2] and "p=db.py" in rows[3]  # the older versions under their old name
+
+
+def test_a_mode_change_names_an_executable(tree: Path):
+    (tree / "run.sh").write_text("echo hi\n")
+    (tree / "run.sh").chmod(0o644)
+    with Store.init(tree) as store:
+        store.snapshot("one")
+        (tree / "run.sh").chmod(0o755)
+        store.snapshot("make it executable")
+        html = client_for(store).get("/c/latest").text
+    assert "Was a file (mode 644); now an executable (mode 755)." in html

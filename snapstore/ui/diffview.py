@@ -250,12 +250,16 @@ def _mark_words(groups: list[list[Opcode]], a: list[bytes], b: list[bytes], old:
                     new[j] = words.mark(new[j], found[1], "ins")
 
 
+#: How a note names each kind of entry ("Was a file (mode 644); now an executable (mode 755).").
+_ARTICLED = {"file": "a file", "exec": "an executable", "dir": "a directory", "unreadable": "an unreadable file"}
+
+
 def _describe(e: Entry | None) -> str:
     if e is None:
         return "nothing"
     if e.kind == SYMLINK:
         return f"a symlink to {display(e.ref)}"
-    return f"a {KIND_NAMES.get(e.kind, '?')} (mode {e.mode & 0o7777:o})"
+    return f"{_ARTICLED.get(KIND_NAMES.get(e.kind, ''), 'an unknown kind of entry')} (mode {e.mode & 0o7777:o})"
 
 
 def change_body(
