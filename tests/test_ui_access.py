@@ -144,17 +144,23 @@ def axe_violations(page: Page) -> list[dict[str, Any]]:
     return [{"id": v["id"], "nodes": len(v["nodes"]), "first": v["nodes"][0]["html"][:120]} for v in result]
 
 
+def axe_on_pages(page: Page, base: str, paths: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """axe-core's violations on each page that has some."""
+    found = {}
+    for path in paths:
+        page.goto(base + path)
+        page.wait_for_load_state("load")
+        if v := axe_violations(page):
+            found[path] = v
+    return found
+
+
 @pytest.mark.skipif(not AXE.exists(), reason=f"axe-core is not installed ({AXE}; run 'make axe', which needs npm)")
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_axe_core_finds_no_violation_on_any_page(page: Page, served: Running, store: Store, scheme: str):
     page.emulate_media(color_scheme=scheme)
     base = login(page, served)
-    found: dict[str, list[dict[str, Any]]] = {}
-    for path in pages(store):
-        page.goto(base + path)
-        page.wait_for_load_state("load")
-        if v := axe_violations(page):
-            found[path] = v
+    found = axe_on_pages(page, base, pages(store))
     restore_preview(page, base, store)
     if v := axe_violations(page):
         found["restore preview"] = v
@@ -178,14 +184,7 @@ def test_axe_core_finds_no_violation_on_any_page(page: Page, served: Running, st
 def test_axe_core_finds_no_violation_on_a_phone(page: Page, served: Running, store: Store):
     """390 px: the side-by-side diff scrolls sideways, so it must take the keyboard focus."""
     page.set_viewport_size({"width": 390, "height": 844})
-    base = login(page, served)
-    found = {}
-    for path in pages(store):
-        page.goto(base + path)
-        page.wait_for_load_state("load")
-        if v := axe_violations(page):
-            found[path] = v
-    assert found == {}
+    assert axe_on_pages(page, login(page, served), pages(store)) == {}
 
 
 def test_dates_keep_to_one_line_on_a_phone(page: Page, served: Running, store: Store):

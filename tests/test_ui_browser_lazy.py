@@ -7,7 +7,6 @@ screen).  Debian's Chromium through Playwright, the real server (tests/ui_browse
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,8 @@ if REASON:
     pytest.skip(REASON, allow_module_level=True)
 
 from playwright.sync_api import Page, expect  # noqa: E402
-from ui_browser import launch  # noqa: E402
+from ui_browser import browser_page  # noqa: E402
+from ui_images import chart, png  # noqa: E402
 
 from snapstore.store import Store  # noqa: E402
 from snapstore.ui import budget  # noqa: E402
@@ -40,44 +40,14 @@ LONG_TASKS = """() => new Promise((resolve) => {
 
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[Page]:
-    playwright, context = launch(tmp_path)
-    try:
-        yield context.pages[0] if context.pages else context.new_page()
-    finally:
-        context.close()
-        playwright.stop()
+    with browser_page(tmp_path) as opened:
+        yield opened
 
 
 def open_ui(page: Page, running: Running) -> str:
     page.goto(running.url)
     page.wait_for_url(re.compile(r"^http://127\.\d+\.\d+\.\d+:\d+/$"))
     return page.url.rstrip("/")
-
-
-def png(width: int) -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
-
-    header = width.to_bytes(4, "big") + (1).to_bytes(4, "big") + bytes([8, 0, 0, 0, 0])
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00" + b"\x80" * width)) + chunk(b"IEND", b"")
-
-
-def chart(bars: list[int], width: int = 160, height: int = 80) -> bytes:
-    """An RGB PNG bar chart (bars of the given heights, in pixels)."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
-
-    step = width // len(bars)
-    rows = []
-    for y in range(height):
-        row = bytearray(b"\x00")
-        for x in range(width):
-            k = min(x // step, len(bars) - 1)
-            inside = x % step < step - 4 and height - y <= bars[k]
-            row += bytes((31, 95, 191) if inside else (244, 246, 248))
-        rows.append(bytes(row))
-    header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"".join(rows))) + chunk(b"IEND", b"")
 
 
 def test_every_diff_loads_as_it_scrolls_into_view(page: Page, tree: Path, monkeypatch):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import warnings
-import zlib
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from ui_client import logged_in  # noqa: E402
+from ui_images import png  # noqa: E402
 
 from snapstore.store import Store  # noqa: E402
 from snapstore.ui import highlight  # noqa: E402
@@ -40,16 +40,6 @@ def docstring_module(ret: str) -> str:
     (with the old 60-line look-behind) inside the docstring."""
     doc = "".join(f"    line {i} of the docstring, with `backticks`\n" for i in range(100))
     return f'def handler(x):\n    """Summary.\n\n{doc}    """\n    return {ret}\n\n\ndef other():\n    pass\n'
-
-
-def png(width: int = 1) -> bytes:
-    """A valid 1-pixel-high PNG."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
-
-    header = width.to_bytes(4, "big") + (1).to_bytes(4, "big") + bytes([8, 0, 0, 0, 0])
-    raw = zlib.compress(b"\x00" + b"\x80" * width)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", raw) + chunk(b"IEND", b"") + b"\x00" * 16
 
 
 def test_colours_of_a_hunk_that_starts_inside_a_docstring_are_right(tree: Path):

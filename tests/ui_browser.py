@@ -7,6 +7,8 @@ persistent context with a fresh profile that stays off the network.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,17 @@ def unavailable() -> str | None:
         except ImportError:
             return f"{module.split('.')[0]} is not installed (pip install -e '.[dev,ui]')"
     return None
+
+
+@contextmanager
+def browser_page(tmp_path: Path, locale: str = "en-US") -> Iterator[Any]:
+    """A page of a fresh persistent context (see :func:`launch`), closed afterwards."""
+    playwright, context = launch(tmp_path, locale)
+    try:
+        yield context.pages[0] if context.pages else context.new_page()
+    finally:
+        context.close()
+        playwright.stop()
 
 
 def launch(tmp_path: Path, locale: str = "en-US") -> Any:
