@@ -148,6 +148,13 @@ def test_screenshots_of_diff_details_and_a_phone_history(page: Page, tree: Path)
             expect(page.locator("dialog#keys-help")).to_be_visible()
             page.screenshot(path=str(out / "keys.png"))
             page.keyboard.press("Escape")
+            # more context, in place: the same page, the hunk wider
+            at = page.url
+            shipping = page.locator("details.filediff", has_text="shipping.py")
+            expect(shipping.locator("tr.ctx")).to_have_count(6)
+            shipping.get_by_role("link", name="Show more context around each change").click()
+            expect(shipping.locator("tr.ctx")).to_have_count(18)  # the whole 19-line file but the changed line
+            assert page.url == at
             page.set_viewport_size({"width": 390, "height": 844})
             page.goto(f"{base}/history?path=shipping.py")
             page.screenshot(path=str(out / "history-phone.png"))

@@ -159,6 +159,24 @@
     }).catch(function () { delete d.dataset.loaded; });
   }, true);
 
+  // "Show more context": the file's diff again, wider, in place (the link itself is the page of
+  // that one diff, for a new tab or without script).
+  document.addEventListener("click", function (e) {
+    const a = e.target.closest ? e.target.closest("a.expand") : null;
+    const box = a ? a.closest("details.filediff") : null;
+    if (!box || e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey) return;
+    e.preventDefault();
+    const src = a.getAttribute("href") + "&frag=1";
+    fetch(src, { credentials: "same-origin" }).then(function (r) { return r.text(); }).then(function (text) {
+      Array.from(box.children).forEach(function (c) { if (c.tagName !== "SUMMARY") c.remove(); });
+      const body = document.createElement("div");
+      body.className = "loaded";
+      body.innerHTML = text;  // server-rendered, escaped HTML from this origin
+      box.append(body);
+      localise(body);
+    }).catch(function () { window.location.href = a.getAttribute("href"); });
+  });
+
   // "fold all" / "unfold all": every file's diff on the page.
   document.addEventListener("click", function (e) {
     const b = e.target.closest ? e.target.closest("#fold-all") : null;
