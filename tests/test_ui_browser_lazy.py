@@ -161,3 +161,40 @@ def test_screenshots_of_diff_details_and_a_phone_history(page: Page, tree: Path)
     for name in ("diff-details.png", "keys.png", "history-phone.png"):
         data = (out / name).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
+
+
+WORDS_SPLIT_ACROSS_LINES = """() => {
+  let broken = 0, words = 0;
+  document.querySelectorAll('table.diff.split td.code').forEach(function (td) {
+    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const re = /\\S+/g;
+      let m;
+      while ((m = re.exec(node.data))) {
+        const r = document.createRange();
+        r.setStart(node, m.index);
+        r.setEnd(node, m.index + m[0].length);
+        words++;
+        if (r.getClientRects().length > 1) broken++;
+      }
+    }
+  });
+  return [broken, words];
+}"""
+
+
+def test_long_lines_of_a_side_by_side_diff_wrap_between_words(page: Page, tree: Path):
+    prose = " ".join(f"extension{k} callingconvention{k}" for k in range(12))
+    (tree / "notes.rst").write_text(f"Intro\n{prose}\n")
+    with Store.init(tree) as store:
+        store.snapshot("one")
+        (tree / "notes.rst").write_text(f"Intro\n{prose} more\n")
+        store.snapshot("two")
+        with background(store) as running:
+            base = open_ui(page, running)
+            page.goto(f"{base}/c/{store.resolve('latest').id}?view=split")
+            page.wait_for_selector("table.diff.split td.code")
+            broken, words = page.evaluate(WORDS_SPLIT_ACROSS_LINES)
+            height = page.locator("table.diff.split td.code.add").first.evaluate("td => td.getBoundingClientRect().height")
+            assert height > 30  # the line does wrap
+            assert words > 40 and broken == 0
