@@ -167,3 +167,23 @@ def test_a_mode_change_names_an_executable(tree: Path):
         store.snapshot("make it executable")
         html = client_for(store).get("/c/latest").text
     assert "Was a file (mode 644); now an executable (mode 755)." in html
+
+
+def test_a_comparison_loads_its_later_diffs_as_fragments(tree: Path, monkeypatch):
+    from snapstore.ui import budget
+
+    monkeypatch.setattr(budget, "DEFAULT", budget.Limits(page_lines=5_000, file_lines=2_000, file_bytes=1 << 20, inline_lines=5))
+    for i in range(4):
+        (tree / f"n{i}.txt").write_text("".join(f"line {k}\n" for k in range(10)))
+    with Store.init(tree) as store:
+        store.snapshot("one")
+        for i in range(4):
+            (tree / f"n{i}.txt").write_text("".join(f"line {k * 2}\n" for k in range(10)))
+        store.snapshot("two")
+        client = client_for(store)
+        for to in ("%231", ""):  # the newest checkpoint, then the working tree
+            html = client.get(f"/compare?a=%232&b={to}").text
+            lazy = [src.replace("&amp;", "&") for src in re.findall(r'<div class="lazy" data-src="([^"]+)"', html)]
+            assert len(lazy) == 3 and all(src.startswith("/compare?") and "frag=1" in src for src in lazy)
+            pieces = [client.get(src) for src in lazy]
+            assert all(p.status_code == 200 and "<html" not in p.text and '<tr class="add">' in p.text for p in pieces)
