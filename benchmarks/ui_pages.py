@@ -14,6 +14,13 @@ big diff, a 50 MB file.  ``python -m benchmarks.ui_pages [--sizes 300,2000,20000
   anyway" (``full=1``).
 * **A 50 MB text file**: the file view and the raw download, peak Python memory (tracemalloc)
   of the server side, and time.
+* **A 27-file agent checkpoint** (``--checkpoint27``; issue 42): 27 modules of real Python (the
+  standard library's, 15-70 KB each), then a step that edits ~50 scattered lines in each (about
+  +870 -460 lines, like the reviewed "typing" checkpoint), served by the real server.  Alone and
+  with four other loads of it at once (five clients, each as a browser does: the page, then
+  every diff placeholder it holds, two at a time): time to the page's first byte, time until
+  every diff is rendered, and how many of the 27 diffs were rendered (medians over
+  ``--runs``; the highlight cache emptied before each round, so every round lexes).
 
 Timings move with the machine and its load (figures in docs/ui.md say where they were taken).
 """
@@ -148,6 +155,14 @@ def pages_at(n: int, runs: int, browser: bool) -> dict[str, Any]:
     return out
 
 
+def machine() -> str:
+    """The machine line: cores, load and Python."""
+    import platform
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"{platform.machine()}, {os.cpu_count()} cores, load {load}, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     t0 = time.perf_counter()
     value = fn()
@@ -219,15 +234,137 @@ def huge_file() -> dict[str, Any]:
     }
 
 
+def checkpoint27(root: Path) -> Any:
+    """A store whose newest checkpoint edits 27 real Python modules."""
+    import glob
+
+    from snapstore.store import Store
+
+    tree = root / "tree"
+    tree.mkdir()
+    sources = [p for p in sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), "*.py"))) if 15_000 < os.path.getsize(p) < 70_000]
+    chosen = sources[:: max(1, len(sources) // 27)][:27]
+    texts = {}
+    for path in chosen:
+        name = os.path.basename(path)
+        texts[name] = Path(path).read_text(encoding="utf-8", errors="replace")
+        (tree / name).write_text(texts[name])
+    store = Store.init(tree)
+    store.snapshot("import 27 modules")
+    for name, text in texts.items():
+        lines = text.splitlines(True)
+        for i in range(5, len(lines), max(1, len(lines) // 32)):
+            if lines[i].strip():
+                lines[i] = lines[i].rstrip("\n") + "  # typed\n"
+        for i in range(7, len(lines), max(1, len(lines) // 17)):
+            lines.insert(i, "    # reviewed by the agent\n")
+        (tree / name).write_text("".join(lines))
+    store.snapshot("add type hints to 27 modules", metadata={"actor": "agent", "tool_name": "Edit"})
+    return store
+
+
+def load_all(base: str, url: str, cookies: Any) -> dict[str, float]:
+    """One browser's load of a checkpoint page: the page, then its placeholders two at a time."""
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    with httpx.Client(cookies=cookies, timeout=300) as web:
+        t0 = time.perf_counter()
+        with web.stream("GET", url) as r:
+            body = r.iter_bytes()
+            first = next(body)
+            first_byte = time.perf_counter() - t0
+            html = first + b"".join(body)
+        text = html.decode()
+        lazy = [m.replace("&amp;", "&") for m in re.findall(r'<div class="lazy" data-src="([^"]+)"', text)]
+
+        def get(src: str) -> str:
+            return web.get(base + src).text
+
+        with ThreadPoolExecutor(2) as pool:
+            pieces = list(pool.map(get, lazy))
+        done = time.perf_counter() - t0
+    whole = text + "".join(pieces)
+    rendered = whole.count('<div class="scroll"') - text.count('class="file hl"')
+    return {"first_byte_s": first_byte, "all_diffs_s": done, "diffs": rendered,
+            "not_rendered": whole.count("reached its limit"), "fragments": len(lazy)}
+
+
+def checkpoint_pages(runs: int) -> dict[str, Any]:
+    """The 27-file checkpoint alone and with four other loads at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from snapstore.ui import highlight
+    from snapstore.ui.server import background
+
+    try:
+        from snapstore.ui import filediff
+    except ImportError:
+        filediff = None  # type: ignore[assignment]
+
+    def cold() -> None:
+        """Forget what the server keeps: highlighted lines and checkpoints' changes (the code
+        before either had none)."""
+        cache = getattr(highlight, "CACHE", None)
+        if cache is not None:
+            cache.clear()
+        kept = getattr(filediff, "_kept", None)
+        if kept is not None:
+            kept.clear()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = checkpoint27(Path(tmp))
+        cid = store.resolve("latest").id
+        with background(store) as running, httpx.Client(follow_redirects=True, timeout=120) as web:
+            base = running.url.split("/?")[0]
+            web.get(running.url)
+            url = f"{base}/c/{cid}"
+            load_all(base, url, web.cookies)  # warm-up: imports, lexers
+            alone, together = [], []
+            for _ in range(runs):
+                cold()
+                alone.append(load_all(base, url, web.cookies))
+                cold()
+                with ThreadPoolExecutor(5) as pool:
+                    together += list(pool.map(lambda _: load_all(base, url, web.cookies), range(5)))
+            cold()
+            warm_first = load_all(base, url, web.cookies)
+            warm = load_all(base, url, web.cookies)
+            size = len(web.get(url).content)
+        store.close()
+
+    def med(rows: list[dict[str, float]], key: str) -> float:
+        return round(statistics.median(r[key] for r in rows) * (1000 if key.endswith("_s") else 1), 1)
+
+    keys = ("first_byte_s", "all_diffs_s", "diffs", "not_rendered", "fragments")
+    return {
+        "files": 27, "page_kb": round(size / 1024, 1),
+        "alone": {k.replace("_s", "_ms"): med(alone, k) for k in keys},
+        "with_four_others": {k.replace("_s", "_ms"): med(together, k) for k in keys},
+        "with_four_others_worst_diffs": min(r["diffs"] for r in together),
+        "warm_cache": {k.replace("_s", "_ms"): med([warm], k) for k in keys},
+        "cold_then": med([warm_first], "all_diffs_s"),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="300,2000,20000")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--browser", action="store_true", help="also first contentful paint in headless Chromium")
     ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--checkpoint27", action="store_true", help="only the 27-file checkpoint, alone and with four other loads")
     args = ap.parse_args()
     os.environ.setdefault("SNAPSTORE_NO_BROWSER", "1")
-    results: dict[str, Any] = {"pages": [pages_at(int(n), args.runs, args.browser) for n in args.sizes.split(",")]}
+    if args.checkpoint27:
+        print(json.dumps({"machine": machine(), "checkpoint27": checkpoint_pages(args.runs)}, indent=1))
+        return
+    results: dict[str, Any] = {"machine": machine(), "pages": [pages_at(int(n), args.runs, args.browser) for n in args.sizes.split(",")]}
+    results["checkpoint27"] = checkpoint_pages(args.runs)
     results["big_diff"] = big_diff()
     results["huge_file"] = huge_file()
     text = json.dumps(results, indent=1)

@@ -57,9 +57,13 @@ def store(tree: Path) -> Iterator[Store]:
     """Checkpoints with code edits, a conversation, tags, a restore and its undo."""
     write(tree, "src/app.py", APP.format(kinds="one"))
     write(tree, "README.md", "# demo\n\nSome *text*.\n")
+    write(tree, "notes.txt", "the quick brown fox jumps over the lazy dog\nsecond line stays\n")
     with Store.init(tree) as s:
         s.snapshot("initial import", task="fix-login", tags=["start"], metadata={"actor": "user"})
-        write(tree, "src/app.py", APP.format(kinds="two").replace("42", "43").replace("3.14159", "3.1416"))
+        # changed words inside names, literals and plain text (the marks are darker than the rows)
+        edited = APP.format(kinds="two").replace("42", "43").replace("3.14159", "3.1416").replace("os.sep", "os.path.sep")
+        write(tree, "src/app.py", edited.replace("return text.strip()", "return self_check(text).strip()"))
+        write(tree, "notes.txt", "the quick red fox jumps over the lazy cat\nsecond line stays\n")
         write(tree, "src/a_very_long_directory_name_for_narrow_screens/another_long_file_name_here.py", "x = 1\n" * 30)
         s.snapshot(
             "Edit src/app.py: a long message that has to wrap on a narrow screen, without making the page wider",
@@ -112,6 +116,7 @@ def pages(store: Store) -> list[str]:
         "/?path=*.py",
         f"/c/{second}",
         f"/c/{second}?view=split",
+        f"/c/{second}?p=notes.txt&ctx=25",
         f"/c/{second}/file?p=src/app.py",
         "/history?path=src/app.py",
         "/compare",
@@ -141,17 +146,23 @@ def axe_violations(page: Page) -> list[dict[str, Any]]:
     return [{"id": v["id"], "nodes": len(v["nodes"]), "first": v["nodes"][0]["html"][:120]} for v in result]
 
 
+def axe_on_pages(page: Page, base: str, paths: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """axe-core's violations on each page that has some."""
+    found = {}
+    for path in paths:
+        page.goto(base + path)
+        page.wait_for_load_state("load")
+        if v := axe_violations(page):
+            found[path] = v
+    return found
+
+
 @pytest.mark.skipif(not AXE.exists(), reason=f"axe-core is not installed ({AXE}; run 'make axe', which needs npm)")
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_axe_core_finds_no_violation_on_any_page(page: Page, served: Running, store: Store, scheme: str):
     page.emulate_media(color_scheme=scheme)
     base = login(page, served)
-    found: dict[str, list[dict[str, Any]]] = {}
-    for path in pages(store):
-        page.goto(base + path)
-        page.wait_for_load_state("load")
-        if v := axe_violations(page):
-            found[path] = v
+    found = axe_on_pages(page, base, pages(store))
     restore_preview(page, base, store)
     if v := axe_violations(page):
         found["restore preview"] = v
@@ -170,7 +181,60 @@ def test_axe_core_finds_no_violation_on_any_page(page: Page, served: Running, st
     page.wait_for_selector("fieldset.choice")
     if v := axe_violations(page):
         found["range revert preview with a conflict"] = v
+    page.goto(f"{base}/ops")
+    page.locator("#undo").click()
+    page.wait_for_selector(".confirmbar")
+    if v := axe_violations(page):
+        found["undo preview"] = v
+    page.goto(base + "/")
+    page.keyboard.press("?")
+    expect(page.locator("dialog#keys-help")).to_be_visible()
+    if v := axe_violations(page):
+        found["keys help"] = v
     assert found == {}
+
+
+@pytest.mark.skipif(not AXE.exists(), reason=f"axe-core is not installed ({AXE}; run 'make axe', which needs npm)")
+def test_axe_core_finds_no_violation_on_a_phone(page: Page, served: Running, store: Store):
+    """390 px: the side-by-side diff scrolls sideways, so it must take the keyboard focus."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert axe_on_pages(page, login(page, served), pages(store)) == {}
+
+
+def test_dates_keep_to_one_line_on_a_phone(page: Page, served: Running, store: Store):
+    page.set_viewport_size({"width": 390, "height": 844})
+    base = login(page, served)
+    for path in ("/history?path=src/app.py", "/ops", "/"):
+        page.goto(base + path)
+        page.wait_for_load_state("load")
+        heights = page.evaluate(
+            "() => Array.from(document.querySelectorAll('main time')).map(t => [t.textContent, t.getBoundingClientRect().height])"
+        )
+        assert heights, path
+        line = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('main time')).lineHeight)")
+        assert [h for h in heights if h[1] > 1.5 * line] == [], path
+
+
+def test_enter_opens_the_selected_row_after_a_click_and_question_mark_lists_the_keys(page: Page, served: Running, store: Store):
+    base = login(page, served)
+    page.goto(base + "/")
+    page.wait_for_selector("#timeline .cp")
+    page.locator("main h1, main h2").first.click()  # a click inside the page: the focus goes to <main>
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(rf"/c/{store.resolve('#2').id}$"))
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")  # the skip link
+    page.keyboard.press("j")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"/c/[0-9a-f]+#f-0$"))
+    page.keyboard.press("?")
+    dialog = page.locator("dialog#keys-help")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("open the selected row")
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
 
 
 def test_no_page_is_wider_than_a_390_px_phone(page: Page, served: Running, store: Store):

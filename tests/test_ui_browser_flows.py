@@ -44,7 +44,7 @@ def open_ui(page: Page, running: Running) -> str:
 
 
 def test_a_cut_diff_shows_anyway_and_files_fold(page: Page, tree: Path, monkeypatch):
-    monkeypatch.setattr(budget, "DEFAULT", budget.Limits(page_lines=200, file_lines=40, file_bytes=1 << 20, seconds=30))
+    monkeypatch.setattr(budget, "DEFAULT", budget.Limits(page_lines=200, file_lines=40, file_bytes=1 << 20))
     text = "".join(f"line_{i} = {i}\n" for i in range(300))
     (tree / "big.py").write_text(text)
     (tree / "small.py").write_text("a = 1\n")

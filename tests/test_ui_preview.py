@@ -69,8 +69,22 @@ def test_the_restore_preview_puts_counts_warning_and_confirm_before_the_list(sto
     listed = re.findall(r"would \w+</span> <code>([^<]+)</code>", rest)
     assert listed[0] == "f29.txt" and len(listed) == 31  # the unsaved path first
     # each path opens on its diff from the tree now (-) to what the restore would write (+)
+    # (rendered only when opened: the page carries the address of each diff, not the diff)
     first = rest.split("<li>")[1]
-    assert "<details>" in first and "-unsaved work" in text(first).replace("\n", "") and "+old 29" in text(first).replace("\n", "")
+    src = re.search(r'<details data-src="([^"]+)">', first)
+    assert src and "-unsaved work" not in text(first)
+    diff = client.get(src.group(1).replace("&amp;", "&")).text
+    assert "<html" not in diff and "-unsaved work" in text(diff).replace("\n", "") and "+old 29" in text(diff).replace("\n", "")
+    assert len(html) < 40_000, len(html)  # 31 paths listed, no diff rendered
+
+
+def test_operations_label_a_revert_as_a_revert(store: Store, tree: Path):
+    (tree / "f03.txt").write_text("changed by the agent\n")
+    store.snapshot("agent edit")
+    store.revert("latest")
+    plain = text(client_for(store).get("/ops").text)
+    assert "Revert of 2 paths: f03.txt, f29.txt" in plain, plain
+    assert "Restore of" not in plain
 
 
 def test_the_undo_preview_and_the_result_lead_with_what_matters(store: Store, tree: Path):

@@ -29,9 +29,9 @@ HEAVY = frozenset({
     "test_service_silent.py", "test_small_address_space.py", "test_snapshot_memory.py",
     "test_store_creation_race.py", "test_store_files.py", "test_terminal_escapes.py",
     "test_textdiff_ends.py", "test_ui_access.py", "test_ui_bounded.py", "test_ui_browser.py",
-    "test_ui_browser_flows.py", "test_ui_other_user.py", "test_ui_remote.py",
-    "test_ui_undo_since.py", "test_watch_differential.py", "test_watch_partial.py",
-    "test_watch_trust.py",
+    "test_ui_browser_flows.py", "test_ui_browser_lazy.py", "test_ui_other_user.py",
+    "test_ui_remote.py", "test_ui_undo_since.py", "test_watch_differential.py",
+    "test_watch_partial.py", "test_watch_trust.py",
 })  # fmt: skip
 
 

@@ -37,6 +37,17 @@ def unavailable() -> str | None:
     return None
 
 
+@contextmanager
+def browser_page(tmp_path: Path, locale: str = "en-US") -> Iterator[Any]:
+    """A page of a fresh persistent context (see :func:`launch`), closed afterwards."""
+    playwright, context = launch(tmp_path, locale)
+    try:
+        yield context.pages[0] if context.pages else context.new_page()
+    finally:
+        context.close()
+        playwright.stop()
+
+
 def launch(tmp_path: Path, locale: str = "en-US") -> Any:
     """``(playwright, context)``: a persistent context with a fresh profile under ``tmp_path``."""
     from playwright.sync_api import sync_playwright

@@ -12,10 +12,10 @@ Static files are a fixed set read from the package.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, quote
 
@@ -28,10 +28,12 @@ from snapstore.errors import (
     UnsafePathError,
     UsageError,
 )
-from snapstore.ui import actions, budget, here, revert, since, timeline, views
+from snapstore.ui import actions, budget, filediff, here, preview, revert, since, timeline, views
+from snapstore.ui.assets import assets, headers_for
 from snapstore.ui.download import stream
-from snapstore.ui.highlight import stylesheet
-from snapstore.ui.html import Html, error_body, page, path_from_token, read_only_banner
+from snapstore.ui.html import Html, error_body, fmt, page, path_from_token, read_only_banner, url
+from snapstore.ui.images import HEADERS as IMAGE_HEADERS
+from snapstore.ui.images import image_type
 from snapstore.ui.locked import locked
 from snapstore.ui.security import AdmitPeer, Credentials, Guard, allowed_hosts
 
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from snapstore.store import Store
 
 T = TypeVar("T")
+#: Fragments rendered at the same time (the others wait their turn in their worker thread).
+FRAGMENTS_AT_ONCE = 2
 #: The largest form body accepted (a restore of many selected paths fits easily).
 MAX_FORM = 4 * 1024 * 1024
 
@@ -75,13 +79,10 @@ class UiApp:
         self.remote = remote
         self.banner = read_only_banner(remote) if read_only else Html("")
         self.root = f"remote {remote} (read-only)" if read_only and remote else store.root
-        self.static: dict[str, tuple[bytes, str]] = {
-            "ui.css": (_resource("ui.css"), "text/css; charset=utf-8"),
-            "ui.js": (_resource("ui.js"), "text/javascript; charset=utf-8"),
-            "since.css": (_resource("since.css"), "text/css; charset=utf-8"),
-            "since.js": (_resource("since.js"), "text/javascript; charset=utf-8"),
-            "pygments.css": (stylesheet().encode(), "text/css; charset=utf-8"),
-        }
+        self.static = assets()
+        #: fragments (diffs loaded as they scroll into view) rendered at once, over every reader:
+        #: a page's first byte then competes with two of them, not with every open page's
+        self.fragments = threading.BoundedSemaphore(FRAGMENTS_AT_ONCE)
 
     async def run(self, fn: Callable[[], T]) -> T:
         """``fn()`` in a worker thread, one at a time."""
@@ -106,6 +107,8 @@ class UiApp:
             title, body = fn()
             return title, body, self.reader.revision()
 
+        if self.vanished():
+            return self.gone()
         try:
             title, body, revision = await (self.run(build) if act else run_in_threadpool(build))
         except SnapstoreError as exc:
@@ -115,6 +118,19 @@ class UiApp:
             body = error_body(500, f"internal error: {type(exc).__name__} (see the terminal running snapstore ui)")
             return HTMLResponse(page("Error 500", body, root=self.root, banner=self.banner), status_code=500)
         return HTMLResponse(page(title, body, active=active, root=self.root, revision=revision, banner=self.banner))
+
+    def vanished(self) -> bool:
+        """Whether the store's directory is gone (deleted or moved while this browser runs)."""
+        where = self.store.store_dir
+        return where is not None and not self.read_only and not os.path.isdir(where)
+
+    def gone(self) -> Response:
+        """The page of a store that vanished: what happened and what to do, not a stale page."""
+        return self.status_page(
+            410, f"the store at {self.store.store_dir} is gone: its directory was deleted or moved while this browser "
+            "was open. Nothing more can be shown or restored from it; stop snapstore ui (Ctrl-C) and start it where "
+            "the store is now (or run 'snapstore init' for a new one).",
+        )
 
     def error_page(self, exc: SnapstoreError) -> Response:
         """The page for a Store error (its one-line message, the status its class maps to)."""
@@ -131,7 +147,13 @@ class UiApp:
 
     async def timeline(self, request: Request) -> Response:
         f, before = _filters(request)
-        return await self.page(lambda: timeline.timeline(self.reader, f, before, read_only=self.read_only), "timeline")
+
+        def build() -> tuple[str, Html]:
+            if before is None and f == timeline.Filters() and not self.reader.log_page(limit=1, include_safety=True)[0]:
+                return views.empty_store()
+            return timeline.timeline(self.reader, f, before, read_only=self.read_only)
+
+        return await self.page(build, "timeline")
 
     async def timeline_fragment(self, request: Request) -> Response:
         from starlette.concurrency import run_in_threadpool
@@ -172,12 +194,61 @@ class UiApp:
     async def revision(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
 
+        if self.vanished():
+            return JSONResponse({"error": "the store is gone"}, status_code=410)
         return JSONResponse({"revision": await self.run(self.reader.revision)})
 
     async def checkpoint(self, request: Request) -> Response:
-        ref, view, only = request.path_params["cid"], _view(request), _path(request)
+        ref, view, only, ctx = request.path_params["cid"], _view(request), _path(request), _context(request)
         b = budget.for_request(_full(request))
-        return await self.page(lambda: views.checkpoint(self.reader, ref, view, only, b, read_only=self.read_only))
+        if only is not None and request.query_params.get("frag") == "1":
+            return await self.fragment(lambda: views.checkpoint_diff(self.reader, ref, view, only, b, ctx))
+        q = request.query_params
+        done = f"Tagged this checkpoint #{q['tagged']}." if q.get("tagged") else ""
+        done = f"Removed the tag #{q['untagged']}." if q.get("untagged") else done
+        notice = fmt('<p class="done" role="status">{}</p>', done) if done else None
+        return await self.page(
+            lambda: views.checkpoint(self.reader, ref, view, only, b, read_only=self.read_only, context=ctx, notice=notice),
+        )
+
+    async def fragment(self, fn: Callable[[], Html]) -> Response:
+        """A piece of a page (one file's diff, loaded as it scrolls into view), or its error note."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import HTMLResponse
+
+        def render() -> Html:
+            with self.fragments:
+                return fn()
+
+        try:
+            html = await run_in_threadpool(render)
+        except SnapstoreError as exc:
+            status = _status(exc)
+            return HTMLResponse(fmt('<p class="note error" role="alert">{}</p>', exc.message), status_code=status)
+        return HTMLResponse(html)
+
+    async def towards(self, request: Request) -> Response:
+        """One path's diff from the working tree to a checkpoint (a restore preview's row, when opened)."""
+        if self.read_only:
+            return self.status_page(404, "this browser is read-only: it has no working tree")
+        ref, path = request.path_params["cid"], _path(request) or b""
+        return await self.fragment(lambda: preview.towards(self.reader, self.reader.resolve(ref).id, path))
+
+    async def image(self, request: Request) -> Response:
+        """A stored file as an image, when its bytes are one (PNG, JPEG, GIF, WebP): the type
+        from its signature, a policy that lets it run nothing."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import PlainTextResponse, Response
+
+        ref, path = request.path_params["cid"], _path(request) or b""
+        try:
+            data = await run_in_threadpool(lambda: views.image_bytes(self.reader, ref, path))
+        except SnapstoreError as exc:
+            return PlainTextResponse(exc.message, status_code=_status(exc))
+        kind = image_type(data)
+        if kind is None:
+            return PlainTextResponse("not an image this page shows (PNG, JPEG, GIF, WebP)", status_code=415)
+        return Response(data, media_type=kind, headers=IMAGE_HEADERS)
 
     async def file(self, request: Request) -> Response:
         ref, path = request.path_params["cid"], _path(request) or b""
@@ -222,19 +293,30 @@ class UiApp:
     async def compare(self, request: Request) -> Response:
         q = request.query_params
         a, b, view, only = q.get("a", "").strip(), q.get("b", "").strip(), _view(request), _path(request)
-        cap = budget.for_request(_full(request))
-        return await self.page(lambda: views.compare(self.reader, a, b, view, only, cap, read_only=self.read_only), "compare")
+        cap, ctx = budget.for_request(_full(request)), _context(request)
+        if only is not None and a and q.get("frag") == "1":
+            return await self.fragment(lambda: views.compare_diff(self.reader, a, b, view, only, cap, ctx))
+        return await self.page(
+            lambda: views.compare(self.reader, a, b, view, only, cap, read_only=self.read_only, context=ctx), "compare",
+        )
 
     async def operations(self, request: Request) -> Response:
         return await self.page(lambda: views.operations(self.reader, read_only=self.read_only), "ops")
 
     async def static_file(self, request: Request) -> Response:
+        """A static file: gzipped when the browser takes it, cached by its content's version."""
         from starlette.responses import PlainTextResponse, Response
 
         found = self.static.get(request.path_params["name"])
         if found is None:
             return PlainTextResponse("not found", status_code=404)
-        return Response(found[0], media_type=found[1])
+        versioned = request.query_params.get("v") == found.version
+        gzipped = "gzip" in request.headers.get("accept-encoding", "").lower()
+        headers = headers_for(found, versioned=versioned, gzipped=gzipped)
+        if request.headers.get("if-none-match") == found.etag:
+            headers.pop("content-encoding", None)
+            return Response(status_code=304, headers=headers)
+        return Response(found.gzipped if gzipped else found.data, media_type=found.media_type, headers=headers)
 
     # -- changing (POST only; security.Guard checked the Origin) -------------------------------
 
@@ -291,25 +373,28 @@ class UiApp:
 
     async def tag(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
-        return await self.after_change(ref, lambda: actions.tag(self.store, ref, _one(form, "name")))
+        name = _one(form, "name").strip()
+        return await self.after_change(ref, lambda: actions.tag(self.store, ref, name), tagged=name)
 
     async def untag(self, request: Request) -> Response:
         ref, form = request.path_params["cid"], await _form(request)
-        return await self.after_change(ref, lambda: actions.untag(self.store, _one(form, "name")))
+        name = _one(form, "name")
+        return await self.after_change(ref, lambda: actions.untag(self.store, name), untagged=name)
 
-    async def after_change(self, ref: str, fn: Callable[[], str]) -> Response:
-        """Run a change that needs no preview, then go back to the checkpoint (POST-redirect-GET)."""
-        from starlette.responses import RedirectResponse
+    async def after_change(self, ref: str, fn: Callable[[], str], **done: str) -> Response:
+        """Run a change that needs no preview, then go back to the checkpoint (POST-redirect-GET)
+        saying what it did; a refusal is said on the checkpoint's own page, above its record."""
+        from starlette.responses import HTMLResponse, RedirectResponse
 
         try:
             await self.run(fn)
         except SnapstoreError as exc:
-            return self.error_page(exc)
-        return RedirectResponse(f"/c/{quote(ref, safe='')}", status_code=303)
-
-
-def _resource(name: str) -> bytes:
-    return resources.files("snapstore.ui").joinpath("static", name).read_bytes()
+            notice = fmt('<p class="error" role="alert">Not done: {}</p>', exc.message)
+            response = await self.page(lambda: views.checkpoint(self.reader, ref, "unified", notice=notice))
+            if isinstance(response, HTMLResponse) and response.status_code == 200:
+                response.status_code = _status(exc)
+            return response
+        return RedirectResponse(url(f"/c/{quote(ref, safe='')}", **done), status_code=303)
 
 
 def _filters(request: Request) -> tuple[timeline.Filters, int | None]:
@@ -338,6 +423,15 @@ def _full(request: Request) -> bool:
 
 def _attachment(name: str) -> str:
     return f"attachment; filename*=UTF-8''{quote(name, safe='')}"
+
+
+def _context(request: Request) -> int:
+    """Lines of context asked for (``ctx``), one of :data:`filediff.CONTEXTS`."""
+    try:
+        asked = int(request.query_params.get("ctx", ""))
+    except ValueError:
+        return filediff.CONTEXTS[0]
+    return max((n for n in filediff.CONTEXTS if n <= asked), default=filediff.CONTEXTS[0])
 
 
 def _view(request: Request) -> str:
@@ -395,6 +489,43 @@ def _form_paths(form: list[tuple[str, str]]) -> list[bytes]:
     return [path_from_token(v) for k, v in form if k == "p" and v]
 
 
+def _routes(ui: UiApp, read_only: bool) -> list[Any]:
+    """Every route; those that change something answer :meth:`UiApp.refused` when ``read_only``."""
+    from starlette.routing import Route
+
+    def change(path: str, handler: Callable[[Request], Awaitable[Response]], methods: list[str]) -> Route:
+        return Route(path, ui.refused if read_only else handler, methods=methods)
+
+    return [
+        Route("/", ui.timeline),
+        Route("/timeline.frag", ui.timeline_fragment),
+        Route("/api/revision", ui.revision),
+        Route("/here.frag", ui.here),
+        Route("/timeline.prompts", ui.prompts),
+        Route("/c/{cid}", ui.checkpoint),
+        Route("/c/{cid}/file", ui.file),
+        Route("/c/{cid}/raw", ui.raw),
+        Route("/c/{cid}/image", ui.image),
+        Route("/c/{cid}/towards.frag", ui.towards),
+        Route("/c/{cid}/conversation.json", ui.conversation),
+        Route("/history", ui.history),
+        Route("/compare", ui.compare),
+        Route("/range", ui.range_page),
+        Route("/ops", ui.operations),
+        Route("/static/{name}", ui.static_file),
+        change("/c/{cid}/restore/preview", ui.restore_preview, methods=["POST"]),
+        change("/c/{cid}/restore", ui.restore, methods=["POST"]),
+        change("/c/{cid}/revert/preview", ui.revert_preview, methods=["POST"]),
+        change("/c/{cid}/revert/confirm", ui.revert_confirm, methods=["POST"]),
+        change("/revert/preview", ui.revert_preview, methods=["POST"]),
+        change("/revert/confirm", ui.revert_confirm, methods=["POST"]),
+        change("/undo/preview", ui.undo_preview, methods=["POST"]),
+        change("/undo", ui.undo, methods=["POST"]),
+        change("/c/{cid}/tag", ui.tag, methods=["POST"]),
+        change("/c/{cid}/untag", ui.untag, methods=["POST"]),
+    ]
+
+
 def create_app(
     store: Store,
     *,
@@ -418,8 +549,9 @@ def create_app(
     client has no socket to check).
     """
     from starlette.applications import Starlette
+    from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES as UNZIPPED
+    from starlette.middleware.gzip import GZipMiddleware
     from starlette.responses import PlainTextResponse
-    from starlette.routing import Route
 
     ui = UiApp(store, read_only=read_only, remote=remote)
 
@@ -438,37 +570,11 @@ def create_app(
         message = "no such page here" if status == 404 else "this address does not take that method"
         return HTMLResponse(page(f"Error {status}", error_body(status, message), root=ui.root, banner=ui.banner), status_code=status)
 
-    def change(path: str, handler: Callable[[Request], Awaitable[Response]], methods: list[str]) -> Route:
-        return Route(path, ui.refused if read_only else handler, methods=methods)
-
-    routes = [
-        Route("/", ui.timeline),
-        Route("/timeline.frag", ui.timeline_fragment),
-        Route("/api/revision", ui.revision),
-        Route("/here.frag", ui.here),
-        Route("/timeline.prompts", ui.prompts),
-        Route("/c/{cid}", ui.checkpoint),
-        Route("/c/{cid}/file", ui.file),
-        Route("/c/{cid}/raw", ui.raw),
-        Route("/c/{cid}/conversation.json", ui.conversation),
-        Route("/history", ui.history),
-        Route("/compare", ui.compare),
-        Route("/range", ui.range_page),
-        Route("/ops", ui.operations),
-        Route("/static/{name}", ui.static_file),
-        change("/c/{cid}/restore/preview", ui.restore_preview, methods=["POST"]),
-        change("/c/{cid}/restore", ui.restore, methods=["POST"]),
-        change("/c/{cid}/revert/preview", ui.revert_preview, methods=["POST"]),
-        change("/c/{cid}/revert/confirm", ui.revert_confirm, methods=["POST"]),
-        change("/revert/preview", ui.revert_preview, methods=["POST"]),
-        change("/revert/confirm", ui.revert_confirm, methods=["POST"]),
-        change("/undo/preview", ui.undo_preview, methods=["POST"]),
-        change("/undo", ui.undo, methods=["POST"]),
-        change("/c/{cid}/tag", ui.tag, methods=["POST"]),
-        change("/c/{cid}/untag", ui.untag, methods=["POST"]),
-    ]
+    routes = _routes(ui, read_only)
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         _TooLarge: too_large, _BadForm: bad_form, 404: not_found, 405: not_found,
     }
     app = Starlette(routes=routes, exception_handlers=handlers)
-    return Guard(app, hosts=allowed_hosts(host, port), port=port, credentials=credentials, token=token, peer=peer)
+    # pages and fragments gzipped (a timeline of 77 KB is 12 KB); raw downloads stream as they are
+    zipped = GZipMiddleware(app, minimum_size=1024, compresslevel=6, exclude_content_types=(*UNZIPPED, "application/octet-stream"))
+    return Guard(zipped, hosts=allowed_hosts(host, port), port=port, credentials=credentials, token=token, peer=peer)

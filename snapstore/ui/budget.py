@@ -1,16 +1,18 @@
-"""What one view may cost: lines and bytes rendered, and seconds spent.
+"""What one view may cost, counted in work done: rows rendered and bytes lexed, never seconds.
 
 A page that shows file contents (a checkpoint's diffs, a comparison, a file) carries one
-:class:`Budget`.  Each diff or file takes lines and bytes from it as it renders; when the budget
-runs out (or its time does), the rest is not rendered and the page says so, with a link that asks
-for the same view with the larger :data:`FULL` limits ("show anyway") and the raw download.  So
-an agent writing a 50 MB lockfile or rewriting a third of an 80,000-line file costs every
-reader the same few thousand rows, never minutes of server time or a 100 MB page.
+:class:`Budget`.  Each diff or file takes rows from it as it renders, and the bytes its
+highlighting lexes (a cache hit lexes nothing).  A diff is rendered with the page while the
+page's first part (:attr:`Limits.inline_lines`, :attr:`Limits.inline_lex`) has room; the
+others are placeholders that the browser loads as they scroll into view, each a request with a
+fresh budget of its own.  So what a page shows never depends on the machine's load or on other
+pages loading at the same time: only on what the files hold.  A diff larger than one file's
+caps is cut, with a link that asks for the same view with the larger :data:`FULL` limits ("show
+anyway") and the raw download.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 
@@ -18,33 +20,37 @@ from dataclasses import dataclass, field
 class Limits:
     """The caps of one view."""
 
-    #: diff or file rows rendered on the whole page
+    #: diff or file rows rendered by one request
     page_lines: int
     #: rows rendered for one file (its diff, or the file view)
     file_lines: int
     #: a side larger than this is not read for a diff; the file view reads this much at most
     file_bytes: int
-    #: rendering stops (at the next file or hunk) after this long
-    seconds: float
+    #: rows rendered with the page itself: past them, diffs load as they scroll into view
+    inline_lines: int = 1_500
+    #: bytes lexed for highlighting with the page itself (cache misses only), likewise
+    inline_lex: int = 16 << 10
 
 
 #: What a page shows unasked: enough for any agent's step, cheap whatever the files hold.
-DEFAULT = Limits(page_lines=5_000, file_lines=2_000, file_bytes=2 << 20, seconds=3.0)
+DEFAULT = Limits(page_lines=5_000, file_lines=2_000, file_bytes=2 << 20, inline_lines=1_500, inline_lex=16 << 10)
 #: "Show anyway": much more, still bounded (the store's own line-count cap for a side).
-FULL = Limits(page_lines=100_000, file_lines=100_000, file_bytes=16 << 20, seconds=30.0)
+FULL = Limits(page_lines=100_000, file_lines=100_000, file_bytes=16 << 20, inline_lines=100_000, inline_lex=16 << 20)
 
 
 @dataclass
 class Budget:
-    """The lines and time left to one view (one per request; not shared between threads)."""
+    """The rows and lexing left to one view (one per request; not shared between threads)."""
 
     limits: Limits = DEFAULT
     lines_left: int = field(init=False)
-    deadline: float = field(init=False)
+    #: rows rendered so far
+    rendered: int = field(init=False, default=0)
+    #: bytes lexed so far (``lexed[0]``: a cell the highlighter adds to)
+    lexed: list[int] = field(init=False, default_factory=lambda: [0])
 
     def __post_init__(self) -> None:
         self.lines_left = self.limits.page_lines
-        self.deadline = time.monotonic() + self.limits.seconds
 
     @property
     def full(self) -> bool:
@@ -58,10 +64,17 @@ class Budget:
     def spend(self, lines: int) -> None:
         """Count ``lines`` rows as rendered."""
         self.lines_left -= lines
+        self.rendered += lines
 
     def exhausted(self) -> bool:
-        """No rows or no time left: the rest of the page is listed, not rendered."""
-        return self.lines_left <= 0 or time.monotonic() > self.deadline
+        """No rows left: the rest is listed, not rendered."""
+        return self.lines_left <= 0
+
+    def inline_room(self, rows: int = 0, lex: int = 0) -> bool:
+        """Whether a diff of ``rows`` rows that lexes ``lex`` bytes still goes with the page (the
+        first one always does when it is cheap); past that, diffs load when scrolled to."""
+        lines, lexed = self.rendered + rows, self.lexed[0] + lex
+        return lines <= self.limits.inline_lines and lexed <= self.limits.inline_lex and not self.exhausted()
 
 
 def for_request(full: bool) -> Budget:

@@ -72,12 +72,14 @@ def changes_section(
     view_link: Callable[[str], str] | None = None,
     budget: Budget | None = None,
     extra: Callable[[Change], Html] | None = None,
+    render: Callable[[Change, Html], Html] | None = None,
 ) -> Html:
     """The summary, the list of changed files (with checkboxes to restore a selection) and
     their diffs, each in a ``<details>`` (open) so it can be folded away.
 
     The diffs are rendered within ``budget`` (one per request); a diff that does not fit is
-    cut or listed with ``extra(change)``: its "show anyway" and download links.
+    cut or listed with ``extra(change)``: its "show anyway" and download links.  ``render(change,
+    links)``, when given, makes each diff instead (:class:`snapstore.ui.filediff.Renderer`).
     """
     budget = budget or Budget()
     if not changes:
@@ -113,7 +115,9 @@ def changes_section(
     for i, (c, n) in enumerate(zip(changes[:MAX_INLINE_DIFFS], counts)):
         lines = n.note or f"+{n.added} -{n.removed}"
         way_out = extra(c) if extra else Html("")
-        if budget.exhausted():
+        if render is not None:
+            body = render(c, way_out)
+        elif budget.exhausted():
             # the page's rows or time are spent: list the rest, each a link to its own page
             own = more_link(c) if more_link else "#"
             body = fmt('<p class="note toolarge">Not rendered: this page reached its limit. <a href="{}">Show this diff alone</a> {}</p>', own, way_out)

@@ -11,17 +11,19 @@ the diff reads without colour.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 
 from snapstore.ops import textdiff
 from snapstore.ops.diff import Change
+from snapstore.ops.renames import Renamed
 from snapstore.ops.textdiff import common_ends, is_binary
 from snapstore.records.manifest import KIND_NAMES, SYMLINK, Entry
 from snapstore.tree.paths import display
 from snapstore.ui import words
 from snapstore.ui.budget import Budget
-from snapstore.ui.highlight import LOOKBEHIND, highlight
-from snapstore.ui.html import Html, fmt, join, size_el
+from snapstore.ui.highlight import highlighted
+from snapstore.ui.html import Html, esc, fmt, join, size_el
 
 CONTEXT = 3
 
@@ -121,10 +123,36 @@ def clipped(groups: list[list[Opcode]], limit: int, split: bool) -> tuple[list[l
     return shown, used, total
 
 
-def _hunk_header(group: list[Opcode]) -> str:
+#: A line that starts a definition (any indentation): what a hunk header names, as `git diff` does.
+_DEFINITION = re.compile(
+    rb"^[ \t]*(?:export[ \t]+)?(?:pub(?:\([^)]*\))?[ \t]+)?(?:async[ \t]+)?"
+    rb"(?:def|class|function|fn|func|fun|struct|impl|trait|interface|enum|module|sub|proc)[ \t]"
+)
+#: Otherwise git's default: a line that starts with a letter, ``_`` or ``$``.
+_TOP_LEVEL = re.compile(rb"^[A-Za-z_$]")
+#: Lines looked at above a hunk for its definition (a bound on the work).
+FUNCNAME_SCAN = 2_000
+
+
+def function_name(lines: list[bytes], before: int) -> str:
+    """The nearest definition line above line ``before`` (0-based), cut to 80 characters, for a
+    hunk header (``@@ -10,7 +10,8 @@ def load(path):``); empty when none is found."""
+    fallback = ""
+    for i in range(before - 1, max(-1, before - 1 - FUNCNAME_SCAN), -1):
+        line = lines[i]
+        if _DEFINITION.match(line):
+            return line.strip().decode("utf-8", "replace")[:80]
+        if not fallback and _TOP_LEVEL.match(line):
+            fallback = line.rstrip().decode("utf-8", "replace")[:80]
+    return fallback
+
+
+def _hunk_header(group: list[Opcode], a: list[bytes] | None = None) -> str:
     i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
     # as in `diff -u`: an empty side is numbered by the line before it
-    return f"@@ -{i1 + 1 if i2 > i1 else i1},{i2 - i1} +{j1 + 1 if j2 > j1 else j1},{j2 - j1} @@"
+    head = f"@@ -{i1 + 1 if i2 > i1 else i1},{i2 - i1} +{j1 + 1 if j2 > j1 else j1},{j2 - j1} @@"
+    name = function_name(a, i1) if a else ""
+    return f"{head} {name}" if name else head
 
 
 def _row(cls: str, marker: str, old_no: int | None, new_no: int | None, code: Html) -> Html:
@@ -146,11 +174,24 @@ def unified_table(old: Lines, new: Lines, hunks: list[tuple[str, list[Opcode]]])
                 continue
             rows += [_row("del", "-", i + 1, None, old[i]) for i in range(i1, i2)]
             rows += [_row("add", "+", None, j + 1, new[j]) for j in range(j1, j2)]
-    return fmt(
-        '<table class="diff unified hl"><colgroup><col class="ln"><col class="ln"><col class="mk"><col class="code">'
-        "</colgroup>{}</table>",
-        join(rows),
-    )
+    return _tables(rows, '<table class="diff unified hl"><colgroup><col class="ln"><col class="ln"><col class="mk"><col class="code"></colgroup>')
+
+
+#: Rows per table: a long diff is a column of tables, each laid out by the browser only when it
+#: nears the screen (``content-visibility: auto`` in ui.css), so "Show anyway" keeps the tab responsive.
+CHUNK_ROWS = 400
+
+
+def _tables(rows: list[Html], head: str) -> Html:
+    """``rows`` as tables of :data:`CHUNK_ROWS` rows (the same columns), the later ones in
+    ``div.chunk`` boxes that the browser renders when scrolled near."""
+    if len(rows) <= CHUNK_ROWS:
+        return Html(f"{head}{join(rows)}</table>")
+    parts = [Html(f"{head}{join(rows[:CHUNK_ROWS])}</table>")]
+    for k in range(CHUNK_ROWS, len(rows), CHUNK_ROWS):
+        piece = rows[k : k + CHUNK_ROWS]
+        parts.append(Html(f'<div class="chunk">{head}{join(piece)}</table></div>'))
+    return join(parts)
 
 
 def _half(cls: str, marker: str, no: int | None, code: Html | None) -> Html:
@@ -176,27 +217,23 @@ def split_table(old: Lines, new: Lines, hunks: list[tuple[str, list[Opcode]]]) -
                 left = _half("del", "-", i + 1, old[i]) if i < i2 else _half("", "", None, None)
                 right = _half("add", "+", j + 1, new[j]) if j < j2 else _half("", "", None, None)
                 rows.append(fmt("<tr>{}{}</tr>", left, right))
-    return fmt(
-        '<table class="diff split hl"><colgroup><col class="ln"><col class="mk"><col class="code">'
-        '<col class="ln"><col class="mk"><col class="code"></colgroup>{}</table>',
-        join(rows),
+    return _tables(
+        rows, '<table class="diff split hl"><colgroup><col class="ln"><col class="mk"><col class="code">'
+        '<col class="ln"><col class="mk"><col class="code"></colgroup>',
     )
 
 
-def rendered_lines(path: bytes, lines: list[bytes], windows: list[tuple[int, int]]) -> dict[int, Html]:
-    """The lines in ``windows`` (``[start, end)`` ranges) decoded, escaped and highlighted;
-    each window is lexed from :data:`LOOKBEHIND` lines earlier, so a construct opened shortly
-    above is coloured right.  Lines outside the windows are never decoded."""
-    spans: list[tuple[int, int]] = []
-    for a, b in sorted((max(0, a - LOOKBEHIND), b) for a, b in windows if b > a):
-        if spans and a <= spans[-1][1]:
-            spans[-1] = (spans[-1][0], max(b, spans[-1][1]))
-        else:
-            spans.append((a, b))
+def rendered_lines(path: bytes, data: bytes, lines: list[bytes], windows: list[tuple[int, int]], lexed: list[int] | None = None) -> dict[int, Html]:
+    """The lines in ``windows`` (``[start, end)`` ranges) decoded, escaped and highlighted.
+    The file is lexed from its first line to the last line shown (or taken from the cache), so
+    a string or comment opened anywhere above is coloured right; without a lexer, lines
+    outside the windows are never decoded.  ``lexed[0]`` counts the bytes lexed."""
+    need = max((b for a, b in windows if b > a), default=0)
+    colours = highlighted(path, data, lines, need, lexed) if need else None
     out: dict[int, Html] = {}
-    for start, end in spans:
-        text = [line.decode("utf-8", "replace") for line in lines[start:end]]
-        out.update(zip(range(start, end), highlight(path, text)))
+    for a, b in windows:
+        for i in range(a, b):
+            out[i] = colours[i] if colours is not None and i < len(colours) else esc(lines[i].decode("utf-8", "replace"))
     return out
 
 
@@ -213,46 +250,58 @@ def _mark_words(groups: list[list[Opcode]], a: list[bytes], b: list[bytes], old:
                     new[j] = words.mark(new[j], found[1], "ins")
 
 
+#: How a note names each kind of entry ("Was a file (mode 644); now an executable (mode 755).").
+_ARTICLED = {"file": "a file", "exec": "an executable", "dir": "a directory", "unreadable": "an unreadable file"}
+
+
 def _describe(e: Entry | None) -> str:
     if e is None:
         return "nothing"
     if e.kind == SYMLINK:
         return f"a symlink to {display(e.ref)}"
-    return f"a {KIND_NAMES.get(e.kind, '?')} (mode {e.mode & 0o7777:o})"
+    return f"{_ARTICLED.get(KIND_NAMES.get(e.kind, ''), 'an unknown kind of entry')} (mode {e.mode & 0o7777:o})"
 
 
-def change_body(change: Change, view: str, budget: Budget, more: Html | None = None) -> Html:
+def change_body(
+    change: Change, view: str, budget: Budget, more: Html | None = None, *,
+    images: tuple[str | None, str | None] = (None, None), context: int = CONTEXT, expand: str | None = None,
+) -> Html:
     """The diff of one change (``view`` is ``"split"`` or ``"unified"``), or why none is shown.
 
     It renders at most what ``budget`` has left for one file; ``more`` (links: "show anyway",
-    downloads) follows the note of a diff that is cut or not shown for its size.
+    downloads) follows the note of a diff that is cut or not shown for its size.  ``images``:
+    the addresses of the old and new side as images (shown when the file is one); ``context``:
+    lines around each hunk; ``expand``: the address of this diff with more context.
     """
     more = more or Html("")
     old_e, new_e = change.old, change.new
     files = [e for e in (old_e, new_e) if e is not None and e.is_file]
     if change.status in ("T", "X") or not files:
         return fmt('<p class="note">Was {}; now {}.</p>', _describe(old_e), _describe(new_e))
+    if isinstance(change, Renamed) and old_e is not None and new_e is not None and old_e.ref == new_e.ref:
+        return fmt('<p class="note">Renamed from <code>{}</code>; the content is unchanged (100% similar).</p>', display(change.old_path))
     if any(e.size > budget.limits.file_bytes for e in files):
         sizes = join((size_el(e.size) for e in files), " → ")
         return fmt('<p class="note toolarge">Too large to show here ({}). {}</p>', sizes, more)
     old_b = (change.old_bytes() if old_e is not None and old_e.is_file else b"") or b""
     new_b = (change.new_bytes() if new_e is not None and new_e.is_file else b"") or b""
     if is_binary(old_b) or is_binary(new_b):
-        sizes = join((size_el(len(b)) for b in (old_b, new_b)), " → ")
-        return fmt('<p class="note">Binary file ({}).</p>', sizes)
+        return images_body(old_b, new_b, images)
+    if old_b == new_b:
+        return Html('<p class="note">The content is unchanged.</p>')
     a, a_nl = split_lines(old_b)
     b, b_nl = split_lines(new_b)
     codes = opcodes(a, b)
     if not any(c[0] != "equal" for c in codes):
         return Html('<p class="note">Only the line endings at the end of the file differ.</p>')
     split = view == "split"
-    groups = list(grouped(codes))
+    groups = list(grouped(codes, context))
     shown, used, total = clipped(groups, budget.file_lines(), split)
     budget.spend(used)
-    old_h = rendered_lines(change.path, a, [(g[0][1], g[-1][2]) for g in shown])
-    new_h = rendered_lines(change.path, b, [(g[0][3], g[-1][4]) for g in shown])
+    old_h = rendered_lines(change.path, old_b, a, [(g[0][1], g[-1][2]) for g in shown], budget.lexed)
+    new_h = rendered_lines(change.path, new_b, b, [(g[0][3], g[-1][4]) for g in shown], budget.lexed)
     _mark_words(shown, a, b, old_h, new_h)
-    hunks = [(_hunk_header(full), part) for full, part in zip(groups, shown)]
+    hunks = [(_hunk_header(full, a), part) for full, part in zip(groups, shown)]
     table = split_table(old_h, new_h, hunks) if split else unified_table(old_h, new_h, hunks)
     notes = []
     if old_e is not None and not a_nl:
@@ -264,7 +313,25 @@ def change_body(change: Change, view: str, budget: Budget, more: Html | None = N
         tail = fmt(
             '{}<p class="note toolarge">Showing {} of {} lines of this diff. {}</p>', tail, f"{used:,}", f"{total:,}", more
         )
-    return fmt('<div class="scroll">{}</div>{}', table, tail)
+    elif expand and (groups[0][0][1] > 0 or groups[-1][-1][2] < len(a)):
+        tail = fmt('{}<p class="note expand"><a href="{}" class="expand">Show more context around each change</a></p>', tail, expand)
+    label = "Side-by-side diff" if split else "Diff"
+    return fmt('<div class="scroll" tabindex="0" role="region" aria-label="{} of {}">{}</div>{}', label, display(change.path), table, tail)
+
+
+def images_body(old_b: bytes, new_b: bytes, images: tuple[str | None, str | None]) -> Html:
+    """A binary change: its two sides as images when they are ones (PNG, JPEG, GIF, WebP) and
+    can be served, else its sizes."""
+    from snapstore.ui.images import image_type
+
+    sizes = join((size_el(len(b)) for b in (old_b, new_b)), " → ")
+    figures = []
+    for label, data, src in (("before", old_b, images[0]), ("after", new_b, images[1])):
+        if data and src and image_type(data):
+            figures.append(fmt('<figure><img src="{}" alt="{} ({})" loading="lazy"><figcaption>{} · {}</figcaption></figure>', src, label, image_type(data), label, size_el(len(data))))
+    if not figures:
+        return fmt('<p class="note">Binary file ({}).</p>', sizes)
+    return fmt('<p class="note">Binary file ({}).</p><div class="images">{}</div>', sizes, join(figures))
 
 
 def read_head(pieces: Iterator[bytes], limit: int) -> tuple[bytes, bool]:
@@ -289,6 +356,13 @@ def read_head(pieces: Iterator[bytes], limit: int) -> tuple[bytes, bool]:
     return bytes(buf), cut
 
 
+def _file_lines(path: bytes, data: bytes, lines: list[bytes], n: int, budget: Budget) -> list[Html]:
+    colours = highlighted(path, data, lines, n, budget.lexed)
+    if colours is not None and len(colours) >= n:
+        return colours[:n]
+    return [esc(line.decode("utf-8", "replace")) for line in lines[:n]]
+
+
 def file_table(path: bytes, data: bytes, size: int, budget: Budget, more: Html | None = None) -> Html:
     """A file, line-numbered and highlighted, from its first bytes ``data`` (``size`` in all):
     at most what ``budget`` allows for one file; binary files are described, not shown."""
@@ -300,7 +374,7 @@ def file_table(path: bytes, data: bytes, size: int, budget: Budget, more: Html |
     budget.spend(len(shown))
     rows = join(
         fmt('<tr id="L{}"><td class="ln">{}</td><td class="code">{}</td></tr>', i, i, code)
-        for i, code in enumerate(highlight(path, [line.decode("utf-8", "replace") for line in shown]), 1)
+        for i, code in enumerate(_file_lines(path, data, lines, len(shown), budget), 1)
     )
     if len(shown) < len(lines) or len(data) < size:
         tail = fmt(
@@ -310,7 +384,7 @@ def file_table(path: bytes, data: bytes, size: int, budget: Budget, more: Html |
     else:
         tail = Html("") if nl else Html('<p class="note">No newline at the end of the file.</p>')
     return fmt(
-        '<div class="scroll"><table class="file hl"><colgroup><col class="ln"><col class="code"></colgroup>{}</table></div>{}',
+        '<div class="scroll" tabindex="0" role="region" aria-label="Contents"><table class="file hl"><colgroup><col class="ln"><col class="code"></colgroup>{}</table></div>{}',
         rows, tail,
     )
 

@@ -126,18 +126,21 @@ NAV = (("timeline", "/", "Timeline"), ("compare", "/compare", "Compare"), ("ops"
 def page(title: str, body: Html, *, active: str = "", root: str = "", revision: str = "", banner: Html | None = None) -> Html:
     """A whole page: head, navigation, ``banner`` (say, :func:`read_only_banner`), ``body``,
     and the keyboard help line."""
+    from snapstore.ui.assets import href
+
     nav = join(
         fmt('<a href="{}"{}>{}</a>', href, Html(' aria-current="page"') if key == active else Html(""), label)
         for key, href, label in NAV
+        if not (banner and key == "ops")  # a read-only browser (a remote) has no operations
     )
     return fmt(
         """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} · snapstore</title>
-<link rel="stylesheet" href="/static/ui.css"><link rel="stylesheet" href="/static/pygments.css">
-<link rel="stylesheet" href="/static/since.css">
-<script src="/static/ui.js" defer></script><script src="/static/since.js" defer></script>
+<link rel="stylesheet" href="{css}"><link rel="stylesheet" href="{hl_css}">
+<link rel="stylesheet" href="{since_css}">
+<script src="{js}" defer></script><script src="{since_js}" defer></script>
 </head><body data-revision="{revision}">
 <a class="skip" href="#main">Skip to the content</a>
 <header><a class="brand" href="/">snapstore</a><nav>{nav}</nav><span class="root" title="{where}">{root}</span></header>
@@ -145,10 +148,15 @@ def page(title: str, body: Html, *, active: str = "", root: str = "", revision: 
 {body}
 </main>
 <footer>Keys: <kbd>j</kbd>/<kbd>k</kbd> move, <kbd>Enter</kbd> opens, <kbd>/</kbd> filters,
-<kbd>[</kbd>/<kbd>]</kbd> older/newer, <kbd>u</kbd>/<kbd>s</kbd> unified/side-by-side diffs. Nothing leaves this machine.</footer>
+<kbd>[</kbd>/<kbd>]</kbd> older/newer, <kbd>u</kbd>/<kbd>s</kbd> unified/side-by-side diffs, <kbd>?</kbd> all keys. Nothing leaves this machine.</footer>
 </body></html>
 """,
         title=title,
+        css=href("ui.css"),
+        hl_css=href("pygments.css"),
+        since_css=href("since.css"),
+        since_js=href("since.js"),
+        js=href("ui.js"),
         revision=revision,
         nav=nav,
         root=root,

@@ -3,8 +3,8 @@
 At the top, in a bar that stays on screen while the list scrolls (``position: sticky``): how
 many paths would be created, overwritten and deleted, the warning about work no checkpoint
 holds yet, the library's warnings, and Confirm.  Below, every path, those holding unsaved work
-first, each with its diff from the tree now to what the restore would write (folded, rendered
-within the request's :class:`~snapstore.ui.budget.Budget`).
+first, each with its diff from the tree now to what the restore would write (folded, and
+rendered only when opened: the page is the list).
 """
 
 from __future__ import annotations
@@ -12,19 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from snapstore.errors import SnapstoreError
 from snapstore.ops.diff import Change
 from snapstore.records.manifest import Entry
-from snapstore.ui import diffview
 from snapstore.ui.budget import Budget
-from snapstore.ui.html import Html, fmt, join
+from snapstore.ui.html import Html, fmt, join, path_token, url
 
 if TYPE_CHECKING:
     from snapstore.ops.restore import RestoreReport
     from snapstore.store import Store
 
 VERBS = {"A": "create", "M": "overwrite", "D": "delete", "T": "replace", "X": "change the mode of"}
-#: Per-path diffs rendered on a preview page (the rest are listed).
-MAX_DIFFS = 200
 
 
 def plural(n: int, word: str) -> str:
@@ -53,6 +51,20 @@ def tree_to_target(store: Store, target_id: str, paths: list[bytes]) -> dict[byt
         tree_side, target_side = _loader(c.new_bytes), _loader(c.old_bytes)
         out[c.path] = Change(turned.get(c.status, c.status), c.path, c.new, c.old, tree_side, target_side)
     return out
+
+
+def towards(store: Store, target_id: str, path: bytes) -> Html:
+    """One path's diff from the working tree now to checkpoint ``target_id`` (a preview's row,
+    loaded when opened)."""
+    from snapstore.ui.filediff import Renderer, damaged
+
+    change = tree_to_target(store, target_id, [path]).get(path)
+    if change is None:
+        return Html('<p class="note">This path no longer differs from the checkpoint.</p>')
+    try:
+        return Renderer("unified", Budget(), lambda _: "", lazy=False).body(change, Html(""))
+    except SnapstoreError as exc:
+        return damaged(change, exc)
 
 
 def _loader(read: Callable[[], bytes | None]) -> Callable[[Entry], bytes]:
@@ -87,22 +99,25 @@ def plan_page(
         "<p><strong>Dry run: nothing has changed yet.</strong> {} would {}.</p>{}{}{}</div>",
         note, verb, counts_line(report), risk, warnings, confirm,
     )
-    budget = Budget()
     ordered = sorted(report.changes, key=lambda c: c.path not in unsaved)  # unsaved first, stable
     rows = []
-    for i, c in enumerate(ordered):
+    for c in ordered:
         warn = Html(' <strong class="warn">unsaved work: kept in the safety checkpoint</strong>') if c.path in unsaved else Html("")
         head = fmt('<span class="st st-{}">would {}</span> <code>{}</code>{}', c.status, VERBS.get(c.status, c.status), c.display_path, warn)
-        change = diffs.get(c.path)
-        if change is None or i >= MAX_DIFFS or budget.exhausted():
+        if c.path not in diffs:
             rows.append(fmt("<li>{}</li>", head))
             continue
-        body = diffview.change_body(change, "unified", budget)
-        rows.append(fmt('<li><details><summary>{} <small>(diff)</small></summary>{}</details></li>', head, body))
+        # rendered only when opened: a 54-path preview is a list, not 54 diffs in closed boxes
+        src = url(f"/c/{report.target.id}/towards.frag", p=path_token(c.path))
+        rows.append(fmt(
+            '<li><details data-src="{}"><summary>{} <small>(diff)</small></summary><div class="lazybody">'
+            '<p class="note">Loading the diff… (<a href="{}">open it alone</a>)</p></div></details></li>',
+            src, head, src,
+        ))
     return fmt('{}<h2>Every path <small>unsaved work first; open one for its diff, tree → restored</small></h2><ul class="plan">{}</ul>', bar, join(rows))
 
 
-__all__ = ["counts_line", "plan_page", "plural", "tree_to_target"]
+__all__ = ["counts_line", "plan_page", "plural", "towards", "tree_to_target", "undo_button"]
 
 
 def undo_button() -> Html:

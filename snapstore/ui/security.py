@@ -21,7 +21,8 @@ The credential is built so that it is useless to any other port, process or user
   site or port started (``Sec-Fetch-Site``) is refused.  Every route that changes something is
   POST-only.
 * **Headers.** Every response forbids framing, sniffing, referrers to other sites, caching, and
-  any script or style that is not one of the UI's own files (Content-Security-Policy).
+  any script or style that is not one of the UI's own files (Content-Security-Policy); a route
+  may set a stricter policy or its own caching (static files, images), never drop one.
 """
 
 from __future__ import annotations
@@ -200,7 +201,10 @@ class Guard:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = list(message.get("headers", [])) + HEADERS
+                # a response's own caching and policy stand (static files, images); the rest is added
+                own = list(message.get("headers", []))
+                names = {bytes(k).lower() for k, _ in own}
+                message["headers"] = own + [(k, v) for k, v in HEADERS if k not in names]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from snapstore.errors import SnapstoreError, UsageError
+from snapstore.errors import RefError, SnapstoreError, UsageError
 from snapstore.ops.diff import Change
+from snapstore.ops.renames import Renamed
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.tree.paths import display
-from snapstore.ui import conversation, diffview, preview
+from snapstore.ui import conversation, diffview, filediff, preview
 from snapstore.ui.budget import Budget
 from snapstore.ui.changes import changes_section, links, more_links, old_path
 from snapstore.ui.html import (
@@ -31,6 +32,7 @@ from snapstore.ui.html import (
 )
 
 if TYPE_CHECKING:
+    from snapstore.ops.history import Version
     from snapstore.store import Store
 
 
@@ -44,16 +46,20 @@ MAX_HISTORY = 500
 
 def checkpoint(
     store: Store, ref: str, view: str, only: bytes | None = None, budget: Budget | None = None, *, read_only: bool = False,
+    context: int = filediff.CONTEXTS[0], notice: Html | None = None,
 ) -> Page:
     """A checkpoint's record, actions, changed files with diffs, and conversation
-    (``read_only``: no form that changes anything, nothing about a working tree)."""
+    (``read_only``: no form that changes anything, nothing about a working tree; ``notice``:
+    what a tag change just did, or why it was refused)."""
     from snapstore.ui import actions
 
     cp, newer, older = store.log_neighbours(ref)
-    changes = store.changes(cp.id, renames=True)
+    changes = filediff.changes_of(store, cp.id)
     if only is not None:
         changes = [c for c in changes if c.path == only]
-    counts = store.line_counts(changes)
+        counts = filediff.line_counts(store, changes)
+    else:
+        counts = filediff.checkpoint_counts(store, cp.id, changes)
     messages = store.conversation(cp.id) if cp.conversation is not None else None
     st = cp.stats
     meta = join(fmt('<tr class="meta"><th><code>{}</code></th><td><code>{}</code></td></tr>', k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) for k, v in sorted(cp.metadata.items()))
@@ -78,7 +84,25 @@ def checkpoint(
             c, budget, lambda: url(f"/c/{cp.id}", p=path_token(c.path), view=view, full=1),
             new=cp.id, old=cp.parent,
         ),
+        render=_renderer(cp, view, budget, context, lazy=only is None),
     )
+    convo, jump, prompt = _conversation_parts(store, cp, messages, read_only=read_only)
+    label = f"{cp.seq}{' (safety)' if cp.is_safety else ''}" if cp.seq else ("safety" if cp.is_safety else "")
+    here_note = Html("") if read_only else fmt(
+        '<p class="here-note" data-cid="{}" hidden><span class="here-badge">you are here</span> '
+        "the working tree equals this checkpoint</p>", cp.id,
+    )
+    body = fmt(
+        '<h1>Checkpoint {} <code>{}</code></h1>{}{}{}<p class="message">{}</p>{}{}{}'
+        '<h2>Changed files <small>against its parent{}</small></h2>{}<h2 id="conversation">Conversation</h2>{}',
+        label, cp.short_id, notice or Html(""), neighbours_nav(older, newer), here_note, cp.message or "(no message)", prompt, record,
+        actions.checkpoint_actions(cp, read_only=read_only), jump, section, convo,
+    )
+    return f"{label} {cp.message or cp.short_id}", body
+
+
+def _conversation_parts(store: Store, cp: Checkpoint, messages: list[Any] | None, *, read_only: bool) -> tuple[Html, Html, Html]:
+    """A checkpoint page's conversation section, its jump link and its prompt line."""
     if messages is None:
         convo = Html('<p class="empty">No conversation is stored with this checkpoint.</p>')
         jump = Html("")
@@ -108,18 +132,25 @@ def checkpoint(
         jump = fmt(' · <a href="#conversation">Conversation</a> <small>({} new)</small>', max(0, len(messages) - earlier))
         said = conversation.last_prompt(messages)
         prompt = fmt('<p class="prompt"><span class="prompt-mark">prompt</span> {}</p>', said) if said else Html("")
-    label = f"{cp.seq}{' (safety)' if cp.is_safety else ''}" if cp.seq else ("safety" if cp.is_safety else "")
-    here_note = Html("") if read_only else fmt(
-        '<p class="here-note" data-cid="{}" hidden><span class="here-badge">you are here</span> '
-        "the working tree equals this checkpoint</p>", cp.id,
+    return convo, jump, prompt
+
+
+def _renderer(cp: Checkpoint, view: str, budget: Budget | None, context: int, *, lazy: bool) -> filediff.Renderer:
+    return filediff.Renderer(
+        view, budget or Budget(), lambda c: url(f"/c/{cp.id}", p=path_token(c.path)),
+        old_id=cp.parent, new_id=cp.id, context=context, lazy=lazy,
     )
-    body = fmt(
-        '<h1>Checkpoint {} <code>{}</code></h1>{}{}<p class="message">{}</p>{}{}{}'
-        '<h2>Changed files <small>against its parent{}</small></h2>{}<h2 id="conversation">Conversation</h2>{}',
-        label, cp.short_id, neighbours_nav(older, newer), here_note, cp.message or "(no message)", prompt, record,
-        actions.checkpoint_actions(cp, read_only=read_only), jump, section, convo,
-    )
-    return f"{label} {cp.message or cp.short_id}", body
+
+
+def checkpoint_diff(store: Store, ref: str, view: str, path: bytes, budget: Budget, context: int) -> Html:
+    """One file's diff in checkpoint ``ref``, alone (what a page's placeholder loads)."""
+    cp = store.resolve(ref)
+    found = [c for c in filediff.changes_of(store, cp.id) if c.path == path]
+    if not found:
+        raise RefError(f"{display(path)} did not change in checkpoint {cp.short_id}")
+    c = found[0]
+    more = more_links(c, budget, lambda: url(f"/c/{cp.id}", p=path_token(c.path), view=view, full=1), new=cp.id, old=cp.parent)
+    return _renderer(cp, view, budget, context, lazy=False).body(c, more)
 
 
 def neighbours_nav(older: Checkpoint | None, newer: Checkpoint | None) -> Html:
@@ -177,24 +208,25 @@ def file_at(store: Store, ref: str, path: bytes, budget: Budget | None = None, *
 
 
 def history(store: Store, path: bytes | None) -> Page:
-    """The checkpoints in which ``path`` changed, newest first."""
+    """The checkpoints in which ``path`` changed, newest first, through its renames."""
     shown = display(path) if path else ""
     form = fmt('<form method="get" action="/history"><label>Path <input name="path" value="{}" required></label> <button type="submit">Show history</button></form>', shown)
     if not path:
         return "History", fmt("<h1>A file's history</h1>{}", form)
-    versions = list(reversed(store.history(path)))
-    token = path_token(path)
+    versions = followed(store, path)
     rows = []
-    for v in versions[:MAX_HISTORY]:
+    for shown_path, v, renamed_from in versions[:MAX_HISTORY]:
         cp = v.checkpoint
+        token = path_token(shown_path)
         lines = "binary" if v.binary else f"+{v.added} -{v.removed}"
         see = url(f"/c/{cp.id}/file", p=token) if v.entry is not None and v.entry.is_file else url(f"/c/{cp.id}", p=token)
+        status = fmt("renamed from <code>{}</code>", display(renamed_from)) if renamed_from else diffview.STATUS_WORDS.get(v.status, v.status)
         rows.append(
             fmt(
                 '<tr class="cp" data-href="{}"><td>{}</td><td class="st st-{}">{}</td><td>{}</td><td class="lines">{}</td>'
-                '<td><a href="{}">{}</a></td><td><a href="{}">diff</a> · <a href="{}">file</a></td></tr>',
-                see, time_el(cp.time_ns), v.status, diffview.STATUS_WORDS.get(v.status, v.status),
-                size_el(v.entry.size) if v.entry else "–", lines, f"/c/{cp.id}", cp.message or cp.short_id,
+                '<td><a href="{}">{}</a> <small class="who">{}</small></td><td><a href="{}">diff</a> · <a href="{}">file</a></td></tr>',
+                see, time_el(cp.time_ns), "R" if renamed_from else v.status, status,
+                size_el(v.entry.size) if v.entry else "–", lines, f"/c/{cp.id}", cp.message or cp.short_id, who(cp),
                 url(f"/c/{cp.id}", p=token), see,
             )
         )
@@ -206,16 +238,43 @@ def history(store: Store, path: bytes | None) -> Page:
             table, f"{MAX_HISTORY:,}", f"{len(versions):,}",
         )
     body = fmt(
-        '<h1>History of <code>{}</code></h1>{}<table class="files"><thead><tr><th>Time</th><th>Change</th><th>Size</th>'
+        '<h1>History of <code>{}</code></h1>{}<table class="files history"><thead><tr><th>Time</th><th>Change</th><th>Size</th>'
         "<th>Lines</th><th>Checkpoint</th><th>Open</th></tr></thead><tbody>{}</tbody></table>",
         shown, form, table,
     )
     return f"History of {shown}", body
 
 
+#: Renames a file's history follows back.
+MAX_RENAMES = 20
+
+
+def followed(store: Store, path: bytes) -> list[tuple[bytes, Version, bytes | None]]:
+    """``path``'s versions newest first, following it back through renames: ``(the path it had,
+    the version, the path it was renamed from at that version or None)``."""
+    out: list[tuple[bytes, Version, bytes | None]] = []
+    current, until = path, None
+    for _ in range(MAX_RENAMES):
+        versions = list(reversed(store.history(current)))
+        if until is not None:  # the old path's versions before the rename
+            versions = [v for v in versions if v.checkpoint.id != until.id and v.checkpoint.time_ns <= until.time_ns]
+        if not versions:
+            break
+        out += [(current, v, None) for v in versions]
+        first = versions[-1]
+        if first.status != "A" or len(out) >= MAX_HISTORY:
+            break
+        moved = [c for c in filediff.changes_of(store, first.checkpoint.id) if isinstance(c, Renamed) and c.path == current]
+        if not moved:
+            break
+        out[-1] = (current, first, moved[0].old_path)
+        current, until = moved[0].old_path, first.checkpoint
+    return out
+
+
 def compare(
     store: Store, a: str, b: str, view: str, only: bytes | None = None, budget: Budget | None = None, *,
-    read_only: bool = False,
+    read_only: bool = False, context: int = filediff.CONTEXTS[0],
 ) -> Page:
     """Two checkpoints compared (``b`` empty: checkpoint ``a`` against the working tree, which
     a ``read_only`` browser has not: there ``b`` is needed)."""
@@ -236,7 +295,7 @@ def compare(
     old = resolve_number(store, a)
     new = resolve_number(store, b) if b else None
     changes = store.diff(old.id, new.id if new else None, [only.decode("utf-8", "surrogateescape")] if only else None, renames=True)
-    counts = store.line_counts(changes)
+    counts = filediff.line_counts(store, changes)
     right = fmt('<a href="/c/{}">{}</a> {}', new.id, new.short_id, new.message) if new else Html("the working tree")
 
     def file_link(c: Change) -> Html:
@@ -254,6 +313,10 @@ def compare(
             c, budget, lambda: url("/compare", a=a, b=b, p=path_token(c.path), view=view, full=1),
             new=new.id if new else None, old=old.id,
         ),
+        render=filediff.Renderer(
+            view, budget or Budget(), lambda c: url("/compare", a=a, b=b, p=path_token(c.path)),
+            old_id=old.id, new_id=new.id if new else None, context=context, lazy=only is None,
+        ),
     )
     body = fmt(
         '<h1>Compare</h1>{}<p>From <a href="/c/{}">{}</a> {} to {}: {} {}.</p><h2>Changed files</h2>{}',
@@ -263,15 +326,35 @@ def compare(
     return "Compare", body
 
 
+def compare_diff(store: Store, a: str, b: str, view: str, path: bytes, budget: Budget, context: int) -> Html:
+    """One file's diff between ``a`` and ``b`` (empty: the working tree), alone."""
+    old = store.resolve(a)
+    new = store.resolve(b) if b else None
+    found = store.diff(old.id, new.id if new else None, [path.decode("utf-8", "surrogateescape")], renames=True)
+    found = [c for c in found if c.path == path]
+    if not found:
+        raise RefError(f"{display(path)} does not differ between these two")
+    c = found[0]
+    own = url("/compare", a=a, b=b, p=path_token(c.path))
+    more = more_links(c, budget, lambda: filediff.with_params(own, view=view, full=1), new=new.id if new else None, old=old.id)
+    renderer = filediff.Renderer(view, budget, lambda _: own, old_id=old.id, new_id=new.id if new else None, context=context, lazy=False)
+    return renderer.body(c, more)
+
+
 def operations(store: Store, *, read_only: bool = False) -> Page:
     """The operation log (restores and undos), newest first: what each did, to and from which
     checkpoint, and the Undo of the newest one (the library undoes the last operation; not in a
     ``read_only`` browser)."""
     from snapstore.errors import RefError
 
+    if read_only:
+        return "Operations", Html(
+            '<h1>Operations</h1><p class="empty">A remote has no operations: restores, undos and reverts are made in a '
+            "local store (pull a checkpoint into yours to work on it).</p>"
+        )
     ops = store.operations()
     if not ops:
-        return "Operations", Html('<h1>Operations</h1><p class="empty">No restore has been done in this store.</p>')
+        return "Operations", Html('<h1>Operations</h1><p class="empty">No restore, undo or revert has been done in this store.</p>')
 
     def named(cid: str) -> Html:
         try:
@@ -282,13 +365,14 @@ def operations(store: Store, *, read_only: bool = False) -> Page:
 
     rows = []
     for k, op in enumerate(ops):
+        verb = "Revert" if op.kind != "undo" and _is_revert(store, op.target) else "Restore"
         if op.kind == "undo":
             what = Html("<strong>Undo</strong> of the operation before")
         elif op.paths:
             shown = ", ".join(op.paths[:5]) + (f" and {len(op.paths) - 5} more" if len(op.paths) > 5 else "")
-            what = fmt("<strong>Restore</strong> of {}: {}", plural(len(op.paths), "path"), shown)
+            what = fmt("<strong>{}</strong> of {}: {}", verb, plural(len(op.paths), "path"), shown)
         else:
-            what = Html("<strong>Restore</strong> of the whole tree")
+            what = fmt("<strong>{}</strong> of the whole tree", verb)
         undo = fmt('<td class="undo">{}</td>', preview.undo_button()) if k == 0 and not read_only else Html('<td class="undo"></td>')
         rows.append(
             fmt(
@@ -299,7 +383,7 @@ def operations(store: Store, *, read_only: bool = False) -> Page:
             )
         )
     body = fmt(
-        '<h1>Operations</h1><p>Every restore and undo, newest first. Undo takes back the newest one (undoing an '
+        '<h1>Operations</h1><p>Every restore, revert and undo, newest first. Undo takes back the newest one (undoing an '
         "undo redoes what it undid); the tree it replaces is kept in a safety checkpoint first, so nothing is lost.</p>"
         '<table class="files ops"><thead><tr><th scope="col">Op</th><th scope="col">When</th><th scope="col">What</th>'
         '<th scope="col">Changed</th><th scope="col">Undo</th></tr></thead><tbody>{}</tbody></table>',
@@ -308,9 +392,48 @@ def operations(store: Store, *, read_only: bool = False) -> Page:
     return "Operations", body
 
 
+def _is_revert(store: Store, target: str) -> bool:
+    """Whether the operation that made the tree equal to ``target`` was a revert (its checkpoint
+    records what it reverted)."""
+    try:
+        return "revert_of" in store.resolve(target).metadata
+    except SnapstoreError:
+        return False
+
+
+def empty_store() -> Page:
+    """The timeline of a store that holds no checkpoint yet: how to take the first."""
+    return "Checkpoints", Html(
+        '<h1>No checkpoints yet</h1><p>This store holds no checkpoint. Take the first one from the project\'s directory:</p>'
+        '<pre><code>snapstore snapshot -m "start"</code></pre><p>or let your coding agent take one at each step '
+        "(Claude Code, Codex, Cursor and the others):</p><pre><code>snapstore integrate</code></pre>"
+        '<p>New checkpoints appear below by themselves.</p><div id="timeline" data-src="/timeline.frag"></div>'
+    )
+
+
 def plural(n: int, word: str) -> str:
     """``1 path``, ``3 paths``."""
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-__all__ = ["checkpoint", "compare", "file_at", "history", "operations"]
+
+
+
+def image_bytes(store: Store, ref: str, path: bytes) -> bytes:
+    """The bytes of the file ``path`` at ``ref``, for showing as an image (at most
+    :data:`snapstore.ui.images.MAX_IMAGE`)."""
+    from snapstore.ui.images import MAX_IMAGE
+
+    info = store.file_info(ref, path)
+    if "hash" not in info:
+        raise RefError(f"{display(path)} is not a file in that checkpoint")
+    if int(info["size"]) > MAX_IMAGE:
+        raise UsageError(f"{display(path)} is too large to show as an image (download it instead)")
+    data, _ = diffview.read_head(store.iter_bytes(info["checkpoint"], path), MAX_IMAGE)
+    return data
+
+
+__all__ = [
+    "checkpoint", "checkpoint_diff", "compare", "compare_diff", "empty_store", "file_at", "followed", "history", "image_bytes",
+    "operations",
+]

@@ -43,8 +43,16 @@
     if (row) {
       row.classList.add("selected");
       row.setAttribute("aria-selected", "true");
+      // focus follows the selection, so a screen reader reads the row and Enter reaches it
+      if (!row.hasAttribute("tabindex")) row.tabIndex = -1;
+      const a = document.activeElement;  // (never taken from a field being typed in)
+      if (!a || a === document.body || a.id === "main" || a.classList.contains("cp") || !document.contains(a)) row.focus({ preventScroll: true });
       row.scrollIntoView({ block: "nearest" });
     }
+  }
+  // Enter opens the selected row unless it is meant for what has the focus (a link, a button, a field)
+  function ownsEnter(t) {
+    return !!(t && t.closest && t.closest("a[href], button, input, select, textarea, summary, dialog, [contenteditable]"));
   }
   function move(step) {
     const all = rows();
@@ -58,7 +66,8 @@
     if (t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" || t.isContentEditable)) return;
     if (e.key === "j") { move(1); e.preventDefault(); }
     else if (e.key === "k") { move(-1); e.preventDefault(); }
-    else if (e.key === "Enter" && selected && (!t || t === document.body || t.classList.contains("cp"))) {
+    else if (e.key === "?") { help(); e.preventDefault(); }
+    else if (e.key === "Enter" && selected && !ownsEnter(t)) {
       window.location.href = selected.getAttribute("data-href"); e.preventDefault();
     }
     else if (e.key === "[" || e.key === "]") {
@@ -71,6 +80,101 @@
       const link = document.getElementById(e.key === "u" ? "view-unified" : "view-split");
       if (link) { link.click(); e.preventDefault(); }
     }
+  });
+
+  // "?": every key, in a dialog (Escape or the button closes it).
+  const KEYS = [
+    ["j / k", "select the next / previous row"], ["Enter", "open the selected row"],
+    ["[ / ]", "older / newer checkpoint (the timeline: older page / newest)"], ["/", "go to the message filter"],
+    ["u / s", "unified / side-by-side diffs"], ["?", "this help"],
+  ];
+  function help() {
+    let box = document.getElementById("keys-help");
+    if (!box) {
+      box = document.createElement("dialog");
+      box.id = "keys-help";
+      box.setAttribute("aria-labelledby", "keys-help-title");
+      const title = document.createElement("h2");
+      title.id = "keys-help-title";
+      title.textContent = "Keys";
+      const list = document.createElement("dl");
+      KEYS.forEach(function (k) {
+        const dt = document.createElement("dt"), dd = document.createElement("dd"), kbd = document.createElement("kbd");
+        kbd.textContent = k[0]; dt.append(kbd); dd.textContent = k[1];
+        list.append(dt, dd);
+      });
+      const close = document.createElement("button");
+      close.type = "button"; close.textContent = "Close";
+      close.addEventListener("click", function () { box.close(); });
+      box.append(title, list, close);
+      document.body.append(box);
+    }
+    if (box.open) box.close(); else box.showModal();
+  }
+
+  // Diffs past the page's first part: each placeholder loads its fragment as it nears the
+  // screen, two at a time, in page order.
+  const waiting = [];
+  let loading = 0;
+  function pump() {
+    while (loading < 2 && waiting.length) {
+      const box = waiting.shift();
+      loading++;
+      fetch(box.dataset.src, { credentials: "same-origin" }).then(function (r) {
+        return r.text().then(function (text) {
+          box.innerHTML = text;  // server-rendered, escaped HTML from this origin
+          box.classList.remove("lazy");
+          box.classList.add("loaded");
+          localise(box);
+        });
+      }).catch(function () {
+        // the server stopped: keep the placeholder and its link
+      }).finally(function () { loading--; pump(); });
+    }
+  }
+  function lazy() {
+    const boxes = Array.from(document.querySelectorAll("div.lazy[data-src]"));
+    if (!boxes.length) return;
+    if (!("IntersectionObserver" in window)) { boxes.forEach(function (b) { waiting.push(b); }); pump(); return; }
+    const seen = new IntersectionObserver(function (entries) {
+      entries.forEach(function (en) {
+        if (!en.isIntersecting) return;
+        seen.unobserve(en.target);
+        waiting.push(en.target);
+      });
+      waiting.sort(function (a, b) { return a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING ? -1 : 1; });
+      pump();
+    }, { rootMargin: "1200px 0px" });
+    boxes.forEach(function (b) { seen.observe(b); });
+  }
+
+  // A preview's per-path diffs: loaded when a path is opened, not with the page.
+  document.addEventListener("toggle", function (e) {
+    const d = e.target;
+    if (!d.open || !d.dataset || !d.dataset.src || d.dataset.loaded) return;
+    d.dataset.loaded = "1";
+    const body = d.querySelector(".lazybody");
+    fetch(d.dataset.src, { credentials: "same-origin" }).then(function (r) { return r.text(); }).then(function (text) {
+      if (body) { body.innerHTML = text; localise(body); }  // server-rendered, escaped HTML from this origin
+    }).catch(function () { delete d.dataset.loaded; });
+  }, true);
+
+  // "Show more context": the file's diff again, wider, in place (the link itself is the page of
+  // that one diff, for a new tab or without script).
+  document.addEventListener("click", function (e) {
+    const a = e.target.closest ? e.target.closest("a.expand") : null;
+    const box = a ? a.closest("details.filediff") : null;
+    if (!box || e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey) return;
+    e.preventDefault();
+    const src = a.getAttribute("href") + "&frag=1";
+    fetch(src, { credentials: "same-origin" }).then(function (r) { return r.text(); }).then(function (text) {
+      Array.from(box.children).forEach(function (c) { if (c.tagName !== "SUMMARY") c.remove(); });
+      const body = document.createElement("div");
+      body.className = "loaded";
+      body.innerHTML = text;  // server-rendered, escaped HTML from this origin
+      box.append(body);
+      localise(body);
+    }).catch(function () { window.location.href = a.getAttribute("href"); });
   });
 
   // "fold all" / "unfold all": every file's diff on the page.
@@ -189,6 +293,7 @@
   }
 
   localise(document);
+  lazy();
   live();
   here();
   prompts();
