@@ -65,14 +65,3 @@ def launch(tmp_path: Path, locale: str = "en-US") -> Any:
     )
     context.set_default_timeout(20_000)
     return playwright, context
-
-
-@contextmanager
-def browser_page(tmp_path: Path) -> Iterator[Any]:
-    """A page of a fresh browser (:func:`launch`), closed after."""
-    playwright, context = launch(tmp_path)
-    try:
-        yield context.pages[0] if context.pages else context.new_page()
-    finally:
-        context.close()
-        playwright.stop()
