@@ -181,8 +181,8 @@ def test_a_comparison_loads_its_later_diffs_as_fragments(tree: Path, monkeypatch
             (tree / f"n{i}.txt").write_text("".join(f"line {k * 2}\n" for k in range(10)))
         store.snapshot("two")
         client = client_for(store)
-        for to in ("%231", ""):  # the newest checkpoint, then the working tree
-            html = client.get(f"/compare?a=%232&b={to}").text
+        for to in ("%232", ""):  # the newest checkpoint (#N: the log's number), then the working tree
+            html = client.get(f"/compare?a=%231&b={to}").text
             lazy = [src.replace("&amp;", "&") for src in re.findall(r'<div class="lazy" data-src="([^"]+)"', html)]
             assert len(lazy) == 3 and all(src.startswith("/compare?") and "frag=1" in src for src in lazy)
             pieces = [client.get(src) for src in lazy]

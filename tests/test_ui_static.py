@@ -36,7 +36,8 @@ def test_static_files_are_gzipped_versioned_and_revalidated(tree: Path):
         page = client.get("/", headers={"accept-encoding": "gzip"})
         assert page.headers.get("content-encoding") == "gzip" and page.headers["cache-control"] == "no-store"
         links = re.findall(r'(?:href|src)="(/static/[a-z.]+\?v=[0-9a-f]+)"', page.text)
-        assert sorted(link.split("?")[0] for link in links) == ["/static/pygments.css", "/static/ui.css", "/static/ui.js"]
+        assert sorted(link.split("?")[0] for link in links) == [
+            "/static/pygments.css", "/static/since.css", "/static/since.js", "/static/ui.css", "/static/ui.js"]
         for link in links:
             raw = client.get(link, headers={"accept-encoding": "identity"})
             zipped = client.get(link, headers={"accept-encoding": "gzip"})

@@ -328,8 +328,10 @@ def compare(
 
 def compare_diff(store: Store, a: str, b: str, view: str, path: bytes, budget: Budget, context: int) -> Html:
     """One file's diff between ``a`` and ``b`` (empty: the working tree), alone."""
-    old = store.resolve(a)
-    new = store.resolve(b) if b else None
+    from snapstore.ui.here import resolve_number
+
+    old = resolve_number(store, a)  # (#N as the page that links here reads it: the log's number)
+    new = resolve_number(store, b) if b else None
     found = store.diff(old.id, new.id if new else None, [path.decode("utf-8", "surrogateescape")], renames=True)
     found = [c for c in found if c.path == path]
     if not found:
