@@ -220,7 +220,7 @@ class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, Upke
         (``at``: that checkpoint of the ref's history, by id or prefix, instead of its latest).
         Reads only what that checkpoint needs; on failure nothing is left behind.
         ``encrypt``/``key_file``: the remote is encrypted (see :meth:`remote_add`)."""
-        from snapstore.facade.clone import clone_into
+        from snapstore.remote.clone import clone_into
 
         return clone_into(
             lambda d: cls.init(d), url, directory, ref=ref, name=name, endpoint=endpoint,

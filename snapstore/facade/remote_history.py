@@ -15,39 +15,9 @@ from snapstore.facade.base import StoreBase
 from snapstore.records.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
-    from snapstore.remote.retention import RefForget
+    from snapstore.remote.retention import ForgetReport
     from snapstore.remote.state import RemoteConfig, Taken
     from snapstore.remote.transport import CountingTransport
-
-
-def who() -> tuple[str, str]:
-    """The user and host a push or forget records (empty when the system cannot say)."""
-    import getpass
-    import socket
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry, no LOGNAME
-        user = ""
-    try:
-        host = socket.gethostname()
-    except OSError:
-        host = ""
-    return user, host
-
-
-class ForgetReport:
-    """What ``remote forget`` or ``remote ref delete`` did per ref, and its request count."""
-
-    def __init__(self, remote: str, dry_run: bool) -> None:
-        self.remote = remote
-        self.dry_run = dry_run
-        self.refs: list[RefForget] = []
-        self.requests = 0
-
-    def to_json(self) -> dict[str, object]:
-        return {"remote": self.remote, "dry_run": self.dry_run, "refs": [r.to_json() for r in self.refs],
-                "requests": self.requests}
 
 
 class RemoteHistoryMixin(StoreBase):
@@ -88,6 +58,7 @@ class RemoteHistoryMixin(StoreBase):
         record per ref (nothing with ``dry_run``); ``remote gc`` then reclaims what only they held."""
         from snapstore.remote import refs as remote_refs
         from snapstore.remote import retention
+        from snapstore.remote.retention import ForgetReport, who
 
         rules = retention.Rules(keep_last, None if keep_within_s is None else int(keep_within_s * 1e9), task)
         rules.check()
@@ -105,6 +76,7 @@ class RemoteHistoryMixin(StoreBase):
         """Remove remote ref ``ref`` and take its whole history out (a forget record); ``remote
         gc`` then reclaims what only it held.  RefError when there is no such ref."""
         from snapstore.remote import retention
+        from snapstore.remote.retention import ForgetReport, who
 
         cfg, t = self._connect(remote, writing=True)
         report = ForgetReport(cfg.name, False)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import CorruptError, RefError, UsageError
 from snapstore.facade.base import StoreBase
-from snapstore.facade.remote_history import who
 from snapstore.records.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
@@ -137,6 +136,7 @@ class RemotesMixin(StoreBase):
         ``to`` (default: the task, else ``default``) by compare-and-swap when that is a
         fast-forward (or ``force``).  Only the chunks those checkpoints reach are uploaded."""
         from snapstore.remote import push
+        from snapstore.remote.retention import who
 
         cps = self._to_push(refs, task)
         ns = to or task or cps[-1].task or DEFAULT_REF
@@ -260,39 +260,17 @@ class RemotesMixin(StoreBase):
         try:
             for again in (False, True):
                 try:
-                    self._take_up_refs(t, cfg, filler, report, again)
+                    fetch.take_up_refs(
+                        self.backend, t, cfg, filler.add_bundle, report, again=again, lock=self._lock.held,
+                        notes=self.notes,  # type: ignore[attr-defined]
+                    )
                     break
-                except _Forgotten:
+                except fetch.Forgotten:
                     self._drop_history(cfg)
                     report.refs, report.problems = [], []
         finally:
             report.requests = t.requests
         return report
-
-    def _take_up_refs(
-        self, t: CountingTransport, cfg: RemoteConfig, filler: Any, report: FetchReport, again: bool,
-    ) -> None:
-        """Take up the history of every ref into a browsing cache (:meth:`_read_through`);
-        _Forgotten when a push it took up was forgotten since, or a ref it read was deleted
-        (not ``again``)."""
-        from snapstore.remote import fetch, refs, state
-
-        def forgotten() -> None:
-            if not again:
-                raise _Forgotten
-
-        names = refs.names(t)
-        if set(state.seen_refs(self.backend, cfg.rid)) - set(names):
-            forgotten()  # a ref was deleted: its history went with it
-        for name in names:
-            try:
-                report.refs.append(fetch.fetch_ref(
-                    self.backend, t, cfg, name, lock=self._lock.held, add=filler.add_bundle,
-                    whole_history=True, on_forgotten=forgotten,
-                ))
-            except CorruptError as exc:  # the sound refs are browsed all the same
-                report.problems.append(exc.message)
-                self.notes.append(f"skipped: {exc.message}")  # type: ignore[attr-defined]
 
     def _drop_history(self, cfg: RemoteConfig) -> None:
         """Empty a browsing cache's history: its checkpoints and what it took up (the data it
@@ -314,20 +292,7 @@ class RemotesMixin(StoreBase):
         from snapstore.remote import refs
 
         _, t = self._connect(remote, empty_ok=True)
-        out = []
-        bad: list[str] = [] if problems is None else problems
-        for name in refs.names(t):
-            try:
-                ref, _ = refs.read(t, name)
-            except CorruptError as exc:
-                bad.append(exc.message)
-                continue
-            if ref is not None:
-                out.append({"ref": name, "checkpoint": ref.checkpoint.hex(), "bundle": ref.bundle,
-                            "time_ns": ref.time_ns, "writer": ref.writer})
-        if bad and problems is None:
-            raise refs.first_problem(bad)
-        return out
+        return refs.listing(t, problems)
 
     def remote_verify(self, remote: str = "origin", progress: Progress | None = None) -> RemoteVerifyReport:
         """Read and check everything published on the remote; the report lists every problem."""
@@ -386,7 +351,3 @@ class RemotesMixin(StoreBase):
         from snapstore.remote import keys, state
 
         keys.remove_key(state.get_config(self.backend, remote), key_id)
-
-
-class _Forgotten(Exception):
-    """A browsing cache holds pushes forgotten since: it starts its history again."""

@@ -417,3 +417,32 @@ class FetchReport:
         if self.restore is not None:
             d["restore"] = self.restore.to_json()
         return d
+
+
+class Forgotten(Exception):
+    """A browsing cache holds pushes forgotten since: it starts its history again."""
+
+
+def take_up_refs(
+    backend: Backend, t: Transport, cfg: RemoteConfig, add: Callable[..., None], report: FetchReport, *,
+    again: bool, lock: Callable[[], AbstractContextManager[Any]], notes: list[str],
+) -> None:
+    """Take up the whole history of every ref into a browsing cache; :class:`Forgotten` when a
+    push it took up was forgotten since, or a ref it read was deleted (unless ``again``).  A
+    damaged ref is a line of ``report.problems`` (and of ``notes``): the sound refs are browsed."""
+
+    def forgotten() -> None:
+        if not again:
+            raise Forgotten
+
+    names = refs.names(t)
+    if set(state.seen_refs(backend, cfg.rid)) - set(names):
+        forgotten()  # a ref was deleted: its history went with it
+    for name in names:
+        try:
+            report.refs.append(fetch_ref(
+                backend, t, cfg, name, lock=lock, add=add, whole_history=True, on_forgotten=forgotten,
+            ))
+        except CorruptError as exc:
+            report.problems.append(exc.message)
+            notes.append(f"skipped: {exc.message}")

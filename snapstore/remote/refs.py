@@ -10,7 +10,7 @@ published, so nothing is lost, and the ref keeps the winner's checkpoint).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from snapstore.errors import CorruptError, RemoteError
 from snapstore.remote import layout
@@ -89,4 +89,24 @@ def names(transport: Transport) -> list[str]:
             out.append(layout.ref_name(entry.key))
         except ValueError:
             continue
+    return out
+
+
+def listing(t: Transport, problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every ref: name, checkpoint, bundle, time, writer (one LIST, one GET each).  A damaged
+    ref is left out: a line of ``problems`` when given, else the first is raised (CorruptError)
+    once every ref is read."""
+    out = []
+    bad: list[str] = [] if problems is None else problems
+    for name in names(t):
+        try:
+            ref, _ = read(t, name)
+        except CorruptError as exc:
+            bad.append(exc.message)
+            continue
+        if ref is not None:
+            out.append({"ref": name, "checkpoint": ref.checkpoint.hex(), "bundle": ref.bundle,
+                        "time_ns": ref.time_ns, "writer": ref.writer})
+    if bad and problems is None:
+        raise first_problem(bad)
     return out

@@ -141,3 +141,33 @@ def delete_ref(transport: Transport, name: str, *, writer: str, who: tuple[str, 
         out.record = publish(transport, name, out.bundles, writer=writer, who=who)
     transport.delete(layout.ref_key(name))
     return out
+
+
+def who() -> tuple[str, str]:
+    """The user and host a push or forget records (empty when the system cannot say)."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry, no LOGNAME
+        user = ""
+    try:
+        host = socket.gethostname()
+    except OSError:
+        host = ""
+    return user, host
+
+
+class ForgetReport:
+    """What ``remote forget`` or ``remote ref delete`` did per ref, and its request count."""
+
+    def __init__(self, remote: str, dry_run: bool) -> None:
+        self.remote = remote
+        self.dry_run = dry_run
+        self.refs: list[RefForget] = []
+        self.requests = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {"remote": self.remote, "dry_run": self.dry_run, "refs": [r.to_json() for r in self.refs],
+                "requests": self.requests}

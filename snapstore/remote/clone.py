@@ -5,19 +5,40 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from snapstore.errors import SnapstoreError, UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from snapstore.facade.remotes import Progress, RemotesMixin
+    from snapstore.records.checkpoint import Checkpoint
     from snapstore.remote.fetch import FetchReport
+    from snapstore.storage.backend import Backend
+
+Progress = Callable[[int, int], None]
+
+
+class Cloning(Protocol):
+    """What a clone needs of the store it makes (a :class:`snapstore.Store`)."""
+
+    backend: Backend
+
+    def remote_add(
+        self, name: str, url: str, *, endpoint: str | None = ..., region: str | None = ..., profile: str | None = ...,
+        encrypt: bool = ..., key_file: str | None = ...,
+    ) -> object: ...
+
+    def pull(
+        self, ref: str | None = None, *, remote: str = ..., progress: Progress | None = ..., at: str | None = ...,
+    ) -> FetchReport: ...
+
+    def checkpoints(self, *, task: str | None = ..., include_safety: bool = ...) -> list[Checkpoint]: ...
+
+    def close(self) -> None: ...
 
 
 def clone_into(
-    init: Callable[[str], RemotesMixin], url: str, directory: str | os.PathLike[str], *, ref: str | None = None,
+    init: Callable[[str], Cloning], url: str, directory: str | os.PathLike[str], *, ref: str | None = None,
     name: str = "origin", endpoint: str | None = None, region: str | None = None, profile: str | None = None,
     progress: Progress | None = None, encrypt: bool = False, key_file: str | None = None, at: str | None = None,
 ) -> FetchReport:
@@ -56,7 +77,7 @@ def clone_into(
             written = _restored_names(store) - before
             raise
         finally:
-            store.close()  # type: ignore[attr-defined]  # (the Store's; a mixin has no close)
+            store.close()
     except BaseException:
         _remove_clone(target, made, made_store, written)
         raise
@@ -64,7 +85,7 @@ def clone_into(
     return report
 
 
-def _restored_names(store: RemotesMixin) -> set[str]:
+def _restored_names(store: Cloning) -> set[str]:
     """The top-level names of the checkpoint a failed clone fetched (what its restore may
     have written), empty when it fetched none."""
     from snapstore.records import manifest
