@@ -122,10 +122,12 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         store: str | os.PathLike[str] | None = None,
         compression_level: int = objects.DEFAULT_LEVEL,
         lock_timeout: float = DEFAULT_TIMEOUT,
+        durability: str | None = None,
     ) -> Store:
         """Create a store for the tree at ``root`` (in ``root/.snapstore`` unless ``store``).
 
         Atomic: the store appears complete or not at all (see :func:`_build_store`).
+        ``durability`` is this Store's durability setting (see :meth:`open`).
         """
         from snapstore.storage.lmdb_backend import LmdbBackend
 
@@ -150,7 +152,7 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
             b"compression": str(compression_level).encode(),
             b"created": str(time.time_ns()).encode(),
         })
-        backend = LmdbBackend(store_dir)
+        backend = LmdbBackend(store_dir, durability=_durability(durability, {}))
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
         return cls(backend, root, store_dir, lock, compression_level)
 
@@ -162,11 +164,15 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
         store: str | os.PathLike[str] | None = None,
         lock_timeout: float = DEFAULT_TIMEOUT,
         watch: bool = False,
+        durability: str | None = None,
     ) -> Store:
         """Open the store of the tree at ``root``, or the store directory ``store``.
 
         With ``watch``, the tree is watched (inotify) for as long as the Store is open, so each
-        snapshot re-examines only what changed (see :meth:`watch`).
+        snapshot re-examines only what changed (see :meth:`watch`).  ``durability`` (``"full"``,
+        ``"normal"`` or ``"off"``; default: the store's ``storage.durability`` setting) says
+        when a checkpoint reaches the disk and what a power failure may lose
+        (docs/reliability.md); a process crash loses nothing under any of them.
         """
         from snapstore.storage.lmdb_backend import LmdbBackend
 
@@ -205,6 +211,11 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
             raise CorruptError("the store's meta 'compression' is damaged") from None
         # Opening never replays a restore journal: read-only commands must not write the tree
         # (they report it: pending_restore); writers recover under the lock (_recover).
+        try:
+            backend.set_durability(_durability(durability, meta))
+        except BaseException:
+            backend.close()
+            raise
         opened = cls(backend, tree, store_dir, lock, level)
         opened.context.delta_depth = packs.delta_depth_of(meta)
         if watch:
@@ -528,3 +539,22 @@ def _not_this_tree(store_dir: str, root: str, asked: str) -> str:
         f"the command in {root}, or, if the tree was moved or copied, re-point the store with "
         f"'snapstore --store {store_dir} relocate {os.path.abspath(asked)}'"
     )
+
+
+def _durability(asked: str | None, meta: dict[bytes, bytes]) -> str:
+    """The durability setting a Store follows: ``asked``, else the store's config, else the
+    default (UsageError for an unknown ``asked``, CorruptError for a damaged stored value)."""
+    from snapstore.storage import lmdb_durability
+
+    if asked is not None:
+        try:
+            return lmdb_durability.check(asked)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    raw = meta.get(lmdb_durability.CONFIG_KEY)
+    if raw is None:
+        return lmdb_durability.DEFAULT
+    try:
+        return lmdb_durability.check(raw.decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        raise CorruptError("the store's config 'storage.durability' is damaged") from None

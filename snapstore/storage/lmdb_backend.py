@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from lmdb import Transaction, _Database
 
 from snapstore.errors import TreeIOError
-from snapstore.storage import lmdb_compact, lmdb_generations
+from snapstore.storage import lmdb_compact, lmdb_durability, lmdb_generations
 from snapstore.storage.backend import ReadView, WriteBatch
 from snapstore.storage.lmdb_env import INITIAL_MAP_SIZE, MAX_MAP_SIZE, Env, translate
 
@@ -123,11 +123,32 @@ def _after(prefix: bytes) -> bytes | None:
 class LmdbBackend:
     """A :class:`~snapstore.storage.backend.Backend` on the LMDB environment in ``path``."""
 
-    def __init__(self, path: str, *, create: bool = False, map_size: int = INITIAL_MAP_SIZE) -> None:
+    def __init__(
+        self, path: str, *, create: bool = False, map_size: int = INITIAL_MAP_SIZE, durability: str = "full"
+    ) -> None:
         self._gens = lmdb_generations.acquire(path, create=create, map_size=map_size)
         self._closed = False
         self._applying = self._gens.current
         self.stamp: Callable[[WriteBatch], None] | None = None
+        self.durability = "full"
+        if durability != "full":
+            self.set_durability(durability)
+
+    def set_durability(self, mode: str) -> str:
+        """Follow durability ``mode`` (:mod:`snapstore.storage.lmdb_durability`); returns the
+        mode in effect.  ``off`` needs the environment reopened without synced commits, which is
+        possible only while this backend is its only user in the process: otherwise commits
+        keep syncing their data pages and the mode in effect is ``normal``."""
+        mode = lmdb_durability.check(mode)
+        want_synced = mode != "off"
+        if not self._gens.set_sync(want_synced) and want_synced:
+            # Another Store of this process opened the file with MDB_NOSYNC: only whole-file
+            # syncs make anything durable, so every operation ends with one.
+            mode = "full"
+        elif not want_synced and self._gens.current.synced_commits:
+            mode = "normal"
+        self.durability = mode
+        return mode
 
     @property
     def path(self) -> str:
@@ -306,7 +327,7 @@ class LmdbBackend:
 
     def compact(self) -> tuple[int, int] | None:
         """Write a new generation without free pages (see :mod:`snapstore.storage.lmdb_compact`)."""
-        self.sync()
+        self.barrier()
         return lmdb_compact.compact(self._gens)
 
     def refresh(self) -> bool:
@@ -326,9 +347,17 @@ class LmdbBackend:
         return switched
 
     def sync(self) -> None:
-        """Flush the meta page (data pages are flushed by every commit)."""
+        """An operation's commits are done: make them durable as the durability setting says
+        (``full``: the meta page now; ``normal``: within the flusher's delay; ``off``: never)."""
+        if self.durability == "full":
+            self.barrier()
+        elif self.durability == "normal":
+            self._shared.flush_later()
+
+    def barrier(self) -> None:
+        """Sync every committed page now, whatever the setting (before the tree is touched)."""
         try:
-            self._shared.env.sync(True)
+            self._shared.flush()
         except lmdb.Error as exc:
             raise translate(exc, "cannot flush the store to disk") from exc
 
