@@ -30,6 +30,10 @@ from snapstore.storage.lmdb_env import INITIAL_MAP_SIZE, MAX_MAP_SIZE, Env, tran
 
 __all__ = ["INITIAL_MAP_SIZE", "MAX_MAP_SIZE", "LmdbBackend"]
 
+#: Test seam: called with ``"commit"``, ``"committed"`` or ``"sync"`` around every commit and
+#: flush, so crash tests can SIGKILL a process at each step of its writes.
+step_hook: Callable[[str], None] | None = None
+
 
 class _LmdbView:
     def __init__(self, txn: Transaction[bytes], dbs: dict[str, _Database], env: lmdb.Environment) -> None:
@@ -253,6 +257,13 @@ class LmdbBackend:
             self._apply(batch)
 
     def _apply(self, batch: WriteBatch) -> None:
+        if step_hook is not None:
+            step_hook("commit")
+        self._apply_locked(batch)
+        if step_hook is not None:
+            step_hook("committed")
+
+    def _apply_locked(self, batch: WriteBatch) -> None:
         with self._gens.use() as shared, shared.write_lock:
             while True:
                 try:
@@ -356,6 +367,8 @@ class LmdbBackend:
 
     def barrier(self) -> None:
         """Sync every committed page now, whatever the setting (before the tree is touched)."""
+        if step_hook is not None:
+            step_hook("sync")
         try:
             self._shared.flush()
         except lmdb.Error as exc:
