@@ -12,7 +12,7 @@ from __future__ import annotations
 
 HEAVY = frozenset({
     "test_agent_adapters.py", "test_attribution_differential.py", "test_claude_rewind.py",
-    "test_consolidate.py", "test_gc_crash.py", "test_hook_claude_code.py", "test_hostile_payloads.py",
+    "test_consolidate.py", "test_durability_crash.py", "test_durability_power.py", "test_gc_crash.py", "test_hook_claude_code.py", "test_hostile_payloads.py",
     "test_http_hooks_other_user.py", "test_integrate.py", "test_integrate_any_path.py",
     "test_manifest_cut.py", "test_mcp.py", "test_mcp_attribution.py", "test_mcp_inspector.py",
     "test_mcp_root.py", "test_mcp_startup.py", "test_memory.py", "test_native_client.py",
