@@ -10,7 +10,6 @@ next writer must leave the tree exactly as before the restore or exactly as the 
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess

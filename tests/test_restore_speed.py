@@ -143,7 +143,9 @@ def test_write_rule_vouches_only_for_settled_untouched_files():
 
 def _events(monkeypatch, store: Store) -> list[str]:
     events: list[str] = []
-    real_syncfs, real_rename, real_sync = batch.syncfs, apply_mod.rename, store.backend.sync
+    real_syncfs, real_rename = batch.syncfs, apply_mod.rename
+    env = store.backend._shared  # type: ignore[attr-defined]
+    real_flush = env.flush
     assert real_syncfs is not None, "this platform has syncfs (Linux)"
 
     def syncfs(fd):
@@ -154,19 +156,24 @@ def _events(monkeypatch, store: Store) -> list[str]:
         events.append("rename")
         real_rename(tmp, name, dir_fd)
 
-    def sync():
+    def flush():  # the store's meta page synced now (LMDB's data pages sync with each commit)
         with store.backend.read() as view:
             journaled = view.get("journal", JOURNAL_KEY) is not None
-        real_sync()
+        real_flush()
         events.append("store-sync:journal" if journaled else "store-sync")
 
     monkeypatch.setattr(batch, "syncfs", syncfs)
     monkeypatch.setattr(apply_mod, "rename", rename)
-    monkeypatch.setattr(store.backend, "sync", sync)
+    monkeypatch.setattr(env, "flush", flush)
+    monkeypatch.setattr(env, "flush_later", lambda: events.append("store-sync-later"))
     return events
 
 
-def test_restore_syncs_twice_and_in_the_journal_protocols_order(tree: Path, store: Store, two_states, monkeypatch):
+@pytest.mark.parametrize("durability", ["full", "normal"])
+def test_restore_syncs_twice_and_in_the_journal_protocols_order(
+    tree: Path, store: Store, two_states, monkeypatch, durability: str
+):
+    store.backend.set_durability(durability)  # type: ignore[attr-defined]
     fsyncs: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
@@ -175,13 +182,14 @@ def test_restore_syncs_twice_and_in_the_journal_protocols_order(tree: Path, stor
     assert read_tree(tree) == two_states
     first, last = events.index("rename"), len(events) - 1 - events[::-1].index("rename")
     assert events.count("rename") == 21  # 20 rewritten + top.txt
-    # the journal is durable before the first rename, then one syncfs (the data) before it
-    assert "store-sync:journal" in events[:first]
-    assert events[:first].count("syncfs") == 1
+    # the safety checkpoint and the journal are durable (one sync of the store, whatever the
+    # setting) before the first rename, then one syncfs (the data) before it
+    assert events[:first] == ["store-sync:journal", "syncfs"]
     assert events[first:last + 1] == ["rename"] * 21
-    # one syncfs after the renames, before the store sync that clears the journal; then the
-    # commit of the hidden record of the tree after the restore
-    assert events[last + 1:] == ["syncfs", "store-sync", "store-sync"]
+    # one syncfs after the renames; the journal is cleared (not synced: a replay would find the
+    # tree done), then the hidden record of the tree after the restore is synced as the
+    # setting says (both with it)
+    assert events[last + 1:] == ["syncfs", "store-sync" if durability == "full" else "store-sync-later"]
     assert fsyncs == []  # no per-file (or per-directory) fsync
 
 
@@ -275,11 +283,12 @@ def test_killed_right_after_a_syncfs_is_finished_by_recover(tree: Path, store: S
 
 def test_a_large_restore_is_staged_synced_and_renamed_in_bounded_groups(tree: Path, store: Store, two_states, monkeypatch):
     monkeypatch.setattr(batch, "GROUP_BYTES", 1)  # every file is a group of its own
+    store.backend.set_durability("full")  # type: ignore[attr-defined]
     events = _events(monkeypatch, store)
     store.restore("A")
     assert read_tree(tree) == two_states
     first = events.index("syncfs")
-    assert events[first:] == ["syncfs", "rename"] * 21 + ["syncfs", "store-sync", "store-sync"]
+    assert events[first:] == ["syncfs", "rename"] * 21 + ["syncfs", "store-sync"]
     assert not list(tree.rglob(".snapstore-tmp.*"))
 
 

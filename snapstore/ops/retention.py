@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 from snapstore.errors import CorruptError, UsageError
 from snapstore.records.checkpoint import PATHS_INDEX_META, SAFETY, Checkpoint
-from snapstore.storage.backend import CONFIG_PREFIX, ReadView, WriteBatch
 from snapstore.storage import lmdb_durability as durability
+from snapstore.storage.backend import CONFIG_PREFIX, ReadView, WriteBatch
 
 
 class ConfigTables(Protocol):

@@ -135,6 +135,7 @@ class LmdbBackend:
         self._applying = self._gens.current
         self.stamp: Callable[[WriteBatch], None] | None = None
         self.durability = "full"
+        self._deferring = False
         if durability != "full":
             self.set_durability(durability)
 
@@ -357,9 +358,21 @@ class LmdbBackend:
             raise TreeIOError(f"cannot follow the compacted store: {exc}") from exc
         return switched
 
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Within the block, :meth:`sync` waits for the caller's :meth:`barrier` (a restore's
+        safety checkpoint is synced with its journal: one meta-page sync instead of two)."""
+        saved, self._deferring = self._deferring, True
+        try:
+            yield
+        finally:
+            self._deferring = saved
+
     def sync(self) -> None:
         """An operation's commits are done: make them durable as the durability setting says
         (``full``: the meta page now; ``normal``: within the flusher's delay; ``off``: never)."""
+        if self._deferring:
+            return
         if self.durability == "full":
             self.barrier()
         elif self.durability == "normal":
