@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from restore_helpers import read_tree, write_tree
 
+from snapstore.errors import ConflictError
 from snapstore.ops.restore import apply as apply_mod
 from snapstore.ops.restore import batch
 from snapstore.ops.snapshot import read as snapshot_read
@@ -310,3 +311,45 @@ def test_files_are_written_from_the_chunks_verified_before_the_journal(tree: Pat
     monkeypatch.setattr(sys.modules["snapstore.ops.restore"], "verify_sources", verify)
     store.restore("A")
     assert read_tree(tree) == two_states
+
+
+def test_replaced_files_are_gone_before_the_data_sync(tree: Path, store: Store, two_states, monkeypatch):
+    """A replaced file is unlinked before the sync of the new data, so the sync never writes
+    (and the rename never frees, with a discard) an old file about to go."""
+    seen: list[bool] = []
+    real_syncfs = batch.syncfs
+    assert real_syncfs is not None
+
+    def syncfs(fd):
+        seen.append((tree / "d0/f00.txt").exists())
+        real_syncfs(fd)
+
+    monkeypatch.setattr(batch, "syncfs", syncfs)
+    store.restore("A")
+    assert seen[0] is False  # at the first sync, d0/f00.txt (rewritten by the restore) is absent
+    assert read_tree(tree) == two_states
+
+
+def test_a_file_put_at_a_cleared_path_is_kept_and_the_restore_rolled_back(tree: Path, store: Store, two_states,
+                                                                         monkeypatch):
+    before = read_tree(tree)
+    real_syncfs = batch.syncfs
+    assert real_syncfs is not None
+    calls: list[int] = []
+
+    def syncfs(fd):
+        calls.append(fd)
+        if len(calls) == 1:  # someone writes d0/f00.txt while it is absent, before the renames
+            (tree / "d0/f00.txt").write_bytes(b"the user's own\n")
+        real_syncfs(fd)
+
+    monkeypatch.setattr(batch, "syncfs", syncfs)
+    with pytest.raises(ConflictError, match="d0/f00.txt"):
+        store.restore("A")
+    monkeypatch.setattr(batch, "syncfs", real_syncfs)
+    after = read_tree(tree)
+    assert after["d0/f00.txt"] == ("file", b"the user's own\n", False)  # never overwritten
+    del after["d0/f00.txt"], before["d0/f00.txt"]
+    assert after == before  # every other path rolled back
+    assert store.pending_restore() is None
+    assert not list(tree.rglob(".snapstore-tmp.*"))
