@@ -38,15 +38,6 @@ os._exit(0)  # no close: what a checkpoint syncs before it returns, nothing afte
 """
 
 
-def _tree(tmp_path: Path) -> Path:
-    root = tmp_path / "t"
-    root.mkdir()
-    (root / "f.txt").write_text("start\n")
-    with Store.init(root) as store:
-        store.snapshot("initial")
-    return root
-
-
 def _syncs_per_checkpoint(root: Path, mode: str, n: int = 4) -> tuple[str, list[int]]:
     """Run ``n`` checkpoints in a child under strace; the fsync-family calls each made."""
     log = root.parent / f"strace-{mode}.log"
@@ -72,26 +63,26 @@ def _syncs_per_checkpoint(root: Path, mode: str, n: int = 4) -> tuple[str, list[
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace")
 @pytest.mark.parametrize(("mode", "syncs"), [("full", 2), ("normal", 1), ("off", 0)])
-def test_each_mode_syncs_what_it_says_before_a_checkpoint_returns(tmp_path: Path, mode: str, syncs: int):
+def test_each_mode_syncs_what_it_says_before_a_checkpoint_returns(project: Path, mode: str, syncs: int):
     """full: the commit's data pages and the meta page; normal: the data pages only (the meta
     page waits for the flusher); off: nothing."""
-    root = _tree(tmp_path)
+    root = project
     effective, counts = _syncs_per_checkpoint(root, mode)
     assert effective == mode
     assert counts == [syncs] * len(counts) and len(counts) == 4
 
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace")
-def test_the_stored_setting_is_followed_by_a_new_process(tmp_path: Path):
-    root = _tree(tmp_path)
+def test_the_stored_setting_is_followed_by_a_new_process(project: Path):
+    root = project
     proc = run_snapstore("config", "storage.durability", "off", cwd=root)
     assert proc.returncode == 0, proc.stderr
     effective, counts = _syncs_per_checkpoint(root, "config", 2)
     assert effective == "off" and counts == [0, 0]
 
 
-def test_normal_flushes_the_meta_page_within_the_delay(tmp_path: Path):
-    root = _tree(tmp_path)
+def test_normal_flushes_the_meta_page_within_the_delay(project: Path):
+    root = project
     with Store.open(root, durability="normal") as store:
         env = store.backend._shared  # type: ignore[attr-defined]
         (root / "f.txt").write_text("changed\n")
@@ -103,8 +94,8 @@ def test_normal_flushes_the_meta_page_within_the_delay(tmp_path: Path):
         assert not lmdb_durability.flusher.pending(env)
 
 
-def test_closing_flushes_a_pending_meta_page(tmp_path: Path, monkeypatch):
-    root = _tree(tmp_path)
+def test_closing_flushes_a_pending_meta_page(project: Path, monkeypatch):
+    root = project
     store = Store.open(root, durability="normal")
     env = store.backend._shared  # type: ignore[attr-defined]
     flushed: list[bool] = []
@@ -130,8 +121,8 @@ class _SyncSpy:
         return getattr(self._env, name)
 
 
-def test_setting_default_argument_config_and_damage(tmp_path: Path):
-    root = _tree(tmp_path)
+def test_setting_default_argument_config_and_damage(project: Path):
+    root = project
     with Store.open(root) as store:
         assert store.backend.durability == lmdb_durability.DEFAULT  # type: ignore[attr-defined]
         assert store.config_get("storage.durability") == lmdb_durability.DEFAULT
@@ -152,17 +143,17 @@ def test_setting_default_argument_config_and_damage(tmp_path: Path):
         Store.open(root)
 
 
-def test_a_second_store_object_cannot_turn_off_syncs_under_the_first(tmp_path: Path):
+def test_a_second_store_object_cannot_turn_off_syncs_under_the_first(project: Path):
     """MDB_NOSYNC is fixed when LMDB opens the file: while another Store of the process has
     it open with synced commits, ``off`` keeps them (its mode in effect says ``normal``)."""
-    root = _tree(tmp_path)
+    root = project
     with Store.open(root, durability="full") as first, Store.open(root, durability="off") as second:
         assert second.backend.durability == "normal"  # type: ignore[attr-defined]
         assert first.backend._shared.synced_commits is True  # type: ignore[attr-defined]
 
 
-def test_cli_config_sets_and_shows_durability(tmp_path: Path):
-    root = _tree(tmp_path)
+def test_cli_config_sets_and_shows_durability(project: Path):
+    root = project
     proc = run_snapstore("config", "storage.durability", "full", cwd=root)
     assert proc.returncode == 0 and proc.stdout.strip() == b"storage.durability = full", proc.stderr
     proc = run_snapstore("config", "storage.durability", "sometimes", cwd=root)

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 from helpers import subprocess_env
+from test_native_client import clients  # noqa: F401 - the fixture: this and another version's client
 
 from snapstore.service import daemon, fallback, native
-from snapstore.store import Store
-from snapstore.testing import build_tree
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: the native client cannot be built")
 
@@ -29,27 +28,12 @@ OTHER_PYTHON = (
 )
 
 
-@pytest.fixture(scope="module")
-def clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    where = tmp_path_factory.mktemp("native")
-    python_client = where / "snapstore-py"
-    python_client.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from snapstore.service.client import run; run()' \"$@\"\n")
-    python_client.chmod(0o755)
-    if native.compiler() is not None:
-        native.build(str(where / "snapstore"), str(python_client))
-        native.build(str(where / "snapstore-other"), str(python_client), tag="0.0.0/0/another-installation")
-    return {"native": where / "snapstore", "other": where / "snapstore-other", "python": python_client}
-
-
 @pytest.fixture
-def project(tmp_path: Path):  # type: ignore[no-untyped-def]
-    root = tmp_path / "proj"
-    build_tree(root, {"a.txt": b"alpha\n"})
-    with Store.init(root) as s:
-        s.snapshot("first")
-    daemon.start_detached(str(root / ".snapstore"), 60)
-    yield root
-    daemon.stop(str(root / ".snapstore"))
+def served(project: Path):  # type: ignore[no-untyped-def]
+    """conftest's project (one checkpoint, "first") with its service running."""
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    yield project
+    daemon.stop(str(project / ".snapstore"))
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -63,14 +47,14 @@ def _status(root: Path) -> dict:
 
 
 @needs_cc
-def test_a_native_client_of_another_version_is_reported_and_hinted_once(clients: dict[str, Path], project: Path):
-    first = _run([str(clients["other"]), "list"], project)
-    again = _run([str(clients["other"]), "list"], project)
+def test_a_native_client_of_another_version_is_reported_and_hinted_once(clients: dict[str, Path], served: Path):  # noqa: F811
+    first = _run([str(clients["other"]), "list"], served)
+    again = _run([str(clients["other"]), "list"], served)
     assert first.returncode == again.returncode == 0
     assert first.stdout == again.stdout and "first" in first.stdout  # the command itself worked
     assert first.stderr.count("snapstore: note:") == 1 and "make setup" in first.stderr
     assert again.stderr == ""  # once per cause
-    status = _status(project)
+    status = _status(served)
     record = status["fallbacks"]["native-client-refused"]
     assert record["count"] == 2 and "native client" in record["why"]
     assert status["refused"]["version"]["count"] == 2
@@ -80,33 +64,33 @@ def test_a_native_client_of_another_version_is_reported_and_hinted_once(clients:
 
 
 @needs_cc
-def test_the_native_client_of_this_version_answers_and_says_so(clients: dict[str, Path], project: Path):
-    done = _run([str(clients["native"]), "list"], project)
+def test_the_native_client_of_this_version_answers_and_says_so(clients: dict[str, Path], served: Path):  # noqa: F811
+    done = _run([str(clients["native"]), "list"], served)
     assert done.returncode == 0 and done.stderr == ""
-    status = _status(project)
+    status = _status(served)
     assert status["clients"] == {"native": 1} and status["last_client"] == "native"
     assert status["fallbacks"] == {} and status["refused"] == {}
     assert status["version"] == status["this_version"] and "warning" not in status
 
 
-def test_a_python_client_of_another_installation_is_reported_and_hinted_once(project: Path):
+def test_a_python_client_of_another_installation_is_reported_and_hinted_once(served: Path):
     argv = [sys.executable, "-c", OTHER_PYTHON, "list"]
-    first, again = _run(argv, project), _run(argv, project)
+    first, again = _run(argv, served), _run(argv, served)
     assert first.returncode == again.returncode == 0 and "first" in first.stdout  # ran in-process
     assert first.stderr.count("snapstore: note:") == 1 and "serve --stop" in first.stderr
     assert again.stderr == ""
-    status = _status(project)
+    status = _status(served)
     assert status["fallbacks"]["python-client-refused"]["count"] == 2
     assert status["refused"]["version"]["last_client"] == "python"
     assert status["requests"] == 0  # nothing reached the service
 
 
-def test_another_installation_sees_and_stops_the_service(project: Path):
-    status = json.loads(_run([sys.executable, "-c", OTHER_PYTHON, "serve", "--status"], project).stdout)
+def test_another_installation_sees_and_stops_the_service(served: Path):
+    status = json.loads(_run([sys.executable, "-c", OTHER_PYTHON, "serve", "--status"], served).stdout)
     assert status["running"] is True and "another snapstore installation" in status["warning"]
-    stopped = _run([sys.executable, "-c", OTHER_PYTHON, "serve", "--stop"], project)
+    stopped = _run([sys.executable, "-c", OTHER_PYTHON, "serve", "--stop"], served)
     assert stopped.stdout.strip() == "stopped", stopped.stderr
-    assert daemon.status(str(project / ".snapstore")) is None
+    assert daemon.status(str(served / ".snapstore")) is None
 
 
 def test_the_record_is_bounded_and_never_followed(tmp_path: Path):
