@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import subprocess_env
 from test_native_client import clients  # noqa: F401 - the fixture: this and another version's client
+from test_service_silent import LISTEN
 
-from snapstore.service import daemon, fallback, native
+from snapstore.service import daemon, fallback, native, protocol
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: the native client cannot be built")
 
@@ -105,3 +106,31 @@ def test_the_record_is_bounded_and_never_followed(tmp_path: Path):
     hint = fallback.note(str(store), "python-client-refused")
     assert hint is not None and fallback.note(str(store), "python-client-refused") is None
     assert fallback.read(str(store))["python-client-refused"]["count"] == 2
+
+
+#: An older service: it cannot read this version's request and closes without a word.
+MUTE = LISTEN + r"""
+while True:
+    conn, _ = s.accept()
+    try:
+        conn.recv(65536)
+    finally:
+        conn.close()
+"""
+
+
+def test_a_service_that_closes_without_answering_is_reported_and_hinted_once(project: Path):
+    sock = project / ".snapstore" / protocol.SOCKET_NAME
+    server = subprocess.Popen([sys.executable, "-c", MUTE, str(sock)], env=subprocess_env(), stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        argv = [sys.executable, "-c", "from snapstore.service.client import run; run()", "list"]
+        first, again = _run(argv, project), _run(argv, project)
+    finally:
+        server.kill()
+        server.wait()
+    assert first.returncode == again.returncode == 0 and "first" in first.stdout  # ran in-process
+    assert first.stderr.count("snapstore: note:") == 1 and "without answering" in first.stderr
+    assert again.stderr == ""
+    assert fallback.read(str(project / ".snapstore"))["service-did-not-answer"]["count"] == 2

@@ -164,7 +164,9 @@ def try_service(argv: list[str], native_refused: str | None = None) -> int | Non
             protocol.send_frame(sock, b"r", protocol.encode_request(request))
             first = protocol.recv_frame(sock)
             if first is None or first[0] != b"a":  # not accepted (another version, another store)
-                if first is not None and first == (b"n", b"version"):
+                if first is None:
+                    _fell_back(store_dir, "service-did-not-answer", f"this installation: {protocol.version_tag()}")
+                elif first == (b"n", b"version"):
                     _fell_back(store_dir, "python-client-refused", f"this installation: {protocol.version_tag()}")
                 return None
             # From here on the command is the service's, never run here: the service runs it

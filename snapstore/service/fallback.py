@@ -4,7 +4,8 @@ The native client hands a command to the Python client, and the Python client ru
 the service, for many ordinary reasons (no service, a local command, ``--help``).  Two reasons
 are a mistake the user can fix, and each costs every command a Python start or a whole
 in-process run: the service **refused** a client of another installation or version (its
-version tag names the package version, the protocol and the install path).  Those are recorded
+version tag names the package version, the protocol and the install path), or closed the
+connection without a word (an older service that cannot read the request).  Those are recorded
 in ``<store>/fallbacks.json`` (cause -> count, last time, what to do) and the first one of each
 cause prints one line on stderr.  Stdlib only: the client imports it.
 """
@@ -25,6 +26,11 @@ CAUSES = {
         "the service refused the native client (built for another snapstore installation or "
         "version), so the Python client answered and every command paid a Python start; rebuild "
         "it: run 'make setup' in a checkout, or reinstall snapstore"
+    ),
+    "service-did-not-answer": (
+        "the store's service closed the connection without answering (a service started by an "
+        "older snapstore cannot read this one's requests), so commands run without it (slower); "
+        "restart it: 'snapstore serve --stop' (or end its process) then 'snapstore serve --detach'"
     ),
     "python-client-refused": (
         "the store's service runs another snapstore installation or version, so commands of this "
