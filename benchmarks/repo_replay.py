@@ -11,10 +11,15 @@ contestant checkpoints it, the order alternating per commit:
 - ``git-cli``: a shadow git repository driven as Cline drives it (``add -A`` + ``commit``);
 - ``snap-watch`` and ``pygit2``: library calls in a resident child process each.
 
-Then K random commits are restored by ``snap-svc`` and ``git-cli`` (the tree is put back at the
-newest commit, untimed, before each), and the store sizes are compared with ``git gc``.
+Then K random commits are restored by every contestant (``snap-cli`` and ``snap-svc`` against
+``git-cli``'s ``reset --hard`` + ``clean -fdq``, ``snap-watch``'s ``Store.restore`` against
+pygit2's hard reset + removal of untracked files), the order alternating, the tree put back at
+the newest commit (untimed) before each; then the store sizes are compared with ``git gc``.
+The snapstore stores use the default durability setting (``storage.durability``, see
+docs/reliability.md), which the report names.
 Reported: per-checkpoint median and p95 per contestant, each snapstore contestant's median
-ratio to its git counterpart (CLI to git-cli, library to pygit2), restore medians, sizes.
+ratio to its git counterpart (CLI to git-cli, library to pygit2), restore medians and ratios,
+sizes.
 """
 
 from __future__ import annotations
@@ -48,9 +53,14 @@ class Layout:
         self.env = dict(os.environ, GIT_DIR=output(["git", "-C", repo, "rev-parse", "--absolute-git-dir"]).strip(),
                         GIT_WORK_TREE=tree, GIT_INDEX_FILE=index)
         self.tree = tree
+        self.newest = ""
+        #: Set once the replay is done: restores lay out ``newest`` and leave it as is.
+        self.frozen = False
 
     def checkout(self, sha: str) -> None:
         subprocess.run(["git", "read-tree", "-u", "--reset", sha], env=self.env, check=True, capture_output=True)
+        if not self.frozen:
+            self.newest = sha  # (the last commit the replay laid out: restores start from it)
 
 
 def p95(xs: list[float]) -> float:
@@ -73,7 +83,7 @@ def replay(repo: str, commits: int, restores: int, seed: int) -> dict[str, Any]:
         competitors.LibWorker("pygit2", tree, os.path.join(work, "pygit2")),
     ]
     times: dict[str, list[float]] = {c.name: [] for c in contestants}
-    ids: dict[str, list[str]] = {"snap-svc": [], "git-cli": []}
+    ids: dict[str, list[str]] = {c.name: [] for c in contestants}
     try:
         for c in contestants:
             c.setup()
@@ -87,10 +97,11 @@ def replay(repo: str, commits: int, restores: int, seed: int) -> dict[str, Any]:
             for c in order:
                 seconds, _ = c.checkpoint(f"commit {sha[:12]}")
                 times[c.name].append(seconds)
-            ids["snap-svc"].append(svc.latest_id())
-            ids["git-cli"].append(contestants[2].latest_id())
+            for c in contestants:
+                ids[c.name].append(c.latest_id())
         served = svc.requests()
-        restore_times = _restores(layout, shas, svc, contestants[2], ids, restores, seed)
+        layout.frozen = True
+        restore_times = _restores(layout, contestants, ids, restores, seed)
         sizes = _sizes(contestants)
     finally:
         for c in contestants:
@@ -100,17 +111,18 @@ def replay(repo: str, commits: int, restores: int, seed: int) -> dict[str, Any]:
     return _report(repo, shas, times, restore_times, sizes, served)
 
 
-def _restores(layout: Layout, shas: list[str], svc: Any, git: Any, ids: dict[str, list[str]], k: int, seed: int) -> dict[str, list[float]]:
+def _restores(layout: Layout, contestants: list[Any], ids: dict[str, list[str]], k: int, seed: int) -> dict[str, list[float]]:
+    """``k`` random commits restored by every contestant, the order alternating, each from the
+    newest commit's tree (laid out untimed)."""
     rng = random.Random(seed)
     picks = [rng.randrange(len(ids["git-cli"]) - 1) for _ in range(k)] if len(ids["git-cli"]) > 1 else []
-    out: dict[str, list[float]] = {"snap-svc": [], "git-cli": []}
+    out: dict[str, list[float]] = {c.name: [] for c in contestants}
     for n, step in enumerate(picks):
-        pair = [("snap-svc", svc, ids["snap-svc"][step]), ("git-cli", git, ids["git-cli"][step])]
-        for name, contestant, ref in pair if n % 2 else pair[::-1]:
-            layout.checkout(shas[-1])  # every restore starts from the newest commit's tree
-            seconds, _ = contestant.restore(ref)
-            out[name].append(seconds)
-    layout.checkout(shas[-1])
+        for contestant in contestants if n % 2 else contestants[::-1]:
+            layout.checkout(layout.newest)
+            seconds, _ = contestant.restore(ids[contestant.name][step])
+            out[contestant.name].append(seconds)
+    layout.checkout(layout.newest)
     return out
 
 
@@ -128,15 +140,25 @@ def _report(repo: str, shas: list[str], times: dict[str, list[float]], restores:
              "vs": peer.get(k), "ratio": med[k] / med[peer[k]] if k in peer and med.get(peer[k]) else None}
             for k in med]
     rmed = {k: statistics.median(v) for k, v in restores.items() if v}
+    restore_rows = {k: {"median_ms": v * 1000, "n": len(restores[k]), "vs": peer.get(k) or None,
+                        "ratio": v / rmed[peer[k]] if k in peer and rmed.get(peer[k]) else None}
+                    for k, v in rmed.items()}
     return {
         "repo": os.path.abspath(repo), "commits": len(shas), "first": shas[0], "last": shas[-1],
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, Python {platform.python_version()}, {platform.platform()}",
         "checkpoints": rows, "served_by_service": served,
-        "restore": {k: {"median_ms": v * 1000, "n": len(restores[k])} for k, v in rmed.items()},
+        "restore": restore_rows, "durability": _durability(),
         "restore_ratio": rmed["snap-svc"] / rmed["git-cli"] if rmed.get("git-cli") and "snap-svc" in rmed else None,
         "sizes": sizes, "size_ratio": sizes["snap-svc"] / sizes["git gc"] if sizes.get("git gc") else None,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+
+
+def _durability() -> str:
+    """The durability setting the snapstore contestants ran with (the default)."""
+    from snapstore.storage import lmdb_durability
+
+    return lmdb_durability.DEFAULT
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -148,14 +170,14 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append(f"| {r['contestant']} | {r['median_ms']:.1f} ms | {r['p95_ms']:.1f} ms | {ratio} |")
     rs = doc["restore"]
     if rs:
-        lines += ["", "| restore of a random commit | median |", "| --- | --- |"]
-        lines += [f"| {k} | {v['median_ms']:.1f} ms (n={v['n']}) |" for k, v in rs.items()]
-        if doc["restore_ratio"] is not None:
-            lines.append(f"| ratio snap-svc / git-cli | {doc['restore_ratio']:.2f}x |")
+        lines += ["", "| restore of a random commit | median | ratio |", "| --- | --- | --- |"]
+        lines += [f"| {k} | {v['median_ms']:.1f} ms (n={v['n']}) | "
+                  f"{'' if v.get('ratio') is None else format(v['ratio'], '.2f') + 'x ' + v['vs']} |" for k, v in rs.items()]
     sz = doc["sizes"]
     lines += ["", "| store | bytes |", "| --- | --- |"] + [f"| {k} | {fmt_bytes(v)} |" for k, v in sz.items()]
     if doc["size_ratio"] is not None:
         lines.append(f"| ratio snap-svc / git gc | {doc['size_ratio']:.2f}x |")
+    lines += ["", f"(snapstore stores: durability `{doc.get('durability', '?')}`, the default; see docs/reliability.md)"]
     if doc["served_by_service"] is not None:
         lines += ["", f"(snap-svc: {doc['served_by_service']} requests answered by the service)"]
     return "\n".join(lines) + "\n"

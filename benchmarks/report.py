@@ -337,6 +337,12 @@ def _load(meta: dict, key: str) -> str:
     return "/".join(f"{v:.1f}" for v in vals) if vals else "?"
 
 
+def _durability() -> str:
+    from snapstore.storage import lmdb_durability
+
+    return lmdb_durability.DEFAULT
+
+
 def render_markdown(rows: list[Row], facts: dict, meta: dict) -> str:
     parts = [
         "# Benchmarks",
@@ -353,6 +359,10 @@ def render_markdown(rows: list[Row], facts: dict, meta: dict) -> str:
         f"(1/5/15 min) {_load(meta, 'start')} at the start, {_load(meta, 'end')} at the end "
         f"(other work on the machine slows all contestants alike; the interleaving keeps the "
         f"ratios fair, the absolute times less so).",
+        "",
+        "**Durability:** every snapstore store used the default setting, "
+        f"`storage.durability` = `{_durability()}` (what each setting syncs and may lose on a power "
+        "failure: docs/reliability.md); git and pygit2 sync nothing by default.",
         "",
         "**Corpora:** " + "; ".join(f"`{k}` {v}" for k, v in meta["corpora"].items()),
         "",

@@ -115,10 +115,12 @@ class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, Upke
         store: str | os.PathLike[str] | None = None,
         compression_level: int = objects.DEFAULT_LEVEL,
         lock_timeout: float = DEFAULT_TIMEOUT,
+        durability: str | None = None,
     ) -> Store:
         """Create a store for the tree at ``root`` (in ``root/.snapstore`` unless ``store``).
 
         Atomic: the store appears complete or not at all (see :func:`_build_store`).
+        ``durability`` is this Store's durability setting (see :meth:`open`).
         """
         from snapstore.storage.lmdb_backend import LmdbBackend
 
@@ -126,7 +128,7 @@ class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, Upke
             os.fspath(root), None if store is None else os.fspath(store), compression_level
         )
         creation.build(store_dir, meta)
-        backend = LmdbBackend(store_dir)
+        backend = LmdbBackend(store_dir, durability=opening.durability_of(durability, {}))
         lock = WriterLock(os.path.join(store_dir, "lock"), lock_timeout)
         return cls(backend, root_dir, store_dir, lock, compression_level)
 
@@ -138,11 +140,15 @@ class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, Upke
         store: str | os.PathLike[str] | None = None,
         lock_timeout: float = DEFAULT_TIMEOUT,
         watch: bool = False,
+        durability: str | None = None,
     ) -> Store:
         """Open the store of the tree at ``root``, or the store directory ``store``.
 
         With ``watch``, the tree is watched (inotify) for as long as the Store is open, so each
-        snapshot re-examines only what changed (see :meth:`watch`).
+        snapshot re-examines only what changed (see :meth:`watch`).  ``durability`` (``"full"``,
+        ``"normal"`` or ``"off"``; default: the store's ``storage.durability`` setting) says
+        when a checkpoint reaches the disk and what a power failure may lose
+        (docs/reliability.md); a process crash loses nothing under any of them.
         """
         from snapstore.storage.lmdb_backend import LmdbBackend
 
@@ -151,6 +157,7 @@ class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, Upke
         backend = LmdbBackend(store_dir)
         try:
             found = opening.read(backend, store_dir, root_path, named=store is not None)
+            backend.set_durability(opening.durability_of(durability, found.meta))
         except BaseException:
             backend.close()
             raise
@@ -433,4 +440,3 @@ class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, Upke
             checkpoint=lambda message, meta: self.snapshot(message, task=task, metadata=meta, skip_unchanged=True),
             announce=lambda rel, old, new: requests.note(self.context.backend, self.context.request, stage="writing", path=rel, old=old, new=new),
         )
-

@@ -105,3 +105,23 @@ def test_the_fingerprint_is_the_faults_the_start_time_and_the_mapped_size():
     got = mapped._fingerprint(str(os.getpid()).encode())
     assert got is not None and got.split()[2:] == fields[19:21]
     assert mapped._fingerprint(b"999999999") is None
+
+
+def test_only_shared_writable_lines_are_parsed_and_all_of_them_are_found():
+    """The line filter in front of the expression finds what a scan of every line finds, in
+    maps order: private and read-only lines, a name holding the permission text, the last line
+    without its newline."""
+    from snapstore.tree import mapped
+
+    lines = [
+        b"7f0000000000-7f0000001000 r--p 00000000 08:01 11 /usr/lib/libc.so",
+        b"7f0000001000-7f0000002000 rw-s 00000000 08:01 12 /home/u/proj/db.bin",
+        b"7f0000002000-7f0000003000 rw-p 00000000 08:01 13 /home/u/proj/w-s named.txt",
+        b"7f0000003000-7f0000004000 r--s 00000000 08:01 14 /home/u/proj/w-s shared-readonly",
+        b"7f0000004000-7f0000005000 rwxs 00000000 08:02 15 /tmp/jit (deleted)",
+        b"7f0000005000-7f0000006000 rw-s 00000000 00:05 16 /dev/zero (deleted)",
+    ]
+    data = b"\n".join(lines * 300 + [b"7f0000006000-7f0000007000 rw-s 00000000 08:01 17 /home/u/proj/last"])
+    scan_all = tuple((m[1], m[2], m[3], m[4]) for m in mapped._SHARED_WRITABLE.finditer(data))
+    assert mapped._shared_writable(data) == scan_all
+    assert len(scan_all) == 3 * 300 + 1 and scan_all[-1][3] == b"/home/u/proj/last"

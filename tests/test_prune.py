@@ -238,6 +238,7 @@ def test_config_defaults_set_get_unset(tree, store):
         "service.autostart": "false",
         "hooks.background-window": "600",
         "storage.delta-depth": "10",
+        "storage.durability": "normal",
         "gc.repack-below": "0.5",
         "gc.consolidate": "full",
         "maintenance.auto": "true",

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from restore_helpers import read_tree, write_tree
 
+from snapstore.errors import ConflictError
 from snapstore.ops.restore import apply as apply_mod
 from snapstore.ops.restore import batch
 from snapstore.ops.snapshot import read as snapshot_read
@@ -143,7 +144,9 @@ def test_write_rule_vouches_only_for_settled_untouched_files():
 
 def _events(monkeypatch, store: Store) -> list[str]:
     events: list[str] = []
-    real_syncfs, real_rename, real_sync = batch.syncfs, apply_mod.rename, store.backend.sync
+    real_syncfs, real_rename = batch.syncfs, apply_mod.rename
+    env = store.backend._shared  # type: ignore[attr-defined]
+    real_flush = env.flush
     assert real_syncfs is not None, "this platform has syncfs (Linux)"
 
     def syncfs(fd):
@@ -154,19 +157,24 @@ def _events(monkeypatch, store: Store) -> list[str]:
         events.append("rename")
         real_rename(tmp, name, dir_fd)
 
-    def sync():
+    def flush():  # the store's meta page synced now (LMDB's data pages sync with each commit)
         with store.backend.read() as view:
             journaled = view.get("journal", JOURNAL_KEY) is not None
-        real_sync()
+        real_flush()
         events.append("store-sync:journal" if journaled else "store-sync")
 
     monkeypatch.setattr(batch, "syncfs", syncfs)
     monkeypatch.setattr(apply_mod, "rename", rename)
-    monkeypatch.setattr(store.backend, "sync", sync)
+    monkeypatch.setattr(env, "flush", flush)
+    monkeypatch.setattr(env, "flush_later", lambda: events.append("store-sync-later"))
     return events
 
 
-def test_restore_syncs_twice_and_in_the_journal_protocols_order(tree: Path, store: Store, two_states, monkeypatch):
+@pytest.mark.parametrize("durability", ["full", "normal"])
+def test_restore_syncs_twice_and_in_the_journal_protocols_order(
+    tree: Path, store: Store, two_states, monkeypatch, durability: str
+):
+    store.backend.set_durability(durability)  # type: ignore[attr-defined]
     fsyncs: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
@@ -175,13 +183,14 @@ def test_restore_syncs_twice_and_in_the_journal_protocols_order(tree: Path, stor
     assert read_tree(tree) == two_states
     first, last = events.index("rename"), len(events) - 1 - events[::-1].index("rename")
     assert events.count("rename") == 21  # 20 rewritten + top.txt
-    # the journal is durable before the first rename, then one syncfs (the data) before it
-    assert "store-sync:journal" in events[:first]
-    assert events[:first].count("syncfs") == 1
+    # the safety checkpoint and the journal are durable (one sync of the store, whatever the
+    # setting) before the first rename, then one syncfs (the data) before it
+    assert events[:first] == ["store-sync:journal", "syncfs"]
     assert events[first:last + 1] == ["rename"] * 21
-    # one syncfs after the renames, before the store sync that clears the journal; then the
-    # commit of the hidden record of the tree after the restore
-    assert events[last + 1:] == ["syncfs", "store-sync", "store-sync"]
+    # one syncfs after the renames; the journal is cleared (not synced: a replay would find the
+    # tree done), then the hidden record of the tree after the restore is synced as the
+    # setting says (both with it)
+    assert events[last + 1:] == ["syncfs", "store-sync" if durability == "full" else "store-sync-later"]
     assert fsyncs == []  # no per-file (or per-directory) fsync
 
 
@@ -275,11 +284,12 @@ def test_killed_right_after_a_syncfs_is_finished_by_recover(tree: Path, store: S
 
 def test_a_large_restore_is_staged_synced_and_renamed_in_bounded_groups(tree: Path, store: Store, two_states, monkeypatch):
     monkeypatch.setattr(batch, "GROUP_BYTES", 1)  # every file is a group of its own
+    store.backend.set_durability("full")  # type: ignore[attr-defined]
     events = _events(monkeypatch, store)
     store.restore("A")
     assert read_tree(tree) == two_states
     first = events.index("syncfs")
-    assert events[first:] == ["syncfs", "rename"] * 21 + ["syncfs", "store-sync", "store-sync"]
+    assert events[first:] == ["syncfs", "rename"] * 21 + ["syncfs", "store-sync"]
     assert not list(tree.rglob(".snapstore-tmp.*"))
 
 
@@ -301,3 +311,45 @@ def test_files_are_written_from_the_chunks_verified_before_the_journal(tree: Pat
     monkeypatch.setattr(sys.modules["snapstore.ops.restore"], "verify_sources", verify)
     store.restore("A")
     assert read_tree(tree) == two_states
+
+
+def test_replaced_files_are_gone_before_the_data_sync(tree: Path, store: Store, two_states, monkeypatch):
+    """A replaced file is unlinked before the sync of the new data, so the sync never writes
+    (and the rename never frees, with a discard) an old file about to go."""
+    seen: list[bool] = []
+    real_syncfs = batch.syncfs
+    assert real_syncfs is not None
+
+    def syncfs(fd):
+        seen.append((tree / "d0/f00.txt").exists())
+        real_syncfs(fd)
+
+    monkeypatch.setattr(batch, "syncfs", syncfs)
+    store.restore("A")
+    assert seen[0] is False  # at the first sync, d0/f00.txt (rewritten by the restore) is absent
+    assert read_tree(tree) == two_states
+
+
+def test_a_file_put_at_a_cleared_path_is_kept_and_the_restore_rolled_back(tree: Path, store: Store, two_states,
+                                                                         monkeypatch):
+    before = read_tree(tree)
+    real_syncfs = batch.syncfs
+    assert real_syncfs is not None
+    calls: list[int] = []
+
+    def syncfs(fd):
+        calls.append(fd)
+        if len(calls) == 1:  # someone writes d0/f00.txt while it is absent, before the renames
+            (tree / "d0/f00.txt").write_bytes(b"the user's own\n")
+        real_syncfs(fd)
+
+    monkeypatch.setattr(batch, "syncfs", syncfs)
+    with pytest.raises(ConflictError, match="d0/f00.txt"):
+        store.restore("A")
+    monkeypatch.setattr(batch, "syncfs", real_syncfs)
+    after = read_tree(tree)
+    assert after["d0/f00.txt"] == ("file", b"the user's own\n", False)  # never overwritten
+    del after["d0/f00.txt"], before["d0/f00.txt"]
+    assert after == before  # every other path rolled back
+    assert store.pending_restore() is None
+    assert not list(tree.rglob(".snapstore-tmp.*"))

@@ -169,17 +169,22 @@ def test_a_restored_file_changed_before_the_restore_ends_is_read_again(tree: Pat
     """A file rewritten after its rename (its events look like the restore's own): the stat
     the restore recorded no longer matches, so the events go back to the watcher and the next
     snapshot reads the file (no walk)."""
-    from snapstore.ops import restore as restore_mod
+    from snapstore.ops.restore import apply as apply_mod
 
     store, _ = watched
+    real_rename = apply_mod.rename
 
-    def meddle(i: int) -> None:
-        if i == 1:  # step 0 (d0/f00.txt) is renamed into place: rewrite it
+    renamed: list[bytes] = []
+
+    def meddle(tmp: bytes, name: bytes, dir_fd: int) -> None:
+        real_rename(tmp, name, dir_fd)
+        renamed.append(name)
+        if renamed == [b"f00.txt"]:  # the first rename (path order): d0/f00.txt, rewritten at once
             (tree / "d0/f00.txt").write_bytes(b"rewritten during the restore\n")
 
-    monkeypatch.setattr(restore_mod, "step_hook", meddle)
+    monkeypatch.setattr(apply_mod, "rename", meddle)
     store.restore("A")
-    monkeypatch.setattr(restore_mod, "step_hook", None)
+    monkeypatch.setattr(apply_mod, "rename", real_rename)
     walks = _Walks(monkeypatch)
     cp = store.snapshot("after restore")
     assert walks.n == 0

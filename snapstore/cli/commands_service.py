@@ -28,8 +28,7 @@ def serve(obj: Ctx, detach: bool, stop_it: bool, show_status: bool, idle_timeout
         raise UsageError("choose one of --detach, --stop, --status")
     store_dir = Store.locate(obj.directory, store=obj.store_dir)
     if show_status:
-        info = daemon.status(store_dir)
-        echo_json(info if info is not None else {"running": False})
+        echo_json(daemon.full_status(store_dir))
         return
     if stop_it:
         click.echo("stopped" if daemon.stop(store_dir) else "no service was running")
@@ -40,6 +39,9 @@ def serve(obj: Ctx, detach: bool, stop_it: bool, show_status: bool, idle_timeout
     if detach:
         info = daemon.start_detached(store_dir, idle_timeout)
         click.echo(f"serving {info['store']} for {info['tree']} (pid {info['pid']})")
+        other = daemon.other_version(info)
+        if other:
+            click.echo(f"snapstore: warning: {other}", err=True)
         refused = (info.get("http") or {}).get("refused")
         if refused:  # (Claude Code's next prompt is blocked until this is settled: service.http_hooks)
             click.echo(f"snapstore: warning: not answering Claude Code's http hooks: {refused}", err=True)

@@ -261,6 +261,10 @@ class UpkeepMixin(StoreBase):
             self.backend.sync()
         if key == "storage.delta-depth":  # the open store's snapshots follow it at once
             self.context.delta_depth = int(self.config_get(key))
+        if key == "storage.durability":  # and so do its commits (an explicit open argument too)
+            setter = getattr(self.backend, "set_durability", None)
+            if setter is not None:
+                setter(self.config_get(key))
         return self.config_get(key)
 
     def relocate(self, new_root: str | os.PathLike[str]) -> str:

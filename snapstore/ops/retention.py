@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from snapstore.errors import CorruptError, UsageError
 from snapstore.records.checkpoint import PATHS_INDEX_META, SAFETY, Checkpoint
+from snapstore.storage import lmdb_durability as durability
 from snapstore.storage.backend import CONFIG_PREFIX, ReadView, WriteBatch
 
 
@@ -136,6 +137,7 @@ CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "service.autostart": ("false", _bool),
     "hooks.background-window": ("600", lambda v: _bounded(v, "hooks.background-window", 1, 1 << 31)),
     "storage.delta-depth": ("10", lambda v: _bounded(v, "storage.delta-depth", 0, 64)),
+    "storage.durability": (durability.DEFAULT, lambda v: _choice(v, "storage.durability", durability.MODES)),
     "gc.repack-below": ("0.5", lambda v: _fraction(v, "gc.repack-below")),
     "gc.consolidate": ("full", lambda v: _choice(v, "gc.consolidate", ("full", "loose", "off"))),
     "maintenance.auto": ("true", _bool),

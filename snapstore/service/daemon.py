@@ -46,6 +46,34 @@ def status(store_dir: str) -> dict[str, Any] | None:
     return _ask(store_dir, "status")
 
 
+def full_status(store_dir: str) -> dict[str, Any]:
+    """What ``serve --status`` prints: the service's status (``running`` False when none
+    answers), whether it runs this installation's version, and the recorded fallbacks
+    (:mod:`snapstore.service.fallback`): which clients it served and why any stepped aside."""
+    from snapstore.service import fallback
+
+    info = status(store_dir)
+    out: dict[str, Any] = {"running": info is not None, **(info or {})}
+    other = other_version(info)
+    out["this_version"] = protocol.version_tag()
+    if other:
+        out["warning"] = other
+    out["fallbacks"] = fallback.read(store_dir)
+    return out
+
+
+def other_version(info: dict[str, Any] | None) -> str | None:
+    """Why commands of this installation do not reach the service ``info`` describes (None
+    when they do, or when none runs)."""
+    if not info or info.get("version") in (None, protocol.version_tag()):
+        return None
+    return (
+        f"the running service is another snapstore installation or version ({info['version']}); "
+        "this installation's commands run without it (slower): 'snapstore serve --stop', then "
+        "'snapstore serve --detach'"
+    )
+
+
 def stop(store_dir: str) -> bool:
     """Ask the service to exit; True if one was running."""
     answered = _ask(store_dir, "stop") is not None

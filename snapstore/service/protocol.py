@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 #: Client and service of different versions never talk: the service answers ``n`` and the
 #: client runs in-process.  The package path is part of it, so two installations never mix.
-PROTOCOL = 4
+PROTOCOL = 5
 SOCKET_NAME = "service.sock"
 LOCK_NAME = "service.lock"
 #: Commands that change nothing: a client that lost their answer runs them again itself.
@@ -61,7 +61,7 @@ def encode_request(request: dict[str, Any]) -> bytes:
 
 #: The fields a request may carry, and their types (``argv`` a list of str, ``env`` a dict of
 #: str to str); any other field, or another type, makes it no request.
-_STR_FIELDS = frozenset({"v", "id", "command", "cwd", "store", "encoding", "errors", "stdin", "op"})
+_STR_FIELDS = frozenset({"v", "id", "client", "command", "cwd", "store", "encoding", "errors", "stdin", "op"})
 
 
 def decode_request(data: bytes) -> dict[str, Any]:

@@ -160,7 +160,12 @@ class Backend(Protocol):
         ...
 
     def sync(self) -> None:
-        """Make every committed write durable."""
+        """An operation's writes are done: make them durable as the store's durability setting
+        says (see :mod:`snapstore.storage.lmdb_durability`)."""
+        ...
+
+    def barrier(self) -> None:
+        """Make every committed write durable now, whatever the durability setting."""
         ...
 
     def disk_size(self) -> int:

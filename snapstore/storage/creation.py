@@ -52,7 +52,7 @@ def build(store_dir: str, meta: dict[bytes, bytes]) -> None:
             with backend.write() as batch:
                 for key, value in meta.items():
                     batch.put("meta", key, value)
-            backend.sync()
+            backend.barrier()
         finally:
             backend.close()
         if not in_place:

@@ -24,11 +24,15 @@ if TYPE_CHECKING:
     from lmdb import Transaction, _Database
 
 from snapstore.errors import TreeIOError
-from snapstore.storage import lmdb_compact, lmdb_generations
+from snapstore.storage import lmdb_compact, lmdb_durability, lmdb_generations
 from snapstore.storage.backend import ReadView, WriteBatch
 from snapstore.storage.lmdb_env import INITIAL_MAP_SIZE, MAX_MAP_SIZE, Env, translate
 
 __all__ = ["INITIAL_MAP_SIZE", "MAX_MAP_SIZE", "LmdbBackend"]
+
+#: Test seam: called with ``"commit"``, ``"committed"`` or ``"sync"`` around every commit and
+#: flush, so crash tests can SIGKILL a process at each step of its writes.
+step_hook: Callable[[str], None] | None = None
 
 
 class _LmdbView:
@@ -123,11 +127,33 @@ def _after(prefix: bytes) -> bytes | None:
 class LmdbBackend:
     """A :class:`~snapstore.storage.backend.Backend` on the LMDB environment in ``path``."""
 
-    def __init__(self, path: str, *, create: bool = False, map_size: int = INITIAL_MAP_SIZE) -> None:
+    def __init__(
+        self, path: str, *, create: bool = False, map_size: int = INITIAL_MAP_SIZE, durability: str = "full"
+    ) -> None:
         self._gens = lmdb_generations.acquire(path, create=create, map_size=map_size)
         self._closed = False
         self._applying = self._gens.current
         self.stamp: Callable[[WriteBatch], None] | None = None
+        self.durability = "full"
+        self._deferring = False
+        if durability != "full":
+            self.set_durability(durability)
+
+    def set_durability(self, mode: str) -> str:
+        """Follow durability ``mode`` (:mod:`snapstore.storage.lmdb_durability`); returns the
+        mode in effect.  ``off`` needs the environment reopened without synced commits, which is
+        possible only while this backend is its only user in the process: otherwise commits
+        keep syncing their data pages and the mode in effect is ``normal``."""
+        mode = lmdb_durability.check(mode)
+        want_synced = mode != "off"
+        if not self._gens.set_sync(want_synced) and want_synced:
+            # Another Store of this process opened the file with MDB_NOSYNC: only whole-file
+            # syncs make anything durable, so every operation ends with one.
+            mode = "full"
+        elif not want_synced and self._gens.current.synced_commits:
+            mode = "normal"
+        self.durability = mode
+        return mode
 
     @property
     def path(self) -> str:
@@ -232,6 +258,13 @@ class LmdbBackend:
             self._apply(batch)
 
     def _apply(self, batch: WriteBatch) -> None:
+        if step_hook is not None:
+            step_hook("commit")
+        self._apply_locked(batch)
+        if step_hook is not None:
+            step_hook("committed")
+
+    def _apply_locked(self, batch: WriteBatch) -> None:
         with self._gens.use() as shared, shared.write_lock:
             while True:
                 try:
@@ -306,7 +339,7 @@ class LmdbBackend:
 
     def compact(self) -> tuple[int, int] | None:
         """Write a new generation without free pages (see :mod:`snapstore.storage.lmdb_compact`)."""
-        self.sync()
+        self.barrier()
         return lmdb_compact.compact(self._gens)
 
     def refresh(self) -> bool:
@@ -325,10 +358,32 @@ class LmdbBackend:
             raise TreeIOError(f"cannot follow the compacted store: {exc}") from exc
         return switched
 
-    def sync(self) -> None:
-        """Flush the meta page (data pages are flushed by every commit)."""
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Within the block, :meth:`sync` waits for the caller's :meth:`barrier` (a restore's
+        safety checkpoint is synced with its journal: one meta-page sync instead of two)."""
+        saved, self._deferring = self._deferring, True
         try:
-            self._shared.env.sync(True)
+            yield
+        finally:
+            self._deferring = saved
+
+    def sync(self) -> None:
+        """An operation's commits are done: make them durable as the durability setting says
+        (``full``: the meta page now; ``normal``: within the flusher's delay; ``off``: never)."""
+        if self._deferring:
+            return
+        if self.durability == "full":
+            self.barrier()
+        elif self.durability == "normal":
+            self._shared.flush_later()
+
+    def barrier(self) -> None:
+        """Sync every committed page now, whatever the setting (before the tree is touched)."""
+        if step_hook is not None:
+            step_hook("sync")
+        try:
+            self._shared.flush()
         except lmdb.Error as exc:
             raise translate(exc, "cannot flush the store to disk") from exc
 

@@ -17,9 +17,10 @@ Growing is still supported (a 32-bit build, or a store past that size): ``set_ma
 run when no thread of the process is inside a read transaction (py-lmdb invalidates them all),
 so readers hold :attr:`Env.lock` shared and a resize takes it exclusively.
 
-Durability: the environment is opened with ``metasync=False``: every commit flushes its data
-pages (fdatasync) but not the meta page, which the next commit or an explicit ``sync`` flushes.
-A crash can lose at most the last commit, never corrupt the file.
+Durability (see :mod:`snapstore.storage.lmdb_durability`): the environment is opened with
+``metasync=False``: every commit flushes its data pages (fdatasync) but not the meta page, which
+the next commit or an explicit ``sync`` flushes (a power failure can lose at most the last
+commit, never corrupt the file); or, for a store whose setting is ``off``, with ``sync=False``.
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ def fitting_map_size(wanted: int) -> int:
     return max(MIN_MAP_SIZE, min(wanted, soft // 4))
 
 
-def _open_mapped(path: str, map_size: int, create: bool) -> lmdb.Environment:
-    """``lmdb.open`` with the largest map this process may reserve, at most ``map_size``."""
+def _open_mapped(path: str, map_size: int, create: bool, sync: bool = True) -> lmdb.Environment:
+    """``lmdb.open`` with the largest map this process may reserve, at most ``map_size``;
+    ``sync`` False opens it with ``MDB_NOSYNC`` (durability ``off``)."""
     size = fitting_map_size(map_size)
     while True:
         try:
@@ -88,7 +90,7 @@ def _open_mapped(path: str, map_size: int, create: bool) -> lmdb.Environment:
                 subdir=True,
                 max_dbs=len(TABLES) + 2,
                 metasync=False,
-                sync=True,
+                sync=sync,
                 readahead=False,
                 max_readers=256,
                 create=create,
@@ -199,8 +201,13 @@ class Env:
     deletes the generation under this one.
     """
 
-    def __init__(self, path: str, dir_fd: int, map_size: int, *, create: bool) -> None:
+    def __init__(self, path: str, dir_fd: int, map_size: int, *, create: bool, sync: bool = True) -> None:
         self.path = path
+        #: False when opened with MDB_NOSYNC (no commit syncs anything).
+        self.synced_commits = sync
+        #: Held while the environment is flushed or closed (the flusher thread flushes too).
+        self.flush_lock = threading.Lock()
+        self.closed = False
         self.dir_fd = dir_fd
         self.map_size = map_size
         self.lock = SharedExclusiveLock()
@@ -214,7 +221,7 @@ class Env:
         self.map_key: tuple[int, int] | None = None
         self.map_ranges: list[tuple[int, int]] = []
         check_store_files(path)
-        self.env = _open_mapped(path, map_size, create)
+        self.env = _open_mapped(path, map_size, create, sync)
         try:
             with self.env.begin(write=True) as txn:
                 self.dbs: dict[str, _Database] = {
@@ -237,9 +244,31 @@ class Env:
         with self.lock.exclusive():
             self.env.set_mapsize(0)
 
+    def flush(self) -> None:
+        """Sync every committed page (data and meta) to the disk, now."""
+        with self.flush_lock:
+            if not self.closed:
+                self.env.sync(True)
+
+    def flush_later(self) -> None:
+        """Have the process's flusher thread sync the meta page within its delay."""
+        from snapstore.storage.lmdb_durability import flusher
+
+        flusher.later(self)
+
     def close(self) -> None:
-        """Close the environment and drop the generation's shared flock."""
-        self.env.close()
+        """Close the environment (syncing a meta page that waits for the flusher) and drop the
+        generation's shared flock."""
+        from snapstore.storage.lmdb_durability import flusher
+
+        with self.flush_lock:
+            if flusher.forget(self):
+                try:
+                    self.env.sync(True)
+                except lmdb.Error:
+                    pass  # the pages stay in the page cache: the kernel writes them back
+            self.closed = True
+            self.env.close()
         os.close(self.dir_fd)
 
 

@@ -124,8 +124,10 @@ class Generations:
     """The environments of one store directory in this process: the current one and those
     retired but still inside a transaction."""
 
-    def __init__(self, store_dir: str, map_size: int, *, create: bool) -> None:
+    def __init__(self, store_dir: str, map_size: int, *, create: bool, sync: bool = True) -> None:
         self.store_dir = store_dir
+        #: Whether environments are opened with synced commits (False: MDB_NOSYNC).
+        self.sync = sync
         self._current_path = os.path.join(store_dir, CURRENT)
         self.map_size = map_size
         self.refs = 0
@@ -147,7 +149,7 @@ class Generations:
                     continue
                 if not create and not os.path.lexists(os.path.join(path, "data.mdb")):
                     raise StoreNotFoundError(f"no store at {self.store_dir}")
-                env = Env(path, fd, self.map_size, create=create and not name)
+                env = Env(path, fd, self.map_size, create=create and not name, sync=self.sync)
             except lmdb.Error as exc:
                 os.close(fd)
                 raise translate(exc, f"cannot open the store at {self.store_dir}") from exc
@@ -173,6 +175,23 @@ class Generations:
             old.retired = True
             if old.active == 0:
                 old.close()
+            return True
+
+    def set_sync(self, sync: bool) -> bool:
+        """Reopen the current environment with synced commits or not (``MDB_NOSYNC`` is fixed
+        when LMDB opens a file); True when its commits now sync as asked.  Only possible while
+        this is the only user in the process and no transaction is open: otherwise the first
+        opener's choice stays (False)."""
+        if self.current.synced_commits == sync:
+            self.sync = sync
+            return True
+        with _stores_lock, self._mutex:
+            if self.refs > 1 or self.current.active:
+                return False
+            old = self.current
+            self.sync = sync
+            old.close()
+            self.current = self._open(create=False)
             return True
 
     def changed(self) -> bool:

@@ -85,6 +85,9 @@ class MemoryBackend:
     def sync(self) -> None:
         """Nothing to flush."""
 
+    def barrier(self) -> None:
+        """Nothing to flush."""
+
     def table_pages(self, table: str) -> int:
         """The bytes of ``table``'s keys and values (memory has no pages)."""
         with self._lock:

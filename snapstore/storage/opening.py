@@ -171,3 +171,22 @@ def relocate(backend: Backend, new_root: str) -> None:
         for key in stale:
             batch.delete("statcache", key)
     backend.sync()
+
+
+def durability_of(asked: str | None, meta: dict[bytes, bytes]) -> str:
+    """The durability setting a Store follows: ``asked``, else the store's config, else the
+    default (UsageError for an unknown ``asked``, CorruptError for a damaged stored value)."""
+    from snapstore.storage import lmdb_durability
+
+    if asked is not None:
+        try:
+            return lmdb_durability.check(asked)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    raw = meta.get(lmdb_durability.CONFIG_KEY)
+    if raw is None:
+        return lmdb_durability.DEFAULT
+    try:
+        return lmdb_durability.check(raw.decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        raise CorruptError("the store's config 'storage.durability' is damaged") from None

@@ -158,6 +158,9 @@ class ReadThroughBackend:
     def sync(self) -> None:
         self.inner.sync()
 
+    def barrier(self) -> None:
+        self.inner.barrier()
+
     def disk_size(self) -> int:
         return self.inner.disk_size()
 

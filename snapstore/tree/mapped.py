@@ -95,7 +95,21 @@ def mapped_for_write(
 def _shared_writable(data: bytes) -> Mappings:
     if b"w-s " not in data and b"wxs " not in data:
         return ()  # (most processes map nothing shared and writable)
-    return tuple((m[1], m[2], m[3], m[4]) for m in _SHARED_WRITABLE.finditer(data))
+    # Only the lines holding a shared writable permission field go through the expression: a
+    # busy process (a browser, a test runner) maps thousands of lines, and a scan of all of them
+    # with the expression was most of a watched checkpoint's time on a machine of such processes.
+    found = []
+    for needle in (b"w-s ", b"wxs "):
+        at = data.find(needle)
+        while at != -1:
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            end = len(data) if end == -1 else end
+            m = _SHARED_WRITABLE.match(data, start, end)
+            if m is not None:
+                found.append((start, (m[1], m[2], m[3], m[4])))
+            at = data.find(needle, end)
+    return tuple(mapping for _, mapping in sorted(found))
 
 
 def _fingerprint(pid: bytes) -> bytes | None:

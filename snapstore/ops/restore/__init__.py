@@ -31,8 +31,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from snapstore.errors import ConflictError, CorruptError, TreeIOError
 from snapstore.ops import diff
@@ -138,7 +139,8 @@ def run(
         target_entries = _load_checked(ctx, target)
         current, found = incremental.current_state(ctx) or worktree.current_state(ctx)
     else:
-        safety, current, found = take_safety(message)
+        with _deferred(backend):  # (the journal's barrier below makes it durable)
+            safety, current, found = take_safety(message)
         target_entries, among = _target_from_difference(ctx, safety, target, current)
     p = plan(current, target_entries, selector(paths), among)
     warnings = p.warnings + _unrecorded_warning(p)
@@ -165,6 +167,12 @@ def run(
     return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
 
 
+def _deferred(backend: Any) -> AbstractContextManager[None]:
+    """The backend's ``deferred()`` (its syncs wait for a later barrier), where it has one."""
+    deferred = getattr(backend, "deferred", None)
+    return nullcontext() if deferred is None else cast(AbstractContextManager[None], deferred())
+
+
 def _journal(
     ctx: StageContext, target: Checkpoint, safety: Checkpoint, kind: str, paths: Sequence[str | bytes] | None,
     steps: list[Step],
@@ -182,7 +190,9 @@ def _journal(
         batch.put("journal", journal.JOURNAL_KEY, journal.record(op, steps))
         # A service request that dies from here on is "begun": the next writer finishes it.
         requests.record(batch, ctx.request, stage="begun", kind=kind, target=target.id)
-    ctx.backend.sync()  # the journal is durable before the tree (or a temp file in it) is touched
+    # The safety checkpoint and the journal are durable before the tree (or a temp file in it)
+    # is touched, whatever the store's durability setting: the user's bytes are in them.
+    tables(ctx.backend).barrier()
     return op
 
 

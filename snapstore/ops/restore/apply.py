@@ -292,6 +292,16 @@ class Applier:
         os.close(out)
         return Staged(path, fd, parent, tmp, name, st)
 
+    def clear_target(self, staged: Staged) -> bool:
+        """Unlink the file or symlink ``staged`` will replace (a directory stays: its rename
+        then fails as a conflict); True when one was removed."""
+        try:
+            os.unlink(staged.name, dir_fd=staged.dir_fd)
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            return False  # (EPERM is Linux's answer for a directory)
+        self.tree.touched.add(staged.parent)
+        return True
+
     def commit(self, staged: Staged) -> None:
         """Rename a staged file over its target and note its stat-cache value."""
         self._replace(staged.dir_fd, staged.parent, staged.tmp, staged.name, staged.path)

@@ -174,6 +174,7 @@ def _replay(ctx: StageContext, j: journal.Journal, report: RecoverReport) -> Rec
     report.warnings.extend(applier.warnings)
     if report.mode == "forward":
         report.op_seq = journal.finish(ctx.backend, j.op, len(j.steps), applier.cache)
+        ctx.backend.sync()  # (no record of the tree follows here to carry the finish's sync)
     else:
         journal.clear(ctx.backend)
     return report

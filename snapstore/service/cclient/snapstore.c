@@ -263,6 +263,7 @@ static int build_request(struct buf *r, const char *rid, const char *command, in
     int ok = buf_byte(r, '{');
     ok = ok && m_str(r, "v") && m_str(r, SNAPSTORE_VERSION_TAG);
     ok = ok && m_str(r, "id") && m_str(r, rid);
+    ok = ok && m_str(r, "client") && m_str(r, "native");
     ok = ok && m_str(r, "command") && m_str(r, command);
     ok = ok && m_str(r, "argv") && buf_byte(r, '[') && m_u32(r, (uint32_t)(argc - 1));
     for (int i = 1; ok && i < argc; i++) ok = m_str(r, argv[i]);
@@ -377,9 +378,14 @@ int main(int argc, char **argv) {
     uint32_t length;
     char pid[32] = "";
     if (!send_frame(fd, 'r', request.data, request.len) || !recv_exact(fd, header, sizeof header) ||
-        !parse_header(header, &channel, &length) || channel != 'a' || length >= sizeof pid ||
-        !recv_exact(fd, (uint8_t *)pid, length))
-        exec_python(NULL); /* not accepted: another version, another store, a silent service */
+        !parse_header(header, &channel, &length))
+        exec_python(NULL); /* a silent service */
+    if (channel == 'n' && length < sizeof pid && recv_exact(fd, (uint8_t *)pid, length)) {
+        pid[length] = '\0'; /* why it refused ("version", "store"): the Python client records it */
+        setenv("SNAPSTORE_NATIVE_REFUSED", pid, 1);
+    }
+    if (channel != 'a' || length >= sizeof pid || !recv_exact(fd, (uint8_t *)pid, length))
+        exec_python(NULL); /* not accepted: another version, another store */
     pid[length] = '\0';
     /* From here the command is the service's: it runs only after this confirmation. */
     if (!send_frame(fd, 'g', "", 0)) exec_python(NULL);

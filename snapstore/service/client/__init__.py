@@ -111,12 +111,27 @@ def lost_request(argv: list[str], value: str, silent: bool = False) -> int:
     return lost.report(target[2], rid, command, pid.encode(), silent=silent)
 
 
-def try_service(argv: list[str]) -> int | None:
-    """The exit code of the command run by the store's service, or None to run it here."""
+def _fell_back(store_dir: str, cause: str, detail: str) -> None:
+    """Record a fallback the user can fix (service.fallback), with its hint the first time."""
+    from snapstore.service import fallback
+
+    hint = fallback.note(store_dir, cause, detail)
+    if hint is not None:
+        sys.stderr.write(hint + "\n")
+        sys.stderr.flush()
+
+
+def try_service(argv: list[str], native_refused: str | None = None) -> int | None:
+    """The exit code of the command run by the store's service, or None to run it here.
+
+    ``native_refused``: why the service refused the native client that handed this command
+    over (``SNAPSTORE_NATIVE_REFUSED``), recorded when it is a version the user can fix."""
     target = _target(argv)
     if target is None:
         return None
     command, cwd, store_dir = target
+    if native_refused == "version":
+        _fell_back(store_dir, "native-client-refused", f"python client {protocol.version_tag()}")
     path = protocol.owned_socket(store_dir)
     if path is None:
         return None
@@ -127,6 +142,7 @@ def try_service(argv: list[str]) -> int | None:
     request = {
         "v": protocol.version_tag(),
         "id": rid,
+        "client": "python",
         "command": command,
         "argv": argv,
         "cwd": cwd,
@@ -150,6 +166,10 @@ def try_service(argv: list[str]) -> int | None:
             protocol.send_frame(sock, b"r", protocol.encode_request(request))
             first = protocol.recv_frame(sock)
             if first is None or first[0] != b"a":  # not accepted (another version, another store)
+                if first is None:
+                    _fell_back(store_dir, "service-did-not-answer", f"this installation: {protocol.version_tag()}")
+                elif first == (b"n", b"version"):
+                    _fell_back(store_dir, "python-client-refused", f"this installation: {protocol.version_tag()}")
                 return None
             # From here on the command is the service's, never run here: the service runs it
             # only after this confirmation (a client that timed out above closes without it).
@@ -232,10 +252,11 @@ def _main(argv: list[str]) -> tuple[int, bool]:
     handed = os.environ.pop("SNAPSTORE_LOST_REQUEST", None)
     # The native client found the service silent (protocol.SILENCE): not asked again.
     silent = os.environ.pop("SNAPSTORE_SERVICE_SILENT", None) is not None
+    native_refused = os.environ.pop("SNAPSTORE_NATIVE_REFUSED", None)
     if handed is not None:
         return lost_request(argv, handed, silent), True
     try:
-        code = None if silent else try_service(argv)
+        code = None if silent else try_service(argv, native_refused)
     except BrokenPipeError:
         return 0, False
     if code is not None:

@@ -94,6 +94,11 @@ class Service:
         self.store.maintain_after_snapshot = False  # (done when idle: _maintain)
         self.started = time.time()
         self.requests = 0
+        #: Requests served by each kind of client ("native", "python"), the last one's kind,
+        #: and requests refused (cause -> count, last client and version).
+        self.clients: dict[str, int] = {}
+        self.last_client: str | None = None
+        self.refused: dict[str, dict[str, object]] = {}
         self.last_error: str | None = None
         self._stop = False
         #: The http hooks' port while they are answered, or why they are not.
@@ -262,10 +267,12 @@ class Service:
             if frame is None:
                 return
             request = protocol.decode_request(frame[1])
-            if request.get("v") != protocol.version_tag():
+            op = request.get("op", "run")
+            if request.get("v") != protocol.version_tag() and op not in ("status", "stop"):
+                # (another installation may still ask what runs here, and stop it)
+                self._refused(request)
                 protocol.send_frame(conn, b"n", b"version")
                 return
-            op = request.get("op", "run")
             if op == "status":
                 protocol.send_frame(conn, b"a", b"")
                 protocol.send_frame(conn, b"o", json.dumps(self.status()).encode())
@@ -290,6 +297,9 @@ class Service:
                 return
             conn.settimeout(None)
             self.requests += 1
+            client = str(request.get("client", "native"))
+            self.clients[client] = self.clients.get(client, 0) + 1
+            self.last_client = client
             with Beating(conn) as frames:  # (a client takes a silent service for stopped)
                 code = self._run(frames, request)
                 frames.send(b"x", str(code).encode())
@@ -419,9 +429,23 @@ class Service:
             os.environ.update(saved)
             time.tzset()
 
+    def _refused(self, request: dict[str, Any]) -> None:
+        """Count a request refused for its version (``serve --status`` shows it)."""
+        entry = self.refused.setdefault("version", {"count": 0})
+        count = entry["count"]
+        entry["count"] = (count if isinstance(count, int) else 0) + 1
+        entry["last_client"] = str(request.get("client", "native"))
+        entry["last_version"] = str(request.get("v", ""))[:300]
+        entry["last"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        log.warning("refused a %s client of another version (%s)", entry["last_client"], entry["last_version"])
+
     def status(self) -> dict[str, Any]:
         """What ``serve --status`` prints."""
         return {
+            "version": protocol.version_tag(),
+            "clients": dict(self.clients),
+            "last_client": self.last_client,
+            "refused": dict(self.refused),
             "pid": os.getpid(),
             "store": self.store_dir,
             "tree": self.store.root,
