@@ -19,6 +19,25 @@ if TYPE_CHECKING:
     from snapstore.ops.upgrade import UpgradeReport
 
 
+
+#: The environment variable that overrides ``service.autostart``: ``0``/``false``/``no``/``off``
+#: never start the service from a command, ``1``/``true``/``yes``/``on`` always may.
+AUTOSTART_ENV = "SNAPSTORE_AUTOSTART"
+
+
+def autostart_wanted(configured: bytes | None) -> bool:
+    """Whether a command run in-process starts the store's service, given the stored
+    ``service.autostart`` (None: unset, the default: on).  :data:`AUTOSTART_ENV` wins when set;
+    else a CI run (``CI`` set to anything but ``0``/``false``, as CI systems do) does not start
+    one, since nobody runs the next command there; else the configuration decides."""
+    off = ("0", "false", "no", "off")
+    forced = os.environ.get(AUTOSTART_ENV, "").strip().lower()
+    if forced:
+        return forced not in off
+    if os.environ.get("CI", "").strip().lower() not in ("", *off):
+        return False
+    return configured != b"false"
+
 class UpkeepMixin(StoreBase):
     """prune, delete, gc, stats, config, relocate."""
 
@@ -356,16 +375,19 @@ class UpkeepMixin(StoreBase):
             return retention.read_config(view)
 
     def service_autostart(self) -> float | None:
-        """``service.idle-timeout`` when ``service.autostart`` is on, else None.
+        """``service.idle-timeout`` when a command run in-process should start the service,
+        else None (``service.autostart``,
+        on by default, and the environment's opt-outs: :data:`AUTOSTART_ENV`, then ``CI``).
 
         Two raw reads: the click-free snapshot asks this after every checkpoint and must not
-        import the configuration module (a damaged value counts as off / the default)."""
+        import the configuration module (a damaged value counts as the default)."""
         from snapstore.storage.backend import CONFIG_PREFIX
 
         with self.backend.read() as view:
-            if view.get("meta", CONFIG_PREFIX + b"service.autostart") != b"true":
-                return None
+            configured = view.get("meta", CONFIG_PREFIX + b"service.autostart")
             raw = view.get("meta", CONFIG_PREFIX + b"service.idle-timeout")
+        if not autostart_wanted(configured):
+            return None
         try:
             return float(raw) if raw is not None else 1800.0
         except ValueError:
