@@ -80,6 +80,7 @@ def test_the_detached_pass_starts_only_when_allowed_and_due(tree, store, monkeyp
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(background, "spawn", lambda *a: calls.append(a) or 4242)
     monkeypatch.setattr(maintenance, "full_due", lambda *a, **k: due)
+    monkeypatch.setattr(maintenance, "compaction_due", lambda *a: False)  # (due: the full pass alone)
     steps(tree, store, 4)
     assert calls == ([(store.store_dir, store.root)] if spawned else [])
 
@@ -89,6 +90,7 @@ def test_loose_packs_enough_for_a_pass_are_detached_too(tree, store, monkeypatch
     left to the detached process (no budget there, and the file compacted after)."""
     monkeypatch.setenv(background.ENV, "1")
     monkeypatch.setattr(maintenance, "full_due", lambda *a, **k: False)
+    monkeypatch.setattr(maintenance, "compaction_due", lambda *a: False)
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(background, "spawn", lambda *a: calls.append(a) or 4242)
     store.config_set("maintenance.checkpoints", "4")

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 
 
+#: ``maintenance.GROWTH * maintenance.GROWTH_FLOOR``, written out so that a snapshot's check of
+#: a small store imports nothing (tests/test_maintenance_size.py checks they agree).
+FILE_GROWN_FLOOR = 80 << 10
+
 #: The environment variable that overrides ``service.autostart``: ``0``/``false``/``no``/``off``
 #: never start the service from a command, ``1``/``true``/``yes``/``on`` always may.
 AUTOSTART_ENV = "SNAPSTORE_AUTOSTART"
@@ -116,10 +120,12 @@ class UpkeepMixin(StoreBase):
         return []
 
     def _auto_maintenance(self) -> list[str]:
-        """After a snapshot (lock held): every ``maintenance.checkpoints`` checkpoints, gather
-        the small loose packs when at least ``maintenance.loose-packs`` have piled up.
+        """After a snapshot (lock held): every ``maintenance.checkpoints`` checkpoints, and
+        whenever the store file has grown by ``maintenance.GROWTH`` since the last maintenance,
+        gather the small loose packs when at least ``maintenance.loose-packs`` have piled up
+        (or, detached, run every pass due and compact the file: :meth:`maintain_all`).
 
-        Three raw reads on the fast path: the maintenance module is imported only when a check
+        Four raw reads and a ``stat`` on the fast path: the maintenance module is imported only when a check
         is due (its keys are written out here; a test checks they agree)."""
         from snapstore.storage.backend import CONFIG_PREFIX
 
@@ -129,13 +135,17 @@ class UpkeepMixin(StoreBase):
             if view.get("meta", CONFIG_PREFIX + b"maintenance.auto") == b"false":
                 return []
             raw_every = view.get("meta", CONFIG_PREFIX + b"maintenance.checkpoints")
+            raw_size = view.get("meta", b"maintenance:size")
         try:
             at = int(raw_at) if raw_at is not None else 0
             every = int(raw_every) if raw_every is not None else 32
         except ValueError:
             at, every = 0, 32
+        seq: int | None = count
         if at <= count < at + every:
-            return []
+            if not self._file_grown(raw_size):
+                return []
+            seq = None  # (due by size: the checkpoints' schedule stays as it was)
         from contextlib import nullcontext
 
         from snapstore.errors import SnapstoreError
@@ -144,8 +154,7 @@ class UpkeepMixin(StoreBase):
         try:
             values = self.config()
             if self.maintain_in_background(values):
-                with self.backend.write() as batch:
-                    batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
+                self._maintained(seq)
                 return []
             stop = maintenance.stop_after(int(values["maintenance.budget-ms"]) / 1000)
             found = maintenance.plan(
@@ -157,11 +166,30 @@ class UpkeepMixin(StoreBase):
                 maintenance.run(
                     self.backend, found, level=self.compression_level, locked=nullcontext, stop=stop
                 )
-            with self.backend.write() as batch:
-                batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
+            self._maintained(seq)
         except SnapstoreError as exc:
             return [f"automatic maintenance failed: {exc}"]
         return []
+
+    def _file_grown(self, raw_size: bytes | None) -> bool:
+        """Whether the store file outgrew its size at the last maintenance (one ``stat``; the
+        rule is :func:`snapstore.ops.maintenance.grown`, imported only when it may hold)."""
+        size = self.backend.disk_size()
+        if size <= FILE_GROWN_FLOOR:  # (not even the module's import: the snapshot's fast path)
+            return False
+        from snapstore.ops import maintenance
+
+        return maintenance.grown(size, raw_size)
+
+    def _maintained(self, count: int | None = None) -> None:
+        """Record that maintenance ran: the log's record count (``count``, after a snapshot's
+        check) and the store file's size (the base of :meth:`_file_grown`)."""
+        from snapstore.ops import maintenance
+
+        with self.backend.write() as batch:
+            if count is not None:
+                batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
+            batch.put("meta", maintenance.SIZE_KEY, str(self.backend.disk_size()).encode())
 
     def maintain_in_background(self, values: dict[str, str] | None = None) -> bool:
         """Start the due maintenance passes in a process of their own, when allowed (config
@@ -175,9 +203,11 @@ class UpkeepMixin(StoreBase):
         if self.store_dir is None or not background.enabled(values["maintenance.detach"]):
             return False
         sizes = list(self.backend.value_sizes("packs"))  # (read once for both questions)
-        due = maintenance.full_due(self.backend, sizes=sizes) or len(
-            maintenance.small_loose(self.backend, sizes)
-        ) >= max(2, int(values["maintenance.loose-packs"]))
+        due = (
+            maintenance.full_due(self.backend, sizes=sizes)
+            or len(maintenance.small_loose(self.backend, sizes)) >= max(2, int(values["maintenance.loose-packs"]))
+            or self._mostly_free()
+        )
         return due and background.spawn(self.store_dir, self.root) is not None
 
     def maintain(
@@ -255,6 +285,14 @@ class UpkeepMixin(StoreBase):
                 reports.append(report)
                 if report.chunks_moved == 0:
                     break  # (what is left cannot move now: damage, or a gc in between)
+            if not any(r.compacted for r in reports) and self._mostly_free():
+                # Free pages with no pass due: each checkpoint's transactions leave some, and
+                # a small store's file grows to twice its contents without this.
+                with self._lock.held():
+                    compacted = self.backend.compact() is not None
+                if reports:
+                    reports[-1].compacted = compacted
+            self._maintained()
             return reports
 
     def _mostly_free(self) -> bool:
@@ -263,9 +301,8 @@ class UpkeepMixin(StoreBase):
         from snapstore.ops import maintenance
         from snapstore.storage.backend import TABLES
 
-        size = self.backend.disk_size()
         used = sum(self.backend.table_pages(t) for t in TABLES)
-        return size > maintenance.COMPACT_ABOVE and used < (1 - maintenance.FREE_COMPACT) * size
+        return maintenance.compaction_due(self.backend.disk_size(), used)
 
     def delete(self, ref: str) -> Checkpoint:
         """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.
