@@ -11,7 +11,7 @@ Figures: the per-file times of a ``make test`` run's JUnit report (docs/test-map
 from __future__ import annotations
 
 HEAVY = frozenset({
-    "test_agent_adapters.py", "test_attribution_differential.py", "test_claude_rewind.py",
+    "test_agent_adapters.py", "test_attribution_differential.py", "test_autostart.py", "test_claude_rewind.py",
     "test_consolidate.py", "test_gc_crash.py", "test_hook_claude_code.py", "test_hostile_payloads.py",
     "test_http_hooks_other_user.py", "test_integrate.py", "test_integrate_any_path.py",
     "test_manifest_cut.py", "test_mcp.py", "test_mcp_attribution.py", "test_mcp_inspector.py",
