@@ -451,8 +451,7 @@ class Store(ReadingMixin, RemotesMixin, GoingBackMixin, UpkeepMixin, TagsMixin):
             )
             if not result.reused:
                 result.report.warnings.extend(self._auto_retention())
-                if self.maintain_after_snapshot:
-                    result.report.warnings.extend(self._auto_maintenance())
+                result.report.warnings.extend(self._auto_maintenance(self.maintain_after_snapshot))
         if replaced:
             result.report.warnings.append(
                 "some text was not valid Unicode (a cut emoji or raw bytes): stored with U+FFFD in its place"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
+
 from snapstore.ops import consolidate, maintenance
 from snapstore.storage.backend import CONFIG_PREFIX
 from snapstore.store import Store
@@ -18,6 +20,13 @@ def steps(tree, store: Store, n: int, start: int = 0) -> list[str]:
         build_tree(tree, {f"d/f{i}.py": text(4_000, 1000 * k + i if i in (k % 8, (k + 3) % 8) else i) for i in range(8)})
         ids.append(store.snapshot(f"step {k}").id)
     return ids
+
+
+@pytest.fixture(autouse=True)
+def _by_checkpoints_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests count checkpoints to the pass: the check due because the store file grew
+    (tests/test_maintenance_size.py) would run passes in between."""
+    monkeypatch.setattr(maintenance, "GROWTH", 1e9)
 
 
 def loose(store: Store) -> int:
@@ -216,7 +225,6 @@ def test_the_pass_after_a_snapshot_keeps_to_its_time_budget(tree, store, monkeyp
     """Past ``maintenance.budget-ms`` no new step starts (one always runs): the snapshot that
     runs the pass waits a bounded time, and later passes go on where it stopped."""
     monkeypatch.setattr(maintenance, "STEP_BYTES", 8_000)
-    monkeypatch.setattr(maintenance, "GROWTH", 1e9)  # (passes on the checkpoints' schedule only)
     ticks = iter(range(10**6))
     monkeypatch.setattr(maintenance, "_clock", lambda: float(next(ticks)))  # 1 s per question
     store.config_set("maintenance.checkpoints", "6")

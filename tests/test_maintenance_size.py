@@ -38,8 +38,9 @@ def messages(steps: int) -> list[dict[str, str]]:
     ]
 
 
-def settle(store_dir: str, seconds: float = 120.0) -> None:
-    """Wait for a detached maintenance pass to end (it holds the maintenance flock)."""
+def settle(store_dir: str, seconds: float = 120.0, idle: Store | None = None) -> None:
+    """Wait for a detached maintenance pass to end (it holds the maintenance flock); ``idle``:
+    a Store that, meanwhile, does what an idle service does every second."""
     guard = WriterLock(os.path.join(store_dir, background.LOCK_NAME))
     deadline = time.monotonic() + seconds
     time.sleep(0.5)  # (a pass just spawned takes its flock within its start-up)
@@ -50,6 +51,8 @@ def settle(store_dir: str, seconds: float = 120.0) -> None:
         except LockedError:
             assert time.monotonic() < deadline, "the detached pass did not end"
             time.sleep(0.1)
+            if idle is not None:
+                idle.follow_compaction()
 
 
 def test_a_growing_conversation_store_as_left_stays_within_1_5x_of_compacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -72,6 +75,29 @@ def test_a_growing_conversation_store_as_left_stays_within_1_5x_of_compacted(tmp
         store.gc(compact=True)
     compacted = allocated(store_dir)
     assert left <= 1.5 * compacted, (left, compacted)
+
+
+def test_a_service_never_idle_keeps_the_store_within_1_5x_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The resident service reads no pass's plan in a checkpoint (it maintains when idle); an
+    agent that keeps it busy still gets the detached pass once the file has grown."""
+    monkeypatch.setenv(background.ENV, "1")
+    root = tmp_path / "chat"
+    build_tree(root, {"notes.txt": b"start\n"})
+    chat = messages(60)
+    with Store.init(root) as store:
+        store.maintain_after_snapshot = False  # (as the service's Store)
+        for n in range(len(chat)):
+            with open(root / "notes.txt", "a") as f:
+                f.write(f"step {n}\n")
+            store.snapshot(f"s{n}", conversation=chat[: n + 1])
+            if n % 10 == 9:
+                settle(str(store.store_dir), idle=store)
+    store_dir = str(root / ".snapstore")
+    settle(store_dir)
+    left = allocated(store_dir)
+    with Store.open(root) as store:
+        store.gc(compact=True)
+    assert left <= 1.5 * allocated(store_dir), (left, allocated(store_dir))
 
 
 def test_the_fast_path_floor_is_the_modules():

@@ -24,6 +24,17 @@ if TYPE_CHECKING:
 #: a small store imports nothing (tests/test_maintenance_size.py checks they agree).
 FILE_GROWN_FLOOR = 80 << 10
 
+def old_generations(store_dir: str) -> bool:
+    """Whether the store directory still holds a generation its ``CURRENT`` does not name (see
+    :mod:`snapstore.storage.lmdb_generations`)."""
+    try:
+        with open(os.path.join(store_dir, "CURRENT")) as f:
+            current = f.read().strip()
+        names = os.listdir(store_dir)
+    except OSError:
+        return False
+    return any(n != current and (n.startswith("gen-") or n == "data.mdb") for n in names)
+
 #: The environment variable that overrides ``service.autostart``: ``0``/``false``/``no``/``off``
 #: never start the service from a command, ``1``/``true``/``yes``/``on`` always may.
 AUTOSTART_ENV = "SNAPSTORE_AUTOSTART"
@@ -119,11 +130,14 @@ class UpkeepMixin(StoreBase):
             return [f"automatic retention failed: {exc}"]
         return []
 
-    def _auto_maintenance(self) -> list[str]:
+    def _auto_maintenance(self, in_checkpoint: bool = True) -> list[str]:
         """After a snapshot (lock held): every ``maintenance.checkpoints`` checkpoints, and
         whenever the store file has grown by ``maintenance.GROWTH`` since the last maintenance,
         gather the small loose packs when at least ``maintenance.loose-packs`` have piled up
         (or, detached, run every pass due and compact the file: :meth:`maintain_all`).
+        Not ``in_checkpoint`` (the resident service, which maintains the store when idle and
+        never reads a pass's plan in a checkpoint): only a grown file starts the detached pass,
+        so a service that is never idle still keeps the store near its compacted size.
 
         Four raw reads and a ``stat`` on the fast path: the maintenance module is imported only when a check
         is due (its keys are written out here; a test checks they agree)."""
@@ -142,7 +156,7 @@ class UpkeepMixin(StoreBase):
         except ValueError:
             at, every = 0, 32
         seq: int | None = count
-        if at <= count < at + every:
+        if not in_checkpoint or at <= count < at + every:
             if not self._file_grown(raw_size):
                 return []
             seq = None  # (due by size: the checkpoints' schedule stays as it was)
@@ -156,6 +170,9 @@ class UpkeepMixin(StoreBase):
             if self.maintain_in_background(values):
                 self._maintained(seq)
                 return []
+            if not in_checkpoint:
+                self._maintained(None)  # (nothing due: the next check at the next growth)
+                return []  # (the service's idle pass does the rest)
             stop = maintenance.stop_after(int(values["maintenance.budget-ms"]) / 1000)
             found = maintenance.plan(
                 self.backend,
@@ -285,15 +302,40 @@ class UpkeepMixin(StoreBase):
                 reports.append(report)
                 if report.chunks_moved == 0:
                     break  # (what is left cannot move now: damage, or a gc in between)
-            if not any(r.compacted for r in reports) and self._mostly_free():
+            compacted = any(r.compacted for r in reports)
+            if not compacted and self._mostly_free():
                 # Free pages with no pass due: each checkpoint's transactions leave some, and
                 # a small store's file grows to twice its contents without this.
                 with self._lock.held():
                     compacted = self.backend.compact() is not None
                 if reports:
                     reports[-1].compacted = compacted
+            if compacted and self.store_dir is not None:
+                self._drop_old_generations(self.store_dir)
             self._maintained()
             return reports
+
+    def _drop_old_generations(self, store_dir: str, seconds: float = 5.0) -> None:
+        """After a compaction: delete the generation it replaced once no process has it open
+        (a service follows at its next transaction or idle second), waiting ``seconds`` at
+        most; until then the store takes the old file's bytes too.  What is left is deleted by
+        the next writer (:meth:`snapstore.storage.backend.Backend.refresh`)."""
+        import time
+
+        deadline = time.monotonic() + seconds
+        while old_generations(store_dir):
+            with self._lock.held():
+                self.backend.refresh()
+            if time.monotonic() > deadline or not old_generations(store_dir):
+                return
+            time.sleep(0.2)
+
+    def follow_compaction(self) -> None:
+        """Follow a compaction another process made (one read transaction): this process
+        then lets go of the generation it replaced, which the compacting process deletes.  The
+        idle service calls it every second."""
+        with self.backend.read():
+            pass
 
     def _mostly_free(self) -> bool:
         """Whether more than :data:`~snapstore.ops.maintenance.FREE_COMPACT` of the store file
