@@ -41,7 +41,7 @@ class Codec:
     )  # fmt: skip
 
     def __init__(self) -> None:
-        self.entries: list[Entry] = []
+        self.entries: Sequence[Entry] = []
         self.records: list[bytes] = []
         #: For each chunk, the index in ``entries`` just past its last record.
         self.ends: list[int] = []
@@ -75,7 +75,7 @@ class Codec:
 
 def write_manifest(
     codec: Codec,
-    entries: list[Entry],
+    entries: Sequence[Entry],
     put: Put,
     level: int = objects.DEFAULT_LEVEL,
     *,
@@ -128,10 +128,10 @@ Run = tuple[int, int, int, int]
 
 #: ``(base list, runs)``: the new entries are ``base`` with only these runs changed, in order
 #: (see :func:`write_manifest`).
-Span = tuple[list[Entry], list[Run]]
+Span = tuple[Sequence[Entry], list[Run]]
 
 
-def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], bytes], span: Span | None = None) -> bool:
+def encode_chunks(codec: Codec, entries: Sequence[Entry], pack: Callable[[Entry], bytes], span: Span | None = None) -> bool:
     """Cut sorted ``entries`` into chunks: ``codec`` is updated to them (``chunks``, ``cids``,
     ``leaves``; ``fresh`` says which were cut afresh).  True when all were (no last encoding).
 
@@ -195,7 +195,7 @@ def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], by
     return False
 
 
-def _one_run(old: list[Entry], new: list[Entry]) -> list[Run]:
+def _one_run(old: Sequence[Entry], new: Sequence[Entry]) -> list[Run]:
     """The run between the first and the last difference (none when the lists are equal)."""
     p = _common_prefix(old, new)
     s = _common_suffix(old, new, min(len(old), len(new)) - p)
@@ -221,7 +221,7 @@ class _Cutter:
         self.cids: list[bytes] = []
         self.leaves: list[tuple[bytes, int]] = []
         self.records: list[bytes] = []
-        self.size = 0
+        self.size = codec.size
         self.fresh: list[tuple[int, int]] = []
         #: Old chunks kept before the first region, and after the last.
         self.first_fresh = -1
@@ -235,19 +235,20 @@ class _Cutter:
             self.ends.extend([e + delta for e in tail] if delta else tail)
             self.chunks.extend(codec.chunks[k:k_stop])
             self.cids.extend(codec.cids[k:k_stop])
-            leaves = codec.leaves[k:k_stop]
-            self.leaves.extend(leaves)
-            self.size += sum(s for _, s in leaves)
+            self.leaves.extend(codec.leaves[k:k_stop])
         self.records.extend(codec.records[self.done : record_stop])
         self.kept_after = k_stop - k
         self.k, self.done = k_stop, record_stop
 
-    def recut(self, entries: list[Entry], pieces: list[bytes], start_new: int, record_stop: int, k_next: int) -> None:
+    def recut(self, entries: Sequence[Entry], pieces: list[bytes], start_new: int, record_stop: int, k_next: int) -> None:
         """Cut ``pieces`` (the records of new entries from ``start_new``) afresh, in place of
         the old chunks up to ``k_next`` and the old records up to ``record_stop``."""
         if self.first_fresh < 0:
             self.first_fresh = len(self.chunks)
         first = len(self.chunks)
+        # (The size is the old one, less the chunks replaced, plus the new: no sum over the
+        # chunks kept, which are nearly all of a big tree's.)
+        self.size -= sum(size for _, size in self.codec.leaves[self.k : k_next])
         keys = [e.path for e in entries[start_new : start_new + len(pieces)]]
         for end, data in chunker.cut_record_bytes(keys, pieces):
             cid = objects.chunk_id(data)
@@ -260,12 +261,12 @@ class _Cutter:
         self.records.extend(pieces)
         self.k, self.done = k_next, record_stop
 
-    def finish_whole(self, entries: list[Entry], records: list[bytes]) -> None:
+    def finish_whole(self, entries: Sequence[Entry], records: list[bytes]) -> None:
         self.recut(entries, records, 0, 0, 0)
         self.records = records
         self.finish(entries)
 
-    def finish(self, entries: list[Entry]) -> None:
+    def finish(self, entries: Sequence[Entry]) -> None:
         codec = self.codec
         codec.entries, codec.records, codec.ends, codec.chunks = entries, self.records, self.ends, self.chunks
         codec.cids, codec.leaves, codec.size, codec.fresh = self.cids, self.leaves, self.size, self.fresh
