@@ -5,13 +5,16 @@ the tree of each of the last N first-parent commits of PATH is laid out in a scr
 (``git read-tree -u --reset`` with a private index: untimed, PATH is only read), and every
 contestant checkpoints it, the order alternating per commit:
 
-- ``snap-cli``: ``snapstore snapshot`` processes without a service;
+- ``snap-cli``: ``snapstore snapshot`` processes without a service (``SNAPSTORE_AUTOSTART=0``);
+- ``snap-auto``: the same as a person at a shell gets it by default: the first command starts
+  the store's service (``service.autostart``), the next ones use it;
 - ``snap-svc``: the same with the store's resident service (through the native client when
   ``make setup`` built it);
 - ``git-cli``: a shadow git repository driven as Cline drives it (``add -A`` + ``commit``);
 - ``snap-watch`` and ``pygit2``: library calls in a resident child process each.
 
-Then K random commits are restored by ``snap-svc`` and ``git-cli`` (the tree is put back at the
+Then K random commits are restored by ``snap-svc`` and ``git-cli``, and K more by ``snap-cli``
+and ``git-cli`` (the tree is put back at the
 newest commit, untimed, before each), and the store sizes are compared with ``git gc``.
 Reported: per-checkpoint median and p95 per contestant, each snapstore contestant's median
 ratio to its git counterpart (CLI to git-cli, library to pygit2), restore medians, sizes.
@@ -32,7 +35,7 @@ import time
 from typing import Any
 
 from . import competitors
-from .measure import fmt_bytes, output
+from .measure import fmt_bytes, output, run
 
 
 def first_parent_commits(repo: str, n: int) -> list[str]:
@@ -58,6 +61,47 @@ def p95(xs: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
 
 
+class SnapAuto(competitors.SnapCLI):
+    """``snapstore snapshot`` as a person at a shell runs it by default: the first command runs
+    in-process and starts the store's service (``service.autostart``), the next ones use it."""
+
+    name = "snap-auto"
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        return {**competitors.snap_env(), "SNAPSTORE_AUTOSTART": "1"}
+
+    def checkpoint(self, msg: str) -> tuple[float, int | None]:
+        p = run(self._cmd("snapshot", "-m", msg, "-q"), cwd=self.tree, env=self.env())
+        return p.seconds, p.rss_kib
+
+    def close(self) -> None:
+        subprocess.run(self._cmd("serve", "--stop"), cwd=self.tree, env=self.env(), capture_output=True)
+
+
+def _cli_ids(cli: Any, shas: list[str]) -> list[str]:
+    """The ids of the no-service CLI's checkpoints of ``shas[1:]`` (one ``list``, untimed)."""
+    doc = json.loads(output(cli._cmd("list", "--json", "-n", str(len(shas) + 1)), cwd=cli.tree, env=competitors.snap_env()))
+    by_message = {c["message"]: c["id"] for c in doc["checkpoints"]}
+    return [by_message[f"commit {sha[:12]}"] for sha in shas[1:]]
+
+
+def _no_service_restores(layout: Layout, shas: list[str], cli: Any, git: Any, ids: dict[str, list[str]], k: int, seed: int) -> dict[str, list[float]]:
+    """Restores of random commits by the CLI without a service and by git, interleaved (the
+    tree put back at the newest commit, untimed, before each)."""
+    rng = random.Random(seed + 1)
+    picks = [rng.randrange(len(ids["git-cli"]) - 1) for _ in range(k)] if len(ids["git-cli"]) > 1 else []
+    out: dict[str, list[float]] = {"snap-cli": [], "git-cli (vs snap-cli)": []}
+    for n, step in enumerate(picks):
+        pair = [("snap-cli", cli, ids["snap-cli"][step]), ("git-cli (vs snap-cli)", git, ids["git-cli"][step])]
+        for name, contestant, ref in pair if n % 2 else pair[::-1]:
+            layout.checkout(shas[-1])
+            seconds, _ = contestant.restore(ref)
+            out[name].append(seconds)
+    layout.checkout(shas[-1])
+    return out
+
+
 def replay(repo: str, commits: int, restores: int, seed: int) -> dict[str, Any]:
     shas = first_parent_commits(repo, commits)
     work = tempfile.mkdtemp(prefix="replay.")
@@ -67,6 +111,7 @@ def replay(repo: str, commits: int, restores: int, seed: int) -> dict[str, Any]:
     svc = competitors.SnapSvc(tree, os.path.join(work, "snap-svc"))
     contestants: list[Any] = [
         competitors.SnapCLI(tree, os.path.join(work, "snap-cli")),
+        SnapAuto(tree, os.path.join(work, "snap-auto")),
         svc,
         competitors.GitCLI(tree, os.path.join(work, "git-cli")),
         competitors.LibWorker("snapwatch", tree, os.path.join(work, "snap-watch")),
@@ -88,9 +133,11 @@ def replay(repo: str, commits: int, restores: int, seed: int) -> dict[str, Any]:
                 seconds, _ = c.checkpoint(f"commit {sha[:12]}")
                 times[c.name].append(seconds)
             ids["snap-svc"].append(svc.latest_id())
-            ids["git-cli"].append(contestants[2].latest_id())
+            ids["git-cli"].append(contestants[3].latest_id())
         served = svc.requests()
-        restore_times = _restores(layout, shas, svc, contestants[2], ids, restores, seed)
+        restore_times = _restores(layout, shas, svc, contestants[3], ids, restores, seed)
+        ids["snap-cli"] = _cli_ids(contestants[0], shas)
+        restore_times.update(_no_service_restores(layout, shas, contestants[0], contestants[3], ids, restores, seed))
         sizes = _sizes(contestants)
     finally:
         for c in contestants:
@@ -116,14 +163,14 @@ def _restores(layout: Layout, shas: list[str], svc: Any, git: Any, ids: dict[str
 
 def _sizes(contestants: list[Any]) -> dict[str, int]:
     sizes = {c.name: c.disk_bytes() for c in contestants if c.name in ("snap-svc", "git-cli")}
-    sizes["git gc"] = contestants[2].gc_bytes()[0]
+    sizes["git gc"] = next(c for c in contestants if c.name == "git-cli").gc_bytes()[0]
     return sizes
 
 
 def _report(repo: str, shas: list[str], times: dict[str, list[float]], restores: dict[str, list[float]],
             sizes: dict[str, int], served: int | None) -> dict[str, Any]:
     med = {k: statistics.median(v) for k, v in times.items() if v}
-    peer = {"snap-cli": "git-cli", "snap-svc": "git-cli", "snap-watch": "pygit2"}
+    peer = {"snap-cli": "git-cli", "snap-auto": "git-cli", "snap-svc": "git-cli", "snap-watch": "pygit2"}
     rows = [{"contestant": k, "median_ms": med[k] * 1000, "p95_ms": p95(times[k]) * 1000,
              "vs": peer.get(k), "ratio": med[k] / med[peer[k]] if k in peer and med.get(peer[k]) else None}
             for k in med]
@@ -152,6 +199,7 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += [f"| {k} | {v['median_ms']:.1f} ms (n={v['n']}) |" for k, v in rs.items()]
         if doc["restore_ratio"] is not None:
             lines.append(f"| ratio snap-svc / git-cli | {doc['restore_ratio']:.2f}x |")
+        lines += _no_service_lines(doc)
     sz = doc["sizes"]
     lines += ["", "| store | bytes |", "| --- | --- |"] + [f"| {k} | {fmt_bytes(v)} |" for k, v in sz.items()]
     if doc["size_ratio"] is not None:
@@ -159,6 +207,15 @@ def markdown(doc: dict[str, Any]) -> str:
     if doc["served_by_service"] is not None:
         lines += ["", f"(snap-svc: {doc['served_by_service']} requests answered by the service)"]
     return "\n".join(lines) + "\n"
+
+
+def _no_service_lines(doc: dict[str, Any]) -> list[str]:
+    """The restore ratio of the CLI without a service (its restores interleaved with git's)."""
+    rs = doc["restore"]
+    if "snap-cli" not in rs or not rs.get("git-cli (vs snap-cli)"):
+        return []
+    return [f"| ratio snap-cli / git-cli (no service, interleaved) | "
+                f"{rs['snap-cli']['median_ms'] / rs['git-cli (vs snap-cli)']['median_ms']:.2f}x |"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -194,6 +194,11 @@ class UpkeepMixin(StoreBase):
         size = self.backend.disk_size()
         if size <= FILE_GROWN_FLOOR:  # (not even the module's import: the snapshot's fast path)
             return False
+        if raw_size is None:
+            # The first check past the floor (a first checkpoint, or a store from before the
+            # size was kept) sets the base: the growth is what comes after.
+            self._maintained(None)
+            return False
         from snapstore.ops import maintenance
 
         return maintenance.grown(size, raw_size)
