@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import subprocess_env
+from helpers import subprocess_env, wait_for_service
 
 from snapstore.service import daemon, native
 from snapstore.store import Store
@@ -45,14 +45,7 @@ def project(tmp_path: Path):  # type: ignore[no-untyped-def]
     daemon.stop(str(root / ".snapstore"))
 
 
-def wait_for(store_dir: str, seconds: float) -> dict | None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        info = daemon.status(store_dir)
-        if info is not None:
-            return info
-        time.sleep(0.05)
-    return None
+wait_for = wait_for_service
 
 
 def checkpoints(root: Path) -> list[str]:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import subprocess_env
+from helpers import subprocess_env, wait_for_service
 
 from snapstore.service import daemon, protocol
 from snapstore.store import Store
@@ -203,14 +203,7 @@ def test_client_version_flag_reads_no_package_metadata():
     assert r.stdout.strip() == b"", r.stdout
 
 
-def _wait_for_service(store_dir: str, seconds: float = 30.0) -> dict | None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        info = daemon.status(store_dir)
-        if info is not None:
-            return info
-        time.sleep(0.05)
-    return None
+_wait_for_service = wait_for_service
 
 
 @pytest.mark.parametrize("form", [["snapshot", "-q"], ["snapshot", "-m", "-by-click", "--json"]])  # (lean declines a value starting with -)

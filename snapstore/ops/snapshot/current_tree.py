@@ -3,7 +3,7 @@ consuming anything: what ``diff`` against the tree, a dry-run restore, a restore
 tree and a revert ask.
 
 A watching Store (:mod:`.incremental`) keeps the state its last snapshot left; the pending
-events (``Watcher.peek``) are applied to *copies* of it (:func:`.incremental.patch_copy`), the
+events (``Watcher.peek``) are applied to *copies* of it (:func:`.incremental.patch`), the
 files they name and the stat cache cannot vouch for are hashed (never stored), and the answer
 is thrown away: the next snapshot still sees every event.  When the state cannot vouch (no
 watcher, another writer committed since, an overflow), the callers walk the tree
@@ -78,7 +78,7 @@ def _look(
     report = scan.ScanReport()
     # No watch is added: a read-only look must not change what is watched (the next
     # snapshot's patch adds it).
-    patched = incremental.patch_copy(ctx, state, found, dict(state.listings), changes, report, mapped)
+    patched = incremental.patch(ctx, state, found, dict(state.listings), changes, report, None, mapped)
     if patched is None:
         return None
     entries = patched.entries

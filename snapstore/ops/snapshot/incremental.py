@@ -83,7 +83,7 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     if changes.full and not check:
         return None
     mapped = blind_spots(watcher, state, changes)
-    patched = _patch(
+    patched = patch(
         ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped,
         in_place=not check,
     )  # fmt: skip
@@ -109,7 +109,7 @@ def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool
     (re-stat'ed: a write through another link changes their mtime) and every file mapped
     shared and writable now or at the last snapshot (the mapping may have been written and
     gone since, and its ``IN_CLOSE_WRITE`` names the name it was made by), which it returns:
-    those are read again (:func:`_patch`), since a write to a page already dirty (or any
+    those are read again (:func:`patch`), since a write to a page already dirty (or any
     write after the first on tmpfs) keeps the mtime.  (The directories the watcher cannot see
     are already in ``changes.blind``.)  ``look``: a read-only look, which remembers nothing."""
     named, inodes = watcher.mapped_for_write()
@@ -134,7 +134,7 @@ def _by_inode(memo: dict[int, tuple[bytes, ...]], found: dict[bytes, scan.Found]
     ``memo`` keeps the answer per inode (the watcher's ``inode_memo``; () when not in the tree),
     so the tree is searched only for an inode not seen before; an answer stands while the
     paths still have that inode, and a patch drops the inodes of what it found anew
-    (:func:`_patch`), a full walk all of them.
+    (:func:`patch`), a full walk all of them.
     """
     out: set[bytes] = set()
     unknown: set[int] = set()
@@ -194,7 +194,7 @@ def _report(report: scan.ScanReport, listings: scan.Listings) -> bool:
     return True
 
 
-def _patch(
+def patch(
     ctx: StageContext,
     state: TreeState,
     found: dict[bytes, scan.Found],
@@ -208,7 +208,9 @@ def _patch(
 ) -> Patched | None:
     """Apply ``changes`` to ``found`` and ``listings`` and derive the entries: the state's own
     dict edited ``in_place`` (O(changed); the caller drops the state and the memo if the
-    snapshot does not complete), else a copy (a look changes nothing).  The files of
+    snapshot does not complete), else a copy (a look changes nothing: :mod:`.current_tree`
+    passes copies of ``found`` and ``listings`` and no ``watch``, since a look must not change
+    what is watched).  The files of
     ``reread`` (up to MAPPED_REREAD_MAX) are read whatever the stat cache says."""
     patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watch)
     if patch is None:
@@ -248,22 +250,6 @@ def _patch(
         base, since = state.carried
         touched |= since
     return Patched(found, cache, entries, to_read, stale, touched, links, base)
-
-
-def patch_copy(
-    ctx: StageContext,
-    state: TreeState,
-    found: dict[bytes, scan.Found],
-    listings: scan.Listings,
-    changes: Changes,
-    report: scan.ScanReport,
-    reread: set[bytes],
-) -> Patched | None:
-    """A read-only look's patch (:mod:`.current_tree`): ``changes`` applied to ``found`` and
-    ``listings`` (the caller's copies of the state's), the entries derived in a copy; no
-    watch is added (a look must not change what is watched: the next snapshot's patch adds
-    it).  None when only a walk can say."""
-    return _patch(ctx, state, found, listings, changes, report, None, reread)
 
 
 def _links_after(before: set[bytes], patch: rescan.Patch, found: dict[bytes, scan.Found]) -> set[bytes] | None:
