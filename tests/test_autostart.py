@@ -68,6 +68,17 @@ def test_the_first_plain_snapshot_starts_the_service_for_the_next(project: Path)
     assert checkpoints(project) == ["two", "one"]
 
 
+def test_an_in_process_restore_starts_it_too(project: Path):
+    with Store.open(project) as s:
+        s.snapshot("one")
+        (project / "a.txt").write_bytes(b"changed\n")
+        s.snapshot("two")
+    done = snap("restore", "latest~1", "-q", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert (project / "a.txt").read_bytes() == b"alpha\n"
+    assert wait_for(str(project / ".snapstore"), 30) is not None
+
+
 @pytest.mark.parametrize("how", ["env", "ci", "config"])
 def test_each_opt_out_keeps_the_cli_without_a_service(project: Path, how: str):
     store_dir = str(project / ".snapstore")
