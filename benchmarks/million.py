@@ -113,22 +113,26 @@ def markdown(doc: dict) -> str:
 
 #: What bounds the service's figures (measured apart from this run; see the text's date).
 WHERE_IT_GOES = """
-What bounds these figures (measured 2026-11-28 on the same machine, load 3-4):
+What bounds these figures (measured 2026-11-28 on the same machine, load ~10, so absolute times
+are high; the ratios of before/after are from back-to-back runs):
 
-- **1-file checkpoint.** cProfile of one in-process watched 1-file checkpoint at 200,000 files
-  (38-61 ms): the manifest codec's re-cut 14-16 ms, of which 6 ms summed every kept chunk's
-  size (now kept by difference) and the rest copies the kept records list (a pointer per file,
-  `records/manifest_codec.py` `_Cutter.keep`); the commit 12 ms (an fsynced LMDB commit, the
-  durability setting's price); manifest deltas 5 ms; reading the file 5 ms. The ordered entries
+- **1-file checkpoint.** cProfile of one in-process watched 1-file checkpoint at 200,000 files:
+  54 ms before this round's changes (38-61 ms a checkpoint), 19 ms after (20-41 ms). Before,
+  the manifest codec's re-cut took 14-16 ms: 6 ms summed every kept chunk's size (now kept by
+  difference) and the rest copied a kept record per file (`records/manifest_codec.py` no
+  longer keeps records: a re-cut region packs its unchanged entries again); the ordered entries
   are kept in copy-on-write chunks of 1,024 (`ops/snapshot/ordered.py`), so a 1-file edit no
   longer copies two lists of a pointer per file (3.6 MB at 200,000 entries; < 100 KB now, a
-  test bounds it). Next step: the codec's records and chunk-end lists in the same chunks.
-- **Memory per file** (`sys.getsizeof` over the service's kept state at 20,000 files, about
-  0.97 KB a file all told): the walk's records (`found`: path, a 4-field record, a 5-int stat)
-  361 B, the entries dict 216 B, the stat cache dict 184 B, the manifest codec's encoded records
-  188 B, the ordered chunks 17 B, listings 8 B. Next step to ~0.5 KB: a packed record per file
-  (the stat and the entry's fields in one bytes value, the path once) for the kept state only,
-  and the codec's records dropped in favour of re-encoding the changed runs from the entries.
+  test bounds it). What is left: the commit, ~12 ms (an fsynced LMDB commit: the durability
+  setting's price), manifest deltas ~5 ms, reading the file, the shared-mapping scan ~3 ms.
+- **Memory per file** (`sys.getsizeof` over the service's kept state at 20,000 files): 0.97 KB
+  a file before, 0.86 KB after (the codec's records: 188 -> 78 B). Now: the walk's records
+  (`found`: path, a 4-field record, a 5-int stat) 361 B, the entries dict 210 B, the stat cache
+  dict 184 B, the codec's encoded chunks 78 B, the ordered chunks 17 B, listings 8 B. Next step
+  to ~0.5 KB: a packed record per file for the kept state only (the stat as one bytes value of
+  36 bytes instead of a 5-field tuple and its ints, ~150 B; the entry and the stat-cache value
+  derived from it rather than kept beside it), not done in this round: every reader of
+  `Found.st` in `tree/rescan.py`, `tree/worktree.py` and `incremental.py` would read it.
 """
 
 
