@@ -115,7 +115,7 @@ def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool
     named, inodes = watcher.mapped_for_write()
     mapped = {p for p in named if p in state.found}  # (not the store's own lock file)
     if inodes:
-        mapped |= _by_inode(watcher.inode_memo, state.found, inodes)
+        mapped |= _by_inode(watcher.inode_memo, state.found, _in_tree(watcher, state.found, inodes))
     if not look:
         mapped, watcher.last_mapped = mapped | watcher.last_mapped, mapped
     else:
@@ -125,6 +125,30 @@ def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool
     changes.paths |= state.links
     changes.paths |= mapped
     return mapped
+
+
+def _in_tree(watcher: Watcher, found: dict[bytes, scan.Found], inodes: set[int]) -> set[int]:
+    """Of ``inodes`` (mapped shared and writable by some process, anywhere on the tree's
+    device), those a file of the tree may have: the others are answered "not in the tree" in
+    the memo at once.  Another program's databases on the same device (an LMDB store, a
+    browser's cache) are mapped this way; without this each new one scanned every record."""
+    memo = watcher.inode_memo
+    unknown = {ino for ino in inodes if ino not in memo}
+    if not unknown:
+        return inodes
+    index = watcher.inode_index
+    if index is None:
+        from array import array
+
+        index = watcher.inode_index = array(
+            "Q", sorted(f.st.st_ino for f in found.values() if f.kind <= EXEC and f.st is not None)
+        )
+        watcher.inode_recent = set()
+    for ino in unknown:
+        i = bisect.bisect_left(index, ino)
+        if not (i < len(index) and index[i] == ino) and ino not in watcher.inode_recent:
+            memo[ino] = ()
+    return inodes
 
 
 def _by_inode(memo: dict[int, tuple[bytes, ...]], found: dict[bytes, scan.Found], inodes: set[int]) -> set[bytes]:
@@ -219,6 +243,8 @@ def patch(
     if links is None:
         return None
     memo = ctx.watcher.inode_memo if ctx.watcher is not None else None
+    if ctx.watcher is not None and ctx.watcher.inode_index is not None:
+        ctx.watcher.inode_recent.update(f.st.st_ino for f in patch.updated if f.st is not None)
     if memo:
         for f in patch.updated:  # an inode answered "not in the tree" may be in it now
             if f.st is not None and memo.get(f.st.st_ino) == ():
