@@ -131,7 +131,8 @@ are high; the ratios of before/after are from back-to-back runs):
   32.9 ms. The swings were not the code: other programs were opening LMDB stores on the same
   device, and each new inode mapped shared and writable made a watched checkpoint scan every
   record for it (`incremental._by_inode`: 1.3 s over 4 checkpoints in a profile). A sorted
-  index of the tree's inodes now answers those without a scan (`tests/test_mapped_inodes.py`).
+  index of the tree's inodes now answers those without a scan (`tests/test_mapped_inodes.py`);
+  with it, this branch: 7.0 / 12.4 ms in a quiet minute, 20.2 / 43.6 ms in a busy one.
 - **Memory per file** (`sys.getsizeof` over the service's kept state at 20,000 files): 0.97 KB
   a file before, 0.86 KB after (the codec's records: 188 -> 78 B). Now: the walk's records
   (`found`: path, a 4-field record, a 5-int stat) 361 B, the entries dict 210 B, the stat cache
