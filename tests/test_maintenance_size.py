@@ -3,7 +3,7 @@ requirement 4): a conversation growing by one message a checkpoint, each checkpo
 process of its own (a fresh Store, as the CLI without a service does), with the detached pass
 on; the store directory as left (the LMDB file included) is at most 1.5x what
 ``gc --compact`` makes of it.  And the copy that compaction is (under the writer lock) is
-bounded: no automatic compaction of a file larger than ``maintenance.COMPACT_MAX``."""
+bounded: no automatic compaction of a file larger than ``maintenance_due.COMPACT_MAX``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from snapstore.errors import LockedError
 from snapstore.facade import upkeep
-from snapstore.ops import background, maintenance
+from snapstore.ops import background, maintenance_due
 from snapstore.storage.lock import WriterLock
 from snapstore.store import Store
 from snapstore.testing import build_tree
@@ -101,17 +101,17 @@ def test_a_service_never_idle_keeps_the_store_within_1_5x_too(tmp_path: Path, mo
 
 
 def test_the_fast_path_floor_is_the_modules():
-    assert upkeep.FILE_GROWN_FLOOR == maintenance.GROWTH * maintenance.GROWTH_FLOOR
+    assert upkeep.FILE_GROWN_FLOOR == maintenance_due.GROWTH * maintenance_due.GROWTH_FLOOR
 
 
 def test_automatic_compaction_is_bounded_by_the_file_size():
     """Compaction copies the file under the writer lock: above COMPACT_MAX, however free the
     file, automatic maintenance leaves it to ``gc --compact``."""
-    big = maintenance.COMPACT_MAX
-    assert maintenance.compaction_due(big, big // 2)
-    assert not maintenance.compaction_due(big + 4096, big // 2)
-    assert not maintenance.compaction_due(1 << 20, (1 << 20) - (32 << 10))  # (a few free pages)
-    assert not maintenance.compaction_due(10 << 20, 95 * (1 << 20) // 10)  # (5% free)
+    big = maintenance_due.COMPACT_MAX
+    assert maintenance_due.compaction_due(big, big // 2)
+    assert not maintenance_due.compaction_due(big + 4096, big // 2)
+    assert not maintenance_due.compaction_due(1 << 20, (1 << 20) - (32 << 10))  # (a few free pages)
+    assert not maintenance_due.compaction_due(10 << 20, 95 * (1 << 20) // 10)  # (5% free)
 
 
 def test_a_grown_file_makes_maintenance_due_and_a_maintained_one_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -123,12 +123,12 @@ def test_a_grown_file_makes_maintenance_due_and_a_maintained_one_not(tmp_path: P
     with Store.init(root) as store:
         store.config_set("maintenance.checkpoints", "1000000")
         n = 0
-        while store.backend.disk_size() <= maintenance.GROWTH * maintenance.GROWTH_FLOOR:
+        while store.backend.disk_size() <= maintenance_due.GROWTH * maintenance_due.GROWTH_FLOOR:
             build_tree(root, {f"f{n}.bin": os.urandom(20_000)})
             store.snapshot(f"s{n}")
             n += 1
             assert n < 500
         with store.backend.read() as view:
-            recorded = view.get("meta", maintenance.SIZE_KEY)
-        assert recorded is not None and int(recorded) > maintenance.GROWTH_FLOOR  # the check ran, by size
-        assert not maintenance.grown(int(recorded), recorded)
+            recorded = view.get("meta", maintenance_due.SIZE_KEY)
+        assert recorded is not None and int(recorded) > maintenance_due.GROWTH_FLOOR  # the check ran, by size
+        assert not maintenance_due.grown(int(recorded), recorded)

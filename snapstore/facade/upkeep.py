@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 
-#: ``maintenance.GROWTH * maintenance.GROWTH_FLOOR``, written out so that a snapshot's check of
+#: ``maintenance_due.GROWTH * maintenance_due.GROWTH_FLOOR``, written out so that a snapshot's check of
 #: a small store imports nothing (tests/test_maintenance_size.py checks they agree).
 FILE_GROWN_FLOOR = 80 << 10
 
@@ -190,7 +190,7 @@ class UpkeepMixin(StoreBase):
 
     def _file_grown(self, raw_size: bytes | None) -> bool:
         """Whether the store file outgrew its size at the last maintenance (one ``stat``; the
-        rule is :func:`snapstore.ops.maintenance.grown`, imported only when it may hold)."""
+        rule is :func:`snapstore.ops.maintenance_due.grown`, imported only when it may hold)."""
         size = self.backend.disk_size()
         if size <= FILE_GROWN_FLOOR:  # (not even the module's import: the snapshot's fast path)
             return False
@@ -199,19 +199,19 @@ class UpkeepMixin(StoreBase):
             # size was kept) sets the base: the growth is what comes after.
             self._maintained(None)
             return False
-        from snapstore.ops import maintenance
+        from snapstore.ops import maintenance_due
 
-        return maintenance.grown(size, raw_size)
+        return maintenance_due.grown(size, raw_size)
 
     def _maintained(self, count: int | None = None) -> None:
         """Record that maintenance ran: the log's record count (``count``, after a snapshot's
         check) and the store file's size (the base of :meth:`_file_grown`)."""
-        from snapstore.ops import maintenance
+        from snapstore.ops import maintenance_due
 
         with self.backend.write() as batch:
             if count is not None:
-                batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
-            batch.put("meta", maintenance.SIZE_KEY, str(self.backend.disk_size()).encode())
+                batch.put("meta", b"maintenance:at", str(count).encode())  # (maintenance.SEQ_KEY)
+            batch.put("meta", maintenance_due.SIZE_KEY, str(self.backend.disk_size()).encode())
 
     def maintain_in_background(self, values: dict[str, str] | None = None) -> bool:
         """Start the due maintenance passes in a process of their own, when allowed (config
@@ -345,11 +345,11 @@ class UpkeepMixin(StoreBase):
     def _mostly_free(self) -> bool:
         """Whether more than :data:`~snapstore.ops.maintenance.FREE_COMPACT` of the store file
         is free pages (the tables' pages against the file's size)."""
-        from snapstore.ops import maintenance
+        from snapstore.ops import maintenance_due
         from snapstore.storage.backend import TABLES
 
         used = sum(self.backend.table_pages(t) for t in TABLES)
-        return maintenance.compaction_due(self.backend.disk_size(), used)
+        return maintenance_due.compaction_due(self.backend.disk_size(), used)
 
     def delete(self, ref: str) -> Checkpoint:
         """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.
