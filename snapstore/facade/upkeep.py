@@ -131,10 +131,11 @@ class UpkeepMixin(StoreBase):
         return []
 
     def _auto_maintenance(self, in_checkpoint: bool = True) -> list[str]:
-        """After a snapshot (lock held): every ``maintenance.checkpoints`` checkpoints, and
-        whenever the store file has grown by ``maintenance.GROWTH`` since the last maintenance,
-        gather the small loose packs when at least ``maintenance.loose-packs`` have piled up
-        (or, detached, run every pass due and compact the file: :meth:`maintain_all`).
+        """After a snapshot (lock held): every ``maintenance.checkpoints`` checkpoints, gather
+        the small loose packs when at least ``maintenance.loose-packs`` have piled up (or,
+        detached, run every pass due and compact the file: :meth:`maintain_all`); whenever the
+        store file has grown by ``maintenance_due.GROWTH`` since the last maintenance, start the
+        detached pass if one is due (nothing in-process: only compaction gives the bytes back).
         Not ``in_checkpoint`` (the resident service, which maintains the store when idle and
         never reads a pass's plan in a checkpoint): only a grown file starts the detached pass,
         so a service that is never idle still keeps the store near its compacted size.
@@ -170,9 +171,12 @@ class UpkeepMixin(StoreBase):
             if self.maintain_in_background(values):
                 self._maintained(seq)
                 return []
-            if not in_checkpoint:
-                self._maintained(None)  # (nothing due: the next check at the next growth)
-                return []  # (the service's idle pass does the rest)
+            if not in_checkpoint or seq is None:
+                # Due by size alone, and not detached (or nothing due): the loose-pack pass a
+                # checkpoint may run compacts nothing, so it is not run for growth; the next
+                # check is at the next growth (the service's idle pass does the rest).
+                self._maintained(None)
+                return []
             stop = maintenance.stop_after(int(values["maintenance.budget-ms"]) / 1000)
             found = maintenance.plan(
                 self.backend,
