@@ -5,7 +5,9 @@ the tree of each of the last N first-parent commits of PATH is laid out in a scr
 (``git read-tree -u --reset`` with a private index: untimed, PATH is only read), and every
 contestant checkpoints it, the order alternating per commit:
 
-- ``snap-cli``: ``snapstore snapshot`` processes without a service;
+- ``snap-cli``: ``snapstore snapshot`` processes without a service (``SNAPSTORE_AUTOSTART=0``);
+- ``snap-auto``: the same as a person at a shell gets it by default: the first command starts
+  the store's service (``service.autostart``), the next ones use it;
 - ``snap-svc``: the same with the store's resident service (through the native client when
   ``make setup`` built it);
 - ``git-cli``: a shadow git repository driven as Cline drives it (``add -A`` + ``commit``);
@@ -37,7 +39,7 @@ import time
 from typing import Any
 
 from . import competitors
-from .measure import fmt_bytes, output
+from .measure import fmt_bytes, output, run
 
 
 def first_parent_commits(repo: str, n: int) -> list[str]:
@@ -68,6 +70,24 @@ def p95(xs: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
 
 
+class SnapAuto(competitors.SnapCLI):
+    """``snapstore snapshot`` as a person at a shell runs it by default: the first command runs
+    in-process and starts the store's service (``service.autostart``), the next ones use it."""
+
+    name = "snap-auto"
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        return {**competitors.snap_env(), "SNAPSTORE_AUTOSTART": "1"}
+
+    def checkpoint(self, msg: str) -> tuple[float, int | None]:
+        p = run(self._cmd("snapshot", "-m", msg, "-q"), cwd=self.tree, env=self.env())
+        return p.seconds, p.rss_kib
+
+    def close(self) -> None:
+        subprocess.run(self._cmd("serve", "--stop"), cwd=self.tree, env=self.env(), capture_output=True)
+
+
 def replay(repo: str, commits: int, restores: int, seed: int) -> dict[str, Any]:
     shas = first_parent_commits(repo, commits)
     work = tempfile.mkdtemp(prefix="replay.")
@@ -77,6 +97,7 @@ def replay(repo: str, commits: int, restores: int, seed: int) -> dict[str, Any]:
     svc = competitors.SnapSvc(tree, os.path.join(work, "snap-svc"))
     contestants: list[Any] = [
         competitors.SnapCLI(tree, os.path.join(work, "snap-cli")),
+        SnapAuto(tree, os.path.join(work, "snap-auto")),
         svc,
         competitors.GitCLI(tree, os.path.join(work, "git-cli")),
         competitors.LibWorker("snapwatch", tree, os.path.join(work, "snap-watch")),
@@ -128,14 +149,14 @@ def _restores(layout: Layout, contestants: list[Any], ids: dict[str, list[str]],
 
 def _sizes(contestants: list[Any]) -> dict[str, int]:
     sizes = {c.name: c.disk_bytes() for c in contestants if c.name in ("snap-svc", "git-cli")}
-    sizes["git gc"] = contestants[2].gc_bytes()[0]
+    sizes["git gc"] = next(c for c in contestants if c.name == "git-cli").gc_bytes()[0]
     return sizes
 
 
 def _report(repo: str, shas: list[str], times: dict[str, list[float]], restores: dict[str, list[float]],
             sizes: dict[str, int], served: int | None) -> dict[str, Any]:
     med = {k: statistics.median(v) for k, v in times.items() if v}
-    peer = {"snap-cli": "git-cli", "snap-svc": "git-cli", "snap-watch": "pygit2"}
+    peer = {"snap-cli": "git-cli", "snap-auto": "git-cli", "snap-svc": "git-cli", "snap-watch": "pygit2"}
     rows = [{"contestant": k, "median_ms": med[k] * 1000, "p95_ms": p95(times[k]) * 1000,
              "vs": peer.get(k), "ratio": med[k] / med[peer[k]] if k in peer and med.get(peer[k]) else None}
             for k in med]

@@ -383,10 +383,10 @@ class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, Upke
                 result.report.warnings.extend(schedule.retention_after_snapshot(
                     self.backend, self.config, lambda rules: self._prune(rules, None, False), self.compression_level
                 ))
-                if self.maintain_after_snapshot:
-                    result.report.warnings.extend(schedule.maintenance_after_snapshot(
-                        self.backend, self.config, self.compression_level, self.store_dir, self.root
-                    ))
+                result.report.warnings.extend(schedule.maintenance_after_snapshot(
+                    self.backend, self.config, self.compression_level, self.store_dir, self.root,
+                    in_checkpoint=self.maintain_after_snapshot,
+                ))
         if replaced:
             result.report.warnings.append(
                 "some text was not valid Unicode (a cut emoji or raw bytes): stored with U+FFFD in its place"

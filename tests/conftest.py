@@ -17,6 +17,9 @@ from snapstore.store import Store
 # tests that count packs or bytes after many snapshots need the store as their own calls left
 # it, and no test may leave a process behind.  tests/test_background.py turns it back on.
 os.environ["SNAPSTORE_MAINTENANCE_DETACH"] = "0"
+# Likewise a plain CLI snapshot starts the store's service (service.autostart, on by default):
+# tests start one where they mean to (tests/test_autostart.py turns this back on).
+os.environ["SNAPSTORE_AUTOSTART"] = "0"
 
 # A remote that cannot be reached is retried for a minute by default: the tests that mean an
 # unreachable or failing engine would each wait that long.  tests/test_remote_outage.py sets its

@@ -70,6 +70,21 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def wait_for_service(store_dir: str, seconds: float = 30.0) -> dict | None:
+    """The store's service's ``--status`` answer once it answers (None after ``seconds``)."""
+    import time
+
+    from snapstore.service import daemon
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        info = daemon.status(store_dir)
+        if info is not None:
+            return info
+        time.sleep(0.05)
+    return None
+
+
 def run_snapstore(*args: str, cwd, input: bytes | None = None, script: bool = False, timeout=60):
     """Run a real ``snapstore`` process (``python -m snapstore``, or the console script)."""
     cmd = [str(SNAPSTORE_SCRIPT)] if script else [sys.executable, "-m", "snapstore"]

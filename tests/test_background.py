@@ -12,12 +12,19 @@ import time
 
 import pytest
 
-from snapstore.ops import background, consolidate, maintenance
+from snapstore.ops import background, consolidate, maintenance, maintenance_due
 from snapstore.storage.lock import WriterLock
 from snapstore.store import Store
 from snapstore.testing import tree_from_store
 from tests.helpers import assert_one_line_error, run_snapstore
 from tests.test_maintenance import loose, steps
+
+
+@pytest.fixture(autouse=True)
+def _by_checkpoints_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests count checkpoints to the pass: the check due because the store file grew
+    (tests/test_maintenance_size.py) would start passes in between."""
+    monkeypatch.setattr(maintenance_due, "GROWTH", 1e9)
 
 
 def _full_mark(store_dir) -> bytes | None:
@@ -80,6 +87,7 @@ def test_the_detached_pass_starts_only_when_allowed_and_due(tree, store, monkeyp
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(background, "spawn", lambda *a: calls.append(a) or 4242)
     monkeypatch.setattr(maintenance, "full_due", lambda *a, **k: due)
+    monkeypatch.setattr(maintenance_due, "compaction_due", lambda *a: False)  # (due: the full pass alone)
     steps(tree, store, 4)
     assert calls == ([(store.store_dir, store.root)] if spawned else [])
 
@@ -89,6 +97,7 @@ def test_loose_packs_enough_for_a_pass_are_detached_too(tree, store, monkeypatch
     left to the detached process (no budget there, and the file compacted after)."""
     monkeypatch.setenv(background.ENV, "1")
     monkeypatch.setattr(maintenance, "full_due", lambda *a, **k: False)
+    monkeypatch.setattr(maintenance_due, "compaction_due", lambda *a: False)
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(background, "spawn", lambda *a: calls.append(a) or 4242)
     store.config_set("maintenance.checkpoints", "4")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 
-from snapstore.ops import consolidate, maintenance, schedule
+import pytest
+
+from snapstore.ops import consolidate, maintenance, maintenance_due, schedule
 from snapstore.storage.backend import CONFIG_PREFIX
 from snapstore.store import Store
 from snapstore.testing import build_tree, tree_from_store
@@ -18,6 +20,13 @@ def steps(tree, store: Store, n: int, start: int = 0) -> list[str]:
         build_tree(tree, {f"d/f{i}.py": text(4_000, 1000 * k + i if i in (k % 8, (k + 3) % 8) else i) for i in range(8)})
         ids.append(store.snapshot(f"step {k}").id)
     return ids
+
+
+@pytest.fixture(autouse=True)
+def _by_checkpoints_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests count checkpoints to the pass: the check due because the store file grew
+    (tests/test_maintenance_size.py) would run passes in between."""
+    monkeypatch.setattr(maintenance_due, "GROWTH", 1e9)
 
 
 def loose(store: Store) -> int:
@@ -251,7 +260,7 @@ def test_the_full_pass_gathers_a_small_store_as_gc_does_and_compacts_it(tree, st
     would, and is not due again until the packs grow by FULL_GROWTH."""
     import shutil
 
-    monkeypatch.setattr(maintenance, "COMPACT_ABOVE", 0)  # (a test store is tiny)
+    monkeypatch.setattr(maintenance_due, "COMPACT_ABOVE", 0)  # (a test store is tiny)
     store.config_set("maintenance.checkpoints", "8")
     store.config_set("maintenance.loose-packs", "4")
     ids = steps(tree, store, 40)  # loose-pack passes every 8 checkpoints, at the store's level
@@ -325,16 +334,16 @@ def test_a_pass_that_leaves_the_file_mostly_free_compacts_it(tree, store, monkey
     """LMDB never shrinks its file: the gathered packs' pages stay free in it until compacted."""
     from snapstore.storage.backend import TABLES
 
-    monkeypatch.setattr(maintenance, "COMPACT_ABOVE", 0)
+    monkeypatch.setattr(maintenance_due, "COMPACT_ABOVE", 0)
     ids = steps(tree, store, 12)
     specs = {cid: tree_from_store(store, cid) for cid in ids}
-    monkeypatch.setattr(maintenance, "FREE_COMPACT", 0.999)  # nothing is that free
+    monkeypatch.setattr(maintenance_due, "FREE_COMPACT", 0.999)  # nothing is that free
     report = store.maintain(full=False)
     assert report is not None and report.packs_gathered and not report.compacted
     used = sum(store.backend.table_pages(t) for t in TABLES)
     assert store.backend.disk_size() > 1.2 * used  # the moved packs' pages, free
     steps(tree, store, 12, start=12)
-    monkeypatch.setattr(maintenance, "FREE_COMPACT", 0.2)
+    monkeypatch.setattr(maintenance_due, "FREE_COMPACT", 0.2)
     report = store.maintain(full=False)
     assert report is not None and report.compacted
     used = sum(store.backend.table_pages(t) for t in TABLES)

@@ -235,7 +235,7 @@ def test_config_defaults_set_get_unset(tree, store):
         "retention.keep-tagged": "true",
         "retention.gc": "false",
         "service.idle-timeout": "1800",
-        "service.autostart": "false",
+        "service.autostart": "true",
         "hooks.background-window": "600",
         "storage.delta-depth": "10",
         "storage.durability": "normal",

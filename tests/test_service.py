@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import subprocess_env
+from helpers import subprocess_env, wait_for_service
 
 from snapstore.service import daemon, protocol
 from snapstore.store import Store
@@ -203,30 +203,26 @@ def test_client_version_flag_reads_no_package_metadata():
     assert r.stdout.strip() == b"", r.stdout
 
 
-def _wait_for_service(store_dir: str, seconds: float = 30.0) -> dict | None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        info = daemon.status(store_dir)
-        if info is not None:
-            return info
-        time.sleep(0.05)
-    return None
+_wait_for_service = wait_for_service
 
 
 @pytest.mark.parametrize("form", [["snapshot", "-q"], ["snapshot", "-m", "-by-click", "--json"]])  # (lean declines a value starting with -)
 def test_service_autostart_starts_one_after_an_in_process_snapshot(tmp_path: Path, form: list[str]):
-    """`service.autostart` (off by default): a snapshot run in-process starts a service in the
-    background, for the next commands; off, none is started.  Both the click-free form and the
-    click form of the command do it."""
+    """`service.autostart` (on by default; tests/test_autostart.py tries the default and the
+    opt-outs): a snapshot run in-process starts a service in the background, for the next
+    commands; off, none is started.  Both the click-free form and the click form of the
+    command do it."""
     root = tmp_path / "auto"
     build_tree(root, {"a.txt": b"a\n"})
     Store.init(root).close()
     store_dir = str(root / ".snapstore")
-    assert snap(*form, cwd=root).returncode == 0
-    assert daemon.status(store_dir) is None  # off by default
+    env = {k: v for k, v in subprocess_env().items() if k not in ("SNAPSTORE_AUTOSTART", "CI")}
+    assert local("config", "service.autostart", "off", cwd=root).returncode == 0
+    assert snap(*form, cwd=root, env=env).returncode == 0
+    assert daemon.status(store_dir) is None  # off
     assert local("config", "service.autostart", "on", cwd=root).returncode == 0
     try:
-        r = snap(*form, cwd=root)
+        r = snap(*form, cwd=root, env=env)
         assert r.returncode == 0, r.stderr
         info = _wait_for_service(store_dir)
         assert info is not None and info["tree"] == str(root)

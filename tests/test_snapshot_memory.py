@@ -192,3 +192,45 @@ def test_stat_cache_entry_never_precedes_the_chunks_of_its_stream(tmp_path, monk
     cache_at = [i for i, (_, ops) in enumerate(queued) for t, _, _ in ops if t == "statcache"]
     assert len(cache_at) == 2 and min(cache_at) > chunk_at, queued
     store.close()
+
+
+#: Python bytes a watching Store keeps per file after its walk and a few 1-file checkpoints (the
+#: resident service's state: walk records, entries, stat cache, ordered chunks, manifest codec).
+#: Measured 1,143 at 5,000 files (1,256 before the codec stopped keeping a record per entry and
+#: the order was kept in copy-on-write chunks); docs/benchmarks-million.md has the parts.
+KEPT_BYTES_PER_FILE = 1_200
+
+_KEPT = r"""
+import gc, json, os, sys, time, tracemalloc
+from snapstore.store import Store
+n, root = int(sys.argv[1]), sys.argv[2]
+for i in range(n):
+    p = os.path.join(root, f"d{i // 500:03d}", f"f{i:06d}.txt")
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p, "w") as f:
+        f.write(f"file {i}\n")
+Store.init(root).close()
+with Store.open(root) as s:
+    s.snapshot("initial")
+tracemalloc.start()
+base = tracemalloc.get_traced_memory()[0]
+store = Store.open(root, watch=True)
+store.snapshot("walk", skip_unchanged=True)
+for k in range(3):
+    with open(os.path.join(root, "d001", f"f{500 + k:06d}.txt"), "a") as f:
+        f.write("edit\n")
+    time.sleep(0.05)
+    store.snapshot(f"edit {k}")
+gc.collect()
+print(json.dumps({"kept": (tracemalloc.get_traced_memory()[0] - base) / n}))
+"""
+
+
+def test_a_watching_stores_kept_state_per_file(tmp_path):
+    """The 1M-file rows' memory (issue 40): what a watching Store keeps between checkpoints,
+    per file, in Python allocations (machine-independent: tracemalloc, not RSS)."""
+    r = subprocess.run([sys.executable, "-c", _KEPT, "5000", str(tmp_path / "t")], capture_output=True, env=subprocess_env(), timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    got = json.loads(r.stdout)
+    print(f"kept bytes per file: {got}")
+    assert got["kept"] <= KEPT_BYTES_PER_FILE, got

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from snapstore.cli import lean
 from snapstore.cli.app import Ctx, Exit, command, echo_json, json_option, quiet_option, warn
 from snapstore.errors import EXIT_DIFFERENT, UsageError
 from snapstore.units import printable_bytes
@@ -128,6 +129,8 @@ def restore(
             dry_run=dry_run,
             task=task,
         )
+        if not obj.in_service and not dry_run:
+            lean.start_service(store)  # (service.autostart: the next commands use it)
     to_stderr = result.conversation is not None and output in (None, "-")
     if result.conversation is not None:
         text = dump_json(result.conversation) + "\n"

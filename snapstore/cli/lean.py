@@ -147,11 +147,8 @@ def snapshot_output(
         finally:
             if progress is not None:
                 progress.close()
-        idle = store.service_autostart() if may_start_service and store.store_dir else None
-        if idle is not None and store.store_dir is not None:
-            from snapstore.service import daemon  # only when asked for: it imports subprocess
-
-            daemon.start_in_background(store.store_dir, idle)
+        if may_start_service:
+            start_service(store)
     if as_json:
         from snapstore.render import dump_json
 
@@ -161,6 +158,17 @@ def snapshot_output(
     from snapstore.render import snapshot_line
 
     return list(cp.warnings), snapshot_line(cp)
+
+
+def start_service(store: Store) -> None:
+    """After a command ran in-process: start the store's service in the background for the
+    next commands when ``service.autostart`` (and the environment) want it; never waits, never
+    fails the command."""
+    idle = store.service_autostart() if store.store_dir else None
+    if idle is not None and store.store_dir is not None:
+        from snapstore.service import daemon  # only when asked for: it imports subprocess
+
+        daemon.start_in_background(store.store_dir, idle)
 
 
 def _echo(text: str, err: bool = False) -> None:

@@ -96,7 +96,7 @@ class ReadingMixin(StoreBase):
         """
         from snapstore.ops import diff as diff_mod
         from snapstore.ops.restore import selector
-        from snapstore.ops.snapshot import incremental
+        from snapstore.ops.snapshot import current_tree
         from snapstore.tree import worktree
 
         sel = selector(paths)
@@ -106,7 +106,7 @@ class ReadingMixin(StoreBase):
                 def against(tree: dict[bytes, Entry]) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
                     return diff_mod.difference_from_tree(view.get, old_cp.manifest, tree)
 
-                got = incremental.worktree_difference(self.context, old_cp.manifest, against)
+                got = current_tree.worktree_difference(self.context, old_cp.manifest, against)
                 old, new = got if got is not None else against(worktree.current_state(self)[0])
                 new_loader = self.context.read_disk
             else:

@@ -114,7 +114,14 @@ class UpkeepMixin(StoreBase):
         """
         from snapstore.ops import schedule
 
-        return schedule.every_pass(self.store_dir, self.maintain, max_passes)
+        return schedule.every_pass(self.backend, self.store_dir, self.maintain, self._lock.held, max_passes)
+
+    def follow_compaction(self) -> None:
+        """Follow a compaction another process made (one read transaction): this process then
+        lets go of the generation it replaced, which the compacting process deletes.  The idle
+        service calls it every second."""
+        with self.backend.read():
+            pass
 
     def delete(self, ref: str) -> Checkpoint:
         """Remove checkpoint ``ref`` (its record, log entry and tags); its data stays until gc.
@@ -224,16 +231,20 @@ class UpkeepMixin(StoreBase):
             return retention.read_config(view)
 
     def service_autostart(self) -> float | None:
-        """``service.idle-timeout`` when ``service.autostart`` is on, else None.
+        """``service.idle-timeout`` when a command run in-process should start the service,
+        else None (``service.autostart``, on by default, and the environment's opt-outs:
+        :data:`snapstore.ops.schedule.AUTOSTART_ENV`, then ``CI``).
 
         Two raw reads: the click-free snapshot asks this after every checkpoint and must not
-        import the configuration module (a damaged value counts as off / the default)."""
+        import the configuration module (a damaged value counts as the default)."""
+        from snapstore.ops.schedule import autostart_wanted
         from snapstore.storage.backend import CONFIG_PREFIX
 
         with self.backend.read() as view:
-            if view.get("meta", CONFIG_PREFIX + b"service.autostart") != b"true":
-                return None
+            configured = view.get("meta", CONFIG_PREFIX + b"service.autostart")
             raw = view.get("meta", CONFIG_PREFIX + b"service.idle-timeout")
+        if not autostart_wanted(configured):
+            return None
         try:
             return float(raw) if raw is not None else 1800.0
         except ValueError:

@@ -85,11 +85,6 @@ FULL_GROWTH = 1.25
 #: service that runs the pass itself, with ``maintenance.detach`` off, serves a request that
 #: arrives once the step under way ends).
 FULL_STEP = consolidate.FRAME
-#: ``Store.maintain`` compacts the store file after a pass that leaves more than this fraction
-#: of it free pages (LMDB reuses them but never shrinks the file)...
-FREE_COMPACT = 0.1
-#: ...when the file is larger than this (a small store's fixed pages are a large fraction).
-COMPACT_ABOVE = 1 << 20
 #: The meta key holding the packs' stored bytes at the end of the last full pass.
 FULL_KEY = b"maintenance:full"
 

@@ -134,7 +134,7 @@ CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "retention.keep-tagged": ("true", _bool),
     "retention.gc": ("false", _bool),
     "service.idle-timeout": ("1800", lambda v: str(parse_count(v, "service.idle-timeout"))),
-    "service.autostart": ("false", _bool),
+    "service.autostart": ("true", _bool),
     "hooks.background-window": ("600", lambda v: _bounded(v, "hooks.background-window", 1, 1 << 31)),
     "storage.delta-depth": ("10", lambda v: _bounded(v, "storage.delta-depth", 0, 64)),
     "storage.durability": (durability.DEFAULT, lambda v: _choice(v, "storage.durability", durability.MODES)),

@@ -1,9 +1,11 @@
 """When a store's upkeep runs on its own: retention and maintenance after a snapshot, idle
-passes of the service, and the one-at-a-time guard of whole-store maintenance.
+passes of the service, compaction when the file is mostly free pages, the one-at-a-time guard
+of whole-store maintenance, and whether a command starts the store's service.
 
-The checks that run after every snapshot read a few raw meta keys first and import nothing
-else unless something is due: they are part of every checkpoint's cost.  The passes themselves
-are :mod:`snapstore.ops.maintenance`'s; this module says when, and where (here, or in a process
+The checks that run after every snapshot read a few raw meta keys (and one ``stat``) first and
+import nothing else unless something is due: they are part of every checkpoint's cost.  The
+passes themselves are :mod:`snapstore.ops.maintenance`'s, the size rules
+:mod:`snapstore.ops.maintenance_due`'s; this module says when, and where (here, or in a process
 of its own: :mod:`snapstore.ops.background`).
 """
 
@@ -21,8 +23,30 @@ if TYPE_CHECKING:
     from snapstore.ops.maintenance import MaintenanceReport
     from snapstore.ops.retention import PruneReport, RetentionRules
 
+Locked = Callable[[], AbstractContextManager[None]]
+
 #: Checkpoints between two maintenance checks when ``maintenance.checkpoints`` is unset.
 EVERY = 32
+#: ``maintenance_due.GROWTH * maintenance_due.GROWTH_FLOOR``, written out so that a snapshot's
+#: check of a small store imports nothing (tests/test_maintenance_size.py checks they agree).
+FILE_GROWN_FLOOR = 80 << 10
+#: The environment variable that overrides ``service.autostart``: ``0``/``false``/``no``/``off``
+#: never start the service from a command, ``1``/``true``/``yes``/``on`` always may.
+AUTOSTART_ENV = "SNAPSTORE_AUTOSTART"
+_OFF = ("0", "false", "no", "off")
+
+
+def autostart_wanted(configured: bytes | None) -> bool:
+    """Whether a command run in-process starts the store's service, given the stored
+    ``service.autostart`` (None: unset, the default: on).  :data:`AUTOSTART_ENV` wins when set;
+    else a CI run (``CI`` set to anything but ``0``/``false``, as CI systems do) does not start
+    one, since nobody runs the next command there; else the configuration decides."""
+    forced = os.environ.get(AUTOSTART_ENV, "").strip().lower()
+    if forced:
+        return forced not in _OFF
+    if os.environ.get("CI", "").strip().lower() not in ("", *_OFF):
+        return False
+    return configured != b"false"
 
 
 def retention_after_snapshot(
@@ -57,67 +81,105 @@ def retention_after_snapshot(
 
 
 def maintenance_after_snapshot(
-    backend: Backend, config: Callable[[], dict[str, str]], level: int, store_dir: str | None, root: str
+    backend: Backend, config: Callable[[], dict[str, str]], level: int, store_dir: str | None, root: str,
+    in_checkpoint: bool = True,
 ) -> list[str]:
-    """Every ``maintenance.checkpoints`` checkpoints (writer lock held), gather the small loose
-    packs when at least ``maintenance.loose-packs`` have piled up: in a process of its own when
-    ``maintenance.detach`` allows, else here within ``maintenance.budget-ms``.  Three raw reads
-    when nothing is due (the keys are spelled out here; a test checks they agree)."""
+    """After a snapshot (writer lock held): every ``maintenance.checkpoints`` checkpoints, gather
+    the small loose packs when at least ``maintenance.loose-packs`` have piled up (or, detached,
+    run every pass due and compact the file); whenever the store file has grown by
+    ``maintenance_due.GROWTH`` since the last maintenance, start the detached pass if one is
+    due (nothing in-process: only compaction gives the bytes back).  Not ``in_checkpoint`` (the
+    resident service, which maintains the store when idle): only a grown file starts the
+    detached pass, so a service that is never idle still keeps the store near its compacted
+    size.  Four raw reads and a ``stat`` when nothing is due (a test checks the keys agree)."""
     with backend.read() as view:
         count = view.count("log")
         raw_at = view.get("meta", b"maintenance:at")
         if view.get("meta", CONFIG_PREFIX + b"maintenance.auto") == b"false":
             return []
         raw_every = view.get("meta", CONFIG_PREFIX + b"maintenance.checkpoints")
+        raw_size = view.get("meta", b"maintenance:size")
     try:
         at = int(raw_at) if raw_at is not None else 0
         every = int(raw_every) if raw_every is not None else EVERY
     except ValueError:
         at, every = 0, EVERY
-    if at <= count < at + every:
-        return []
-    from snapstore.ops import maintenance
-
+    seq: int | None = count
+    if not in_checkpoint or at <= count < at + every:
+        if not _file_grown(backend, raw_size):
+            return []
+        seq = None  # (due by size: the checkpoints' schedule stays as it was)
     try:
-        values = config()
-        if not start_detached(backend, values, store_dir, root):
-            stop = maintenance.stop_after(int(values["maintenance.budget-ms"]) / 1000)
-            found = maintenance.plan(
-                backend, min_packs=int(values["maintenance.loose-packs"]), max_chunks=maintenance.SNAPSHOT_CHUNKS
-            )
-            if found is not None:
-                maintenance.run(backend, found, level=level, locked=nullcontext, stop=stop)
-        with backend.write() as batch:
-            batch.put("meta", maintenance.SEQ_KEY, str(count).encode())
+        _due_pass(backend, config(), level, store_dir, root, seq if in_checkpoint else None)
     except SnapstoreError as exc:
         return [f"automatic maintenance failed: {exc}"]
     return []
 
 
+def _due_pass(backend: Backend, values: dict[str, str], level: int, store_dir: str | None, root: str, seq: int | None) -> None:
+    """The pass a snapshot's check found due: detached when allowed; else, when due by the
+    checkpoints' count (``seq``), the loose-pack pass within ``maintenance.budget-ms``.  Due by
+    size alone and not detached: nothing (that pass compacts nothing); the next check is at the
+    next growth (the service's idle pass does the rest)."""
+    from snapstore.ops import maintenance
+
+    if start_detached(backend, values, store_dir, root) or seq is None:
+        maintained(backend, seq)
+        return
+    stop = maintenance.stop_after(int(values["maintenance.budget-ms"]) / 1000)
+    found = maintenance.plan(backend, min_packs=int(values["maintenance.loose-packs"]), max_chunks=maintenance.SNAPSHOT_CHUNKS)
+    if found is not None:
+        maintenance.run(backend, found, level=level, locked=nullcontext, stop=stop)
+    maintained(backend, seq)
+
+
+def _file_grown(backend: Backend, raw_size: bytes | None) -> bool:
+    """Whether the store file outgrew its size at the last maintenance (one ``stat``; the rule
+    is :func:`snapstore.ops.maintenance_due.grown`, imported only when it may hold)."""
+    size = backend.disk_size()
+    if size <= FILE_GROWN_FLOOR:  # (not even the module's import: the snapshot's fast path)
+        return False
+    if raw_size is None:
+        # The first check past the floor (a first checkpoint, or a store from before the size
+        # was kept) sets the base: the growth is what comes after.
+        maintained(backend, None)
+        return False
+    from snapstore.ops import maintenance_due
+
+    return maintenance_due.grown(size, raw_size)
+
+
+def maintained(backend: Backend, count: int | None = None) -> None:
+    """Record that maintenance ran: the log's record count (``count``, after a snapshot's
+    check) and the store file's size (the base of the growth rule)."""
+    from snapstore.ops import maintenance_due
+
+    with backend.write() as batch:
+        if count is not None:
+            batch.put("meta", b"maintenance:at", str(count).encode())  # (maintenance.SEQ_KEY)
+        batch.put("meta", maintenance_due.SIZE_KEY, str(backend.disk_size()).encode())
+
+
 def start_detached(backend: Backend, values: dict[str, str], store_dir: str | None, root: str) -> bool:
     """Start the due maintenance passes in a process of their own when ``maintenance.detach``
-    allows; whether one started.  Due: the full pass, or ``maintenance.loose-packs`` small
-    loose packs."""
+    allows; whether one started.  Due: the full pass, ``maintenance.loose-packs`` small loose
+    packs, or a file mostly free pages."""
     from snapstore.ops import background, maintenance
 
     if store_dir is None or not background.enabled(values["maintenance.detach"]):
         return False
     sizes = list(backend.value_sizes("packs"))  # (read once for both questions)
-    due = maintenance.full_due(backend, sizes=sizes) or len(
-        maintenance.small_loose(backend, sizes)
-    ) >= max(2, int(values["maintenance.loose-packs"]))
+    due = (
+        maintenance.full_due(backend, sizes=sizes)
+        or len(maintenance.small_loose(backend, sizes)) >= max(2, int(values["maintenance.loose-packs"]))
+        or mostly_free(backend)
+    )
     return due and background.spawn(store_dir, root) is not None
 
 
 def one_pass(
-    backend: Backend,
-    level: int,
-    locked: Callable[[], AbstractContextManager[None]],
-    *,
-    min_packs: int,
-    max_chunks: int | None,
-    stop: Callable[[], bool] | None,
-    full: bool,
+    backend: Backend, level: int, locked: Locked, *, min_packs: int, max_chunks: int | None,
+    stop: Callable[[], bool] | None, full: bool,
 ) -> MaintenanceReport | None:
     """One maintenance pass (the full one when due and ``full``), each step under ``locked()``;
     the file compacted after a finished pass that left most of it free.  None: nothing due."""
@@ -139,10 +201,12 @@ def one_pass(
 
 
 def every_pass(
-    store_dir: str | None, one: Callable[[], MaintenanceReport | None], max_passes: int
+    backend: Backend, store_dir: str | None, one: Callable[[], MaintenanceReport | None], locked: Locked,
+    max_passes: int,
 ) -> list[MaintenanceReport]:
-    """Run ``one`` until no pass is due, holding ``<store>/maintenance.lock`` (LockedError when
-    another maintenance, or a detached pass, runs); the reports of the passes that ran."""
+    """Run ``one`` until no pass is due, then compact a file left mostly free pages, holding
+    ``<store>/maintenance.lock`` (LockedError when another maintenance, or a detached pass,
+    runs); the reports of the passes that ran."""
     from contextlib import ExitStack
 
     from snapstore.errors import LockedError
@@ -164,15 +228,53 @@ def every_pass(
             reports.append(report)
             if report.chunks_moved == 0:
                 break  # (what is left cannot move now: damage, or a gc in between)
+        compacted = any(r.compacted for r in reports)
+        if not compacted and mostly_free(backend):
+            # Free pages with no pass due: each checkpoint's transactions leave some, and a
+            # small store's file grows to twice its contents without this.
+            with locked():
+                compacted = backend.compact() is not None
+            if reports:
+                reports[-1].compacted = compacted
+        if compacted and store_dir is not None:
+            drop_old_generations(backend, store_dir, locked)
+        maintained(backend)
         return reports
 
 
+def drop_old_generations(backend: Backend, store_dir: str, locked: Locked, seconds: float = 5.0) -> None:
+    """After a compaction: delete the generation it replaced once no process has it open (a
+    service follows at its next transaction or idle second), waiting ``seconds`` at most; until
+    then the store takes the old file's bytes too.  What is left is deleted by the next writer
+    (:meth:`snapstore.storage.backend.Backend.refresh`)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while old_generations(store_dir):
+        with locked():
+            backend.refresh()
+        if time.monotonic() > deadline or not old_generations(store_dir):
+            return
+        time.sleep(0.2)
+
+
+def old_generations(store_dir: str) -> bool:
+    """Whether the store directory still holds a generation its ``CURRENT`` does not name (see
+    :mod:`snapstore.storage.lmdb_generations`)."""
+    try:
+        with open(os.path.join(store_dir, "CURRENT")) as f:
+            current = f.read().strip()
+        names = os.listdir(store_dir)
+    except OSError:
+        return False
+    return any(n != current and (n.startswith("gen-") or n == "data.mdb") for n in names)
+
+
 def mostly_free(backend: Backend) -> bool:
-    """Whether more than :data:`~snapstore.ops.maintenance.FREE_COMPACT` of the store file is
-    free pages (the tables' pages against the file's size)."""
-    from snapstore.ops import maintenance
+    """Whether automatic maintenance compacts the store file (its free pages against its size:
+    :func:`snapstore.ops.maintenance_due.compaction_due`)."""
+    from snapstore.ops import maintenance_due
     from snapstore.storage.backend import TABLES
 
-    size = backend.disk_size()
     used = sum(backend.table_pages(t) for t in TABLES)
-    return size > maintenance.COMPACT_ABOVE and used < (1 - maintenance.FREE_COMPACT) * size
+    return maintenance_due.compaction_due(backend.disk_size(), used)

@@ -4,7 +4,7 @@ A long-lived Store (the service, an agent's process) writes a manifest after eve
 and usually one or two entries differ from the last one it wrote.  Manifest chunks are cut
 between records by their keys (:func:`snapstore.storage.chunker.cut_records`), and a cut resets
 all state, so a chunk depends only on the records since the cut before it.  A :class:`Codec`
-keeps the last encoding (entries, their records, where each chunk ends); the next one keeps
+keeps the last encoding (entries, where each chunk ends, the chunks); the next one keeps
 every chunk before the first changed entry and every chunk after the first *key-marked* cut
 that lies in the unchanged tail, and cuts only what is between.  The result is byte for byte
 what encoding the whole list gives (tests/test_manifest_cut.py checks it against the
@@ -36,13 +36,12 @@ class Codec:
     """The last manifest :func:`encode_chunks` produced, kept by the caller between calls."""
 
     __slots__ = (
-        "entries", "records", "ends", "chunks", "cids", "leaves", "size", "fresh", "changed", "mid",
+        "entries", "ends", "chunks", "cids", "leaves", "size", "fresh", "changed", "mid",
         "changed_from", "index", "kept_prefix", "kept_suffix",
     )  # fmt: skip
 
     def __init__(self) -> None:
-        self.entries: list[Entry] = []
-        self.records: list[bytes] = []
+        self.entries: Sequence[Entry] = []
         #: For each chunk, the index in ``entries`` just past its last record.
         self.ends: list[int] = []
         self.chunks: list[bytes] = []
@@ -75,7 +74,7 @@ class Codec:
 
 def write_manifest(
     codec: Codec,
-    entries: list[Entry],
+    entries: Sequence[Entry],
     put: Put,
     level: int = objects.DEFAULT_LEVEL,
     *,
@@ -128,10 +127,10 @@ Run = tuple[int, int, int, int]
 
 #: ``(base list, runs)``: the new entries are ``base`` with only these runs changed, in order
 #: (see :func:`write_manifest`).
-Span = tuple[list[Entry], list[Run]]
+Span = tuple[Sequence[Entry], list[Run]]
 
 
-def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], bytes], span: Span | None = None) -> bool:
+def encode_chunks(codec: Codec, entries: Sequence[Entry], pack: Callable[[Entry], bytes], span: Span | None = None) -> bool:
     """Cut sorted ``entries`` into chunks: ``codec`` is updated to them (``chunks``, ``cids``,
     ``leaves``; ``fresh`` says which were cut afresh).  True when all were (no last encoding).
 
@@ -148,7 +147,9 @@ def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], by
         return True
     runs = span[1] if span is not None and span[0] is old else _one_run(old, entries)
     cut = _Cutter(codec)
-    ends, old_records = codec.ends, codec.records
+    # An unchanged entry's record is packed again where a region needs it (the same bytes: the
+    # same entry object): no record is kept per entry (~190 bytes a file in a long-lived Store).
+    ends = codec.ends
     before: list[Entry] = []
     after: list[Entry] = []
     r = 0
@@ -161,7 +162,7 @@ def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], by
             k0 -= 1
         k0 = max(k0, cut.k)
         start = ends[k0 - 1] if k0 else 0
-        cut.keep(k0, start)
+        cut.keep(k0)
         region_delta = cut.delta
         pieces: list[bytes] = []
         at = start
@@ -169,7 +170,7 @@ def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], by
             olo, ohi, nlo, nhi = runs[r]
             before.extend(old[olo:ohi])
             after.extend(entries[nlo:nhi])
-            pieces.extend(old_records[at:olo])
+            pieces.extend(pack(e) for e in old[at:olo])
             pieces.extend(pack(e) for e in entries[nlo:nhi])
             at, cut.delta = ohi, nhi - ohi
             # The first chunk that ends on a key-marked record after the run: both lists cut
@@ -184,10 +185,10 @@ def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], by
                 continue
             break
         stop = ends[k1] if k1 < len(ends) else len(old)
-        pieces.extend(old_records[at:stop])
-        cut.recut(entries, pieces, start + region_delta, stop, min(k1 + 1, len(ends)))
+        pieces.extend(pack(e) for e in old[at:stop])
+        cut.recut(entries, pieces, start + region_delta, min(k1 + 1, len(ends)))
         r += 1
-    cut.keep(len(ends), len(old))
+    cut.keep(len(ends))
     codec.changed = (before, after)
     codec.kept_prefix = cut.first_fresh
     codec.kept_suffix = cut.kept_after
@@ -195,7 +196,7 @@ def encode_chunks(codec: Codec, entries: list[Entry], pack: Callable[[Entry], by
     return False
 
 
-def _one_run(old: list[Entry], new: list[Entry]) -> list[Run]:
+def _one_run(old: Sequence[Entry], new: Sequence[Entry]) -> list[Run]:
     """The run between the first and the last difference (none when the lists are equal)."""
     p = _common_prefix(old, new)
     s = _common_suffix(old, new, min(len(old), len(new)) - p)
@@ -207,47 +208,45 @@ def _one_run(old: list[Entry], new: list[Entry]) -> list[Run]:
 class _Cutter:
     """The new encoding, built left to right from old chunks kept and regions cut afresh."""
 
-    __slots__ = ("codec", "k", "done", "delta", "ends", "chunks", "cids", "leaves", "records", "size", "fresh", "first_fresh", "kept_after")
+    __slots__ = ("codec", "k", "delta", "ends", "chunks", "cids", "leaves", "size", "fresh", "first_fresh", "kept_after")
 
     def __init__(self, codec: Codec) -> None:
         self.codec = codec
-        #: The first old chunk not yet kept or replaced, and the first old record not yet taken.
+        #: The first old chunk not yet kept or replaced.
         self.k = 0
-        self.done = 0
         #: New index minus old index of the unchanged entries being kept.
         self.delta = 0
         self.ends: list[int] = []
         self.chunks: list[bytes] = []
         self.cids: list[bytes] = []
         self.leaves: list[tuple[bytes, int]] = []
-        self.records: list[bytes] = []
-        self.size = 0
+        self.size = codec.size
         self.fresh: list[tuple[int, int]] = []
         #: Old chunks kept before the first region, and after the last.
         self.first_fresh = -1
         self.kept_after = 0
 
-    def keep(self, k_stop: int, record_stop: int) -> None:
-        """Keep the old chunks ``k`` to ``k_stop`` (and their records) as they are."""
+    def keep(self, k_stop: int) -> None:
+        """Keep the old chunks ``k`` to ``k_stop`` as they are."""
         codec, k, delta = self.codec, self.k, self.delta
         if k_stop > k:
             tail = codec.ends[k:k_stop]
             self.ends.extend([e + delta for e in tail] if delta else tail)
             self.chunks.extend(codec.chunks[k:k_stop])
             self.cids.extend(codec.cids[k:k_stop])
-            leaves = codec.leaves[k:k_stop]
-            self.leaves.extend(leaves)
-            self.size += sum(s for _, s in leaves)
-        self.records.extend(codec.records[self.done : record_stop])
+            self.leaves.extend(codec.leaves[k:k_stop])
         self.kept_after = k_stop - k
-        self.k, self.done = k_stop, record_stop
+        self.k = k_stop
 
-    def recut(self, entries: list[Entry], pieces: list[bytes], start_new: int, record_stop: int, k_next: int) -> None:
+    def recut(self, entries: Sequence[Entry], pieces: list[bytes], start_new: int, k_next: int) -> None:
         """Cut ``pieces`` (the records of new entries from ``start_new``) afresh, in place of
-        the old chunks up to ``k_next`` and the old records up to ``record_stop``."""
+        the old chunks up to ``k_next``."""
         if self.first_fresh < 0:
             self.first_fresh = len(self.chunks)
         first = len(self.chunks)
+        # (The size is the old one, less the chunks replaced, plus the new: no sum over the
+        # chunks kept, which are nearly all of a big tree's.)
+        self.size -= sum(size for _, size in self.codec.leaves[self.k : k_next])
         keys = [e.path for e in entries[start_new : start_new + len(pieces)]]
         for end, data in chunker.cut_record_bytes(keys, pieces):
             cid = objects.chunk_id(data)
@@ -257,17 +256,15 @@ class _Cutter:
             self.leaves.append((cid, len(data)))
             self.size += len(data)
         self.fresh.append((first, len(self.chunks)))
-        self.records.extend(pieces)
-        self.k, self.done = k_next, record_stop
+        self.k = k_next
 
-    def finish_whole(self, entries: list[Entry], records: list[bytes]) -> None:
-        self.recut(entries, records, 0, 0, 0)
-        self.records = records
+    def finish_whole(self, entries: Sequence[Entry], records: list[bytes]) -> None:
+        self.recut(entries, records, 0, 0)
         self.finish(entries)
 
-    def finish(self, entries: list[Entry]) -> None:
+    def finish(self, entries: Sequence[Entry]) -> None:
         codec = self.codec
-        codec.entries, codec.records, codec.ends, codec.chunks = entries, self.records, self.ends, self.chunks
+        codec.entries, codec.ends, codec.chunks = entries, self.ends, self.chunks
         codec.cids, codec.leaves, codec.size, codec.fresh = self.cids, self.leaves, self.size, self.fresh
         if self.first_fresh < 0:  # (nothing changed: every chunk kept)
             codec.kept_prefix, codec.kept_suffix = len(self.chunks), 0

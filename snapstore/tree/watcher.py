@@ -39,7 +39,10 @@ import sys
 import termios
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from array import array
 
 from snapstore.tree.mapped import MapsCache, mapped_for_write
 
@@ -156,6 +159,11 @@ class Watcher:
         #: inode -> the tree's paths with it (() for none), for files mapped by another name
         #: (ops.snapshot.incremental keeps it).
         self.inode_memo: dict[int, tuple[bytes, ...]] = {}
+        #: The inodes of the tree's files, sorted (8 bytes a file, built when an inode is
+        #: first asked about), and those of files found since it was built: an inode in
+        #: neither is not the tree's, and no record is scanned for it.
+        self.inode_index: array[int] | None = None
+        self.inode_recent: set[int] = set()
         #: The files found mapped at the last snapshot (read once more by the next one).
         self.last_mapped: set[bytes] = set()
         self.last_error: str | None = None

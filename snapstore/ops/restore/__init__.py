@@ -52,7 +52,7 @@ from snapstore.ops.restore.safety import (
     selector,
     under,
 )
-from snapstore.ops.snapshot import incremental
+from snapstore.ops.snapshot import current_tree
 from snapstore.records import manifest, requests
 from snapstore.records.checkpoint import Checkpoint, seq_key
 from snapstore.records.manifest import Entry
@@ -137,7 +137,7 @@ def run(
     among: set[bytes] | None = None
     if dry_run:
         target_entries = _load_checked(ctx, target)
-        current, found = incremental.current_state(ctx) or worktree.current_state(ctx)
+        current, found = current_tree.current_state(ctx) or worktree.current_state(ctx)
     else:
         with _deferred(backend):  # (the journal's barrier below makes it durable)
             safety, current, found = take_safety(message)

@@ -133,11 +133,11 @@ def _plan_on_disk(
 ) -> tuple[list[PathOutcome], dict[bytes, Entry], Callable[[Entry], bytes]]:
     """The plan against the tree as it is (nothing recorded): the current contents are read
     from disk, the checkpoints' from the store."""
-    from snapstore.ops.snapshot import incremental
+    from snapstore.ops.snapshot import current_tree
     from snapstore.tree import worktree
 
     # A watching Store (the service) answers from its state; otherwise the tree is walked.
-    known = incremental.current_state(ctx)
+    known = current_tree.current_state(ctx)
     current, _ = known if known is not None else worktree.current_state(ctx)
 
     # By content id, not path: a followed rename reads the content found at the new name.

@@ -20,7 +20,8 @@ checkpoint that points at something missing.  The stage is given a
 packed record (the Store turns them into a Checkpoint) with a :class:`.result.SnapshotResult`.
 
 The public names are imported on first use: a diff or a dry-run restore imports
-:mod:`.incremental` alone, not the whole stage.
+:mod:`.current_tree` (the tree's entries now, from the watcher's state) and :mod:`.incremental`
+alone, not the whole stage.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ the manifest's id, cheapest first:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import blake3
@@ -66,7 +67,7 @@ def manifest_of(
     ctx: StageContext,
     parent: Checkpoint | None,
     entries: dict[bytes, Entry],
-    ordered: list[Entry],
+    ordered: Sequence[Entry],
     records: Records,
     same: bool | None = None,
     span: manifest_codec.Span | None = None,
@@ -180,7 +181,7 @@ def compress_lacking(
     records.ops.extend(packs.pack_ops(frames))
 
 
-def _fingerprint(ordered: list[Entry]) -> bytes:
+def _fingerprint(ordered: Sequence[Entry]) -> bytes:
     """BLAKE3 of the entries as msgpack arrays of up to 4096 entries (packed in slices, so no
     copy of the whole manifest's encoding is held at once)."""
     h = blake3.blake3()

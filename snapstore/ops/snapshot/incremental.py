@@ -83,7 +83,7 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     if changes.full and not check:
         return None
     mapped = blind_spots(watcher, state, changes)
-    patched = _patch(
+    patched = patch(
         ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped,
         in_place=not check,
     )  # fmt: skip
@@ -109,13 +109,13 @@ def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool
     (re-stat'ed: a write through another link changes their mtime) and every file mapped
     shared and writable now or at the last snapshot (the mapping may have been written and
     gone since, and its ``IN_CLOSE_WRITE`` names the name it was made by), which it returns:
-    those are read again (:func:`_patch`), since a write to a page already dirty (or any
+    those are read again (:func:`patch`), since a write to a page already dirty (or any
     write after the first on tmpfs) keeps the mtime.  (The directories the watcher cannot see
     are already in ``changes.blind``.)  ``look``: a read-only look, which remembers nothing."""
     named, inodes = watcher.mapped_for_write()
     mapped = {p for p in named if p in state.found}  # (not the store's own lock file)
     if inodes:
-        mapped |= _by_inode(watcher.inode_memo, state.found, inodes)
+        mapped |= _by_inode(watcher.inode_memo, state.found, _in_tree(watcher, state.found, inodes))
     if not look:
         mapped, watcher.last_mapped = mapped | watcher.last_mapped, mapped
     else:
@@ -127,6 +127,30 @@ def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool
     return mapped
 
 
+def _in_tree(watcher: Watcher, found: dict[bytes, scan.Found], inodes: set[int]) -> set[int]:
+    """Of ``inodes`` (mapped shared and writable by some process, anywhere on the tree's
+    device), those a file of the tree may have: the others are answered "not in the tree" in
+    the memo at once.  Another program's databases on the same device (an LMDB store, a
+    browser's cache) are mapped this way; without this each new one scanned every record."""
+    memo = watcher.inode_memo
+    unknown = {ino for ino in inodes if ino not in memo}
+    if not unknown:
+        return inodes
+    index = watcher.inode_index
+    if index is None:
+        from array import array
+
+        index = watcher.inode_index = array(
+            "Q", sorted(f.st.st_ino for f in found.values() if f.kind <= EXEC and f.st is not None)
+        )
+        watcher.inode_recent = set()
+    for ino in unknown:
+        i = bisect.bisect_left(index, ino)
+        if not (i < len(index) and index[i] == ino) and ino not in watcher.inode_recent:
+            memo[ino] = ()
+    return inodes
+
+
 def _by_inode(memo: dict[int, tuple[bytes, ...]], found: dict[bytes, scan.Found], inodes: set[int]) -> set[bytes]:
     """The tree's files with one of these inode numbers: files mapped by another name (outside
     the tree, or a name since deleted) still write to them.
@@ -134,7 +158,7 @@ def _by_inode(memo: dict[int, tuple[bytes, ...]], found: dict[bytes, scan.Found]
     ``memo`` keeps the answer per inode (the watcher's ``inode_memo``; () when not in the tree),
     so the tree is searched only for an inode not seen before; an answer stands while the
     paths still have that inode, and a patch drops the inodes of what it found anew
-    (:func:`_patch`), a full walk all of them.
+    (:func:`patch`), a full walk all of them.
     """
     out: set[bytes] = set()
     unknown: set[int] = set()
@@ -194,7 +218,7 @@ def _report(report: scan.ScanReport, listings: scan.Listings) -> bool:
     return True
 
 
-def _patch(
+def patch(
     ctx: StageContext,
     state: TreeState,
     found: dict[bytes, scan.Found],
@@ -208,7 +232,9 @@ def _patch(
 ) -> Patched | None:
     """Apply ``changes`` to ``found`` and ``listings`` and derive the entries: the state's own
     dict edited ``in_place`` (O(changed); the caller drops the state and the memo if the
-    snapshot does not complete), else a copy (a look changes nothing).  The files of
+    snapshot does not complete), else a copy (a look changes nothing: :mod:`.current_tree`
+    passes copies of ``found`` and ``listings`` and no ``watch``, since a look must not change
+    what is watched).  The files of
     ``reread`` (up to MAPPED_REREAD_MAX) are read whatever the stat cache says."""
     patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watch)
     if patch is None:
@@ -217,6 +243,8 @@ def _patch(
     if links is None:
         return None
     memo = ctx.watcher.inode_memo if ctx.watcher is not None else None
+    if ctx.watcher is not None and ctx.watcher.inode_index is not None:
+        ctx.watcher.inode_recent.update(f.st.st_ino for f in patch.updated if f.st is not None)
     if memo:
         for f in patch.updated:  # an inode answered "not in the tree" may be in it now
             if f.st is not None and memo.get(f.st.st_ino) == ():
@@ -266,73 +294,6 @@ def _links_after(before: set[bytes], patch: rescan.Patch, found: dict[bytes, sca
         if f.path not in patch.links:
             after.discard(f.path)  # examined again, with one link now (or not a file)
     return after
-
-
-def current_state(ctx: StageContext) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]] | None:
-    """:func:`snapstore.tree.worktree.current_state` from the watcher's state, without a walk
-    (None when it cannot vouch: then the caller walks).
-
-    Nothing is committed and nothing is consumed: the state is patched on copies and the
-    watcher's pending changes stay pending, for the next snapshot.
-    """
-    looked = _look(ctx)
-    return None if looked is None else (looked[0], looked[1])
-
-
-def worktree_difference(
-    ctx: StageContext,
-    manifest_id: bytes,
-    against: Callable[[dict[bytes, Entry]], tuple[dict[bytes, Entry], dict[bytes, Entry]]],
-) -> tuple[dict[bytes, Entry], dict[bytes, Entry]] | None:
-    """``(old, new)`` entries to compare manifest ``manifest_id`` with the working tree, from
-    the watcher's state (None when it cannot vouch: then the caller walks).
-
-    When that manifest is the one this context last wrote and its entries are the state's, only
-    the paths the pending changes touched can differ: both sides hold just those (comparing
-    them gives every change), so neither the manifest is decoded nor the whole tree compared.
-    Otherwise ``against(the tree's entries)`` compares them with the manifest.
-    """
-    looked = _look(ctx)
-    if looked is None:
-        return None
-    entries, _, touched, base = looked
-    memo = ctx.manifest_memo
-    if memo.mid != manifest_id or memo.entries is not base:
-        return against(entries)
-    old = {p: base[p] for p in touched if p in base}
-    new = {p: entries[p] for p in touched if p in entries}
-    return old, new
-
-
-def _look(
-    ctx: StageContext,
-) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found], set[bytes], dict[bytes, Entry]] | None:
-    """The tree's entries and found records now, the paths that may differ from the state's
-    entries, and those entries; None when the state cannot vouch."""
-    watcher = ctx.watcher
-    state = ctx.tree_state
-    if watcher is None or state is None:
-        return None
-    with ctx.backend.read() as view:
-        last_item = next(iter(view.items("log", reverse=True)), None)
-        last_op = next(iter(view.items("oplog", reverse=True)), None)
-    if state.keys != (last_item[0] if last_item else None, last_op[0] if last_op else None):
-        return None
-    changes = watcher.peek()
-    if changes.full:
-        return None
-    mapped = blind_spots(watcher, state, changes, look=True)
-    found = dict(state.found)
-    report = scan.ScanReport()
-    # No watch is added: a read-only look must not change what is watched (the next
-    # snapshot's patch adds it).
-    patched = _patch(ctx, state, found, dict(state.listings), changes, report, None, mapped)
-    if patched is None:
-        return None
-    entries = patched.entries
-    worktree.hash_misses(ctx.root_bytes, patched.to_read, entries, report)
-    watcher.looks += 1
-    return entries, found, patched.touched, patched.base
 
 
 def divergences(found: list[scan.Found], expected: dict[bytes, scan.Found]) -> list[bytes]:

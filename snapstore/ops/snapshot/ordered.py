@@ -1,43 +1,112 @@
 """The snapshot's entries in path order, and the files and bytes they hold, kept across a
 watching Store's snapshots: O(changed) instead of a sort and a sum over every file.
 
-After a snapshot, the context keeps the ordered list it built (with its paths and totals)
-beside the manifest memo's entries dict.  The next snapshot whose inputs were patched from that
-very dict (``Inputs.base is memo.entries``) and say which paths may differ (``touched``) edits a
-copy of the list in those places only (a bisect each, a C-level insert or delete); any other
-snapshot sorts afresh.  tests/test_snapshot_ordered.py checks both against each other.
+After a snapshot, the context keeps the ordered entries it built (with their totals) beside the
+manifest memo's entries dict.  The next snapshot whose inputs were patched from that very dict
+(``Inputs.base is memo.entries``) and say which paths may differ (``touched``) edits them in
+those places only.  The entries are held in chunks of about :data:`CHUNK` (:class:`Chunked`),
+copied on write: an edit copies the outer list of chunks (one pointer a chunk) and the chunks
+it changes, never a pointer a file, so a 1-file checkpoint of a million-file tree copies a few
+thousand pointers, not two lists of a million.  Any other snapshot sorts afresh.
+tests/test_snapshot_ordered.py checks both against each other.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
+from itertools import accumulate, chain
+from typing import overload
 
 from snapstore.records.manifest import EXEC, Entry
 
+#: Entries a chunk holds after a sort; an edited chunk is split when it doubles.
+CHUNK = 1024
+
+
+class Chunked(Sequence[Entry]):
+    """Entries in path order, in chunks ``(paths, entries)``; never changed once built (an
+    edit builds a new one sharing every chunk it does not change)."""
+
+    __slots__ = ("chunks", "firsts", "starts", "n")
+
+    def __init__(self, chunks: list[tuple[list[bytes], list[Entry]]]) -> None:
+        self.chunks = chunks
+        #: Each chunk's first path (to find a path's chunk), and its index in the whole.
+        self.firsts = [c[0][0] for c in chunks]
+        self.starts = [0, *accumulate(len(c[0]) for c in chunks)]
+        self.n = self.starts[-1]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Entry]:
+        return chain.from_iterable(c[1] for c in self.chunks)
+
+    @overload
+    def __getitem__(self, i: int) -> Entry: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Entry]: ...
+    def __getitem__(self, i: int | slice) -> Entry | list[Entry]:
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(self.n)
+            if step != 1:
+                return list(self)[i]
+            out: list[Entry] = []
+            k = max(bisect_right(self.starts, lo) - 1, 0)
+            while lo < hi and k < len(self.chunks):
+                base = self.starts[k]
+                part = self.chunks[k][1][lo - base : hi - base]
+                out.extend(part)
+                lo = base + len(self.chunks[k][1])
+                k += 1
+            return out
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        k = bisect_right(self.starts, i) - 1
+        return self.chunks[k][1][i - self.starts[k]]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Chunked | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def paths(self) -> list[bytes]:
+        """Every path, in order (a new list)."""
+        return list(chain.from_iterable(c[0] for c in self.chunks))
+
 
 class Ordered:
-    """Entries in path order, their paths, and the count and total size of the files."""
+    """Entries in path order, and the count and total size of the files."""
 
-    __slots__ = ("entries", "paths", "files", "size", "same", "span")
+    __slots__ = ("entries", "files", "size", "same", "span")
 
     def __init__(
         self,
-        entries: list[Entry],
-        paths: list[bytes],
+        entries: Chunked,
         files: int,
         size: int,
         same: bool | None = None,
-        span: tuple[list[Entry], list[tuple[int, int, int, int]]] | None = None,
+        span: tuple[Sequence[Entry], list[tuple[int, int, int, int]]] | None = None,
     ) -> None:
-        self.entries, self.paths, self.files, self.size = entries, paths, files, size
+        self.entries, self.files, self.size = entries, files, size
         #: Whether the entries are those of the kept order's dict (known only when patched:
         #: then nobody need compare the two dicts); None when not known.
         self.same = same
-        #: When patched: ``(the kept entries list, runs)``, each run ``(old_lo, old_hi,
-        #: new_lo, new_hi)`` a range of that list replaced by one of this list, in order, and
-        #: every entry outside them the same object in both (the manifest codec then compares
+        #: When patched: ``(the kept entries, runs)``, each run ``(old_lo, old_hi, new_lo,
+        #: new_hi)`` a range of the kept entries replaced by one of these, in order, and every
+        #: entry outside them the same object in both (the manifest codec then compares
         #: nothing and re-cuts each run on its own).
         self.span = span
+
+    @property
+    def paths(self) -> list[bytes]:
+        """Every path, in order (a new list: for checks, not for the snapshot's path)."""
+        return self.entries.paths()
 
 
 def order(
@@ -51,7 +120,7 @@ def order(
     ``touched`` when ``entries`` were patched from that very dict (``base``), else sorted."""
     if kept is not None and touched is not None and base is not None and base is kept_of:
         if not touched:  # (the usual checkpoint: nothing to edit, nothing to copy)
-            return Ordered(kept.entries, kept.paths, kept.files, kept.size, True, (kept.entries, []))
+            return Ordered(kept.entries, kept.files, kept.size, True, (kept.entries, []))
         return _patched(kept, entries, touched)
     return full(entries)
 
@@ -60,36 +129,65 @@ def full(entries: dict[bytes, Entry]) -> Ordered:
     paths = sorted(entries)
     ordered = [entries[p] for p in paths]
     sizes = [e[3] for e in ordered if e[1] <= EXEC]  # files (FILE, EXEC): one pass, no property calls
-    return Ordered(ordered, paths, len(sizes), sum(sizes))
+    chunks = [(paths[i : i + CHUNK], ordered[i : i + CHUNK]) for i in range(0, len(paths), CHUNK)]
+    return Ordered(Chunked(chunks), len(sizes), sum(sizes))
 
 
 def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) -> Ordered:
-    ordered, paths = list(kept.entries), list(kept.paths)  # (the kept lists stay as they were)
+    old = kept.entries
+    chunks = list(old.chunks)  # (one pointer a chunk; a chunk is copied before it is edited)
+    copied: set[int] = set()
     files, size = kept.files, kept.size
     same = True
     runs: list[tuple[int, int, int, int]] = []
     delta = 0  # (entries inserted minus deleted so far: i - delta is the kept list's index)
     for path in sorted(touched):
-        i = bisect_left(paths, path)
-        old = ordered[i] if i < len(paths) and paths[i] == path else None
+        k = max(bisect_right(old.firsts, path) - 1, 0)  # (the kept chunks: same indexes here)
+        if not chunks:
+            chunks.append(([], []))
+        if k not in copied:
+            chunks[k] = (list(chunks[k][0]), list(chunks[k][1]))
+            copied.add(k)
+        cpaths, centries = chunks[k]
+        j = bisect_left(cpaths, path)
+        i = old.starts[k] + j + _shift(old, chunks, copied, k)
+        was = centries[j] if j < len(cpaths) and cpaths[j] == path else None
         new = entries.get(path)
-        if old is not None and old[1] <= EXEC:
-            files, size = files - 1, size - old[3]
+        if was is not None and was[1] <= EXEC:
+            files, size = files - 1, size - was[3]
         if new is not None and new[1] <= EXEC:
             files, size = files + 1, size + new[3]
-        if old != new:
+        if was != new:
             same = False
-            olo, ohi, nhi = i - delta, i - delta + (old is not None), i + (new is not None)
+            olo, ohi, nhi = i - delta, i - delta + (was is not None), i + (new is not None)
             if runs and runs[-1][1] == olo:  # (adjacent to the last run: one run)
                 runs[-1] = (runs[-1][0], ohi, runs[-1][2], nhi)
             else:
                 runs.append((olo, ohi, i, nhi))
-            delta += (new is not None) - (old is not None)
-        if old is not None and new is not None:
-            ordered[i] = new
-        elif old is not None:
-            del ordered[i], paths[i]
+            delta += (new is not None) - (was is not None)
+        if was is not None and new is not None:
+            centries[j] = new
+        elif was is not None:
+            del centries[j], cpaths[j]
         elif new is not None:
-            ordered.insert(i, new)
-            paths.insert(i, path)
-    return Ordered(ordered, paths, files, size, same, (kept.entries, runs))
+            centries.insert(j, new)
+            cpaths.insert(j, path)
+    return Ordered(Chunked(_tidy(chunks, copied)), files, size, same, (old, runs))
+
+
+def _shift(old: Chunked, chunks: list[tuple[list[bytes], list[Entry]]], copied: set[int], k: int) -> int:
+    """How many entries the edits so far added (minus removed) before chunk ``k``."""
+    return sum(len(chunks[c][0]) - (old.starts[c + 1] - old.starts[c]) for c in copied if c < k)
+
+
+def _tidy(chunks: list[tuple[list[bytes], list[Entry]]], copied: set[int]) -> list[tuple[list[bytes], list[Entry]]]:
+    """The chunks with the edited ones that emptied dropped and those that doubled split."""
+    if all(0 < len(chunks[k][0]) <= 2 * CHUNK for k in copied):
+        return chunks
+    out: list[tuple[list[bytes], list[Entry]]] = []
+    for k, (paths, ents) in enumerate(chunks):
+        if k not in copied or 0 < len(paths) <= 2 * CHUNK:
+            out.append((paths, ents))
+            continue
+        out.extend((paths[i : i + CHUNK], ents[i : i + CHUNK]) for i in range(0, len(paths), CHUNK))
+    return out

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from snapstore.tree import scan
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from snapstore.records.manifest import Entry
 
 
@@ -23,7 +25,7 @@ class SnapshotResult:
 
     def __init__(
         self,
-        entries: list[Entry],
+        entries: Sequence[Entry],
         manifest_id: bytes,
         conversation_id: bytes | None,
         *,

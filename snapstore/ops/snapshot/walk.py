@@ -137,4 +137,5 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     incremental.reread_mapped(watcher, found, entries, to_read)
     stale = incremental.stale_cache_keys(cache, found)
     watcher.inode_memo.clear()  # (a path may have any inode now)
+    watcher.inode_index = None
     return Inputs(found, cache, entries, to_read, stale, Walked(found, listings, report.links))

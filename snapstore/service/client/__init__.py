@@ -96,10 +96,10 @@ def _target(argv: list[str]) -> tuple[str, str, str] | None:
     return None if store_dir is None else (command, cwd, store_dir)
 
 
-def lost_request(argv: list[str], value: str, silent: bool = False) -> int:
+def lost_request(argv: list[str], value: str, silent: bool = False) -> int | None:
     """What the native client hands over when its service stopped after accepting a command
     (``SNAPSTORE_LOST_REQUEST=<id>:<pid>:<command>``): the store says what happened; the
-    command is never run again."""
+    command is never run again, but for a snapshot that took no effect (None: run it here)."""
     from snapstore.service.client import lost
 
     rid, _, rest = value.partition(":")
@@ -108,6 +108,8 @@ def lost_request(argv: list[str], value: str, silent: bool = False) -> int:
     if target is None:
         sys.stderr.write("snapstore: error: the service stopped before answering, and its store cannot be found again\n")
         return 12
+    if not silent and lost.taken_here(target[2], rid, command, pid.encode()):
+        return None
     return lost.report(target[2], rid, command, pid.encode(), silent=silent)
 
 
@@ -192,6 +194,8 @@ def try_service(argv: list[str], native_refused: str | None = None) -> int | Non
         return 12  # ServiceStoppedError's code (errors is not imported on this path)
     from snapstore.service.client import lost
 
+    if not silent and lost.taken_here(store_dir, rid, command, first[1]):
+        return None
     return lost.report(store_dir, rid, command, first[1], silent=silent)
 
 
@@ -253,10 +257,11 @@ def _main(argv: list[str]) -> tuple[int, bool]:
     # The native client found the service silent (protocol.SILENCE): not asked again.
     silent = os.environ.pop("SNAPSTORE_SERVICE_SILENT", None) is not None
     native_refused = os.environ.pop("SNAPSTORE_NATIVE_REFUSED", None)
-    if handed is not None:
-        return lost_request(argv, handed, silent), True
+    lost_code = None if handed is None else lost_request(argv, handed, silent)
+    if lost_code is not None:
+        return lost_code, True
     try:
-        code = None if silent else try_service(argv, native_refused)
+        code = None if silent or handed is not None else try_service(argv, native_refused)
     except BrokenPipeError:
         return 0, False
     if code is not None:

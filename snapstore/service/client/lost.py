@@ -53,6 +53,30 @@ def report(store_dir: str, rid: str, command: str, ack: bytes, *, silent: bool =
     return _say(f"error: {_unfinished(command, row, pending, root, store_dir)}", ServiceStoppedError.exit_code)
 
 
+def taken_here(store_dir: str, rid: str, command: str, ack: bytes) -> bool:
+    """Whether a ``snapshot`` the stopped service left without effect is to be taken in this
+    process instead (it then says so on stderr): the service is gone (waited for as
+    :func:`report` does) and its request's row is absent, so it recorded nothing and never
+    will.  A snapshot is the command a person or an agent runs most; failing it because the
+    service that would have made it faster died would make the service a risk."""
+    from snapstore.errors import SnapstoreError
+
+    if command != "snapshot":
+        return False
+    try:
+        pid = int(ack or b"0")
+    except ValueError:
+        return False
+    try:
+        row, _, _ = _outcome(store_dir, bytes.fromhex(rid), pid)
+    except (SnapstoreError, ValueError):
+        return False
+    if row is not None or _alive(pid):
+        return False
+    _say("the service stopped before the snapshot took effect: taking it in this process", 0)
+    return True
+
+
 def _finished(row: dict[str, Any] | None, command: str) -> bool:
     """Whether the request's row says it finished (an exit code, a finished operation, or the
     checkpoint that is a snapshot's whole effect)."""

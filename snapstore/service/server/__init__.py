@@ -174,6 +174,8 @@ class Service:
                 ):
                     maintained = self.requests
                     self._maintain(lambda: bool(select.select(sockets, [], [], 0)[0]))
+                elif not readable:
+                    self._follow_compaction()
                 for ready_sock in readable:
                     served = self.requests
                     if ready_sock is listener:
@@ -245,6 +247,16 @@ class Service:
             return
         if report is not None:
             log.info("idle maintenance: %s", report.to_json())
+
+    def _follow_compaction(self) -> None:
+        """Let go of a generation a detached maintenance pass compacted away (an idle service
+        would hold it open, and its bytes on disk, until its next request)."""
+        from snapstore.errors import SnapstoreError
+
+        try:
+            self.store.follow_compaction()
+        except SnapstoreError as exc:
+            log.info("following a compaction failed: %s", exc)
 
     def _tree_still_there(self) -> bool:
         try:
