@@ -35,34 +35,9 @@ class ReadingMixin(StoreBase):
         around each version, not every checkpoint record (:mod:`snapstore.ops.pathlog`).
         With ``limit``, only the newest ``limit`` versions.
         """
-        from snapstore.ops import pathlog
-        from snapstore.ops.history import file_history, newest_versions
-        from snapstore.records.history import History
+        from snapstore.ops.pathlog import path_versions
 
-        rel = from_user(path)
-        with self.backend.read() as view:
-            indexed = pathlog.versions(
-                view,
-                rel,
-                lambda c: not c.is_safety and (task is None or c.task == task),
-                None if limit is None else max(limit, 0),
-                History(view).tags_of,
-            )
-        if indexed is not None:
-            return indexed
-        if limit is None:
-            rows = list(reversed(self.checkpoints(task=task)))
-            return file_history(self, rel, rows)
-
-        with self.backend.read() as view:
-            history = History(view)
-            source = history.of_task(task) if task is not None else None
-            rows_newest = (
-                c
-                for c in (source if source is not None else history.newest())
-                if not c.is_safety and (task is None or c.task == task)
-            )
-            return newest_versions(view.get, rel, rows_newest, max(limit, 0))
+        return path_versions(self.backend, from_user(path), task, limit, lambda: list(reversed(self.checkpoints(task=task))))
 
     def summary(self, ref: str, *, task: str | None = None, renames: bool = False) -> dict[str, Any]:
         """What an agent UI shows for a checkpoint: the record, changed files with +/- counts
@@ -97,17 +72,12 @@ class ReadingMixin(StoreBase):
         from snapstore.ops import diff as diff_mod
         from snapstore.ops.restore import selector
         from snapstore.ops.snapshot import current_tree
-        from snapstore.tree import worktree
 
         sel = selector(paths)
         old_cp = self.resolve(a)
         with self.backend.read() as view:
             if b is None:
-                def against(tree: dict[bytes, Entry]) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
-                    return diff_mod.difference_from_tree(view.get, old_cp.manifest, tree)
-
-                got = current_tree.worktree_difference(self.context, old_cp.manifest, against)
-                old, new = got if got is not None else against(worktree.current_state(self)[0])
+                old, new = current_tree.difference(self.context, view, old_cp.manifest)
                 new_loader = self.context.read_disk
             else:
                 new_cp = self.resolve(b)

@@ -30,7 +30,7 @@ from snapstore.records.checkpoint import (
     path_prefix,
     put_path_rows,
 )
-from snapstore.storage.backend import ReadView, WriteBatch
+from snapstore.storage.backend import Backend, ReadView, WriteBatch
 
 
 def complete(view: ReadView) -> bool:
@@ -219,3 +219,36 @@ def _versions_of(
     return out
 
 
+def path_versions(
+    backend: Backend, rel: bytes, task: str | None, limit: int | None, oldest_first: Callable[[], list[Checkpoint]],
+) -> list[Version]:
+    """The versions of ``rel`` (of ``task``'s checkpoints when given), oldest first: through the
+    ``paths`` index when it is complete, else by reading the records (``oldest_first()``, every
+    checkpoint; or, with ``limit``, newest first until ``limit`` versions are found)."""
+    from snapstore.ops.history import file_history, newest_versions
+    from snapstore.records.history import History
+
+    with backend.read() as view:
+        indexed = versions(
+            view, rel, lambda c: not c.is_safety and (task is None or c.task == task),
+            None if limit is None else max(limit, 0), History(view).tags_of,
+        )
+    if indexed is not None:
+        return indexed
+    if limit is None:
+        return file_history(_Held(backend), rel, oldest_first())
+    with backend.read() as view:
+        history = History(view)
+        source = history.of_task(task) if task is not None else None
+        rows_newest = (
+            c for c in (source if source is not None else history.newest())
+            if not c.is_safety and (task is None or c.task == task)
+        )
+        return newest_versions(view.get, rel, rows_newest, max(limit, 0))
+
+
+class _Held:
+    """A backend as :func:`file_history` takes it."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend

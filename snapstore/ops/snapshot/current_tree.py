@@ -17,6 +17,7 @@ from collections.abc import Callable
 from snapstore.ops.context import StageContext
 from snapstore.ops.snapshot import incremental
 from snapstore.records.manifest import Entry
+from snapstore.storage.backend import ReadView
 from snapstore.tree import scan, worktree
 
 
@@ -54,6 +55,20 @@ def worktree_difference(
     old = {p: base[p] for p in touched if p in base}
     new = {p: entries[p] for p in touched if p in entries}
     return old, new
+
+
+def difference(
+    ctx: StageContext, view: ReadView, manifest_id: bytes
+) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+    """``(old, new)`` entries to compare manifest ``manifest_id`` with the working tree: from
+    the watcher's state when it vouches (:func:`worktree_difference`), else by a walk."""
+    from snapstore.ops.diff import difference_from_tree
+
+    def against(tree: dict[bytes, Entry]) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+        return difference_from_tree(view.get, manifest_id, tree)
+
+    got = worktree_difference(ctx, manifest_id, against)
+    return got if got is not None else against(worktree.current_state(ctx)[0])
 
 
 def _look(

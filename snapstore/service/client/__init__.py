@@ -123,6 +123,41 @@ def _fell_back(store_dir: str, cause: str, detail: str) -> None:
         sys.stderr.flush()
 
 
+def _request(command: str, argv: list[str], cwd: str, store_dir: str) -> dict[str, object] | None:
+    """The request for the service (a hook's stdin read, up to a bound); None when that stdin
+    leaves no room in a request frame."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(protocol.FORWARDED_ENV_PREFIXES)}
+    if "COLUMNS" not in env and sys.stdout.isatty():  # the terminal's width, as in-process
+        env["COLUMNS"] = str(os.get_terminal_size(sys.stdout.fileno()).columns)
+    request: dict[str, object] = {
+        "v": protocol.version_tag(),
+        "id": os.urandom(16).hex(),
+        "client": "python",
+        "command": command,
+        "argv": argv,
+        "cwd": cwd,
+        "env": env,
+        "store": store_dir,
+        "encoding": sys.stdout.encoding,
+        "errors": sys.stdout.errors,
+    }
+    if command in STDIN_COMMANDS:
+        global _read_stdin
+        _read_stdin = sys.stdin.buffer.read(protocol.MAX_STDIN + 1)  # (the hook reads no more either)
+        if len(_read_stdin) > protocol.MAX_FRAME // 2:
+            return None
+        request["stdin"] = _read_stdin.decode("utf-8", "surrogateescape")
+    return request
+
+
+def _not_accepted(store_dir: str, first: tuple[bytes, bytes] | None) -> None:
+    """Record why the service did not take the command, when the user can fix it."""
+    if first is None:
+        _fell_back(store_dir, "service-did-not-answer", f"this installation: {protocol.version_tag()}")
+    elif first == (b"n", b"version"):
+        _fell_back(store_dir, "python-client-refused", f"this installation: {protocol.version_tag()}")
+
+
 def try_service(argv: list[str], native_refused: str | None = None) -> int | None:
     """The exit code of the command run by the store's service, or None to run it here.
 
@@ -137,28 +172,10 @@ def try_service(argv: list[str], native_refused: str | None = None) -> int | Non
     path = protocol.owned_socket(store_dir)
     if path is None:
         return None
-    env = {k: v for k, v in os.environ.items() if k.startswith(protocol.FORWARDED_ENV_PREFIXES)}
-    if "COLUMNS" not in env and sys.stdout.isatty():  # the terminal's width, as in-process
-        env["COLUMNS"] = str(os.get_terminal_size(sys.stdout.fileno()).columns)
-    rid = os.urandom(16).hex()
-    request = {
-        "v": protocol.version_tag(),
-        "id": rid,
-        "client": "python",
-        "command": command,
-        "argv": argv,
-        "cwd": cwd,
-        "env": env,
-        "store": store_dir,
-        "encoding": sys.stdout.encoding,
-        "errors": sys.stdout.errors,
-    }
-    if command in STDIN_COMMANDS:
-        global _read_stdin
-        _read_stdin = sys.stdin.buffer.read(protocol.MAX_STDIN + 1)  # (the hook reads no more either)
-        if len(_read_stdin) > protocol.MAX_FRAME // 2:
-            return None  # no room in a request frame: run here, on what was read
-        request["stdin"] = _read_stdin.decode("utf-8", "surrogateescape")
+    request = _request(command, argv, cwd, store_dir)
+    if request is None:
+        return None  # a hook's stdin too large for a request frame: run here, on what was read
+    rid = str(request["id"])
     try:
         conn = protocol.connect(path, CONNECT_TIMEOUT)
     except OSError:
@@ -168,10 +185,7 @@ def try_service(argv: list[str], native_refused: str | None = None) -> int | Non
             protocol.send_frame(sock, b"r", protocol.encode_request(request))
             first = protocol.recv_frame(sock)
             if first is None or first[0] != b"a":  # not accepted (another version, another store)
-                if first is None:
-                    _fell_back(store_dir, "service-did-not-answer", f"this installation: {protocol.version_tag()}")
-                elif first == (b"n", b"version"):
-                    _fell_back(store_dir, "python-client-refused", f"this installation: {protocol.version_tag()}")
+                _not_accepted(store_dir, first)
                 return None
             # From here on the command is the service's, never run here: the service runs it
             # only after this confirmation (a client that timed out above closes without it).
