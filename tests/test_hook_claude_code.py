@@ -21,6 +21,7 @@ import pytest
 from snapstore import Store
 from snapstore.integrations.claude_code import read_transcript
 from snapstore.service import daemon
+from snapstore.storage import lmdb_generations
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
 CLIENT = "from snapstore.service.client import run; run()"
@@ -129,7 +130,7 @@ def test_session_replay_records_every_change_with_attribution(tmp_path: Path, se
     project.mkdir()
     results = replay(project, tmp_path, session)
     check_session(project, session, results)
-    assert (project / ".snapstore" / "data.mdb").exists()  # created on first use, in the project
+    assert lmdb_generations.is_store(str(project / ".snapstore"))  # created on first use, in the project
     # The Bash call's sed and rm are the tool's: going back to "before Bash" undoes both.
     assert not (project / "notes.txt").exists()
     with Store.open(project) as store:

@@ -68,7 +68,7 @@ def test_a_failed_init_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
     def fail(self: LmdbBackend) -> None:
         raise TreeIOError("disk full (injected)")
 
-    monkeypatch.setattr(LmdbBackend, "sync", fail)
+    monkeypatch.setattr(LmdbBackend, "barrier", fail)
     with pytest.raises(TreeIOError, match="injected"):
         Store.init(tmp_path)
     assert sorted(os.listdir(tmp_path)) == []
@@ -83,7 +83,7 @@ def test_a_failed_init_into_a_named_non_empty_directory_removes_only_what_it_mad
     named = tmp_path / "stores"
     named.mkdir()
     (named / "README").write_text("mine\n")
-    monkeypatch.setattr(LmdbBackend, "sync", lambda self: (_ for _ in ()).throw(TreeIOError("injected")))
+    monkeypatch.setattr(LmdbBackend, "barrier", lambda self: (_ for _ in ()).throw(TreeIOError("injected")))
     tree = tmp_path / "tree"
     tree.mkdir()
     with pytest.raises(TreeIOError):
@@ -95,7 +95,7 @@ KILLED_INIT = r"""
 import os, signal, sys
 from snapstore.storage.lmdb_backend import LmdbBackend
 from snapstore.store import Store
-LmdbBackend.sync = lambda self: os.kill(os.getpid(), signal.SIGKILL)
+LmdbBackend.barrier = lambda self: os.kill(os.getpid(), signal.SIGKILL)
 Store.init(sys.argv[1])
 """
 
