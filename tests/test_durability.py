@@ -71,7 +71,7 @@ def test_each_mode_syncs_what_it_says_before_a_checkpoint_returns(project: Path,
     assert effective == mode
     # The first checkpoint past maintenance's size floor also records the store file's size,
     # once (ops/schedule.py: the base of the growth rule): one more commit, synced as any.
-    assert counts[1:] == [syncs] * 3 and counts[0] in (syncs, 2 * syncs), counts
+    assert counts[1:] == [syncs] * 3 and syncs <= counts[0] <= 2 * syncs, counts
 
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace")
