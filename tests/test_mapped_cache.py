@@ -1,4 +1,4 @@
-"""The watcher's cache of each process's shared writable mappings (snapstore.tree.mapped):
+"""The watcher's cache of each process's shared writable mappings (snapstore.platform.maps):
 maps are read again only for a process whose start time or mapped size changed, and a mapping
 made since the last look is still found."""
 
@@ -8,8 +8,8 @@ import mmap
 import os
 from pathlib import Path
 
-from snapstore.tree import mapped
-from snapstore.tree.mapped import MapsCache, mapped_for_write
+from snapstore.platform import maps as mapped
+from snapstore.platform.maps import MapsCache, mapped_for_write
 
 
 def test_a_file_mapped_after_the_first_look_is_found_through_the_cache(tmp_path: Path):

@@ -84,12 +84,12 @@ def test_overflow_asks_for_a_full_walk(tmp_path: Path):
 
 def test_a_refused_watch_makes_its_directory_blind_until_a_retry_succeeds(watched, monkeypatch):
     root, w = watched
-    real = w._inotify.add_watch
+    real = w._source.add_watch
 
-    def refuse(path: bytes, mask: int) -> int:
+    def refuse(path: bytes) -> int:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(w._inotify, "add_watch", refuse)
+    monkeypatch.setattr(w._source, "add_watch", refuse)
     (root / "newdir" / "inner").mkdir(parents=True)
     for _ in range(3):  # every take names it again, with everything below it unwatched
         changes = w.take()
@@ -97,7 +97,7 @@ def test_a_refused_watch_makes_its_directory_blind_until_a_retry_succeeds(watche
         assert changes.blind == {b"newdir"}
         assert "walking those 1 unwatched directories" in w.status()["mode"]
     assert w.watch_failures >= 3 and w.status()["blind_dirs"] == 1
-    monkeypatch.setattr(w._inotify, "add_watch", real)
+    monkeypatch.setattr(w._source, "add_watch", real)
     changes = w.take()  # retried: watched now, and walked this once more
     assert changes.blind == {b"newdir"} and not w.blind
     (root / "newdir" / "inner" / "x").write_bytes(b"x")
@@ -112,5 +112,7 @@ def test_periodic_consistency_check(watched):
 
 
 def test_unreliable_file_systems_are_named():
-    assert watcher_mod.UNRELIABLE_FS[0x6969] == "nfs"
+    from snapstore.platform import inotify
+
+    assert inotify.UNRELIABLE_FS[0x6969] == "nfs"
     assert watcher_mod.watchable("/") is None or "gives no reliable" in watcher_mod.watchable("/")
