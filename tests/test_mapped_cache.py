@@ -8,8 +8,12 @@ import mmap
 import os
 from pathlib import Path
 
+from platform_marks import needs_proc_maps
+
 from snapstore.platform import maps as mapped
 from snapstore.platform.maps import MapsCache, mapped_for_write
+
+pytestmark = needs_proc_maps
 
 
 def test_a_file_mapped_after_the_first_look_is_found_through_the_cache(tmp_path: Path):

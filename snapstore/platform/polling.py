@@ -4,8 +4,8 @@ The events a read makes are those of what differs from the last read (a name tha
 an entry whose type or inode changed, a file whose size, times or mode changed), in the
 vocabulary of :mod:`snapstore.platform.events`, so the watcher treats them as it treats
 inotify's.  What it cannot see by comparing (a write in the same timestamp tick as the last
-look, of the same size) it reports anyway: an entry whose mtime or ctime is within
-:data:`RACY_NS` of the last read is named again at the next one, until it is older (git's
+look, of the same size) it reports anyway: an entry whose mtime or ctime is within a tick of
+the last read (:func:`_tick`) is named again at the next one, until it is older (git's
 "racily clean" rule).  So a checkpoint through this source finds what a full walk finds, on
 any POSIX system and file system, for about a walk's cost (docs/platforms.md has the numbers).
 """
@@ -19,9 +19,17 @@ import time
 
 from snapstore.platform.eventbits import CREATED, DELETED, DELETED_SELF, IGNORED, IS_DIR, MODIFIED
 
-#: Timestamps this close to the last read may hide a later change in the same tick (2 s: FAT's
-#: granularity; HFS+ has 1 s, ext4 and APFS a clock tick).
-RACY_NS = 2_000_000_000
+#: Timestamps this close to the last read may hide a later change in the same tick: on a file
+#: system that keeps whole seconds (HFS+: 1 s; FAT: 2 s), and on one that keeps nanoseconds
+#: (ext4, APFS, tmpfs), whose clock still moves in ticks of a few milliseconds.
+COARSE_NS = 2_000_000_000
+FINE_NS = 50_000_000
+
+
+def _tick(mtime_ns: int) -> int:
+    """The timestamp granularity to allow for: a time in whole seconds says the file system
+    keeps no more (or, once in a billion, that this time fell on one: a harmless look)."""
+    return COARSE_NS if mtime_ns % 1_000_000_000 == 0 else FINE_NS
 
 #: What is compared of an entry: its type and inode (a directory: only those: its own watch
 #: reports the rest), size, mtime, ctime (a file).
@@ -94,7 +102,7 @@ class PollingSource:
 
     def read(self) -> list[tuple[int, int, bytes]]:
         events, self._queued = self._queued, []
-        racy = self._last_read - RACY_NS
+        racy = self._last_read
         self._last_read = time.time_ns()  # (before any look: what changes after it is racy next time)
         for wd, d in list(self._dirs.items()):
             self._compare(wd, d, racy, events)
@@ -125,7 +133,7 @@ class PollingSource:
                 events.append((wd, CREATED | isdir, name))
             elif old[:2] != sig[:2]:  # another type or inode: another entry by the same name
                 events += ((wd, DELETED | (IS_DIR if stat.S_ISDIR(old[0]) else 0), name), (wd, CREATED | isdir, name))
-            elif old != sig or (not isdir and max(sig[3], sig[4]) >= racy):
+            elif old != sig or (not isdir and max(sig[3], sig[4]) >= racy - _tick(sig[3])):
                 events.append((wd, MODIFIED | isdir, name))
         for name, old in before.items():
             if name not in now:

@@ -21,7 +21,15 @@ import sys
 import tempfile
 
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cclient")
-FLAGS = ("-O2", "-Wall", "-Wextra", "-std=c11")
+#: Portable C11 with no GNU extensions (docs/platforms.md).
+FLAGS = ("-O2", "-Wall", "-Wextra", "-Wpedantic", "-std=c11")
+
+
+def flags() -> tuple[str, ...]:
+    """:data:`FLAGS`, and the portable branches on Linux too under ``SNAPSTORE_PLATFORM=portable``."""
+    from snapstore import platform
+
+    return FLAGS + (("-DSNAPSTORE_PORTABLE",) if platform.masked() else ())
 
 
 def compiler() -> str | None:
@@ -49,7 +57,7 @@ def build(out: str, python_client: str, cc: str | None = None, tag: str | None =
             f.write(f"#define SNAPSTORE_PYTHON_CLIENT {json.dumps(os.path.abspath(python_client), ensure_ascii=False)}\n")
         binary = os.path.join(tmp, "snapstore")
         subprocess.run(
-            [cc, *FLAGS, "-include", config, "-o", binary, os.path.join(SOURCE_DIR, "snapstore.c")],
+            [cc, *flags(), "-include", config, "-o", binary, os.path.join(SOURCE_DIR, "snapstore.c")],
             check=True, capture_output=True, text=True,
         )
         staged = out + ".new"
