@@ -21,7 +21,7 @@ HEAVY = frozenset({
     "test_restore_crash.py", "test_service.py", "test_service_once.py", "test_service_silent.py",
     "test_small_address_space.py", "test_store_creation_race.py", "test_ui_access.py",
     "test_ui_bounded.py", "test_ui_browser.py", "test_ui_browser_flows.py",
-    "test_watch_differential.py", "test_watch_partial.py", "test_watch_trust.py",
+    "test_watch_differential.py", "test_watch_partial.py", "test_watch_trust.py", "test_wheel_install.py",
 })  # fmt: skip
 
 
