@@ -42,7 +42,7 @@ def _sig(st: os.stat_result) -> Sig:
     return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-class _Dir:
+class _Watched:
     __slots__ = ("entries", "ino", "path", "own")
 
     def __init__(self, path: bytes, st: os.stat_result, entries: dict[bytes, Sig]):
@@ -69,7 +69,7 @@ class PollingSource:
 
     def __init__(self) -> None:
         self._wd_of: dict[bytes, int] = {}
-        self._dirs: dict[int, _Dir] = {}
+        self._dirs: dict[int, _Watched] = {}
         self._next = 1
         #: Events made outside a read (a watch replaced by another of the same path).
         self._queued: list[tuple[int, int, bytes]] = []
@@ -87,7 +87,7 @@ class PollingSource:
             self._queued.append((wd, IGNORED, b""))
         entries = _listing(path)  # (EACCES and the like: the caller calls it blind)
         wd, self._next = self._next, self._next + 1
-        self._wd_of[path], self._dirs[wd] = wd, _Dir(path, st, entries)
+        self._wd_of[path], self._dirs[wd] = wd, _Watched(path, st, entries)
         return wd
 
     def _forget(self, wd: int) -> None:
@@ -108,7 +108,7 @@ class PollingSource:
             self._compare(wd, d, racy, events)
         return events
 
-    def _compare(self, wd: int, d: _Dir, racy: int, events: list[tuple[int, int, bytes]]) -> None:
+    def _compare(self, wd: int, d: _Watched, racy: int, events: list[tuple[int, int, bytes]]) -> None:
         try:
             st = os.lstat(d.path)
         except OSError:
