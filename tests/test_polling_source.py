@@ -62,3 +62,20 @@ def test_a_file_changed_within_a_tick_of_the_last_look_is_named_again(tmp_path: 
     time.sleep(TICK)
     source.read()
     assert source.read() == []
+
+
+def test_serve_status_says_which_source_and_how_mapped_files_are_seen(tmp_path: Path, monkeypatch):
+    from snapstore.platform import SWITCH, linux
+    from snapstore.store import Store
+
+    build_tree(tmp_path, {"a": b"a"})
+    Store.init(tmp_path).close()
+    for mode, source, sees in (("", "inotify", True), ("portable", "polling", False)):
+        monkeypatch.setenv(SWITCH, mode)
+        if source == "inotify" and not linux():
+            continue  # (not Linux: only the portable source is there)
+        with Store.open(tmp_path, watch=True) as s:
+            status = s.watch_status()
+            assert status is not None
+            assert (status["events_from"], status["sees_mappings"]) == (source, sees)
+            assert status["mapped_files"].startswith("weaker") == (not sees)

@@ -108,6 +108,14 @@ def sees_mappings() -> bool:
     return platform.linux()
 
 
+def guarantee() -> str:
+    """What a checkpoint does about files written through shared mappings, in words (``serve --status``)."""
+    if sees_mappings():
+        return "files mapped shared and writable (found in /proc) are read at every checkpoint"
+    return ("weaker: no process's mappings can be seen here, so a file written through a shared "
+            "mapping is checkpointed when its mtime or size changes, as a walk sees it")
+
+
 def own_ranges(path: str) -> list[tuple[int, int]]:
     """Address ranges where this process maps ``path`` (empty where the system does not say)."""
     if not platform.linux():

@@ -259,6 +259,7 @@ class Watcher:
             "watching": True,
             "events_from": self._source.kind,
             "sees_mappings": maps.sees_mappings(),
+            "mapped_files": maps.guarantee(),
             "mode": self.mode(),
             "watched_dirs": self.watched_dirs,
             "blind_dirs": len(self.blind),
