@@ -21,10 +21,12 @@ $(STAMP): pyproject.toml
 
 # The native thin client (snapstore/service/cclient/, issue 24): built with the system C compiler
 # and put in place of pip's `snapstore` script, which stays as `snapstore-py`, its fallback.
-# Without a compiler it says so once and the Python client serves.
+# Without a compiler it says so once (and marks it: the Python `snapstore`'s first run does not try
+# again, service/firstrun.py) and the Python client serves.
 NATIVE := $(VENV)/.native-stamp
 $(NATIVE): $(STAMP) snapstore/service/cclient/snapstore.c snapstore/service/cclient/frames.h snapstore/service/native.py snapstore/service/protocol.py
 	@$(PY) -m snapstore.service.native --install $(VENV)/bin
+	@if [ "$$(head -c 2 $(VENV)/bin/snapstore)" = "#!" ]; then echo "make setup: no native client" > $(VENV)/bin/.snapstore-native-unavailable; fi
 	@touch $@
 
 native: $(NATIVE)

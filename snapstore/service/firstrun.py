@@ -7,7 +7,7 @@ console scripts, ``snapstore`` and ``snapstore-py`` (the same Python client); th
 puts it in place of that script (:func:`snapstore.service.native.install`), falling back to
 ``snapstore-py``; the command then runs as usual.  Every later ``snapstore`` is the native
 client.  With no compiler it says so once (a marker file beside the scripts) and the Python
-client serves every command.  The check costs one read of the script's first two bytes.
+client serves every command.  The check costs a few ``stat`` calls, in the Python client only.
 
 Where the scripts are is found from the running script's real path, so the native client
 lands in the environment that pip made (``pipx``/``uv tool`` link their ``~/.local/bin``
@@ -36,14 +36,14 @@ def ensure_native(script: str | None = None) -> str | None:
     bin_dir = os.path.dirname(real)
     if os.path.basename(real) != "snapstore" or not os.path.exists(os.path.join(bin_dir, "snapstore-py")):
         return None
-    if not _is_python_script(real) or os.path.exists(os.path.join(bin_dir, MARKER)):
-        return None
+    if os.path.exists(os.path.join(bin_dir, MARKER)):
+        return None  # (and when this runs as that script, it is pip's Python script still)
     if not os.access(bin_dir, os.W_OK):
         return None  # (a system-wide install: whoever installed it can run the install step)
     from snapstore.service import native
 
     done = native.install(bin_dir)
-    if _is_python_script(real):  # no compiler, or it failed: say so this once
+    if native.is_script(real):  # no compiler, or it failed: say so this once
         try:
             with open(os.path.join(bin_dir, MARKER), "w", encoding="utf-8") as f:
                 f.write(done + "\n")
@@ -55,10 +55,3 @@ def ensure_native(script: str | None = None) -> str | None:
         )
     return done
 
-
-def _is_python_script(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(2) == b"#!"
-    except OSError:
-        return False

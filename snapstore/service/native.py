@@ -66,7 +66,8 @@ def build(out: str, python_client: str, cc: str | None = None, tag: str | None =
         os.replace(staged, out)
 
 
-def _is_script(path: str) -> bool:
+def is_script(path: str) -> bool:
+    """Whether ``path`` is a script (``#!``): pip's console script, not the native client."""
     try:
         with open(path, "rb") as f:
             return f.read(2) == b"#!"
@@ -77,7 +78,7 @@ def _is_script(path: str) -> bool:
 def install(bin_dir: str) -> str:
     """Make the native client ``BIN_DIR/snapstore`` (see the module's docstring); what was done."""
     script, python_client = os.path.join(bin_dir, "snapstore"), os.path.join(bin_dir, "snapstore-py")
-    if _is_script(script):
+    if is_script(script):
         os.replace(script, python_client)  # pip's console script, kept as the fallback
     if not os.path.exists(python_client):
         return f"no Python client at {python_client}: the native client is not installed"

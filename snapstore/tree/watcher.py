@@ -39,6 +39,7 @@ from snapstore.platform.maps import MapsCache, mapped_for_write
 
 __all__ = ["Changes", "MapsCache", "Watcher", "mapped_for_write", "watchable"]
 
+
 @dataclass
 class Changes:
     """What may have changed since the last :meth:`Watcher.take`."""

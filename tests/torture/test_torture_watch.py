@@ -277,11 +277,17 @@ class Run:
         if status.get("blind_dirs"):
             self.figures["blind_dirs_seen"] += int(status["blind_dirs"])
             self.figures["checkpoints_with_blind_dirs"] += 1
-        on_disk = diff_trees(read_tree(self.tree.root), tree_from_store(self.watched, cp.id))
-        walked = [(c.status, c.path) for c in self.plain.diff(cp.id)]
+        on_disk, walked = self.differences(cp.id)
         if on_disk or walked:
             self.figures["divergences"] += 1
             self.problems.append(f"step {self.figures['steps']} ({label}: {ops}): {on_disk[:3]} {walked[:3]}")
+
+
+    def differences(self, cp_id: str) -> tuple[list[str], list[tuple[str, bytes]]]:
+        """How checkpoint ``cp_id`` differs from the tree on disk, and from a full walk."""
+        assert self.watched is not None
+        on_disk = diff_trees(read_tree(self.tree.root), tree_from_store(self.watched, cp_id))
+        return on_disk, [(c.status, c.path) for c in self.plain.diff(cp_id)]
 
 
 def _phase(run: Run, name: str, steps: int) -> None:

@@ -25,7 +25,6 @@ from torture_tally import FULL, record, scaled
 
 from snapstore.platform import SWITCH
 from snapstore.store import Store
-from snapstore.testing import diff_trees, read_tree, tree_from_store
 
 CATEGORY = "watch vs walk (portable polling watcher)"
 SEEDS = scaled(1, int(os.environ.get("SNAPSTORE_WATCH_SEEDS", "4")))
@@ -37,22 +36,15 @@ class PortableRun(Run):
         super().__init__(tree)
         self.figures["mapped_unseen"] = 0
 
-    def step(self, label: str, burst: bool) -> None:
+    def differences(self, cp_id: str) -> tuple[list[str], list[tuple[str, bytes]]]:
         assert self.watched is not None
-        ops = [self.tree.edit(burst) for _ in range(self.tree.rng.randint(1, 3))]
-        cp = self.watched.snapshot(f"{label}: {' '.join(ops)}")
-        self.figures["steps"] += 1
-        self.figures["checkpoints"] += 1
         status = self.watched.watch_status() or {}
         assert status.get("events_from") == "polling", status
-        walked = [(c.status, c.path) for c in self.plain.diff(cp.id)]
+        every, walked = super().differences(cp_id)
         mapped = _mapped_names(self.tree)
-        every = diff_trees(read_tree(self.tree.root), tree_from_store(self.watched, cp.id))
         on_disk = [d for d in every if not d.startswith(mapped)] if mapped else every
         self.figures["mapped_unseen"] += len(every) - len(on_disk)
-        if on_disk or walked:
-            self.figures["divergences"] += 1
-            self.problems.append(f"step {self.figures['steps']} ({label}: {ops}): {on_disk[:3]} {walked[:3]}")
+        return on_disk, walked
 
 
 def _mapped_names(tree: Tree) -> tuple[str, ...]:
