@@ -283,6 +283,21 @@ class Run:
             self.problems.append(f"step {self.figures['steps']} ({label}: {ops}): {on_disk[:3]} {walked[:3]}")
 
 
+    def close(self) -> None:
+        self.close_watched()
+        self.plain.close()
+        self.tree.close_maps()
+
+    def report(self, category: str, label: str) -> dict[str, int]:
+        """Record the figures, print them, and fail on any divergence."""
+        f = self.figures
+        record(category, f["checkpoints"], f["divergences"], **{k: v for k, v in f.items() if k != "checkpoints"})
+        print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in f.items()))
+        assert not self.problems, "\n".join(self.problems[:10])
+        if FULL:
+            assert f["checkpoints"] >= STEPS
+        return f
+
     def differences(self, cp_id: str) -> tuple[list[str], list[tuple[str, bytes]]]:
         """How checkpoint ``cp_id`` differs from the tree on disk, and from a full walk."""
         assert self.watched is not None
@@ -322,12 +337,5 @@ def test_watched_checkpoints_equal_full_walks(tmp_path: Path, seed: int):
         for name, share in PHASES:
             _phase(run, name, max(1, round(STEPS * share)))
     finally:
-        run.close_watched()
-        run.plain.close()
-        tree.close_maps()
-    f = run.figures
-    record(CATEGORY, f["checkpoints"], f["divergences"], **{k: v for k, v in f.items() if k != "checkpoints"})
-    print(f"watch vs walk, seed {seed}: " + ", ".join(f"{k} {v}" for k, v in f.items()))
-    assert not run.problems, "\n".join(run.problems[:10])
-    if FULL:
-        assert f["checkpoints"] >= STEPS
+        run.close()
+    run.report(CATEGORY, f"watch vs walk, seed {seed}")
