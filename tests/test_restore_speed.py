@@ -185,7 +185,7 @@ def test_restore_syncs_twice_and_in_the_journal_protocols_order(tree: Path, stor
     assert fsyncs == []  # no per-file (or per-directory) fsync
 
 
-@pytest.mark.parametrize("missing", ["seam", "libc"])
+@pytest.mark.parametrize("missing", ["seam", "libc", "masked"])
 def test_without_syncfs_every_file_is_fsynced_before_its_rename(
     tree: Path, store: Store, two_states, monkeypatch, missing: str
 ):
@@ -193,8 +193,12 @@ def test_without_syncfs_every_file_is_fsynced_before_its_rename(
     real_fsync, real_rename = os.fsync, apply_mod.rename
     if missing == "seam":
         monkeypatch.setattr(batch, "syncfs", None)
-    else:  # a C library without syncfs (not Linux)
-        monkeypatch.setattr(batch, "_libc", [None])
+    elif missing == "libc":  # a C library without syncfs (not Linux)
+        from snapstore.platform import sync
+
+        monkeypatch.setattr(sync, "_looked_up", {False: None})
+    else:  # the Linux facilities masked (SNAPSTORE_PLATFORM=portable)
+        monkeypatch.setenv("SNAPSTORE_PLATFORM", "portable")
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
     monkeypatch.setattr(apply_mod, "rename", lambda *a: (events.append("rename"), real_rename(*a))[1])
     store.restore("A")

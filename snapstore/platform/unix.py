@@ -13,9 +13,12 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from snapstore import platform
+
+TYPE_CHECKING = False  # no `typing` at run time: the thin client's start-up (tests/test_service.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: What :func:`peer_uid` says when the system cannot tell (the weaker mode).  (The module
 #: imports nothing at its top but os: the thin client connects through it.)
