@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import pytest
 
-from snapstore.platform import linux, maps, tcp
+from snapstore.platform import linux, maps, sync, tcp
 
-#: A test of inotify itself (its limits, its queue overflow, no instance left).
+#: A test of inotify itself: its limits, its queue, or that its events name exactly what changed.
 needs_inotify = pytest.mark.skipif(
-    not linux(), reason="tests inotify itself (limits, queue overflow, instances): the portable polling source has none"
+    not linux(),
+    reason="tests inotify itself (its limits, its queue, events naming exactly what changed): the portable polling "
+    "source has no limits or queue and, by design, names again a file written within a tick of its last look",
+)
+#: A test that counts syncfs calls or kills a restore at one.
+needs_syncfs = pytest.mark.skipif(
+    not sync.available(), reason="counts Linux's syncfs calls: without syncfs every file and directory is fsynced "
+    "(tests/test_restore_speed.py::test_without_syncfs_every_file_is_fsynced_before_its_rename)"
 )
 #: A test of the mapped-file guarantee, which reads other processes' maps in /proc.
 needs_proc_maps = pytest.mark.skipif(

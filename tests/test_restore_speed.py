@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from platform_marks import needs_syncfs
 from restore_helpers import read_tree, write_tree
 
 from snapstore.ops.restore import apply as apply_mod
@@ -166,6 +167,7 @@ def _events(monkeypatch, store: Store) -> list[str]:
     return events
 
 
+@needs_syncfs
 def test_restore_syncs_twice_and_in_the_journal_protocols_order(tree: Path, store: Store, two_states, monkeypatch):
     fsyncs: list[int] = []
     real_fsync = os.fsync
@@ -262,6 +264,7 @@ Store.open(".").restore("A")
 """
 
 
+@needs_syncfs
 @pytest.mark.parametrize("kill_at", [1, 2])
 def test_killed_right_after_a_syncfs_is_finished_by_recover(tree: Path, store: Store, two_states, kill_at: int):
     """SIGKILL after the first syncfs (temp files durable, nothing renamed) or the second (all
@@ -277,6 +280,7 @@ def test_killed_right_after_a_syncfs_is_finished_by_recover(tree: Path, store: S
         assert again.verify().ok
 
 
+@needs_syncfs
 def test_a_large_restore_is_staged_synced_and_renamed_in_bounded_groups(tree: Path, store: Store, two_states, monkeypatch):
     monkeypatch.setattr(batch, "GROUP_BYTES", 1)  # every file is a group of its own
     events = _events(monkeypatch, store)
