@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all setup native fuzz chromium inspector axe peers demo test test-fast test-quick lint bench bench-quick torture mutate clean
+.PHONY: all setup native fuzz chromium inspector axe peers demo test test-fast test-quick test-portable lint bench bench-quick torture mutate clean
 
 all: test
 
@@ -21,10 +21,12 @@ $(STAMP): pyproject.toml
 
 # The native thin client (snapstore/service/cclient/, issue 24): built with the system C compiler
 # and put in place of pip's `snapstore` script, which stays as `snapstore-py`, its fallback.
-# Without a compiler it says so once and the Python client serves.
+# Without a compiler it says so once (and marks it: the Python `snapstore`'s first run does not try
+# again, service/firstrun.py) and the Python client serves.
 NATIVE := $(VENV)/.native-stamp
 $(NATIVE): $(STAMP) snapstore/service/cclient/snapstore.c snapstore/service/cclient/frames.h snapstore/service/native.py snapstore/service/protocol.py
 	@$(PY) -m snapstore.service.native --install $(VENV)/bin
+	@if [ "$$(head -c 2 $(VENV)/bin/snapstore)" = "#!" ]; then echo "make setup: no native client" > $(VENV)/bin/.snapstore-native-unavailable; fi
 	@touch $@
 
 native: $(NATIVE)
@@ -83,6 +85,14 @@ test-fast: $(STAMP) $(NATIVE)
 # (tests/tiers.py); make test runs those too.
 test-quick: $(STAMP) $(NATIVE)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not heavy"
+
+# The whole suite with the Linux-only facilities masked (SNAPSTORE_PLATFORM=portable, see
+# snapstore/platform/ and docs/platforms.md), as macOS or a BSD lacks them: the polling watcher, no
+# /proc, no syncfs, no SO_PEERCRED.  The tests of a Linux-only facility skip and name it
+# (tests/platform_marks.py).  PORTABLE_WORKERS=1 spares a busy machine's CPU.
+PORTABLE_WORKERS ?= 2
+test-portable: $(STAMP) $(NATIVE) chromium inspector axe
+	SNAPSTORE_PLATFORM=portable $(PY) -m pytest -q -n $(PORTABLE_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check snapstore tests benchmarks

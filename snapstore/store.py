@@ -7,7 +7,6 @@ Every method that writes holds the store's writer lock; reads take no lock.
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -290,9 +289,9 @@ class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, Upke
             try:
                 w = watcher.Watcher(self.root, self.excluded)
             except OSError as exc:  # EMFILE: max_user_instances; ENFILE, ENOMEM
-                why = f"cannot make an inotify instance: {exc.strerror or exc}"
-                if exc.errno == errno.EMFILE:
-                    why += " (fs.inotify.max_user_instances reached)"
+                from snapstore.platform import events
+
+                why = events.instance_error(exc)
                 self._watch_retry = True
             else:
                 w.watch_tree()

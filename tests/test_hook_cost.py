@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from platform_marks import needs_inotify
 
 from snapstore.cli.commands_agent import plain_hook
 from snapstore.integrations import hook_state
@@ -47,6 +48,7 @@ def invoke(svc, tree: Path, body: str, argv=("hook", "claude-code")) -> tuple[in
     return code, out.getvalue()
 
 
+@needs_inotify
 def test_a_no_change_hook_event_commits_nothing(service, monkeypatch):
     svc, tree = service
     invoke(svc, tree, event(tree, "PreToolUse"))  # (the first event of a session may set up)

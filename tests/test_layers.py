@@ -18,6 +18,7 @@ LAYERS = {
     "snapstore.__version__": 0,
     "snapstore.errors": 0,
     "snapstore.units": 0,
+    "snapstore.platform": 0,  # the one place that names a Linux-only facility (docs/platforms.md)
     "snapstore.storage": 1,
     "snapstore.records": 2,
     "snapstore.tree": 3,

@@ -1,4 +1,4 @@
-"""The watcher's cache of each process's shared writable mappings (snapstore.tree.mapped):
+"""The watcher's cache of each process's shared writable mappings (snapstore.platform.maps):
 maps are read again only for a process whose start time or mapped size changed, and a mapping
 made since the last look is still found."""
 
@@ -8,8 +8,12 @@ import mmap
 import os
 from pathlib import Path
 
-from snapstore.tree import mapped
-from snapstore.tree.mapped import MapsCache, mapped_for_write
+from platform_marks import needs_proc_maps
+
+from snapstore.platform import maps as mapped
+from snapstore.platform.maps import MapsCache, mapped_for_write
+
+pytestmark = needs_proc_maps
 
 
 def test_a_file_mapped_after_the_first_look_is_found_through_the_cache(tmp_path: Path):
@@ -111,7 +115,7 @@ def test_only_shared_writable_lines_are_parsed_and_all_of_them_are_found():
     """The line filter in front of the expression finds what a scan of every line finds, in
     maps order: private and read-only lines, a name holding the permission text, the last line
     without its newline."""
-    from snapstore.tree import mapped
+    from snapstore.platform import maps as mapped
 
     lines = [
         b"7f0000000000-7f0000001000 r--p 00000000 08:01 11 /usr/lib/libc.so",

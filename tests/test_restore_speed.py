@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from platform_marks import needs_syncfs
 from restore_helpers import read_tree, write_tree
 
 from snapstore.errors import ConflictError
@@ -170,6 +171,7 @@ def _events(monkeypatch, store: Store) -> list[str]:
     return events
 
 
+@needs_syncfs
 @pytest.mark.parametrize("durability", ["full", "normal"])
 def test_restore_syncs_twice_and_in_the_journal_protocols_order(
     tree: Path, store: Store, two_states, monkeypatch, durability: str
@@ -194,7 +196,7 @@ def test_restore_syncs_twice_and_in_the_journal_protocols_order(
     assert fsyncs == []  # no per-file (or per-directory) fsync
 
 
-@pytest.mark.parametrize("missing", ["seam", "libc"])
+@pytest.mark.parametrize("missing", ["seam", "libc", "masked"])
 def test_without_syncfs_every_file_is_fsynced_before_its_rename(
     tree: Path, store: Store, two_states, monkeypatch, missing: str
 ):
@@ -202,8 +204,12 @@ def test_without_syncfs_every_file_is_fsynced_before_its_rename(
     real_fsync, real_rename = os.fsync, apply_mod.rename
     if missing == "seam":
         monkeypatch.setattr(batch, "syncfs", None)
-    else:  # a C library without syncfs (not Linux)
-        monkeypatch.setattr(batch, "_libc", [None])
+    elif missing == "libc":  # a C library without syncfs (not Linux)
+        from snapstore.platform import sync
+
+        monkeypatch.setattr(sync, "_looked_up", {False: None})
+    else:  # the Linux facilities masked (SNAPSTORE_PLATFORM=portable)
+        monkeypatch.setenv("SNAPSTORE_PLATFORM", "portable")
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
     monkeypatch.setattr(apply_mod, "rename", lambda *a: (events.append("rename"), real_rename(*a))[1])
     store.restore("A")
@@ -267,6 +273,7 @@ Store.open(".").restore("A")
 """
 
 
+@needs_syncfs
 @pytest.mark.parametrize("kill_at", [1, 2])
 def test_killed_right_after_a_syncfs_is_finished_by_recover(tree: Path, store: Store, two_states, kill_at: int):
     """SIGKILL after the first syncfs (temp files durable, nothing renamed) or the second (all
@@ -282,6 +289,7 @@ def test_killed_right_after_a_syncfs_is_finished_by_recover(tree: Path, store: S
         assert again.verify().ok
 
 
+@needs_syncfs
 def test_a_large_restore_is_staged_synced_and_renamed_in_bounded_groups(tree: Path, store: Store, two_states, monkeypatch):
     monkeypatch.setattr(batch, "GROUP_BYTES", 1)  # every file is a group of its own
     store.backend.set_durability("full")  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from platform_marks import needs_inotify
 from restore_helpers import read_tree, write_tree
 from test_restore_speed import _Opens, _spec
 
@@ -210,6 +211,7 @@ def test_a_watching_store_records_and_undoes_a_restore_exactly(tree: Path, watch
     assert read_tree(tree) == after
 
 
+@needs_inotify
 def test_the_record_after_a_restore_edits_the_kept_order_and_reads_back_exactly(tree: Path, watched, monkeypatch):
     """The record after a restore starts from the entries the restore patched (TreeState.carried):
     it edits the kept order at the restored paths, never sorts every entry again, and what it

@@ -10,6 +10,8 @@ import random
 import time
 from pathlib import Path
 
+from platform_marks import needs_inotify
+
 from snapstore.ops.snapshot import ordered
 from snapstore.store import Store
 
@@ -69,6 +71,7 @@ def test_ordered_entries_and_totals_match_a_full_sort(tmp_path: Path, monkeypatc
     assert all(same and df == 0 and ds == 0 for same, df, ds in seen), seen
 
 
+@needs_inotify
 def test_a_checkpoint_with_nothing_touched_copies_no_list(tmp_path: Path):
     """The usual checkpoint (nothing changed since the last) keeps the very lists of the last
     one: no copy of a pointer per file; the next edit still gives what a sort gives."""

@@ -266,18 +266,11 @@ def test_the_peer_check_knows_who_is_connected_and_a_closed_socket_is_nobodys():
     import socket
     import time
 
-    from snapstore.ui.peer import (
-        NOBODY,
-        PeerCheck,
-        _ask_kernel,
-        _lookup,
-        random_loopback,
-        socket_uid,
-        tables_readable,
-    )
+    from snapstore.platform.tcp import NOBODY, _ask_kernel, _lookup, socket_uid
+    from snapstore.ui.peer import PeerCheck, random_loopback, tables_readable
 
     if not tables_readable():
-        pytest.skip("no /proc/net/tcp on this system")
+        pytest.skip("this system does not say who owns a TCP connection (Linux's /proc/net/tcp; masked or not Linux)")
     listener = socket.socket()
     listener.bind((random_loopback(), 0))
     listener.listen()

@@ -30,6 +30,7 @@ pytest.importorskip("starlette", reason="the ui extra is not installed (pip inst
 pytest.importorskip("httpx", reason="httpx is not installed")
 
 import httpx  # noqa: E402
+from platform_marks import needs_tcp_owners
 from ui_browser import launch, unavailable  # noqa: E402
 
 from snapstore.store import Store  # noqa: E402
@@ -232,6 +233,7 @@ def test_another_users_server_on_127_0_0_1_receives_no_credential(other: Other, 
     assert all(r["cookie"] == "" for r in seen), seen  # and sent it nothing
 
 
+@needs_tcp_owners
 def test_a_cookie_that_reaches_another_users_server_is_useless_to_that_user(other: Other, owner_store: Store, tmp_path: Path, tree: Path):
     first = owner_store.resolve("#2").id
     with background(owner_store) as running:
@@ -337,6 +339,7 @@ def test_command_lines_hold_no_credential(other: Other, owner_store: Store, tree
 # -- (3) the one-time token ---------------------------------------------------------------------------
 
 
+@needs_tcp_owners
 def test_a_used_login_link_cannot_be_replayed(other: Other, owner_store: Store, tmp_path: Path):
     with background(owner_store) as running:
         playwright, context, page = logged_in_browser(tmp_path, running)

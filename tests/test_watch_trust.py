@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from inotify_limits import limited, watches_in_use
+from platform_marks import needs_inotify, needs_proc_maps
 
 from snapstore.store import Store
 from snapstore.testing import build_tree
@@ -48,6 +49,7 @@ def _edit_all(root: Path, n: int, round_: int) -> None:
             (root / f"d{i}" / f"new{round_}.txt").write_bytes(b"new\n")
 
 
+@needs_inotify
 def test_directories_past_max_user_watches_are_walked_at_every_checkpoint(tmp_path: Path):
     n = 30
     root = tmp_path / "t"
@@ -81,6 +83,7 @@ def test_directories_past_max_user_watches_are_walked_at_every_checkpoint(tmp_pa
         plain.close()
 
 
+@needs_inotify
 def test_directories_made_during_a_queue_overflow_are_watched_after_it(tmp_path: Path):
     root = tmp_path / "t"
     build_tree(root, {"busy/a.txt": b"a\n", "b.txt": b"b\n"})
@@ -106,6 +109,7 @@ def test_directories_made_during_a_queue_overflow_are_watched_after_it(tmp_path:
         plain.close()
 
 
+@needs_inotify
 def test_a_tree_with_no_watch_at_all_is_walked_at_every_checkpoint(tmp_path: Path, monkeypatch):
     """Every watch refused (the root's too): the whole tree is walked, every time (no sysctl
     needed: the refusal is simulated)."""
@@ -212,6 +216,7 @@ def any_fs(request, tmp_path: Path):
         shutil.rmtree(base, ignore_errors=True)
 
 
+@needs_proc_maps
 def test_writes_through_a_live_shared_mapping_are_in_the_next_checkpoint(any_fs: Path, monkeypatch):
     from snapstore.tree import statcache
 
@@ -242,6 +247,7 @@ def test_writes_through_a_live_shared_mapping_are_in_the_next_checkpoint(any_fs:
         plain.close()
 
 
+@needs_proc_maps
 def test_a_mapping_made_through_another_name_is_followed(any_fs: Path, monkeypatch):
     """Mapped through a second link, which is then deleted (the maps file says "(deleted)"),
     and unmapped between two checkpoints (IN_CLOSE_WRITE names the deleted link)."""
@@ -284,6 +290,7 @@ def test_a_mapping_made_through_another_name_is_followed(any_fs: Path, monkeypat
         plain.close()
 
 
+@needs_inotify
 def test_without_an_inotify_instance_every_snapshot_walks(tmp_path: Path):
     root = tmp_path / "t"
     build_tree(root, {"a.txt": b"a\n"})
@@ -323,6 +330,7 @@ def _cli(*args: str, cwd: Path, client: bool = False) -> subprocess.CompletedPro
     return subprocess.run([sys.executable, *cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
 
+@needs_inotify
 def test_the_service_serves_unwatched_when_no_inotify_instance_is_left(tmp_path: Path):
     root = tmp_path / "t"
     build_tree(root, {"a.txt": b"a\n"})
@@ -348,6 +356,7 @@ def test_the_service_serves_unwatched_when_no_inotify_instance_is_left(tmp_path:
         _cli("serve", "--stop", cwd=root)
 
 
+@needs_proc_maps
 def test_only_mapped_files_with_another_link_send_a_search_through_the_tree(tmp_path: Path):
     """A file mapped shared and writable by its one and only name outside the tree (a
     desktop's databases) cannot be in the tree: its inode is not searched for.  With a second

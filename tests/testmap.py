@@ -20,7 +20,7 @@ DOC = REPO / "docs" / "test-map.md"
 
 #: The packages a reader looks for, in data-flow order; ``store.py`` is the facade's front door.
 PACKAGES = (
-    "storage", "records", "tree", "ops", "remote", "facade",
+    "platform", "storage", "records", "tree", "ops", "remote", "facade",
     "service", "integrations", "ui", "cli",
 )  # fmt: skip
 #: Top-level modules that belong with a package in the map.

@@ -38,6 +38,8 @@ import socket
 import stat
 from typing import Any
 
+from snapstore.platform import processes, tcp
+
 CONFIG_NAME = "service-http.json"
 PATH_PREFIX = "/snapstore/hook/"
 MAX_BODY = 16 << 20
@@ -133,40 +135,15 @@ def listen(store_dir: str) -> tuple[socket.socket, int, str] | str | None:
     return sock, port, token
 
 
-def other_users() -> list[int]:
-    """The uids, other than this process's and root's, that own a running process: the users
-    who could bind the hook port while the service is down.  (A process hidden by ``/proc``'s
-    ``hidepid`` is not seen: :func:`refusal` refuses where /proc hides them.)"""
-    me, found = os.getuid(), set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                found.add(os.stat(f"/proc/{name}").st_uid)
-            except OSError:
-                continue  # (it ended meanwhile)
-    return sorted(found - {0, me})
-
-
-def _proc_hides_processes() -> bool:
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            rows = [row.split() for row in f]
-    except OSError:
-        return True
-    for row in rows:
-        if len(row) > 4 and row[4] == "/proc":
-            options = row[-1].split(",")
-            return any(o.startswith("hidepid=") and o not in ("hidepid=0", "hidepid=off") for o in options)
-    return True
-
-
 def refusal() -> str | None:
     """Why http hooks must not be used on this machine now, or None."""
     import pwd
 
-    if _proc_hides_processes():
-        return "/proc hides other users' processes here, so it cannot be told whether another user could take the hook port"
-    others = other_users()
+    if not tcp.tells_owners():
+        return "this system does not tell which local user holds a TCP connection, so the hook port's callers cannot be checked"
+    others = processes.other_users()
+    if others is None:
+        return "this system hides other users' processes, so it cannot be told whether another user could take the hook port"
     if not others:
         return None
     names = []
@@ -182,16 +159,7 @@ def refusal() -> str | None:
 
 def port_owner(port: int) -> int | None:
     """The uid of the socket listening on 127.0.0.1 (or any address) at ``port``, if any."""
-    try:
-        with open("/proc/net/tcp", encoding="ascii") as f:
-            rows = f.read().splitlines()[1:]
-    except OSError:
-        return None
-    for row in rows:
-        fields = row.split()
-        if len(fields) > 7 and fields[3] == "0A" and fields[1].endswith(f":{port:04X}"):
-            return int(fields[7])
-    return None
+    return tcp.listener_uid(port)
 
 
 def guard(store_dir: str) -> str | None:
@@ -228,23 +196,8 @@ def prompt_guard(event_name: str, store_dir: str | None) -> str:
 
 
 def peer_uid(conn: socket.socket) -> int | None:
-    """The uid owning the other end of a loopback TCP connection (from ``/proc/net/tcp``)."""
-    try:
-        peer, here = conn.getpeername()[:2], conn.getsockname()[:2]
-        with open("/proc/net/tcp", encoding="ascii") as f:
-            rows = f.read().splitlines()[1:]
-    except OSError:
-        return None
-
-    def address(host: str, port: int) -> str:
-        return f"{socket.inet_aton(host)[::-1].hex().upper()}:{port:04X}"
-
-    theirs, ours = address(*peer), address(*here)
-    for row in rows:  # the peer's socket: its local address is our peer, its remote is us
-        fields = row.split()
-        if len(fields) > 7 and fields[1] == theirs and fields[2] == ours:
-            return int(fields[7])
-    return None
+    """The uid owning the other end of a loopback TCP connection (None when unknown)."""
+    return tcp.connection_uid(conn)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

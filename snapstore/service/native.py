@@ -21,7 +21,15 @@ import sys
 import tempfile
 
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cclient")
-FLAGS = ("-O2", "-Wall", "-Wextra", "-std=c11")
+#: Portable C11 with no GNU extensions (docs/platforms.md).
+FLAGS = ("-O2", "-Wall", "-Wextra", "-Wpedantic", "-std=c11")
+
+
+def flags() -> tuple[str, ...]:
+    """:data:`FLAGS`, and the portable branches on Linux too under ``SNAPSTORE_PLATFORM=portable``."""
+    from snapstore import platform
+
+    return FLAGS + (("-DSNAPSTORE_PORTABLE",) if platform.masked() else ())
 
 
 def compiler() -> str | None:
@@ -49,7 +57,7 @@ def build(out: str, python_client: str, cc: str | None = None, tag: str | None =
             f.write(f"#define SNAPSTORE_PYTHON_CLIENT {json.dumps(os.path.abspath(python_client), ensure_ascii=False)}\n")
         binary = os.path.join(tmp, "snapstore")
         subprocess.run(
-            [cc, *FLAGS, "-include", config, "-o", binary, os.path.join(SOURCE_DIR, "snapstore.c")],
+            [cc, *flags(), "-include", config, "-o", binary, os.path.join(SOURCE_DIR, "snapstore.c")],
             check=True, capture_output=True, text=True,
         )
         staged = out + ".new"
@@ -58,7 +66,8 @@ def build(out: str, python_client: str, cc: str | None = None, tag: str | None =
         os.replace(staged, out)
 
 
-def _is_script(path: str) -> bool:
+def is_script(path: str) -> bool:
+    """Whether ``path`` is a script (``#!``): pip's console script, not the native client."""
     try:
         with open(path, "rb") as f:
             return f.read(2) == b"#!"
@@ -69,7 +78,7 @@ def _is_script(path: str) -> bool:
 def install(bin_dir: str) -> str:
     """Make the native client ``BIN_DIR/snapstore`` (see the module's docstring); what was done."""
     script, python_client = os.path.join(bin_dir, "snapstore"), os.path.join(bin_dir, "snapstore-py")
-    if _is_script(script):
+    if is_script(script):
         os.replace(script, python_client)  # pip's console script, kept as the fallback
     if not os.path.exists(python_client):
         return f"no Python client at {python_client}: the native client is not installed"

@@ -18,6 +18,8 @@ import _socket
 import marshal
 import os
 
+from snapstore.platform import unix
+
 TYPE_CHECKING = False  # no `typing` at run time: the client's start-up
 if TYPE_CHECKING:
     from typing import Any
@@ -163,14 +165,7 @@ def connect(path: str, timeout: float) -> Connection:
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        if len(os.fsencode(path)) < 100:
-            sock.connect(path)
-        else:  # sun_path holds ~108 bytes: go through /proc/self/fd of the directory
-            fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                sock.connect(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
-            finally:
-                os.close(fd)
+        unix.connect(sock, path)
     except BaseException:
         sock.close()
         raise

@@ -408,19 +408,10 @@ _libc: Any = None
 
 
 def _mapped_ranges(path: str) -> list[tuple[int, int]]:
-    """Address ranges where this process maps ``path`` (Linux /proc/self/maps)."""
-    try:
-        with open("/proc/self/maps", "rb") as f:
-            maps = f.read().splitlines()
-    except OSError:
-        return []
-    target = os.fsencode(path)
-    out = []
-    for line in maps:
-        if line.endswith(target):
-            start, _, end = line.split(b" ", 1)[0].partition(b"-")
-            out.append((int(start, 16), int(end, 16)))
-    return out
+    """Address ranges where this process maps ``path`` (:func:`snapstore.platform.maps.own_ranges`)."""
+    from snapstore.platform import maps
+
+    return maps.own_ranges(path)
 
 
 def _malloc_trim() -> None:

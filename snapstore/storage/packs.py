@@ -117,12 +117,9 @@ def solid_frames(
 
 
 def _cores() -> int:
-    import os
+    from snapstore.platform import files
 
-    try:
-        return max(1, min(8, len(os.sched_getaffinity(0))))
-    except (AttributeError, OSError):
-        return max(1, min(8, os.cpu_count() or 1))
+    return max(1, min(8, files.usable_cores()))
 
 
 def _solid(group: Sequence[tuple[bytes, bytes | memoryview]], level: int) -> Frame:

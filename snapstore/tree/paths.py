@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from snapstore.platform import files
+
 
 def display(rel: bytes) -> str:
     """A printable form of a stored path: bytes that are not UTF-8 appear as ``\\xNN``."""
@@ -49,8 +51,8 @@ SHORT_PATH = 3072
 
 #: Flags that open a directory for listing without following a symlink in its last component.
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_O_PATH = getattr(os, "O_PATH", 0)  # Linux: traverse a directory without needing its read bit
-_WALK_FLAGS = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | (_O_PATH or os.O_RDONLY)
+_TRAVERSE = files.traverse_flag()  # (walk through a directory without needing its read bit)
+_WALK_FLAGS = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | (_TRAVERSE or os.O_RDONLY)
 
 
 def open_dir(name: bytes, dir_fd: int | None = None) -> int:
@@ -69,7 +71,7 @@ def open_beneath(root: bytes, rel: bytes, flags: int) -> int:
     if len(root) + len(rel) < SHORT_PATH:
         return os.open(root + b"/" + rel, flags)
     parts = rel.split(b"/")
-    fd = os.open(root, os.O_DIRECTORY | os.O_CLOEXEC | (_O_PATH or os.O_RDONLY))
+    fd = os.open(root, os.O_DIRECTORY | os.O_CLOEXEC | (_TRAVERSE or os.O_RDONLY))
     try:
         for part in parts[:-1]:
             nfd = os.open(part, _WALK_FLAGS, dir_fd=fd)

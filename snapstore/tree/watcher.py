@@ -1,4 +1,7 @@
-"""Watching a tree with inotify: which paths may have changed since the last look.
+"""Watching a tree: which paths may have changed since the last look.
+
+The events come from the platform's event source (:mod:`snapstore.platform.events`: inotify on
+Linux, a polling source elsewhere); this module turns them into :class:`Changes`.
 
 Events are hints, never the truth: they only narrow which directories are listed again and
 which paths are re-examined; the stat cache (with its racy-file rule) still decides whether a
@@ -21,22 +24,12 @@ file's content is read.  A watcher never vouches for what it cannot see:
 
 A directory that appears is watched first and listed after (the caller lists it as a dirty
 subtree), so nothing created between the two steps is missed.
-
-inotify_simple is used (a ~100-line ctypes wrapper, maintained, no threads of its own): it
-reports events as soon as ``write()`` returns and reports queue overflow, which watchfiles did
-not (found when the service was designed).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
-import fcntl
 import os
-import struct
-import sys
-import termios
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -44,30 +37,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from array import array
 
-from snapstore.tree.mapped import MapsCache, mapped_for_write
+from snapstore.platform import events, maps
+from snapstore.platform.maps import MapsCache, mapped_for_write
 
-__all__ = ["Changes", "MapsCache", "Watcher", "filesystem_type", "mapped_for_write", "watchable"]
-
-#: statfs f_type magic numbers of file systems whose inotify events are incomplete (changes
-#: made by other hosts or by a userspace daemon are not reported).
-UNRELIABLE_FS = {
-    0x6969: "nfs",
-    0xFF534D42: "cifs",
-    0xFE534D42: "smb2",
-    0x517B: "smb",
-    0x65735546: "fuse",
-    0x01021997: "9p (v9fs)",
-    0x6A656A63: "virtiofs",
-    0x73757245: "coda",
-    0x564C: "ncp",
-    0x47504653: "gpfs",
-    0x0BD00BD0: "lustre",
-    0x5346414F: "afs",
-}
-
-
-#: One ``struct inotify_event`` without its name: wd, mask, cookie, name length.
-_EVENT = struct.Struct("iIII")
+__all__ = ["Changes", "MapsCache", "Watcher", "mapped_for_write", "watchable"]
 
 
 @dataclass
@@ -86,24 +59,8 @@ class Changes:
     blind: set[bytes] = field(default_factory=set)
 
 
-class _StatFs(ctypes.Structure):
-    _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_long * 15)]
-
-
-def filesystem_type(path: str) -> int | None:
-    """The statfs f_type of the file system holding ``path`` (None when unknown)."""
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return None
-    libc = ctypes.CDLL(libc_name, use_errno=True)
-    buf = _StatFs()
-    if libc.statfs(os.fsencode(path), ctypes.byref(buf)) != 0:
-        return None
-    return int(buf.f_type) & 0xFFFFFFFF
-
-
 class Watcher:
-    """Recursive inotify watches on a tree, turned into :class:`Changes`."""
+    """Recursive watches on a tree (through the platform's event source), turned into :class:`Changes`."""
 
     def __init__(
         self,
@@ -112,24 +69,12 @@ class Watcher:
         *,
         consistency_interval: float = 300.0,
     ):
-        from inotify_simple import INotify, flags
-
         self.root = os.fsencode(os.path.abspath(root))
         self.excluded = excluded
         self.consistency_interval = consistency_interval
-        self._mask = (
-            flags.CREATE | flags.DELETE | flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE
-            | flags.MOVED_FROM | flags.MOVED_TO | flags.DELETE_SELF | flags.MOVE_SELF
-            | flags.DONT_FOLLOW | flags.ONLYDIR | flags.EXCL_UNLINK
-        )
-        self._inotify: Any = INotify()
-        #: The masks :meth:`poll` tests, as plain ints (an IntEnum's ``&`` is much slower).
-        self._bits = (
-            int(flags.Q_OVERFLOW), int(flags.IGNORED), int(flags.ISDIR),
-            int(flags.DELETE_SELF | flags.MOVE_SELF),
-            int(flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO),
-            int(flags.CREATE | flags.MOVED_TO),
-        )  # fmt: skip
+        self._source = events.make_source()
+        #: The masks :meth:`poll` tests, as plain ints.
+        self._bits = events.BITS
         self._wd: dict[int, bytes] = {}
         self._pending = Changes(full=True, reason="start")
         self._last_full = 0.0
@@ -179,10 +124,7 @@ class Watcher:
         return len(self._wd)
 
     def close(self) -> None:
-        self._inotify.close()
-
-    def fileno(self) -> int:
-        return int(self._inotify.fileno())
+        self._source.close()
 
     # -- watches --------------------------------------------------------------------------
 
@@ -204,15 +146,13 @@ class Watcher:
                 continue
             path = self.root + b"/" + current if current else self.root
             try:
-                wd = self._inotify.add_watch(path, self._mask)
+                wd = self._source.add_watch(path)
             except OSError as exc:
                 if exc.errno in _GONE:
                     self.blind.discard(current)  # vanished or replaced: its parent's events say so
                 else:  # ENOSPC (max_user_watches), EACCES, ...: walked at every snapshot
                     self.watch_failures += 1
-                    why = os.strerror(exc.errno or 0)
-                    if exc.errno == errno.ENOSPC:
-                        why = "fs.inotify.max_user_watches reached"
+                    why = self._source.why(exc)
                     self.last_error = f"cannot watch {_show(current)}: {why}"
                     self.blind.add(current)
                 continue
@@ -230,19 +170,10 @@ class Watcher:
 
     def poll(self) -> None:
         """Read every queued event (non-blocking) into the pending changes."""
-        # Parsed here rather than by inotify_simple.read, which makes a namedtuple and a str
-        # name of each event (and this loop a bytes name again): a restore or an agent's
-        # rewrite of 100 files queues hundreds of events, each cheaper parsed here.
-        data = self._read_queue()
         overflow, ignored, isdir, selfgone, names, made = self._bits
-        wds, pending, unpack, size = self._wd, self._pending, _EVENT.unpack_from, _EVENT.size
+        wds, pending = self._wd, self._pending
         paths, dirs = pending.paths, pending.dirs
-        pos, end = 0, len(data)
-        while pos < end:
-            wd, mask, _cookie, length = unpack(data, pos)
-            pos += size
-            name = data[pos : pos + length].split(b"\0", 1)[0] if length else b""
-            pos += length
+        for wd, mask, name in self._source.read():
             self.events += 1
             if mask & overflow:
                 self.overflows += 1
@@ -267,12 +198,6 @@ class Watcher:
                 if mask & isdir and mask & made:
                     self.watch_tree(rel)
                     pending.subtrees.add(rel)
-
-    def _read_queue(self) -> bytes:
-        """What the kernel has queued for this instance (b"" when nothing: never blocks)."""
-        fd = self.fileno()
-        queued = int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder)
-        return os.read(fd, queued) if queued else b""
 
     def take(self) -> Changes:
         """The changes since the last call (after reading the queue), then start afresh.
@@ -305,7 +230,7 @@ class Watcher:
         self.watch_tree()
         for wd in old.keys() - self._wd.keys():
             try:
-                self._inotify.rm_watch(wd)
+                self._source.rm_watch(wd)
             except OSError:
                 pass  # already gone with its directory
 
@@ -341,6 +266,9 @@ class Watcher:
     def status(self) -> dict[str, Any]:
         return {
             "watching": True,
+            "events_from": self._source.kind,
+            "sees_mappings": maps.sees_mappings(),
+            "mapped_files": maps.guarantee(),
             "mode": self.mode(),
             "watched_dirs": self.watched_dirs,
             "blind_dirs": len(self.blind),
@@ -361,7 +289,7 @@ class Watcher:
 
     def mapped_for_write(self) -> tuple[set[bytes], set[int]]:
         """The tree's files that some process maps shared and writable now
-        (:func:`snapstore.tree.mapped.mapped_for_write`; each process's maps read again only
+        (:func:`snapstore.platform.maps.mapped_for_write`; each process's maps read again only
         when its mapped size changed)."""
         return mapped_for_write(self._real_root, self._dev, self._maps)
 
@@ -376,11 +304,4 @@ def _show(rel: bytes) -> str:
 
 def watchable(root: str) -> str | None:
     """None when ``root`` can be watched reliably, else why not (for ``serve --status``)."""
-    try:
-        import inotify_simple  # noqa: F401
-    except ImportError:
-        return "inotify_simple is not installed"
-    fs = filesystem_type(root)
-    if fs is not None and fs in UNRELIABLE_FS:
-        return f"{UNRELIABLE_FS[fs]} gives no reliable change events"
-    return None
+    return events.watchable(root)

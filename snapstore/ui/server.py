@@ -111,7 +111,7 @@ def bind_ui(host: str | None, port: int, warn: Callable[[str], None]) -> tuple[s
 def peer_check(host: str, warn: Callable[[str], None]) -> PeerCheck | None:
     """Who may connect: the UI's own user (see :mod:`snapstore.ui.peer`), when the system says who connects."""
     if not tables_readable():
-        warn("cannot tell which local user connects (no /proc/net/tcp): anyone holding the page's cookie can use it")
+        warn("cannot tell which local user connects on this system: anyone holding the page's cookie can use it")
         return None
     return PeerCheck(trusted_uids(), remote_ok=not is_loopback(host))
 

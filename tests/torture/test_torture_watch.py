@@ -277,11 +277,32 @@ class Run:
         if status.get("blind_dirs"):
             self.figures["blind_dirs_seen"] += int(status["blind_dirs"])
             self.figures["checkpoints_with_blind_dirs"] += 1
-        on_disk = diff_trees(read_tree(self.tree.root), tree_from_store(self.watched, cp.id))
-        walked = [(c.status, c.path) for c in self.plain.diff(cp.id)]
+        on_disk, walked = self.differences(cp.id)
         if on_disk or walked:
             self.figures["divergences"] += 1
             self.problems.append(f"step {self.figures['steps']} ({label}: {ops}): {on_disk[:3]} {walked[:3]}")
+
+
+    def close(self) -> None:
+        self.close_watched()
+        self.plain.close()
+        self.tree.close_maps()
+
+    def report(self, category: str, label: str) -> dict[str, int]:
+        """Record the figures, print them, and fail on any divergence."""
+        f = self.figures
+        record(category, f["checkpoints"], f["divergences"], **{k: v for k, v in f.items() if k != "checkpoints"})
+        print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in f.items()))
+        assert not self.problems, "\n".join(self.problems[:10])
+        if FULL:
+            assert f["checkpoints"] >= STEPS
+        return f
+
+    def differences(self, cp_id: str) -> tuple[list[str], list[tuple[str, bytes]]]:
+        """How checkpoint ``cp_id`` differs from the tree on disk, and from a full walk."""
+        assert self.watched is not None
+        on_disk = diff_trees(read_tree(self.tree.root), tree_from_store(self.watched, cp_id))
+        return on_disk, [(c.status, c.path) for c in self.plain.diff(cp_id)]
 
 
 def _phase(run: Run, name: str, steps: int) -> None:
@@ -316,12 +337,5 @@ def test_watched_checkpoints_equal_full_walks(tmp_path: Path, seed: int):
         for name, share in PHASES:
             _phase(run, name, max(1, round(STEPS * share)))
     finally:
-        run.close_watched()
-        run.plain.close()
-        tree.close_maps()
-    f = run.figures
-    record(CATEGORY, f["checkpoints"], f["divergences"], **{k: v for k, v in f.items() if k != "checkpoints"})
-    print(f"watch vs walk, seed {seed}: " + ", ".join(f"{k} {v}" for k, v in f.items()))
-    assert not run.problems, "\n".join(run.problems[:10])
-    if FULL:
-        assert f["checkpoints"] >= STEPS
+        run.close()
+    run.report(CATEGORY, f"watch vs walk, seed {seed}")

@@ -75,6 +75,11 @@ CATEGORIES = OrderedDict(
          "of watch-limit exhaustion and event-queue overflow: every checkpoint taken through a "
          "watching Store equals the tree on disk byte for byte and a full walk (trials: "
          "checkpoints compared; failed: divergent ones)"),
+        ("watch vs walk (portable polling watcher)", "the same random edits with the Linux facilities "
+         "masked (SNAPSTORE_PLATFORM=portable: no inotify, no /proc): every checkpoint taken through the "
+         "polling event source equals a full walk, and the tree on disk byte for byte except files mapped "
+         "shared and writable at that moment (counted as mapped_unseen) (trials: checkpoints compared; "
+         "failed: divergent ones)"),
         ("model (stateful)", "random sequences of edit, snapshot, restore, partial restore, undo "
          "and diff agree with an in-memory model (path -> content) after every step"),
     ]

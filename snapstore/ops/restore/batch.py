@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from snapstore.errors import ConflictError
 from snapstore.ops.restore.apply import Applier, Staged
 from snapstore.ops.restore.plan import REMOVALS, Step
+from snapstore.platform import sync
 from snapstore.tree.paths import display
 
 #: Files below this count are written in the calling thread (a pool costs more than it saves).
@@ -46,32 +47,8 @@ WORKERS = 4
 GROUP_BYTES = 256 << 20
 
 
-_libc: list[Callable[[int], int] | None] = []  # the libc syncfs, once looked up
-
-
-def _libc_syncfs() -> Callable[[int], int] | None:
-    # Looked up on first use: read-only commands import this package and need no ctypes.
-    if not _libc:
-        try:
-            import ctypes
-
-            fn = ctypes.CDLL(None, use_errno=True).syncfs
-            fn.argtypes = [ctypes.c_int]
-            fn.restype = ctypes.c_int
-        except (ImportError, OSError, AttributeError):  # no syncfs (not Linux): batched fsyncs
-            fn = None
-        _libc.append(fn)
-    return _libc[0]
-
-
 def _syncfs(fd: int) -> None:
-    import ctypes
-
-    fn = _libc_syncfs()
-    assert fn is not None
-    if fn(fd) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    sync.flush_filesystem(fd)
 
 
 #: Test seam: flushes the file system holding ``fd``; None (or no syncfs in the C library)
@@ -80,7 +57,7 @@ syncfs: Callable[[int], None] | None = _syncfs
 
 
 def _sync_fn() -> Callable[[int], None] | None:
-    if syncfs is _syncfs and _libc_syncfs() is None:
+    if syncfs is _syncfs and not sync.available():
         return None
     return syncfs
 

@@ -15,9 +15,20 @@
  *
  * Built by `make setup` (python -m snapstore.service.native --install .venv/bin), which defines
  * SNAPSTORE_VERSION_TAG and SNAPSTORE_PYTHON_CLIENT in a header given with -include.
- * Linux only (SO_PEERCRED, memfd_create, /proc/self/fd).
+ * Portable C11 and POSIX (built with -std=c11 -Wpedantic): the few calls systems differ in are
+ * each behind one #if: the peer's uid (SO_PEERCRED on Linux, getpeereid on macOS and the BSDs,
+ * elsewhere the socket file's owner alone: docs/platforms.md) and random bytes (arc4random_buf
+ * where the C library has it, else /dev/urandom).  SNAPSTORE_PORTABLE (SNAPSTORE_PLATFORM=portable
+ * builds) takes the portable branches on Linux too.
  */
-#define _GNU_SOURCE
+#if defined(__APPLE__)
+#define _DARWIN_C_SOURCE /* (POSIX plus getpeereid and arc4random_buf) */
+#elif !defined(__FreeBSD__) && !defined(__OpenBSD__) && !defined(__NetBSD__) && !defined(__DragonFly__)
+#define _XOPEN_SOURCE 700 /* POSIX.1-2008 with its XSI part (realpath) */
+#endif
+#if defined(__APPLE__) || defined(__FreeBSD__) || defined(__OpenBSD__) || defined(__NetBSD__) || defined(__DragonFly__)
+#define SNAPSTORE_BSD_LIBC 1
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <langinfo.h>
@@ -30,7 +41,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -63,7 +73,7 @@ static const char *const FORWARDED_PREFIXES[] = {"SNAPSTORE_", "TZ", "CLAUDE_PRO
 #define EXIT_SERVICE_STOPPED 12
 
 static char **g_argv;
-/* stdin read for the service (a hook's event): all of it in a memfd (replayed to the Python
+/* stdin read for the service (a hook's event): all of it in a temporary file (replayed to the Python
  * client if it runs; -1 when not read), and in memory when it fits a request. */
 static int g_stdin_fd = -1;
 static struct buf g_stdin;
@@ -83,7 +93,7 @@ static int names_remote(int argc, char **argv) {
 }
 
 /* Run the Python client with the same arguments (and the stdin this process consumed, kept in
- * a memfd: replayed from its start). */
+ * a temporary file: replayed from its start). */
 static void exec_python(const char *lost) {
     if (g_stdin_fd >= 0 && (lseek(g_stdin_fd, 0, SEEK_SET) != 0 || dup2(g_stdin_fd, 0) != 0)) goto fail;
     if (lost) setenv("SNAPSTORE_LOST_REQUEST", lost, 1);
@@ -156,33 +166,84 @@ static int find_store(const char *start, char *out, size_t size) {
     }
 }
 
+/* Whether the process at the other end of the connected socket ``fd`` runs as this user. */
+static int peer_is_me(int fd) {
+#if defined(__linux__) && defined(SO_PEERCRED) && !defined(SNAPSTORE_PORTABLE)
+    struct {
+        int32_t pid;
+        uint32_t uid, gid;
+    } cred; /* struct ucred's layout (glibc declares it only with _GNU_SOURCE) */
+    socklen_t len = sizeof cred;
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && len == sizeof cred && cred.uid == getuid();
+#elif defined(SNAPSTORE_BSD_LIBC)
+    uid_t uid;
+    gid_t gid;
+    return getpeereid(fd, &uid, &gid) == 0 && uid == getuid();
+#else
+    (void)fd;
+    return 1; /* the weaker mode: the socket file, checked to be this user's before connecting, stands alone */
+#endif
+}
+
+/* ``n`` random bytes; 0 when none can be had. */
+static int random_bytes(uint8_t *out, size_t n) {
+#if defined(SNAPSTORE_BSD_LIBC) && !defined(SNAPSTORE_PORTABLE)
+    arc4random_buf(out, n);
+    return 1;
+#else
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, out + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    return got == n;
+#endif
+}
+
+static int cloexec(int fd) {
+    return fd >= 0 && fcntl(fd, F_SETFD, FD_CLOEXEC) == 0;
+}
+
 static int connect_socket(const char *store_dir) {
     char path[PATH_MAX];
     struct stat st;
     if (!join(path, sizeof path, store_dir, "service.sock")) return -1;
     if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != getuid()) return -1;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     if (fd < 0) return -1;
+    if (!cloexec(fd)) {
+        close(fd);
+        return -1;
+    }
     struct timeval tv = {CONNECT_TIMEOUT_MS / 1000, (CONNECT_TIMEOUT_MS % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    int dirfd = -1;
+    int ok;
     if (strlen(path) < sizeof addr.sun_path) {
         memcpy(addr.sun_path, path, strlen(path) + 1);
-    } else { /* sun_path holds ~108 bytes: reach the socket through the directory's fd */
-        dirfd = open(store_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dirfd < 0 || snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/service.sock", dirfd) >= (int)sizeof addr.sun_path) {
-            if (dirfd >= 0) close(dirfd);
+        ok = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+    } else { /* sun_path holds 104-108 bytes: connect by the short name from the directory (one thread here) */
+        int here = open(".", O_RDONLY | O_CLOEXEC);
+        if (here < 0 || chdir(store_dir) != 0) {
+            if (here >= 0) close(here);
             close(fd);
             return -1;
         }
+        memcpy(addr.sun_path, "service.sock", sizeof "service.sock");
+        ok = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+        if (fchdir(here) != 0) { /* the command must not run elsewhere */
+            fprintf(stderr, "snapstore: error: cannot return to the working directory: %s\n", strerror(errno));
+            exit(70);
+        }
+        close(here);
     }
-    int ok = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
-    if (dirfd >= 0) close(dirfd);
-    struct ucred cred;
-    socklen_t len = sizeof cred;
-    if (ok) ok = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == getuid();
+    if (ok) ok = peer_is_me(fd);
     if (!ok) {
         close(fd);
         return -1;
@@ -214,15 +275,18 @@ static int stdout_encoding(const char **encoding, const char **errors) {
     return 0;
 }
 
-/* Copy ``fd`` into a new memfd (g_stdin_fd): to its end, or MAX_STDIN + 1 bytes at most (the
- * hook refuses a larger event unread: an endless stdin must not fill memory); 0 on an error. */
+/* Copy ``fd`` into a new unnamed temporary file (g_stdin_fd): to its end, or MAX_STDIN + 1
+ * bytes at most (the hook refuses a larger event unread: an endless stdin must not fill the
+ * disk or memory); 0 on an error. */
 static int keep_stdin(int fd) {
-    g_stdin_fd = memfd_create("snapstore-stdin", MFD_CLOEXEC);
-    if (g_stdin_fd < 0) return 0;
+    FILE *kept = tmpfile(); /* (never closed: this process execs or exits) */
+    if (!kept) return 0;
+    g_stdin_fd = fileno(kept);
+    if (!cloexec(g_stdin_fd)) return 0;
     char chunk[65536];
-    uint64_t kept = 0;
+    uint64_t total = 0;
     for (;;) {
-        uint64_t room = (uint64_t)MAX_STDIN + 1 - kept;
+        uint64_t room = (uint64_t)MAX_STDIN + 1 - total;
         if (room == 0) return 1;
         ssize_t n = read(fd, chunk, room < sizeof chunk ? (size_t)room : sizeof chunk);
         if (n < 0) {
@@ -238,7 +302,7 @@ static int keep_stdin(int fd) {
             }
             off += w;
         }
-        kept += (uint64_t)n;
+        total += (uint64_t)n;
     }
 }
 
@@ -369,7 +433,7 @@ int main(int argc, char **argv) {
     }
     uint8_t raw[16];
     char rid[33];
-    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) exec_python(NULL);
+    if (!random_bytes(raw, sizeof raw)) exec_python(NULL);
     for (int i = 0; i < 16; i++) snprintf(rid + 2 * i, 3, "%02x", raw[i]);
     struct buf request = {0};
     if (!build_request(&request, rid, command, argc, argv, base, store_dir, encoding, errors)) exec_python(NULL);

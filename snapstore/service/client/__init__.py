@@ -352,6 +352,9 @@ def _leave(code: int) -> None:
 
 def run() -> None:
     """Entry point of the ``snapstore`` console script."""
+    from snapstore.service import firstrun
+
+    firstrun.ensure_native()  # (a pip/pipx/uv install's first run builds the native client)
     code, finished = _main(sys.argv[1:])
     if finished:
         _leave(code)

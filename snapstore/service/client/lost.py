@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any
 
+from snapstore.platform import processes
+
 #: How long a client waits for a service that dropped its connection to end (or to record the
 #: request), before saying it cannot tell.
 WAIT_SECONDS = 60.0
@@ -178,11 +180,7 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     # A zombie (the service's parent has not reaped it) is gone for our purpose.
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().split(b") ", 1)[-1][:1] != b"Z"
-    except OSError:
-        return True
+    return not processes.is_zombie(pid)
 
 
 def _say(line: str, code: int) -> int:

@@ -22,7 +22,6 @@ import logging
 import os
 import select
 import socket
-import struct
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from snapstore.errors import LockedError, TreeIOError
 from snapstore.integrations.agents import AGENTS
+from snapstore.platform import unix
 from snapstore.records import requests
 from snapstore.service import http_hooks, protocol
 from snapstore.service.server import http_endpoint
@@ -268,9 +268,8 @@ class Service:
     # -- requests -------------------------------------------------------------------------
 
     def _handle(self, conn: socket.socket) -> None:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _pid, uid, _gid = struct.unpack("3i", creds)
-        if uid != os.getuid():
+        uid = unix.peer_uid(conn)  # (None where the system cannot tell: the socket's directory guards it)
+        if uid is not None and uid != os.getuid():
             log.warning("refused a connection from uid %d", uid)
             return
         conn.settimeout(REQUEST_TIMEOUT)

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from snapstore.platform import files
 from snapstore.service import http_hooks
 
 log = logging.getLogger("snapstore.service")
@@ -72,7 +73,7 @@ class Endpoint:
     def __init__(self, sock: socket.socket, port: int, token: str, agents: tuple[str, ...]):
         self.sock, self.port, self.token, self.agents = sock, port, token, agents
         self.jobs: queue.Queue[Job] = queue.Queue()
-        self.wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.wake_r, self._wake_w = files.nonblocking_pipe()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._stop = False
         self._thread = threading.Thread(target=self._accept_loop, name="http-accept", daemon=True)

@@ -1,5 +1,12 @@
 """Which files processes map shared and writable: the watcher's blind spot, read from ``/proc``.
 
+Only Linux shows every process's mappings to a process of the same user (``/proc/PID/maps``).
+Elsewhere (or with the Linux facilities masked) :func:`mapped_for_write` finds nothing and
+:func:`sees_mappings` says so: the watcher there is the polling one
+(:mod:`snapstore.platform.polling`), which re-stats every file at every checkpoint, so a write
+through a mapping is seen when it changes the file's mtime or size, as a full walk sees it, and
+not otherwise (``serve --status`` and docs/reliability.md say the guarantee is weaker).
+
 A write through a ``MAP_SHARED`` mapping gives no inotify event until the mapping goes
 (``IN_CLOSE_WRITE`` at ``munmap`` or exit), only a new mtime, so a watching Store re-stats the
 files found here at every checkpoint (:mod:`snapstore.ops.snapshot.incremental`).
@@ -20,6 +27,8 @@ from __future__ import annotations
 
 import os
 import re
+
+from snapstore import platform
 
 #: A maps line of a shared mapping with write access: device, inode, name.
 _SHARED_WRITABLE = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ [r-]w[x-]s [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) (\d+) +(.*)$", re.M)
@@ -73,6 +82,8 @@ def mapped_for_write(
     prefix = real_root.rstrip(b"/") + b"/"
     paths: set[bytes] = set()
     inodes: set[int] = set()
+    if not platform.linux():
+        return paths, inodes
     try:
         pids = [p for p in os.listdir(b"/proc") if p.isdigit()]
     except OSError:
@@ -90,6 +101,32 @@ def mapped_for_write(
     if cache is not None:
         cache.forget_all_but(pids)
     return paths, inodes
+
+
+def sees_mappings() -> bool:
+    """Whether :func:`mapped_for_write` can see other processes' mappings here (Linux)."""
+    return platform.linux()
+
+
+def guarantee() -> str:
+    """What a checkpoint does about files written through shared mappings, in words (``serve --status``)."""
+    if sees_mappings():
+        return "files mapped shared and writable (found in /proc) are read at every checkpoint"
+    return ("weaker: no process's mappings can be seen here, so a file written through a shared "
+            "mapping is checkpointed when its mtime or size changes, as a walk sees it")
+
+
+def own_ranges(path: str) -> list[tuple[int, int]]:
+    """Address ranges where this process maps ``path`` (empty where the system does not say)."""
+    if not platform.linux():
+        return []
+    target = os.fsencode(path)
+    out = []
+    for line in _read(b"/proc/self/maps").splitlines():
+        if line.endswith(target):
+            start, _, end = line.split(b" ", 1)[0].partition(b"-")
+            out.append((int(start, 16), int(end, 16)))
+    return out
 
 
 def _shared_writable(data: bytes) -> Mappings:
