@@ -321,6 +321,7 @@ def test_files_are_written_from_the_chunks_verified_before_the_journal(tree: Pat
     assert read_tree(tree) == two_states
 
 
+@needs_syncfs
 def test_replaced_files_are_gone_before_the_data_sync(tree: Path, store: Store, two_states, monkeypatch):
     """A replaced file is unlinked before the sync of the new data, so the sync never writes
     (and the rename never frees, with a discard) an old file about to go."""
@@ -338,6 +339,7 @@ def test_replaced_files_are_gone_before_the_data_sync(tree: Path, store: Store, 
     assert read_tree(tree) == two_states
 
 
+@needs_syncfs
 def test_a_file_put_at_a_cleared_path_is_kept_and_the_restore_rolled_back(tree: Path, store: Store, two_states,
                                                                          monkeypatch):
     before = read_tree(tree)

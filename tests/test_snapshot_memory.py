@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from helpers import subprocess_env
+from platform_marks import needs_inotify
 
 from snapstore.ops import snapshot
 from snapstore.ops.snapshot import read as snapshot_read
@@ -226,6 +227,7 @@ print(json.dumps({"kept": (tracemalloc.get_traced_memory()[0] - base) / n}))
 """
 
 
+@needs_inotify  # (the bound is the inotify watcher's state; the polling source keeps a stat per entry more)
 def test_a_watching_stores_kept_state_per_file(tmp_path):
     """The 1M-file rows' memory (issue 40): what a watching Store keeps between checkpoints,
     per file, in Python allocations (machine-independent: tracemalloc, not RSS)."""
