@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from snapstore.errors import CorruptError
 from snapstore.records import manifest
 from snapstore.records.manifest import FILE, Entry
 from snapstore.storage import objects
@@ -70,3 +71,26 @@ def test_a_record_that_disagrees_with_its_index_is_corrupt_not_a_crash():
     get = lambda t, k: table.get((t, k))  # noqa: E731
     with pytest.raises(CorruptError):
         manifest.find(get, mid, entries[len(entries) // 2].path)
+
+
+@pytest.mark.parametrize("damaged_at", [0.1, 0.5, 0.9])
+def test_a_damaged_chunk_hides_only_its_own_paths(damaged_at):
+    """The search steps around a chunk it cannot read: every path of a readable chunk is still
+    found (present or absent), and only a path that may be in the damaged chunk raises."""
+    mid, entries, table = _stored(6000, 6)
+    get = lambda t, k: table.get((t, k))  # noqa: E731
+    leaves = [cid for cid, _, h in objects.walk_stream(get, mid) if h == 0]
+    bad = leaves[int(len(leaves) * damaged_at)]
+    lost = {e.path for e in manifest.iter_entries_of_chunks(mid, [objects.load_chunk(get, bad)])}
+    value = bytearray(table[("chunks", bad)])
+    value[len(value) // 2] ^= 0x55
+    table[("chunks", bad)] = bytes(value)
+    found = 0
+    for e in entries:
+        if e.path in lost:
+            with pytest.raises(CorruptError):
+                manifest.find(get, mid, e.path)
+        else:
+            assert manifest.find(get, mid, e.path) == e
+            found += 1
+    assert found == len(entries) - len(lost) and lost

@@ -87,6 +87,8 @@ def test_a_snapshot_over_damage_stores_again_the_damaged_chunks_its_manifest_sha
     far = [c for i, c in enumerate(a_leaves) if abs(i - a_leaves.index(base)) >= 2]
     assert far, len(a_leaves)
     shared = far[0]
+    with store.backend.read() as view:
+        stored = objects.load_chunk(view.get, shared)
     damage(store, base, "flip")
     damage(store, shared, "flip")
     store.close()
@@ -100,6 +102,7 @@ def test_a_snapshot_over_damage_stores_again_the_damaged_chunks_its_manifest_sha
         problems = store.verify().problems
         assert problems and all(p.checkpoint != c.id for p in problems), problems
         with store.backend.read() as view:
-            objects.load_chunk(view.get, shared)  # mended for A and B too
+            assert objects.load_chunk(view.get, shared) == stored  # mended for A and B too
         assert store.read_bytes(c.id, EDITED) == b"value = 'C'\n"
-        assert store.read_bytes(a.id, "pkg0/module_0000.py") == files()["pkg0/module_0000.py"]
+        # (Not a path lookup in A: finding a path bisects A's leaves by their first paths, and
+        # may read A's damaged leaf on the way, which nothing here mends.)

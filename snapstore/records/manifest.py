@@ -234,15 +234,76 @@ def find(get: Get, mid: bytes, path: bytes) -> Entry | None:
     node, h = (root, size), height
     while h > 0:
         children = objects.index_children(get, node[0], node[1])
-        lo, hi = 0, len(children)  # the last child whose first path <= path
-        while hi - lo > 1:
-            middle = (lo + hi) // 2
-            if _first_path(get, mid, children[middle], h - 1, firsts) <= path:
-                lo = middle
-            else:
-                hi = middle
-        node, h = children[lo], h - 1
+        node = children[_child_for(get, mid, children, h - 1, path, firsts)]
+        h -= 1
     return _in_leaf(mid, _leaf(get, *node), path)
+
+
+def _child_for(
+    get: Get, mid: bytes, children: list[tuple[bytes, int]], height: int, path: bytes, firsts: dict[bytes, bytes]
+) -> int:
+    """The index of the last child whose first path <= ``path``: a binary search that steps
+    around a child it cannot read (a damaged leaf must not hide the paths of its neighbours;
+    only when the answer may be a damaged child is its damage raised)."""
+    lo, hi = 0, len(children)
+    while hi - lo > 1:
+        middle = (lo + hi) // 2
+        try:
+            before = _first_path(get, mid, children[middle], height, firsts) <= path
+        except CorruptError as damage:
+            lo, hi = _around(get, mid, children, height, path, firsts, (lo, middle, hi), damage)
+            continue
+        lo, hi = (middle, hi) if before else (lo, middle)
+    return lo
+
+
+def _around(
+    get: Get,
+    mid: bytes,
+    children: list[tuple[bytes, int]],
+    height: int,
+    path: bytes,
+    firsts: dict[bytes, bytes],
+    bounds: tuple[int, int, int],
+    damage: CorruptError,
+) -> tuple[int, int]:
+    """Narrow ``lo..hi`` with the readable children nearest the unreadable ``middle``."""
+    lo, middle, hi = bounds
+    for j in range(middle + 1, hi):  # the nearest readable child to the right
+        try:
+            if _first_path(get, mid, children[j], height, firsts) <= path:
+                return j, hi
+            hi = j
+            break
+        except CorruptError:
+            continue
+    for k in range(middle - 1, lo, -1):  # and to the left
+        try:
+            if _first_path(get, mid, children[k], height, firsts) > path:
+                return lo, k
+            lo = k
+            break
+        except CorruptError:
+            continue
+    # ``lo`` or one of the unreadable children after it: ``lo`` when the path is not past its end
+    # (entries are sorted and never span two chunks).
+    try:
+        if path <= _last_path(get, mid, children[lo], height):
+            return lo, lo + 1
+    except CorruptError:
+        pass
+    raise damage  # the path's child may be one of the unreadable ones
+
+
+def _last_path(get: Get, mid: bytes, node: tuple[bytes, int], height: int) -> bytes:
+    """The last path under ``node`` (down its rightmost children)."""
+    cur = node
+    for _ in range(height):
+        cur = objects.index_children(get, cur[0], cur[1])[-1]
+    entries = list(iter_entries_of_chunks(mid, [_leaf(get, *cur)]))
+    if not entries:
+        raise CorruptError(f"manifest {mid.hex()} is damaged: an empty chunk in its index")
+    return entries[-1].path
 
 
 def _first_path(get: Get, mid: bytes, node: tuple[bytes, int], height: int, firsts: dict[bytes, bytes]) -> bytes:
