@@ -79,6 +79,27 @@ def test_an_in_process_restore_starts_it_too(project: Path):
     assert wait_for(str(project / ".snapstore"), 30) is not None
 
 
+def test_the_first_service_a_command_starts_is_said_once(project: Path):
+    """A process left running is never a surprise: the command that starts the store's first
+    service says so on stderr (how to stop it, how to turn it off), once; ``-q`` says nothing."""
+    store_dir = str(project / ".snapstore")
+    quiet = snap("snapshot", "-q", "-m", "quiet", cwd=project)
+    assert quiet.returncode == 0 and quiet.stderr == b"", quiet.stderr
+    assert wait_for(store_dir, 30) is not None
+    daemon.stop(store_dir)
+    first = snap("snapshot", "-m", "one", cwd=project)
+    assert first.returncode == 0, first.stderr
+    notes = [line for line in first.stderr.decode().splitlines() if line.startswith("snapstore: note:")]
+    assert len(notes) == 1 and "background service" in notes[0], first.stderr
+    assert "serve --stop" in notes[0] and "SNAPSTORE_AUTOSTART=0" in notes[0]
+    assert wait_for(store_dir, 30) is not None
+    daemon.stop(store_dir)
+    (project / "a.txt").write_bytes(b"again\n")
+    again = snap("snapshot", "-m", "two", cwd=project)  # starts a service again: not said again
+    assert again.returncode == 0 and b"note:" not in again.stderr, again.stderr
+    assert wait_for(store_dir, 30) is not None
+
+
 @pytest.mark.parametrize("how", ["env", "ci", "config"])
 def test_each_opt_out_keeps_the_cli_without_a_service(project: Path, how: str):
     store_dir = str(project / ".snapstore")

@@ -130,7 +130,7 @@ def restore(
             task=task,
         )
         if not obj.in_service and not dry_run:
-            lean.start_service(store)  # (service.autostart: the next commands use it)
+            lean.start_service(store, quiet=quiet)  # (service.autostart: the next commands use it)
     to_stderr = result.conversation is not None and output in (None, "-")
     if result.conversation is not None:
         text = dump_json(result.conversation) + "\n"

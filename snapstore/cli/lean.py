@@ -148,7 +148,7 @@ def snapshot_output(
             if progress is not None:
                 progress.close()
         if may_start_service:
-            start_service(store)
+            start_service(store, quiet=quiet)
     if as_json:
         from snapstore.render import dump_json
 
@@ -160,15 +160,22 @@ def snapshot_output(
     return list(cp.warnings), snapshot_line(cp)
 
 
-def start_service(store: Store) -> None:
+def start_service(store: Store, *, quiet: bool = False) -> None:
     """After a command ran in-process: start the store's service in the background for the
     next commands when ``service.autostart`` (and the environment) want it; never waits, never
-    fails the command."""
+    fails the command.  The first one started for a store is said once (not under ``-q``): a
+    process left running is never a surprise."""
     idle = store.service_autostart() if store.store_dir else None
     if idle is not None and store.store_dir is not None:
         from snapstore.service import daemon  # only when asked for: it imports subprocess
 
-        daemon.start_in_background(store.store_dir, idle)
+        if daemon.start_in_background(store.store_dir, idle) and not quiet and daemon.first_autostart(store.store_dir):
+            _echo(
+                f"snapstore: note: a background service now keeps this store open for the next commands"
+                f" (it exits after {idle / 60:g} min idle; `snapstore serve --stop` stops it,"
+                " SNAPSTORE_AUTOSTART=0 or `snapstore config service.autostart false` turns this off)",
+                err=True,
+            )
 
 
 def _echo(text: str, err: bool = False) -> None:

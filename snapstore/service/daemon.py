@@ -118,17 +118,37 @@ def start_detached(store_dir: str, idle_timeout: float) -> dict[str, Any]:
     raise SnapstoreError(f"the service did not start (see {log_path})")
 
 
-def start_in_background(store_dir: str, idle_timeout: float) -> None:
+def start_in_background(store_dir: str, idle_timeout: float) -> bool:
     """Start a service without waiting for it (``service.autostart``): the command that asks
     has already done its work in-process; the next ones will find the service.  A second
     service for the same store exits at once (its single-instance lock), so a race is harmless;
-    any failure is silent (the service is an optimisation)."""
+    any failure is silent (the service is an optimisation).  Whether one was started."""
     if protocol.owned_socket(store_dir) is not None and status(store_dir) is not None:
-        return
+        return False
     try:
         _spawn(store_dir, idle_timeout)
     except OSError:
-        pass
+        return False
+    return True
+
+
+#: Made when the note of a service started by a command has been shown (once per store).
+AUTOSTART_NOTED = "autostart-noted"
+
+
+def first_autostart(store_dir: str) -> bool:
+    """Whether this is the first service a command started for the store (the one time its
+    note is shown); never raises."""
+    try:
+        fd = os.open(
+            os.path.join(store_dir, AUTOSTART_NOTED),
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 def _spawn(store_dir: str, idle_timeout: float) -> subprocess.Popen[bytes]:
