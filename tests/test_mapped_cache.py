@@ -37,7 +37,7 @@ def test_maps_are_read_again_only_for_processes_whose_fingerprint_changed(monkey
     maps = {b"10": b"", b"11": b"", b"12": b""}
     read: list[bytes] = []
     monkeypatch.setattr(mapped.os, "listdir", lambda path: list(marks))
-    monkeypatch.setattr(mapped, "_fingerprint", lambda pid: marks.get(pid))
+    monkeypatch.setattr(mapped, "_fingerprint", lambda pid, held=None: marks.get(pid))
 
     def fake_read(path: bytes, limit: int = 0) -> bytes:
         pid = path.split(b"/")[2]
@@ -67,7 +67,7 @@ def test_maps_are_read_again_only_for_processes_whose_fingerprint_changed(monkey
 def test_a_process_whose_fingerprint_cannot_be_read_is_read_every_time(monkeypatch, tmp_path: Path):
     read: list[bytes] = []
     monkeypatch.setattr(mapped.os, "listdir", lambda path: [b"20"])
-    monkeypatch.setattr(mapped, "_fingerprint", lambda pid: None)
+    monkeypatch.setattr(mapped, "_fingerprint", lambda pid, held=None: None)
     monkeypatch.setattr(mapped, "_read", lambda path, limit=0: read.append(path) or b"")
     cache = MapsCache()
     for _ in range(3):
@@ -129,3 +129,102 @@ def test_only_shared_writable_lines_are_parsed_and_all_of_them_are_found():
     scan_all = tuple((m[1], m[2], m[3], m[4]) for m in mapped._SHARED_WRITABLE.finditer(data))
     assert mapped._shared_writable(data) == scan_all
     assert len(scan_all) == 3 * 300 + 1 and scan_all[-1][3] == b"/home/u/proj/last"
+
+
+def _stat_files_open() -> list[str]:
+    """This process's descriptors open on some ``/proc/PID/stat``."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/proc/") and target.endswith("/stat"):
+            out.append(target)
+    return out
+
+
+def _sleeper():
+    import subprocess
+
+    return subprocess.Popen(["sleep", "60"])
+
+
+def test_a_second_look_opens_no_stat_file_of_a_process_seen_before(monkeypatch, tmp_path: Path):
+    """The fingerprints of processes seen at the last look are read through held files: one
+    pread each, no open (a watched checkpoint's largest cost on a machine of many processes)."""
+    child = _sleeper()
+    try:
+        cache = MapsCache()
+        mapped_for_write(os.fsencode(tmp_path), None, cache)
+        opened: list[bytes] = []
+        real_open = os.open
+
+        def counting_open(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if os.fsencode(path).endswith(b"/stat"):
+                opened.append(os.fsencode(path))
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", counting_open)
+        mapped_for_write(os.fsencode(tmp_path), None, cache)
+        assert f"/proc/{child.pid}/stat".encode() not in opened
+        assert f"/proc/{os.getpid()}/stat".encode() not in opened
+        assert str(child.pid).encode() in cache.stats.fds
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_gone_process_s_held_stat_file_is_closed_and_a_closed_cache_holds_none(tmp_path: Path):
+    child = _sleeper()
+    cache = MapsCache()
+    mapped_for_write(os.fsencode(tmp_path), None, cache)
+    pid = str(child.pid).encode()
+    assert pid in cache.stats.fds
+    child.kill()
+    child.wait()
+    mapped_for_write(os.fsencode(tmp_path), None, cache)
+    assert pid not in cache.stats.fds
+    assert f"/proc/{child.pid}/stat" not in _stat_files_open()
+    assert _stat_files_open()
+    cache.close()
+    assert _stat_files_open() == [] and cache.stats.fds == {}
+    # (a look after close opens them again, and still finds what is mapped)
+    assert mapped_for_write(os.fsencode(tmp_path), None, cache) == (set(), set())
+
+
+def test_held_stat_files_are_capped_and_the_rest_still_cached(monkeypatch, tmp_path: Path):
+    cache = MapsCache()
+    cache.stats.limit = 2
+    mapped_for_write(os.fsencode(tmp_path), None, cache)
+    assert len(cache.stats.fds) <= 2 and len(_stat_files_open()) <= 2
+    reads = cache.reads
+    idle = _sleeper()  # (an idle process beyond the cap: its maps read once, then cached)
+    try:
+        mapped_for_write(os.fsencode(tmp_path), None, cache)
+        after_first = cache.reads
+        assert after_first > reads
+        mapped_for_write(os.fsencode(tmp_path), None, cache)
+        assert str(idle.pid).encode() in cache.entries
+        assert str(idle.pid).encode() not in cache.stats.fds
+    finally:
+        idle.kill()
+        idle.wait()
+
+
+def test_a_watching_store_closes_its_held_stat_files(tmp_path: Path):
+    from snapstore.store import Store
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.txt").write_text("one\n")
+    Store.init(tree).close()
+    store = Store.open(tree, watch=True)
+    store.snapshot("first")
+    (tree / "a.txt").write_text("two\n")
+    store.snapshot("second")
+    assert _stat_files_open()
+    watcher = store.context.watcher  # (kept alive: close itself must close them)
+    assert watcher is not None
+    store.close()
+    assert _stat_files_open() == []

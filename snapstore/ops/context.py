@@ -36,7 +36,7 @@ class TreeState:
 
     # (Plain classes here: every CLI process imports this module, and creating a NamedTuple
     # class, or importing dataclasses, would slow its start.)
-    __slots__ = ("found", "cache", "entries", "keys", "listings", "links", "carried")
+    __slots__ = ("found", "cache", "entries", "keys", "listings", "links", "carried", "reported")
 
     def __init__(
         self,
@@ -65,6 +65,10 @@ class TreeState:
         #: the next snapshot still edits the kept order and re-cuts the manifest at those
         #: paths only, instead of sorting and comparing every entry.
         self.carried: tuple[dict[bytes, Entry], set[bytes]] | None = None
+        #: What a walk of the tree the listings describe reports (warnings in order, special
+        #: and unreadable counts; ops.snapshot.incremental), once known: it changes only when
+        #: a directory is listed again, so a snapshot that lists none does not go through them.
+        self.reported: tuple[tuple[str, ...], int, int] | None = None
 
 
 class ManifestMemo:

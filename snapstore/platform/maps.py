@@ -21,12 +21,20 @@ first write fault; ``MAP_POPULATE`` faults at ``mmap``), and those counts only g
 process faults all the time and is read every time; an idle one is read once.  A name the cache
 holds that went stale (renamed or deleted while mapped) sends its inode through the tree search:
 the error is on the side of looking.
+
+The stat files themselves stay open between looks (:class:`StatFiles`, up to
+:data:`HELD_STATS` of them and never more than a small share of the process's file limit): one
+``pread`` a process instead of an open, a read and a close, the larger part of a watched
+checkpoint's time on a machine of many processes.  A held file answers only for the process it
+was opened for: once that process is gone, its reads fail (a new process given the same pid is
+a new ``/proc`` entry), and the pid is opened afresh.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import weakref
 
 from snapstore import platform
 
@@ -37,17 +45,89 @@ _SHARED_WRITABLE = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ [r-]w[x-]s [0-9a-f]+ ([0-9
 Mappings = tuple[tuple[bytes, bytes, bytes, bytes], ...]
 
 
+#: The most ``/proc/PID/stat`` files a :class:`MapsCache` keeps open between looks.
+HELD_STATS = 256
+
+
+class StatFiles:
+    """Open ``/proc/PID/stat`` files, by pid: read again with one ``pread``.
+
+    At most ``limit`` are held (the others are opened, read and closed each time)."""
+
+    def __init__(self, limit: int) -> None:
+        self.fds: dict[bytes, int] = {}
+        self.limit = limit
+        #: How many stat files were opened to be held: a test's count.
+        self.opened = 0
+        # (A cache dropped without close, as a Watcher's that is never closed, closes them too.)
+        weakref.finalize(self, _close_all, self.fds)
+
+    def read(self, pid: bytes) -> bytes:
+        """The start of the process's stat file (empty when it is gone or unreadable)."""
+        fd = self.fds.get(pid)
+        if fd is None:
+            path = b"/proc/" + pid + b"/stat"
+            if len(self.fds) >= self.limit:
+                return _read(path, 1024)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return b""
+            self.fds[pid] = fd
+            self.opened += 1
+        try:
+            data = os.pread(fd, 1024, 0)
+        except OSError:
+            data = b""
+        if not data:  # (the process is gone: its pid, if reused, is opened afresh next time)
+            self.drop(pid)
+        return data
+
+    def drop(self, pid: bytes) -> None:
+        fd = self.fds.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close every held file."""
+        for pid in list(self.fds):
+            self.drop(pid)
+
+
+def _close_all(fds: dict[bytes, int]) -> None:
+    for fd in fds.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+def _held_limit() -> int:
+    """:data:`HELD_STATS`, or an eighth of the soft limit on open files when that is less."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return HELD_STATS if soft == resource.RLIM_INFINITY else max(0, min(HELD_STATS, soft // 8))
+
+
 class MapsCache:
     """Each process's shared writable mappings, keyed by its pid, with the fingerprint (start
-    time, mapped size) they were read under."""
+    time, mapped size) they were read under, and the held stat files the fingerprints are
+    read from (:meth:`close` closes them)."""
 
     def __init__(self) -> None:
         self.entries: dict[bytes, tuple[bytes, Mappings]] = {}
         #: How many maps files were read (the rest came from the cache): a test's count.
         self.reads = 0
+        self.stats = StatFiles(_held_limit() if platform.linux() else 0)
+
+    def close(self) -> None:
+        """Close the held stat files (a later look opens them again)."""
+        self.stats.close()
 
     def mappings(self, pid: bytes) -> Mappings:
-        mark = _fingerprint(pid)
+        mark = _fingerprint(pid, self.stats)
         if mark is not None:
             hit = self.entries.get(pid)
             if hit is not None and hit[0] == mark:
@@ -59,11 +139,12 @@ class MapsCache:
         return found
 
     def forget_all_but(self, pids: list[bytes]) -> None:
-        """Drop the processes that are gone."""
-        if len(self.entries) > len(pids):  # (every live one was just put: the rest are gone)
-            alive = set(pids)
-            for pid in [p for p in self.entries if p not in alive]:
-                del self.entries[pid]
+        """Drop the processes that are gone (and close their held stat files)."""
+        alive = set(pids)
+        for pid in [p for p in self.entries if p not in alive]:
+            del self.entries[pid]
+        for pid in [p for p in self.stats.fds if p not in alive]:
+            self.stats.drop(pid)
 
 
 def mapped_for_write(
@@ -149,10 +230,10 @@ def _shared_writable(data: bytes) -> Mappings:
     return tuple(mapping for _, mapping in sorted(found))
 
 
-def _fingerprint(pid: bytes) -> bytes | None:
+def _fingerprint(pid: bytes, held: StatFiles | None = None) -> bytes | None:
     """A process's minor and major page faults, start time and mapped size (``/proc/PID/stat``
-    fields 10, 12, 22 and 23), or None."""
-    data = _read(b"/proc/" + pid + b"/stat", 1024)
+    fields 10, 12, 22 and 23), or None; read through ``held`` when given."""
+    data = held.read(pid) if held is not None else _read(b"/proc/" + pid + b"/stat", 1024)
     end = data.rfind(b")")  # (the command name, field 2, may hold spaces and parentheses)
     fields = data[end + 2 :].split()
     if end <= 0 or len(fields) <= 21:

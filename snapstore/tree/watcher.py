@@ -125,6 +125,7 @@ class Watcher:
 
     def close(self) -> None:
         self._source.close()
+        self._maps.close()
 
     # -- watches --------------------------------------------------------------------------
 

@@ -59,6 +59,8 @@ class Patched(NamedTuple):
     #: The entries ``touched`` is relative to: the state's, or the dict a restore's patch copied
     #: them from (TreeState.carried); the manifest memo's when they agree.
     base: dict[bytes, Entry]
+    #: Directories listed again and subtrees walked (none: the listings are as they were).
+    listed: int
 
 
 #: The watcher's reason for a full walk that checks it (tree.watcher.Watcher.take).
@@ -87,7 +89,7 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
         ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped,
         in_place=not check,
     )  # fmt: skip
-    if patched is not None and not check and not _report(report or scan.ScanReport(), state.listings):
+    if patched is not None and not check and not _report(report or scan.ScanReport(), state, patched.listed):
         forget(ctx)  # (its entries were patched in place: the walk's become the state)
         return None
     if check:
@@ -200,22 +202,41 @@ def reread_mapped(watcher: Watcher, found: list[scan.Found], entries: dict[bytes
                 to_read.append(f)
 
 
-def _report(report: scan.ScanReport, listings: scan.Listings) -> bool:
-    """Fill ``report`` as a walk of the tree the listings describe would (the same warnings,
-    in the walk's order, and counts); False when a listing cannot say (then walk)."""
+def _report(report: scan.ScanReport, state: TreeState, listed: int) -> bool:
+    """Fill ``report`` as a walk of the tree the state's listings describe would (the same
+    warnings, in the walk's order, and counts); False when a listing cannot say (then walk).
+
+    O(changed): the listings are gone through only when the patch listed a directory again
+    (else they are as they were when the state's ``reported`` was taken)."""
+    summary = state.reported if not listed else None
+    if summary is None:
+        summary = state.reported = _summary(state.listings)
+        if summary is None:
+            return False
+    report.warnings.extend(summary[0])
+    report.special += summary[1]
+    report.unreadable += summary[2]
+    return True
+
+
+def _summary(listings: scan.Listings) -> tuple[tuple[str, ...], int, int] | None:
+    """What a walk of the tree ``listings`` describe reports: its warnings in the walk's order,
+    its special and unreadable counts; None when a listing cannot say."""
+    warnings: list[str] = []
+    special = unreadable = 0
     stack = [b""]
     while stack:
         listing = listings.get(stack.pop())
         if listing is None:
             continue  # (a subdirectory that vanished during the walk: it reported that)
         if listing.notes is None:
-            return False
+            return None
         if listing.notes:
-            report.warnings.extend(listing.notes)
-        report.special += listing.special
-        report.unreadable += listing.unreadable
+            warnings.extend(listing.notes)
+        special += listing.special
+        unreadable += listing.unreadable
         stack.extend(listing.subdirs)  # popped last first, as the walk's stack does
-    return True
+    return tuple(warnings), special, unreadable
 
 
 def patch(
@@ -275,7 +296,7 @@ def patch(
     if state.carried is not None:  # (a restore's writes since the memo's dict: touched too)
         base, since = state.carried
         touched |= since
-    return Patched(found, cache, entries, to_read, stale, touched, links, base)
+    return Patched(found, cache, entries, to_read, stale, touched, links, base, patch.listed)
 
 
 def _links_after(before: set[bytes], patch: rescan.Patch, found: dict[bytes, scan.Found]) -> set[bytes] | None:
@@ -342,7 +363,10 @@ def remember(
     found = walked.found
     by_path = found if isinstance(found, dict) else {f.path: f for f in found}
     links = walked.links if isinstance(walked.links, set) else set(walked.links)
+    before = ctx.tree_state
     ctx.tree_state = TreeState(by_path, cache, entries, keys, walked.listings, links)
+    if before is not None and before.listings is walked.listings:  # (patched: the same listings)
+        ctx.tree_state.reported = before.reported
 
 
 def forget(ctx: StageContext) -> None:

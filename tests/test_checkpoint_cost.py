@@ -1,0 +1,90 @@
+"""A watched checkpoint of a one-file edit does O(changed) store work: the same number of read
+views, gets and written records in a 5,000-file tree as in a 500-file one (a manifest index
+level more at most), and few of them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from snapstore.storage import backend as backend_mod
+from snapstore.storage import lmdb_backend
+from snapstore.store import Store
+
+
+def _tree(root: Path, files: int) -> list[Path]:
+    out = []
+    for i in range(files):
+        sub = root / f"d{i // 25:03d}"
+        sub.mkdir(parents=True, exist_ok=True)
+        p = sub / f"module_{i:05d}.py"
+        p.write_text(f"# file {i}\n" + "".join(f"value_{j} = {i * j}\n" for j in range(40)))
+        out.append(p)
+    return out
+
+
+def _counting(monkeypatch) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    real_read, real_get = lmdb_backend.LmdbBackend.read, lmdb_backend._LmdbView.get
+    real_put, real_new = backend_mod.WriteBatch.put, backend_mod.WriteBatch.put_new
+    real_has = lmdb_backend.LmdbBackend.has_many
+
+    def has_many(self, table, keys):  # type: ignore[no-untyped-def]
+        keys = list(keys)
+        counts["gets"] += len(keys)
+        return real_has(self, table, keys)
+
+    def read(self):  # type: ignore[no-untyped-def]
+        counts["read views"] += 1
+        return real_read(self)
+
+    def get(self, table, key):  # type: ignore[no-untyped-def]
+        counts["gets"] += 1
+        return real_get(self, table, key)
+
+    def put(self, table, key, value):  # type: ignore[no-untyped-def]
+        counts["puts"] += 1
+        counts[f"puts {table}"] += 1
+        return real_put(self, table, key, value)
+
+    def put_new(self, table, key, value):  # type: ignore[no-untyped-def]
+        counts["puts"] += 1
+        counts[f"puts {table}"] += 1
+        return real_new(self, table, key, value)
+
+    monkeypatch.setattr(lmdb_backend.LmdbBackend, "read", read)
+    monkeypatch.setattr(lmdb_backend._LmdbView, "get", get)
+    monkeypatch.setattr(lmdb_backend.LmdbBackend, "has_many", has_many)
+    monkeypatch.setattr(backend_mod.WriteBatch, "put", put)
+    monkeypatch.setattr(backend_mod.WriteBatch, "put_new", put_new)
+    return counts
+
+
+def _one_file_edit(tmp_path: Path, files: int, monkeypatch) -> Counter[str]:
+    tree = tmp_path / f"tree{files}"
+    paths = _tree(tree, files)
+    Store.init(tree).close()
+    with Store.open(tree, watch=True) as store:
+        store.maintain_after_snapshot = False
+        store.snapshot("first")
+        paths[files // 2].write_text(paths[files // 2].read_text() + "edited = 1\n")
+        store.snapshot("settle")  # (the first edit after the walk: its parent's leaves are known)
+        with monkeypatch.context() as m:
+            counts = _counting(m)
+            with open(paths[files // 3], "a") as f:
+                f.write("edited = 2\n")
+            cp = store.snapshot("one file")
+        assert cp.stats["files"] == files
+    return counts
+
+
+def test_a_one_file_checkpoint_costs_the_same_in_a_tree_ten_times_larger(tmp_path: Path, monkeypatch):
+    small = _one_file_edit(tmp_path, 500, monkeypatch)
+    large = _one_file_edit(tmp_path, 5000, monkeypatch)
+    for what in ("read views", "gets", "puts"):
+        # (a manifest ten times longer has one index level more: a node or two more to look up
+        # and write; an O(files) pass would add hundreds)
+        assert large[what] <= small[what] + 6, (what, small, large)
+    # (measured: 11 read views, 30 lookups, 12 records written, 5 of them chunk entries)
+    assert large["read views"] <= 14 and large["gets"] <= 40 and large["puts"] <= 16, large
+    assert large["puts chunks"] <= 8 and large["puts packs"] <= 2, large
