@@ -192,6 +192,10 @@ def one_pass(
     if found is None:
         return None
     report = maintenance.run(backend, found, level=level, locked=locked, stop=stop)
+    if not report.stopped:
+        from snapstore.ops import maintenance_conversations
+
+        report.conversations_gathered = maintenance_conversations.run(backend, level, locked, stop=stop)
     if not report.stopped and not (stop is not None and stop()) and mostly_free(backend):
         # A pass frees the pages of the packs it gathered, and LMDB never shrinks its file:
         # without this, an idle service's passes leave the file at its largest.
