@@ -13,7 +13,7 @@ from __future__ import annotations
 HEAVY = frozenset({
     "test_agent.py", "test_agent_adapters.py", "test_agent_integrate.py",
     "test_attribution_differential.py", "test_autostart.py", "test_background.py", "test_bombs.py",
-    "test_claude_rewind.py", "test_consolidate.py", "test_durability_crash.py",
+    "test_claude_rewind.py", "test_consolidate.py", "test_conversation_gather_crash.py", "test_durability_crash.py",
     "test_durability_power.py", "test_gc_crash.py", "test_gemini.py", "test_generations.py",
     "test_hook_claude_code.py", "test_hook_root.py", "test_hostile_payloads.py",
     "test_http_hooks_other_user.py", "test_integrate.py", "test_integrate_any_path.py",
