@@ -66,8 +66,9 @@ def rewrites(backend: Backend, rids: list[bytes], level: int, chunks: bool) -> I
 def _conversation(
     get: Callable[[str, bytes], bytes | None], cid: bytes, todo: set[bytes], level: int, chunks: bool
 ) -> Iterator[tuple[bytes, bytes, bytes]]:
-    before = b""
+    tail = conversation_delta.Tail()
     for rid, record in conversation.segments(get, cid):
+        before = tail.last()
         own = b"".join(conversation.own_pieces(get, rid, record, before))
         if rid in todo:
             todo.discard(rid)
@@ -75,7 +76,7 @@ def _conversation(
             if value is not None and _convertible(record, own, chunks):
                 fields = {k: record[k] for k in ("base", "count", "depth", "total")}
                 yield rid, value, conversation_delta.pack(fields, own, before, level, record.get("parts"))
-        before = (before + own)[-conversation_delta.WINDOW :]
+        tail.add(own)
 
 
 def _convertible(record: dict[str, Any], own: bytes, chunks: bool) -> bool:

@@ -21,6 +21,11 @@ records of that chain (``parts``: the previous full record, then the chain's del
 order) and holds only its own appended messages.  Every message is stored once, reading a
 conversation visits its full records (one per MAX_DEPTH steps) and the records they list, and
 each record's ``count`` (messages before its own) and ``total`` check the order.
+
+Since 2026-11-28 such a record is written in the compact form of
+:mod:`snapstore.records.conversation_delta` (an array; its messages compressed against the
+messages before them); :func:`parse_record` returns either form as the same map (a compact one
+with ``delta`` and ``window``), and maps written before still read.
 """
 
 from __future__ import annotations
@@ -308,14 +313,14 @@ def read(get: Get, cid: bytes) -> list[Any]:
     """The messages of conversation ``cid``, checked against its id."""
     hasher = blake3.blake3()
     out: list[Any] = []
-    before = b""  # the last bytes read: what a compact record is compressed against
+    before = conversation_delta.Tail()  # the last bytes read: what a compact record is compressed against
     for rid, record in segments(get, cid):
         if len(out) != record["count"]:
             raise CorruptError(f"conversation {rid.hex()} does not continue its base")
-        for data in own_pieces(get, rid, record, before):
+        for data in own_pieces(get, rid, record, before.last()):
             hasher.update(data)
             out.extend(_decode(rid, [data]))
-            before = (before + data)[-conversation_delta.WINDOW :]
+            before.add(data)
         if len(out) != record["total"]:
             raise CorruptError(f"conversation {rid.hex()} holds {len(out)} messages, not {record['total']}")
     if hasher.digest() != cid:

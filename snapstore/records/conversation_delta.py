@@ -34,6 +34,24 @@ WINDOW = 128 << 10
 LEVEL = 9
 
 
+class Tail:
+    """The last :data:`WINDOW` bytes of what was read so far (amortised: no copy per record of
+    the whole window)."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def add(self, data: bytes) -> None:
+        self._buf += data
+        if len(self._buf) > 4 * WINDOW:
+            del self._buf[: len(self._buf) - WINDOW]
+
+    def last(self) -> bytes:
+        return bytes(self._buf[-WINDOW:])
+
+
 def before_tail(records: list[bytes], start: int) -> bytes:
     """The last :data:`WINDOW` bytes of ``records[:start]`` (encoded messages), joined."""
     parts: list[bytes] = []
