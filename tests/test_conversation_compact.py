@@ -25,6 +25,13 @@ def _table_bytes(store: Store) -> int:
         return sum(len(k) + len(v) for k, v in view.items("conversations"))
 
 
+def read_back(store: Store, history: list, verify: bool = True) -> None:
+    """Every checkpoint's conversation reads back as it was given (and the store verifies)."""
+    for ref, messages in history:
+        assert store.conversation(ref) == messages
+    assert not verify or store.verify().ok
+
+
 def _final_zstd(messages: list) -> int:
     return len(zstandard.ZstdCompressor(level=3).compress(json.dumps(messages).encode()))
 
@@ -37,9 +44,7 @@ def test_a_growing_chat_costs_about_its_compressed_size_in_records(tree, store):
     history = grow(store, 60)
     assert forms(store) == {"compact": 60, "inline": 0, "chunks": 0}
     assert _table_bytes(store) <= 2 * _final_zstd(history[-1][1]), (_table_bytes(store), _final_zstd(history[-1][1]))
-    for ref, messages in history:
-        assert store.conversation(ref) == messages
-    assert store.verify().ok
+    read_back(store, history)
 
 
 def test_a_rewound_chat_and_a_big_step_read_back(tree, store):
@@ -64,15 +69,12 @@ def test_old_stores_read_and_maintenance_rewrites_their_inline_records(tree, sto
     assert make_legacy(store) == 40
     legacy_bytes = _table_bytes(store)
     assert forms(store)["inline"] == 40
-    for ref, messages in history:
-        assert store.conversation(ref) == messages
+    read_back(store, history, verify=False)
     report = store.maintain(full=True, min_packs=1)
     assert report is not None and report.conversations_gathered == 40
     assert forms(store) == {"compact": 40, "inline": 0, "chunks": 0}
     assert _table_bytes(store) < 0.75 * legacy_bytes
-    for ref, messages in history:
-        assert store.conversation(ref) == messages
-    assert store.verify().ok
+    read_back(store, history)
 
 
 def test_gc_rewrites_records_that_name_chunks_and_sweeps_the_chunks(tree, store):
@@ -88,9 +90,7 @@ def test_gc_rewrites_records_that_name_chunks_and_sweeps_the_chunks(tree, store)
     with store.backend.read() as view:
         assert view.count("chunks") == chunks_before - 5
     assert forms(store) == {"compact": 12, "inline": 0, "chunks": 0}
-    for ref, messages in history:
-        assert store.conversation(ref) == messages
-    assert store.verify().ok
+    read_back(store, history)
     assert store.gc().conversations_gathered == 0
 
 
