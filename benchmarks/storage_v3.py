@@ -522,7 +522,8 @@ def render(doc: dict[str, Any]) -> str:
         "",
         "The conversations: *compressible* is test-runner output (15-80 lines of pass/fail per "
         "message), *random* is 0.5-3 KB slices of stdlib sources (the scenario of "
-        "`benchmarks.storage_v2`), one message per checkpoint.",
+        "`benchmarks.storage_v2`), one message per checkpoint."
+        + (f" (These rows: `--only conv`, {doc['conversations_started']}.)" if doc.get("conversations_started") else ""),
     ]
     out += [
         "",
@@ -598,15 +599,30 @@ def _as_left(rows: list[dict[str, Any]]) -> list[str]:
         "150 CLI checkpoints without a conversation; \"whole store\" is the store directory itself.",
         "",
         "| conversation over 150 CLI checkpoints | adds, as left | / final zstd | adds, after "
-        "`gc --compact` | / final zstd | whole store as left / final zstd | goal |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "`gc --compact` | / final zstd | whole store as left / final zstd | before the compact records "
+        "(as left, after gc, whole) | goal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for c in rows:
         met = "met" if c["ratio_left"] <= 3.0 else "missed"
+        was = c.get("before", {})
+        before = f"{was['ratio_left']}x, {was['ratio_left_gc']}x, {was['ratio_left_store']}x" if was else ""
         out.append(
             f"| {c['kind']} | {c['cli_left_added']:,} B | **{c['ratio_left']}x** | {c['cli_gc_added']:,} B | "
-            f"{c['ratio_left_gc']}x | {c['ratio_left_store']}x | <= 3x as left: {met} |"
+            f"{c['ratio_left_gc']}x | {c['ratio_left_store']}x | {before} | <= 3x as left: {met} |"
         )
+    out += [
+        "",
+        "What bounds them (the compressible chat, measured with library calls, a Store opened per "
+        "step, as left): the conversation's records take 40.5 KB of values (its messages 29.6 KB, "
+        "each step compressed at level 9 against the 128 KiB before it; ~70 B of fields a record, "
+        "the base id among them) plus 32-byte keys, in LMDB pages ~80% full (56 KiB); each "
+        "checkpoint record names the conversation (+8 KiB). Before the compact records each step's "
+        "messages were compressed alone (52.9 KB) in map records (71.6 KB of values, 88 KiB of "
+        "pages). The whole store is bounded by the checkpoints themselves: the same 150 CLI "
+        "checkpoints without a conversation take ~180 KB (their records, the log, the paths index, "
+        "the tree's 150 versions), 5.8x the compressed final chat.",
+    ]
     return out
 
 
@@ -669,6 +685,8 @@ def main() -> None:
             doc["skipped"].append("node_modules: skipped (npm or its registry is not available).")
     if "conv" in only:
         doc["conversations"] = conversations(work, 150)
+        if only == {"conv"}:
+            doc["conversations_started"] = doc["started"]
     doc["minutes"] = (time.time() - start) / 60
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
