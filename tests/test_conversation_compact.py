@@ -160,3 +160,18 @@ def test_a_chunk_gc_stops_naming_survives_when_a_file_holds_the_same_bytes(tree,
     assert store.read_bytes(cp.id, "same.bin") == plain
     assert store.conversation(history[0][0]) == history[0][1]
     assert store.verify().ok
+
+
+def test_a_format_1_store_keeps_its_map_records_through_gc_and_maintenance(tree):
+    from tests.test_upgrade import make_v1_store
+
+    store, _ = make_v1_store(tree, steps=3)
+    try:
+        before = forms(store)
+        assert before["compact"] == 0 and sum(before.values()) == 3
+        assert store.gc().conversations_gathered == 0
+        store.maintain_all()
+        assert forms(store) == before
+        assert store.verify().ok
+    finally:
+        store.close()

@@ -22,6 +22,7 @@ from typing import Any
 
 from snapstore.errors import CorruptError
 from snapstore.records import conversation, conversation_delta
+from snapstore.storage import packs
 from snapstore.storage.backend import Backend
 
 #: Records rewritten per transaction (each holds at most ``conversation.INLINE_MAX`` bytes).
@@ -90,7 +91,11 @@ def run(
     stop: Callable[[], bool] | None = None,
 ) -> int:
     """Rewrite the store's map-form records as compact ones, :data:`STEP` per transaction under
-    ``locked()``; ``stop()``, asked before each step, ends early.  How many were rewritten."""
+    ``locked()``; ``stop()``, asked before each step, ends early.  How many were rewritten.
+    Format 2 only: a format-1 store keeps what format-1 readers read until ``upgrade``."""
+    with backend.read() as view:
+        if not packs.writes_packs(view.get):
+            return 0
     rids = legacy(backend)
     if not rids:
         return 0
