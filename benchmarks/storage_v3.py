@@ -614,8 +614,8 @@ def _as_left(rows: list[dict[str, Any]]) -> list[str]:
     out += [
         "",
         "What bounds them (the compressible chat, measured with library calls, a Store opened per "
-        "step, as left): the conversation's records take 40.5 KB of values (its messages 29.6 KB, "
-        "each step compressed at level 9 against the 128 KiB before it; ~70 B of fields a record, "
+        "step, as left): the conversation's records take 41.3 KB of values (its messages ~30 KB, "
+        "each step compressed at level 9 against the 32 KiB before it; ~70 B of fields a record, "
         "the base id among them) plus 32-byte keys, in LMDB pages ~80% full (56 KiB); each "
         "checkpoint record names the conversation (+8 KiB). Before the compact records each step's "
         "messages were compressed alone (52.9 KB) in map records (71.6 KB of values, 88 KiB of "

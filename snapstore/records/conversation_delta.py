@@ -29,7 +29,7 @@ from snapstore.storage import objects
 #: The first element of a compact record (a later form would take another).
 FORM = 1
 #: Bytes of the preceding messages a record is compressed against.
-WINDOW = 128 << 10
+WINDOW = 32 << 10
 #: The least zstd level of a compact record's frame (small frames: the level costs little).
 LEVEL = 9
 
