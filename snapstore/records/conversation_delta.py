@@ -49,7 +49,9 @@ class Tail:
             del self._buf[: len(self._buf) - WINDOW]
 
     def last(self) -> bytes:
-        return bytes(self._buf[-WINDOW:])
+        """The last :data:`WINDOW` bytes (one copy)."""
+        with memoryview(self._buf) as view:
+            return bytes(view[-WINDOW:])
 
 
 def before_tail(records: list[bytes], start: int) -> bytes:
