@@ -349,11 +349,71 @@ def conversations(work: str, steps: int) -> list[dict[str, Any]]:
             sizes[with_conv] = disk_bytes(sd)
         final = len(zstandard.ZstdCompressor(level=3).compress(json.dumps(messages).encode()))
         added = sizes[True] - sizes[False]
+        left = {c: cli_as_left(work, f"{kind}-{c}", messages if c else None) for c in (False, True)}
         rows.append({
             "kind": kind, "steps": steps, "store_bytes_added": added, "final_zstd": final,
             "ratio": round(added / final, 2), "target": 3.0 if kind == "compressible" else 2.5,
+            "cli_left_added": left[True][0] - left[False][0], "cli_gc_added": left[True][1] - left[False][1],
+            "cli_left_store": left[True][0],
+            "ratio_left": round((left[True][0] - left[False][0]) / final, 2),
+            "ratio_left_gc": round((left[True][1] - left[False][1]) / final, 2),
+            "ratio_left_store": round(left[True][0] / final, 2),
         })
     return rows
+
+
+def cli_as_left(work: str, name: str, messages: list[Any] | None) -> tuple[int, int]:
+    """A conversation store as an agent leaves it (issue 40): one ``snapstore snapshot
+    --conversation FILE`` process per step, no service, maintenance as shipped (the detached
+    pass on), a line appended to the tree's one file each step; measured once the detached
+    passes have ended, then after ``gc --compact``.  ``(bytes as left, after gc)``.  Between two
+    steps, 0.3 s (an agent's turn is longer), and no waiting for a pass a step started."""
+    import subprocess
+
+    from benchmarks.competitors import snap_env
+    from snapstore.ops import background
+    from snapstore.storage.lock import WriterLock
+
+    tree = os.path.join(work, f"left-{name}")
+    shutil.rmtree(tree, ignore_errors=True)
+    os.makedirs(tree)
+    with open(os.path.join(tree, "notes.txt"), "w") as f:
+        f.write("start\n")
+    env = {**snap_env(), background.ENV: "1", "SNAPSTORE_AUTOSTART": "0"}
+    cli = [sys.executable, "-m", "snapstore"]
+    subprocess.run([*cli, "init", "-q"], cwd=tree, env=env, check=True)
+    conv = os.path.join(work, f"left-{name}.json")
+    store_dir = os.path.join(tree, ".snapstore")
+    for n in range(150 if messages is None else len(messages)):
+        with open(os.path.join(tree, "notes.txt"), "a") as f:
+            f.write(f"step {n}\n")
+        extra = []
+        if messages is not None:
+            with open(conv, "w") as f:
+                json.dump(messages[: n + 1], f)
+            extra = ["--conversation", conv]
+        subprocess.run([*cli, "snapshot", "-q", "-m", f"s{n}", *extra], cwd=tree, env=env, check=True)
+        time.sleep(0.3)
+    _settled(os.path.join(store_dir, background.LOCK_NAME), WriterLock)
+    left = disk_bytes(store_dir)
+    subprocess.run([*cli, "gc", "--compact", "-q"], cwd=tree, env=env, check=True)
+    after = disk_bytes(store_dir)
+    shutil.rmtree(tree)
+    return left, after
+
+
+def _settled(path: str, lock: Any, seconds: float = 600) -> None:
+    """Wait up to ``seconds`` for a detached pass to end (it holds the flock at ``path``)."""
+    from snapstore.errors import LockedError
+
+    deadline = time.monotonic() + seconds
+    time.sleep(0.5)  # (a pass just spawned takes its flock within its start-up)
+    while time.monotonic() < deadline:
+        try:
+            with lock(path).held(0):
+                return
+        except LockedError:
+            time.sleep(0.1)
 
 
 def waits(tree: str, loose: str, consolidated: str, runs: int) -> list[dict[str, Any]]:
@@ -462,7 +522,8 @@ def render(doc: dict[str, Any]) -> str:
         "",
         "The conversations: *compressible* is test-runner output (15-80 lines of pass/fail per "
         "message), *random* is 0.5-3 KB slices of stdlib sources (the scenario of "
-        "`benchmarks.storage_v2`), one message per checkpoint.",
+        "`benchmarks.storage_v2`), one message per checkpoint."
+        + (f" (These rows: `--only conv`, {doc['conversations_started']}.)" if doc.get("conversations_started") else ""),
     ]
     out += [
         "",
@@ -475,6 +536,7 @@ def render(doc: dict[str, Any]) -> str:
             f"| {c['kind']} | {c['store_bytes_added']:,} B | {c['final_zstd']:,} B | **{c['ratio']}x** | "
             f"{BEFORE.get(c['kind'], '')} | <= {c['target']}x: {'met' if c['ratio'] <= c['target'] else 'missed'} |"
         )
+    out += _as_left(doc["conversations"])
     out += [
         "",
         "gc times (consolidation and compaction), the idle passes' and the snapshot time of each row:",
@@ -521,6 +583,47 @@ def render(doc: dict[str, Any]) -> str:
                 f"| {w['ratio']:.2f}x | {vs_before} |"
             )
     return "\n".join(out) + "\n"
+
+
+def _as_left(rows: list[dict[str, Any]]) -> list[str]:
+    """The table of the conversation stores as agents leave them (issue 40)."""
+    rows = [c for c in rows if "ratio_left" in c]
+    if not rows:
+        return []
+    out = [
+        "",
+        "The same conversations as an agent leaves the store (issue 40): one `snapstore snapshot "
+        "--conversation FILE` process per step, no service (`SNAPSTORE_AUTOSTART=0`), maintenance "
+        "as shipped (the detached pass on), durability `normal`; measured once the detached passes "
+        "have ended, then after `gc --compact`. \"adds\" is the store's bytes against the same "
+        "150 CLI checkpoints without a conversation; \"whole store\" is the store directory itself.",
+        "",
+        "| conversation over 150 CLI checkpoints | adds, as left | / final zstd | adds, after "
+        "`gc --compact` | / final zstd | whole store as left / final zstd | before the compact records "
+        "(as left, after gc, whole) | goal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in rows:
+        met = "met" if c["ratio_left"] <= 3.0 else "missed"
+        was = c.get("before", {})
+        before = f"{was['ratio_left']}x, {was['ratio_left_gc']}x, {was['ratio_left_store']}x" if was else ""
+        out.append(
+            f"| {c['kind']} | {c['cli_left_added']:,} B | **{c['ratio_left']}x** | {c['cli_gc_added']:,} B | "
+            f"{c['ratio_left_gc']}x | {c['ratio_left_store']}x | {before} | <= 3x as left: {met} |"
+        )
+    out += [
+        "",
+        "What bounds them (the compressible chat, measured with library calls, a Store opened per "
+        "step, as left): the conversation's records take 41.3 KB of values (its messages ~30 KB, "
+        "each step compressed at level 9 against the 32 KiB before it; ~70 B of fields a record, "
+        "the base id among them) plus 32-byte keys, in LMDB pages ~80% full (56 KiB); each "
+        "checkpoint record names the conversation (+8 KiB). Before the compact records each step's "
+        "messages were compressed alone (52.9 KB) in map records (71.6 KB of values, 88 KiB of "
+        "pages). The whole store is bounded by the checkpoints themselves: the same 150 CLI "
+        "checkpoints without a conversation take ~180 KB (their records, the log, the paths index, "
+        "the tree's 150 versions), 5.8x the compressed final chat.",
+    ]
+    return out
 
 
 def main() -> None:
@@ -582,6 +685,8 @@ def main() -> None:
             doc["skipped"].append("node_modules: skipped (npm or its registry is not available).")
     if "conv" in only:
         doc["conversations"] = conversations(work, 150)
+        if only == {"conv"}:
+            doc["conversations_started"] = doc["started"]
     doc["minutes"] = (time.time() - start) / 60
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:

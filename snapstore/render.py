@@ -371,7 +371,12 @@ def maintain_line(reports: list[MaintenanceReport]) -> str:
         f"{sum(r.packs_gathered for r in reports)} packs gathered into "
         f"{sum(r.packs_written for r in reports)}"
         + ("; the store file compacted" if any(r.compacted for r in reports) else "")
+        + _gathered(sum(r.conversations_gathered for r in reports))
     )
+
+
+def _gathered(n: int) -> str:
+    return f"; {n} conversation records compressed against the messages before them" if n else ""
 
 
 def gc_lines(report: GcReport) -> list[str]:
@@ -380,6 +385,7 @@ def gc_lines(report: GcReport) -> list[str]:
         f"{verb} {report.chunks_removed} of {report.chunks} chunks, {report.streams_removed} streams, "
         f"{report.conversations_removed} conversation records: {size(report.bytes_removed)} logical, "
         f"{size(report.stored_bytes_removed)} stored" + (" (dry run: nothing was changed)" if report.dry_run else "")
+        + _gathered(report.conversations_gathered)
     ]
     p = report.packs
     if p.packs_rewritten or p.packs_removed or p.deltas_made_whole:
@@ -393,9 +399,7 @@ def gc_lines(report: GcReport) -> list[str]:
     if c.packs_rewritten:
         out.append(
             f"{'would gather' if report.dry_run else 'gathered'} {c.packs_rewritten} of {c.packs} "
-            f"pack(s) in path order ({c.chunks_moved} live chunks"
-            + (f", {c.conversations_outlined} conversation records" if c.conversations_outlined else "")
-            + ")"
+            f"pack(s) in path order ({c.chunks_moved} live chunks)"
             + ("" if report.dry_run else f": packs {size(c.stored_before)} -> {size(c.stored_after)}")
         )
     if report.compacted:

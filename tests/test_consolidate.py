@@ -172,62 +172,6 @@ def test_a_small_tree_history_takes_at_most_1_10x_its_payload_after_gc_compact(t
     assert store.backend.disk_size() <= 1.10 * payload + 64 * 1024, (store.backend.disk_size(), payload)
 
 
-def test_inline_conversation_records_become_chunks_gathered_in_solid_frames(tree, store):
-    import msgpack
-
-    build_tree(tree, {"f.txt": b"x\n"})
-    rng = random.Random(3)
-    messages = []
-    ids = []
-    for n in range(40):  # past MAX_DEPTH (32): a full record listing its parts
-        lines = [f"tests/test_{rng.choice('abcd')}.py::t{rng.randrange(9)} PASSED" for _ in range(40)]
-        messages.append({"role": "tool", "content": "\n".join(lines)})
-        ids.append(store.snapshot(f"s{n}", conversation=list(messages)).id)
-    with store.backend.read() as view:
-        inline = sum(1 for _, v in view.items("conversations") if "inline" in msgpack.unpackb(v))
-        before = sum(len(v) for _, v in view.items("conversations"))
-    assert inline == 40
-    report = store.gc()
-    assert report.consolidated.conversations_outlined == 40
-    with store.backend.read() as view:
-        records = [msgpack.unpackb(v) for _, v in view.items("conversations")]
-        after = sum(len(v) for _, v in view.items("conversations"))
-    assert not any("inline" in r for r in records)
-    assert any("parts" in r for r in records)
-    assert after < before / 2
-    for n, cid in enumerate(ids):
-        assert store.conversation(cid) == messages[: n + 1]
-    assert store.verify().ok
-    # The chunks are live for the next gc, which has nothing left to outline.
-    again = store.gc()
-    assert again.chunks_removed == 0 and again.consolidated.conversations_outlined == 0
-    assert store.conversation(ids[-1]) == messages
-    assert store.verify().ok
-
-
-def test_an_outlined_conversation_chunk_that_was_stored_dead_survives_the_sweep(tree, store):
-    """The record's new chunk may have the bytes of a dead chunk: gc must not sweep it."""
-    import msgpack
-
-    from snapstore.storage import objects as objs
-
-    build_tree(tree, {"f.txt": b"x\n"})
-    messages = [{"role": "user", "content": "hello " * 300}]
-    cp = store.snapshot("a", conversation=messages)
-    with store.backend.read() as view:
-        (rid, value), = list(view.items("conversations"))
-        record = msgpack.unpackb(value)
-        plain = objs.decode_chunk(rid, record["inline"], check=False, max_size=record["inline_size"])
-    # The same bytes as a file that a deleted checkpoint held: a dead chunk at gc's mark.
-    build_tree(tree, {"f.txt": b"x\n", "dead.bin": plain})
-    dead = store.snapshot("b")
-    store.delete(dead.id)
-    report = store.gc()
-    assert report.consolidated.conversations_outlined == 1
-    assert store.conversation(cp.id) == messages
-    assert store.verify().ok
-
-
 def frame_plain_sizes(store: Store) -> list[int]:
     """The plain bytes of every frame, from the entries (the end of its last chunk)."""
     ends: dict[tuple[bytes, int], int] = {}

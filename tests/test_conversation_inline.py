@@ -6,7 +6,7 @@ import msgpack
 import pytest
 
 from snapstore.errors import CorruptError
-from snapstore.records import conversation
+from snapstore.records import conversation, conversation_delta
 from snapstore.store import Store
 from snapstore.testing import build_tree
 
@@ -29,7 +29,7 @@ def test_each_message_is_stored_once_and_every_version_reads_back(tree, store):
     build_tree(tree, {"f": b"x"})
     history = _grow(store, 3 * conversation.MAX_DEPTH + 5)
     records = _records(store)
-    assert all("inline" in r and not r["chunks"] for r in records.values())
+    assert all("delta" in r and not r["chunks"] for r in records.values())
     full = [r for r in records.values() if "parts" in r]
     assert len(full) == 3  # one per MAX_DEPTH steps, each listing the chain before it
     assert all(len(r["parts"]) == conversation.MAX_DEPTH + 1 for r in full)
@@ -63,7 +63,7 @@ def test_a_big_step_is_stored_in_chunks_and_still_reads_back(tree, store):
 
 @pytest.mark.parametrize(
     ("damage", "said"),
-    [("parts not a chain", "not a chain"), ("parts loop", "twice"), ("inline too big", "too large")],
+    [("parts not a chain", "not a chain"), ("parts loop", "twice"), ("window too big", "too large")],
 )
 def test_a_hostile_full_record_is_damage_not_a_crash(tree, store, damage, said):
     build_tree(tree, {"f": b"x"})
@@ -77,9 +77,10 @@ def test_a_hostile_full_record_is_damage_not_a_crash(tree, store, damage, said):
         after = next(k for k, r in records.items() if r["base"] == fid)
         full["parts"] = [fid, after]
     else:
-        full["inline_size"] = conversation.INLINE_MAX + 1
+        full["window"] = conversation_delta.WINDOW + 1
+    row = [conversation_delta.FORM, *(full[k] for k in ("base", "count", "depth", "total", "window", "delta"))]
     with store.backend.write() as batch:
-        batch.put("conversations", fid, msgpack.packb(full, use_bin_type=True))
+        batch.put("conversations", fid, msgpack.packb([*row, full["parts"]], use_bin_type=True))
     with pytest.raises(CorruptError, match=said):
         store.conversation(history[-1][0])
     assert any(p.kind == "conversation" for p in store.verify().problems)

@@ -42,8 +42,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-
 from snapstore.errors import CorruptError
 from snapstore.records import conversation, manifest
 from snapstore.records.checkpoint import references
@@ -103,7 +101,6 @@ class ConsolidateReport:
     chunks_moved: int = 0
     stored_before: int = 0  # bytes of all packs before
     stored_after: int = 0
-    conversations_outlined: int = 0  # inline conversation records turned into chunks
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -231,40 +228,6 @@ def _conversation_keys(
             keys.setdefault(ref[0], (_CONVERSATION, first, n, 0))
 
 
-class Outlined:
-    """An inline conversation record turned into a record of one chunk: the chunk to store
-    and the record that replaces the old one in the same transaction."""
-
-    __slots__ = ("cid", "plain", "rid", "record")
-
-    def __init__(self, cid: bytes, plain: bytes, rid: bytes, record: bytes) -> None:
-        self.cid, self.plain, self.rid, self.record = cid, plain, rid, record
-
-
-def outline(view: ReadView, rids: set[bytes]) -> list[Outlined]:
-    """The records of ``rids`` that hold their messages inline (one zstd frame each, alone),
-    rewritten to name one chunk of the same bytes instead, so that consolidation puts a
-    conversation's messages together in solid frames.  Format 2's readers read both forms (a
-    record's own messages: ``inline``, or its ``chunks``); ``parts`` stays as it is."""
-    out = []
-    for rid in sorted(rids):
-        value = view.get("conversations", rid)
-        if value is None:
-            continue
-        try:
-            record = conversation.parse_record(rid, value)
-            if "inline" not in record:
-                continue
-            plain = b"".join(conversation.own_pieces(view.get, rid, record))
-        except CorruptError:
-            continue  # verify names it; gc keeps it as it is
-        cid = objects.chunk_id(plain)
-        fields = {k: v for k, v in record.items() if k not in ("inline", "inline_size")}
-        fields["chunks"] = [[cid, len(plain), record["total"] - record["count"]]]
-        out.append(Outlined(cid, plain, rid, msgpack.packb(fields, use_bin_type=True)))
-    return out
-
-
 # -- the rewrite -------------------------------------------------------------------------------
 
 
@@ -276,14 +239,12 @@ def run(
     full: bool,
     dry_run: bool = False,
     keys: dict[bytes, Key] | None = None,
-    conversations: set[bytes] | None = None,
     exact_level: bool = False,
 ) -> ConsolidateReport:
     """Rewrite the loose packs (every pack with ``full``) into consolidated ones.
 
     ``live``: the marked chunk ids (a chunk not in it is not moved; its entry is deleted with
-    its old pack); the chunks of outlined conversation records are added to it.  ``keys``: the order (computed here when None).  ``conversations``: the
-    live conversation records whose inline messages become chunks (:func:`outline`).
+    its old pack).  ``keys``: the order (computed here when None).
     ``level``: at least :data:`LEVEL` unless ``exact_level`` (``gc --repack --level N``).
     """
     report = ConsolidateReport()
@@ -301,36 +262,26 @@ def run(
         members = entries.pack_members(view.items("chunks"), targets)
         if keys is None:
             keys = order_keys(view)
-        outlined = [] if dry_run or not conversations else outline(view, conversations)
-    moving: list[tuple[bytes, PackEntry | Outlined]] = [
+    moving: list[tuple[bytes, PackEntry]] = [
         (cid, e) for ms in members.values() for cid, e in ms if cid in live
     ]
     report.packs_rewritten = len(targets)
     report.chunks_moved = len(moving)
-    if dry_run or not (targets or outlined):
+    if dry_run or not targets:
         return report
     last: Key = (_CONVERSATION + 1, b"", 0, 0)
-    for o in outlined:
-        if o.rid in keys:
-            keys[o.cid] = keys[o.rid]
-        moving.append((o.cid, o))
-        # Live from now on: neither the old packs' dead entries (below) nor gc's sweep may
-        # delete an entry of these ids, even one that was dead before (the same bytes stored
-        # earlier by something no checkpoint reaches any more).
-        live.add(o.cid)
-    report.conversations_outlined = len(outlined)
     moving.sort(key=lambda ce: keys.get(ce[0], last))
     breaks, small = breaks_of([cid for cid, _ in moving], keys)
-    total = sum(item.size if isinstance(item, PackEntry) else len(item.plain) for _, item in moving)
+    total = sum(item.size for _, item in moving)
     if not exact_level:
         level = max(level, SMALL_LEVEL if full and total <= SMALL_BYTES else LEVEL)
     frame = FRAME if total <= SMALL_BYTES else BIG_FRAME
     damaged: set[bytes] = set()
-    step: list[tuple[bytes, PackEntry | Outlined]] = []
+    step: list[tuple[bytes, PackEntry]] = []
     step_bytes = 0
     for cid, item in moving:
         step.append((cid, item))
-        step_bytes += item.size if isinstance(item, PackEntry) else len(item.plain)
+        step_bytes += item.size
         if step_bytes >= STEP_BYTES:
             report.packs_written += _move(backend, step, level, frame, damaged, breaks, small)
             step, step_bytes = [], 0
@@ -343,23 +294,17 @@ def run(
 
 def _move(
     backend: Backend,
-    chunks: list[tuple[bytes, PackEntry | Outlined]],
+    chunks: list[tuple[bytes, PackEntry]],
     level: int,
     frame: int,
     damaged: set[bytes],
     breaks: set[bytes],
     small: set[bytes],
 ) -> int:
-    """One transaction: the chunks, read in order, written as solid frames in new packs (and
-    the conversation records that now name their outlined chunks)."""
+    """One transaction: the chunks, read in order, written as solid frames in new packs."""
     plain: list[tuple[bytes, bytes]] = []
-    records: list[Outlined] = []
     with backend.read() as view:
         for cid, e in chunks:
-            if isinstance(e, Outlined):
-                plain.append((cid, e.plain))
-                records.append(e)
-                continue
             try:
                 plain.append((cid, objects.load_chunk(view.get, cid, max_size=e.size)))
             except CorruptError:
@@ -368,8 +313,6 @@ def _move(
     with backend.write() as batch:
         for table, key, value in ops:
             batch.put(table, key, value)  # replaces the moved chunks' entries
-        for o in records:  # after its chunk, in the same transaction
-            batch.put("conversations", o.rid, o.record)
     return sum(1 for table, _, _ in ops if table == "packs")
 
 

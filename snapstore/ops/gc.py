@@ -32,13 +32,14 @@ leaves either generation whole, and every process follows the new one at its nex
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import zstandard
 
 from snapstore.errors import CorruptError
-from snapstore.ops import consolidate, repack
+from snapstore.ops import consolidate, maintenance_conversations, repack
 from snapstore.records import conversation, manifest
 from snapstore.records.checkpoint import references
 from snapstore.storage import entries, objects
@@ -60,6 +61,7 @@ class GcReport:
     streams_removed: int = 0
     conversations_removed: int = 0
     statcache_removed: int = 0
+    conversations_gathered: int = 0  # conversation records rewritten in the compact form
     bytes_removed: int = 0  # logical (plain) bytes of the removed chunks
     stored_bytes_removed: int = 0  # their stored (compressed) bytes
     packs: repack.RepackReport = field(default_factory=lambda: repack.RepackReport())
@@ -83,6 +85,7 @@ class GcReport:
             "streams_removed": self.streams_removed,
             "conversations_removed": self.conversations_removed,
             "statcache_removed": self.statcache_removed,
+            "conversations_gathered": self.conversations_gathered,
             "bytes_removed": self.bytes_removed,
             "stored_bytes_removed": self.stored_bytes_removed,
             "packs": self.packs.to_json(),
@@ -161,13 +164,14 @@ class Marker:
                     self.stream(e.ref)
 
     def conversation(self, cid: bytes) -> None:
-        """Mark a conversation: its chain of delta records and their chunks."""
-        if cid in self.whole:
+        """Mark a conversation: its chain of delta records and their chunks.  (Its id may also
+        be a stream's, a file holding the same bytes as a one-record conversation: marking that
+        stream must not pass for marking the record.)"""
+        if cid in self.conversations:
             return
         if self.get("conversations", cid) is not None:
             for rid, record in conversation.segments(self.get, cid):
                 self.conversations.add(rid)
-                self.whole.add(rid)
                 for ref in record["chunks"]:
                     self.chunks.add(ref[0])
         else:  # a conversation stored as a plain stream (older layout)
@@ -254,6 +258,9 @@ def run(
     :mod:`snapstore.ops.consolidate`), ``loose`` (only the loose packs are) or ``off``.
     """
     report = GcReport(dry_run=dry_run)
+    if not dry_run:
+        # Before the mark: the chunks of the records rewritten are then swept with the rest.
+        report.conversations_gathered = maintenance_conversations.run(backend, level, nullcontext, chunks=True)
     dead = _find_dead(backend, report)
     report.size_before = report.size_after = backend.disk_size()
     how = _Gather(repack_below, level, repack_every, consolidation)
@@ -328,8 +335,7 @@ def _sweep(backend: Backend, dead: _Dead, report: GcReport, how: _Gather, full: 
         report.stored_bytes_removed += report.packs.stored_before - report.packs.stored_after
     if full or how.consolidation == "loose":
         report.consolidated = c = consolidate.run(
-            backend, marker.chunks, level=how.level, full=full,
-            conversations=marker.conversations if full else None, exact_level=how.repack_every,
+            backend, marker.chunks, level=how.level, full=full, exact_level=how.repack_every,
         )
         report.stored_bytes_removed += max(c.stored_before - c.stored_after, 0)
         if full:
@@ -337,6 +343,5 @@ def _sweep(backend: Backend, dead: _Dead, report: GcReport, how: _Gather, full: 
 
             with backend.write() as batch:  # what the full maintenance pass grows from
                 batch.put("meta", FULL_KEY, str(c.stored_after).encode())
-    # (Consolidation may have made a dead id live again: an outlined conversation's chunk.)
-    _delete(backend, "chunks", [k for k in dead.chunks if k not in marker.chunks])
+    _delete(backend, "chunks", dead.chunks)
     backend.sync()

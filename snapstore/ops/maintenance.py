@@ -101,6 +101,7 @@ class MaintenanceReport:
     full: bool = False  # every pack rewritten in gc's order (:func:`plan_full`)
     stopped: bool = False  # asked to stop before the last step
     compacted: bool = False  # the store file rewritten without its free pages after a full pass
+    conversations_gathered: int = 0  # conversation records rewritten in the compact form
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

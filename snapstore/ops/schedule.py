@@ -192,6 +192,10 @@ def one_pass(
     if found is None:
         return None
     report = maintenance.run(backend, found, level=level, locked=locked, stop=stop)
+    if not report.stopped:
+        from snapstore.ops import maintenance_conversations
+
+        report.conversations_gathered = maintenance_conversations.run(backend, level, locked, stop=stop)
     if not report.stopped and not (stop is not None and stop()) and mostly_free(backend):
         # A pass frees the pages of the packs it gathered, and LMDB never shrinks its file:
         # without this, an idle service's passes leave the file at its largest.
@@ -228,6 +232,7 @@ def every_pass(
             reports.append(report)
             if report.chunks_moved == 0:
                 break  # (what is left cannot move now: damage, or a gc in between)
+        gather_conversations(backend, locked, reports)
         compacted = any(r.compacted for r in reports)
         if not compacted and mostly_free(backend):
             # Free pages with no pass due: each checkpoint's transactions leave some, and a
@@ -240,6 +245,19 @@ def every_pass(
             drop_old_generations(backend, store_dir, locked)
         maintained(backend)
         return reports
+
+
+def gather_conversations(backend: Backend, locked: Locked, reports: list[MaintenanceReport]) -> None:
+    """Rewrite older conversation records in the compact form (whether a pass was due or not:
+    one read of the table's first bytes when none is left), counted in the last report."""
+    from snapstore.ops import maintenance, maintenance_conversations
+    from snapstore.records import conversation_delta
+
+    n = maintenance_conversations.run(backend, conversation_delta.LEVEL, locked)
+    if n and not reports:
+        reports.append(maintenance.MaintenanceReport())
+    if n:
+        reports[-1].conversations_gathered += n
 
 
 def drop_old_generations(backend: Backend, store_dir: str, locked: Locked, seconds: float = 5.0) -> None:

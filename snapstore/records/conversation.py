@@ -21,6 +21,11 @@ records of that chain (``parts``: the previous full record, then the chain's del
 order) and holds only its own appended messages.  Every message is stored once, reading a
 conversation visits its full records (one per MAX_DEPTH steps) and the records they list, and
 each record's ``count`` (messages before its own) and ``total`` check the order.
+
+Since 2026-11-28 such a record is written in the compact form of
+:mod:`snapstore.records.conversation_delta` (an array; its messages compressed against the
+messages before them); :func:`parse_record` returns either form as the same map (a compact one
+with ``delta`` and ``window``), and maps written before still read.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import blake3
 import msgpack
 
 from snapstore.errors import CorruptError, UsageError
-from snapstore.records import schema
+from snapstore.records import conversation_delta, schema
 from snapstore.records.schema import Get, Put
 from snapstore.storage import chunker, objects
 
@@ -190,13 +195,9 @@ def _write(
             return cid, None, hasher
         if parts is not None and cid == parts[-1]:
             return cid, None, hasher
-        fields: dict[str, Any] = {
-            "base": base_id, "count": start, "depth": depth, "total": len(records), "chunks": [],
-            "inline": objects.encode_chunk(appended, level), "inline_size": len(appended),
-        }
-        if parts is not None:
-            fields["parts"] = parts
-        return cid, msgpack.packb(fields, use_bin_type=True), hasher
+        fields: dict[str, Any] = {"base": base_id, "count": start, "depth": depth, "total": len(records)}
+        before = conversation_delta.before_tail(records, start)
+        return cid, conversation_delta.pack(fields, appended, before, level, parts), hasher
     if parts is not None:  # too big to be inline: a full record of chunks, as in format 1
         hasher, start = blake3.blake3(), 0
     refs = []
@@ -219,9 +220,13 @@ def _write(
 def parse_record(cid: bytes, value: bytes) -> dict[str, Any]:
     """Decode and check a ``conversations`` record (see the module docstring for its fields)."""
     try:
-        r = msgpack.unpackb(value, raw=False)
-        if not isinstance(r, dict):
-            raise ValueError("not a map")
+        decoded = msgpack.unpackb(value, raw=False)
+        if isinstance(decoded, list):
+            r = conversation_delta.unpack(decoded, INLINE_MAX)
+        elif isinstance(decoded, dict) and "delta" not in decoded and "window" not in decoded:
+            r = decoded
+        else:
+            raise ValueError("not a record")
         base = schema.check_optional_id(r["base"], "base")
         count = schema.check_count(r["count"], "count")
         depth = schema.check_count(r["depth"], "depth")
@@ -308,12 +313,14 @@ def read(get: Get, cid: bytes) -> list[Any]:
     """The messages of conversation ``cid``, checked against its id."""
     hasher = blake3.blake3()
     out: list[Any] = []
+    before = conversation_delta.Tail()  # the last bytes read: what a compact record is compressed against
     for rid, record in segments(get, cid):
         if len(out) != record["count"]:
             raise CorruptError(f"conversation {rid.hex()} does not continue its base")
-        for data in own_pieces(get, rid, record):
+        for data in own_pieces(get, rid, record, before.last()):
             hasher.update(data)
             out.extend(_decode(rid, [data]))
+            before.add(data)
         if len(out) != record["total"]:
             raise CorruptError(f"conversation {rid.hex()} holds {len(out)} messages, not {record['total']}")
     if hasher.digest() != cid:
@@ -321,8 +328,12 @@ def read(get: Get, cid: bytes) -> list[Any]:
     return out
 
 
-def own_pieces(get: Get, rid: bytes, record: dict[str, Any]) -> Iterator[bytes]:
-    """The bytes of the messages a record itself holds: inline, or in its chunks."""
+def own_pieces(get: Get, rid: bytes, record: dict[str, Any], before: bytes = b"") -> Iterator[bytes]:
+    """The bytes of the messages a record itself holds: compact (compressed against
+    ``before``, the conversation's bytes before them), inline, or in its chunks."""
+    if "delta" in record:
+        yield conversation_delta.inflate(rid, record, before, INLINE_MAX)
+        return
     if "inline" in record:
         size = record["inline_size"]
         data = objects.decode_chunk(rid, record["inline"], check=False, max_size=size)
