@@ -415,7 +415,7 @@ def upgrade_line(report: UpgradeReport) -> str:
         return f"the store is already in format {report.format_before}: nothing to do"
     return (
         f"upgraded the store from format {report.format_before} to {report.format_after}: "
-        f"{report.chunks} chunks into {report.packs} packs; "
+        f"{report.chunks} chunks into {report.packs} packs, {report.conversations} conversation records compact; "
         f"{size(report.size_before)} -> {size(report.size_after)} on disk"
     )
 
@@ -431,7 +431,7 @@ def stats_lines(st: StoreStats) -> list[str]:
         ("dedup ratio", f"{st.dedup_ratio:.2f}"),
         ("compression", f"{st.compression_ratio:.2f}"),
         ("chunks", f"{st.chunks} ({st.streams} multi-chunk streams) in {st.packs} packs"),
-        ("format", f"{st.format}" + (" (run 'snapstore upgrade' to convert it to format 2)" if st.format == 1 else "")),
+        ("format", f"{st.format}" + (" (run 'snapstore upgrade' to convert it to format 3)" if st.format in (1, 2) else "")),
         ("on disk", size(st.disk_size)),
     ]
     biggest = sorted(st.tables.items(), key=lambda kv: -kv[1]["pages"])[:5]

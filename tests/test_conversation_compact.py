@@ -175,3 +175,31 @@ def test_a_format_1_store_keeps_its_map_records_through_gc_and_maintenance(tree)
         assert store.verify().ok
     finally:
         store.close()
+
+
+def test_a_format_2_store_keeps_the_records_format_2_readers_read_until_upgrade(tree):
+    """Format 2 readers take a compact record for damage: a format-2 store is written, kept
+    and gathered in the map form; `snapstore upgrade` makes it format 3 and its records compact."""
+    from tests.helpers import run_snapstore
+
+    build_tree(tree, {"a.txt": b"a\n"})
+    store = Store.init(tree)
+    with store.backend.write() as batch:
+        batch.put("meta", b"format", b"2")
+    try:
+        history = grow(store, 6)
+        before = forms(store)
+        assert before["compact"] == 0 and sum(before.values()) == 6, before
+        store.maintain_all()
+        assert store.gc().conversations_gathered == 0
+        assert forms(store)["compact"] == 0
+        read_back(store, history)
+    finally:
+        store.close()
+    done = run_snapstore("upgrade", cwd=tree)
+    assert done.returncode == 0, done.stderr
+    assert b"from format 2 to 3" in done.stdout and b"6 conversation records compact" in done.stdout, done.stdout
+    with Store.open(tree) as store:
+        assert store.format_version == 3
+        assert forms(store) == {**{k: 0 for k in before}, "compact": 6}
+        read_back(store, history)

@@ -9,7 +9,7 @@ import pytest
 
 from snapstore.errors import CorruptError
 from snapstore.storage import entries, objects, packs
-from snapstore.store import Store
+from snapstore.store import FORMAT_VERSION, Store
 from snapstore.testing import build_tree, random_bytes, read_tree, tree_from_store
 from tests.helpers import all_stored_bytes, word_text
 
@@ -39,7 +39,7 @@ def file_leaves(store: Store, ref: str, path: bytes) -> list[bytes]:
 def test_a_new_store_is_format_2_and_every_chunk_lives_in_a_pack(tree, store):
     build_tree(tree, {f"d{i}/f{j}.txt": text(20_000, i * 100 + j) for i in range(5) for j in range(20)})
     cp = store.snapshot("one")
-    assert store.format_version == 2
+    assert store.format_version == FORMAT_VERSION == 3
     values = chunk_values(store)
     assert values and all(entries.is_entry(v) for v in values.values())
     with store.backend.read() as view:

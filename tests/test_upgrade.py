@@ -12,7 +12,7 @@ import pytest
 
 from snapstore.errors import CorruptError
 from snapstore.storage import entries, packs
-from snapstore.store import Store
+from snapstore.store import FORMAT_VERSION, Store
 from snapstore.testing import build_tree, random_bytes, tree_from_store
 from tests.helpers import run_snapstore, subprocess_env
 from tests.test_packs import text
@@ -54,9 +54,9 @@ def test_a_format_1_store_reads_and_writes_format_1_until_upgraded(tree):
         with store.backend.read() as view:
             assert view.count("packs") == 0
         report = store.upgrade()
-        assert (report.format_before, report.format_after) == (1, 2)
+        assert (report.format_before, report.format_after) == (1, FORMAT_VERSION)
         assert report.chunks == kinds(store)[1] and kinds(store)[0] == 0
-        assert store.format_version == 2
+        assert store.format_version == FORMAT_VERSION
         for ref, spec in history:
             assert tree_from_store(store, ref) == spec
         assert store.verify().ok
@@ -75,10 +75,10 @@ def test_the_cli_notes_a_format_1_store_and_upgrade_converts_it(tree):
     assert snap.returncode == 0 and b"storage format 1" in snap.stderr
     done = run_snapstore("upgrade", cwd=tree)
     assert done.returncode == 0, done.stderr
-    assert b"from format 1 to 2" in done.stdout and done.stderr == b""
+    assert b"from format 1 to 3" in done.stdout and done.stderr == b""
     assert run_snapstore("list", cwd=tree).stderr == b""
     again = run_snapstore("upgrade", cwd=tree)
-    assert b"already in format 2" in again.stdout
+    assert b"already in format 3" in again.stdout
 
 
 def test_a_damaged_format_1_chunk_is_left_for_verify_and_the_rest_is_upgraded(tree):
@@ -97,7 +97,7 @@ def test_a_damaged_format_1_chunk_is_left_for_verify_and_the_rest_is_upgraded(tr
 _CHILD = r"""
 import sys
 from snapstore.ops import upgrade
-from snapstore.store import Store
+from snapstore.store import FORMAT_VERSION, Store
 upgrade.STEP_BYTES = 64 * 1024  # many small steps, so a kill lands between and inside them
 with Store.open(sys.argv[1]) as store:
     def progress(done, total):
@@ -131,7 +131,7 @@ def test_upgrade_killed_at_any_step_leaves_a_working_store_and_resumes(tree, kil
             assert tree_from_store(store, ref) == spec
         assert store.verify().ok
         store.upgrade()
-        assert kinds(store)[0] == 0 and store.format_version == 2
+        assert kinds(store)[0] == 0 and store.format_version == FORMAT_VERSION
         for ref, spec in history:
             assert tree_from_store(store, ref) == spec
         assert store.verify().ok

@@ -206,12 +206,12 @@ class UpkeepMixin(StoreBase):
             return None
         return (
             "this store is in storage format 1 (it works as before); 'snapstore upgrade' "
-            "converts it to format 2, which is smaller"
+            "converts it to format 3, which is smaller"
         )
 
     @property
     def format_version(self) -> int:
-        """The store's format (1: one value per chunk; 2: packs)."""
+        """The store's format (1: one value per chunk; 2: packs; 3: and compact conversations)."""
         with self.backend.read() as view:
             fmt = view.get("meta", b"format") or b"0"
         return int(fmt) if fmt.isdigit() else 0

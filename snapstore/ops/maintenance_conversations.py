@@ -92,9 +92,9 @@ def run(
 ) -> int:
     """Rewrite the store's map-form records as compact ones, :data:`STEP` per transaction under
     ``locked()``; ``stop()``, asked before each step, ends early.  How many were rewritten.
-    Format 2 only: a format-1 store keeps what format-1 readers read until ``upgrade``."""
+    Format 3 only: a format-1 or -2 store keeps what its readers read until ``upgrade``."""
     with backend.read() as view:
-        if not packs.writes_packs(view.get):
+        if not packs.writes_compact_conversations(view.get):
             return 0
     rids = legacy(backend)
     if not rids:

@@ -1,4 +1,6 @@
-"""``snapstore upgrade``: convert a format-1 store (one value per chunk) to format 2 (packs).
+"""``snapstore upgrade``: convert a format-1 store (one value per chunk) to packs, and a
+format-1 or -2 store to format 3 (conversation records in the compact form of
+:mod:`snapstore.records.conversation_delta`, which format-2 readers do not read).
 
 **Order.** Chunks are packed in the order a restore reads them: the newest checkpoint's files
 first, in path order, each file's chunks in order, then older checkpoints', then whatever is
@@ -8,14 +10,17 @@ left (index nodes, manifests, conversations, garbage), so solid frames hold neig
 and a format-2 entry alike (:func:`snapstore.storage.objects.load_chunk`).  Each step packs a
 bounded group of chunks, **reads every one of them back from the new packs and compares its
 hash** while the old values are still in place, and only then, in one transaction, writes the
-packs and replaces the group's values with entries.  The meta ``format`` becomes 2 in the last
-transaction.  A crash (or SIGKILL) anywhere leaves a store that reads as before; running
+packs and replaces the group's values with entries.  The meta ``format`` becomes 3 in the last
+transaction; then the conversation records are rewritten compact, as maintenance does (each
+rewrite checked against the record it replaces: a crash leaves old and new forms side by side,
+both read).  A crash (or SIGKILL) anywhere leaves a store that reads as before; running
 ``upgrade`` again carries on where it stopped.  The space of the old values comes back with the
 compaction at the end (a new store generation: crash-safe, see lmdb_generations).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +30,7 @@ from snapstore.records import manifest
 from snapstore.records.checkpoint import parse_record
 from snapstore.storage import entries, objects, packs
 from snapstore.storage.backend import Backend, ReadView, WriteBatch
+from snapstore.storage.opening import FORMAT_VERSION
 
 #: Plain bytes packed (and verified) per transaction.
 STEP_BYTES = 16 << 20
@@ -43,22 +49,24 @@ class UpgradeReport:
     size_before: int = 0  # bytes of the store file
     size_after: int = 0
 
+    conversations: int = 0  # records rewritten compact
+
     @property
     def already(self) -> bool:
-        return self.format_before >= 2
+        return self.format_before >= FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "already": self.already}
 
 
 def run(backend: Backend, level: int, progress: Progress | None = None) -> UpgradeReport:
-    """Convert the store of ``backend`` to format 2; the caller holds the writer lock."""
+    """Convert the store of ``backend`` to format 3; the caller holds the writer lock."""
     report = UpgradeReport(size_before=backend.disk_size())
     with backend.read() as view:
         fmt = view.get("meta", b"format") or b"0"
         report.format_before = int(fmt) if fmt.isdigit() else 0
         todo = list(_in_restore_order(view)) if report.format_before < 2 else []
-    report.format_after = max(report.format_before, 2)
+    report.format_after = max(report.format_before, FORMAT_VERSION)
     if report.already:
         report.size_after = report.size_before
         return report
@@ -73,8 +81,15 @@ def run(backend: Backend, level: int, progress: Progress | None = None) -> Upgra
     with backend.write() as batch:  # the last step and the format change together
         if step:
             _add(report, _convert_into(batch, backend, step, level))
-        batch.put("meta", b"format", b"2")
+        batch.put("meta", b"format", str(FORMAT_VERSION).encode())
     backend.sync()
+    from snapstore.ops import maintenance_conversations
+
+    report.conversations = maintenance_conversations.run(backend, level, contextlib.nullcontext)
+    backend.sync()
+    if not todo and not report.conversations:  # (2 -> 3 with nothing to rewrite: nothing to compact)
+        report.size_after = report.size_before
+        return report
     sizes = backend.compact()
     report.size_after = sizes[1] if sizes is not None else backend.disk_size()
     if progress:

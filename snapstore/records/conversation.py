@@ -139,6 +139,7 @@ def write(
     get: Get | None = None,
     warnings: list[str] | None = None,
     memo: Memo | None = None,
+    compact: bool = True,
 ) -> tuple[bytes, bytes | None]:
     """Prepare a conversation for storing; returns ``(conversation id, record or None)``.
 
@@ -149,10 +150,11 @@ def write(
     this one (the previous checkpoint's); it is used only if it really is.  The record is None
     when the conversation is already stored under its id (the caller need not write it).
     ``memo`` (a long-lived Store's, per task) spares re-encoding and re-hashing the messages it
-    holds (:class:`Memo`).
+    holds (:class:`Memo`).  ``compact`` (format 3): an inline record in the compact form, else
+    in the map form format-2 readers read.
     """
     records, known = memo.encode(messages, warnings) if memo is not None else (encode_messages(messages, warnings), 0)
-    cid, record, hasher = _write(records, put, level, encode, base, inline, get, memo if known else None)
+    cid, record, hasher = _write(records, put, level, encode, base, (inline, compact), get, memo if known else None)
     if memo is not None:
         memo.keep(messages, known, records, hasher)
     return cid, record
@@ -160,10 +162,12 @@ def write(
 
 def _write(
     records: list[bytes], put: Put, level: int, encode: bool, base: tuple[bytes, int, int] | None,
-    inline: bool, get: Get | None, memo: Memo | None,
+    form: tuple[bool, bool], get: Get | None, memo: Memo | None,
 ) -> tuple[bytes, bytes | None, Any]:
     """:func:`write` on encoded records; also returns the hash state after all of them.
-    ``memo``: its records lead ``records`` and its hash state is theirs."""
+    ``form``: ``(inline, compact)``.  ``memo``: its records lead ``records`` and its hash
+    state is theirs."""
+    inline, compact = form
     hasher = blake3.blake3()
     start = 0
     depth = 0
@@ -196,6 +200,11 @@ def _write(
         if parts is not None and cid == parts[-1]:
             return cid, None, hasher
         fields: dict[str, Any] = {"base": base_id, "count": start, "depth": depth, "total": len(records)}
+        if not compact:  # (format 2)
+            fields.update(inline=objects.encode_chunk(appended, level), inline_size=len(appended), chunks=[])
+            if parts is not None:
+                fields["parts"] = parts
+            return cid, msgpack.packb(fields, use_bin_type=True), hasher
         before = conversation_delta.before_tail(records, start)
         return cid, conversation_delta.pack(fields, appended, before, level, parts), hasher
     if parts is not None:  # too big to be inline: a full record of chunks, as in format 1

@@ -88,7 +88,17 @@ def import_pack(
             put_stream(sid, rec)
     for rid, rec in pack.conversations:
         batch.put_new("conversations", rid, rec)
+    if pack.conversations and any(rec[:1] and 0x90 <= rec[0] <= 0x9F for _, rec in pack.conversations):
+        _lift_to_compact(batch)
     return ids
+
+
+def _lift_to_compact(batch: WriteBatch) -> None:
+    """A compact conversation record (a msgpack array, pushed from a format-3 store) taken into
+    a format-2 store makes it format 3 in the same transaction: its format-2 readers then say
+    "upgrade snapstore" rather than find a damaged record (docs/format.md, Versioning)."""
+    if batch.get("meta", b"format") == b"2":
+        batch.put("meta", b"format", b"3")
 
 
 def read_object(transport: Transport, key: str, needed_by: str) -> tuple[layout.Pack | None, int]:

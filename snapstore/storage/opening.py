@@ -27,9 +27,10 @@ from snapstore.storage import chunker, discovery, lmdb_generations
 from snapstore.storage.backend import Backend
 from snapstore.storage.discovery import STORE_DIRNAME
 
-FORMAT_VERSION = 2
-#: Formats this snapstore reads (1: one value per chunk; 2: packs, see docs/format.md).
-READABLE_FORMATS = (1, 2)
+FORMAT_VERSION = 3
+#: Formats this snapstore reads (1: one value per chunk; 2: packs; 3: packs and compact
+#: conversation records, see docs/format.md).
+READABLE_FORMATS = (1, 2, 3)
 
 
 def new_store(root: str, store: str | None, level: int) -> tuple[str, str, dict[bytes, bytes]]:

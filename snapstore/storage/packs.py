@@ -206,6 +206,13 @@ def writes_packs(get: Callable[[str, bytes], bytes | None]) -> bool:
     return get("meta", b"format") not in (None, b"1")
 
 
+def writes_compact_conversations(get: Callable[[str, bytes], bytes | None]) -> bool:
+    """Whether conversation records are written in the compact form
+    (:mod:`snapstore.records.conversation_delta`): format 3 on.  A format-2 store keeps the
+    records format-2 readers read until ``snapstore upgrade``, as a format-1 store keeps its."""
+    return get("meta", b"format") not in (None, b"1", b"2")
+
+
 # -- choosing delta bases --------------------------------------------------------------------
 
 

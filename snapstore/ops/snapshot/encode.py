@@ -131,7 +131,7 @@ def conversation_of(
     with backend.read() as view:
         cid, record = conversation.write(
             messages, records.put, ctx.level, encode=False, base=base, inline=packed, get=view.get,
-            warnings=warnings, memo=memo,
+            warnings=warnings, memo=memo, compact=packs.writes_compact_conversations(view.get),
         )
     if record is not None:
         records.ops.append(("conversations", cid, record))
