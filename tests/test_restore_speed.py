@@ -363,3 +363,108 @@ def test_a_file_put_at_a_cleared_path_is_kept_and_the_restore_rolled_back(tree: 
     assert after == before  # every other path rolled back
     assert store.pending_restore() is None
     assert not list(tree.rglob(".snapstore-tmp.*"))
+
+
+# -- the replaced files: set aside at once, unlinked together --------------------------------------
+
+
+@needs_syncfs
+def test_replaced_files_are_unlinked_by_the_pool_before_the_data_sync(tree: Path, store: Store, two_states,
+                                                                      monkeypatch):
+    """Freeing a file whose data reached the disk waits on the disk (a discard on this machine's
+    file system): the replaced files are unlinked by the restore's thread pool, each under the
+    temp name it was renamed to right after its check, all before the data sync."""
+    events: list[tuple[str, str, bytes]] = []
+    real_unlink, real_syncfs = apply_mod.unlink, batch.syncfs
+    assert real_syncfs is not None
+
+    def unlink(name, dir_fd):
+        events.append(("unlink", threading.current_thread().name, name))
+        real_unlink(name, dir_fd)
+
+    def syncfs(fd):
+        events.append(("syncfs", "", b""))
+        real_syncfs(fd)
+
+    monkeypatch.setattr(apply_mod, "unlink", unlink)
+    monkeypatch.setattr(batch, "syncfs", syncfs)
+    store.restore("A")
+    assert read_tree(tree) == two_states
+    first_sync = [e[0] for e in events].index("syncfs")
+    unlinks = [e for e in events if e[0] == "unlink"]
+    assert len(unlinks) == 20  # the 20 files B rewrote (top.txt and new/ are not replacements)
+    assert all(e in events[:first_sync] for e in unlinks)
+    assert all(name.startswith(apply_mod.TMP_PREFIX) for _, _, name in unlinks)  # set aside first
+    assert all(thread.startswith("snapstore-restore") for _, thread, _ in unlinks)
+
+
+SET_ASIDE_CHILD = r"""
+import os, sys
+from snapstore.ops.restore import apply
+from snapstore.store import Store
+kill_at = int(sys.argv[1])
+real, calls = apply.unlink, [0]
+def unlink(name, dir_fd):
+    calls[0] += 1
+    if calls[0] == kill_at:
+        os.kill(os.getpid(), 9)
+    real(name, dir_fd)
+apply.unlink = unlink
+Store.open(".").restore("A")
+"""
+
+
+@needs_syncfs
+@pytest.mark.parametrize("kill_at", [1, 10, 20])
+def test_killed_while_replaced_files_are_set_aside_is_finished_and_undoable(
+    tree: Path, store: Store, two_states, kill_at: int
+):
+    """SIGKILL while the replaced files lie under temp names (none, some or all but one
+    unlinked): the next writer finishes the restore, no temp file is left, and undo gives back
+    the tree as it was before the restore."""
+    before = read_tree(tree)
+    store.close()
+    proc = subprocess.run(
+        [sys.executable, "-c", SET_ASIDE_CHILD, str(kill_at)], cwd=tree, capture_output=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    with Store.open(tree) as again:
+        assert again.pending_restore() is not None
+        assert again.recover().pending
+        assert read_tree(tree) == two_states
+        assert not list(tree.rglob(".snapstore-tmp.*"))
+        again.undo()
+        assert read_tree(tree) == before
+        assert again.verify().ok
+
+
+@needs_syncfs
+def test_a_file_changed_while_others_are_set_aside_is_kept_and_the_restore_rolled_back(
+    tree: Path, store: Store, two_states, monkeypatch
+):
+    """The user's edit to a file about to be replaced, found at its check while the files
+    checked before it lie under temp names: the restore stops there (the edit is never
+    unlinked), the files set aside get their own inodes back, and no temp name is left."""
+    from snapstore.ops import restore as restore_mod
+
+    before = read_tree(tree)
+    inode = os.lstat(tree / "d0/f00.txt").st_ino  # set aside first, before the edit is found
+    unlinked: list[bytes] = []
+    real_unlink = apply_mod.unlink
+
+    def hook(i: int) -> None:  # the first step (a removal): d3/f19.txt, cleared last, is edited
+        if not (tree / "d3/f19.txt").read_bytes().startswith(b"the user's"):
+            (tree / "d3/f19.txt").write_bytes(b"the user's edit\n")
+
+    monkeypatch.setattr(restore_mod, "step_hook", hook)
+    monkeypatch.setattr(apply_mod, "unlink", lambda name, fd: (unlinked.append(name), real_unlink(name, fd)))
+    with pytest.raises(ConflictError, match="d3/f19.txt"):
+        store.restore("A")
+    after = read_tree(tree)
+    assert after["d3/f19.txt"] == ("file", b"the user's edit\n", False)
+    del after["d3/f19.txt"], before["d3/f19.txt"]
+    assert after == before
+    assert not [n for n in unlinked if n.startswith(apply_mod.TMP_PREFIX)]  # nothing set aside was unlinked
+    assert os.lstat(tree / "d0/f00.txt").st_ino == inode  # put back, not rewritten
+    assert store.pending_restore() is None
+    assert not list(tree.rglob(".snapstore-tmp.*"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +37,11 @@ write: Callable[[int, memoryview], int] = os.write
 def rename(tmp: bytes, name: bytes, dir_fd: int) -> None:
     """Rename ``tmp`` to ``name`` inside directory ``dir_fd`` (a test seam, like :data:`write`)."""
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def unlink(name: bytes, dir_fd: int) -> None:
+    """Unlink ``name`` in directory ``dir_fd``: a file the restore replaces (a test seam)."""
+    os.unlink(name, dir_fd=dir_fd)
 
 
 @dataclass
@@ -292,15 +298,38 @@ class Applier:
         os.close(out)
         return Staged(path, fd, parent, tmp, name, st)
 
-    def clear_target(self, staged: Staged) -> bool:
-        """Unlink the file or symlink ``staged`` will replace (a directory stays: its rename
-        then fails as a conflict); True when one was removed."""
+    def set_aside(self, staged: Staged) -> bytes | None:
+        """Rename the file or symlink ``staged`` will replace to a temp name beside it (a
+        directory stays: its rename then fails as a conflict); the temp name, or None when
+        nothing was moved.  Renaming is quick where freeing a file's blocks may wait on the
+        disk: :meth:`drop_aside` frees them, many at once."""
         try:
-            os.unlink(staged.name, dir_fd=staged.dir_fd)
-        except (FileNotFoundError, IsADirectoryError, PermissionError):
-            return False  # (EPERM is Linux's answer for a directory)
+            st = os.stat(staged.name, dir_fd=staged.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        aside = self._tmp_name()
+        try:
+            os.rename(staged.name, aside, src_dir_fd=staged.dir_fd, dst_dir_fd=staged.dir_fd)
+        except FileNotFoundError:
+            return None
         self.tree.touched.add(staged.parent)
-        return True
+        return aside
+
+    def drop_aside(self, staged: Staged, aside: bytes) -> None:
+        """Unlink what :meth:`set_aside` moved to ``aside`` (safe in a worker thread); a
+        directory swapped in meanwhile is put back (its rename over it then conflicts)."""
+        try:
+            unlink(aside, staged.dir_fd)
+        except FileNotFoundError:
+            pass
+        except (IsADirectoryError, PermissionError):  # (EPERM is Linux's answer for a directory)
+            self.put_back(staged, aside)
+
+    def put_back(self, staged: Staged, aside: bytes) -> None:
+        """Give what :meth:`set_aside` moved its name again (a restore that stops)."""
+        os.rename(aside, staged.name, src_dir_fd=staged.dir_fd, dst_dir_fd=staged.dir_fd)
 
     def commit(self, staged: Staged) -> None:
         """Rename a staged file over its target and note its stat-cache value."""
