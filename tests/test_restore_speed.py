@@ -392,10 +392,11 @@ def test_replaced_files_are_unlinked_by_the_pool_before_the_data_sync(tree: Path
     assert read_tree(tree) == two_states
     first_sync = [e[0] for e in events].index("syncfs")
     unlinks = [e for e in events if e[0] == "unlink"]
-    assert len(unlinks) == 20  # the 20 files B rewrote (top.txt and new/ are not replacements)
+    assert len(unlinks) == 21  # the 20 files B rewrote and the file B added (top.txt is new again)
     assert all(e in events[:first_sync] for e in unlinks)
     assert all(name.startswith(apply_mod.TMP_PREFIX) for _, _, name in unlinks)  # set aside first
-    assert all(thread.startswith("snapstore-restore") for _, thread, _ in unlinks)
+    # the 20 replaced files by the pool (the one deletion alone, in the calling thread)
+    assert sum(thread.startswith("snapstore-restore") for _, thread, _ in unlinks) == 20
 
 
 SET_ASIDE_CHILD = r"""
@@ -464,7 +465,79 @@ def test_a_file_changed_while_others_are_set_aside_is_kept_and_the_restore_rolle
     assert after["d3/f19.txt"] == ("file", b"the user's edit\n", False)
     del after["d3/f19.txt"], before["d3/f19.txt"]
     assert after == before
-    assert not [n for n in unlinked if n.startswith(apply_mod.TMP_PREFIX)]  # nothing set aside was unlinked
+    # only the file B added was unlinked (its deletion came first): no replaced file set aside
+    assert len([n for n in unlinked if n.startswith(apply_mod.TMP_PREFIX)]) == 1
     assert os.lstat(tree / "d0/f00.txt").st_ino == inode  # put back, not rewritten
+    assert store.pending_restore() is None
+    assert not list(tree.rglob(".snapstore-tmp.*"))
+
+
+@pytest.fixture
+def many_added(tree: Path, store: Store):
+    """Checkpoint A, then B with 12 files added in a new directory (and one in the root)."""
+    write_tree(tree, {"keep.txt": b"kept\n"})
+    store.snapshot("A", tags=["A"])
+    a = read_tree(tree)
+    (tree / "added").mkdir()
+    for n in range(12):
+        (tree / f"added/f{n:02d}.txt").write_bytes(b"added %d\n" % n)
+    (tree / "loose.txt").write_bytes(b"loose\n")
+    store.snapshot("B")
+    return a
+
+
+def test_deleted_files_are_unlinked_together_by_the_pool(tree: Path, store: Store, many_added, monkeypatch):
+    unlinked: list[tuple[str, bytes]] = []
+    real_unlink = apply_mod.unlink
+    monkeypatch.setattr(apply_mod, "unlink", lambda name, fd: (
+        unlinked.append((threading.current_thread().name, name)), real_unlink(name, fd)))
+    store.restore("A")
+    assert read_tree(tree) == many_added  # the files and their directory are gone
+    assert len(unlinked) == 13
+    assert all(name.startswith(apply_mod.TMP_PREFIX) for _, name in unlinked)
+    assert all(thread.startswith("snapstore-restore") for thread, _ in unlinked)
+    store.undo()
+    assert (tree / "added/f11.txt").read_bytes() == b"added 11\n"
+
+
+@pytest.mark.parametrize("kill_at", [1, 7])
+def test_killed_while_deleted_files_are_set_aside_is_finished_and_undoable(
+    tree: Path, store: Store, many_added, kill_at: int
+):
+    before = read_tree(tree)
+    store.close()
+    proc = subprocess.run(
+        [sys.executable, "-c", SET_ASIDE_CHILD, str(kill_at)], cwd=tree, capture_output=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    with Store.open(tree) as again:
+        assert again.recover().pending
+        assert read_tree(tree) == many_added
+        assert not list(tree.rglob(".snapstore-tmp.*"))
+        again.undo()
+        assert read_tree(tree) == before
+        assert again.verify().ok
+
+
+def test_a_file_edited_while_deleted_files_are_set_aside_is_kept(tree: Path, store: Store, many_added, monkeypatch):
+    from snapstore.ops import restore as restore_mod
+
+    before = read_tree(tree)
+    inode = os.lstat(tree / "added/f00.txt").st_ino
+    calls: list[int] = []
+
+    def hook(i: int) -> None:  # at the first step, added/f11.txt (set aside later) is edited
+        calls.append(i)
+        if len(calls) == 1:
+            (tree / "added/f11.txt").write_bytes(b"the user's edit\n")
+
+    monkeypatch.setattr(restore_mod, "step_hook", hook)
+    with pytest.raises(ConflictError, match="added/f11.txt"):
+        store.restore("A")
+    after = read_tree(tree)
+    assert after["added/f11.txt"] == ("file", b"the user's edit\n", False)
+    del after["added/f11.txt"], before["added/f11.txt"]
+    assert after == before
+    assert os.lstat(tree / "added/f00.txt").st_ino == inode  # put back, not rewritten
     assert store.pending_restore() is None
     assert not list(tree.rglob(".snapstore-tmp.*"))

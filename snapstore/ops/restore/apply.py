@@ -17,6 +17,7 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from snapstore.errors import ConflictError, TreeIOError
 from snapstore.ops.context import StageContext
@@ -55,6 +56,14 @@ class Staged:
     name: bytes
     #: The fstat of the temp file once written and given its mode (for the stat cache).
     st: os.stat_result
+
+
+class Aside(NamedTuple):
+    """A file of the tree renamed out of the way (:meth:`Applier.set_aside`), to be unlinked."""
+
+    dir_fd: int
+    name: bytes
+    tmp: bytes
 
 
 def getter(ctx: StageContext) -> Getter:
@@ -298,38 +307,38 @@ class Applier:
         os.close(out)
         return Staged(path, fd, parent, tmp, name, st)
 
-    def set_aside(self, staged: Staged) -> bytes | None:
-        """Rename the file or symlink ``staged`` will replace to a temp name beside it (a
-        directory stays: its rename then fails as a conflict); the temp name, or None when
-        nothing was moved.  Renaming is quick where freeing a file's blocks may wait on the
-        disk: :meth:`drop_aside` frees them, many at once."""
+    def set_aside(self, dir_fd: int, parent: bytes, name: bytes) -> Aside | None:
+        """Rename the file or symlink ``name`` (in directory ``dir_fd``, the tree's ``parent``)
+        to a temp name beside it; None when nothing was moved (absent, or a directory: that
+        stays, for its step to meet).  Renaming is quick where freeing a file's blocks may
+        wait on the disk: :meth:`drop_aside` frees them, many at once."""
         try:
-            st = os.stat(staged.name, dir_fd=staged.dir_fd, follow_symlinks=False)
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             return None
         if stat.S_ISDIR(st.st_mode):
             return None
-        aside = self._tmp_name()
+        aside = Aside(dir_fd, name, self._tmp_name())
         try:
-            os.rename(staged.name, aside, src_dir_fd=staged.dir_fd, dst_dir_fd=staged.dir_fd)
+            os.rename(name, aside.tmp, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except FileNotFoundError:
             return None
-        self.tree.touched.add(staged.parent)
+        self.tree.touched.add(parent)
         return aside
 
-    def drop_aside(self, staged: Staged, aside: bytes) -> None:
-        """Unlink what :meth:`set_aside` moved to ``aside`` (safe in a worker thread); a
-        directory swapped in meanwhile is put back (its rename over it then conflicts)."""
+    def drop_aside(self, aside: Aside) -> None:
+        """Unlink what :meth:`set_aside` moved (safe in a worker thread); a directory swapped
+        in meanwhile is put back (the step that meets it then conflicts)."""
         try:
-            unlink(aside, staged.dir_fd)
+            unlink(aside.tmp, aside.dir_fd)
         except FileNotFoundError:
             pass
         except (IsADirectoryError, PermissionError):  # (EPERM is Linux's answer for a directory)
-            self.put_back(staged, aside)
+            self.put_back(aside)
 
-    def put_back(self, staged: Staged, aside: bytes) -> None:
+    def put_back(self, aside: Aside) -> None:
         """Give what :meth:`set_aside` moved its name again (a restore that stops)."""
-        os.rename(aside, staged.name, src_dir_fd=staged.dir_fd, dst_dir_fd=staged.dir_fd)
+        os.rename(aside.tmp, aside.name, src_dir_fd=aside.dir_fd, dst_dir_fd=aside.dir_fd)
 
     def commit(self, staged: Staged) -> None:
         """Rename a staged file over its target and note its stat-cache value."""
