@@ -278,15 +278,7 @@ Store.open(".").restore("A")
 def test_killed_right_after_a_syncfs_is_finished_by_recover(tree: Path, store: Store, two_states, kill_at: int):
     """SIGKILL after the first syncfs (temp files durable, nothing renamed) or the second (all
     renamed, the journal not yet cleared): the next writer finishes the restore."""
-    store.close()
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(kill_at)], cwd=tree, capture_output=True, timeout=60)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
-    with Store.open(tree) as again:
-        assert again.pending_restore() is not None
-        assert again.recover().pending
-        assert read_tree(tree) == two_states
-        assert not list(tree.rglob(".snapstore-tmp.*"))
-        assert again.verify().ok
+    _kill_then_recover_and_undo(tree, store, CHILD, kill_at, two_states)
 
 
 @needs_syncfs
@@ -423,16 +415,21 @@ def test_killed_while_replaced_files_are_set_aside_is_finished_and_undoable(
     """SIGKILL while the replaced files lie under temp names (none, some or all but one
     unlinked): the next writer finishes the restore, no temp file is left, and undo gives back
     the tree as it was before the restore."""
+    _kill_then_recover_and_undo(tree, store, SET_ASIDE_CHILD, kill_at, two_states)
+
+
+def _kill_then_recover_and_undo(tree: Path, store: Store, child: str, kill_at: int, target: dict) -> None:
+    """A restore to A in a ``child`` process that SIGKILLs itself at its ``kill_at``-th seam
+    call: the next writer finishes it (the tree is ``target``, no temp name left) and undo
+    gives back the tree as it was before."""
     before = read_tree(tree)
     store.close()
-    proc = subprocess.run(
-        [sys.executable, "-c", SET_ASIDE_CHILD, str(kill_at)], cwd=tree, capture_output=True, timeout=60
-    )
+    proc = subprocess.run([sys.executable, "-c", child, str(kill_at)], cwd=tree, capture_output=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     with Store.open(tree) as again:
         assert again.pending_restore() is not None
         assert again.recover().pending
-        assert read_tree(tree) == two_states
+        assert read_tree(tree) == target
         assert not list(tree.rglob(".snapstore-tmp.*"))
         again.undo()
         assert read_tree(tree) == before
@@ -459,15 +456,22 @@ def test_a_file_changed_while_others_are_set_aside_is_kept_and_the_restore_rolle
 
     monkeypatch.setattr(restore_mod, "step_hook", hook)
     monkeypatch.setattr(apply_mod, "unlink", lambda name, fd: (unlinked.append(name), real_unlink(name, fd)))
-    with pytest.raises(ConflictError, match="d3/f19.txt"):
-        store.restore("A")
-    after = read_tree(tree)
-    assert after["d3/f19.txt"] == ("file", b"the user's edit\n", False)
-    del after["d3/f19.txt"], before["d3/f19.txt"]
-    assert after == before
+    _edit_kept_and_rolled_back(tree, store, before, "d3/f19.txt", ("d0/f00.txt", inode))
     # only the file B added was unlinked (its deletion came first): no replaced file set aside
     assert len([n for n in unlinked if n.startswith(apply_mod.TMP_PREFIX)]) == 1
-    assert os.lstat(tree / "d0/f00.txt").st_ino == inode  # put back, not rewritten
+
+
+def _edit_kept_and_rolled_back(tree: Path, store: Store, before: dict, edited: str, kept: tuple[str, int]) -> None:
+    """A restore to A fails naming ``edited`` (the user's edit, kept); every other path is as
+    ``before``; the file ``kept[0]`` set aside before the failure has its inode ``kept[1]`` back
+    (not rewritten); no journal and no temp name is left."""
+    with pytest.raises(ConflictError, match=edited):
+        store.restore("A")
+    after = read_tree(tree)
+    assert after[edited] == ("file", b"the user's edit\n", False)
+    del after[edited], before[edited]
+    assert after == before
+    assert os.lstat(tree / kept[0]).st_ino == kept[1]  # put back, not rewritten
     assert store.pending_restore() is None
     assert not list(tree.rglob(".snapstore-tmp.*"))
 
@@ -504,19 +508,7 @@ def test_deleted_files_are_unlinked_together_by_the_pool(tree: Path, store: Stor
 def test_killed_while_deleted_files_are_set_aside_is_finished_and_undoable(
     tree: Path, store: Store, many_added, kill_at: int
 ):
-    before = read_tree(tree)
-    store.close()
-    proc = subprocess.run(
-        [sys.executable, "-c", SET_ASIDE_CHILD, str(kill_at)], cwd=tree, capture_output=True, timeout=60
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
-    with Store.open(tree) as again:
-        assert again.recover().pending
-        assert read_tree(tree) == many_added
-        assert not list(tree.rglob(".snapstore-tmp.*"))
-        again.undo()
-        assert read_tree(tree) == before
-        assert again.verify().ok
+    _kill_then_recover_and_undo(tree, store, SET_ASIDE_CHILD, kill_at, many_added)
 
 
 def test_a_file_edited_while_deleted_files_are_set_aside_is_kept(tree: Path, store: Store, many_added, monkeypatch):
@@ -532,12 +524,4 @@ def test_a_file_edited_while_deleted_files_are_set_aside_is_kept(tree: Path, sto
             (tree / "added/f11.txt").write_bytes(b"the user's edit\n")
 
     monkeypatch.setattr(restore_mod, "step_hook", hook)
-    with pytest.raises(ConflictError, match="added/f11.txt"):
-        store.restore("A")
-    after = read_tree(tree)
-    assert after["added/f11.txt"] == ("file", b"the user's edit\n", False)
-    del after["added/f11.txt"], before["added/f11.txt"]
-    assert after == before
-    assert os.lstat(tree / "added/f00.txt").st_ino == inode  # put back, not rewritten
-    assert store.pending_restore() is None
-    assert not list(tree.rglob(".snapstore-tmp.*"))
+    _edit_kept_and_rolled_back(tree, store, before, "added/f11.txt", ("added/f00.txt", inode))
