@@ -1,6 +1,6 @@
 """Restore-100 only: snapstore CLI vs git CLI, interleaved, and an in-process profile.
 
-``python -m benchmarks.restore_profile [--runs N] [--snapstore-at REV ...] [--profile]``
+``python -m benchmarks.restore_profile [--runs N] [--snapstore-at REV ...] [--service] [--settled] [--profile]``
 
 Builds the stdlib corpus, checkpoints it (X), edits 100 files, checkpoints again (Y), then
 alternates: put the tree back at Y (untimed), restore X with each contestant (timed).  Each
@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     corpora.interleaved_args(p, "/tmp/snapstore-restore-bench")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--service", action="store_true", help="also each snapstore through its service")
+    p.add_argument("--settled", action="store_true",
+                   help="sync (untimed) after laying out the tree: the replaced files are on disk, as in a "
+                        "project whose files were written a while ago (freeing them then waits on the disk)")
     a = p.parse_args(argv)
     work = a.workdir
     tree = corpora.fresh_stdlib(work)
@@ -145,6 +148,8 @@ def measure(a, comps, tree, x_ids, y, old, work) -> int:
         order = comps if i % 2 == 0 else comps[::-1]
         for c in order:
             put(tree, y)
+            if a.settled:
+                os.sync()
             t, _ = c.restore(x_ids[c.name])
             times[c.name].append(t)
             bad = sum(open(os.path.join(tree, rel), "rb").read() != data for rel, data in old.items())
@@ -152,7 +157,8 @@ def measure(a, comps, tree, x_ids, y, old, work) -> int:
                 print(f"RESTORE CHECK FAILED: {c.name} run {i}: {bad} files", file=sys.stderr)
                 return 1
     git = statistics.median(times["git-cli"])
-    print(f"restore-100, stdlib ({a.runs} runs, interleaved), load {os.getloadavg()[0]:.2f}")
+    settled = ", the tree synced before each restore" if a.settled else ""
+    print(f"restore-100, stdlib ({a.runs} runs, interleaved{settled}), load {os.getloadavg()[0]:.2f}")
     for c in comps:
         med = statistics.median(times[c.name])
         via = f" (service answered {c.requests()} requests)" if isinstance(c, SvcAt) else ""

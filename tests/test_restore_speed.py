@@ -278,15 +278,7 @@ Store.open(".").restore("A")
 def test_killed_right_after_a_syncfs_is_finished_by_recover(tree: Path, store: Store, two_states, kill_at: int):
     """SIGKILL after the first syncfs (temp files durable, nothing renamed) or the second (all
     renamed, the journal not yet cleared): the next writer finishes the restore."""
-    store.close()
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(kill_at)], cwd=tree, capture_output=True, timeout=60)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
-    with Store.open(tree) as again:
-        assert again.pending_restore() is not None
-        assert again.recover().pending
-        assert read_tree(tree) == two_states
-        assert not list(tree.rglob(".snapstore-tmp.*"))
-        assert again.verify().ok
+    _kill_then_recover_and_undo(tree, store, CHILD, kill_at, two_states)
 
 
 @needs_syncfs
@@ -363,3 +355,173 @@ def test_a_file_put_at_a_cleared_path_is_kept_and_the_restore_rolled_back(tree: 
     assert after == before  # every other path rolled back
     assert store.pending_restore() is None
     assert not list(tree.rglob(".snapstore-tmp.*"))
+
+
+# -- the replaced files: set aside at once, unlinked together --------------------------------------
+
+
+@needs_syncfs
+def test_replaced_files_are_unlinked_by_the_pool_before_the_data_sync(tree: Path, store: Store, two_states,
+                                                                      monkeypatch):
+    """Freeing a file whose data reached the disk waits on the disk (a discard on this machine's
+    file system): the replaced files are unlinked by the restore's thread pool, each under the
+    temp name it was renamed to right after its check, all before the data sync."""
+    events: list[tuple[str, str, bytes]] = []
+    real_unlink, real_syncfs = apply_mod.unlink, batch.syncfs
+    assert real_syncfs is not None
+
+    def unlink(name, dir_fd):
+        events.append(("unlink", threading.current_thread().name, name))
+        real_unlink(name, dir_fd)
+
+    def syncfs(fd):
+        events.append(("syncfs", "", b""))
+        real_syncfs(fd)
+
+    monkeypatch.setattr(apply_mod, "unlink", unlink)
+    monkeypatch.setattr(batch, "syncfs", syncfs)
+    store.restore("A")
+    assert read_tree(tree) == two_states
+    first_sync = [e[0] for e in events].index("syncfs")
+    unlinks = [e for e in events if e[0] == "unlink"]
+    assert len(unlinks) == 21  # the 20 files B rewrote and the file B added (top.txt is new again)
+    assert all(e in events[:first_sync] for e in unlinks)
+    assert all(name.startswith(apply_mod.TMP_PREFIX) for _, _, name in unlinks)  # set aside first
+    # the 20 replaced files by the pool (the one deletion alone, in the calling thread)
+    assert sum(thread.startswith("snapstore-restore") for _, thread, _ in unlinks) == 20
+
+
+SET_ASIDE_CHILD = r"""
+import os, sys
+from snapstore.ops.restore import apply
+from snapstore.store import Store
+kill_at = int(sys.argv[1])
+real, calls = apply.unlink, [0]
+def unlink(name, dir_fd):
+    calls[0] += 1
+    if calls[0] == kill_at:
+        os.kill(os.getpid(), 9)
+    real(name, dir_fd)
+apply.unlink = unlink
+Store.open(".").restore("A")
+"""
+
+
+@needs_syncfs
+@pytest.mark.parametrize("kill_at", [1, 10, 20])
+def test_killed_while_replaced_files_are_set_aside_is_finished_and_undoable(
+    tree: Path, store: Store, two_states, kill_at: int
+):
+    """SIGKILL while the replaced files lie under temp names (none, some or all but one
+    unlinked): the next writer finishes the restore, no temp file is left, and undo gives back
+    the tree as it was before the restore."""
+    _kill_then_recover_and_undo(tree, store, SET_ASIDE_CHILD, kill_at, two_states)
+
+
+def _kill_then_recover_and_undo(tree: Path, store: Store, child: str, kill_at: int, target: dict) -> None:
+    """A restore to A in a ``child`` process that SIGKILLs itself at its ``kill_at``-th seam
+    call: the next writer finishes it (the tree is ``target``, no temp name left) and undo
+    gives back the tree as it was before."""
+    before = read_tree(tree)
+    store.close()
+    proc = subprocess.run([sys.executable, "-c", child, str(kill_at)], cwd=tree, capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    with Store.open(tree) as again:
+        assert again.pending_restore() is not None
+        assert again.recover().pending
+        assert read_tree(tree) == target
+        assert not list(tree.rglob(".snapstore-tmp.*"))
+        again.undo()
+        assert read_tree(tree) == before
+        assert again.verify().ok
+
+
+@needs_syncfs
+def test_a_file_changed_while_others_are_set_aside_is_kept_and_the_restore_rolled_back(
+    tree: Path, store: Store, two_states, monkeypatch
+):
+    """The user's edit to a file about to be replaced, found at its check while the files
+    checked before it lie under temp names: the restore stops there (the edit is never
+    unlinked), the files set aside get their own inodes back, and no temp name is left."""
+    from snapstore.ops import restore as restore_mod
+
+    before = read_tree(tree)
+    inode = os.lstat(tree / "d0/f00.txt").st_ino  # set aside first, before the edit is found
+    unlinked: list[bytes] = []
+    real_unlink = apply_mod.unlink
+
+    def hook(i: int) -> None:  # the first step (a removal): d3/f19.txt, cleared last, is edited
+        if not (tree / "d3/f19.txt").read_bytes().startswith(b"the user's"):
+            (tree / "d3/f19.txt").write_bytes(b"the user's edit\n")
+
+    monkeypatch.setattr(restore_mod, "step_hook", hook)
+    monkeypatch.setattr(apply_mod, "unlink", lambda name, fd: (unlinked.append(name), real_unlink(name, fd)))
+    _edit_kept_and_rolled_back(tree, store, before, "d3/f19.txt", ("d0/f00.txt", inode))
+    # only the file B added was unlinked (its deletion came first): no replaced file set aside
+    assert len([n for n in unlinked if n.startswith(apply_mod.TMP_PREFIX)]) == 1
+
+
+def _edit_kept_and_rolled_back(tree: Path, store: Store, before: dict, edited: str, kept: tuple[str, int]) -> None:
+    """A restore to A fails naming ``edited`` (the user's edit, kept); every other path is as
+    ``before``; the file ``kept[0]`` set aside before the failure has its inode ``kept[1]`` back
+    (not rewritten); no journal and no temp name is left."""
+    with pytest.raises(ConflictError, match=edited):
+        store.restore("A")
+    after = read_tree(tree)
+    assert after[edited] == ("file", b"the user's edit\n", False)
+    del after[edited], before[edited]
+    assert after == before
+    assert os.lstat(tree / kept[0]).st_ino == kept[1]  # put back, not rewritten
+    assert store.pending_restore() is None
+    assert not list(tree.rglob(".snapstore-tmp.*"))
+
+
+@pytest.fixture
+def many_added(tree: Path, store: Store):
+    """Checkpoint A, then B with 12 files added in a new directory (and one in the root)."""
+    write_tree(tree, {"keep.txt": b"kept\n"})
+    store.snapshot("A", tags=["A"])
+    a = read_tree(tree)
+    (tree / "added").mkdir()
+    for n in range(12):
+        (tree / f"added/f{n:02d}.txt").write_bytes(b"added %d\n" % n)
+    (tree / "loose.txt").write_bytes(b"loose\n")
+    store.snapshot("B")
+    return a
+
+
+def test_deleted_files_are_unlinked_together_by_the_pool(tree: Path, store: Store, many_added, monkeypatch):
+    unlinked: list[tuple[str, bytes]] = []
+    real_unlink = apply_mod.unlink
+    monkeypatch.setattr(apply_mod, "unlink", lambda name, fd: (
+        unlinked.append((threading.current_thread().name, name)), real_unlink(name, fd)))
+    store.restore("A")
+    assert read_tree(tree) == many_added  # the files and their directory are gone
+    assert len(unlinked) == 13
+    assert all(name.startswith(apply_mod.TMP_PREFIX) for _, name in unlinked)
+    assert all(thread.startswith("snapstore-restore") for thread, _ in unlinked)
+    store.undo()
+    assert (tree / "added/f11.txt").read_bytes() == b"added 11\n"
+
+
+@pytest.mark.parametrize("kill_at", [1, 7])
+def test_killed_while_deleted_files_are_set_aside_is_finished_and_undoable(
+    tree: Path, store: Store, many_added, kill_at: int
+):
+    _kill_then_recover_and_undo(tree, store, SET_ASIDE_CHILD, kill_at, many_added)
+
+
+def test_a_file_edited_while_deleted_files_are_set_aside_is_kept(tree: Path, store: Store, many_added, monkeypatch):
+    from snapstore.ops import restore as restore_mod
+
+    before = read_tree(tree)
+    inode = os.lstat(tree / "added/f00.txt").st_ino
+    calls: list[int] = []
+
+    def hook(i: int) -> None:  # at the first step, added/f11.txt (set aside later) is edited
+        calls.append(i)
+        if len(calls) == 1:
+            (tree / "added/f11.txt").write_bytes(b"the user's edit\n")
+
+    monkeypatch.setattr(restore_mod, "step_hook", hook)
+    _edit_kept_and_rolled_back(tree, store, before, "added/f11.txt", ("added/f00.txt", inode))

@@ -46,8 +46,47 @@ def test_restore_decodes_only_the_manifest_chunks_that_differ(tree: Path, store:
     monkeypatch.setattr(restore_mod.manifest, "load", no_full_load)
     store.restore("A")
     assert (tree / "b/f0300.txt").read_bytes() == b"300\n"
-    # Of the chunks that differ, only the records that differ are made entries, one a side.
-    assert decoded == [b"b/f0300.txt"] * 2
+    # Of the chunks that differ, only the records that differ are made entries: the target's
+    # (the safety checkpoint's side is the Store's own encoding, in memory)
+    assert decoded == [b"b/f0300.txt"]
+
+
+def test_a_long_lived_store_plans_the_safety_side_from_its_encoding(tree: Path, store: Store, monkeypatch):
+    """The safety checkpoint's manifest was just encoded by this Store (its codec holds every
+    entry by chunk): none of its chunks is read back, only the target's that differ."""
+    from snapstore.storage import objects
+
+    _big_tree(tree, 2000)
+    store.snapshot("A", tags=["A"])
+    (tree / "b/f0300.txt").write_bytes(b"changed\n")
+    (tree / "b/f1700.txt").unlink()
+    b = store.snapshot("B")
+    with store.backend.read() as view:
+        safety_leaves = set(objects.leaf_ids(view.get, b.manifest))
+        target_leaves = set(objects.leaf_ids(view.get, store.resolve("A").manifest))
+    assert len(safety_leaves - target_leaves) >= 2  # two chunks differ on each side
+    from snapstore.ops import restore as restore_mod
+
+    loaded: list[bytes] = []
+    planned: list[bool] = []
+    real, real_plan = objects.load_chunk, restore_mod.plan
+
+    def load_chunk(get, cid, *args, **kwargs):
+        if not planned:  # (the record after the restore reads the safety's chunks for its deltas)
+            loaded.append(cid)
+        return real(get, cid, *args, **kwargs)
+
+    monkeypatch.setattr(objects, "load_chunk", load_chunk)
+    monkeypatch.setattr(restore_mod, "plan", lambda *a, **k: (planned.append(True), real_plan(*a, **k))[1])
+    report = store.restore("A")
+    assert report.safety.id == b.id  # the tree was B's: B is the safety checkpoint
+    assert read_tree(tree)["b/f0300.txt"] == ("file", b"300\n", False)
+    assert read_tree(tree)["b/f1700.txt"] == ("file", b"1700\n", False)
+    assert not (safety_leaves - target_leaves) & set(loaded)  # no chunk only the safety's was read
+    assert target_leaves - safety_leaves <= set(loaded)  # the target's that differ were
+    store.undo()
+    assert read_tree(tree)["b/f0300.txt"] == ("file", b"changed\n", False)
+    assert "b/f1700.txt" not in read_tree(tree)
 
 
 def _plant_over(store: Store, tree: Path, extra) -> str:

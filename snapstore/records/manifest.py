@@ -182,6 +182,22 @@ def difference_of_chunks(
     return _differing(mid_a, raw_a, raw_b), _differing(mid_b, raw_b, raw_a)
 
 
+def difference_from_entries(
+    ours: Iterable[Entry], mid_b: bytes, chunks_b: Iterable[bytes]
+) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+    """:func:`difference_of_chunks` when one side's entries are in memory already: ``ours``
+    are the entries of manifest A's chunks that B does not share (as the encoder that just made
+    A holds them), ``chunks_b`` B's chunks that A does not share.  Only B's are decoded."""
+    a = {e.path: e for e in ours}
+    raw_b = _raw_records(mid_b, chunks_b)
+    old = {p: e for p, e in a.items() if tuple(raw_b.get(p, ())) != e}
+    try:
+        new = {p: _check(r) for p, r in raw_b.items() if a.get(p) != tuple(r)}
+    except (ValueError, TypeError) as exc:
+        raise CorruptError(f"manifest {mid_b.hex()} is damaged: {exc}") from exc
+    return old, new
+
+
 def _differing(mid: bytes, ours: dict[bytes, list[Any]], theirs: dict[bytes, list[Any]]) -> dict[bytes, Entry]:
     try:
         return {p: _check(r) for p, r in ours.items() if theirs.get(p) != r}

@@ -36,14 +36,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from snapstore.errors import ConflictError, CorruptError, TreeIOError
-from snapstore.ops import diff
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change
 from snapstore.ops.restore import batch as batch_mod
 from snapstore.ops.restore import journal, watching
 from snapstore.ops.restore.apply import Applier, getter
 from snapstore.ops.restore.journal import tables
-from snapstore.ops.restore.plan import Plan, Step, plan, skip_ignored, verify_sources
+from snapstore.ops.restore.plan import Plan, Step, difference, plan, skip_ignored, verify_sources
 from snapstore.ops.restore.recovery import RecoverReport, pending, recover
 from snapstore.ops.restore.safety import (
     check_difference,
@@ -260,7 +259,7 @@ def _target_from_difference(
     """
     try:
         with tables(ctx.backend).read() as view:
-            old, new = diff.manifest_difference(view.get, safety.manifest, target.manifest)
+            old, new = difference(view.get, safety.manifest, target.manifest, ctx.manifest_memo.codec)
     except CorruptError:
         # A damaged chunk of the safety checkpoint's manifest (a reused, older checkpoint) must
         # not stop a restore of a sound target: load the target alone (its damage still fails).

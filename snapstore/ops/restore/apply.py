@@ -14,8 +14,10 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from snapstore.errors import ConflictError, TreeIOError
 from snapstore.ops.context import StageContext
@@ -38,6 +40,11 @@ def rename(tmp: bytes, name: bytes, dir_fd: int) -> None:
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
+def unlink(name: bytes, dir_fd: int) -> None:
+    """Unlink ``name`` in directory ``dir_fd``: a file the restore replaces (a test seam)."""
+    os.unlink(name, dir_fd=dir_fd)
+
+
 @dataclass
 class Staged:
     """A file's new content, written to a temp file next to its target, not yet renamed."""
@@ -49,6 +56,14 @@ class Staged:
     name: bytes
     #: The fstat of the temp file once written and given its mode (for the stat cache).
     st: os.stat_result
+
+
+class Aside(NamedTuple):
+    """A file of the tree renamed out of the way (:meth:`Applier.set_aside`), to be unlinked."""
+
+    dir_fd: int
+    name: bytes
+    tmp: bytes
 
 
 def getter(ctx: StageContext) -> Getter:
@@ -292,15 +307,38 @@ class Applier:
         os.close(out)
         return Staged(path, fd, parent, tmp, name, st)
 
-    def clear_target(self, staged: Staged) -> bool:
-        """Unlink the file or symlink ``staged`` will replace (a directory stays: its rename
-        then fails as a conflict); True when one was removed."""
+    def set_aside(self, dir_fd: int, parent: bytes, name: bytes) -> Aside | None:
+        """Rename the file or symlink ``name`` (in directory ``dir_fd``, the tree's ``parent``)
+        to a temp name beside it; None when nothing was moved (absent, or a directory: that
+        stays, for its step to meet).  Renaming is quick where freeing a file's blocks may
+        wait on the disk: :meth:`drop_aside` frees them, many at once."""
         try:
-            os.unlink(staged.name, dir_fd=staged.dir_fd)
-        except (FileNotFoundError, IsADirectoryError, PermissionError):
-            return False  # (EPERM is Linux's answer for a directory)
-        self.tree.touched.add(staged.parent)
-        return True
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        aside = Aside(dir_fd, name, self._tmp_name())
+        try:
+            os.rename(name, aside.tmp, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        self.tree.touched.add(parent)
+        return aside
+
+    def drop_aside(self, aside: Aside) -> None:
+        """Unlink what :meth:`set_aside` moved (safe in a worker thread); a directory swapped
+        in meanwhile is put back (the step that meets it then conflicts)."""
+        try:
+            unlink(aside.tmp, aside.dir_fd)
+        except FileNotFoundError:
+            pass
+        except (IsADirectoryError, PermissionError):  # (EPERM is Linux's answer for a directory)
+            self.put_back(aside)
+
+    def put_back(self, aside: Aside) -> None:
+        """Give what :meth:`set_aside` moved its name again (a restore that stops)."""
+        os.rename(aside.tmp, aside.name, src_dir_fd=aside.dir_fd, dst_dir_fd=aside.dir_fd)
 
     def commit(self, staged: Staged) -> None:
         """Rename a staged file over its target and note its stat-cache value."""

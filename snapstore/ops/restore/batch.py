@@ -5,11 +5,12 @@ in this order (each still idempotent, so the journal protocol and recovery are u
 
 1. every file whose directory already exists (and stays) is written to a temp file there, in a
    small thread pool (reading, decompressing and writing release the GIL);
-2. the removals, deepest first, then the directories to create, shallowest first;
+2. the files (and symlinks) to delete, set aside and unlinked together as in 4; the other
+   removals, deepest first, then the directories to create, shallowest first;
 3. the files whose directory only now exists are written the same way;
-4. the files the temp files replace are unlinked, each checked unchanged first
-   (:func:`_clear_replaced`); then **durability point 1**: one ``syncfs`` per file system the
-   temp files are on (where the platform has none, each writer fsynced its file and the old
+4. the files the temp files replace are set aside (renamed to temp names), each checked
+   unchanged first, and unlinked together by the pool (:func:`_clear_replaced`); then
+   **durability point 1**: one ``syncfs`` per file system the temp files are on (where the platform has none, each writer fsynced its file and the old
    files stay until their renames): no name can point to unwritten data;
 5. the renames, in path order, each right after its path is checked (still absent when cleared
    in 4, else unchanged); then symlinks;
@@ -28,12 +29,14 @@ check and the crash tests' hook); :attr:`Run.done` lists what was carried out, f
 
 from __future__ import annotations
 
+import functools
 import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from snapstore.errors import ConflictError
-from snapstore.ops.restore.apply import Applier, Staged
+from snapstore.ops.restore.apply import Applier, Aside, Staged
 from snapstore.ops.restore.plan import REMOVALS, Step
 from snapstore.platform import sync
 from snapstore.tree.paths import display
@@ -81,8 +84,9 @@ def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], N
     try:
         early, late = _split_early(applier, groups[0], removed)
         _stage_all(applier, early, staged, durable_each)
+        deleted = _delete_files(applier, steps, before, run)
         for i, s in enumerate(steps):
-            if s.action in REMOVALS or s.action == "mkdir":
+            if (s.action in REMOVALS or s.action == "mkdir") and i not in deleted:
                 _touch(applier, i, s, before, run)
         for n, group in enumerate(groups):
             todo = late if n == 0 else group
@@ -141,24 +145,65 @@ def _clear_replaced(
     applier: Applier, group: list[tuple[int, Step]], staged: dict[int, Staged],
     before: Callable[[int, Step], None] | None, run: Run,
 ) -> set[bytes]:
-    """Unlink the files the group's temp files replace, each checked unchanged first, before
-    the data sync; the paths cleared.
+    """Clear the paths of the files the group's temp files replace, each checked unchanged
+    first, before the data sync (:func:`_set_aside_all`); the paths cleared.
 
-    A replaced file not yet written back is then dropped with its dirty pages.  Renamed over
-    after the sync, it had been allocated and written by that sync first, and freeing its
-    blocks then cost a synchronous discard per file on file systems mounted with ``discard``:
-    a restore right after the tree was written took about twice as long.  The path stays
-    absent until its rename, a state the journal's recovery accepts (its bytes are in the
-    durable safety checkpoint).
+    A replaced file not yet written back is dropped with its dirty pages, so the data sync
+    never writes it.  The path stays absent until its rename, a state the journal's recovery
+    accepts (its bytes are in the durable safety checkpoint).
+    """
+    items = [(i, s, staged[i].dir_fd, staged[i].parent, staged[i].name) for i, s in group]
+    return _set_aside_all(applier, items, before, run)
+
+
+def _delete_files(applier: Applier, steps: list[Step], before: Callable[[int, Step], None] | None, run: Run) -> set[int]:
+    """Delete the files (and symlinks) the plan deletes, together (:func:`_set_aside_all`); the
+    indices of the steps done (a directory, or a path below a non-directory, is left to its
+    step, in the plan's order)."""
+    items = []
+    for i, s in enumerate(steps):
+        if s.action != "delete":
+            continue
+        fd, parent, name = applier.tree.split_existing(s.path)
+        st = None if fd is None else applier.tree.lstat(s.path)
+        if fd is not None and st is not None and not stat.S_ISDIR(st.st_mode):
+            items.append((i, s, fd, parent, name))
+    done = _set_aside_all(applier, items, before, run)
+    return {i for i, s, *_ in items if s.path in done}
+
+
+def _set_aside_all(
+    applier: Applier, items: list[tuple[int, Step, int, bytes, bytes]],
+    before: Callable[[int, Step], None] | None, run: Run,
+) -> set[bytes]:
+    """Rename each file of ``items`` to a temp name right after its check, then unlink them
+    all in the writer pool; the paths cleared.
+
+    Freeing a file whose data had reached the disk waits on the disk (a synchronous discard
+    per file on file systems mounted with ``discard``): those waits overlap in the pool.  A
+    crash leaves temp names, which recovery removes; when a check fails, the files already set
+    aside get their names (and their inodes) back before the roll-back.
     """
     cleared: set[bytes] = set()
-    for i, s in group:
-        if before is not None:
-            before(i, s)
-        if applier.clear_target(staged[i]):
-            cleared.add(s.path)
-            run.done.append(s)
-            run.paths.add(s.path)
+    aside: list[Aside] = []
+    try:
+        for i, s, fd, parent, name in items:
+            if before is not None:
+                before(i, s)
+            moved = applier.set_aside(fd, parent, name)
+            if moved is not None:
+                aside.append(moved)
+                cleared.add(s.path)
+                run.done.append(s)
+                run.paths.add(s.path)
+    except BaseException:
+        for moved in aside:
+            try:
+                applier.put_back(moved)
+            except OSError:
+                applier.drop_aside(moved)  # its bytes are in the safety checkpoint
+        raise
+    _in_pool([functools.partial(applier.drop_aside, moved) for moved in aside])
     return cleared
 
 
@@ -218,25 +263,32 @@ def _stage_all(
     applier: Applier, items: list[tuple[int, Step, int, bytes, bytes]], staged: dict[int, Staged], durable: bool
 ) -> None:
     """Write the temp files of ``items`` (in a thread pool when there are several)."""
-    if not items:
-        return
 
-    def one(item: tuple[int, Step, int, bytes, bytes]) -> Staged:
-        _, s, fd, parent, name = item
-        return applier.stage(s.path, fd, parent, name, durable=durable)
+    def one(item: tuple[int, Step, int, bytes, bytes]) -> Callable[[], None]:
+        i, s, fd, parent, name = item
 
-    if len(items) < POOL_MIN_FILES:
-        for item in items:
-            staged[item[0]] = one(item)
+        def run() -> None:
+            staged[i] = applier.stage(s.path, fd, parent, name, durable=durable)
+
+        return run
+
+    _in_pool([one(item) for item in items])
+
+
+def _in_pool(jobs: list[Callable[[], None]]) -> None:
+    """Run ``jobs`` in the restore's writer pool (in this thread when they are few); wait for
+    every one, so none is left running after an error, then raise the first error."""
+    if len(jobs) < POOL_MIN_FILES:
+        for job in jobs:
+            job()
         return
     from snapstore.ops.workers import pool  # only for restores of many files
 
     error: BaseException | None = None
     writers = pool("restore", WORKERS)
-    futures = [(item[0], writers.submit(one, item)) for item in items]
-    for i, fut in futures:  # wait for every writer, so none is left writing after an error
+    for fut in [writers.submit(job) for job in jobs]:
         try:
-            staged[i] = fut.result()
+            fut.result()
         except BaseException as exc:
             error = error or exc
     if error is not None:

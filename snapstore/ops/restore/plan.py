@@ -16,6 +16,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from snapstore.errors import CorruptError
 from snapstore.ops.diff import (
@@ -28,11 +29,15 @@ from snapstore.ops.diff import (
     Getter,
     compare,
 )
+from snapstore.records import manifest
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE, Entry, exact_mode
 from snapstore.storage import objects
 from snapstore.storage.backend import ReadView
 from snapstore.tree.paths import display, parents
 from snapstore.tree.scan import Found
+
+if TYPE_CHECKING:
+    from snapstore.records.manifest_codec import Codec
 
 #: Every action a step may have.  ``chmod`` is only read from journals of older versions (it
 #: is carried out as ``write``: a file's mode is never changed in place).
@@ -311,3 +316,29 @@ def _read_ahead(
     for part in pool("verify", READ_THREADS).map(read, shares):
         result.update(part)
     return result
+
+
+def difference(
+    get: Getter, safety_mid: bytes, target_mid: bytes, codec: Codec | None
+) -> tuple[dict[bytes, Entry], dict[bytes, Entry]]:
+    """The entries of the safety checkpoint's manifest and the target's that may differ
+    (:func:`snapstore.ops.diff.manifest_difference`).
+
+    A long-lived Store's manifest ``codec`` holds the encoding it made last, chunk by chunk;
+    when that is the safety checkpoint's manifest (it was just recorded, or found unchanged),
+    its side is taken from memory and only the target's chunks that differ are read.
+    """
+    from snapstore.ops.diff import manifest_difference
+
+    if codec is None or codec.mid != safety_mid or safety_mid == target_mid or len(codec.cids) != len(codec.ends):
+        return manifest_difference(get, safety_mid, target_mid)
+    theirs = objects.leaf_ids(get, target_mid)
+    shared = set(codec.cids) & set(theirs)
+    ours: list[Entry] = []
+    start = 0
+    for cid, end in zip(codec.cids, codec.ends):
+        if cid not in shared:
+            ours.extend(codec.entries[start:end])
+        start = end
+    chunks = (objects.load_chunk(get, c) for c in theirs if c not in shared)
+    return manifest.difference_from_entries(ours, target_mid, chunks)
