@@ -119,7 +119,7 @@ def store_object(backend: Backend, cfg: RemoteConfig, lock: Lock, key: str, pack
 def fetch_ref(
     backend: Backend, transport: Transport, cfg: RemoteConfig, name: str, *, lock: Lock,
     progress: Progress | None = None, add: Callable[..., None] | None = None, whole_history: bool = False,
-    at: str | None = None, on_forgotten: Callable[[], None] | None = None,
+    at: str | None = None, on_forgotten: Callable[[], None] | None = None, heads: bool = False,
 ) -> FetchedRef:
     """Fetch ref ``name``: RefError when the remote has no such ref; CorruptError (nothing of
     the bundle's checkpoints added) when an object is missing or fails a check.
@@ -129,7 +129,8 @@ def fetch_ref(
     ``at`` (a checkpoint id or a prefix of one) the bundle of the newest such checkpoint in
     that history instead, and ``out.checkpoint`` names it.  ``on_forgotten`` is called when a
     bundle taken up before was forgotten since.  ``add`` takes each checked bundle up (default:
-    :func:`add_bundle`, the whole closure; browsing passes one that reads lazily)."""
+    :func:`add_bundle`, the whole closure; browsing passes one that reads lazily, and
+    ``heads``: each bundle's head is read by range, not its inline data, :mod:`heads`)."""
     out = FetchedRef(name)
     ref, etag = refs.read(transport, name)
     if ref is None:
@@ -148,7 +149,7 @@ def fetch_ref(
             with backend.read() as view:
                 present = view.get("checkpoints", ref.checkpoint) is not None
             keys = [] if present else [ref.bundle]
-        pairs = zip(keys, parallel_map(lambda k: _read_bundle(transport, k, name, out), keys))
+        pairs = zip(keys, parallel_map(lambda k: _read_bundle(transport, k, name, out, heads=heads), keys))
     for key, bundle in pairs:
         if key == ref.bundle and ref.checkpoint not in {cid for cid, _ in bundle.checkpoints}:
             raise CorruptError(f"remote object {ref.bundle} does not hold the checkpoint its ref {name} names")
@@ -171,7 +172,15 @@ def take(batch: WriteBatch, cfg: RemoteConfig, bundle: layout.Bundle) -> None:
     state.put_taken(batch, cfg.rid, state.Taken(bundle.key, bundle.ns, bundle.writer, bundle.user, bundle.host, bundle.time_ns, cids))
 
 
-def _read_bundle(transport: Transport, key: str, name: str, out: FetchedRef) -> layout.Bundle:
+def _read_bundle(transport: Transport, key: str, name: str, out: FetchedRef, *, heads: bool = False) -> layout.Bundle:
+    if heads:
+        from snapstore.remote.heads import read_head
+
+        bundle = read_head(transport, key)
+        if bundle is None:
+            raise CorruptError(f"remote object {key} is missing (the history of ref {name} names it)")
+        out.objects_read += 1
+        return bundle
     got = transport.get(key)
     if got is None:
         raise CorruptError(f"remote object {key} is missing (the history of ref {name} names it)")
@@ -441,7 +450,7 @@ def take_up_refs(
     for name in names:
         try:
             report.refs.append(fetch_ref(
-                backend, t, cfg, name, lock=lock, add=add, whole_history=True, on_forgotten=forgotten,
+                backend, t, cfg, name, lock=lock, add=add, whole_history=True, on_forgotten=forgotten, heads=True,
             ))
         except CorruptError as exc:
             report.problems.append(exc.message)
