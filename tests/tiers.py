@@ -21,7 +21,7 @@ HEAVY = frozenset({
     "test_mcp_attribution.py", "test_mcp_inspector.py", "test_mcp_root.py", "test_mcp_startup.py",
     "test_memory.py", "test_native_client.py", "test_native_fuzz.py", "test_no_space.py",
     "test_packs.py", "test_pathlog.py", "test_planted_store.py", "test_remote_aws.py",
-    "test_remote_browse.py", "test_remote_crypt.py", "test_remote_failures.py",
+    "test_remote_browse.py", "test_remote_crypt.py", "test_remote_failures.py", "test_remote_heads.py",
     "test_remote_history.py", "test_remote_history_hostile.py", "test_remote_hostile.py",
     "test_remote_outage.py", "test_remote_progress.py", "test_remote_protocol.py",
     "test_remote_ranges.py", "test_remote_resume.py", "test_remote_retention.py",
