@@ -169,3 +169,39 @@ def test_an_encrypted_history_is_read_by_heads_and_a_flipped_byte_is_refused(rem
     r = run_cli("cat", "--remote", "origin", "latest", "old.txt", cwd=readers[2])
     assert r.code == 14, r.err
     assert_one_line_error(r.err)
+
+
+def test_heads_that_grow_along_a_history_cost_a_request_each():
+    """A push's head lists the objects its checkpoints need, so heads grow along a history:
+    each first read is sized by the heads read before it (HeadReader), one request per bundle
+    past the first, and never the inline data."""
+    from snapstore.remote import transport as tr
+    from snapstore.remote.transport import Transport
+
+    class Ranges(Transport):
+        def __init__(self, inner: Transport) -> None:
+            self.inner, self.calls, self.read = inner, 0, 0
+
+        def get_range(self, key: str, start: int, end: int) -> bytes | None:
+            self.calls += 1
+            got = self.inner.get_range(key, start, end)
+            self.read += len(got or b"")
+            return got
+
+    inner = tr.ObstoreTransport(tr.memory_store(f"heads-{id(Ranges)}"), "p")
+    inline = layout.encode_pack([], [], []) + bytes(20_000)  # 20 KB the head reads must not reach
+    keys = []
+    for i in range(12):
+        needs = [layout.pack_key(bytes([j]) * 32) for j in range(10 * (i + 1))]  # ~80 B a key
+        body = layout.encode_bundle("t", "ab", 10**18 + i, [], needs, inline)
+        key = layout.bundle_key("t", 10**18 + i, "ab", body)
+        inner.put_create(key, body)
+        keys.append(key)
+    t = Ranges(inner)
+    reader = heads.HeadReader(t)
+    got = [reader(k) for k in keys]
+    assert all(b is not None and b.inline is None and b.inline_at is not None for b in got)
+    assert [len(b.needs) for b in got if b is not None] == [10 * (i + 1) for i in range(12)]
+    head_bytes = sum(b.inline_at[0] for b in got if b is not None and b.inline_at is not None)
+    assert t.calls <= len(keys) + 2, t.calls
+    assert t.read < 2 * head_bytes, (t.read, head_bytes)

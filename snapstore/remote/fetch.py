@@ -149,7 +149,12 @@ def fetch_ref(
             with backend.read() as view:
                 present = view.get("checkpoints", ref.checkpoint) is not None
             keys = [] if present else [ref.bundle]
-        pairs = zip(keys, parallel_map(lambda k: _read_bundle(transport, k, name, out, heads=heads), keys))
+        reader = None
+        if heads:
+            from snapstore.remote.heads import HeadReader
+
+            reader = HeadReader(transport)
+        pairs = zip(keys, parallel_map(lambda k: _read_bundle(transport, k, name, out, reader), keys))
     for key, bundle in pairs:
         if key == ref.bundle and ref.checkpoint not in {cid for cid, _ in bundle.checkpoints}:
             raise CorruptError(f"remote object {ref.bundle} does not hold the checkpoint its ref {name} names")
@@ -172,11 +177,12 @@ def take(batch: WriteBatch, cfg: RemoteConfig, bundle: layout.Bundle) -> None:
     state.put_taken(batch, cfg.rid, state.Taken(bundle.key, bundle.ns, bundle.writer, bundle.user, bundle.host, bundle.time_ns, cids))
 
 
-def _read_bundle(transport: Transport, key: str, name: str, out: FetchedRef, *, heads: bool = False) -> layout.Bundle:
-    if heads:
-        from snapstore.remote.heads import read_head
-
-        bundle = read_head(transport, key)
+def _read_bundle(
+    transport: Transport, key: str, name: str, out: FetchedRef, heads: Callable[[str], layout.Bundle | None] | None = None,
+) -> layout.Bundle:
+    """Bundle ``key`` read whole and checked, or (``heads``) its head only."""
+    if heads is not None:
+        bundle = heads(key)
         if bundle is None:
             raise CorruptError(f"remote object {key} is missing (the history of ref {name} names it)")
         out.objects_read += 1

@@ -29,6 +29,8 @@ from snapstore.remote.transport import Transport
 
 #: Bytes of a bundle's start read first: the head of a push of a few checkpoints.
 HEAD_READ = 1 << 10
+#: The largest first read a :class:`HeadReader` makes.
+MAX_FIRST = 64 << 10
 #: The longest head read (the largest object read whole).
 MAX_HEAD = layout.MAX_OBJECT
 
@@ -39,12 +41,29 @@ class _Short(Exception):
     """The bytes read end before the head does."""
 
 
-def read_head(transport: Transport, key: str) -> layout.Bundle | None:
+class HeadReader:
+    """:func:`read_head` for the bundles of one history, read oldest first: each first read is
+    sized by the longest head seen so far, with room to grow (a push's head lists the objects
+    its checkpoints need, so later heads are longer), so a head costs one request."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.first = HEAD_READ
+
+    def __call__(self, key: str) -> layout.Bundle | None:
+        bundle = read_head(self.transport, key, self.first)
+        if bundle is not None and bundle.inline_at is not None:
+            head = bundle.inline_at[0]
+            self.first = max(self.first, min(head + head // 4 + 256, MAX_FIRST))  # (threads: a race loses a hint)
+        return bundle
+
+
+def read_head(transport: Transport, key: str, first: int = HEAD_READ) -> layout.Bundle | None:
     """The head of bundle ``key`` (``inline`` None, ``inline_at`` where its inline pack lies),
     or the whole bundle when the first read brought all of it; None when there is no such
     object; CorruptError for a head that fails a check."""
     data = b""
-    want = HEAD_READ
+    want = first
     while True:
         # Each further read starts one byte back, so it never starts past the object's end.
         start = max(len(data) - 1, 0)
