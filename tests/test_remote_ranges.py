@@ -55,7 +55,10 @@ def _history(remote, tmp_path):  # noqa: F811
         with a.backend.read() as view:
             manifest_chunks = set(objects.leaf_ids(view.get, cp.manifest))
             file_chunks = set(objects.leaf_ids(view.get, sid))
-    return cp, manifest_chunks, file_chunks, {k: remote.read(k) for k in remote.keys()}
+            data = {c for c in a.checkpoints() for e in a.entries(c.id) if e.is_file
+                    for c in objects.leaf_ids(view.get, e.ref)}
+    assert not manifest_chunks & data
+    return cp, manifest_chunks, file_chunks, data, {k: remote.read(k) for k in remote.keys()}
 
 
 def _fresh(remote, tmp_path):  # noqa: F811
@@ -71,7 +74,7 @@ def test_cat_of_one_file_reads_its_frame_and_the_records_of_each_bundle_only(rem
     ref, each bundle's head (its records: a first read of HEAD_READ bytes), the footers of the
     objects the checkpoint needs (a first read of BUNDLE_TAIL bytes) and the frame that holds its
     manifest.  Reading each bundle whole, as browsing did, read every push's inline data."""
-    cp, manifest_chunks, file_chunks, raw = _history(remote, tmp_path)
+    cp, manifest_chunks, file_chunks, data, raw = _history(remote, tmp_path)
     ref = layout.parse_ref("refs/t", raw["refs/t"])
     latest = layout.parse_bundle(ref.bundle, raw[ref.bundle])
     needed = [ref.bundle, *latest.needs]
@@ -81,6 +84,9 @@ def test_cat_of_one_file_reads_its_frame_and_the_records_of_each_bundle_only(rem
     file_frame = sum(f.length for k in needed for f in _frames(k, raw[k]) if file_chunks & {c for c, _, _ in f.members})
     manifest_frames = sum(f.length for k in needed for f in _frames(k, raw[k])
                           if manifest_chunks & {c for c, _, _ in f.members})
+    # A push frames manifest chunks apart from file data: reading a manifest reads no file.
+    assert not [f for k in history for f in _frames(k, raw[k])
+                if data & {c for c, _, _ in f.members} and manifest_chunks & {c for c, _, _ in f.members}]
     records = sum(max(_head_length(k, raw[k]), heads.HEAD_READ) for k in history)
     footers = sum(max(_footer_length(k, raw[k]), ranges.BUNDLE_TAIL) for k in needed)
     meta = len(raw["config"]) + len(raw["refs/t"]) + records + footers + manifest_frames
