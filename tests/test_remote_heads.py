@@ -205,3 +205,28 @@ def test_heads_that_grow_along_a_history_cost_a_request_each():
     head_bytes = sum(b.inline_at[0] for b in got if b is not None and b.inline_at is not None)
     assert t.calls <= len(keys) + 2, t.calls
     assert t.read < 2 * head_bytes, (t.read, head_bytes)
+
+
+def test_clone_at_an_old_checkpoint_reads_the_newer_pushes_heads_only(remote, tmp_path, monkeypatch):  # noqa: F811
+    """``clone --at``: the history is searched newest first by bundle heads; only the bundle
+    that holds the checkpoint is read whole (its name checked), not the newer pushes' data."""
+    from remote_helpers import Counting
+
+    from snapstore.store import Store
+
+    ids = []
+    with make_store(tmp_path / "a", {"old.txt": OLD}) as a:
+        remote.add_to(a)
+        for i in range(5):
+            (tmp_path / "a" / "data.bin").write_bytes(random_bytes(40_000, f"d{i}"))
+            ids.append(a.snapshot(f"step {i}", task="t").id)
+            a.push(task="t")
+    bundles = sorted(remote.keys("log/t/"), key=lambda k: k.rsplit("/", 1)[1])
+    counting = Counting(monkeypatch)
+    Store.clone(remote.url, tmp_path / "c", endpoint=remote.endpoint, ref="t", at=ids[0][:12])
+    assert (tmp_path / "c" / "data.bin").read_bytes() == random_bytes(40_000, "d0")
+    calls = counting.last.calls
+    whole = [k for kind, k in calls if kind == "get" and k.startswith("log/")]
+    assert whole == [bundles[0]], calls
+    newer = sum(len(remote.read(k)) for k in bundles[1:])
+    assert counting.last.bytes_read < len(remote.read(bundles[0])) + newer / 4, (counting.last.bytes_read, newer)

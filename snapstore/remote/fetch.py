@@ -214,18 +214,23 @@ def _untaken_history(
 
 def _find(transport: Transport, name: str, ref: layout.Ref, at: str, out: FetchedRef) -> tuple[layout.Bundle, bytes]:
     """The bundle of the newest checkpoint of ref ``name``'s history whose id starts with
-    ``at`` (its bundles read newest first until one holds it), and that checkpoint's id."""
+    ``at`` (the heads of its bundles read newest first until one holds it, then that bundle
+    whole), and that checkpoint's id."""
     from snapstore.remote import history
+    from snapstore.remote.heads import read_head
 
     prefix = at.lower()
     if len(prefix) < 4 or any(c not in "0123456789abcdef" for c in prefix):
         raise UsageError(f"--at takes a checkpoint id or a prefix of at least 4 hex digits, not {at!r:.80}")
     keys = [k for k in history.read(transport, name).bundles if k != ref.bundle]
     for key in [ref.bundle, *reversed(keys)]:
-        bundle = _read_bundle(transport, key, name, out)
-        for cid, _ in reversed(bundle.checkpoints):
+        head = read_head(transport, key)
+        if head is None:
+            raise CorruptError(f"remote object {key} is missing (the history of ref {name} names it)")
+        for cid, _ in reversed(head.checkpoints):
             if cid.hex().startswith(prefix):
-                return bundle, cid
+                # (a head is checked record by record: what is imported is checked whole)
+                return (head if head.inline is not None else _read_bundle(transport, key, name, out)), cid
     raise RefError(f"no checkpoint {at!r:.80} in the history of the remote ref {name}")
 
 
