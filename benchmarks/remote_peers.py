@@ -101,7 +101,9 @@ def run(work: str, weed: Any, tree: str, steps: int) -> dict[str, Any]:
     """Every row for both tools on ``tree`` (a copy is edited by the history)."""
     meter = Meter(weed.metrics_port)
     env = dict(os.environ, **weed.env, RESTIC_PASSWORD=PASSWORD)
-    snap = [sys.executable, "-m", "snapstore"]
+    # -P: the tree is the stdlib's (json, email, ...) and cwd would shadow the stdlib once the
+    # edit history has made one of its files unimportable
+    snap = [sys.executable, "-P", "-m", "snapstore"]
     src = os.path.join(work, "peer-tree")
     shutil.copytree(tree, src, symlinks=True)
     sb, rb = f"snap-{os.urandom(3).hex()}", f"restic-{os.urandom(3).hex()}"

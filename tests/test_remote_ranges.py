@@ -18,10 +18,10 @@ import pytest
 from canned_http import canned
 from remote_helpers import Counting, make_store, remote, seaweed  # noqa: F401 - fixtures
 
-from snapstore.remote import layout, ranges
+from snapstore.remote import heads, layout, ranges
 from snapstore.remote.s3errors import RangeNotServed
 from snapstore.remote.transport import Got, Transport
-from snapstore.storage import entries
+from snapstore.storage import entries, objects
 from snapstore.testing import random_bytes
 
 STEPS = 15
@@ -37,9 +37,12 @@ def _text(seed: str, n: int) -> bytes:
     return out[:n]
 
 
-def test_cat_of_one_file_reads_the_history_its_footers_and_its_frame_only(remote, tmp_path):  # noqa: F811
-    files: dict[str, object] = {f"src/m{j}.txt": _text(f"m{j}", 16_000) for j in range(40)}
-    with make_store(tmp_path / "a", {**files, "keep.txt": _text("keep", 12_000)}) as a:
+def _history(remote, tmp_path):  # noqa: F811
+    """The trial's shape: a first push of text (the file read, in one frame), then small pushes
+    of ~48 KB inline each: the last checkpoint, the chunks of its manifest and of the file, and
+    the remote's objects."""
+    files: dict[str, object] = {f"src/m{j}.txt": _text(f"m{j}", 16_000) for j in range(4)}
+    with make_store(tmp_path / "a", {**files, "keep.txt": _text("keep", 65_000)}) as a:
         remote.add_to(a)
         a.snapshot("first", task="t")
         a.push(task="t")
@@ -48,34 +51,71 @@ def test_cat_of_one_file_reads_the_history_its_footers_and_its_frame_only(remote
                 (tmp_path / "a" / f"step{k}.bin").write_bytes(random_bytes(24_000, f"s{i}-{k}"))
             cp = a.snapshot(f"step {i}", task="t")
             a.push(task="t")
-    raw = {k: remote.read(k) for k in remote.keys()}
-    ref = layout.parse_ref("refs/t", raw["refs/t"])
-    latest = layout.parse_bundle(ref.bundle, raw[ref.bundle])
-    assert not [k for k in latest.needs if k.startswith("packs/")]  # all inline, as in the trial
-    history = [k for k in raw if k.startswith("log/t/")]
-    assert len(history) == STEPS + 1 and all(len(raw[k]) > 40_000 for k in history[1:]), [len(raw[k]) for k in history]
-    footers = sum(layout.footer_length(k, raw[k][-layout.TAIL_SIZE:], len(raw[k])) + layout.TAIL_SIZE
-                  for k in latest.needs)
-    largest_frame = max(f.length for k in latest.needs for f in _frames(k, raw[k]))
-    # Browsing takes up the ref's whole history (every pushed checkpoint is listed), and reads
-    # each bundle of it whole today, inline data included (reading only their records by range
-    # is the next step): that is the metadata this read needs, besides the footers.
-    meta = len(raw["config"]) + len(raw["refs/t"]) + sum(len(raw[k]) for k in history) + footers
+        sid = next(e.ref for e in a.entries(cp.id) if e.path == b"keep.txt")
+        with a.backend.read() as view:
+            manifest_chunks = set(objects.leaf_ids(view.get, cp.manifest))
+            file_chunks = set(objects.leaf_ids(view.get, sid))
+            data = {c for c in a.checkpoints() for e in a.entries(c.id) if e.is_file
+                    for c in objects.leaf_ids(view.get, e.ref)}
+    assert not manifest_chunks & data
+    return cp, manifest_chunks, file_chunks, data, {k: remote.read(k) for k in remote.keys()}
 
+
+def _fresh(remote, tmp_path):  # noqa: F811
     b = make_store(tmp_path / "b", {"mine.txt": b"mine\n"})
     b.snapshot("mine")
     remote.add_to(b)
-    counting = Counting(pytest.MonkeyPatch())
     entries.clear_cache()  # this process pushed: its chunk cache must not answer for the remote
+    return b
+
+
+def test_cat_of_one_file_reads_its_frame_and_the_records_of_each_bundle_only(remote, tmp_path):  # noqa: F811
+    """Issue 41 req 7: bytes read <= 2 x the file's frame + the metadata the read needs: config,
+    ref, each bundle's head (its records: a first read of HEAD_READ bytes), the footers of the
+    objects the checkpoint needs (a first read of BUNDLE_TAIL bytes) and the frame that holds its
+    manifest.  Reading each bundle whole, as browsing did, read every push's inline data."""
+    cp, manifest_chunks, file_chunks, data, raw = _history(remote, tmp_path)
+    ref = layout.parse_ref("refs/t", raw["refs/t"])
+    latest = layout.parse_bundle(ref.bundle, raw[ref.bundle])
+    needed = [ref.bundle, *latest.needs]
+    assert not [k for k in needed if k.startswith("packs/")]  # all inline, as in the trial
+    history = sorted(k for k in raw if k.startswith("log/t/"))
+    assert len(history) == STEPS + 1 and all(len(raw[k]) > 40_000 for k in history[1:]), [len(raw[k]) for k in history]
+    file_frame = sum(f.length for k in needed for f in _frames(k, raw[k]) if file_chunks & {c for c, _, _ in f.members})
+    manifest_frames = sum(f.length for k in needed for f in _frames(k, raw[k])
+                          if manifest_chunks & {c for c, _, _ in f.members})
+    # A push frames manifest chunks apart from file data: reading a manifest reads no file.
+    assert not [f for k in history for f in _frames(k, raw[k])
+                if data & {c for c, _, _ in f.members} and manifest_chunks & {c for c, _, _ in f.members}]
+    records = sum(max(_head_length(k, raw[k]), heads.HEAD_READ) for k in history)
+    footers = sum(max(_footer_length(k, raw[k]), ranges.BUNDLE_TAIL) for k in needed)
+    meta = len(raw["config"]) + len(raw["refs/t"]) + records + footers + manifest_frames
+    assert 0 < file_frame < 100_000 and sum(len(raw[k]) for k in history) > 3 * (2 * file_frame + meta)
+
+    b = _fresh(remote, tmp_path)
+    counting = Counting(pytest.MonkeyPatch())
     try:
         with b.remote_view("origin") as view:
-            assert view.read_bytes(cp.id, "keep.txt") == _text("keep", 12_000)
+            taken_up = counting.last.bytes_read
+            assert view.read_bytes(cp.id, "keep.txt") == _text("keep", 65_000)
     finally:
         b.close()
     read = counting.last.bytes_read
-    assert read <= 2 * largest_frame + meta, (read, largest_frame, meta)
-    requests = len(counting.last.calls)
-    assert requests <= 5 + len(history) + 2 * len(latest.needs) + 1, counting.last.calls  # config, LISTs, ref, bundles; footers; frame
+    assert taken_up <= len(raw["config"]) + len(raw["refs/t"]) + records, (taken_up, records)
+    assert read <= 2 * file_frame + meta, (read, file_frame, meta)
+    # config, the refs' LIST, the ref, the history's LIST; a head each; a footer each (two reads
+    # at most); the manifest's frame and the file's
+    assert len(counting.last.calls) <= 4 + len(history) + 2 * len(needed) + 2, counting.last.calls
+
+
+def _head_length(key: str, body: bytes) -> int:
+    at = heads.parse_head(key, body, True).inline_at
+    assert at is not None
+    return at[0]
+
+
+def _footer_length(key: str, body: bytes) -> int:
+    return layout.footer_length(key, body[-layout.TAIL_SIZE:], len(body)) + layout.TAIL_SIZE
 
 
 def _frames(key: str, body: bytes) -> list[layout.PackFrame]:

@@ -27,6 +27,7 @@ last field, so the bundle ends with that pack's footer and tail (:func:`layout.e
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import NamedTuple
 
 import msgpack
@@ -113,6 +114,8 @@ class Filler:
         self._footers: OrderedDict[str, Footer] = OrderedDict()
         self._read: set[str] = set()  # footers read by this process (their "n" rows may be pending)
         self._manifests: set[bytes] | None = None
+        #: ``(time, keys)`` of each bundle this process took up: the objects it needs.
+        self._groups: list[tuple[int, list[str]]] = []
 
     def add_bundle(
         self, backend: Backend, transport: Transport, cfg: RemoteConfig, bundle: layout.Bundle, *, lock: Lock,
@@ -138,22 +141,43 @@ class Filler:
                     put_stream=lambda sid, rec: put_stream(batch, self.rid, manifests, sid, rec),
                 )
                 state.put_imported(batch, self.rid, bundle.key)
+            elif bundle.inline_at is not None and not self._known(batch, bundle.key):
+                # Only its head was read: its inline pack is read by range, like a pack, and
+                # where it lies is kept to check its footer against.
+                batch.put(state.TABLE, _pending_key(self.rid, bundle.key), msgpack.packb(list(bundle.inline_at)))
             for key in bundle.needs:
-                known = (_footer_key(self.rid, key), state.imported_key(self.rid, key))
-                if all(batch.get(state.TABLE, k) is None for k in known):
+                if not self._known(batch, key) and batch.get(state.TABLE, _pending_key(self.rid, key)) is None:
                     batch.put(state.TABLE, _pending_key(self.rid, key), b"")
             fetch.add_checkpoints(batch, bundle, out)
+        own = [bundle.key] if bundle.inline_at is not None else []
+        self._groups.append((bundle.time_ns, own + list(bundle.needs)))
+
+    def _known(self, batch: WriteBatch, key: str) -> bool:
+        """Whether object ``key``'s footer was read, or the object imported whole."""
+        known = (_footer_key(self.rid, key), state.imported_key(self.rid, key))
+        return any(batch.get(state.TABLE, k) is not None for k in known)
 
     def __call__(self, pending: Pending, table: str, key: bytes) -> None:
         if table == "packs":
             return  # only ever made by an import: pending, or in the store already
         if table != "chunks":
-            self._read_footers(pending)  # footers carry the records
+            def found() -> bool:  # footers carry the records
+                if pending.get(table, key) is not None or table != "streams":
+                    return pending.get(table, key) is not None
+                # A stream read finds a one-chunk file's chunk under its stream's id: once that
+                # id is a chunk's, any record of it names the same bytes (its content's hash; a
+                # tree id is derived apart), so the other footers need not be read for it.
+                return any(v is not None for v in (
+                    pending.get(state.TABLE, _unproven_key(self.rid, key)), pending.get("chunks", key),
+                    pending.get(state.TABLE, _where_key(self.rid, key)),
+                ))
+
+            self._read_footers(pending, found)
             if table == "streams" and pending.get("streams", key) is None:
                 self.prove(pending, key)
             return
         where = self._where(pending, key)
-        if where is None and self._read_footers(pending):
+        if where is None and self._read_footers(pending, lambda: self._where(pending, key) is not None):
             where = self._where(pending, key)
         if where is not None:
             self._read_frame(pending, *where)
@@ -168,15 +192,27 @@ class Filler:
         except (ValueError, TypeError, msgpack.UnpackException):
             return None  # a cache row only: the chunk is then reported missing
 
-    def _read_footers(self, pending: Pending) -> bool:
-        """Read the footer of every object not read yet; whether there was one."""
+    def _read_footers(self, pending: Pending, found: Callable[[], bool]) -> bool:
+        """Read footers not read yet until ``found()``; whether one was read.  Those of the
+        objects the newest bundle taken up by this process needs go first (a read of the
+        latest checkpoint reads no other footer), then each older bundle's, then the rest."""
         prefix = b"n" + self.rid
         with self.backend.read() as view:
-            keys = [k[len(prefix) :].decode() for k, _ in view.items(state.TABLE, prefix=prefix)]
-        keys = [k for k in keys if k not in self._read]
-        if not keys:
+            rows = {k[len(prefix) :].decode(): v for k, v in view.items(state.TABLE, prefix=prefix)}
+        if all(k in self._read for k in rows) or found():
             return False
-        for key, read in zip(keys, fetch.parallel_map(self._read_footer, keys)):
+        for group in [*(keys for _, keys in sorted(self._groups, reverse=True)), list(rows)]:
+            keys = list(dict.fromkeys(k for k in group if k in rows and k not in self._read))
+            if keys:
+                self._take_footers(pending, keys, rows)
+                if found():
+                    break
+        return True
+
+    def _take_footers(self, pending: Pending, keys: list[str], rows: dict[str, bytes]) -> None:
+        """Read the footers of ``keys`` (:data:`fetch.READERS` at a time) into the cache."""
+        reads = fetch.parallel_map(lambda k: self._read_footer(k, _extent(k, rows[k])), keys)
+        for key, read in zip(keys, reads):
             footer = read.footer
             pending.put(state.TABLE, _footer_key(self.rid, key), msgpack.packb(
                 [footer.base, [[f.offset, f.length, [list(m) for m in f.members]] for f in footer.frames]],
@@ -198,7 +234,6 @@ class Filler:
             pending.delete(state.TABLE, _pending_key(self.rid, key))
             self._keep(key, footer)
             self._read.add(key)
-        return True
 
     def _manifest_ids(self) -> set[bytes]:
         """The manifest ids of the cached checkpoints: read once per process (the checkpoints
@@ -232,15 +267,19 @@ class Filler:
             raise CorruptError(f"{exc} (a remote footer gave it another record); run 'snapstore remote verify'") from None
         pending.put("streams", mid, record)
 
-    def _read_footer(self, key: str) -> _Read:
-        """Read and check the footer of ``key``'s pack by ranges (its frames and records)."""
-        first = ranges.tail_read(key)
+    def _read_footer(self, key: str, extent: tuple[int, int] | None = None) -> _Read:
+        """Read and check the footer of ``key``'s pack by ranges (its frames and records);
+        ``extent``: where a bundle's inline pack lies, as its head said (then no more than
+        that pack is read, and the footer must agree)."""
+        first = ranges.tail_read(key) if extent is None else min(ranges.tail_read(key), extent[1] - extent[0])
         got = self.transport.get_suffix(key, first)
         if got is None:
             raise _missing(key)
         tail, size = got
         if size > MAX_GET or len(tail) != min(size, first):
             raise CorruptError(f"remote object {key} is corrupt (it is not the size its reads say)")
+        if extent is not None and size != extent[1]:
+            raise CorruptError(f"remote object {key} is corrupt (it is not the size its head says)")
         flen = layout.footer_length(key, tail[-layout.TAIL_SIZE :], size)
         need = flen + layout.TAIL_SIZE
         if need > len(tail):
@@ -253,6 +292,10 @@ class Filler:
         if key.startswith("packs/"):
             frames, streams, convs = layout.parse_footer(key, footer, size - need)
             return _Read(Footer(0, frames), streams, convs, tail, start)
+        if extent is not None:  # its head said where its inline pack starts
+            base = extent[0]
+            frames, streams, convs = layout.parse_footer(key, footer, size - need - base)
+            return _Read(Footer(base, frames), streams, convs, tail, start)
         # A bundle's inline pack ends the bundle: its start follows from its last frame's end.
         frames, streams, convs = layout.parse_footer(key, footer, size)
         length = max((f.offset + f.length for f in frames), default=len(layout.PACK_MAGIC) + layout.NONCE) + need
@@ -300,6 +343,20 @@ class Filler:
         layout.check_frame(key, data, frame)
         for table, k, v in packs.pack_ops([packs.Frame(CODEC_ZSTD, data, list(frame.members))]):
             pending.put_new(table, k, v)
+
+
+def _extent(key: str, row: bytes) -> tuple[int, int] | None:
+    """Where a bundle's inline pack lies, from its pending row (empty: not known)."""
+    if not row:
+        return None
+    try:
+        start, end = msgpack.unpackb(row)
+        if type(start) is int and type(end) is int and 0 < start < end:
+            return start, end
+    except (ValueError, TypeError, msgpack.UnpackException):
+        pass
+    raise CorruptError(f"the browsing cache's note of where {key} holds its data is damaged "
+                       "('snapstore remote remove' and add the remote again)")
 
 
 def _missing(key: str) -> CorruptError:

@@ -129,7 +129,7 @@ def store_object(backend: Backend, cfg: RemoteConfig, lock: Lock, key: str, pack
 def fetch_ref(
     backend: Backend, transport: Transport, cfg: RemoteConfig, name: str, *, lock: Lock,
     progress: Progress | None = None, add: Callable[..., None] | None = None, whole_history: bool = False,
-    at: str | None = None, on_forgotten: Callable[[], None] | None = None,
+    at: str | None = None, on_forgotten: Callable[[], None] | None = None, heads: bool = False,
 ) -> FetchedRef:
     """Fetch ref ``name``: RefError when the remote has no such ref; CorruptError (nothing of
     the bundle's checkpoints added) when an object is missing or fails a check.
@@ -139,7 +139,8 @@ def fetch_ref(
     ``at`` (a checkpoint id or a prefix of one) the bundle of the newest such checkpoint in
     that history instead, and ``out.checkpoint`` names it.  ``on_forgotten`` is called when a
     bundle taken up before was forgotten since.  ``add`` takes each checked bundle up (default:
-    :func:`add_bundle`, the whole closure; browsing passes one that reads lazily)."""
+    :func:`add_bundle`, the whole closure; browsing passes one that reads lazily, and
+    ``heads``: each bundle's head is read by range, not its inline data, :mod:`heads`)."""
     out = FetchedRef(name)
     ref, etag = refs.read(transport, name)
     if ref is None:
@@ -158,7 +159,12 @@ def fetch_ref(
             with backend.read() as view:
                 present = view.get("checkpoints", ref.checkpoint) is not None
             keys = [] if present else [ref.bundle]
-        pairs = zip(keys, parallel_map(lambda k: _read_bundle(transport, k, name, out), keys))
+        reader = None
+        if heads:
+            from snapstore.remote.heads import HeadReader
+
+            reader = HeadReader(transport)
+        pairs = zip(keys, parallel_map(lambda k: _read_bundle(transport, k, name, out, reader), keys))
     for key, bundle in pairs:
         if key == ref.bundle and ref.checkpoint not in {cid for cid, _ in bundle.checkpoints}:
             raise CorruptError(f"remote object {ref.bundle} does not hold the checkpoint its ref {name} names")
@@ -181,7 +187,16 @@ def take(batch: WriteBatch, cfg: RemoteConfig, bundle: layout.Bundle) -> None:
     state.put_taken(batch, cfg.rid, state.Taken(bundle.key, bundle.ns, bundle.writer, bundle.user, bundle.host, bundle.time_ns, cids))
 
 
-def _read_bundle(transport: Transport, key: str, name: str, out: FetchedRef) -> layout.Bundle:
+def _read_bundle(
+    transport: Transport, key: str, name: str, out: FetchedRef, heads: Callable[[str], layout.Bundle | None] | None = None,
+) -> layout.Bundle:
+    """Bundle ``key`` read whole and checked, or (``heads``) its head only."""
+    if heads is not None:
+        bundle = heads(key)
+        if bundle is None:
+            raise CorruptError(f"remote object {key} is missing (the history of ref {name} names it)")
+        out.objects_read += 1
+        return bundle
     got = transport.get(key)
     if got is None:
         raise CorruptError(f"remote object {key} is missing (the history of ref {name} names it)")
@@ -209,18 +224,23 @@ def _untaken_history(
 
 def _find(transport: Transport, name: str, ref: layout.Ref, at: str, out: FetchedRef) -> tuple[layout.Bundle, bytes]:
     """The bundle of the newest checkpoint of ref ``name``'s history whose id starts with
-    ``at`` (its bundles read newest first until one holds it), and that checkpoint's id."""
+    ``at`` (the heads of its bundles read newest first until one holds it, then that bundle
+    whole), and that checkpoint's id."""
     from snapstore.remote import history
+    from snapstore.remote.heads import read_head
 
     prefix = at.lower()
     if len(prefix) < 4 or any(c not in "0123456789abcdef" for c in prefix):
         raise UsageError(f"--at takes a checkpoint id or a prefix of at least 4 hex digits, not {at!r:.80}")
     keys = [k for k in history.read(transport, name).bundles if k != ref.bundle]
     for key in [ref.bundle, *reversed(keys)]:
-        bundle = _read_bundle(transport, key, name, out)
-        for cid, _ in reversed(bundle.checkpoints):
+        head = read_head(transport, key)
+        if head is None:
+            raise CorruptError(f"remote object {key} is missing (the history of ref {name} names it)")
+        for cid, _ in reversed(head.checkpoints):
             if cid.hex().startswith(prefix):
-                return bundle, cid
+                # (a head is checked record by record: what is imported is checked whole)
+                return (head if head.inline is not None else _read_bundle(transport, key, name, out)), cid
     raise RefError(f"no checkpoint {at!r:.80} in the history of the remote ref {name}")
 
 
@@ -451,7 +471,7 @@ def take_up_refs(
     for name in names:
         try:
             report.refs.append(fetch_ref(
-                backend, t, cfg, name, lock=lock, add=add, whole_history=True, on_forgotten=forgotten,
+                backend, t, cfg, name, lock=lock, add=add, whole_history=True, on_forgotten=forgotten, heads=True,
             ))
         except CorruptError as exc:
             report.problems.append(exc.message)

@@ -195,7 +195,11 @@ def _read_footer(
         field = r.str_(32)
         if field == "frames" and not frames:
             for _ in range(r.array()):
-                frames.append(_read_frame(r, data_end))
+                frame = _read_frame(r, data_end)
+                if frames and frame.offset < frames[-1].offset + frames[-1].length:
+                    # (writers lay frames out in order: overlaps would read the same bytes again)
+                    raise CorruptError("its frames overlap or are out of order")
+                frames.append(frame)
         elif field in ("streams", "conversations") and field not in records:
             out = records[field] = []
             for _ in range(r.array()):
@@ -292,6 +296,9 @@ class Bundle(NamedTuple):
     inline: Pack | None
     user: str = ""  # who pushed it (version 2; "" for version 1)
     host: str = ""
+    #: Where its inline pack lies in it, ``(start, end)``, when only its head was read
+    #: (:mod:`snapstore.remote.heads`: ``inline`` is then None; the pack is read by range).
+    inline_at: tuple[int, int] | None = None
 
 
 def encode_bundle(
@@ -337,35 +344,44 @@ def _read_bundle(body: bytes) -> dict[str, Any]:
     r = wire.SchemaReader(memoryview(body)[len(BUNDLE_MAGIC) :])
     doc: dict[str, Any] = {}
     for _ in range(r.map()):
-        field = r.str_(32)
-        if read_header(r, field, doc):
-            continue
-        if field == "inline":
-            doc[field] = r.optional_bytes()
-        elif field == "needs":
-            doc[field] = needs = []
-            for _ in range(r.array()):
-                need = r.str_(MAX_KEY)
-                if not is_data_key(need):
-                    raise CorruptError(f"it names {need!r}, not a pack or bundle")
-                needs.append(need)
-        elif field == "checkpoints":
-            doc[field] = cps = []
-            for _ in range(r.array()):
-                r.pair()
-                cid, rec = _id(r), r.bytes_()
-                wire.unpack(rec, items=RECORD_ITEMS)  # bounded first: parse_record decodes it freely
-                parse_record(cid, rec)
-                cps.append((cid, rec))
-        else:
-            raise ValueError(f"unexpected field {field!r}")
+        read_bundle_field(r, r.str_(32), doc)
     r.done()
+    check_bundle_fields(doc)
+    return doc
+
+
+def read_bundle_field(r: wire.SchemaReader, field: str, doc: dict[str, Any]) -> None:
+    """Read one field of a bundle into ``doc``, each element checked as it is read."""
+    if read_header(r, field, doc):
+        return
+    if field == "inline":
+        doc[field] = r.optional_bytes()
+    elif field == "needs":
+        doc[field] = needs = []
+        for _ in range(r.array()):
+            need = r.str_(MAX_KEY)
+            if not is_data_key(need):
+                raise CorruptError(f"it names {need!r}, not a pack or bundle")
+            needs.append(need)
+    elif field == "checkpoints":
+        doc[field] = cps = []
+        for _ in range(r.array()):
+            r.pair()
+            cid, rec = _id(r), r.bytes_()
+            wire.unpack(rec, items=RECORD_ITEMS)  # bounded first: parse_record decodes it freely
+            parse_record(cid, rec)
+            cps.append((cid, rec))
+    else:
+        raise ValueError(f"unexpected field {field!r}")
+
+
+def check_bundle_fields(doc: dict[str, Any]) -> None:
+    """ValueError (KeyError) unless a bundle's fields are all there, of a version read here."""
     if doc.get("v") not in (FORMAT, BUNDLE_V):
         raise ValueError(f"unknown bundle version {doc.get('v')!r}")
     for field in ("ns", "writer", "time_ns", "checkpoints", "needs", "inline"):
         if field not in doc:
             raise KeyError(field)
-    return doc
 
 
 #: What ends the key of a forget record (``log/<ns>/...-<h16>.forget``, remote/history.py).

@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from snapstore.errors import CorruptError, RemoteError
+from snapstore.records.checkpoint import references
 from snapstore.remote import closure, layout, refs, state
 from snapstore.remote.state import RemoteConfig
 from snapstore.remote.transport import Transport
@@ -108,6 +109,10 @@ class _Plan:
                  leaf_rows: dict[bytes, list[str]], pending: dict[str, state.PendingPack]) -> None:
         with backend.read() as view:
             self.need = closure.of(view.get, records, skip_leaves=frozenset(leaf_rows), track=True)
+        manifests = {references(cid, rec)[0] for cid, rec in records}
+        #: The chunks of the checkpoints' manifests (index nodes and leaves): framed apart from
+        #: file data, so a reader by range fetches a manifest without the files beside it.
+        self.metadata = {n for mid in manifests for n in self.need.stream_nodes.get(mid, ())}
         self.leaf_rows = leaf_rows
         self.chunks = state.known(backend, cfg.rid, state.KIND_CHUNK, self.need.chunks)
         self.streams = state.known(backend, cfg.rid, state.KIND_STREAM, self.need.streams)
@@ -367,9 +372,11 @@ def _upload(
         packer = _Packer(transport, report, journal, uploaded)
         if progress is not None:
             progress(0, total)
-        for data, members, plain in _frames_of(view.get, new_chunks, level, lambda n: None):
-            report.bytes_new += plain
-            packer.add(data, members)
+        metadata = [c for c in new_chunks if c in plan.metadata]
+        for group in (metadata, [c for c in new_chunks if c not in plan.metadata]):
+            for data, members, plain in _frames_of(view.get, group, level, lambda n: None):
+                report.bytes_new += plain
+                packer.add(data, members)
     inline = packer.finish(new_streams, new_convs)
     up = _Uploaded(plan, packer, new_chunks, new_streams, new_convs, inline)
     report.packs_resumed = len(up.resumed)

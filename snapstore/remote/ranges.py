@@ -1,12 +1,14 @@
 """Ranged reads: how much of an object's end to read for its footer, and what to do when an
 engine does not serve ranges (docs/remote.md, "Browsing: read-through by range").
 
-A single-file read from a fresh machine (``cat --remote``) costs the ref, its bundle, the
-footers of the objects its checkpoint needs and the frames that hold the file.  The footers are
-the index: they say which frame holds each chunk, at which offset.  :func:`tail_read` sizes the
-first read of an object's end: a bundle's inline pack is at most ``layout.INLINE_MAX`` (1 MiB)
-and its footer a few KiB, so a bundle's end is read in :data:`BUNDLE_TAIL` bytes (64 KiB there
-read most small bundles whole: 24 of them were 1.2 MB of a 1.47 MB read); a pack's footer
+A single-file read from a fresh machine (``cat --remote``) costs the ref, the heads of its
+history's bundles (:mod:`heads`), the footers of the objects its checkpoint needs and the frames
+that hold the file.  The footers are the index: they say which frame holds each chunk, at which
+offset.  :func:`tail_read` sizes the first read of an object's end: a bundle's inline pack is at
+most ``layout.INLINE_MAX`` (1 MiB) and its footer a few hundred bytes for a push of a few files,
+so a bundle's end is read in :data:`BUNDLE_TAIL` bytes (64 KiB there read most small bundles
+whole: 24 of them were 1.2 MB of a 1.47 MB read; 4 KiB was 6-10 times the footers of a 16-push
+history of stdlib edits, 236-679 bytes); a pack's footer
 lists up to thousands of chunks, so its end is read in :data:`PACK_TAIL`.  A footer larger than
 the first read costs one more ranged GET of exactly the rest.
 
@@ -28,7 +30,7 @@ from snapstore.remote.interface import MAX_GET, Got, Listed, Transport
 from snapstore.remote.s3errors import RangeNotServed
 
 #: Bytes of a bundle's end read first (its inline pack's footer and tail).
-BUNDLE_TAIL = 4 << 10
+BUNDLE_TAIL = 1 << 10
 #: Bytes of a pack's end read first (a footer of up to about 1,400 chunks).
 PACK_TAIL = 64 << 10
 #: Bytes of whole objects kept by the fallback (the last few read).

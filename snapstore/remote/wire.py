@@ -68,6 +68,10 @@ def unpack(data: bytes, *, strict_map_key: bool = True, items: int | None = None
     )
 
 
+class Short(ValueError):
+    """A prefix read by :class:`SchemaReader` ends before the value does: read more of it."""
+
+
 _ARRAY = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])
 _MAP = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
 
@@ -75,20 +79,27 @@ _MAP = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
 class SchemaReader:
     """A schema-guided walk over one msgpack value (see the module docstring)."""
 
-    def __init__(self, data: bytes | memoryview) -> None:
+    def __init__(self, data: bytes | memoryview, *, prefix: bool = False) -> None:
+        """``prefix``: ``data`` may be the start of a longer value (a bundle's head read by
+        range): running out of it raises :class:`Short`, and counts are not checked against it."""
         self.data = data
+        self.prefix = prefix
         self._u = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1), max_ext_len=0)
         self._u.feed(data)
 
     def _peek(self) -> int:
         pos: int = self._u.tell()
         if pos >= len(self.data):
-            raise ValueError("it ends too soon")
+            raise Short("it ends too soon") if self.prefix else ValueError("it ends too soon")
         return self.data[pos]
+
+    def tell(self) -> int:
+        """Where the next value starts in ``data``."""
+        return int(self._u.tell())
 
     def _count(self, n: int) -> int:
         # Each element takes at least one byte: a count the rest cannot hold is a lie.
-        if n > len(self.data) - self._u.tell():
+        if not self.prefix and n > len(self.data) - self._u.tell():
             raise ValueError("a count is larger than what follows it")
         return n
 
