@@ -160,6 +160,14 @@ def write(
     return cid, record
 
 
+def _map_record(fields: dict[str, Any], appended: bytes, level: int, parts: list[bytes] | None) -> bytes:
+    """An inline record in the map form (format 2: what its readers read)."""
+    fields.update(chunks=[], inline=objects.encode_chunk(appended, level), inline_size=len(appended))
+    if parts is not None:
+        fields["parts"] = parts
+    return bytes(msgpack.packb(fields, use_bin_type=True))
+
+
 def _write(
     records: list[bytes], put: Put, level: int, encode: bool, base: tuple[bytes, int, int] | None,
     form: tuple[bool, bool], get: Get | None, memo: Memo | None,
@@ -200,13 +208,10 @@ def _write(
         if parts is not None and cid == parts[-1]:
             return cid, None, hasher
         fields: dict[str, Any] = {"base": base_id, "count": start, "depth": depth, "total": len(records)}
-        if not compact:  # (format 2)
-            fields.update(inline=objects.encode_chunk(appended, level), inline_size=len(appended), chunks=[])
-            if parts is not None:
-                fields["parts"] = parts
-            return cid, msgpack.packb(fields, use_bin_type=True), hasher
-        before = conversation_delta.before_tail(records, start)
-        return cid, conversation_delta.pack(fields, appended, before, level, parts), hasher
+        if compact:
+            before = conversation_delta.before_tail(records, start)
+            return cid, conversation_delta.pack(fields, appended, before, level, parts), hasher
+        return cid, _map_record(fields, appended, level, parts), hasher
     if parts is not None:  # too big to be inline: a full record of chunks, as in format 1
         hasher, start = blake3.blake3(), 0
     refs = []
