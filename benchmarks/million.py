@@ -45,12 +45,27 @@ def timed(argv: list[str], cwd: str, runs: int, before=None) -> list[float]:
     return out
 
 
-def measure(n: int, workdir: str, runs: int) -> dict:
-    tree = os.path.join(workdir, "million")
+def prepare_tree(tree: str, n: int, keep: bool) -> float:
+    """Generate the tree (seconds taken); with ``keep``, reuse one a previous ``--keep-tree`` run
+    left (its store removed: the initial checkpoint is measured anew)."""
+    marker = os.path.join(tree, f".generated-{n}")
+    if keep and os.path.exists(marker):
+        shutil.rmtree(os.path.join(tree, ".snapstore"), ignore_errors=True)
+        with open(marker) as f:
+            return float(f.read())
     shutil.rmtree(tree, ignore_errors=True)
     t0 = time.perf_counter()
     generate(tree, n)
-    gen_s = time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    if keep:
+        with open(marker, "w") as f:
+            f.write(str(took))
+    return took
+
+
+def measure(n: int, workdir: str, runs: int, keep: bool = False) -> dict:
+    tree = os.path.join(workdir, "million")
+    gen_s = prepare_tree(tree, n, keep)
     snap = snapstore_argv()
     env = snap_env()
     run([*snap, "init", "-q"], cwd=tree, env=env)
@@ -80,7 +95,7 @@ def measure(n: int, workdir: str, runs: int) -> dict:
             hwm_kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
     finally:
         run([*snap, "serve", "--stop"], cwd=tree, env=env, ok=())
-        shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(os.path.join(tree, ".snapstore") if keep else tree, ignore_errors=True)
     return {
         "files": n, "generate_s": gen_s, "initial_s": initial.seconds, "initial_rss_kib": initial.rss_kib,
         "service_first_s": first, "no_change_s": statistics.median(no_change), "one_file_s": statistics.median(one),
@@ -149,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--workdir", default=tempfile.gettempdir())
+    parser.add_argument("--keep-tree", action="store_true", help="keep the generated tree in WORKDIR for the next run (and reuse one left there)")
     parser.add_argument("--md", help="write the markdown report here (e.g. docs/benchmarks-million.md)")
     args = parser.parse_args(argv)
-    doc = measure(args.files, args.workdir, args.runs)
+    doc = measure(args.files, args.workdir, args.runs, args.keep_tree)
     text = markdown(doc)
     print(text)
     if args.md:
