@@ -84,7 +84,8 @@ class Inputs:
     ) -> None:
         #: The walk's records: kept only when asked for (a SAFETY checkpoint) or when watching.
         self.found = found
-        #: The stat cache as a dict (a watching context's); empty after a plain walk.
+        #: Stat-cache values set since the last snapshot (a watching context's:
+        #: TreeState.cache); empty after a walk.
         self.cache = cache
         #: Every path's entry, those to read still with their stat-cache guess.
         self.entries = entries
@@ -131,11 +132,9 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     listings: scan.Listings = {}
     found = scan.walk(ctx.root_bytes, ctx.excluded, report, listings)
     incremental.check_walk(ctx, found)
-    with ctx.backend.read() as view:  # the watcher's state keeps the cache as a dict
-        cache = dict(view.items("statcache"))
-    entries, to_read = worktree.classify(found, cache)
+    with ctx.backend.read() as view:  # (the watcher's state does not hold the stat cache)
+        entries, to_read, stale = worktree.classify_sorted(found, view.items("statcache"))
     incremental.reread_mapped(watcher, found, entries, to_read)
-    stale = incremental.stale_cache_keys(cache, found)
     watcher.inode_memo.clear()  # (a path may have any inode now)
     watcher.inode_index = None
-    return Inputs(found, cache, entries, to_read, stale, Walked(found, listings, report.links))
+    return Inputs(found, {}, entries, to_read, stale, Walked(found, listings, report.links))
