@@ -19,7 +19,7 @@ HEAVY = frozenset({
     "test_http_hooks_other_user.py", "test_integrate.py", "test_integrate_any_path.py",
     "test_maintenance.py", "test_maintenance_size.py", "test_manifest_cut.py", "test_mcp.py",
     "test_mcp_attribution.py", "test_mcp_inspector.py", "test_mcp_root.py", "test_mcp_startup.py",
-    "test_memory.py", "test_native_client.py", "test_native_fuzz.py", "test_no_space.py",
+    "test_memory.py", "test_watch_million.py", "test_native_client.py", "test_native_fuzz.py", "test_no_space.py",
     "test_packs.py", "test_pathlog.py", "test_planted_store.py", "test_remote_aws.py",
     "test_remote_browse.py", "test_remote_crypt.py", "test_remote_failures.py",
     "test_remote_history.py", "test_remote_history_hostile.py", "test_remote_hostile.py",
