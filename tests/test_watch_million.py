@@ -25,11 +25,11 @@ from snapstore.testing import build_tree
 from snapstore.tree import packed, rescan, scan
 
 FILES = 30_000
-#: Measured when written (30,000 files in directories of 1,000): kept ~660 B/file, peak of the
-#: watching walk ~930 B/file; before the packed records and the stat cache read on demand,
-#: 907 and 1,118 B/file (at 100,000 files).
-KEPT_BYTES_PER_FILE = 750
-PEAK_BYTES_PER_FILE = 1000
+#: Measured when written (30,000 files in directories of 1,000): kept ~566 B/file, peak of the
+#: two checkpoints ~690 B/file; before the packed records and the stat cache read on demand,
+#: kept ~962 B/file (and 907 kept, 1,118 peak at 100,000 files).
+KEPT_BYTES_PER_FILE = 650
+PEAK_BYTES_PER_FILE = 800
 
 _CHILD = r"""
 import gc, json, os, sys, time, tracemalloc

@@ -101,6 +101,18 @@ class FoundMap(MutableMapping[bytes, Found]):
                 yield _unpack(value)[2]
 
 
+def drain(found: list[Found | None], into: FoundMap) -> Iterator[Found]:
+    """Yield each record of ``found``, packing it into ``into`` and dropping it from the list
+    (set to None): a pass that builds the kept map never holds every record twice."""
+    d = into._d
+    for i, f in enumerate(found):
+        if f is None:
+            continue
+        found[i] = None
+        d[f[0]] = pack(f)
+        yield f
+
+
 class FoundOverlay(MutableMapping[bytes, Found]):
     """``base``'s records with changes of its own; ``base`` is never changed."""
 

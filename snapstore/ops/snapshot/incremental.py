@@ -198,7 +198,7 @@ def _has_inode(f: scan.Found | None, ino: int) -> bool:
     return f is not None and f.st is not None and f.st.st_ino == ino
 
 
-def reread_mapped(watcher: Watcher, found: list[scan.Found], entries: dict[bytes, Entry], to_read: list[scan.Found]) -> None:
+def reread_mapped(watcher: Watcher, found: Mapping[bytes, scan.Found], entries: dict[bytes, Entry], to_read: list[scan.Found]) -> None:
     """After a full walk: the files mapped shared and writable now or at the last snapshot are
     read whatever the stat cache says (see :func:`blind_spots`); ``entries`` and ``to_read``
     are changed in place."""
@@ -206,9 +206,8 @@ def reread_mapped(watcher: Watcher, found: list[scan.Found], entries: dict[bytes
     mapped, watcher.last_mapped = mapped | watcher.last_mapped, mapped
     for path in mapped:
         if path in entries and entries[path].kind <= EXEC:
-            i = bisect.bisect_left(found, (path,))
-            f = found[i] if i < len(found) else None
-            if f is not None and f.path == path and f.st is not None and f.st.st_size <= MAPPED_REREAD_MAX:
+            f = found.get(path)
+            if f is not None and f.st is not None and f.st.st_size <= MAPPED_REREAD_MAX:
                 del entries[path]
                 to_read.append(f)
 

@@ -21,7 +21,7 @@ from snapstore.records.checkpoint import (
 from snapstore.records.manifest import Entry
 from snapstore.storage import packs
 from snapstore.storage.backend import Backend
-from snapstore.tree import scan, worktree
+from snapstore.tree import packed, scan, worktree
 
 
 class Start:
@@ -132,9 +132,16 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     listings: scan.Listings = {}
     found = scan.walk(ctx.root_bytes, ctx.excluded, report, listings)
     incremental.check_walk(ctx, found)
+    kept = packed.FoundMap()
+    # Unless the caller keeps the walk's records, each is packed into the state as the stat
+    # cache pairs it, and dropped from the list: the records as objects (~270 bytes a file) and
+    # the entries are never all held at once (the service's peak at its first checkpoint).
+    records = found if keep_found else packed.drain(found, kept)  # type: ignore[arg-type]
     with ctx.backend.read() as view:  # (the watcher's state does not hold the stat cache)
-        entries, to_read, stale = worktree.classify_sorted(found, view.items("statcache"))
-    incremental.reread_mapped(watcher, found, entries, to_read)
+        entries, to_read, stale = worktree.classify_sorted(records, view.items("statcache"))
+    if keep_found:
+        kept = packed.FoundMap(found)
+    incremental.reread_mapped(watcher, kept, entries, to_read)
     watcher.inode_memo.clear()  # (a path may have any inode now)
     watcher.inode_index = None
-    return Inputs(found, {}, entries, to_read, stale, Walked(found, listings, report.links))
+    return Inputs(found if keep_found else [], {}, entries, to_read, stale, Walked(kept, listings, report.links))
