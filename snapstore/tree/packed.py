@@ -15,7 +15,7 @@ read-only look (``diff`` against the tree) patches instead of copying every reco
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 
 from snapstore.records.manifest import EXEC
 from snapstore.tree.scan import Found, Stat
@@ -99,6 +99,11 @@ class FoundMap(MutableMapping[bytes, Found]):
         for value in self._d.values():
             if type(value) is bytes:
                 yield _unpack(value)[2]
+
+
+def records_of(found: Mapping[bytes, Found]) -> Iterable[Found]:
+    """Every record of ``found`` (a :class:`FoundMap`'s made again from its packed values)."""
+    return found.records() if isinstance(found, FoundMap) else found.values()
 
 
 def drain(found: list[Found | None], into: FoundMap) -> Iterator[Found]:

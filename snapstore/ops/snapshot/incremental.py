@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from snapstore.ops.context import Keys, StageContext, TreeState
 from snapstore.records.manifest import EXEC, Entry
 from snapstore.tree import rescan, scan, statcache, worktree
-from snapstore.tree.packed import FoundMap
+from snapstore.tree.packed import FoundMap, records_of
 
 if TYPE_CHECKING:
     from snapstore.tree.watcher import Changes, Watcher
@@ -160,10 +160,6 @@ def _inodes(found: Mapping[bytes, scan.Found]) -> Iterable[int]:
     return (f.st.st_ino for f in found.values() if f.kind <= EXEC and f.st is not None)
 
 
-def _records(found: Mapping[bytes, scan.Found]) -> Iterable[scan.Found]:
-    return found.records() if isinstance(found, FoundMap) else found.values()
-
-
 def _by_inode(memo: dict[int, tuple[bytes, ...]], found: Mapping[bytes, scan.Found], inodes: set[int]) -> set[bytes]:
     """The tree's files with one of these inode numbers: files mapped by another name (outside
     the tree, or a name since deleted) still write to them.
@@ -183,7 +179,7 @@ def _by_inode(memo: dict[int, tuple[bytes, ...]], found: Mapping[bytes, scan.Fou
             out.update(paths)
     if unknown:
         hits: dict[int, list[bytes]] = {ino: [] for ino in unknown}
-        for f in _records(found):
+        for f in records_of(found):
             if f.kind <= EXEC and f.st is not None and f.st.st_ino in hits:
                 hits[f.st.st_ino].append(f.path)
         if len(memo) > 4096:  # (inodes of short-lived mappings elsewhere on the device)

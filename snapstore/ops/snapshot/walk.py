@@ -124,7 +124,7 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     if patched is not None and state is not None:  # (serve --status shows how often each way)
         watcher.patched += 1
         walked = Walked(state.found, state.listings, patched.links)
-        found = list(patched.found.values()) if keep_found else []
+        found = list(packed.records_of(patched.found)) if keep_found else []
         out = Inputs(found, patched.cache, patched.entries, patched.to_read, patched.stale, walked)
         out.touched, out.base = patched.touched, patched.base
         return out
