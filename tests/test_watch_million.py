@@ -20,6 +20,7 @@ from pathlib import Path
 
 from helpers import subprocess_env
 
+from snapstore.platform import linux
 from snapstore.store import Store
 from snapstore.testing import build_tree
 from snapstore.tree import packed, rescan, scan
@@ -30,6 +31,10 @@ FILES = 30_000
 #: kept ~962 B/file (and 907 kept, 1,118 peak at 100,000 files).
 KEPT_BYTES_PER_FILE = 650
 PEAK_BYTES_PER_FILE = 800
+#: The portable polling source (SNAPSTORE_PLATFORM=portable, or no inotify) keeps what it
+#: compares for every entry between reads: a packed signature and the entry's name (~140 B a
+#: file: kept ~701, peak ~827 B/file when written; 853 kept with a tuple signature).
+POLLING_BYTES_PER_FILE = 0 if linux() else 150
 
 _CHILD = r"""
 import gc, json, os, sys, time, tracemalloc
@@ -73,8 +78,8 @@ def test_the_watchers_state_memory_per_file(tmp_path: Path):
     assert r.returncode == 0, r.stderr.decode()
     got = json.loads(r.stdout)
     print(f"bytes per file: {got}")
-    assert got["kept"] <= KEPT_BYTES_PER_FILE, got
-    assert got["peak"] <= PEAK_BYTES_PER_FILE, got
+    assert got["kept"] <= KEPT_BYTES_PER_FILE + POLLING_BYTES_PER_FILE, got
+    assert got["peak"] <= PEAK_BYTES_PER_FILE + POLLING_BYTES_PER_FILE, got
 
 
 class _CountingOs:
