@@ -151,8 +151,8 @@ runs, so absolute times are high and swing by ~10 ms between runs of the same co
   directory's listing at each checkpoint; it is now kept while no directory is listed again.
   The service's idle sweep of the cyclic collector (`gc.collect` after a second idle) took
   ~6 s of CPU over the run at a million files before (py-spy, 500 Hz: 3,059 samples), no
-  sample after (the same run, the same rate): the packed state has no tuple per file for the collector
-  to walk.
+  sample after (the same run, the same rate): the packed state leaves the collector no record
+  and stat tuples per file to walk (the entries' tuples are untracked after one pass).
 - **Where a 1-file checkpoint's time goes now** (cProfile in-process at 1,000,000 files, 5
   checkpoints, load ~5): reading `/proc/*/maps` fingerprints of every process on the machine
   (the shared-mapping guarantee, ~107 processes here: ~20 ms; O(processes), not files), the
