@@ -144,7 +144,8 @@ runs, so absolute times are high and swing by ~10 ms between runs of the same co
   dropped from the walk's list as the stat cache pairs it, so the two are never all held at
   once. The portable polling source (no inotify) keeps what it compares for every entry: a
   packed signature now (701 B a file kept with it, 853 before). Next step to ~0.5 KB of peak:
-  a walk that emits packed records itself (the scan's per-directory loop), and entries kept without a tuple per file (the manifest memo's).
+  a walk that emits packed records itself (the scan's per-directory loop), and entries kept
+  without a tuple per file (the manifest memo's).
 - **No O(files) or O(directories) step is left on a watched 1-file checkpoint in the watcher's
   state** (a test counts it: one lstat, no listing, no pass over the records or the
   directories' listings). The report of what a walk would warn about was rebuilt from every
