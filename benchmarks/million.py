@@ -45,12 +45,27 @@ def timed(argv: list[str], cwd: str, runs: int, before=None) -> list[float]:
     return out
 
 
-def measure(n: int, workdir: str, runs: int) -> dict:
-    tree = os.path.join(workdir, "million")
+def prepare_tree(tree: str, n: int, keep: bool) -> float:
+    """Generate the tree (seconds taken); with ``keep``, reuse one a previous ``--keep-tree`` run
+    left (its store removed: the initial checkpoint is measured anew)."""
+    marker = os.path.join(tree, f".generated-{n}")
+    if keep and os.path.exists(marker):
+        shutil.rmtree(os.path.join(tree, ".snapstore"), ignore_errors=True)
+        with open(marker) as f:
+            return float(f.read())
     shutil.rmtree(tree, ignore_errors=True)
     t0 = time.perf_counter()
     generate(tree, n)
-    gen_s = time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    if keep:
+        with open(marker, "w") as f:
+            f.write(str(took))
+    return took
+
+
+def measure(n: int, workdir: str, runs: int, keep: bool = False) -> dict:
+    tree = os.path.join(workdir, "million")
+    gen_s = prepare_tree(tree, n, keep)
     snap = snapstore_argv()
     env = snap_env()
     run([*snap, "init", "-q"], cwd=tree, env=env)
@@ -80,7 +95,7 @@ def measure(n: int, workdir: str, runs: int) -> dict:
             hwm_kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
     finally:
         run([*snap, "serve", "--stop"], cwd=tree, env=env, ok=())
-        shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(os.path.join(tree, ".snapstore") if keep else tree, ignore_errors=True)
     return {
         "files": n, "generate_s": gen_s, "initial_s": initial.seconds, "initial_rss_kib": initial.rss_kib,
         "service_first_s": first, "no_change_s": statistics.median(no_change), "one_file_s": statistics.median(one),
@@ -104,7 +119,8 @@ def markdown(doc: dict) -> str:
         "# A million files", "",
         f"`python -m benchmarks.million --files {doc['files']}` (run by `make bench`), {doc['when']}; {doc['machine']}. "
         f"A generated tree of {doc['files']:,} small files in {-(-doc['files'] // 1000):,} directories (generated in {doc['generate_s']:.0f} s); "
-        "medians; the commands are `snapstore` processes (the native client when built) answered by the store's service.", "",
+        "medians; the commands are `snapstore` processes (the native client when built) answered by the store's service. "
+        "Durability: the store's default (`storage.durability` = `normal`: one sync a commit, docs/reliability.md).", "",
         "| what | measured | target |", "| --- | --- | --- |",
     ]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
@@ -113,34 +129,42 @@ def markdown(doc: dict) -> str:
 
 #: What bounds the service's figures (measured apart from this run; see the text's date).
 WHERE_IT_GOES = """
-What bounds these figures (measured 2026-11-28 on the same machine, load ~10, so absolute times
-are high; the ratios of before/after are from back-to-back runs):
+What bounds these figures (measured 2026-11-28 on the same machine, load 4-6 from other test
+runs, so absolute times are high and swing by ~10 ms between runs of the same code):
 
-- **1-file checkpoint.** cProfile of one in-process watched 1-file checkpoint at 200,000 files:
-  54 ms before this round's changes (38-61 ms a checkpoint), 19 ms after (20-41 ms). Before,
-  the manifest codec's re-cut took 14-16 ms: 6 ms summed every kept chunk's size (now kept by
-  difference) and the rest copied a kept record per file (`records/manifest_codec.py` no
-  longer keeps records: a re-cut region packs its unchanged entries again); the ordered entries
-  are kept in copy-on-write chunks of 1,024 (`ops/snapshot/ordered.py`), so a 1-file edit no
-  longer copies two lists of a pointer per file (3.6 MB at 200,000 entries; < 100 KB now, a
-  test bounds it). What is left: the commit, ~12 ms (an fsynced LMDB commit: the durability
-  setting's price), manifest deltas ~5 ms, reading the file, the shared-mapping scan ~3 ms.
-- **Through the service at 200,000 files** (main and this branch, before the inode index,
-  back to back twice, 9 no-change and 5 one-file checkpoints each; medians): main 11.4 / 70.6
-  ms then this branch 30.2 / 705 ms; a minute later main 278 / 389 ms then this branch 8.1 /
-  32.9 ms. The swings were not the code: other programs were opening LMDB stores on the same
-  device, and each new inode mapped shared and writable made a watched checkpoint scan every
-  record for it (`incremental._by_inode`: 1.3 s over 4 checkpoints in a profile). A sorted
-  index of the tree's inodes now answers those without a scan (`tests/test_mapped_inodes.py`);
-  with it, this branch: 7.0 / 12.4 ms in a quiet minute, 20.2 / 43.6 ms in a busy one.
-- **Memory per file** (`sys.getsizeof` over the service's kept state at 20,000 files): 0.97 KB
-  a file before, 0.86 KB after (the codec's records: 188 -> 78 B). Now: the walk's records
-  (`found`: path, a 4-field record, a 5-int stat) 361 B, the entries dict 210 B, the stat cache
-  dict 184 B, the codec's encoded chunks 78 B, the ordered chunks 17 B, listings 8 B. Next step
-  to ~0.5 KB: a packed record per file for the kept state only (the stat as one bytes value of
-  36 bytes instead of a 5-field tuple and its ints, ~150 B; the entry and the stat-cache value
-  derived from it rather than kept beside it), not done in this round: every reader of
-  `Found.st` in `tree/rescan.py`, `tree/worktree.py` and `incremental.py` would read it.
+- **Service memory.** The watcher's kept state (tracemalloc, `tests/test_watch_million.py`):
+  566 B a file at 30,000 files (962 before), 513 B at 100,000 (907 before). Two changes: the
+  stat cache is no longer held as a dict (~180 B a file): a watched checkpoint reads the
+  table for the paths it examines, and the watching walk pairs the walk with the table in one
+  merge pass as the plain walk does; the walk's records are kept packed (`tree/packed.py`:
+  one 37-byte value a file, ~70 B with its header, instead of a 4-field record, a 5-field
+  stat and their ints, ~250 B). The peak RSS is the service's first checkpoint, its walk:
+  the walk's records as objects (~330 B a file) while the entries (~250 B) are built beside
+  them, plus the stat-cache table's pages; each record is now packed into the state and
+  dropped from the walk's list as the stat cache pairs it, so the two are never all held at
+  once. The portable polling source (no inotify) keeps what it compares for every entry: a
+  packed signature now (701 B a file kept with it, 853 before). Next step to ~0.5 KB of peak:
+  a walk that emits packed records itself (the scan's per-directory loop), and entries kept
+  without a tuple per file (the manifest memo's).
+- **No O(files) or O(directories) step is left on a watched 1-file checkpoint in the watcher's
+  state** (a test counts it: one lstat, no listing, no pass over the records or the
+  directories' listings). The report of what a walk would warn about was rebuilt from every
+  directory's listing at each checkpoint; it is now kept while no directory is listed again.
+  The service's idle sweep of the cyclic collector (`gc.collect` after a second idle) took
+  ~6 s of CPU over the run at a million files before (py-spy, 500 Hz: 3,059 samples), no
+  sample after (the same run, the same rate): the packed state leaves the collector no record
+  and stat tuples per file to walk (the entries' tuples are untracked after one pass).
+- **Where a 1-file checkpoint's time goes now** (cProfile in-process at 1,000,000 files, 5
+  checkpoints, load ~5): reading `/proc/*/maps` fingerprints of every process on the machine
+  (the shared-mapping guarantee, ~107 processes here: ~20 ms; O(processes), not files), the
+  manifest codec and the ordered chunks (~25 ms: lists of one item per manifest chunk or per
+  1,024 entries copied and re-made at each checkpoint, `records/manifest_codec.py` `keep` /
+  `finish`, `ops/snapshot/ordered.py` `Chunked`), the commit (~15 ms: a synced LMDB
+  commit), the store's lookups of the new chunks (~11 ms). The first checkpoint after a walk
+  fills the manifest codec (O(files), once: 6.6 s at a million files under that load).
+- **No-change checkpoint**: nothing is read, nothing is committed; what is left is the client,
+  the request and the `/proc` fingerprints. A consistency walk (every 300 s) costs a whole
+  walk (~20 s at a million files) on the checkpoint that does it.
 """
 
 
@@ -149,9 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--workdir", default=tempfile.gettempdir())
+    parser.add_argument("--keep-tree", action="store_true", help="keep the generated tree in WORKDIR for the next run (and reuse one left there)")
     parser.add_argument("--md", help="write the markdown report here (e.g. docs/benchmarks-million.md)")
     args = parser.parse_args(argv)
-    doc = measure(args.files, args.workdir, args.runs)
+    doc = measure(args.files, args.workdir, args.runs, args.keep_tree)
     text = markdown(doc)
     print(text)
     if args.md:

@@ -14,6 +14,7 @@ imports) depends on nothing above it: the snapshot, restore and facade modules a
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING
 
 from snapstore.storage.backend import Backend
@@ -36,19 +37,21 @@ class TreeState:
 
     # (Plain classes here: every CLI process imports this module, and creating a NamedTuple
     # class, or importing dataclasses, would slow its start.)
-    __slots__ = ("found", "cache", "entries", "keys", "listings", "links", "carried", "reported")
+    __slots__ = ("found", "cache", "entries", "keys", "listings", "links", "carried")
 
     def __init__(
         self,
-        found: dict[bytes, Found],
+        found: MutableMapping[bytes, Found],
         cache: dict[bytes, bytes],
         entries: dict[bytes, Entry],
         keys: Keys,
         listings: Listings,
         links: set[bytes] | None = None,
     ) -> None:
+        #: What the walk found, patched since (a tree.packed.FoundMap: one packed value a file).
         self.found = found
-        #: The stat cache, as a dict.
+        #: Stat-cache values set since that snapshot (a restore's), not yet read back from the
+        #: table: the table itself is read for the paths a snapshot examines, never held whole.
         self.cache = cache
         #: The entries of the tree as of that snapshot (whoever changes one copies the dict:
         #: it is also the manifest memo's).
@@ -65,10 +68,6 @@ class TreeState:
         #: the next snapshot still edits the kept order and re-cuts the manifest at those
         #: paths only, instead of sorting and comparing every entry.
         self.carried: tuple[dict[bytes, Entry], set[bytes]] | None = None
-        #: What a walk of the tree the listings describe reports (warnings in order, special
-        #: and unreadable counts; ops.snapshot.incremental), once known: it changes only when
-        #: a directory is listed again, so a snapshot that lists none does not go through them.
-        self.reported: tuple[tuple[str, ...], int, int] | None = None
 
 
 class ManifestMemo:
@@ -126,7 +125,7 @@ class StageContext:
         self.tree_state: TreeState | None = None
         #: The found records a periodic check's full walk must agree with (set by the patch
         #: that preceded it, taken by that walk).
-        self.walk_check: dict[bytes, Found] | None = None
+        self.walk_check: MutableMapping[bytes, Found] | None = None
         #: The service request this work is done for (its id goes into the transaction of the
         #: effect: records.requests); None outside the service.
         self.request: Request | None = None

@@ -29,7 +29,7 @@ subdirectory), which is what makes a directory's re-listing local.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import NamedTuple, Protocol
 
 from snapstore.records.manifest import DIR, EXEC, FILE
@@ -79,7 +79,7 @@ def touches_rules(paths: Iterable[bytes], subtrees: set[bytes]) -> bool:
 def apply(
     root: bytes,
     excluded: frozenset[bytes],
-    found: dict[bytes, scan.Found],
+    found: MutableMapping[bytes, scan.Found],
     listings: scan.Listings,
     changes: ChangeHints,
     report: scan.ScanReport,
@@ -159,7 +159,7 @@ class _Patcher:
         self,
         root: bytes,
         excluded: frozenset[bytes],
-        found: dict[bytes, scan.Found],
+        found: MutableMapping[bytes, scan.Found],
         listings: scan.Listings,
         report: scan.ScanReport,
         watch: Callable[[bytes], None] | None,

@@ -17,6 +17,7 @@ import errno
 import os
 import stat
 import sys
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from snapstore.errors import TreeIOError
@@ -334,7 +335,7 @@ def scan_dir(
     report: ScanReport,
     found: list[Found],
     rules: ignore.Rules | None = None,
-    known: dict[bytes, Found] | None = None,
+    known: Mapping[bytes, Found] | None = None,
     named: set[bytes] | frozenset[bytes] = frozenset(),
 ) -> Scanned | None:
     """List the directory ``fd`` (root-relative ``rel_dir``) once: append what it records

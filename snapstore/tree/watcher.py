@@ -111,6 +111,9 @@ class Watcher:
         self.inode_recent: set[int] = set()
         #: The files found mapped at the last snapshot (read once more by the next one).
         self.last_mapped: set[bytes] = set()
+        #: ``(listings, warnings, special, unreadable)``: what a walk of those listings reports
+        #: (ops.snapshot.incremental keeps it: a patch that lists nothing again reports the same).
+        self.report_memo: tuple[Any, tuple[str, ...], int, int] | None = None
         self.last_error: str | None = None
         self._real_root = os.fsencode(os.path.realpath(root))
         self._maps = MapsCache()

@@ -108,7 +108,7 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
 
 
 def classify_sorted(
-    found: list[scan.Found], cache_items: Iterable[tuple[bytes, bytes]]
+    found: Iterable[scan.Found], cache_items: Iterable[tuple[bytes, bytes]]
 ) -> tuple[dict[bytes, Entry], list[scan.Found], list[bytes]]:
     """:func:`classify` for a walk sorted by path and the stat cache read in key order (an
     LMDB cursor): the same entries and misses, plus the cache keys no found path has (stale),

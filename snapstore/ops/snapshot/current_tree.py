@@ -3,7 +3,7 @@ consuming anything: what ``diff`` against the tree, a dry-run restore, a restore
 tree and a revert ask.
 
 A watching Store (:mod:`.incremental`) keeps the state its last snapshot left; the pending
-events (``Watcher.peek``) are applied to *copies* of it (:func:`.incremental.patch`), the
+events (``Watcher.peek``) are applied to an overlay and copies of it (:func:`.incremental.patch`), the
 files they name and the stat cache cannot vouch for are hashed (never stored), and the answer
 is thrown away: the next snapshot still sees every event.  When the state cannot vouch (no
 watcher, another writer committed since, an overflow), the callers walk the tree
@@ -12,13 +12,14 @@ watcher, another writer committed since, an overflow), the callers walk the tree
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 
 from snapstore.ops.context import StageContext
 from snapstore.ops.snapshot import incremental
 from snapstore.records.manifest import Entry
 from snapstore.storage.backend import ReadView
 from snapstore.tree import scan, worktree
+from snapstore.tree.packed import FoundOverlay
 
 
 def current_state(ctx: StageContext) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found]] | None:
@@ -29,7 +30,7 @@ def current_state(ctx: StageContext) -> tuple[dict[bytes, Entry], dict[bytes, sc
     watcher's pending changes stay pending, for the next snapshot.
     """
     looked = _look(ctx)
-    return None if looked is None else (looked[0], looked[1])
+    return None if looked is None else (looked[0], dict(looked[1].items()))
 
 
 def worktree_difference(
@@ -73,7 +74,7 @@ def difference(
 
 def _look(
     ctx: StageContext,
-) -> tuple[dict[bytes, Entry], dict[bytes, scan.Found], set[bytes], dict[bytes, Entry]] | None:
+) -> tuple[dict[bytes, Entry], MutableMapping[bytes, scan.Found], set[bytes], dict[bytes, Entry]] | None:
     """The tree's entries and found records now, the paths that may differ from the state's
     entries, and those entries; None when the state cannot vouch."""
     watcher = ctx.watcher
@@ -89,7 +90,7 @@ def _look(
     if changes.full:
         return None
     mapped = incremental.blind_spots(watcher, state, changes, look=True)
-    found = dict(state.found)
+    found = FoundOverlay(state.found)  # (the state's records, untouched: no copy of them)
     report = scan.ScanReport()
     # No watch is added: a read-only look must not change what is watched (the next
     # snapshot's patch adds it).

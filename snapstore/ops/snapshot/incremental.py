@@ -22,12 +22,13 @@ not known, and a write through it named none of them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from snapstore.ops.context import Keys, StageContext, TreeState
 from snapstore.records.manifest import EXEC, Entry
 from snapstore.tree import rescan, scan, statcache, worktree
+from snapstore.tree.packed import FoundMap, records_of
 
 if TYPE_CHECKING:
     from snapstore.tree.watcher import Changes, Watcher
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 class Walked(NamedTuple):
     """What a snapshot's inputs came from, to keep as the next state (:func:`remember`)."""
 
-    found: dict[bytes, scan.Found] | list[scan.Found]
+    found: MutableMapping[bytes, scan.Found] | list[scan.Found]
     listings: scan.Listings
     #: The files with more than one hard link.
     links: set[bytes] | list[bytes]
@@ -45,8 +46,9 @@ class Walked(NamedTuple):
 class Patched(NamedTuple):
     """The inputs of a snapshot, derived from the state instead of a walk."""
 
-    #: The state's records, patched (the state's own dict, or a copy for a look).
-    found: dict[bytes, scan.Found]
+    #: The state's records, patched (the state's own map, or an overlay of it for a look).
+    found: MutableMapping[bytes, scan.Found]
+    #: Stat-cache values set since the last snapshot (TreeState.cache).
     cache: dict[bytes, bytes]
     entries: dict[bytes, Entry]
     to_read: list[scan.Found]
@@ -89,7 +91,7 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
         ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped,
         in_place=not check,
     )  # fmt: skip
-    if patched is not None and not check and not _report(report or scan.ScanReport(), state, patched.listed):
+    if patched is not None and not check and not _report(report or scan.ScanReport(), state.listings, watcher, patched.listed):
         forget(ctx)  # (its entries were patched in place: the walk's become the state)
         return None
     if check:
@@ -129,7 +131,7 @@ def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool
     return mapped
 
 
-def _in_tree(watcher: Watcher, found: dict[bytes, scan.Found], inodes: set[int]) -> set[int]:
+def _in_tree(watcher: Watcher, found: Mapping[bytes, scan.Found], inodes: set[int]) -> set[int]:
     """Of ``inodes`` (mapped shared and writable by some process, anywhere on the tree's
     device), those a file of the tree may have: the others are answered "not in the tree" in
     the memo at once.  Another program's databases on the same device (an LMDB store, a
@@ -142,9 +144,7 @@ def _in_tree(watcher: Watcher, found: dict[bytes, scan.Found], inodes: set[int])
     if index is None:
         from array import array
 
-        index = watcher.inode_index = array(
-            "Q", sorted(f.st.st_ino for f in found.values() if f.kind <= EXEC and f.st is not None)
-        )
+        index = watcher.inode_index = array("Q", sorted(_inodes(found)))
         watcher.inode_recent = set()
     for ino in unknown:
         i = bisect.bisect_left(index, ino)
@@ -153,7 +153,14 @@ def _in_tree(watcher: Watcher, found: dict[bytes, scan.Found], inodes: set[int])
     return inodes
 
 
-def _by_inode(memo: dict[int, tuple[bytes, ...]], found: dict[bytes, scan.Found], inodes: set[int]) -> set[bytes]:
+def _inodes(found: Mapping[bytes, scan.Found]) -> Iterable[int]:
+    """The inode number of every file of ``found``."""
+    if isinstance(found, FoundMap):
+        return found.inodes()
+    return (f.st.st_ino for f in found.values() if f.kind <= EXEC and f.st is not None)
+
+
+def _by_inode(memo: dict[int, tuple[bytes, ...]], found: Mapping[bytes, scan.Found], inodes: set[int]) -> set[bytes]:
     """The tree's files with one of these inode numbers: files mapped by another name (outside
     the tree, or a name since deleted) still write to them.
 
@@ -172,7 +179,7 @@ def _by_inode(memo: dict[int, tuple[bytes, ...]], found: dict[bytes, scan.Found]
             out.update(paths)
     if unknown:
         hits: dict[int, list[bytes]] = {ino: [] for ino in unknown}
-        for f in found.values():
+        for f in records_of(found):
             if f.kind <= EXEC and f.st is not None and f.st.st_ino in hits:
                 hits[f.st.st_ino].append(f.path)
         if len(memo) > 4096:  # (inodes of short-lived mappings elsewhere on the device)
@@ -187,7 +194,7 @@ def _has_inode(f: scan.Found | None, ino: int) -> bool:
     return f is not None and f.st is not None and f.st.st_ino == ino
 
 
-def reread_mapped(watcher: Watcher, found: list[scan.Found], entries: dict[bytes, Entry], to_read: list[scan.Found]) -> None:
+def reread_mapped(watcher: Watcher, found: Mapping[bytes, scan.Found], entries: dict[bytes, Entry], to_read: list[scan.Found]) -> None:
     """After a full walk: the files mapped shared and writable now or at the last snapshot are
     read whatever the stat cache says (see :func:`blind_spots`); ``entries`` and ``to_read``
     are changed in place."""
@@ -195,54 +202,55 @@ def reread_mapped(watcher: Watcher, found: list[scan.Found], entries: dict[bytes
     mapped, watcher.last_mapped = mapped | watcher.last_mapped, mapped
     for path in mapped:
         if path in entries and entries[path].kind <= EXEC:
-            i = bisect.bisect_left(found, (path,))
-            f = found[i] if i < len(found) else None
-            if f is not None and f.path == path and f.st is not None and f.st.st_size <= MAPPED_REREAD_MAX:
+            f = found.get(path)
+            if f is not None and f.st is not None and f.st.st_size <= MAPPED_REREAD_MAX:
                 del entries[path]
                 to_read.append(f)
 
 
-def _report(report: scan.ScanReport, state: TreeState, listed: int) -> bool:
-    """Fill ``report`` as a walk of the tree the state's listings describe would (the same
-    warnings, in the walk's order, and counts); False when a listing cannot say (then walk).
+def _report(report: scan.ScanReport, listings: scan.Listings, watcher: Watcher, listed: int) -> bool:
+    """Fill ``report`` as a walk of the tree the listings describe would (the same warnings,
+    in the walk's order, and counts); False when a listing cannot say (then walk).
 
-    O(changed): the listings are gone through only when the patch listed a directory again
-    (else they are as they were when the state's ``reported`` was taken)."""
-    summary = state.reported if not listed else None
-    if summary is None:
-        summary = state.reported = _summary(state.listings)
-        if summary is None:
-            return False
-    report.warnings.extend(summary[0])
-    report.special += summary[1]
-    report.unreadable += summary[2]
+    A pass over every listing (O(directories)) only when the patch listed something again:
+    otherwise the listings are those the watcher's memo was made from, and so is the report."""
+    memo = watcher.report_memo
+    if memo is not None and memo[0] is listings and not listed:
+        report.warnings.extend(memo[1])
+        report.special += memo[2]
+        report.unreadable += memo[3]
+        return True
+    watcher.report_memo = None
+    mine = scan.ScanReport()
+    if not _walk_report(mine, listings):
+        return False
+    watcher.report_memo = (listings, tuple(mine.warnings), mine.special, mine.unreadable)
+    report.warnings.extend(mine.warnings)
+    report.special += mine.special
+    report.unreadable += mine.unreadable
     return True
 
 
-def _summary(listings: scan.Listings) -> tuple[tuple[str, ...], int, int] | None:
-    """What a walk of the tree ``listings`` describe reports: its warnings in the walk's order,
-    its special and unreadable counts; None when a listing cannot say."""
-    warnings: list[str] = []
-    special = unreadable = 0
+def _walk_report(report: scan.ScanReport, listings: scan.Listings) -> bool:
     stack = [b""]
     while stack:
         listing = listings.get(stack.pop())
         if listing is None:
             continue  # (a subdirectory that vanished during the walk: it reported that)
         if listing.notes is None:
-            return None
+            return False
         if listing.notes:
-            warnings.extend(listing.notes)
-        special += listing.special
-        unreadable += listing.unreadable
+            report.warnings.extend(listing.notes)
+        report.special += listing.special
+        report.unreadable += listing.unreadable
         stack.extend(listing.subdirs)  # popped last first, as the walk's stack does
-    return tuple(warnings), special, unreadable
+    return True
 
 
 def patch(
     ctx: StageContext,
     state: TreeState,
-    found: dict[bytes, scan.Found],
+    found: MutableMapping[bytes, scan.Found],
     listings: scan.Listings,
     changes: Changes,
     report: scan.ScanReport,
@@ -254,9 +262,9 @@ def patch(
     """Apply ``changes`` to ``found`` and ``listings`` and derive the entries: the state's own
     dict edited ``in_place`` (O(changed); the caller drops the state and the memo if the
     snapshot does not complete), else a copy (a look changes nothing: :mod:`.current_tree`
-    passes copies of ``found`` and ``listings`` and no ``watch``, since a look must not change
-    what is watched).  The files of
-    ``reread`` (up to MAPPED_REREAD_MAX) are read whatever the stat cache says."""
+    passes an overlay of ``found``, a copy of ``listings`` and no ``watch``, since a look must
+    not change what is watched).  The files of ``reread`` (up to MAPPED_REREAD_MAX) are read
+    whatever the stat cache says.  The stat cache is read for the paths patched only."""
     patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watch)
     if patch is None:
         return None
@@ -272,14 +280,15 @@ def patch(
                 del memo[f.st.st_ino]  # (an answer with paths is checked when used)
     entries = state.entries if in_place else dict(state.entries)
     stale: list[bytes] = []
-    cache = state.cache
-    for path in patch.removed:
-        if path not in found:
-            entries.pop(path, None)
-            key = statcache.key(path)
-            if key in cache:
-                stale.append(key)
-    changed = list({f.path: f for f in patch.updated if found.get(f.path) is f}.values())
+    # (a record found again may since have been found once more, or removed: the last one counts)
+    changed = list({f.path: f for f in patch.updated if found.get(f.path) == f}.values())
+    gone = [p for p in patch.removed if p not in found]
+    cache = _cached(ctx, state.cache, gone + [f.path for f in changed])
+    for path in gone:
+        entries.pop(path, None)
+        key = statcache.key(path)
+        if key in cache:
+            stale.append(key)
     if changed:
         fresh, to_read = worktree.classify(changed, cache)
         for path in reread:
@@ -296,10 +305,32 @@ def patch(
     if state.carried is not None:  # (a restore's writes since the memo's dict: touched too)
         base, since = state.carried
         touched |= since
-    return Patched(found, cache, entries, to_read, stale, touched, links, base, patch.listed)
+    return Patched(found, state.cache, entries, to_read, stale, touched, links, base, patch.listed)
 
 
-def _links_after(before: set[bytes], patch: rescan.Patch, found: dict[bytes, scan.Found]) -> set[bytes] | None:
+def _cached(ctx: StageContext, recent: dict[bytes, bytes], paths: list[bytes]) -> dict[bytes, bytes]:
+    """The stat-cache values of ``paths`` (by key): those set since the last snapshot
+    (``recent``), else the table's, read in one transaction; the table is never held whole
+    (~180 bytes a file)."""
+    out: dict[bytes, bytes] = {}
+    rest: list[bytes] = []
+    for path in paths:
+        key = statcache.key(path)
+        value = recent.get(key)
+        if value is not None:
+            out[key] = value
+        else:
+            rest.append(key)
+    if rest:
+        with ctx.backend.read() as view:
+            for key in rest:
+                value = view.get("statcache", key)
+                if value is not None:
+                    out[key] = value
+    return out
+
+
+def _links_after(before: set[bytes], patch: rescan.Patch, found: Mapping[bytes, scan.Found]) -> set[bytes] | None:
     """The files with more than one link after ``patch`` (a new set); None when a file gained
     a link: its other links in the tree may have been written with no event naming it (and
     their state is stale too), so only a full walk can say."""
@@ -317,7 +348,7 @@ def _links_after(before: set[bytes], patch: rescan.Patch, found: dict[bytes, sca
     return after
 
 
-def divergences(found: list[scan.Found], expected: dict[bytes, scan.Found]) -> list[bytes]:
+def divergences(found: list[scan.Found], expected: Mapping[bytes, scan.Found]) -> list[bytes]:
     """Paths where a walk and the watcher-kept state disagree."""
     seen = {f.path: f for f in found}
     out = []
@@ -344,29 +375,17 @@ def check_walk(ctx: StageContext, found: list[scan.Found]) -> None:
         logging.getLogger("snapstore.watcher").warning("consistency check: %s", watcher.last_divergence)
 
 
-def remember(
-    ctx: StageContext,
-    walked: Walked | None,
-    cache: dict[bytes, bytes],
-    updates: dict[bytes, bytes],
-    stale: list[bytes],
-    entries: dict[bytes, Entry],
-    keys: Keys,
-) -> None:
+def remember(ctx: StageContext, walked: Walked | None, entries: dict[bytes, Entry], keys: Keys) -> None:
     """Keep what this snapshot committed for the next one (only when a watcher runs;
     ``walked`` is None when the snapshot's inputs did not come from a watching walk)."""
     if ctx.watcher is None or walked is None:
         return
-    for key in stale:
-        cache.pop(key, None)
-    cache.update(updates)
+    # The commit stored ``updates`` and deleted ``stale`` in the table, which the next snapshot
+    # reads for the paths it examines: the state starts with no value of its own.
     found = walked.found
-    by_path = found if isinstance(found, dict) else {f.path: f for f in found}
+    by_path = found if isinstance(found, FoundMap) else FoundMap(found.values() if isinstance(found, Mapping) else found)
     links = walked.links if isinstance(walked.links, set) else set(walked.links)
-    before = ctx.tree_state
-    ctx.tree_state = TreeState(by_path, cache, entries, keys, walked.listings, links)
-    if before is not None and before.listings is walked.listings:  # (patched: the same listings)
-        ctx.tree_state.reported = before.reported
+    ctx.tree_state = TreeState(by_path, {}, entries, keys, walked.listings, links)
 
 
 def forget(ctx: StageContext) -> None:

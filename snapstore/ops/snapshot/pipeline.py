@@ -119,4 +119,4 @@ def _remember(ctx: StageContext, tree: walk.Inputs, reads: read.Reads, mid: byte
     watching, the tree state (keyed by the newest log and oplog keys it leaves)."""
     memo = ctx.manifest_memo
     memo.entries, memo.mid, memo.ordered = tree.entries, mid, ordered
-    incremental.remember(ctx, tree.walked, tree.cache, reads.cache_updates or {}, tree.stale, tree.entries, keys)
+    incremental.remember(ctx, tree.walked, tree.entries, keys)

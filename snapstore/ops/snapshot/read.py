@@ -333,16 +333,13 @@ class Reads:
     """What reading the changed files leaves for the checkpoint's transaction."""
 
     # (A plain class, not a dataclass: importing dataclasses would slow every CLI process's start.)
-    __slots__ = ("kept", "inline_cache", "cache_updates", "inserted")
+    __slots__ = ("kept", "inline_cache", "inserted")
 
-    def __init__(self, watching: bool) -> None:
+    def __init__(self) -> None:
         #: The chunks and streams of files read inline, written with the checkpoint.
         self.kept: list[Op] = []
         #: And their stat-cache entries (the writer thread stores those of pooled reads).
         self.inline_cache: dict[bytes, bytes] = {}
-        #: A watching context's: the stat-cache entries of every file read, kept for its next
-        #: snapshot (None without a watcher).
-        self.cache_updates: dict[bytes, bytes] | None = {} if watching else None
         #: Bytes the writer thread added to the store.
         self.inserted = 0
 
@@ -361,20 +358,17 @@ def read_changed(
     """Read ``to_read`` (inline or in the pool, :func:`reads_inline`) and record each file's
     entry in ``entries`` (or a warning in ``result``).  ``packed``: the store writes packs;
     ``cached``: it has a stat cache (else no file has a previous version to look up)."""
-    reads = Reads(ctx.watcher is not None)
+    reads = Reads()
     if not to_read:  # an unchanged tree needs no reader pool and no writer thread
         return reads
     backend = ctx.backend
     how = packing(ctx, packed)
     previous = previous_streams(backend) if cached else None
-    updates = reads.cache_updates
     if reads_inline(to_read):
         outcomes, reads.kept = read_inline(ctx.root_bytes, backend, how, to_read, previous)
         inline_cache = reads.inline_cache
         for f, outcome in outcomes:
             record(f, outcome, entries, inline_cache, result)
-        if updates is not None:
-            updates.update(inline_cache)
         if progress:
             total = sum(f.st.st_size for f, _ in outcomes if f.st is not None)
             progress(total, total)
@@ -383,7 +377,7 @@ def read_changed(
     writer.start()
     try:
         for f, outcome in read_files(ctx.root_bytes, backend, how, to_read, writer, progress, workers, previous):
-            record(f, outcome, entries, updates, result)
+            record(f, outcome, entries, None, result)
     finally:
         writer.queue.put(None)
         writer.join()

@@ -21,7 +21,7 @@ from snapstore.records.checkpoint import (
 from snapstore.records.manifest import Entry
 from snapstore.storage import packs
 from snapstore.storage.backend import Backend
-from snapstore.tree import scan, worktree
+from snapstore.tree import packed, scan, worktree
 
 
 class Start:
@@ -84,7 +84,8 @@ class Inputs:
     ) -> None:
         #: The walk's records: kept only when asked for (a SAFETY checkpoint) or when watching.
         self.found = found
-        #: The stat cache as a dict (a watching context's); empty after a plain walk.
+        #: Stat-cache values set since the last snapshot (a watching context's:
+        #: TreeState.cache); empty after a walk.
         self.cache = cache
         #: Every path's entry, those to read still with their stat-cache guess.
         self.entries = entries
@@ -123,7 +124,7 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     if patched is not None and state is not None:  # (serve --status shows how often each way)
         watcher.patched += 1
         walked = Walked(state.found, state.listings, patched.links)
-        found = list(patched.found.values()) if keep_found else []
+        found = list(packed.records_of(patched.found)) if keep_found else []
         out = Inputs(found, patched.cache, patched.entries, patched.to_read, patched.stale, walked)
         out.touched, out.base = patched.touched, patched.base
         return out
@@ -131,11 +132,16 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     listings: scan.Listings = {}
     found = scan.walk(ctx.root_bytes, ctx.excluded, report, listings)
     incremental.check_walk(ctx, found)
-    with ctx.backend.read() as view:  # the watcher's state keeps the cache as a dict
-        cache = dict(view.items("statcache"))
-    entries, to_read = worktree.classify(found, cache)
-    incremental.reread_mapped(watcher, found, entries, to_read)
-    stale = incremental.stale_cache_keys(cache, found)
+    kept = packed.FoundMap()
+    # Unless the caller keeps the walk's records, each is packed into the state as the stat
+    # cache pairs it, and dropped from the list: the records as objects (~270 bytes a file) and
+    # the entries are never all held at once (the service's peak at its first checkpoint).
+    records = found if keep_found else packed.drain(found, kept)  # type: ignore[arg-type]
+    with ctx.backend.read() as view:  # (the watcher's state does not hold the stat cache)
+        entries, to_read, stale = worktree.classify_sorted(records, view.items("statcache"))
+    if keep_found:
+        kept = packed.FoundMap(found)
+    incremental.reread_mapped(watcher, kept, entries, to_read)
     watcher.inode_memo.clear()  # (a path may have any inode now)
     watcher.inode_index = None
-    return Inputs(found, cache, entries, to_read, stale, Walked(found, listings, report.links))
+    return Inputs(found if keep_found else [], {}, entries, to_read, stale, Walked(kept, listings, report.links))
