@@ -40,13 +40,13 @@ def watched(tmp_path_factory):  # (module-wide: each test leaves the tree as it 
 
 def _count_listings(monkeypatch) -> list[int]:
     seen: list[int] = []
-    real = incremental._summary
+    real = incremental._walk_report
 
-    def counting(listings):  # type: ignore[no-untyped-def]
+    def counting(report, listings):  # type: ignore[no-untyped-def]
         seen.append(len(listings))
-        return real(listings)
+        return real(report, listings)
 
-    monkeypatch.setattr(incremental, "_summary", counting)
+    monkeypatch.setattr(incremental, "_walk_report", counting)
     return seen
 
 
