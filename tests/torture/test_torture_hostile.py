@@ -19,7 +19,7 @@ from snapstore.errors import ConflictError, CorruptError, TreeIOError, UnsafePat
 from snapstore.records.manifest import FILE, SYMLINK, Entry
 from snapstore.storage import objects
 from snapstore.storage.objects import chunk_id
-from snapstore.store import Store
+from snapstore.store import FORMAT_VERSION, Store
 from snapstore.testing import Symlink, build_tree, random_bytes, read_tree, tree_from_store
 from snapstore.tree import scan
 
@@ -324,12 +324,12 @@ def test_newer_format_is_refused_with_exit_7(tmp_path):
     with Store.init(root) as store:
         store.snapshot("A")
         with store.backend.write() as batch:
-            batch.put("meta", b"format", b"3")
+            batch.put("meta", b"format", str(FORMAT_VERSION + 1).encode())
     data = (root / ".snapstore/data.mdb").read_bytes()
     for argv in (["list"], ["snapshot"], ["restore", "latest"], ["verify"], ["gc"]):
         done = snapstore(*argv, cwd=root)
         assert done.returncode == 7, (argv, done.stderr)
-        assert "format version 3" in one_line(done.stderr)
+        assert f"format version {FORMAT_VERSION + 1}" in one_line(done.stderr)
     assert (root / ".snapstore/data.mdb").read_bytes() == data  # nothing written
 
 
