@@ -59,7 +59,8 @@ def _package_dir() -> str:
 
 def has_service() -> bool:
     """Whether the snapstore under test has the resident service (``snapstore serve``)."""
-    return os.path.exists(os.path.join(_package_dir(), "service", "client.py"))
+    client = os.path.join(_package_dir(), "service", "client")  # a module, then a package (issue 39)
+    return os.path.exists(client + ".py") or os.path.exists(os.path.join(client, "__init__.py"))
 
 
 def has_watch() -> bool:
