@@ -225,8 +225,9 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
         print(table)
         if args.md:
-            with open(args.md, "w", encoding="utf-8") as f:
-                f.write(table)
+            from .mdfile import write_generated
+
+            write_generated(args.md, table, "benchmarks.hook_latency")
         return
     agents = [a for a in args.agents.split(",") if a]
     tmp = tempfile.mkdtemp(prefix="hookbench.")

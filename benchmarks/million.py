@@ -180,8 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(doc)
     print(text)
     if args.md:
-        with open(args.md, "w") as f:
-            f.write(text)
+        from .mdfile import write_generated
+
+        write_generated(args.md, text, "benchmarks.million")
     return 0
 
 

@@ -11,6 +11,7 @@ import argparse
 import json
 
 from .measure import Series
+from .mdfile import write_generated
 from .report import Row, render_markdown
 
 _KNOWN = {"corpus", "scenario", "label", "pair", "snapstore", "ratio", "target_max_ratio", "verdict", "extra"}
@@ -59,8 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"separate run ({path}, {doc['started']}, load average "
                          f"{'/'.join(f'{x:.1f}' for x in doc['load_average']['start'])} at its start):",
                          *doc["notes"]]
-    with open(a.out, "w") as f:
-        f.write(render_markdown(rows, facts, meta) + "\n")
+    write_generated(a.out, render_markdown(rows, facts, meta) + "\n", "benchmarks.run")
     return 0
 
 

@@ -229,8 +229,9 @@ def main() -> None:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=2)
     if a.md:
-        with open(a.md, "w") as f:
-            f.write(text)
+        from .mdfile import write_generated
+
+        write_generated(a.md, text, "benchmarks.remote_bench")
 
 
 if __name__ == "__main__":

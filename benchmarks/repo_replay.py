@@ -220,8 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=2)
     if args.md:
-        with open(args.md, "w") as f:
-            f.write("# Replaying a real history\n\n`python -m benchmarks.replay --repo . --commits 150` (run by `make bench`): "
+        from .mdfile import write_generated
+
+        write_generated(args.md, ("# Replaying a real history\n\n`python -m benchmarks.replay --repo . --commits 150` (run by `make bench`): "
                     "this project's own first-parent history, one checkpoint per commit, side by side with a shadow git "
-                    "repository; see benchmarks/repo_replay.py for what each contestant does.\n\n" + text)
+                    "repository; see benchmarks/repo_replay.py for what each contestant does.\n\n" + text),
+                        "benchmarks.replay")
     return 0

@@ -505,8 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.json, "w") as f:
         f.write(to_json(bench.rows, bench.facts, meta) + "\n")
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(render_markdown(bench.rows, bench.facts, meta) + "\n")
+        from .mdfile import write_generated
+
+        write_generated(args.out, render_markdown(bench.rows, bench.facts, meta) + "\n", "benchmarks.run")
     log(f"done in {meta['elapsed_s']:.0f} s; JSON in {args.json}" + (f", markdown in {args.out}" if args.out else ""))
     return 0
 

@@ -30,6 +30,7 @@ import zstandard
 
 from benchmarks import corpora
 from benchmarks.competitors import git_env, init_shadow_git
+from benchmarks.mdfile import write_generated
 from benchmarks.measure import disk_bytes
 from benchmarks.replay import History
 from snapstore.storage import entries
@@ -307,8 +308,7 @@ def main() -> None:
     if args.from_json:
         with open(args.from_json) as f:
             doc = json.load(f)
-        with open(args.md, "w") as f:
-            f.write(render(doc))
+        write_generated(args.md, render(doc), "benchmarks.storage_v2")
         return
     base = os.environ.get("SNAPSTORE_BENCH_DIR") or tempfile.gettempdir()
     work = os.path.join(base, "snapstore-storage-v2")
@@ -353,8 +353,7 @@ def _write(args: argparse.Namespace, doc: dict[str, Any]) -> None:
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
     if args.md:
-        with open(args.md, "w") as f:
-            f.write(render(doc))
+        write_generated(args.md, render(doc), "benchmarks.storage_v2")
     print(json.dumps(doc, indent=1))
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import zstandard
 
 from benchmarks import corpora
+from benchmarks.mdfile import write_generated
 from benchmarks.measure import disk_bytes
 from benchmarks.replay import History
 from benchmarks.repo_replay import Layout, first_parent_commits
@@ -337,6 +338,8 @@ def conversations(work: str, steps: int) -> list[dict[str, Any]]:
     with open(os.path.join(tree, "f.txt"), "w") as f:
         f.write("x\n")
     rows = []
+    # The same store without a conversation, the baseline both kinds subtract (one run serves both).
+    plain = cli_as_left(work, "plain", None)
     for kind in ("compressible", "random"):
         messages = conversation_messages(kind, steps)
         sizes = {}
@@ -349,7 +352,7 @@ def conversations(work: str, steps: int) -> list[dict[str, Any]]:
             sizes[with_conv] = disk_bytes(sd)
         final = len(zstandard.ZstdCompressor(level=3).compress(json.dumps(messages).encode()))
         added = sizes[True] - sizes[False]
-        left = {c: cli_as_left(work, f"{kind}-{c}", messages if c else None) for c in (False, True)}
+        left = {False: plain, True: cli_as_left(work, kind, messages)}
         rows.append({
             "kind": kind, "steps": steps, "store_bytes_added": added, "final_zstd": final,
             "ratio": round(added / final, 2), "target": 3.0 if kind == "compressible" else 2.5,
@@ -637,8 +640,7 @@ def main() -> None:
     if args.from_json:
         with open(args.from_json) as f:
             doc = json.load(f)
-        with open(args.md, "w") as f:
-            f.write(render(doc))
+        write_generated(args.md, render(doc), "benchmarks.storage_v3")
         return
     only = set(args.only.split(",")) if args.only else {"history", "own", "stdlib", "site", "node", "conv"}
     base = os.environ.get("SNAPSTORE_BENCH_DIR") or tempfile.gettempdir()
@@ -692,8 +694,7 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
     if args.md:
-        with open(args.md, "w") as f:
-            f.write(render(doc))
+        write_generated(args.md, render(doc), "benchmarks.storage_v3")
     json.dump(doc, sys.stdout, indent=1)
     shutil.rmtree(work, ignore_errors=True)
 

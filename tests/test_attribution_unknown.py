@@ -303,3 +303,44 @@ def test_a_completion_notification_without_a_session_is_still_unknown(tree: Path
     with Store.open(tree) as store:
         cp = store.checkpoints()[0]
     assert (cp.message, cp.actor) == ("background command finished", "unknown")
+
+
+def _log_session(tree: Path) -> None:
+    """A backgrounded server writes its log: the log appears inside a later tool call's window
+    (so that call's checkpoint adds it, as the agent's), then grows outside any window."""
+    claude(tree, hook_event_name="UserPromptSubmit", prompt="start the server, then edit")
+    pre, post = bash(tree, "toolu_srv", "./serve > log.txt &")
+    claude(tree, **pre)
+    claude(tree, **post)
+    e_pre = {"hook_event_name": "PreToolUse", "tool_name": "Edit", "tool_use_id": "toolu_e",
+             "tool_input": {"file_path": str(tree / "agent.txt")}}
+    claude(tree, **e_pre)
+    (tree / "log.txt").write_text("listening\n")  # the server, while the Edit runs
+    (tree / "agent.txt").write_text("by the agent's Edit\n")
+    claude(tree, **{**e_pre, "hook_event_name": "PostToolUse"})
+    (tree / "log.txt").write_text("listening\nGET /\n")  # the server again, between calls
+    claude(tree, hook_event_name="Stop")
+
+
+def test_a_file_the_agent_added_then_an_unknown_change_grew_is_kept_and_listed(tree: Path):
+    """A revert of the agent does not refuse over a file that a change of unknown origin changed
+    after the agent's call added it: the file is left as it is (the unknown change is not taken
+    back, and the agent's part of it cannot be told apart) and listed with the unknown changes;
+    the rest of the agent's work is taken back."""
+    _log_session(tree)
+    with Store.open(tree) as store:
+        assert ("end of turn", "unknown") in labels(tree)
+        report = store.revert(task=S, actor="agent")
+    assert not (tree / "agent.txt").exists()
+    assert (tree / "log.txt").read_text() == "listening\nGET /\n"
+    assert b"log.txt" in {p for u in report.unknown for p in u.paths}
+    [log] = [o for o in report.outcomes if o.path == b"log.txt"]
+    assert log.status == "untouched" and "unknown" in log.note, log
+    assert "--ours" not in log.note
+
+
+def test_an_explicit_theirs_still_takes_such_a_file_back(tree: Path):
+    _log_session(tree)
+    with Store.open(tree) as store:
+        store.revert(task=S, actor="agent", conflicts="theirs")
+    assert not (tree / "log.txt").exists() and not (tree / "agent.txt").exists()

@@ -86,8 +86,11 @@ def run(
         ctx, request.ref, request.range, request.task, request.actor, selector(request.paths),
         request.include_unknown,
     )
+    # A conflict in a path an unknown change (left alone) changed too keeps the tree's side:
+    # refusing would block "undo only the agent" over, say, a log a backgrounded server grows.
+    left = frozenset(p for u in unknown if not u.taken for p in u.paths)
     if dry_run or request.conflicts == "refuse":
-        outcomes, current, read = _plan_on_disk(ctx, steps, prefer, markers, choices)
+        outcomes, current, read = _plan_on_disk(ctx, steps, prefer, markers, choices, left)
         _check(outcomes, what, markers, choices=choices)
         if dry_run:
             report = RevertReport(what, outcomes, True, unknown=unknown)
@@ -98,7 +101,7 @@ def run(
             report.diffs, report.changes = _diffs(outcomes, current, read)
             return report
     safety, current, found = take_safety(f"before revert of {what}")
-    outcomes = plan(steps, current, ctx.read_stored, prefer=prefer, markers=markers, choices=choices)
+    outcomes = plan(steps, current, ctx.read_stored, prefer=prefer, markers=markers, choices=choices, unknown=left)
     # (With "refuse", the plan on disk above found no conflict: one now means the tree moved.)
     moved = "the tree changed while the revert was prepared; " if request.conflicts == "refuse" else ""
     _check(outcomes, what, markers, moved, choices)
@@ -129,7 +132,12 @@ def run(
 
 
 def _plan_on_disk(
-    ctx: StageContext, steps: list[RevertStep], prefer: Prefer, markers: bool, choices: dict[bytes, Choice]
+    ctx: StageContext,
+    steps: list[RevertStep],
+    prefer: Prefer,
+    markers: bool,
+    choices: dict[bytes, Choice],
+    unknown: frozenset[bytes],
 ) -> tuple[list[PathOutcome], dict[bytes, Entry], Callable[[Entry], bytes]]:
     """The plan against the tree as it is (nothing recorded): the current contents are read
     from disk, the checkpoints' from the store."""
@@ -147,7 +155,8 @@ def _plan_on_disk(
         now = on_disk.get(e.ref)
         return ctx.read_disk(now) if now is not None else ctx.read_stored(e)
 
-    return plan(steps, current, read, prefer=prefer, markers=markers, choices=choices), current, read
+    outcomes = plan(steps, current, read, prefer=prefer, markers=markers, choices=choices, unknown=unknown)
+    return outcomes, current, read
 
 
 def _check(

@@ -110,12 +110,16 @@ class Planner:
         prefer: Prefer = None,
         markers: bool = False,
         choices: dict[bytes, Choice] | None = None,
+        unknown: frozenset[bytes] = frozenset(),
     ):
         self._read = read
         self._default_prefer = prefer
         self._default_markers = markers
         #: A way to settle each path's conflicts chosen on its own (the UI's per-file choice).
         self._choices = choices or {}
+        #: Paths that changes of unknown origin, left alone, changed too: with no side chosen,
+        #: their conflicts keep the tree's side (taking it back would take the unknown change too).
+        self._unknown = unknown
         self._path = b""
         self.state: dict[bytes, State] = {}
         self._current = current
@@ -126,13 +130,25 @@ class Planner:
         """The side that settles conflicts in the path being planned (its choice, else the default)."""
         chosen = self._choices.get(self._path)
         if chosen is None:
-            return self._default_prefer
+            return "ours" if self._left_to_unknown else self._default_prefer
         return None if chosen == "markers" else chosen
 
     @property
     def _markers(self) -> bool:
         chosen = self._choices.get(self._path)
-        return self._default_markers if chosen is None else chosen == "markers"
+        if chosen is None:
+            return self._default_markers and not self._left_to_unknown
+        return chosen == "markers"
+
+    @property
+    def _left_to_unknown(self) -> bool:
+        """The path being planned keeps the tree's side for an unknown change (no side chosen)."""
+        return self._path in self._unknown and self._default_prefer is None and self._path not in self._choices
+
+    @property
+    def _kept(self) -> str:
+        """Why a conflicting side was kept, for the outcome's note."""
+        return "kept: a change of unknown origin, left alone, changed it too" if self._left_to_unknown else "--ours: kept"
 
     def _ours(self, path: bytes) -> State:
         if path not in self.state:
@@ -179,7 +195,7 @@ class Planner:
         if self._prefer == "theirs":
             self._record(path, "reverted", State(a), note=why + "; --theirs: taken back anyway")
         elif self._prefer == "ours":
-            self._record(path, "untouched", ours, note=why + "; --ours: kept")
+            self._record(path, "untouched", ours, note=f"{why}; {self._kept}")
         else:
             self._record(path, "conflict", ours, [WHOLE_FILE], note=why)
 
@@ -197,7 +213,7 @@ class Planner:
             if self._prefer == "theirs":
                 self._record(path, "reverted", State(a), note="binary; --theirs: taken back")
             elif self._prefer == "ours":
-                self._record(path, "untouched", ours, note="binary; --ours: kept")
+                self._record(path, "untouched", ours, note=f"binary; {self._kept}")
             else:
                 self._record(path, "conflict", ours, [WHOLE_FILE], note="binary file changed since")
             return
@@ -208,7 +224,8 @@ class Planner:
         if result.data == mine and mode == _perm(o):
             # Nothing to take back in this file (the change is already undone, or --ours kept
             # every conflicting line): say so rather than "merged".
-            self._record(path, "untouched", ours, result.conflicts, "kept as it is" if result.conflicts else "nothing left to take back")
+            kept = self._kept if self._left_to_unknown else "kept as it is"
+            self._record(path, "untouched", ours, result.conflicts, kept if result.conflicts else "nothing left to take back")
             return
         final = State(_with_content(o, result.data, mode), result.data)
         status: Status = "conflict" if result.markers else "merged"
@@ -219,7 +236,7 @@ class Planner:
         if self._prefer == "theirs":
             self._record(path, "reverted", State(a), note=why + "; --theirs: taken back")
         elif self._prefer == "ours":
-            self._record(path, "untouched", ours, note=why + "; --ours: kept")
+            self._record(path, "untouched", ours, note=f"{why}; {self._kept}")
         else:
             self._record(path, "conflict", ours, [WHOLE_FILE], note=why + " and changed since")
 
@@ -293,10 +310,13 @@ def plan(
     prefer: Prefer = None,
     markers: bool = False,
     choices: dict[bytes, Choice] | None = None,
+    unknown: frozenset[bytes] = frozenset(),
 ) -> list[PathOutcome]:
     """Each touched path's outcome after taking back ``steps`` (oldest first) from ``current``;
-    ``choices`` settles some paths' conflicts their own way (else ``prefer``/``markers``)."""
-    planner = Planner(current, read, prefer=prefer, markers=markers, choices=choices)
+    ``choices`` settles some paths' conflicts their own way (else ``prefer``/``markers``); with
+    neither side preferred, a conflict in a path of ``unknown`` (changed by a change of unknown
+    origin that is left alone) keeps the tree's side."""
+    planner = Planner(current, read, prefer=prefer, markers=markers, choices=choices, unknown=unknown)
     for step in reversed(steps):
         planner.apply(step)
     return settle_clashes(planner.result(), current)
