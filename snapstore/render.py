@@ -155,7 +155,7 @@ def checkpoint_rows(numbered: list[tuple[int | None, Checkpoint]]) -> list[list[
         label = c.message if not c.tags else f"{c.message} [{', '.join(c.tags)}]"
         rows.append(
             [
-                f"#{n}" if n else "safety",
+                (f"#{n}" if n else "-") + (" safety" if c.is_safety else ""),
                 c.short_id,
                 local_time(c.time_ns),
                 one_line(label) or "-",

@@ -136,7 +136,10 @@ def test_interleaved_tasks(store: Store):
     assert [c.message for c in store.checkpoints(task="a")] == ["a4", "a2", "a0"]
     assert store.resolve("latest@a").message == "a4"
     assert store.resolve("latest~1@b").message == "b3"
-    assert store.resolve("#3@b").message == "b1"
+    number = {c.message: n for n, c in store.numbered_checkpoints()}["b1"]
+    assert store.resolve(f"#{number}@b").message == "b1"  # the number list shows, within its task
+    with pytest.raises(RefError):
+        store.resolve(f"#{number}@a")
     assert store.resolve("latest", task="b").message == "b5"
     assert store.conversation("latest@a") == conv["a"]
     assert store.conversation("latest@b") == conv["b"]

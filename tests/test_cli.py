@@ -133,8 +133,8 @@ def test_list(inited, run_cli):
     only_a = json.loads(run_cli("list", "--task", "A", "--json", cwd=inited).out)["checkpoints"]
     assert [c["id"] for c in only_a] == [one["id"]]
     text = run_cli("list", cwd=inited).text.splitlines()
-    assert len(text) == 2 and text[0].startswith("#1") and two["short_id"] in text[0]
-    assert "[v2]" in text[0] and text[1].startswith("#2")
+    assert len(text) == 2 and text[0].startswith("#2") and two["short_id"] in text[0]
+    assert "[v2]" in text[0] and text[1].startswith("#1")
     assert len(run_cli("list", "-n", "1", cwd=inited).text.splitlines()) == 1
 
 

@@ -92,7 +92,7 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         # edit is then recorded as the agent's (MCP alone has no hook to do it).
         assert edited["checkpoint"] == first["checkpoint"]["id"]
         assert [c["message"] for c in listed["checkpoints"]] == ["two", "after edit_file: app.py", "start"]
-        assert listed["checkpoints"][0]["index"] == 1
+        assert [c["index"] for c in listed["checkpoints"]] == [3, 2, 1]  # log numbers: "#1" stays "start"
         assert len((await call.ok("checkpoint_list", task="t1"))["checkpoints"]) == 1
 
         shown = await call.ok("checkpoint_show", ref="latest~1")
@@ -117,7 +117,7 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert old["hash"] == content_hash(b"def main():\n    return 1\n")
         history = await call.ok("file_history", path=str(tmp_path / "app.py"))
         assert [v["status"] for v in history["versions"]] == ["A", "M"]
-        assert [v["checkpoint"]["index"] for v in history["versions"]] == [3, 2]
+        assert [v["checkpoint"]["index"] for v in history["versions"]] == [1, 2]  # "start", then the edit
 
         plan = await call.ok("checkpoint_restore", ref=first["checkpoint"]["id"])
         assert plan["dry_run"] and plan["undo_ref"] is None

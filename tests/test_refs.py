@@ -30,10 +30,14 @@ def test_latest_and_latest_n(three):
     assert store.read_bytes("latest~2", "f") == b"version 0"
 
 
-def test_row_numbers_match_list(three):
+def test_numbers_are_places_in_the_log_and_never_move(three, tree):
     store, (c0, c1, c2) = three
-    assert [store.resolve(f"#{n}").id for n in (1, 2, 3)] == [c2.id, c1.id, c0.id]
-    assert [c.id for c in store.checkpoints()] == [c2.id, c1.id, c0.id]
+    assert [store.resolve(f"#{n}").id for n in (1, 2, 3)] == [c0.id, c1.id, c2.id]
+    assert [(n, c.id) for n, c in store.numbered_checkpoints()] == [(3, c2.id), (2, c1.id), (1, c0.id)]
+    build_tree(tree, {"f": b"newer"})
+    store.snapshot("newer")  # a number read before a new checkpoint still names the same one
+    assert [store.resolve(f"#{n}").id for n in (1, 2, 3)] == [c0.id, c1.id, c2.id]
+    assert store.resolve("#4").message == "newer"
 
 
 def test_tags(three):
@@ -65,7 +69,10 @@ def test_task_scoped_refs(three):
     store, (c0, c1, c2) = three
     assert store.resolve("latest", task="t-odd").id == c1.id
     assert store.resolve("latest~1", task="t-even").id == c0.id
-    assert store.resolve("#1", task="t-even").id == c2.id
+    assert store.resolve("#1", task="t-even").id == c0.id
+    assert store.resolve("#3@t-even").id == c2.id
+    with pytest.raises(RefError, match="not a checkpoint of task 't-even'"):
+        store.resolve("#2", task="t-even")
     with pytest.raises(RefError):
         store.resolve("latest~1", task="t-odd")
 

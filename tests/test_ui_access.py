@@ -73,7 +73,7 @@ def store(tree: Path) -> Iterator[Store]:
         )
         write(tree, "src/util.py", "X = 1\n")
         s.snapshot("Write src/util.py", metadata={"actor": "agent", "tool_name": "Write", "session_id": "sess-1"})
-        s.restore("#3")
+        s.restore("latest~2")
         s.undo()
         yield s
 
@@ -109,7 +109,7 @@ def login(page: Page, running: Running) -> str:
 
 def pages(store: Store) -> list[str]:
     """Every kind of page (paths under the UI's base URL)."""
-    second = store.resolve("#2").id
+    second = store.resolve("latest~1").id
     return [
         "/",
         "/?q=nothing-matches-this",
@@ -129,13 +129,13 @@ def pages(store: Store) -> list[str]:
 
 
 def restore_preview(page: Page, base: str, store: Store) -> None:
-    page.goto(f"{base}/c/{store.resolve('#3').id}")
+    page.goto(f"{base}/c/{store.resolve('latest~2').id}")
     page.locator("#restore-all").click()
     page.wait_for_selector("#confirm")
 
 
 def revert_preview(page: Page, base: str, store: Store) -> None:
-    page.goto(f"{base}/c/{store.resolve('#2').id}")
+    page.goto(f"{base}/c/{store.resolve('latest~1').id}")
     page.locator("#revert").click()
     page.wait_for_selector(".confirmbar")
 
@@ -223,7 +223,7 @@ def test_enter_opens_the_selected_row_after_a_click_and_question_mark_lists_the_
     page.keyboard.press("j")
     page.keyboard.press("j")
     page.keyboard.press("Enter")
-    page.wait_for_url(re.compile(rf"/c/{store.resolve('#2').id}$"))
+    page.wait_for_url(re.compile(rf"/c/{store.resolve('latest~1').id}$"))
     page.keyboard.press("Tab")
     page.keyboard.press("Enter")  # the skip link
     page.keyboard.press("j")
@@ -264,16 +264,16 @@ def test_the_dark_scheme_follows_the_system(page: Page, served: Running):
 
 def test_the_keyboard_skips_to_the_content_and_walks_the_checkpoints(page: Page, served: Running, store: Store):
     base = login(page, served)
-    page.goto(f"{base}/c/{store.resolve('#2').id}")
+    page.goto(f"{base}/c/{store.resolve('latest~1').id}")
     page.keyboard.press("Tab")
     expect(page.locator("a.skip")).to_be_focused()
     expect(page.locator("a.skip")).to_be_visible()
     page.keyboard.press("Enter")
     assert page.evaluate("() => document.activeElement.id") == "main"
     page.keyboard.press("[")
-    page.wait_for_url(re.compile(rf"/c/{store.resolve('#3').id}$"))
+    page.wait_for_url(re.compile(rf"/c/{store.resolve('latest~2').id}$"))
     page.keyboard.press("]")
-    page.wait_for_url(re.compile(rf"/c/{store.resolve('#2').id}$"))
+    page.wait_for_url(re.compile(rf"/c/{store.resolve('latest~1').id}$"))
     page.keyboard.press("]")
-    page.wait_for_url(re.compile(rf"/c/{store.resolve('#1').id}$"))
+    page.wait_for_url(re.compile(rf"/c/{store.resolve('latest').id}$"))
     expect(page.locator("h1")).to_contain_text("Checkpoint")

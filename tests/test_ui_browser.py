@@ -155,7 +155,7 @@ def test_a_script_in_a_file_is_shown_not_run(page: Page, served: Running, ui_sto
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     open_ui(page, served)
-    two = ui_store.resolve("#2").id
+    two = ui_store.resolve("latest~1").id
     base = page.url.rstrip("/")
     page.goto(f"{base}/c/{two}/file?path=page.html")
     expect(page.locator("table.file")).to_contain_text(EVIL)
@@ -171,9 +171,9 @@ def test_times_and_sizes_follow_the_browsers_locale(tmp_path: Path, served: Runn
         page = context.pages[0] if context.pages else context.new_page()
         open_ui(page, served)
         base = page.url.rstrip("/")
-        page.goto(f"{base}/c/{ui_store.resolve('#2').id}/file?path=data.bin")
+        page.goto(f"{base}/c/{ui_store.resolve('latest~1').id}/file?path=data.bin")
         expect(page.locator("data.size").first).to_have_text("1,5 KiB")  # German decimal comma
-        page.goto(f"{base}/c/{ui_store.resolve('#2').id}")
+        page.goto(f"{base}/c/{ui_store.resolve('latest~1').id}")
         when = page.locator("time").first
         expect(when).not_to_have_text(re.compile(r"^\d{4}-\d\d-\d\d "))  # not the server's format
         expect(when).to_have_text(re.compile(r"\d{4}"))

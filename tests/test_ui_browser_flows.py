@@ -76,7 +76,7 @@ def test_a_cut_diff_shows_anyway_and_files_fold(page: Page, tree: Path, monkeypa
 def test_you_are_here_prompts_and_relative_times(page: Page, tree: Path):
     with Store.init(tree) as store:
         _demo_history(store, tree)
-        target = store.resolve("#3")
+        target = store.resolve("latest~2")
         store.restore(target.id)
         with background(store) as running:
             open_ui(page, running)
@@ -93,7 +93,7 @@ def test_you_are_here_prompts_and_relative_times(page: Page, tree: Path):
             assert re.search(r"\d{4}", first_time.get_attribute("title") or "")  # the date, in full
             page.goto(f"{page.url.rstrip('/')}/c/{target.id}")
             expect(page.locator("p.here-note")).to_be_visible()  # the checkpoint's page says so too
-            page.goto(page.url.split("/c/")[0] + f"/c/{store.resolve('#1').id}")
+            page.goto(page.url.split("/c/")[0] + f"/c/{store.resolve('latest').id}")
             page.wait_for_load_state("networkidle")
             expect(page.locator("p.here-note")).to_be_hidden()
             page.goto(page.url.split("/c/")[0] + "/")
@@ -135,7 +135,7 @@ def test_the_preview_keeps_confirm_in_view(page: Page, tree: Path):
         store.snapshot("new")
         with background(store) as running:
             base = open_ui(page, running)
-            page.goto(f"{base}/c/{store.resolve('#2').id}")
+            page.goto(f"{base}/c/{store.resolve('latest~1').id}")
             page.locator("#restore-all").click()
             expect(page.locator(".confirmbar")).to_contain_text("Restoring would overwrite 80 paths.")
             page.locator("ul.plan li").last.scroll_into_view_if_needed()
@@ -162,9 +162,9 @@ def test_screenshots(page: Page, tmp_path: Path, tree: Path):
             page.emulate_media(color_scheme="dark")
             page.screenshot(path=str(out / "timeline-dark.png"))
             page.emulate_media(color_scheme="light")
-            page.goto(f"{base}/c/{store.resolve('#3').id}?view=split")
+            page.goto(f"{base}/c/{store.resolve('latest~2').id}?view=split")
             page.locator("main").screenshot(path=str(out / "diff.png"))
-            page.goto(f"{base}/c/{store.resolve('#4').id}")
+            page.goto(f"{base}/c/{store.resolve('latest~3').id}")
             page.locator("#restore-all").click()
             page.wait_for_selector(".confirmbar")
             page.screenshot(path=str(out / "preview.png"))
@@ -180,7 +180,7 @@ def test_screenshots(page: Page, tmp_path: Path, tree: Path):
 def test_revert_a_checkpoint_and_find_where_something_was_said(page: Page, tree: Path):
     with Store.init(tree) as store:
         _demo_history(store, tree)
-        edited = store.resolve("#3")  # "Edit src/auth.py: compare digests in constant time"
+        edited = store.resolve("latest~2")  # "Edit src/auth.py: compare digests in constant time"
         with background(store) as running:
             base = open_ui(page, running)
             page.locator("#filter-q").fill("")

@@ -88,7 +88,7 @@ def test_a_restore_previews_diff_loads_when_its_path_is_opened(page: Page, tree:
         store.snapshot("two")
         with background(store) as running:
             base = open_ui(page, running)
-            page.goto(f"{base}/c/{store.resolve('#2').id}")
+            page.goto(f"{base}/c/{store.resolve('latest~1').id}")
             page.locator("#restore-all").click()
             page.wait_for_selector("#confirm")
             row = page.locator("ul.plan details").first
@@ -140,7 +140,7 @@ def test_screenshots_of_diff_details_and_a_phone_history(page: Page, tree: Path)
         store.snapshot("Round quotes", metadata={"actor": "agent", "tool_name": "Edit"})
         with background(store) as running:
             base = open_ui(page, running)
-            page.goto(f"{base}/c/{store.resolve('#2').id}")
+            page.goto(f"{base}/c/{store.resolve('latest~1').id}")
             page.wait_for_function("() => Array.from(document.querySelectorAll('.images img')).every(i => i.complete && i.naturalWidth > 0)")
             page.locator("details.filediff").first.evaluate("d => d.scrollIntoView()")
             page.screenshot(path=str(out / "diff-details.png"), full_page=False)

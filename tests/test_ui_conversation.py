@@ -57,13 +57,13 @@ def store(tree: Path) -> Iterator[Store]:
 
 def test_each_row_gets_the_prompt_it_belongs_to(store: Store):
     found = client_for(store).get("/timeline.prompts").json()
-    one, two = store.resolve("#3").id, store.resolve("#2").id
+    one, two = store.resolve("latest~2").id, store.resolve("latest~1").id
     assert found == {one: "add a greeting", two: "now make it polite " + EVIL}  # the tool result is not a prompt
     assert client_for(store).get("/timeline.prompts?q=one").json() == {one: "add a greeting"}
 
 
 def test_a_checkpoint_shows_its_new_messages_first_and_folds_the_earlier_ones(store: Store):
-    html = client_for(store).get(f"/c/{store.resolve('#2').id}").text
+    html = client_for(store).get(f"/c/{store.resolve('latest~1').id}").text
     new, earlier = html.split("New in this checkpoint")[1].split('<details class="earlier">')
     assert "4 messages, newest first" in new
     assert new.index("Done: it says please.") < new.index("now make it")  # newest first
@@ -76,7 +76,7 @@ def test_a_checkpoint_shows_its_new_messages_first_and_folds_the_earlier_ones(st
 def test_tool_calls_and_results_are_cards_not_json(store: Store):
     """Issue 42 req 4: a tool call shows its name and each argument; its result names the call
     it answers and is labelled a tool's, not the user's."""
-    html = client_for(store).get(f"/c/{store.resolve('#2').id}").text
+    html = client_for(store).get(f"/c/{store.resolve('latest~1').id}").text
     assert '<div class="tool-card tool-use"><span class="tool-name">Edit</span> <small>call</small><dl><dt>file</dt><dd><code>a.py</code></dd>' in html
     assert '<div class="tool-card tool-result"><span class="tool-name">Edit</span> <small>result</small><pre>ok</pre></div>' in html
     assert '<li class="msg role-tool"><span class="role">tool</span>' in html
@@ -88,7 +88,7 @@ def test_a_rewind_preview_says_what_happens_to_the_conversation(store: Store):
 
     client = client_for(store)
     headers = {"origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"}
-    two, one = store.resolve("#2").id, store.resolve("#3").id
+    two, one = store.resolve("latest~1").id, store.resolve("latest~2").id
     preview = client.post(f"/c/{one}/restore/preview", content=urlencode({"rewind": "1"}), headers=headers).text
     note = re.search(r'<p class="notice" id="rewind-note">(.*?)</p>', preview).group(1)
     assert "as it was at this checkpoint (JSON, 2 messages), without the 4 messages sent after it" in note
@@ -98,7 +98,7 @@ def test_a_rewind_preview_says_what_happens_to_the_conversation(store: Store):
 
 def test_a_long_conversation_renders_only_its_newest_messages(store: Store, monkeypatch):
     monkeypatch.setattr(conversation, "MAX_SHOWN", 3)
-    html = client_for(store).get(f"/c/{store.resolve('#2').id}").text
+    html = client_for(store).get(f"/c/{store.resolve('latest~1').id}").text
     assert len(re.findall(r'<li class="msg ', html)) == 3
     assert "3 older messages are not shown here" in html
 
@@ -112,7 +112,7 @@ def test_rewind_files_and_conversation_restores_then_hands_the_conversation_back
     from urllib.parse import urlencode
 
     client = client_for(store)
-    two = store.resolve("#2").id
+    two = store.resolve("latest~1").id
     page = client.get(f"/c/{two}").text
     assert 'id="rewind-both"' in page and f'href="/c/{two}/conversation.json" download' in page
     headers = {"origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"}

@@ -72,7 +72,7 @@ def test_the_summary_and_collapsible_files(store: Store):
 def test_the_working_tree_row_names_the_checkpoint_the_tree_equals(store: Store, tree: Path):
     client = client_for(store)
     assert 'id="worktree" data-src="/here.frag"' in client.get("/").text
-    latest, first = store.resolve("latest").id, store.resolve("#2").id
+    latest, first = store.resolve("latest").id, store.resolve("latest~1").id
     text, here = here_of(client)
     assert "Tree = #2 rename and edit · the newest checkpoint, nothing unsaved" in text and here == latest
     (tree / "app.py").write_text("a = 3\n")
@@ -97,7 +97,7 @@ def test_the_working_tree_row_names_the_checkpoint_the_tree_equals(store: Store,
 
 def test_a_selective_restore_names_no_checkpoint(store: Store, tree: Path):
     client = client_for(store)
-    store.restore(store.resolve("#2").id, ["app.py"])
+    store.restore(store.resolve("latest~1").id, ["app.py"])
     _, here = here_of(client)
     assert here == ""
 
@@ -140,13 +140,14 @@ def test_compare_uses_the_timeline_s_numbers(store: Store):
     never changes), in its suggestions and in what it resolves."""
     client = client_for(store)
     first = store.resolve(":/first")
-    store.snapshot("third")  # the CLI's #2 now names "rename and edit", the timeline's #2 too
+    store.snapshot("third")  # #2 still names "rename and edit", in the browser and in the CLI
     timeline = client.get("/").text
     assert re.search(r'<span title="checkpoint number 1[^"]*">#1</span>.*?first', timeline, re.S)
     page = client.get("/compare?a=%231&b=%232").text
     assert f'<a href="/c/{first.id}">{first.short_id}</a> first' in page
     assert '<option value="#1">first</option>' in page and '<option value="#3">third</option>' in page
-    assert "no checkpoint numbered #9" in client.get("/compare?a=%239").text
+    assert "#9: no checkpoint has that number" in client.get("/compare?a=%239").text
+    assert [store.resolve(f"#{n}").message for n in (1, 3)] == ["first", "third"]  # the CLI's #N
 
 
 def test_numbers_skipped_by_hidden_safety_checkpoints_are_explained(store: Store, tree: Path):

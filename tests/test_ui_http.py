@@ -232,7 +232,7 @@ def test_a_post_needs_this_origin(client: TestClient, ui_store: Store):
 
 
 def test_changes_are_post_only(client: TestClient, ui_store: Store, tree: Path):
-    old = cid(ui_store, "#3")
+    old = cid(ui_store, "latest~2")
     for path in (f"/c/{old}/restore", f"/c/{old}/restore/preview", "/undo", "/undo/preview", f"/c/{old}/tag?name=x"):
         assert client.get(path).status_code == 405, path
     for method in ("PUT", "DELETE", "PATCH"):
@@ -389,7 +389,7 @@ def only_our_script(html: str) -> None:
 
 
 def test_file_contents_and_every_text_are_escaped(client: TestClient, ui_store: Store):
-    two = cid(ui_store, "#2")
+    two = cid(ui_store, "latest~1")
     pages = [
         "/",
         "/?safety=1&q=app",
@@ -397,7 +397,7 @@ def test_file_contents_and_every_text_are_escaped(client: TestClient, ui_store: 
         f"/c/{two}?view=split",
         f"/c/{two}/file?path=page.html",
         "/history?path=page.html",
-        f"/compare?a={cid(ui_store, '#3')}&b={two}",
+        f"/compare?a={cid(ui_store, 'latest~2')}&b={two}",
         "/timeline.frag",
     ]
     for path in pages:
@@ -412,7 +412,7 @@ def test_file_contents_and_every_text_are_escaped(client: TestClient, ui_store: 
 def test_paths_from_requests_never_leave_the_store(client: TestClient, ui_store: Store, tree: Path):
     secret = tree.parent / "secret.txt"
     secret.write_text("TOP SECRET\n")
-    two = cid(ui_store, "#2")
+    two = cid(ui_store, "latest~1")
     for query in ("path=../secret.txt", "p=..%2Fsecret.txt", "p=%2Fetc%2Fpasswd", "path=/etc/passwd", "path=.snapstore/data.mdb"):
         r = client.get(f"/c/{two}/file?{query}")
         assert r.status_code == 404, query
@@ -421,7 +421,7 @@ def test_paths_from_requests_never_leave_the_store(client: TestClient, ui_store:
         assert r.status_code == 404 and b"TOP SECRET" not in r.content
     for name in ("..%2Fapp.py", "%2e%2e%2fapp.py", "..%2F..%2Fstore.py", "app.py", "ui.py"):
         assert client.get(f"/static/{name}").status_code == 404
-    r = post(client, f"/c/{cid(ui_store, '#3')}/restore/preview", [("p", "../secret.txt")])
+    r = post(client, f"/c/{cid(ui_store, 'latest~2')}/restore/preview", [("p", "../secret.txt")])
     assert r.status_code == 200 and "Nothing would change" in r.text
     assert secret.read_text() == "TOP SECRET\n"
 
@@ -464,7 +464,7 @@ def test_the_timeline_filters(client: TestClient, ui_store: Store):
 
 
 def test_a_checkpoint_page_shows_record_files_diffs_and_conversation(client: TestClient, ui_store: Store):
-    two = ui_store.resolve("#2")
+    two = ui_store.resolve("latest~1")
     html = client.get(f"/c/{two.id}").text
     assert two.id in html and "toolu_01" in html and "fix-login" in html
     assert "src/app.py" in html and "+2 -2" in html and "page.html" in html
@@ -496,7 +496,7 @@ def test_a_change_deep_in_a_long_file_is_shown_highlighted(client: TestClient, u
 
 
 def test_the_file_at_a_checkpoint_and_its_raw_download(client: TestClient, ui_store: Store):
-    one = cid(ui_store, "#3")
+    one = cid(ui_store, "latest~2")
     html = client.get(f"/c/{one}/file?path=src/app.py").text
     assert "return 'hello ' + name" in text_of(html) and 'id="L2"' in html  # the old version, numbered
     raw = client.get(f"/c/{one}/raw?p=src/app.py")
@@ -513,7 +513,7 @@ def test_a_files_history(client: TestClient, ui_store: Store):
 
 
 def test_compare_two_checkpoints_and_a_checkpoint_with_the_working_tree(client: TestClient, ui_store: Store, tree: Path):
-    one, three = cid(ui_store, "#3"), cid(ui_store, "#1")
+    one, three = cid(ui_store, "latest~2"), cid(ui_store, "latest")
     html = client.get(f"/compare?a={one}&b={three}").text
     assert "3 paths differ" in html and "src/util.py" in html and "page.html" in html
     write(tree, "src/app.py", "print('unsaved')\n")
@@ -537,7 +537,7 @@ def test_a_path_that_is_not_utf8_round_trips_through_links(client: TestClient, u
 
 
 def test_the_conversation_download_is_rewinds_conversation(client: TestClient, ui_store: Store):
-    two = cid(ui_store, "#2")
+    two = cid(ui_store, "latest~1")
     r = client.get(f"/c/{two}/conversation.json")
     assert r.status_code == 200 and r.headers["content-disposition"].startswith("attachment;")
     assert json.loads(r.content) == ui_store.rewind(two, files=False).conversation
@@ -547,7 +547,7 @@ def test_the_conversation_download_is_rewinds_conversation(client: TestClient, u
 
 
 def test_restore_the_whole_tree_preview_confirm_then_undo(client: TestClient, ui_store: Store, tree: Path):
-    one = cid(ui_store, "#3")
+    one = cid(ui_store, "latest~2")
     preview = post(client, f"/c/{one}/restore/preview")
     assert preview.status_code == 200
     assert "would overwrite</span> <code>src/app.py</code>" in preview.text
@@ -570,7 +570,7 @@ def test_restore_the_whole_tree_preview_confirm_then_undo(client: TestClient, ui
 
 
 def test_a_confirmation_of_a_stale_plan_restores_nothing(client: TestClient, ui_store: Store, tree: Path):
-    one = cid(ui_store, "#3")
+    one = cid(ui_store, "latest~2")
     plan = plan_of(post(client, f"/c/{one}/restore/preview").text)
     write(tree, "late.txt", "written after the preview\n")  # the plan now also deletes late.txt
     r = post(client, f"/c/{one}/restore", {"plan": plan, "confirm": "yes"})
@@ -581,7 +581,7 @@ def test_a_confirmation_of_a_stale_plan_restores_nothing(client: TestClient, ui_
 
 
 def test_restore_selected_files_only(client: TestClient, ui_store: Store, tree: Path):
-    one = cid(ui_store, "#3")
+    one = cid(ui_store, "latest~2")
     preview = post(client, f"/c/{one}/restore/preview", [("p", "src/app.py")])
     assert "src/util.py" not in preview.text.split('class="confirmbar"')[1]
     r = post(client, f"/c/{one}/restore", [("p", "src/app.py"), ("plan", plan_of(preview.text)), ("confirm", "yes")])
@@ -591,7 +591,7 @@ def test_restore_selected_files_only(client: TestClient, ui_store: Store, tree: 
 
 
 def test_tag_and_untag(client: TestClient, ui_store: Store):
-    two = cid(ui_store, "#2")
+    two = cid(ui_store, "latest~1")
     r = post(client, f"/c/{two}/tag", {"name": "reviewed"})
     assert r.status_code == 303 and r.headers["location"] == f"/c/{two}?tagged=reviewed"
     assert ui_store.resolve("reviewed").id == two

@@ -235,7 +235,7 @@ def test_another_users_server_on_127_0_0_1_receives_no_credential(other: Other, 
 
 @needs_tcp_owners
 def test_a_cookie_that_reaches_another_users_server_is_useless_to_that_user(other: Other, owner_store: Store, tmp_path: Path, tree: Path):
-    first = owner_store.resolve("#2").id
+    first = owner_store.resolve("latest~1").id
     with background(owner_store) as running:
         playwright, context, page = logged_in_browser(tmp_path, running)
         base = running.url.split("/?")[0]
@@ -264,7 +264,7 @@ def test_a_cookie_that_reaches_another_users_server_is_useless_to_that_user(othe
     # ...and from the other user's processes it opens nothing.
     assert [status for status, _ in replayed] == [403, 403, 403, 403], replayed
     assert all("TOP SECRET" not in body and "with the secret" not in body for _, body in replayed)
-    assert "pwned" not in owner_store.resolve("#2").tags
+    assert "pwned" not in owner_store.resolve("latest~1").tags
     assert owner_store.operations() == [] and (tree / "app.py").read_text() == "v2\n"
 
 

@@ -60,7 +60,7 @@ def store(tree: Path) -> Iterator[Store]:
 
 def test_the_restore_preview_puts_counts_warning_and_confirm_before_the_list(store: Store):
     client = client_for(store)
-    html = post(client, f"/c/{store.resolve('#2').id}/restore/preview").text
+    html = post(client, f"/c/{store.resolve('latest~1').id}/restore/preview").text
     bar, rest = html.split('<div class="confirmbar"', 1)[1].split("</div>", 1)
     assert "Restoring would overwrite 30 and delete 1 paths." in text(bar)
     assert "1 path holds work that no checkpoint has yet." in text(bar)
@@ -89,7 +89,7 @@ def test_operations_label_a_revert_as_a_revert(store: Store, tree: Path):
 
 def test_the_undo_preview_and_the_result_lead_with_what_matters(store: Store, tree: Path):
     client = client_for(store)
-    first = store.resolve("#2").id
+    first = store.resolve("latest~1").id
     preview = post(client, f"/c/{first}/restore/preview").text
     plan = re.search(r'name="plan" value="([0-9a-f]+)"', preview).group(1)
     done = post(client, f"/c/{first}/restore", {"plan": plan, "confirm": "yes"}).text
@@ -102,7 +102,7 @@ def test_the_undo_preview_and_the_result_lead_with_what_matters(store: Store, tr
 
 
 def test_the_operations_page_says_what_each_operation_did(store: Store):
-    store.restore("#2")
+    store.restore("latest~1")
     store.undo()
     html = client_for(store).get("/ops").text
     plain = text(html)

@@ -61,7 +61,7 @@ def store(tree: Path) -> Iterator[Store]:
 
 def test_take_back_one_checkpoint_keeping_later_changes_then_undo(store: Store, tree: Path):
     client = client_for(store)
-    cid = store.resolve("#3").id
+    cid = store.resolve("latest~2").id
     page = client.get(f"/c/{cid}").text
     assert f'action="/c/{cid}/revert/preview"' in page and 'id="revert-task"' in page
     preview = post(client, f"/c/{cid}/revert/preview").text
@@ -96,7 +96,7 @@ def test_a_conflict_is_settled_per_file_in_the_page(store: Store, tree: Path):
     never a command-line sentence; confirming applies the choice; nothing changes before."""
     tree.joinpath("a.py").write_text(A1.replace("line 2\n", "line 2, edited by hand\n"))
     client = client_for(store)
-    cid = store.resolve("#3").id
+    cid = store.resolve("latest~2").id
     preview = post(client, f"/c/{cid}/revert/preview")
     assert preview.status_code == 200 and "--conflicts" not in preview.text and 'id="confirm"' in preview.text
     token = "c.a.py"
@@ -114,7 +114,7 @@ def test_a_conflict_is_settled_per_file_in_the_page(store: Store, tree: Path):
 
 def test_a_stale_plan_is_previewed_again_and_a_bad_actor_refused(store: Store, tree: Path):
     client = client_for(store)
-    cid = store.resolve("#3").id
+    cid = store.resolve("latest~2").id
     r = post(client, f"/c/{cid}/revert/confirm", {"plan": "0" * 32, "confirm": "yes"})
     assert "changed since the preview" in r.text and "line two\n" in tree.joinpath("a.py").read_text()
     assert post(client, f"/c/{cid}/revert/confirm", {"plan": "0" * 32}).status_code == 400
@@ -170,7 +170,7 @@ def test_a_range_shows_one_actor_s_changes_combined_then_takes_them_back(store: 
     assert done.status_code == 200 and 'id="undo"' in done.text
     assert tree.joinpath("a.py").read_text() == A1 and tree.joinpath("b.txt").read_text() == "b by the user\n"
     # Two ticked rows, "since here", and bad requests.
-    ids = [store.resolve(r).id for r in ("#4", "#2")]  # (the CLI's numbers: after the revert's own record)
+    ids = [store.resolve(r).id for r in ("latest~3", "latest~1")]  # (counted back from the revert's own record)
     assert "#2 to #4" in client.get("/range?" + "&".join(f"pick={i}" for i in ids) + "&actor=agent").text
     assert client.get(f"/range?start={ids[1]}&actor=user").status_code == 200
     assert client.get("/range?since=forever").status_code == 400

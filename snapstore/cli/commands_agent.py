@@ -153,7 +153,7 @@ def mcp_(obj: Ctx, root: str | None, anywhere: bool) -> None:
 
 @command(example="snapstore rewind --claude-session 5f0c... --to '#3'   # files and conversation\nclaude --resume <the new session id it prints>")
 @click.option("--claude-session", "session", required=True, metavar="ID", help="The Claude Code session whose checkpoint to go back to.")
-@click.option("--to", "ref", required=True, metavar="REF", help="The checkpoint (#N, latest~N, a tag, an id prefix; #N and latest count within the session).")
+@click.option("--to", "ref", required=True, metavar="REF", help="The checkpoint (#N as list shows it, latest~N, a tag, an id prefix; latest counts within the session).")
 @click.option("--no-files", is_flag=True, help="Only write the new session; leave the files as they are.")
 @click.option("--transcript", metavar="FILE", help="The session's transcript (default: found under ~/.claude/projects).")
 @click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")

@@ -90,7 +90,7 @@ def snapshot(
 @click.pass_obj
 def list_(obj: Ctx, task: str | None, include_all: bool, limit: int | None, as_json: bool, remote: str | None,
           ref: str | None) -> None:
-    """List checkpoints, newest first; #N in the first column is a valid reference.
+    """List checkpoints, newest first; #N in the first column is a reference that never moves.
 
     The +/~/- counts are paths of every kind (files, directories, symlinks) added, changed
     and removed against the parent checkpoint.  With --remote, every checkpoint of every

@@ -77,20 +77,16 @@ def _info(cp: Checkpoint, index: int | None = None) -> CheckpointInfo:
 
 
 def _indexes(store: Store, ids: set[str]) -> dict[str, int]:
-    """The ``#N`` of each checkpoint of ``ids`` that has one (safety checkpoints have none),
-    numbered as :func:`snapstore.records.refs.numbered` numbers them; the log is read newest
-    first and no further than the oldest of ``ids``."""
+    """The ``#N`` of each checkpoint of ``ids``: its log number, as ``checkpoint_list`` shows it
+    (:func:`snapstore.records.refs.numbered`); the log is read newest first and no further than
+    the oldest of ``ids``."""
     from snapstore.records.history import History
 
     found: dict[str, int] = {}
-    n = 0
     with store.backend.read() as view:
         for cp in History(view).newest():
-            if cp.is_safety:
-                continue
-            n += 1
             if cp.id in ids:
-                found[cp.id] = n
+                found[cp.id] = cp.seq
                 if len(found) == len(ids):
                     break
     return found

@@ -9,7 +9,6 @@ up directly, and finds an id prefix by a range scan of the ``checkpoints`` table
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from snapstore.errors import CorruptError, RefError
@@ -24,10 +23,6 @@ from snapstore.records.checkpoint import (
     task_prefix,
 )
 from snapstore.storage.backend import ReadView as View
-
-_LATEST = re.compile(r"^latest(?:~(\d+))?$")
-_ROW = re.compile(r"^#(\d+)$")
-_HEX = re.compile(r"^[0-9a-fA-F]{4,64}$")
 
 
 class History:
@@ -88,8 +83,20 @@ class History:
     def resolve(self, ref: str, task: str | None = None) -> Checkpoint:
         """The checkpoint ``ref`` names (the grammar of :mod:`snapstore.records.refs`)."""
         return refs.Resolver(
-            self.newest, self._tag, self._by_id, self._by_prefix, self.of_task
+            self.newest, self._tag, self._by_id, self._by_prefix, self.of_task, self._by_number
         ).resolve(ref, task)
+
+    def _by_number(self, n: int) -> Checkpoint | None:
+        cid = self._view.get("log", seq_key(n))
+        if cid is None or len(cid) != schema.ID_BYTES:
+            return None
+        packed = self._view.get("checkpoints", cid)
+        if packed is None:
+            return None
+        try:
+            return parse_record(cid, packed, n)
+        except CorruptError as exc:
+            raise CorruptError(f"#{n} names a damaged checkpoint: {exc}") from exc
 
     def _tag(self, name: str) -> bytes | None:
         return self._view.get("tags", name.encode())

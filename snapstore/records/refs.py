@@ -3,7 +3,9 @@
 ==============  ==============================================================
 ``latest``      the newest checkpoint (safety checkpoints of restores excluded)
 ``latest~N``    the N-th before it, counting the same way
-``#N``          the N-th row that ``snapstore list`` prints (``#1`` is ``latest``)
+``#N``          checkpoint number N: its place in the log, counted from the first (``#1``);
+                it never changes, so a number read in ``list`` or in the browser keeps naming
+                the same checkpoint after new ones arrive (numbers are this store's own)
 a tag           set with ``snapshot --tag NAME``
 a hex prefix    at least 4 hex digits of an id, unique in the store; or a full id
 ``:/TEXT``      the newest checkpoint whose message contains TEXT (git's syntax;
@@ -11,7 +13,7 @@ a hex prefix    at least 4 hex digits of an id, unique in the store; or a full i
 ==============  ==============================================================
 
 With ``task`` (or the suffix ``@TASK``, e.g. ``latest~2@fix-login``), ``latest``,
-``latest~N``, ``#N`` and ``:/TEXT`` count only that task's checkpoints.  The last ``@`` of a
+``latest~N`` and ``:/TEXT`` count only that task's checkpoints, and ``#N`` must be one of them.  The last ``@`` of a
 reference always starts the task, so to search for text that holds an ``@`` name the task too
 (``:/mail user@host@TASK``).
 
@@ -29,7 +31,7 @@ from snapstore.errors import CorruptError, RefError
 from snapstore.records.checkpoint import Checkpoint
 
 _LATEST = re.compile(r"^latest(?:~(\d+))?$")
-_ROW = re.compile(r"^#(\d+)$")
+_NUMBER = re.compile(r"^#(\d+)$")
 _HEX = re.compile(r"^[0-9a-fA-F]{4,64}$")
 
 MIN_PREFIX = 4
@@ -49,7 +51,9 @@ class Resolver:
     raises (CorruptError when damaged, RefError when gone); ``by_prefix(prefix)`` gives the
     checkpoints whose hex id starts with ``prefix`` (at most a few) and the damage found.
     ``of_task(task)``, when given, yields one task's checkpoints newest first (an index), or
-    None when it cannot (the caller then filters ``newest()``).
+    None when it cannot (the caller then filters ``newest()``).  ``by_number(n)``, when given,
+    reads checkpoint number ``n`` directly (None: no such number); else ``newest()`` is read
+    down to it.
     """
 
     def __init__(
@@ -59,9 +63,10 @@ class Resolver:
         by_id: Callable[[bytes, str], Checkpoint],
         by_prefix: Callable[[str], tuple[list[Checkpoint], list[str]]],
         of_task: Callable[[str], Iterable[Checkpoint] | None] | None = None,
+        by_number: Callable[[int], Checkpoint | None] | None = None,
     ):
         self.newest, self.tag, self.by_id, self.by_prefix = newest, tag, by_id, by_prefix
-        self.of_task = of_task
+        self.of_task, self.by_number = of_task, by_number
 
     def visible(self, task: str | None = None) -> Iterator[Checkpoint]:
         if task is not None and self.of_task is not None:
@@ -82,9 +87,12 @@ class Resolver:
             raise RefError("empty checkpoint reference")
         if ref.startswith(":/"):
             return self._search(ref, task)
-        m = _LATEST.match(ref) or _ROW.match(ref)
+        m = _LATEST.match(ref)
         if m:
             return self._row(ref, int(m.group(1) or 0), task)
+        m = _NUMBER.match(ref)
+        if m:
+            return self._numbered(int(m.group(1)), task)
         tagged = self.tag(ref)
         if tagged is not None:
             return self.by_id(tagged, f"tag {ref!r}")
@@ -105,18 +113,26 @@ class Resolver:
         raise RefError(f"unknown checkpoint {ref!r}")
 
     def _row(self, ref: str, n: int, task: str | None) -> Checkpoint:
-        latest = ref.startswith("latest")
-        row = n if latest else n - 1
-        if row >= 0:
-            found = next(islice(self.visible(task), row, None), None)
-            if found is not None:
-                return found
+        found = next(islice(self.visible(task), n, None), None)
+        if found is not None:
+            return found
         count = sum(1 for _ in self.visible(task))
-        if latest:
-            if count == 0:
-                raise RefError("there are no checkpoints yet" + (f" in task {task!r}" if task else ""))
-            raise RefError(f"{ref}: only {count} checkpoint(s) exist")
-        raise RefError(f"{ref}: there is no row {n} (list shows {count})")
+        if count == 0:
+            raise RefError("there are no checkpoints yet" + (f" in task {task!r}" if task else ""))
+        raise RefError(f"{ref}: only {count} checkpoint(s) exist")
+
+    def _numbered(self, n: int, task: str | None) -> Checkpoint:
+        """``#N``: the checkpoint whose log number is N (a safety checkpoint too: it was named)."""
+        if self.by_number is not None:
+            found = self.by_number(n) if n > 0 else None
+        else:
+            found = next((c for c in self.newest() if c.seq <= n), None)
+            found = found if found is not None and found.seq == n else None
+        if found is None:
+            raise RefError(f"#{n}: no checkpoint has that number (`snapstore list` shows them; latest~N counts back)")
+        if task is not None and found.task != task:
+            raise RefError(f"#{n} is not a checkpoint of task {task!r}")
+        return found
 
     def _search(self, ref: str, task: str | None) -> Checkpoint:
         """``:/TEXT``: the newest visible checkpoint whose message contains TEXT."""
@@ -171,25 +187,20 @@ def numbered(
     include_safety: bool = False,
     limit: int | None = None,
 ) -> list[tuple[int | None, Checkpoint]]:
-    """What ``list`` shows, from checkpoints newest first: each with the ``#N`` that names it
-    (None for safety checkpoints, listed only with ``include_safety``).
+    """What ``list`` shows, from checkpoints newest first: each with the ``#N`` that names it, its
+    log number (safety checkpoints are listed only with ``include_safety``).
 
-    ``#N`` counts exactly the checkpoints :class:`Resolver` counts for ``#N``, so what ``list``
-    prints is always a valid reference.  With ``limit``, ``newest`` is read no further than the
-    rows returned.
+    The number is the one :class:`Resolver` reads for ``#N``, so what ``list`` prints is always a
+    valid reference, and stays one.  With ``limit``, ``newest`` is read no further than the rows
+    returned.
     """
     out: list[tuple[int | None, Checkpoint]] = []
-    n = 0
     for c in newest:
         if task is not None and c.task != task:
             continue
-        if c.is_safety:
-            if not include_safety:
-                continue
-            out.append((None, c))
-        else:
-            n += 1
-            out.append((n, c))
+        if c.is_safety and not include_safety:
+            continue
+        out.append((c.seq or None, c))
         if limit is not None and len(out) >= limit:
             break
     return out

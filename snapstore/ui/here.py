@@ -11,7 +11,6 @@ unsaved work (previews flag them) and ``#N`` read as the timeline's number (Comp
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from snapstore.errors import RefError, SnapstoreError
@@ -124,16 +123,9 @@ def unsaved(store: Store) -> set[bytes]:
 
 
 def resolve_number(store: Store, ref: str) -> Checkpoint:
-    """The checkpoint ``ref`` names in the browser: ``#N`` is the timeline's number (log number
-    N, which never changes: the same #N on every page); anything else as the CLI reads it."""
-    found = re.fullmatch(r"\s*#(\d+)\s*", ref)
-    if found is None:
-        return store.resolve(ref)
-    n = int(found.group(1))
-    rows, _ = store.log_page(before=n + 1, limit=1, include_safety=True)
-    if not rows or rows[0].seq != n:
-        raise RefError(f"no checkpoint numbered #{n} (the timeline's numbers)")
-    return rows[0]
+    """The checkpoint ``ref`` names in the browser: as the CLI reads it (``#N`` is the log's
+    number there too: one numbering, the same on every page and in ``snapstore list``)."""
+    return store.resolve(ref.strip())
 
 
 def _paths(n: int) -> str:
