@@ -11,20 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from snapstore.errors import CorruptError, UnsafePathError
 from snapstore.ops.restore import journal
 from snapstore.ops.restore.safety import check_manifest
-from snapstore.records import conversation, manifest
+from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint, key_seq, parse_record, task_prefix
 from snapstore.records.oplog import Operation
 from snapstore.storage import entries, objects
 from snapstore.storage.backend import JOURNAL_KEY, Backend, ReadView
 from snapstore.storage.objects import Getter
 from snapstore.tree.paths import display
+
+if TYPE_CHECKING:
+    from snapstore.records.conversation_check import Checker
 
 
 @dataclass
@@ -118,6 +121,7 @@ def run(
                 report.problems.append(Problem("stream", sid.hex(), error))
 
         by_id = {}
+        conversations: dict[bytes, list[str]] = {}
         for cid, packed in view.items("checkpoints"):
             report.checkpoints += 1
             try:
@@ -126,7 +130,8 @@ def run(
                 report.problems.append(Problem("checkpoint", cid.hex(), str(exc)))
                 continue
             by_id[cp.id] = cp
-            _check_checkpoint(get, cp, check_stream, length, report, excluded)
+            _check_checkpoint(get, cp, check_stream, length, report, excluded, conversations)
+        _check_conversations(get, conversations, report)
 
         for key, cid in view.items("log"):
             if cid.hex() not in by_id:
@@ -268,7 +273,10 @@ def _check_checkpoint(
     length: Callable[[bytes], int | None],
     report: VerifyReport,
     excluded: frozenset[bytes],
+    conversations: dict[bytes, list[str]],
 ) -> None:
+    """Check ``cp``'s manifest and files; its conversation goes into ``conversations`` (id ->
+    the checkpoints that hold it), checked after all of them (:func:`_check_conversations`)."""
     error = check_stream(cp.manifest)
     if error:
         report.problems.append(Problem("manifest", cp.manifest.hex(), error, checkpoint=cp.id))
@@ -298,15 +306,23 @@ def _check_checkpoint(
                 Problem("file", e.ref.hex(), error, checkpoint=cp.id, path=display(e.path))
             )
     if cp.conversation is not None:
-        error = None
+        conversations.setdefault(cp.conversation, []).append(cp.id)
+
+
+def _check_conversations(
+    get: Getter, conversations: dict[bytes, list[str]], report: VerifyReport, checker: Checker | None = None
+) -> None:
+    """Each conversation against its id, by growing length, so that each check reads only what
+    its conversation added to one checked before it (a session's checkpoints share a prefix)."""
+    from snapstore.records.conversation_check import Checker, order
+
+    checker = checker or Checker(get)
+    for cid in order(get, conversations):
         try:
-            conversation.read(get, cp.conversation)
+            checker.check(cid)
         except CorruptError as exc:
-            error = str(exc)
-        if error:
-            report.problems.append(
-                Problem("conversation", cp.conversation.hex(), error, checkpoint=cp.id)
-            )
+            for cp_id in conversations[cid]:
+                report.problems.append(Problem("conversation", cid.hex(), str(exc), checkpoint=cp_id))
 
 
 _OP_KINDS = ("restore", "undo")
@@ -343,11 +359,14 @@ def _check_journal(view: ReadView, report: VerifyReport) -> None:
         report.problems.append(Problem("journal", JOURNAL_KEY.decode(), str(exc)))
 
 
-def checkpoint_problems(view: ReadView, cid: bytes, packed: bytes, excluded: frozenset[bytes]) -> list[Problem]:
+def checkpoint_problems(
+    view: ReadView, cid: bytes, packed: bytes, excluded: frozenset[bytes], checker: Checker | None = None
+) -> list[Problem]:
     """What :func:`run` reports of checkpoint ``cid`` alone: its record, its manifest (the
     path rules every restore applies), every file's stream and size, its conversation.
 
-    For a record that comes from outside (a fetch keeps it only if this is empty).  Its chunks
+    For a record that comes from outside (a fetch keeps it only if this is empty).  ``checker``
+    (one per ``view``) carries what earlier calls checked of their conversations.  Its chunks
     are taken as sound where they are stored: whoever stored them checked each against its id.
     """
     report = VerifyReport()
@@ -365,7 +384,9 @@ def checkpoint_problems(view: ReadView, cid: bytes, packed: bytes, excluded: fro
         size = objects.stream_size(view.get, sid)
         return sizes.get(sid) if size is None else size
 
-    _check_checkpoint(view.get, cp, check_stream, length, report, excluded)
+    conversations: dict[bytes, list[str]] = {}
+    _check_checkpoint(view.get, cp, check_stream, length, report, excluded, conversations)
+    _check_conversations(view.get, conversations, report, checker)
     return report.problems
 
 

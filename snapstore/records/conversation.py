@@ -31,7 +31,7 @@ with ``delta`` and ``window``), and maps written before still read.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from typing import Any
 
 import blake3
@@ -295,20 +295,53 @@ def chain(get: Get, cid: bytes) -> list[tuple[bytes, dict[str, Any]]]:
     return out
 
 
+def _chain_after(
+    get: Get, cid: bytes, known: Container[bytes]
+) -> tuple[list[tuple[bytes, dict[str, Any]]], bytes | None]:
+    """:func:`chain` from the record after the newest one in ``known`` (and that record)."""
+    out: list[tuple[bytes, dict[str, Any]]] = []
+    cur: bytes | None = cid
+    while cur is not None:
+        if cur in known:
+            out.reverse()
+            return out, cur
+        record = _load(get, cur)
+        out.append((cur, record))
+        if len(out) > MAX_DEPTH + 1:
+            raise CorruptError(f"conversation {cid.hex()} has a chain longer than {MAX_DEPTH}")
+        cur = record["base"]
+    out.reverse()
+    return out, None
+
+
 def segments(get: Get, cid: bytes) -> list[tuple[bytes, dict[str, Any]]]:
     """Every record of conversation ``cid`` in message order: whose own messages, one record
     after the other, make the conversation (full records' ``parts`` expanded)."""
+    return segments_after(get, cid)[0]
+
+
+def segments_after(
+    get: Get, cid: bytes, known: Container[bytes] = ()
+) -> tuple[list[tuple[bytes, dict[str, Any]]], bytes | None]:
+    """:func:`segments`, from the record after the newest one in ``known`` (conversations
+    already checked: the messages up to one are the same in every conversation through it);
+    also returns that known record (None: from the first record)."""
     newest_first: list[tuple[bytes, dict[str, Any]]] = []
     seen: set[bytes] = set()
-    links = chain(get, cid)
+    links, stop = _chain_after(get, cid, known)
     while True:
         for rid, record in reversed(links):
+            if rid in known:
+                stop = rid
+                break
             if rid in seen:
                 raise CorruptError(f"conversation {cid.hex()} lists record {rid.hex()} twice")
             seen.add(rid)
             newest_first.append((rid, record))
         if len(newest_first) > MAX_RECORDS:
             raise CorruptError(f"conversation {cid.hex()} has more than {MAX_RECORDS} records")
+        if stop is not None:
+            break
         parts = links[0][1].get("parts")
         if parts is None:
             break
@@ -320,7 +353,7 @@ def segments(get: Get, cid: bytes) -> list[tuple[bytes, dict[str, Any]]]:
             raise CorruptError(f"conversation {links[0][0].hex()} lists records that are not a chain")
         links = listed
     newest_first.reverse()
-    return newest_first
+    return newest_first, stop
 
 
 def read(get: Get, cid: bytes) -> list[Any]:
@@ -333,7 +366,7 @@ def read(get: Get, cid: bytes) -> list[Any]:
             raise CorruptError(f"conversation {rid.hex()} does not continue its base")
         for data in own_pieces(get, rid, record, before.last()):
             hasher.update(data)
-            out.extend(_decode(rid, [data]))
+            out.extend(decode_pieces(rid, [data]))
             before.add(data)
         if len(out) != record["total"]:
             raise CorruptError(f"conversation {rid.hex()} holds {len(out)} messages, not {record['total']}")
@@ -359,7 +392,9 @@ def own_pieces(get: Get, rid: bytes, record: dict[str, Any], before: bytes = b""
         yield objects.load_chunk(get, ref[0])
 
 
-def _decode(cid: bytes, chunks: Iterable[bytes]) -> list[Any]:
+def decode_pieces(cid: bytes, chunks: Iterable[bytes]) -> list[Any]:
+    """The messages that the encoded ``chunks`` of conversation record ``cid`` hold (CorruptError
+    when one does not decode)."""
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=256 << 20)
     out = []
     try:

@@ -287,12 +287,14 @@ def _check_like_local(backend: Backend, bundle: layout.Bundle, excluded: frozens
     be damage to the store's own ``verify``: a manifest entry ``../x``, an absolute path or one
     in the store, a file whose stream does not hold its size (git's ``fsckObjects``)."""
     from snapstore.ops.verify import checkpoint_problems
+    from snapstore.records.conversation_check import Checker
 
     with backend.read() as view:
+        checker = Checker(view.get)  # a session's conversations, checked once each step
         for cid, rec in bundle.checkpoints:
             if view.get("checkpoints", cid) is not None:
                 continue
-            problems = checkpoint_problems(view, cid, rec, excluded)
+            problems = checkpoint_problems(view, cid, rec, excluded, checker)
             if problems:
                 raise CorruptError(
                     f"remote object {bundle.key} names checkpoint {cid.hex()}, which this store would call "
