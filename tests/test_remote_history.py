@@ -169,3 +169,33 @@ def test_list_ref_without_remote_is_a_usage_error(tmp_path, run_cli):
     make_store(tmp_path / "a", {"f": b"f"}).close()
     r = run_cli("list", "--ref", "default", cwd=tmp_path / "a")
     assert r.code == 2 and "--remote" in r.err
+
+
+@pytest.mark.parametrize(("identity", "expected"), [("anonymous", ("", "")), ("ci-bot@build-7", ("ci-bot", "build-7")), ("alice", ("alice", ""))])
+def test_remote_identity_says_who_a_push_and_a_forget_record(remote, tmp_path, run_cli, identity, expected):
+    """A public bucket need not learn the pusher's login and machine name (config remote.identity)."""
+    with make_store(tmp_path / "a", {"f.txt": b"v0\n"}) as a:
+        remote.add_to(a)
+        a.config_set("remote.identity", identity)
+        for n in (1, 2):
+            (tmp_path / "a" / "f.txt").write_bytes(b"v%d\n" % n)
+            a.snapshot(f"s{n}")
+            a.push()
+        a.remote_forget(keep_last=1, dry_run=False)  # the first push, forgotten
+    r = run_cli("remote", "log", "--json", cwd=tmp_path / "a")
+    assert r.code == 0, r.err
+    rows = json.loads(r.text)
+    assert rows and {(row["user"], row["host"]) for row in rows} == {expected}
+    from snapstore.remote import history
+
+    forgets = [k for k in remote.keys() if history.is_forget_key(k)]
+    assert forgets, remote.keys()
+    assert {(f.user, f.host) for f in (history.parse_forget(k, remote.read(k)) for k in forgets)} == {expected}
+
+
+@pytest.mark.parametrize("bad", ["", "@host", "a\x1bb", "x" * 300, "a@" + "h" * 300])
+def test_a_bad_remote_identity_is_a_usage_error(tmp_path, run_cli, bad):
+    with make_store(tmp_path / "a", {"f.txt": b"v0\n"}):
+        pass
+    r = run_cli("config", "remote.identity", bad, cwd=tmp_path / "a")
+    assert r.code == 2 and "remote.identity" in r.err and "Traceback" not in r.err

@@ -115,6 +115,20 @@ def _choice(text: str, what: str, choices: tuple[str, ...]) -> str:
     return t
 
 
+def _identity(text: str) -> str:
+    """``remote.identity``: ``system``, ``anonymous``, or a name (``NAME`` or ``NAME@HOST``)."""
+    t = str(text).strip()
+    if t.lower() in ("system", "anonymous"):
+        return t.lower()
+    user, _, host = t.partition("@")
+    if not user or len(user) > 256 or len(host) > 256 or any(not c.isprintable() for c in t):
+        raise UsageError(
+            f"remote.identity must be system, anonymous, or NAME[@HOST] (printable, at most 256 "
+            f"characters each), not {text!r}"
+        )
+    return t
+
+
 def _seconds(text: str, what: str) -> str:
     """Seconds from 0 to 600 (remote.retry-budget: a signed request must not outlive its
     signature; the same rule as snapstore.remote.retry.parse_budget)."""
@@ -146,6 +160,7 @@ CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "maintenance.budget-ms": ("250", lambda v: _bounded(v, "maintenance.budget-ms", 1, 3_600_000)),
     "maintenance.detach": ("true", _bool),
     "remote.retry-budget": ("60", lambda v: _seconds(v, "remote.retry-budget")),
+    "remote.identity": ("system", _identity),
 }
 UNSET = ("off", "none", "")
 

@@ -143,10 +143,17 @@ def delete_ref(transport: Transport, name: str, *, writer: str, who: tuple[str, 
     return out
 
 
-def who() -> tuple[str, str]:
-    """The user and host a push or forget records (empty when the system cannot say)."""
+def who(identity: str = "system") -> tuple[str, str]:
+    """The user and host a push or forget records: the system's (empty when it cannot say),
+    none (``anonymous``), or the configured ``NAME[@HOST]`` (config ``remote.identity``)."""
     import getpass
     import socket
+
+    if identity == "anonymous":
+        return "", ""
+    if identity != "system":
+        user, _, host = identity.partition("@")
+        return user, host
 
     try:
         user = getpass.getuser()
