@@ -7,6 +7,7 @@ Every method that writes holds the store's writer lock; reads take no lock.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -15,10 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from snapstore.errors import (
-    StoreNotFoundError,
-    UsageError,
-)
+from snapstore.errors import CorruptError, StoreNotFoundError, UsageError
 from snapstore.facade.going_back import GoingBackMixin
 from snapstore.facade.reading import ReadingMixin
 from snapstore.facade.remote_history import RemoteHistoryMixin
@@ -287,7 +285,7 @@ class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, Upke
         why = None if self._watch_retry else watcher.watchable(self.root)  # (checked once)
         if why is None:
             try:
-                w = watcher.Watcher(self.root, self.excluded)
+                w = watcher.Watcher(self.root, self.excluded, consistency_interval=self._check_interval())
             except OSError as exc:  # EMFILE: max_user_instances; ENFILE, ENOMEM
                 from snapstore.platform import events
 
@@ -300,6 +298,11 @@ class Store(ReadingMixin, RemotesMixin, RemoteHistoryMixin, GoingBackMixin, Upke
                 return None
         self._unwatched = why
         return why
+
+    def _check_interval(self) -> float:
+        with contextlib.suppress(CorruptError):  # (damage: the commands that read it say so)
+            return float(self.config_get("watch.check-interval"))
+        return 300.0
 
     def watch_status(self) -> dict[str, Any] | None:
         """The watcher's counters (events, overflows, full walks, blind directories, ...) and

@@ -25,7 +25,6 @@ class RemoteHistoryMixin(StoreBase):
 
     if TYPE_CHECKING:
         def _connect(self, name: str, *, writing: bool = False, empty_ok: bool = False) -> tuple[RemoteConfig, CountingTransport]: ...
-        def config_get(self, key: str) -> str: ...
 
     # -- on a browsing cache (the remote view) -------------------------------------------------
 
@@ -67,7 +66,7 @@ class RemoteHistoryMixin(StoreBase):
         report = ForgetReport(cfg.name, dry_run)
         try:
             for name in list(refs) or remote_refs.names(t):
-                report.refs.append(retention.forget(t, name, rules, writer=cfg.writer, who=who(self.config_get("remote.identity")), dry_run=dry_run))
+                report.refs.append(retention.forget(t, name, rules, writer=cfg.writer, who=who(self.backend), dry_run=dry_run))
         finally:
             report.requests = t.requests
         self._note_forgotten(cfg, report)
@@ -82,7 +81,7 @@ class RemoteHistoryMixin(StoreBase):
         cfg, t = self._connect(remote, writing=True)
         report = ForgetReport(cfg.name, False)
         try:
-            report.refs.append(retention.delete_ref(t, ref, writer=cfg.writer, who=who(self.config_get("remote.identity"))))
+            report.refs.append(retention.delete_ref(t, ref, writer=cfg.writer, who=who(self.backend)))
         finally:
             report.requests = t.requests
         self._note_forgotten(cfg, report)

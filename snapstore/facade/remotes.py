@@ -39,9 +39,6 @@ class RemotesMixin(StoreBase):
     #: A browsing cache's transport (:meth:`_read_through`): its requests, counted.
     remote_requests: CountingTransport | None = None
 
-    if TYPE_CHECKING:
-        def config_get(self, key: str) -> str: ...
-
     # -- settings ---------------------------------------------------------------------------
 
     def remote_add(
@@ -149,7 +146,7 @@ class RemotesMixin(StoreBase):
         report = push.run(
             self.backend, t, cfg, records, ns, level=self.compression_level, lock=self._lock.held,
             descends_from=lambda old: self._descends(bytes.fromhex(cps[-1].id), old),
-            force=force, move_ref=cfg.cas is not False, progress=progress, who=who(self.config_get("remote.identity")),
+            force=force, move_ref=cfg.cas is not False, progress=progress, who=who(self.backend),
         )
         if cfg.cas is False:
             report.ref_outcome = "refused"  # the engine ignores conditional writes (remote doctor)

@@ -161,6 +161,7 @@ CONFIG_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "maintenance.detach": ("true", _bool),
     "remote.retry-budget": ("60", lambda v: _seconds(v, "remote.retry-budget")),
     "remote.identity": ("system", _identity),
+    "watch.check-interval": ("300", lambda v: _bounded(v, "watch.check-interval", 1, 1 << 31)),
 }
 UNSET = ("off", "none", "")
 

@@ -13,12 +13,15 @@ checkpoint is always kept.
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from snapstore.errors import RefError, UsageError
 from snapstore.records.checkpoint import parse_record
 from snapstore.remote import history, layout, refs
 from snapstore.remote.transport import Transport
+
+if TYPE_CHECKING:
+    from snapstore.storage.backend import Backend
 
 
 class Rules(NamedTuple):
@@ -143,11 +146,20 @@ def delete_ref(transport: Transport, name: str, *, writer: str, who: tuple[str, 
     return out
 
 
-def who(identity: str = "system") -> tuple[str, str]:
-    """The user and host a push or forget records: the system's (empty when it cannot say),
-    none (``anonymous``), or the configured ``NAME[@HOST]`` (config ``remote.identity``)."""
+def who(backend: Backend | None = None) -> tuple[str, str]:
+    """The user and host a push or forget records: as config ``remote.identity`` of the store
+    at ``backend`` says, the system's (empty when it cannot say), none (``anonymous``), or
+    ``NAME[@HOST]``."""
     import getpass
     import socket
+
+    from snapstore.ops.retention import read_config
+
+    if backend is None:
+        identity = "system"
+    else:
+        with backend.read() as view:
+            identity = read_config(view)["remote.identity"]
 
     if identity == "anonymous":
         return "", ""

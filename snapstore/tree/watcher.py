@@ -21,6 +21,8 @@ file's content is read.  A watcher never vouches for what it cannot see:
   ``statfs``) the watcher is not used at all, nor when no inotify instance can be made
   (``max_user_instances``): then every snapshot walks;
 * periodically (``consistency_interval``), a full walk checks it; divergences are counted.
+  A service does that walk while it is idle (ops.snapshot.idle_check): a checkpoint then walks
+  for it only when no idle check has passed for :data:`IDLE_CHECK_GRACE` intervals.
 
 A directory that appears is watched first and listed after (the caller lists it as a dirty
 subtree), so nothing created between the two steps is missed.
@@ -41,6 +43,10 @@ from snapstore.platform import events, maps
 from snapstore.platform.maps import MapsCache, mapped_for_write
 
 __all__ = ["Changes", "MapsCache", "Watcher", "mapped_for_write", "watchable"]
+
+#: With idle checks, a checkpoint walks for the consistency check only after this many
+#: intervals without one that passed (a service that is never idle still checks).
+IDLE_CHECK_GRACE = 4
 
 
 @dataclass
@@ -78,6 +84,10 @@ class Watcher:
         self._wd: dict[int, bytes] = {}
         self._pending = Changes(full=True, reason="start")
         self._last_full = 0.0
+        #: Set by a service that runs the consistency check when idle (ops.snapshot.idle_check).
+        self.checks_when_idle = False
+        #: While an idle check walks: every change taken since it began (:meth:`mark`).
+        self._since: Changes | None = None
         #: Directories whose watch could not be added (nothing below them is watched either):
         #: retried and walked at every :meth:`take` until a watch is added.
         self.blind: set[bytes] = set()
@@ -215,7 +225,8 @@ class Watcher:
         for rel in sorted(self.blind):
             if rel in self.blind:  # (not made watchable by retrying a directory above it)
                 self.watch_tree(rel)
-        if not changes.full and time.monotonic() - self._last_full > self.consistency_interval:
+        every = self.consistency_interval * (IDLE_CHECK_GRACE if self.checks_when_idle else 1)
+        if not changes.full and time.monotonic() - self._last_full > every:
             changes.full, changes.reason = True, "periodic consistency check"
         if changes.full:
             self.full_rescans += 1
@@ -223,7 +234,29 @@ class Watcher:
             if changes.reason != "start":  # (watched just now)
                 self.rewatch()
         self._pending = Changes(full=False)
+        if self._since is not None:
+            _merge(self._since, changes)
         return changes
+
+    def consistency_due(self) -> bool:
+        """Whether the periodic consistency check is due."""
+        return time.monotonic() - self._last_full > self.consistency_interval
+
+    def mark(self) -> None:
+        """Start collecting every change from now on (an idle check's walk begins)."""
+        self._since = Changes(full=False)
+
+    def since_mark(self) -> Changes:
+        """Every change since :meth:`mark` (taken by snapshots, or pending), and stop collecting."""
+        self.poll()
+        out, self._since = self._since or Changes(full=False), None
+        _merge(out, self._pending)
+        out.blind |= self.blind
+        return out
+
+    def checked(self) -> None:
+        """An idle consistency check passed: the next one is due an interval from now."""
+        self._last_full = time.monotonic()
 
     def rewatch(self) -> None:
         """Watch the whole tree again, before a full walk: after an overflow the events of the
@@ -241,13 +274,7 @@ class Watcher:
     def give_back(self, changes: Changes) -> None:
         """Make ``changes`` (from :meth:`take`) pending again, with any that came since: for a
         caller that took them and could not use them (the next snapshot will)."""
-        p = self._pending
-        if changes.full and not p.full:
-            p.full, p.reason = True, changes.reason
-        p.dirs |= changes.dirs
-        p.subtrees |= changes.subtrees
-        p.paths |= changes.paths
-        p.blind |= changes.blind
+        _merge(self._pending, changes)
 
     def peek(self) -> Changes:
         """The changes since the last :meth:`take` (after reading the queue), left pending: a
@@ -309,3 +336,12 @@ def _show(rel: bytes) -> str:
 def watchable(root: str) -> str | None:
     """None when ``root`` can be watched reliably, else why not (for ``serve --status``)."""
     return events.watchable(root)
+
+
+def _merge(into: Changes, changes: Changes) -> None:
+    if changes.full and not into.full:
+        into.full, into.reason = True, changes.reason
+    into.dirs |= changes.dirs
+    into.subtrees |= changes.subtrees
+    into.paths |= changes.paths
+    into.blind |= changes.blind

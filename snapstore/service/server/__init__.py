@@ -29,6 +29,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from snapstore.errors import LockedError, TreeIOError
 from snapstore.integrations.agents import AGENTS
+from snapstore.ops.snapshot.idle_check import IdleCheck
 from snapstore.platform import unix
 from snapstore.records import requests
 from snapstore.service import http_hooks, protocol
@@ -92,6 +93,7 @@ class Service:
         self.idle_timeout = idle_timeout
         self.store = Store.open(store=self.store_dir, watch=True)
         self.store.maintain_after_snapshot = False  # (done when idle: _maintain)
+        self.idle_check = IdleCheck(self.store.context)  # (the watcher's check, when idle)
         self.started = time.time()
         self.requests = 0
         #: Requests served by each kind of client ("native", "python"), the last one's kind,
@@ -176,6 +178,7 @@ class Service:
                     self._maintain(lambda: bool(select.select(sockets, [], [], 0)[0]))
                 elif not readable:
                     self._follow_compaction()
+                    self.idle_check.step()  # (cheap until the watcher's check is due)
                 for ready_sock in readable:
                     served = self.requests
                     if ready_sock is listener:
@@ -464,7 +467,7 @@ class Service:
             "requests": self.requests,
             "idle_timeout_s": self.idle_timeout,
             "last_error": self.last_error,
-            "watcher": self.store.watch_status(),
+            "watcher": _with_idle_checks(self.store.watch_status(), self.idle_check.passed),
             "http": self._http_status(),
         }
 
@@ -472,6 +475,11 @@ class Service:
         if self.http_port is not None:
             return {"port": self.http_port, "listening": True}
         return None if self.http_refused is None else {"listening": False, "refused": self.http_refused}
+
+
+def _with_idle_checks(status: dict[str, Any] | None, passed: int) -> dict[str, Any] | None:
+    """The watcher's status with ``idle_checks``: the consistency walks made while idle."""
+    return None if status is None else {**status, "idle_checks": passed}
 
 
 def _sweep() -> None:
@@ -507,4 +515,3 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"snapstore: error: {exc}\n")
         return exc.exit_code
     return 0
-

@@ -1,0 +1,135 @@
+"""The watcher's periodic consistency check runs while the service is idle, not on a checkpoint
+(issue 40: no silent slow path; at a million files that walk is ~20 s). A change no event named is
+still found, counted, and recorded by the next checkpoint; a path an event named while the check
+walked is not called a divergence; a checkpoint walks for the check only when no idle check has
+passed for several intervals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import subprocess_env
+from platform_marks import needs_inotify
+
+from snapstore.ops.snapshot.idle_check import IdleCheck, missed_paths
+from snapstore.records.manifest import FILE
+from snapstore.service import daemon
+from snapstore.store import Store
+from snapstore.testing import build_tree
+from snapstore.tree import scan
+from snapstore.tree.watcher import IDLE_CHECK_GRACE, Changes
+
+pytest.importorskip("inotify_simple")
+
+
+def _until_checked(check: IdleCheck, passed: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while check.passed < passed:
+        assert time.monotonic() < deadline, check.passed
+        check.step()
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def watched(tmp_path: Path):
+    root = tmp_path / "t"
+    build_tree(root, {f"d{i}/f{i}.txt": b"%d\n" % i for i in range(20)})
+    Store.init(root).close()
+    store = Store.open(root, watch=True)
+    store.snapshot("start")
+    yield root, store, IdleCheck(store.context)
+    store.close()
+
+
+@needs_inotify
+def test_a_change_no_event_named_is_found_when_idle_and_recorded_by_the_next_checkpoint(watched):
+    root, store, check = watched
+    watcher = store.context.watcher
+    (root / "d3" / "f3.txt").write_bytes(b"changed, its event lost\n")
+    watcher.take()  # (the event is dropped, as a lost one would be)
+    watcher.consistency_interval = 0
+    walks = watcher.walks
+    _until_checked(check, 1)
+    status = store.watch_status()
+    assert status["divergences"] == 1 and "d3/f3.txt" in status["last_divergence"], status
+    watcher.consistency_interval = 300
+    cp = store.snapshot("after the check")
+    assert store.read_bytes(cp.id, "d3/f3.txt") == b"changed, its event lost\n"
+    assert watcher.walks == walks  # patched from the check's paths: no walk of the whole tree
+
+
+@needs_inotify
+def test_a_path_an_event_named_during_the_walk_is_no_divergence(watched):
+    root, store, check = watched
+    watcher = store.context.watcher
+    watcher.consistency_interval = 0
+    check.step()  # the walk starts (in a thread)
+    assert check.walking
+    (root / "d5" / "f5.txt").write_bytes(b"edited while the check walked\n")
+    (root / "new.txt").write_bytes(b"made meanwhile\n")
+    store.snapshot("meanwhile")  # takes those events
+    (root / "d6" / "f6.txt").write_bytes(b"pending at the compare\n")
+    _until_checked(check, 1)
+    assert store.watch_status()["divergences"] == 0, store.watch_status()
+
+
+@needs_inotify
+def test_after_an_idle_check_a_checkpoint_does_not_walk_for_it(watched):
+    root, store, check = watched
+    watcher = store.context.watcher
+    watcher.consistency_interval = 0.2
+    _until_checked(check, 1)
+    walks = watcher.walks
+    time.sleep(0.3)  # due again, but idle checks run: a checkpoint waits GRACE intervals
+    (root / "d1" / "f1.txt").write_bytes(b"one edit\n")
+    store.snapshot("edit")
+    assert watcher.walks == walks
+    time.sleep(0.2 * IDLE_CHECK_GRACE + 0.1)  # none passed for GRACE intervals: the checkpoint walks
+    (root / "d1" / "f1.txt").write_bytes(b"two edits\n")
+    store.snapshot("edit again")
+    assert watcher.walks == walks + 1
+
+
+def test_which_paths_are_excused():
+    def found(path: bytes, size: int) -> scan.Found:
+        return scan.Found(path, FILE, scan.Stat(0o100644, size, 1, 1, 1))
+
+    walk = [found(p, 2) for p in (b"a", b"d/b", b"e/f/g", b"h", b"link", b"new", b"same")]
+    kept = {p: found(p, 1) for p in (b"a", b"d/b", b"e/f/g", b"h", b"link", b"gone")} | {b"same": found(b"same", 2)}
+    since = Changes(full=False, dirs={b"d"}, subtrees={b"e"}, paths={b"h"})
+    assert missed_paths(walk, kept, since, {b"link"}) == [b"a", b"gone", b"new"]
+    assert missed_paths(walk, kept, Changes(full=False, blind={b""}), set()) == []  # all of it blind
+
+
+@needs_inotify
+def test_a_service_checks_when_idle(tmp_path: Path):
+    root = tmp_path / "t"
+    build_tree(root, {"a.txt": b"a\n"})
+    env = subprocess_env()
+
+    def cli(*args: str, client: bool = False) -> subprocess.CompletedProcess[str]:
+        # (python -m snapstore runs in-process; the client's path goes to the service)
+        head = ["-c", "from snapstore.service.client import run; run()"] if client else ["-m", "snapstore"]
+        return subprocess.run([sys.executable, *head, *args], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    assert cli("init", "-q").returncode == 0
+    assert cli("config", "watch.check-interval", "1").returncode == 0
+    daemon.start_detached(str(root / ".snapstore"), 60)
+    try:
+        assert cli("snapshot", "-q", "-m", "one", client=True).returncode == 0
+        deadline = time.monotonic() + 30
+        while True:
+            status = json.loads(cli("serve", "--status").stdout)["watcher"]
+            if status.get("idle_checks", 0) >= 2:
+                break
+            assert time.monotonic() < deadline, json.dumps(status)
+            time.sleep(2.5)  # (idle: a second with no request, a status request included)
+        assert status["full_rescans"] == 1, status  # the first walk only: no checkpoint walked for a check
+    finally:
+        daemon.stop(str(root / ".snapstore"))
