@@ -216,6 +216,10 @@ def writes_compact_conversations(get: Callable[[str, bytes], bytes | None]) -> b
 # -- choosing delta bases --------------------------------------------------------------------
 
 
+#: A delta's base: its id, its plain bytes, the depth of the delta made against it.
+Base = tuple[bytes, bytes, int]
+
+
 class DeltaBases:
     """Finds, for a new chunk at ``offset`` of a file, the chunk its previous version had there.
 
@@ -241,6 +245,13 @@ class DeltaBases:
 
     def frame(self, cid: bytes, data: bytes | memoryview, prev: bytes, offset: int, level: int) -> Frame | None:
         """A delta frame for chunk ``cid`` against ``prev`` (a stream) at ``offset``, or None."""
+        found = self.base_for(cid, data, prev, offset)
+        return None if found is None else delta_frame(cid, data, *found, level)
+
+    def base_for(self, cid: bytes, data: bytes | memoryview, prev: bytes, offset: int) -> Base | None:
+        """The base a delta of chunk ``cid`` at ``offset`` of a file whose previous version is
+        the stream ``prev`` would be made against (:meth:`base_of`), or None.  Only lookups:
+        the caller may make the frames elsewhere (:func:`delta_frame`, in threads)."""
         if self.max_depth < 1 or len(data) < DELTA_MIN:
             return None
         try:
@@ -252,7 +263,7 @@ class DeltaBases:
                 base = bid
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
-        return None if base is None else self.on(cid, data, base, level)
+        return None if base is None else self.base_of(cid, data, base)
 
     def on(
         self, cid: bytes, data: bytes | memoryview, base: bytes, level: int, alone: int | None = None
@@ -260,6 +271,13 @@ class DeltaBases:
         """A delta frame for chunk ``cid`` against the stored chunk ``base``, or None (no gain,
         a chain already :attr:`max_depth` long, or a base that is not a packed chunk);
         ``alone`` as :func:`delta_frame` takes it."""
+        found = self.base_of(cid, data, base)
+        return None if found is None else delta_frame(cid, data, *found, level, alone)
+
+    def base_of(self, cid: bytes, data: bytes | memoryview, base: bytes) -> Base | None:
+        """``(base, its plain bytes, the delta's depth)`` for a delta of chunk ``cid`` against
+        the stored chunk ``base``, or None (a chain already :attr:`max_depth` long, a base that
+        is not a packed chunk, a damaged one)."""
         if base == cid or self.max_depth < 1 or len(data) < DELTA_MIN:
             return None
         try:
@@ -273,7 +291,7 @@ class DeltaBases:
             base_plain = objects.load_chunk(self._get, base)
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
-        return delta_frame(cid, data, base, base_plain, depth, level, alone)
+        return base, base_plain, depth
 
 
 def delta_depth_of(meta: dict[bytes, bytes]) -> int:

@@ -213,28 +213,29 @@ class Sink:
 
 
     def _delta_frames(self, chosen: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
-        """A delta frame (or None) for each chunk: in :data:`DELTA_THREADS` threads when
-        there are several, since most of a delta's cost is zstd's (decoding the base's frame,
-        compressing against it), which runs outside the GIL."""
+        """A delta frame (or None) for each chunk.  The bases are looked up here (a batch read
+        inline serves them from the one view its thread holds); the frames are made in
+        :data:`DELTA_THREADS` threads when there are several, since most of a delta's cost is
+        zstd's (compressing against the base), which runs outside the GIL."""
         bases, level = self.packing.bases, self.packing.level
         if bases is None:
             return [None] * len(chosen)
+        found = [None if hint is None else bases.base_for(cid, data, *hint) for cid, data, hint in chosen]
 
-        def one(item: tuple[bytes, bytes | memoryview, Hint | None]) -> packs.Frame | None:
-            cid, data, hint = item
-            if hint is None:
-                return None
-            frame = bases.frame(cid, data, hint[0], hint[1], level)
-            # The next version of this file will want this chunk as its delta base: keep it,
-            # so a long-lived Store does not decode its frame back.
-            entries.remember_chunk(cid, bytes(data))
+        def one(item: tuple[tuple[bytes, bytes | memoryview, Hint | None], packs.Base | None]) -> packs.Frame | None:
+            (cid, data, hint), base = item
+            frame = None if base is None else packs.delta_frame(cid, data, *base, level)
+            if hint is not None:
+                # The next version of this file will want this chunk as its delta base: keep
+                # it, so a long-lived Store does not decode its frame back.
+                entries.remember_chunk(cid, bytes(data))
             return frame
 
-        if sum(1 for _, _, hint in chosen if hint is not None) < PARALLEL_DELTAS:
-            return [one(item) for item in chosen]
+        if sum(1 for base in found if base is not None) < PARALLEL_DELTAS:
+            return [one(item) for item in zip(chosen, found)]
         from snapstore.ops import workers
 
-        return list(workers.pool("delta", DELTA_THREADS).map(one, chosen))
+        return list(workers.pool("delta", DELTA_THREADS).map(one, zip(chosen, found)))
 
 
 def lacking(backend: Backend, plain: dict[bytes, bytes], *, unreadable: bool = False) -> list[tuple[bytes, bytes]]:
