@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import proc_files_opened
 from platform_marks import needs_proc_maps
 
 from snapstore.platform import maps as mapped
@@ -160,15 +161,7 @@ def test_a_second_look_opens_no_stat_file_of_a_process_seen_before(monkeypatch, 
     try:
         cache = MapsCache(queries=False)
         mapped_for_write(os.fsencode(tmp_path), None, cache)
-        opened: list[bytes] = []
-        real_open = os.open
-
-        def counting_open(path, *args, **kwargs):  # type: ignore[no-untyped-def]
-            if os.fsencode(path).endswith(b"/stat"):
-                opened.append(os.fsencode(path))
-            return real_open(path, *args, **kwargs)
-
-        monkeypatch.setattr(os, "open", counting_open)
+        opened = proc_files_opened(monkeypatch)
         mapped_for_write(os.fsencode(tmp_path), None, cache)
         assert f"/proc/{child.pid}/stat".encode() not in opened
         assert f"/proc/{os.getpid()}/stat".encode() not in opened

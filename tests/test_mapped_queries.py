@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import proc_files_opened
 from platform_marks import needs_proc_maps
 
 from snapstore.platform import procmap
@@ -35,20 +36,6 @@ def _map(path: Path, size: int) -> mmap.mmap:
         return mmap.mmap(fd, size)  # (MAP_SHARED, writable)
     finally:
         os.close(fd)
-
-
-def _proc_files_opened(monkeypatch) -> list[bytes]:
-    """Records the paths under /proc that ``os.open`` opens from now on."""
-    opened: list[bytes] = []
-    real_open = os.open
-
-    def counting_open(path, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if os.fsencode(path).startswith(b"/proc/"):
-            opened.append(os.fsencode(path))
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", counting_open)
-    return opened
 
 
 def _kernel_threads() -> list[bytes]:
@@ -81,7 +68,7 @@ def test_a_busy_process_costs_no_maps_text_and_a_second_look_opens_nothing(tmp_p
     try:
         cache = MapsCache()
         assert b"db.bin" in mapped_for_write(os.fsencode(root), None, cache)[0]
-        opened = _proc_files_opened(monkeypatch)
+        opened = proc_files_opened(monkeypatch)
         busy = []
         for i in range(3):
             busy.append(bytearray(1 << 20))  # (page faults: a changed fingerprint)
@@ -113,7 +100,7 @@ def test_kernel_threads_cost_no_proc_read_and_their_pids_are_asked_again_once_go
         mapped_for_write(root, None, cache)
         os.close(queries.maps.pop(pid))
         queries._hold_idle(pid)  # (as if it were a kernel thread)
-        opened = _proc_files_opened(monkeypatch)
+        opened = proc_files_opened(monkeypatch)
         calls = queries.calls
         mapped_for_write(root, None, cache)
         assert not [p for p in opened if p.startswith(b"/proc/" + pid + b"/")]

@@ -66,7 +66,7 @@ class StatFiles:
         #: How many stat files were opened to be held: a test's count.
         self.opened = 0
         # (A cache dropped without close, as a Watcher's that is never closed, closes them too.)
-        weakref.finalize(self, _close_all, self.fds)
+        weakref.finalize(self, procmap.close_all, self.fds)
 
     def read(self, pid: bytes) -> bytes:
         """The start of the process's stat file (empty when it is gone or unreadable)."""
@@ -98,15 +98,6 @@ class StatFiles:
         """Close every held file."""
         for pid in list(self.fds):
             self.drop(pid)
-
-
-def _close_all(fds: dict[bytes, int]) -> None:
-    for fd in fds.values():
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    fds.clear()
 
 
 def _held_limit() -> int:
@@ -178,9 +169,10 @@ def mapped_for_write(
     by another name (outside the tree, a name since deleted, another link in it) may have a
     link in the tree that the mapping writes to.
 
-    Processes whose maps this user cannot read (other users', unless root) are not seen, nor
-    names the maps file cannot show (a newline in a name): the periodic walk covers those.
-    ``cache`` (a watcher's) skips the maps of processes whose mappings did not change size.
+    Processes whose maps this user cannot read (other users', unless root) are not seen, nor,
+    without the kernel's queries, names the maps text cannot show (a newline in a name): the
+    periodic walk covers those.  ``cache`` (a watcher's) asks the kernel (:mod:`.procmap`), or
+    else skips the maps of processes whose fingerprint did not change.
     """
     prefix = real_root.rstrip(b"/") + b"/"
     paths: set[bytes] = set()

@@ -71,7 +71,7 @@ class Queries:
         self._ask = bytearray(_QUERY.pack(_QUERY.size, _FLAGS, 0, 0, 0, 0, 0, 0, 0, 0, 0, _NAME_MAX, 0,
                                           self._name.buffer_info()[0], 0))
         self._buf = bytearray(self._ask)
-        weakref.finalize(self, _close_all, self.maps, self.idle)
+        weakref.finalize(self, close_all, self.maps, self.idle)
 
     def look(self, pids: list[bytes]) -> list[Mappings]:
         """Each listed process's shared writable file mappings now (none for a process gone,
@@ -91,7 +91,7 @@ class Queries:
         """Close every held file."""
         for pid in list(self.idle):
             self._forget_idle(pid)
-        _close_all(self.maps)
+        close_all(self.maps)
 
     def _mappings(self, pid: bytes) -> Mappings:
         if pid in self.idle:
@@ -230,7 +230,8 @@ def _pread(fd: int) -> bytes:
         return b""
 
 
-def _close_all(*helds: dict[bytes, int]) -> None:
+def close_all(*helds: dict[bytes, int]) -> None:
+    """Close the descriptors of each ``pid -> fd`` map, and empty it."""
     for held in helds:
         for fd in held.values():
             try:
