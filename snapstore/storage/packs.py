@@ -216,8 +216,8 @@ def writes_compact_conversations(get: Callable[[str, bytes], bytes | None]) -> b
 # -- choosing delta bases --------------------------------------------------------------------
 
 
-#: A delta's base: its id, its plain bytes, the depth of the delta made against it.
-Base = tuple[bytes, bytes, int]
+#: A delta's base: its id, and the depth of a delta made against it.
+Base = tuple[bytes, int]
 
 
 class DeltaBases:
@@ -245,13 +245,12 @@ class DeltaBases:
 
     def frame(self, cid: bytes, data: bytes | memoryview, prev: bytes, offset: int, level: int) -> Frame | None:
         """A delta frame for chunk ``cid`` against ``prev`` (a stream) at ``offset``, or None."""
-        found = self.base_for(cid, data, prev, offset)
-        return None if found is None else delta_frame(cid, data, *found, level)
+        return self.make(cid, data, self.base_for(cid, data, prev, offset), level)
 
     def base_for(self, cid: bytes, data: bytes | memoryview, prev: bytes, offset: int) -> Base | None:
         """The base a delta of chunk ``cid`` at ``offset`` of a file whose previous version is
-        the stream ``prev`` would be made against (:meth:`base_of`), or None.  Only lookups:
-        the caller may make the frames elsewhere (:func:`delta_frame`, in threads)."""
+        the stream ``prev`` would be made against (:meth:`base_at`), or None.  Lookups only:
+        :meth:`make` loads the base and makes the frame (a caller may run it in threads)."""
         if self.max_depth < 1 or len(data) < DELTA_MIN:
             return None
         try:
@@ -263,7 +262,7 @@ class DeltaBases:
                 base = bid
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
-        return None if base is None else self.base_of(cid, data, base)
+        return None if base is None else self.base_at(cid, data, base)
 
     def on(
         self, cid: bytes, data: bytes | memoryview, base: bytes, level: int, alone: int | None = None
@@ -271,13 +270,12 @@ class DeltaBases:
         """A delta frame for chunk ``cid`` against the stored chunk ``base``, or None (no gain,
         a chain already :attr:`max_depth` long, or a base that is not a packed chunk);
         ``alone`` as :func:`delta_frame` takes it."""
-        found = self.base_of(cid, data, base)
-        return None if found is None else delta_frame(cid, data, *found, level, alone)
+        return self.make(cid, data, self.base_at(cid, data, base), level, alone)
 
-    def base_of(self, cid: bytes, data: bytes | memoryview, base: bytes) -> Base | None:
-        """``(base, its plain bytes, the delta's depth)`` for a delta of chunk ``cid`` against
-        the stored chunk ``base``, or None (a chain already :attr:`max_depth` long, a base that
-        is not a packed chunk, a damaged one)."""
+    def base_at(self, cid: bytes, data: bytes | memoryview, base: bytes) -> Base | None:
+        """``(base, the delta's depth)`` for a delta of chunk ``cid`` against the stored chunk
+        ``base``, or None (a chain already :attr:`max_depth` long, a base that is not a packed
+        chunk, a damaged entry)."""
         if base == cid or self.max_depth < 1 or len(data) < DELTA_MIN:
             return None
         try:
@@ -285,13 +283,23 @@ class DeltaBases:
             if not entries.is_entry(value):
                 return None  # a format-1 chunk: never a base (the store is being upgraded)
             bentry = entries.parse(base, value)
-            depth = bentry.depth + 1 if bentry.codec == CODEC_DELTA else 1
-            if depth > self.max_depth:
-                return None
+        except CorruptError:
+            return None  # a damaged base is verify's business: store this chunk whole
+        depth = bentry.depth + 1 if bentry.codec == CODEC_DELTA else 1
+        return None if depth > self.max_depth else (base, depth)
+
+    def make(
+        self, cid: bytes, data: bytes | memoryview, found: Base | None, level: int, alone: int | None = None
+    ) -> Frame | None:
+        """The delta frame against ``found`` (:meth:`base_for`, :meth:`base_at`), or None."""
+        if found is None:
+            return None
+        base, depth = found
+        try:
             base_plain = objects.load_chunk(self._get, base)
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
-        return base, base_plain, depth
+        return delta_frame(cid, data, base, base_plain, depth, level, alone)
 
 
 def delta_depth_of(meta: dict[bytes, bytes]) -> int:

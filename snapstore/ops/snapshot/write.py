@@ -213,10 +213,11 @@ class Sink:
 
 
     def _delta_frames(self, chosen: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
-        """A delta frame (or None) for each chunk.  The bases are looked up here (a batch read
-        inline serves them from the one view its thread holds); the frames are made in
-        :data:`DELTA_THREADS` threads when there are several, since most of a delta's cost is
-        zstd's (compressing against the base), which runs outside the GIL."""
+        """A delta frame (or None) for each chunk.  The bases are found here (a batch read
+        inline serves those lookups from the one view its thread holds); they are loaded and
+        the frames made in :data:`DELTA_THREADS` threads when there are several, since most
+        of a delta's cost is zstd's (decoding the base's frame when it is not cached,
+        compressing against it), which runs outside the GIL."""
         bases, level = self.packing.bases, self.packing.level
         if bases is None:
             return [None] * len(chosen)
@@ -224,7 +225,7 @@ class Sink:
 
         def one(item: tuple[tuple[bytes, bytes | memoryview, Hint | None], packs.Base | None]) -> packs.Frame | None:
             (cid, data, hint), base = item
-            frame = None if base is None else packs.delta_frame(cid, data, *base, level)
+            frame = bases.make(cid, data, base, level)
             if hint is not None:
                 # The next version of this file will want this chunk as its delta base: keep
                 # it, so a long-lived Store does not decode its frame back.
