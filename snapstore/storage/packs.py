@@ -19,6 +19,7 @@ keyed by its plain chunk's id like any chunk, so dedup and every reader are unaf
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from snapstore.errors import CorruptError
@@ -216,20 +217,25 @@ def writes_compact_conversations(get: Callable[[str, bytes], bytes | None]) -> b
 # -- choosing delta bases --------------------------------------------------------------------
 
 
-#: A delta's base: its id, and the depth of a delta made against it.
-Base = tuple[bytes, int]
-
-
 class DeltaBases:
     """Finds, for a new chunk at ``offset`` of a file, the chunk its previous version had there.
 
     ``get`` reads the store (called from the reader threads, each with its own read view).
     """
 
-    def __init__(self, get: Callable[[str, bytes], bytes | None], max_depth: int) -> None:
+    def __init__(
+        self, get: Callable[[str, bytes], bytes | None], max_depth: int,
+        hold: Callable[[], AbstractContextManager[None]] | None = None,
+    ) -> None:
         self._get = get
         self.max_depth = max_depth
+        self._hold = hold
         self._layouts: dict[bytes, list[tuple[int, bytes]]] = {}
+
+    def held(self) -> AbstractContextManager[None]:
+        """A block whose lookups (in this thread) ``get`` may serve from one read view (the
+        ``hold`` given: :class:`snapstore.ops.snapshot.read.Lookups`), else a no-op."""
+        return self._hold() if self._hold is not None else nullcontext()
 
     def _layout(self, sid: bytes) -> list[tuple[int, bytes]]:
         layout = self._layouts.get(sid)
@@ -245,12 +251,6 @@ class DeltaBases:
 
     def frame(self, cid: bytes, data: bytes | memoryview, prev: bytes, offset: int, level: int) -> Frame | None:
         """A delta frame for chunk ``cid`` against ``prev`` (a stream) at ``offset``, or None."""
-        return self.make(cid, data, self.base_for(cid, data, prev, offset), level)
-
-    def base_for(self, cid: bytes, data: bytes | memoryview, prev: bytes, offset: int) -> Base | None:
-        """The base a delta of chunk ``cid`` at ``offset`` of a file whose previous version is
-        the stream ``prev`` would be made against (:meth:`base_at`), or None.  Lookups only:
-        :meth:`make` loads the base and makes the frame (a caller may run it in threads)."""
         if self.max_depth < 1 or len(data) < DELTA_MIN:
             return None
         try:
@@ -262,7 +262,7 @@ class DeltaBases:
                 base = bid
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
-        return None if base is None else self.base_at(cid, data, base)
+        return None if base is None else self.on(cid, data, base, level)
 
     def on(
         self, cid: bytes, data: bytes | memoryview, base: bytes, level: int, alone: int | None = None
@@ -270,12 +270,6 @@ class DeltaBases:
         """A delta frame for chunk ``cid`` against the stored chunk ``base``, or None (no gain,
         a chain already :attr:`max_depth` long, or a base that is not a packed chunk);
         ``alone`` as :func:`delta_frame` takes it."""
-        return self.make(cid, data, self.base_at(cid, data, base), level, alone)
-
-    def base_at(self, cid: bytes, data: bytes | memoryview, base: bytes) -> Base | None:
-        """``(base, the delta's depth)`` for a delta of chunk ``cid`` against the stored chunk
-        ``base``, or None (a chain already :attr:`max_depth` long, a base that is not a packed
-        chunk, a damaged entry)."""
         if base == cid or self.max_depth < 1 or len(data) < DELTA_MIN:
             return None
         try:
@@ -283,19 +277,9 @@ class DeltaBases:
             if not entries.is_entry(value):
                 return None  # a format-1 chunk: never a base (the store is being upgraded)
             bentry = entries.parse(base, value)
-        except CorruptError:
-            return None  # a damaged base is verify's business: store this chunk whole
-        depth = bentry.depth + 1 if bentry.codec == CODEC_DELTA else 1
-        return None if depth > self.max_depth else (base, depth)
-
-    def make(
-        self, cid: bytes, data: bytes | memoryview, found: Base | None, level: int, alone: int | None = None
-    ) -> Frame | None:
-        """The delta frame against ``found`` (:meth:`base_for`, :meth:`base_at`), or None."""
-        if found is None:
-            return None
-        base, depth = found
-        try:
+            depth = bentry.depth + 1 if bentry.codec == CODEC_DELTA else 1
+            if depth > self.max_depth:
+                return None
             base_plain = objects.load_chunk(self._get, base)
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole

@@ -325,7 +325,11 @@ class Lookups:
 
     @contextmanager
     def held(self) -> Iterator[None]:
-        """Serve this thread's lookups from one read view until the block ends."""
+        """Serve this thread's lookups from one read view until the block ends (the view the
+        thread holds already, if any)."""
+        if getattr(self._local, "view", None) is not None:
+            yield
+            return
         with self.backend.read() as view:
             self._local.view = view
             try:
@@ -338,7 +342,8 @@ def packing(ctx: StageContext, packed: bool, lookups: Lookups | None = None) -> 
     """How this context's store keeps new chunks (format, level, delta bases)."""
     bases = None
     if packed and ctx.delta_depth > 0:
-        bases = packs.DeltaBases((lookups or Lookups(ctx.backend)).get, ctx.delta_depth)
+        lookups = lookups or Lookups(ctx.backend)
+        bases = packs.DeltaBases(lookups.get, ctx.delta_depth, lookups.held)
     return Packing(ctx.level, packed, bases)
 
 

@@ -213,30 +213,35 @@ class Sink:
 
 
     def _delta_frames(self, chosen: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
-        """A delta frame (or None) for each chunk.  The bases are found here (a batch read
-        inline serves those lookups from the one view its thread holds); they are loaded and
-        the frames made in :data:`DELTA_THREADS` threads when there are several, since most
-        of a delta's cost is zstd's (decoding the base's frame when it is not cached,
-        compressing against it), which runs outside the GIL."""
+        """A delta frame (or None) for each chunk: in :data:`DELTA_THREADS` threads when
+        there are several, since most of a delta's cost is zstd's (decoding the base's frame,
+        compressing against it), which runs outside the GIL.  Each thread makes its share's
+        lookups in one read view (:meth:`snapstore.storage.packs.DeltaBases.held`)."""
         bases, level = self.packing.bases, self.packing.level
         if bases is None:
             return [None] * len(chosen)
-        found = [None if hint is None else bases.base_for(cid, data, *hint) for cid, data, hint in chosen]
 
-        def one(item: tuple[tuple[bytes, bytes | memoryview, Hint | None], packs.Base | None]) -> packs.Frame | None:
-            (cid, data, hint), base = item
-            frame = bases.make(cid, data, base, level)
-            if hint is not None:
-                # The next version of this file will want this chunk as its delta base: keep
-                # it, so a long-lived Store does not decode its frame back.
-                entries.remember_chunk(cid, bytes(data))
+        def one(item: tuple[bytes, bytes | memoryview, Hint | None]) -> packs.Frame | None:
+            cid, data, hint = item
+            if hint is None:
+                return None
+            frame = bases.frame(cid, data, hint[0], hint[1], level)
+            # The next version of this file will want this chunk as its delta base: keep it,
+            # so a long-lived Store does not decode its frame back.
+            entries.remember_chunk(cid, bytes(data))
             return frame
 
-        if sum(1 for base in found if base is not None) < PARALLEL_DELTAS:
-            return [one(item) for item in zip(chosen, found)]
+        def share(items: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
+            with bases.held():
+                return [one(item) for item in items]
+
+        if sum(1 for _, _, hint in chosen if hint is not None) < PARALLEL_DELTAS:
+            return share(chosen)
         from snapstore.ops import workers
 
-        return list(workers.pool("delta", DELTA_THREADS).map(one, zip(chosen, found)))
+        size = -(-len(chosen) // DELTA_THREADS)
+        shares = [chosen[i : i + size] for i in range(0, len(chosen), size)]
+        return [frame for part in workers.pool("delta", DELTA_THREADS).map(share, shares) for frame in part]
 
 
 def lacking(backend: Backend, plain: dict[bytes, bytes], *, unreadable: bool = False) -> list[tuple[bytes, bytes]]:
