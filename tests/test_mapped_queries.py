@@ -99,7 +99,10 @@ def test_kernel_threads_cost_no_proc_read_and_their_pids_are_asked_again_once_go
     try:
         mapped_for_write(root, None, cache)
         os.close(queries.maps.pop(pid))
-        queries._hold_idle(pid)  # (as if it were a kernel thread)
+        assert not queries._hold_idle(pid) and pid not in queries.idle  # (a process with mappings to ask about)
+        real = procmap._kernel_thread
+        monkeypatch.setattr(procmap, "_kernel_thread", lambda p: p == pid or real(p))  # (as if it were one)
+        assert queries._hold_idle(pid)
         opened = proc_files_opened(monkeypatch)
         calls = queries.calls
         mapped_for_write(root, None, cache)

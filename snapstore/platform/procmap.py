@@ -104,7 +104,7 @@ class Queries:
                 os.close(self.maps.pop(pid))
         return self._fresh(pid)
 
-    def _fresh(self, pid: bytes) -> Mappings:
+    def _fresh(self, pid: bytes, again: bool = True) -> Mappings:
         try:
             fd = os.open(b"/proc/" + pid + b"/maps", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -113,11 +113,11 @@ class Queries:
         keep = len(self.maps) + len(self.idle) < self.limit
         try:
             found = self._ask_all(fd)
-        except ProcessLookupError:  # no address space: a kernel thread, or an exiting process
+        except ProcessLookupError:  # no address space: a kernel thread, a zombie, an exit or execve
             os.close(fd)
-            if keep and _kernel_thread(pid):
-                self._hold_idle(pid)
-            return ()
+            if keep and self._hold_idle(pid):
+                return ()
+            return self._fresh(pid, again=False) if again else ()  # (an execve since the open)
         except BaseException:
             os.close(fd)
             raise
@@ -127,14 +127,21 @@ class Queries:
             os.close(fd)
         return found
 
-    def _hold_idle(self, pid: bytes) -> None:
+    def _hold_idle(self, pid: bytes) -> bool:
+        """Hold a kernel thread's pidfd; False (nothing held) for any other process.  The
+        pidfd is opened first: if the pid changed hands before the check, it names the
+        process that is gone, and the next look's poll forgets it."""
         try:
             fd = os.pidfd_open(int(pid))
         except (OSError, AttributeError):
-            return  # (then asked afresh at every look)
+            return False  # (then asked afresh at every look)
+        if not _kernel_thread(pid):
+            os.close(fd)
+            return False
         self.idle[pid] = fd
         self._idle_pids[fd] = pid
         self._exits.register(fd, select.POLLIN)
+        return True
 
     def _forget_idle(self, pid: bytes) -> None:
         fd = self.idle.pop(pid)
