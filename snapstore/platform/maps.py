@@ -40,15 +40,19 @@ from __future__ import annotations
 import os
 import re
 import weakref
+from typing import TYPE_CHECKING
 
 from snapstore import platform
-from snapstore.platform import procmap
+
+if TYPE_CHECKING:  # (imported when a watcher makes its cache: not on a CLI process's path)
+    from snapstore.platform.procmap import Queries
 
 #: A maps line of a shared mapping with write access: device, inode, name.
 _SHARED_WRITABLE = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ [r-]w[x-]s [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) (\d+) +(.*)$", re.M)
 
-#: One process's shared writable mappings: (major, minor, inode, name) each.
-Mappings = procmap.Mappings
+#: One process's shared writable mappings: (major, minor, inode, name) each
+#: (:data:`snapstore.platform.procmap.Mappings`).
+Mappings = tuple[tuple[int, int, int, bytes], ...]
 
 
 #: The most ``/proc/PID/stat`` files a :class:`MapsCache` keeps open between looks.
@@ -66,7 +70,9 @@ class StatFiles:
         #: How many stat files were opened to be held: a test's count.
         self.opened = 0
         # (A cache dropped without close, as a Watcher's that is never closed, closes them too.)
-        weakref.finalize(self, procmap.close_all, self.fds)
+        from snapstore.platform.procmap import close_all
+
+        weakref.finalize(self, close_all, self.fds)
 
     def read(self, pid: bytes) -> bytes:
         """The start of the process's stat file (empty when it is gone or unreadable)."""
@@ -118,8 +124,12 @@ class MapsCache:
         #: How many maps files were read as text (the rest came from the cache): a test's count.
         self.reads = 0
         limit = _held_limit() if platform.linux() else 0
+        from snapstore.platform import procmap
+
         #: The kernel's answers (:mod:`.procmap`) where it gives them (``queries=False``: never).
-        self.queries = procmap.Queries(limit) if queries and platform.linux() and procmap.supported() else None
+        self.queries: Queries | None = (
+            procmap.Queries(limit) if queries and platform.linux() and procmap.supported() else None
+        )
         self.stats = StatFiles(limit if self.queries is None else 0)
 
     def close(self) -> None:
