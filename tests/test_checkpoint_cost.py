@@ -117,5 +117,7 @@ def test_the_read_views_of_a_checkpoint_do_not_grow_with_the_files_it_reads(tmp_
     frames are then made here (2 files) or in threads (16); their lookups still count."""
     two = _edits(tmp_path, 2, monkeypatch)
     sixteen = _edits(tmp_path, 16, monkeypatch)
-    assert sixteen["read views"] <= two["read views"] + 2, (two, sixteen)
+    # (measured: 8 against 10, the 2 more being the delta threads' own views, and 11 once under
+    # load; main's code took 14 against 56, ~3 a file)
+    assert sixteen["read views"] <= two["read views"] + 6, (two, sixteen)
     assert sixteen["gets"] >= two["gets"] + 14 * 2, (two, sixteen)  # (a stat-cache entry and a base a file, at least)
