@@ -206,3 +206,17 @@ def mcp_params(cwd: Path, *args: str, **env_extra: str):  # type: ignore[no-unty
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAPSTORE_", "CLAUDE_", "GEMINI_"))}
     env.update(env_extra)
     return StdioServerParameters(command=sys.executable, args=["-m", "snapstore", "mcp", *args], cwd=str(cwd), env=env)
+
+
+def proc_files_opened(monkeypatch) -> list[bytes]:  # type: ignore[no-untyped-def]
+    """Records the paths under /proc that ``os.open`` opens from now on."""
+    opened: list[bytes] = []
+    real_open = os.open
+
+    def counting_open(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if os.fsencode(path).startswith(b"/proc/"):
+            opened.append(os.fsencode(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    return opened

@@ -89,3 +89,35 @@ def test_a_one_file_checkpoint_costs_the_same_in_a_tree_ten_times_larger(tmp_pat
     # (measured: 11 read views, 26-33 lookups, 12 records written, 5 of them chunk entries)
     assert large["read views"] <= 14 and large["gets"] <= 48 and large["puts"] <= 16, large
     assert large["puts chunks"] <= 8 and large["puts packs"] <= 2, large
+
+
+def _edits(tmp_path: Path, edited: int, monkeypatch) -> Counter[str]:
+    """The store work of a watched checkpoint of ``edited`` files edited once before, each one
+    with a delta base (their last version, which the process still has: an agent's loop)."""
+    tree = tmp_path / f"edits{edited}"
+    paths = _tree(tree, 300)
+    Store.init(tree).close()
+    with Store.open(tree, watch=True) as store:
+        store.maintain_after_snapshot = False
+        store.snapshot("first")
+        for p in paths[:edited]:
+            p.write_text(p.read_text() + "edited = 1\n")
+        store.snapshot("settle")
+        with monkeypatch.context() as m:
+            counts = _counting(m)
+            for p in paths[:edited]:
+                p.write_text(p.read_text().replace("value_7 =", "value_seven ="))
+            store.snapshot(f"{edited} files")
+    return counts
+
+
+def test_the_read_views_of_a_checkpoint_do_not_grow_with_the_files_it_reads(tmp_path: Path, monkeypatch):
+    """The previous version and the delta base of each file read inline are looked up in one
+    read view (each view is a read transaction begun and ended; ~3 a file before), whether the
+    frames are then made here (2 files) or in threads (16); their lookups still count."""
+    two = _edits(tmp_path, 2, monkeypatch)
+    sixteen = _edits(tmp_path, 16, monkeypatch)
+    # (measured: 8 against 10, the 2 more being the delta threads' own views, and 11 once under
+    # load; main's code took 14 against 56, ~3 a file)
+    assert sixteen["read views"] <= two["read views"] + 6, (two, sixteen)
+    assert sixteen["gets"] >= two["gets"] + 14 * 2, (two, sixteen)  # (a stat-cache entry and a base a file, at least)

@@ -1,6 +1,7 @@
-"""The watcher's cache of each process's shared writable mappings (snapstore.platform.maps):
-maps are read again only for a process whose start time or mapped size changed, and a mapping
-made since the last look is still found."""
+"""The watcher's cache of each process's shared writable mappings (snapstore.platform.maps), as
+it works where the kernel does not answer ``PROCMAP_QUERY`` (``MapsCache(queries=False)``; the
+queries are tests/test_mapped_queries.py): maps are read again only for a process whose start
+time, mapped size or page faults changed, and a mapping made since the last look is still found."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import mmap
 import os
 from pathlib import Path
 
+import pytest
+from helpers import proc_files_opened
 from platform_marks import needs_proc_maps
 
 from snapstore.platform import maps as mapped
@@ -16,11 +19,12 @@ from snapstore.platform.maps import MapsCache, mapped_for_write
 pytestmark = needs_proc_maps
 
 
-def test_a_file_mapped_after_the_first_look_is_found_through_the_cache(tmp_path: Path):
+@pytest.mark.parametrize("queries", [False, True])
+def test_a_file_mapped_after_the_first_look_is_found_through_the_cache(tmp_path: Path, queries: bool):
     root = tmp_path / "t"
     root.mkdir()
     (root / "data.bin").write_bytes(bytes(8192))
-    cache = MapsCache()
+    cache = MapsCache(queries=queries)
     assert b"data.bin" not in mapped_for_write(os.fsencode(root), None, cache)[0]
     fd = os.open(root / "data.bin", os.O_RDWR)
     m = mmap.mmap(fd, 8192)  # (shared and writable: this process's mapped size grows)
@@ -45,7 +49,7 @@ def test_maps_are_read_again_only_for_processes_whose_fingerprint_changed(monkey
         return maps.get(pid, b"")
 
     monkeypatch.setattr(mapped, "_read", fake_read)
-    cache = MapsCache()
+    cache = MapsCache(queries=False)
     root = os.fsencode(tmp_path)
     mapped_for_write(root, None, cache)
     assert sorted(read) == [b"10", b"11", b"12"]
@@ -69,7 +73,7 @@ def test_a_process_whose_fingerprint_cannot_be_read_is_read_every_time(monkeypat
     monkeypatch.setattr(mapped.os, "listdir", lambda path: [b"20"])
     monkeypatch.setattr(mapped, "_fingerprint", lambda pid, held=None: None)
     monkeypatch.setattr(mapped, "_read", lambda path, limit=0: read.append(path) or b"")
-    cache = MapsCache()
+    cache = MapsCache(queries=False)
     for _ in range(3):
         mapped_for_write(os.fsencode(tmp_path), None, cache)
     assert len(read) == 3 and cache.entries == {}
@@ -82,7 +86,7 @@ def test_the_fingerprint_changes_with_a_write_through_a_mapping_of_the_same_size
     root.mkdir()
     for name in ("one.bin", "two.bin"):
         (root / name).write_bytes(bytes(8192))
-    cache = MapsCache()
+    cache = MapsCache(queries=False)
 
     def mapping(name: str) -> mmap.mmap:
         fd = os.open(root / name, os.O_RDWR)
@@ -155,17 +159,9 @@ def test_a_second_look_opens_no_stat_file_of_a_process_seen_before(monkeypatch, 
     pread each, no open (a watched checkpoint's largest cost on a machine of many processes)."""
     child = _sleeper()
     try:
-        cache = MapsCache()
+        cache = MapsCache(queries=False)
         mapped_for_write(os.fsencode(tmp_path), None, cache)
-        opened: list[bytes] = []
-        real_open = os.open
-
-        def counting_open(path, *args, **kwargs):  # type: ignore[no-untyped-def]
-            if os.fsencode(path).endswith(b"/stat"):
-                opened.append(os.fsencode(path))
-            return real_open(path, *args, **kwargs)
-
-        monkeypatch.setattr(os, "open", counting_open)
+        opened = proc_files_opened(monkeypatch)
         mapped_for_write(os.fsencode(tmp_path), None, cache)
         assert f"/proc/{child.pid}/stat".encode() not in opened
         assert f"/proc/{os.getpid()}/stat".encode() not in opened
@@ -177,7 +173,7 @@ def test_a_second_look_opens_no_stat_file_of_a_process_seen_before(monkeypatch, 
 
 def test_a_gone_process_s_held_stat_file_is_closed_and_a_closed_cache_holds_none(tmp_path: Path):
     child = _sleeper()
-    cache = MapsCache()
+    cache = MapsCache(queries=False)
     mapped_for_write(os.fsencode(tmp_path), None, cache)
     pid = str(child.pid).encode()
     assert pid in cache.stats.fds
@@ -194,7 +190,7 @@ def test_a_gone_process_s_held_stat_file_is_closed_and_a_closed_cache_holds_none
 
 
 def test_held_stat_files_are_capped_and_the_rest_still_cached(monkeypatch, tmp_path: Path):
-    cache = MapsCache()
+    cache = MapsCache(queries=False)
     cache.stats.limit = 2
     mapped_for_write(os.fsencode(tmp_path), None, cache)
     assert len(cache.stats.fds) <= 2 and len(_stat_files_open()) <= 2
@@ -212,8 +208,11 @@ def test_held_stat_files_are_capped_and_the_rest_still_cached(monkeypatch, tmp_p
         idle.wait()
 
 
-def test_a_watching_store_closes_its_held_stat_files(tmp_path: Path):
+def test_a_watching_store_closes_its_held_stat_files(tmp_path: Path, monkeypatch):
+    from snapstore.platform import procmap
     from snapstore.store import Store
+
+    monkeypatch.setattr(procmap, "supported", lambda: False)  # (the fingerprints' held files)
 
     tree = tmp_path / "tree"
     tree.mkdir()

@@ -28,6 +28,11 @@ The stat files themselves stay open between looks (:class:`StatFiles`, up to
 checkpoint's time on a machine of many processes.  A held file answers only for the process it
 was opened for: once that process is gone, its reads fail (a new process given the same pid is
 a new ``/proc`` entry), and the pid is opened afresh.
+
+Where the kernel answers ``PROCMAP_QUERY`` (Linux 6.11+), none of that is needed:
+:mod:`snapstore.platform.procmap` asks each process for its shared writable file mappings
+directly, one call for a process that has none, so a busy process costs no more than an idle
+one and the answer is never a fingerprint's guess.  The fingerprints above are the fallback.
 """
 
 from __future__ import annotations
@@ -35,14 +40,19 @@ from __future__ import annotations
 import os
 import re
 import weakref
+from typing import TYPE_CHECKING
 
 from snapstore import platform
+
+if TYPE_CHECKING:  # (imported when a watcher makes its cache: not on a CLI process's path)
+    from snapstore.platform.procmap import Queries
 
 #: A maps line of a shared mapping with write access: device, inode, name.
 _SHARED_WRITABLE = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ [r-]w[x-]s [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) (\d+) +(.*)$", re.M)
 
-#: One process's shared writable mappings: (major, minor, inode, name) each.
-Mappings = tuple[tuple[bytes, bytes, bytes, bytes], ...]
+#: One process's shared writable mappings: (major, minor, inode, name) each
+#: (:data:`snapstore.platform.procmap.Mappings`).
+Mappings = tuple[tuple[int, int, int, bytes], ...]
 
 
 #: The most ``/proc/PID/stat`` files a :class:`MapsCache` keeps open between looks.
@@ -60,7 +70,9 @@ class StatFiles:
         #: How many stat files were opened to be held: a test's count.
         self.opened = 0
         # (A cache dropped without close, as a Watcher's that is never closed, closes them too.)
-        weakref.finalize(self, _close_all, self.fds)
+        from snapstore.platform.procmap import close_all
+
+        weakref.finalize(self, close_all, self.fds)
 
     def read(self, pid: bytes) -> bytes:
         """The start of the process's stat file (empty when it is gone or unreadable)."""
@@ -94,15 +106,6 @@ class StatFiles:
             self.drop(pid)
 
 
-def _close_all(fds: dict[bytes, int]) -> None:
-    for fd in fds.values():
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    fds.clear()
-
-
 def _held_limit() -> int:
     """:data:`HELD_STATS`, or an eighth of the soft limit on open files when that is less."""
     import resource
@@ -116,30 +119,50 @@ class MapsCache:
     time, mapped size) they were read under, and the held stat files the fingerprints are
     read from (:meth:`close` closes them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, queries: bool = True) -> None:
         self.entries: dict[bytes, tuple[bytes, Mappings]] = {}
-        #: How many maps files were read (the rest came from the cache): a test's count.
+        #: How many maps files were read as text (the rest came from the cache): a test's count.
         self.reads = 0
-        self.stats = StatFiles(_held_limit() if platform.linux() else 0)
+        limit = _held_limit() if platform.linux() else 0
+        from snapstore.platform import procmap
+
+        #: The kernel's answers (:mod:`.procmap`) where it gives them (``queries=False``: never).
+        self.queries: Queries | None = (
+            procmap.Queries(limit) if queries and platform.linux() and procmap.supported() else None
+        )
+        self.stats = StatFiles(limit if self.queries is None else 0)
 
     def close(self) -> None:
-        """Close the held stat files (a later look opens them again)."""
+        """Close the held files (a later look opens them again)."""
         self.stats.close()
+        if self.queries is not None:
+            self.queries.close()
+
+    def look(self, pids: list[bytes]) -> list[Mappings]:
+        """Each listed process's shared writable mappings (the kernel's answers, or the maps
+        text of the processes whose fingerprint changed); forgets the processes not listed."""
+        if self.queries is not None:
+            return self.queries.look(pids)
+        out = [self.mappings(pid) for pid in pids]
+        self.forget_all_but(pids)
+        return out
 
     def mappings(self, pid: bytes) -> Mappings:
+        """One process's shared writable mappings, from the maps text (read again only when
+        its fingerprint changed)."""
         mark = _fingerprint(pid, self.stats)
         if mark is not None:
             hit = self.entries.get(pid)
             if hit is not None and hit[0] == mark:
                 return hit[1]
         self.reads += 1
-        found = _shared_writable(_read(b"/proc/" + pid + b"/maps"))
+        found = _numbers(_shared_writable(_read(b"/proc/" + pid + b"/maps")))
         if mark is not None:
             self.entries[pid] = (mark, found)
         return found
 
     def forget_all_but(self, pids: list[bytes]) -> None:
-        """Drop the processes that are gone (and close their held stat files)."""
+        """Drop the processes that are gone (and close their held files)."""
         alive = set(pids)
         for pid in [p for p in self.entries if p not in alive]:
             del self.entries[pid]
@@ -156,9 +179,10 @@ def mapped_for_write(
     by another name (outside the tree, a name since deleted, another link in it) may have a
     link in the tree that the mapping writes to.
 
-    Processes whose maps this user cannot read (other users', unless root) are not seen, nor
-    names the maps file cannot show (a newline in a name): the periodic walk covers those.
-    ``cache`` (a watcher's) skips the maps of processes whose mappings did not change size.
+    Processes whose maps this user cannot read (other users', unless root) are not seen, nor,
+    without the kernel's queries, names the maps text cannot show (a newline in a name): the
+    periodic walk covers those.  ``cache`` (a watcher's) asks the kernel (:mod:`.procmap`), or
+    else skips the maps of processes whose fingerprint did not change.
     """
     prefix = real_root.rstrip(b"/") + b"/"
     paths: set[bytes] = set()
@@ -169,18 +193,18 @@ def mapped_for_write(
         pids = [p for p in os.listdir(b"/proc") if p.isdigit()]
     except OSError:
         return paths, inodes
-    for pid in pids:
-        found = cache.mappings(pid) if cache is not None else _shared_writable(_read(b"/proc/" + pid + b"/maps"))
-        for major, minor, ino, path in found:
+    if cache is not None:
+        looked = cache.look(pids)
+    else:
+        looked = [_numbers(_shared_writable(_read(b"/proc/" + pid + b"/maps"))) for pid in pids]
+    for found in looked:
+        for major, minor, number, path in found:
             deleted = path.endswith(b" (deleted)")
             if path.startswith(prefix) and not deleted:
                 paths.add(path[len(prefix) :])
-            if dev is not None and os.makedev(int(major, 16), int(minor, 16)) == dev:
-                number = int(ino)
+            if dev is not None and os.makedev(major, minor) == dev:
                 if number not in inodes and (deleted or not _sole_link(path, dev, number)):
                     inodes.add(number)  # (its other links in the tree write to it too)
-    if cache is not None:
-        cache.forget_all_but(pids)
     return paths, inodes
 
 
@@ -210,7 +234,12 @@ def own_ranges(path: str) -> list[tuple[int, int]]:
     return out
 
 
-def _shared_writable(data: bytes) -> Mappings:
+def _numbers(found: tuple[tuple[bytes, bytes, bytes, bytes], ...]) -> Mappings:
+    """Maps-text fields as the kernel's queries give them: numbers, and the name."""
+    return tuple((int(major, 16), int(minor, 16), int(ino), name) for major, minor, ino, name in found)
+
+
+def _shared_writable(data: bytes) -> tuple[tuple[bytes, bytes, bytes, bytes], ...]:
     if b"w-s " not in data and b"wxs " not in data:
         return ()  # (most processes map nothing shared and writable)
     # Only the lines holding a shared writable permission field go through the expression: a

@@ -19,6 +19,7 @@ keyed by its plain chunk's id like any chunk, so dedup and every reader are unaf
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from snapstore.errors import CorruptError
@@ -222,10 +223,19 @@ class DeltaBases:
     ``get`` reads the store (called from the reader threads, each with its own read view).
     """
 
-    def __init__(self, get: Callable[[str, bytes], bytes | None], max_depth: int) -> None:
+    def __init__(
+        self, get: Callable[[str, bytes], bytes | None], max_depth: int,
+        hold: Callable[[], AbstractContextManager[None]] | None = None,
+    ) -> None:
         self._get = get
         self.max_depth = max_depth
+        self._hold = hold
         self._layouts: dict[bytes, list[tuple[int, bytes]]] = {}
+
+    def held(self) -> AbstractContextManager[None]:
+        """A block whose lookups (in this thread) ``get`` may serve from one read view (the
+        ``hold`` given: :class:`snapstore.ops.snapshot.read.Lookups`), else a no-op."""
+        return self._hold() if self._hold is not None else nullcontext()
 
     def _layout(self, sid: bytes) -> list[tuple[int, bytes]]:
         layout = self._layouts.get(sid)

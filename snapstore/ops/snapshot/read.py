@@ -16,6 +16,7 @@ import os
 import stat
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Union
 
 from snapstore.errors import TreeIOError
@@ -302,28 +303,56 @@ def _size(f: scan.Found) -> int:
     return f.st.st_size if f.st is not None else 0
 
 
-def packing(ctx: StageContext, packed: bool) -> Packing:
+class Lookups:
+    """The readers' lookups in the store (previous versions, delta bases): through the view
+    the calling thread holds (:meth:`held`, a batch read inline), else in a view of their own.
+
+    A view is held only where no writer thread runs beside the readers: the writer may need
+    every reader's view closed to grow the map, while a reader waits for room in its queue."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._local = threading.local()
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        view = getattr(self._local, "view", None)
+        if view is not None:
+            found: bytes | None = view.get(table, key)
+            return found
+        with self.backend.read() as view:
+            value: bytes | None = view.get(table, key)
+            return value
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Serve this thread's lookups from one read view until the block ends (the view the
+        thread holds already, if any)."""
+        if getattr(self._local, "view", None) is not None:
+            yield
+            return
+        with self.backend.read() as view:
+            self._local.view = view
+            try:
+                yield
+            finally:
+                self._local.view = None
+
+
+def packing(ctx: StageContext, packed: bool, lookups: Lookups | None = None) -> Packing:
     """How this context's store keeps new chunks (format, level, delta bases)."""
     bases = None
     if packed and ctx.delta_depth > 0:
-        backend = ctx.backend
-
-        def get(table: str, key: bytes) -> bytes | None:
-            with backend.read() as view:
-                value: bytes | None = view.get(table, key)
-                return value
-
-        bases = packs.DeltaBases(get, ctx.delta_depth)
+        lookups = lookups or Lookups(ctx.backend)
+        bases = packs.DeltaBases(lookups.get, ctx.delta_depth, lookups.held)
     return Packing(ctx.level, packed, bases)
 
 
-def previous_streams(backend: Backend) -> Callable[[bytes], bytes | None]:
+def previous_streams(lookups: Lookups) -> Callable[[bytes], bytes | None]:
     """path -> the stream its last snapshotted version had (the stat cache names it; called
     from the reader threads, only for files that are read)."""
 
     def previous(path: bytes) -> bytes | None:
-        with backend.read() as view:
-            value = view.get("statcache", statcache.key(path))
+        value = lookups.get("statcache", statcache.key(path))
         return statcache.stream_id(value) if value is not None else None
 
     return previous
@@ -362,10 +391,12 @@ def read_changed(
     if not to_read:  # an unchanged tree needs no reader pool and no writer thread
         return reads
     backend = ctx.backend
-    how = packing(ctx, packed)
-    previous = previous_streams(backend) if cached else None
+    lookups = Lookups(backend)
+    how = packing(ctx, packed, lookups)
+    previous = previous_streams(lookups) if cached else None
     if reads_inline(to_read):
-        outcomes, reads.kept = read_inline(ctx.root_bytes, backend, how, to_read, previous)
+        with lookups.held():  # (no writer thread here: the ops are written with the checkpoint)
+            outcomes, reads.kept = read_inline(ctx.root_bytes, backend, how, to_read, previous)
         inline_cache = reads.inline_cache
         for f, outcome in outcomes:
             record(f, outcome, entries, inline_cache, result)

@@ -215,7 +215,8 @@ class Sink:
     def _delta_frames(self, chosen: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
         """A delta frame (or None) for each chunk: in :data:`DELTA_THREADS` threads when
         there are several, since most of a delta's cost is zstd's (decoding the base's frame,
-        compressing against it), which runs outside the GIL."""
+        compressing against it), which runs outside the GIL.  Each thread makes its share's
+        lookups in one read view (:meth:`snapstore.storage.packs.DeltaBases.held`)."""
         bases, level = self.packing.bases, self.packing.level
         if bases is None:
             return [None] * len(chosen)
@@ -230,11 +231,17 @@ class Sink:
             entries.remember_chunk(cid, bytes(data))
             return frame
 
+        def share(items: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
+            with bases.held():
+                return [one(item) for item in items]
+
         if sum(1 for _, _, hint in chosen if hint is not None) < PARALLEL_DELTAS:
-            return [one(item) for item in chosen]
+            return share(chosen)
         from snapstore.ops import workers
 
-        return list(workers.pool("delta", DELTA_THREADS).map(one, chosen))
+        size = -(-len(chosen) // DELTA_THREADS)
+        shares = [chosen[i : i + size] for i in range(0, len(chosen), size)]
+        return [frame for part in workers.pool("delta", DELTA_THREADS).map(share, shares) for frame in part]
 
 
 def lacking(backend: Backend, plain: dict[bytes, bytes], *, unreadable: bool = False) -> list[tuple[bytes, bytes]]:
