@@ -96,5 +96,6 @@ def test_a_directory_the_restore_empties_is_recorded_empty(tmp_path: Path, monke
         store.restore(a.id)
         assert os.listdir(tree / "keep" / "empty") == []
         assert store.snapshot("right after", skip_unchanged=True).reused
-    [records] = made
-    assert [r.path for r in records] == [b"keep/empty", b"keep/z.txt"]
+    [made_after] = made
+    assert made_after is not None
+    assert [r.path for r in made_after.records] == [b"keep/empty", b"keep/z.txt"]
