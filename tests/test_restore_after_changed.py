@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from restore_helpers import mutate_tree, random_history
 
 from snapstore.facade.base import StoreBase
 from snapstore.ops import restore as restore_mod
@@ -80,45 +81,7 @@ def every_file_racy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _mutate(tree: Path, rng: random.Random) -> None:
-    for _ in range(rng.randint(1, 6)):
-        rel = rng.choice(NAMES)
-        p = tree / rel
-        op = rng.choice(["write", "write", "delete", "exec", "link", "emptydir", "dirify", "rmtree"])
-        if op == "rmtree":
-            d = tree / rel.split("/")[0]
-            if d.is_dir() and not d.is_symlink() and rng.random() < 0.3:
-                import shutil
-
-                shutil.rmtree(d)
-            continue
-        if op in ("dirify", "emptydir"):
-            if p.is_dir() and not p.is_symlink():
-                continue
-            if p.exists() or p.is_symlink():
-                p.unlink()
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.mkdir()
-            if op == "dirify":
-                (p / "inner").write_text(f"inner {rng.random()}\n")
-            continue
-        if p.is_dir() and not p.is_symlink():
-            continue
-        if p.parent.exists() and not p.parent.is_dir():
-            continue
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if op == "write":
-            if p.is_symlink():
-                p.unlink()
-            p.write_text(f"{rel} {rng.random()}\n" * rng.randint(1, 50))
-        elif op == "delete":
-            if p.exists() or p.is_symlink():
-                p.unlink()
-        elif op == "exec" and p.is_file() and not p.is_symlink():
-            p.chmod(p.stat().st_mode ^ 0o111)
-        elif op == "link":
-            if p.exists() or p.is_symlink():
-                p.unlink()
-            os.symlink(f"target-{rng.randint(0, 3)}", p)
+    mutate_tree(tree, rng, NAMES, ["write", "write", "delete", "exec", "link", "emptydir", "dirify", "rmtree"])
 
 
 def _touch_all(tree: Path) -> None:
@@ -144,10 +107,7 @@ def test_the_record_after_a_restore_is_a_full_snapshots_and_reads_only_what_it_w
     tree.mkdir()
     seen = AfterRecord(monkeypatch)
     with Store.init(tree) as store:
-        ids = []
-        for _ in range(6):
-            _mutate(tree, rng)
-            ids.append(store.snapshot("step").id)
+        ids = random_history(store, tree, rng, _mutate)
         for n in range(8):
             _mutate(tree, rng)
             _touch_all(tree)
