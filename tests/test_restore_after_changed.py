@@ -177,3 +177,44 @@ def test_an_edit_during_the_restore_to_a_file_it_leaves_alone_is_kept_and_record
         assert (tree / "f0").read_text() == "changed\n"
         assert undone.safety is not None
         assert store.read_bytes(undone.safety.id, "f5") == b"the user's edit, during the restore\n"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_cli_process_counts_the_record_after_from_the_restores_changes(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Store per restore (as the CLI opens one): the record after counts its changes against
+    the safety checkpoint from the entries the restore changed, without decoding manifests,
+    and the counts are the manifests' difference."""
+    from snapstore.ops import diff
+
+    rng = random.Random(seed)
+    tree = tmp_path / "t"
+    tree.mkdir()
+    seen = AfterRecord(monkeypatch)
+    decoded: list[int] = []
+    real = diff.manifest_difference
+    monkeypatch.setattr(diff, "manifest_difference", lambda *a: (decoded.append(seen.active), real(*a))[1])
+    with Store.init(tree) as store:
+        ids = random_history(store, tree, rng, _mutate)
+    for _ in range(5):
+        _mutate(tree, rng)
+        with Store.open(tree) as store:
+            report = store.restore(rng.choice(ids))
+            if report.op_seq is None:
+                continue
+            decoded_during_record = [d for d in decoded if d]
+            safety = report.safety
+            assert safety is not None
+            [after] = [c for c in store.checkpoints(include_safety=True) if c.parent == safety.id and c.message.startswith("after restore")]
+            assert not decoded_during_record, f"seed {seed}: the record after decoded manifests to count"
+            want = {(c.path, c.status) for c in store.diff(safety.id, after.id)}
+            got = store.changes(after.id)
+            assert {(c.path, c.status) for c in got} == want
+            stats = after.stats
+            statuses = [s for _, s in want]
+            assert (stats["added"], stats["modified"], stats["deleted"]) == (
+                statuses.count(diff.ADDED), len(statuses) - statuses.count(diff.ADDED) - statuses.count(diff.DELETED),
+                statuses.count(diff.DELETED),
+            )
+        decoded.clear()
