@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import random
+import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SKIP = {".snapstore", ".git"}
 
@@ -102,3 +106,59 @@ def plant_checkpoint(store, entries: list, content: bytes = b"pwned\n") -> str:
         batch.put("checkpoints", rec_id, packed)
         batch.put("log", seq_key(seq), rec_id)
     return rec_id.hex()
+
+
+def mutate_tree(tree: Path, rng: random.Random, names: list[str], ops: list[str]) -> None:
+    """1-5 random changes to ``tree`` among ``names``: writes, deletions, exec bits, symlinks,
+    empty directories, files turned into directories ("dirify"), an ignored file beside one
+    ("ignored") and a whole top-level directory removed ("rmtree"), as ``ops`` allows."""
+    for _ in range(rng.randint(1, 5)):
+        rel = rng.choice(names)
+        p = tree / rel
+        op = rng.choice(ops)
+        if op == "rmtree":
+            top = tree / rel.split("/")[0]
+            if top.is_dir() and not top.is_symlink() and rng.random() < 0.3:
+                shutil.rmtree(top)
+            continue
+        if op in ("dirify", "emptydir"):
+            if p.is_dir() and not p.is_symlink():
+                continue
+            if p.exists() or p.is_symlink():
+                p.unlink()
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.mkdir()
+            if op == "dirify":
+                (p / "inner").write_text(f"inner {rng.random()}\n")
+            continue
+        if p.is_dir() and not p.is_symlink() or (p.parent.exists() and not p.parent.is_dir()):
+            continue
+        p.parent.mkdir(parents=True, exist_ok=True)
+        _change_file(p, rel, op, rng)
+
+
+def _change_file(p: Path, rel: str, op: str, rng: random.Random) -> None:
+    if op == "write":
+        if p.is_symlink():
+            p.unlink()
+        p.write_text(f"{rel} {rng.random()}\n" * rng.randint(1, 3))
+    elif op == "delete":
+        if p.exists() or p.is_symlink():
+            p.unlink()
+    elif op == "exec" and p.is_file() and not p.is_symlink():
+        p.chmod(p.stat().st_mode ^ 0o111)
+    elif op == "link":
+        if p.exists() or p.is_symlink():
+            p.unlink()
+        os.symlink(f"target-{rng.randint(0, 3)}", p)
+    elif op == "ignored":
+        (p.parent / "build.log").write_text("ignored\n")
+
+
+def random_history(store: Any, tree: Path, rng: random.Random, mutate: Callable[[Path, random.Random], None], n: int = 6) -> list[str]:
+    """``n`` checkpoints of ``tree``, each after a random ``mutate``; their ids."""
+    ids = []
+    for _ in range(n):
+        mutate(tree, rng)
+        ids.append(store.snapshot("step").id)
+    return ids

@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+from restore_helpers import mutate_tree, random_history
 
 from snapstore.ops.restore import after
 from snapstore.store import Store
@@ -17,38 +18,7 @@ from snapstore.store import Store
 
 def _mutate(tree: Path, rng: random.Random) -> None:
     names = [f"d{i}/f{j}" for i in range(3) for j in range(3)] + ["top", "x"]
-    for _ in range(rng.randint(1, 5)):
-        rel = rng.choice(names)
-        p = tree / rel
-        op = rng.choice(["write", "delete", "exec", "link", "emptydir", "dirify", "ignored"])
-        if op in ("dirify", "emptydir"):
-            if p.is_dir() and not p.is_symlink():
-                continue
-            if p.exists() or p.is_symlink():
-                p.unlink()
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.mkdir()
-            if op == "dirify":
-                (p / "inner").write_text(f"inner {rng.random()}\n")
-            continue
-        if p.is_dir() and not p.is_symlink():
-            continue
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if op == "write":
-            if p.is_symlink():
-                p.unlink()
-            p.write_text(f"{rel} {rng.random()}\n")
-        elif op == "delete":
-            if p.exists() or p.is_symlink():
-                p.unlink()
-        elif op == "exec" and p.is_file() and not p.is_symlink():
-            p.chmod(p.stat().st_mode ^ 0o111)
-        elif op == "link":
-            if p.exists() or p.is_symlink():
-                p.unlink()
-            os.symlink(f"target-{rng.randint(0, 3)}", p)
-        elif op == "ignored":
-            (p.parent / "build.log").write_text("ignored\n")
+    mutate_tree(tree, rng, names, ["write", "delete", "exec", "link", "emptydir", "dirify", "ignored"])
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -61,10 +31,7 @@ def test_the_record_after_a_restore_is_what_a_walk_finds(tmp_path: Path, seed: i
     real = after.found_after
     monkeypatch.setattr(after, "found_after", lambda *a: (used.append(1), real(*a))[1])
     with Store.init(tree) as store:
-        ids = []
-        for _ in range(6):
-            _mutate(tree, rng)
-            ids.append(store.snapshot("step").id)
+        ids = random_history(store, tree, rng, _mutate)
         for _ in range(8):
             _mutate(tree, rng)
             how = rng.choice(["full", "partial", "undo"])
@@ -96,5 +63,6 @@ def test_a_directory_the_restore_empties_is_recorded_empty(tmp_path: Path, monke
         store.restore(a.id)
         assert os.listdir(tree / "keep" / "empty") == []
         assert store.snapshot("right after", skip_unchanged=True).reused
-    [records] = made
-    assert [r.path for r in records] == [b"keep/empty", b"keep/z.txt"]
+    [made_after] = made
+    assert made_after is not None
+    assert [r.path for r in made_after.records] == [b"keep/empty", b"keep/z.txt"]

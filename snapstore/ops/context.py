@@ -133,9 +133,11 @@ class StageContext:
         #: most recent tasks: a conversation that grows costs only its new messages.
         self.conversation_memos: dict[str | None, Memo] = {}
         #: What a walk would find right after a restore (ops.restore.after), for the record
-        #: of the tree it left: (the oplog key of that restore, the records).  Used once, only
-        #: while nothing else was recorded since; cleared by whoever set it.
-        self.found_hint: tuple[bytes, list[Found]] | None = None
+        #: of the tree it left: (the oplog key of that restore, the records, the paths whose
+        #: records may differ from the safety checkpoint's walk with their records now, that
+        #: checkpoint's manifest id).  Used once, only while nothing else was recorded since;
+        #: cleared by whoever set it.
+        self.found_hint: tuple[bytes, list[Found], dict[bytes, Found | None], bytes] | None = None
 
     @property
     def root_bytes(self) -> bytes:

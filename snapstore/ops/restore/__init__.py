@@ -162,7 +162,9 @@ def run(
         from snapstore.ops.restore.after import found_after
 
         after = found_after(ctx.root_bytes, found, steps)
-        ctx.found_hint = (seq_key(seq), after) if after is not None else None
+        # (the safety checkpoint's manifest: the record after takes the entries of every path
+        # the restore left alone from the manifest memo it left, when that is still this one)
+        ctx.found_hint = (seq_key(seq), after.records, after.touched, safety.manifest) if after is not None else None
     return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
 
 

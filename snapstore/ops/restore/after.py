@@ -3,7 +3,11 @@
 The restore's safety checkpoint walked the tree just before; the restore then changed only the
 paths of its steps.  So the walk's records, with each step's path looked at again (``lstat``,
 and ``listdir`` for a directory that may now be empty), are what a new walk would find, at
-O(changed) cost.  When that cannot be known so cheaply (an ignore file changed, which may hide
+O(changed) cost.  The paths whose records may differ from the walk's are named too
+(:class:`After`'s ``touched``): the record after the restore takes every other path's entry from
+the safety checkpoint's (:func:`snapstore.ops.snapshot.walk.inputs`), so it neither passes over
+the stat cache nor reads again the files the safety checkpoint had to read (racy ones: a
+checkout rewrote them just before).  When that cannot be known so cheaply (an ignore file changed, which may hide
 or show anything) there is no hint, and the record walks as before.  A wrong hint could not hide
 a change anyway: the next snapshot walks (or watches) for itself and compares its own manifest.
 """
@@ -21,18 +25,35 @@ from snapstore.tree.ignore import IGNORE_FILES
 from snapstore.tree.paths import parents
 
 
-def found_after(root: bytes, found: dict[bytes, scan.Found], steps: list[Step]) -> list[scan.Found] | None:
-    """The walk's records after ``steps`` (sorted by path), or None when a walk is needed."""
+class After:
+    """What a walk would find after a restore: every record (sorted by path), and the paths
+    whose records may differ from the safety checkpoint's walk, each with its record now (None:
+    no record, as for a non-empty directory or a path that is gone)."""
+
+    __slots__ = ("records", "touched")
+
+    def __init__(self, records: list[scan.Found], touched: dict[bytes, scan.Found | None]) -> None:
+        self.records = records
+        self.touched = touched
+
+
+def found_after(root: bytes, found: dict[bytes, scan.Found], steps: list[Step]) -> After | None:
+    """The walk's records after ``steps``, or None when a walk is needed."""
     if any(s.path.rsplit(b"/", 1)[-1] in IGNORE_FILES for s in steps):
         return None
     out = dict(found)
+    before = sorted(found)  # (what lies under a path: a bisection, not a pass over all)
     dirs: set[bytes] = set()
+    touched: set[bytes] = set()
+    gone: set[bytes] = set()
     for s in steps:
         dirs.update(parents(s.path))
+        touched.add(s.path)
         try:
             st = os.lstat(os.path.join(root, s.path))
-        except FileNotFoundError:
-            _drop(out, s.path)
+        except (FileNotFoundError, NotADirectoryError):  # (a parent is a file now)
+            gone.add(s.path)
+            touched.update(_drop(out, s.path, before))
             continue
         except OSError:
             return None
@@ -50,18 +71,30 @@ def found_after(root: bytes, found: dict[bytes, scan.Found], steps: list[Step]) 
             dirs.add(s.path)
         else:
             return None  # something the restore did not write appeared: let a walk say what
+    for p in touched - gone:  # (a step's record under a path a later step found gone)
+        if p in out and any(d in gone for d in parents(p)):
+            del out[p]
     paths = sorted(out)  # (what may be under a directory: a bisection, not a pass over all)
     for d in sorted(dirs, key=len, reverse=True):  # deepest first, as a walk decides emptiness
         if not _empty_dir_record(root, d, out, paths):
             return None
-    return sorted(out.values())
+    touched |= dirs
+    return After(sorted(out.values()), {p: out.get(p) for p in touched})
 
 
-def _drop(out: dict[bytes, scan.Found], path: bytes) -> None:
+def _drop(out: dict[bytes, scan.Found], path: bytes, before: list[bytes]) -> list[bytes]:
+    """Drop the records of ``path`` and of everything the walk found under it (``before``: its
+    paths, sorted); the paths dropped."""
     out.pop(path, None)
     prefix = path + b"/"
-    for p in [p for p in out if p.startswith(prefix)]:
-        del out[p]
+    n = bisect.bisect_left(before, prefix)
+    below = []
+    while n < len(before) and before[n].startswith(prefix):
+        below.append(before[n])
+        n += 1
+    for p in below:
+        out.pop(p, None)
+    return below
 
 
 def _empty_dir_record(root: bytes, d: bytes, out: dict[bytes, scan.Found], paths: list[bytes]) -> bool:
@@ -85,7 +118,7 @@ def _empty_dir_record(root: bytes, d: bytes, out: dict[bytes, scan.Found], paths
             return True  # gone, or its record is that of a file (set above)
         if not os.listdir(os.path.join(root, d)):
             out[d] = scan.Found(d, DIR, scan.compact(st), b"")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return True
     except OSError:
         return False

@@ -5,12 +5,13 @@ and the ``stats`` its record keeps.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from snapstore.ops.snapshot.result import SnapshotResult
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import EXEC, Entry
-from snapstore.records.manifest_codec import Codec
+from snapstore.records.manifest_codec import Codec, Span
 from snapstore.storage.backend import Backend
 from snapstore.storage.packs import Op
 
@@ -22,17 +23,22 @@ def count(
     parent: Checkpoint | None,
     record: bytes | None,
     plain: dict[bytes, bytes],
+    span: tuple[bytes | None, Span | None] = (None, None),
 ) -> None:
     """Count what changed against the parent, for a new manifest ``result.manifest_id``.
 
     When the context's manifest ``codec`` re-encoded it from the parent's manifest, it knows
     which entries may differ: nothing is decoded (and it handed over only the chunks it made
-    afresh: the parent's are stored, and the writer lock keeps gc out).  Otherwise
-    :func:`against_parent` decodes what differs."""
+    afresh: the parent's are stored, and the writer lock keeps gc out).  So do the entries when
+    they were patched from the parent manifest's (``span``: that manifest's id and the runs
+    ops.snapshot.ordered replaced, as a CLI process's record after a restore has them).
+    Otherwise :func:`against_parent` decodes what differs."""
     mid = result.manifest_id
     since = None
     if codec is not None and parent is not None and mid != parent.manifest:
         since = codec.changes_since(parent.manifest)
+    if since is None and parent is not None and mid != parent.manifest and span[0] == parent.manifest:
+        since = _from_runs(span[1], result.entries)
     if since is None:
         against_parent(result, backend, parent, mid, plain, record)
         return
@@ -81,6 +87,19 @@ def against_parent(
         )
         return
     add(result, old, new)
+
+
+def _from_runs(span: Span | None, entries: Sequence[Entry]) -> tuple[dict[bytes, Entry], dict[bytes, Entry]] | None:
+    """The entries that may differ, by path, from ``span``'s runs (None without a span)."""
+    if span is None:
+        return None
+    kept, runs = span
+    old: dict[bytes, Entry] = {}
+    new: dict[bytes, Entry] = {}
+    for olo, ohi, nlo, nhi in runs:
+        old.update((e.path, e) for e in kept[olo:ohi])
+        new.update((e.path, e) for e in entries[nlo:nhi])
+    return old, new
 
 
 def add(result: SnapshotResult, old: dict[bytes, Entry], new: dict[bytes, Entry]) -> None:

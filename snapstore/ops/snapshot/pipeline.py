@@ -85,11 +85,14 @@ def _take(
     ordered = order(memo.ordered, memo.entries, tree.entries, tree.touched, tree.base)
     result.entries, result.totals = ordered.entries, (ordered.files, ordered.size)
     records = encode.Records(reads.kept)
+    kept_mid = memo.mid  # (the manifest ``ordered.span`` is relative to; manifest_of clears it)
     mid, mrecord, fingerprint = encode.manifest_of(
         ctx, start.parent, tree.entries, result.entries, records, ordered.same, ordered.span
     )  # fmt: skip
     result.manifest_id = mid
-    counts.count(result, ctx.backend, ctx.manifest_memo.codec, start.parent, mrecord, records.plain)
+    counts.count(
+        result, ctx.backend, ctx.manifest_memo.codec, start.parent, mrecord, records.plain, (kept_mid, ordered.span)
+    )  # fmt: skip
     if messages is not None:
         result.conversation_id = encode.conversation_of(ctx, messages, task, records, start.packed, report.warnings)
     encode.compress_lacking(

@@ -114,6 +114,9 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     if watcher is None:
         hint, ctx.found_hint = ctx.found_hint, None
         if hint is not None and hint[0] == keys[1]:  # right after that restore: no walk needed
+            after = _after_restore(ctx, hint[2], hint[3], hint[1] if keep_found else [])
+            if after is not None:
+                return after
             found = hint[1]
         else:
             found = scan.walk(ctx.root_bytes, ctx.excluded, report)
@@ -145,3 +148,40 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     watcher.inode_memo.clear()  # (a path may have any inode now)
     watcher.inode_index = None
     return Inputs(found if keep_found else [], {}, entries, to_read, stale, Walked(kept, listings, report.links))
+
+
+def _after_restore(
+    ctx: StageContext, touched: dict[bytes, scan.Found | None], safety_manifest: bytes, found: list[scan.Found]
+) -> Inputs | None:
+    """The inputs of the record of the tree a restore just left, in O(changed): the safety
+    checkpoint's entries (the manifest memo's, still that checkpoint's) with the ``touched``
+    paths' records (ops.restore.after) classified against their stat-cache values alone.
+
+    The other paths' records are the safety walk's, so their entries are the ones it recorded:
+    a file it had to read (racy, or changed) is not read again, and the stat cache is not
+    passed over.  None when the memo is not that checkpoint's (then the caller classifies).
+    """
+    memo = ctx.manifest_memo
+    base = memo.entries
+    if base is None or memo.mid != safety_manifest:
+        return None
+    from snapstore.tree import statcache
+
+    keys = {statcache.key(p): p for p in touched}
+    with ctx.backend.read() as view:
+        cache = {k: v for k in keys if (v := view.get("statcache", k)) is not None}
+    entries = dict(base)
+    records: list[scan.Found] = []
+    stale: list[bytes] = []
+    for key, path in keys.items():
+        entries.pop(path, None)
+        record = touched[path]
+        if record is not None:
+            records.append(record)
+        elif key in cache:
+            stale.append(key)
+    fresh, to_read = worktree.classify(records, cache)
+    entries.update(fresh)
+    out = Inputs(found, {}, entries, to_read, stale, None)
+    out.touched, out.base = set(touched), base
+    return out
