@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .measure import Series
 from .mdfile import write_generated
+from .measure import Series
 from .report import Row, render_markdown
 
 _KNOWN = {"corpus", "scenario", "label", "pair", "snapstore", "ratio", "target_max_ratio", "verdict", "extra"}
