@@ -247,6 +247,8 @@ def test_config_defaults_set_get_unset(tree, store):
         "maintenance.budget-ms": "250",
         "maintenance.detach": "true",
         "remote.retry-budget": "60",
+        "remote.identity": "system",
+        "watch.check-interval": "300",
     }
     assert store.config_set("retention.keep-last", 100) == "100"
     assert store.config_set("retention.keep-within", "30D") == "30d"
