@@ -113,6 +113,30 @@ def test_a_whole_manifest_cut_in_blocks_is_the_whole_list_cut(monkeypatch, block
     assert size == sum(len(c) for c in expected)
 
 
+@pytest.mark.parametrize("block", [1, 3, 7, 64])
+@pytest.mark.parametrize("big", [False, True])
+def test_a_codecs_first_fill_cut_in_blocks_is_the_whole_list_cut(monkeypatch, block, big):
+    """A codec's first (whole) encoding is cut a block at a time too (the service's first
+    manifest through it holds no record of every entry): the same chunks, and each chunk's end
+    is where the next encoding's re-cut around an edit starts from."""
+    monkeypatch.setattr(manifest, "_BLOCK", block)
+    rng = random.Random(100 + block * 2 + big)
+    entries = _entries(rng, 300, big)
+    codec = Codec()
+    manifest_codec.write_manifest(codec, entries, {}.__setitem__, encode=False)
+    assert codec.chunks == _reference(entries)
+    ends, at = [], 0
+    for chunk in codec.chunks:
+        while at < len(entries) and b"".join(_reference(entries[ends[-1] if ends else 0 : at + 1])) != chunk:
+            at += 1
+        ends.append(at + 1)
+    assert codec.ends == ends
+    for step in range(5):
+        entries = _mutate(rng, entries, big)
+        manifest_codec.write_manifest(codec, entries, {}.__setitem__, encode=False)
+        assert codec.chunks == _reference(entries), f"edit {step}"
+
+
 @pytest.mark.parametrize("big", [False, True])
 @pytest.mark.parametrize("seed", range(20))
 def test_scattered_runs_re_cut_on_their_own_are_the_whole_encoding(seed, big):

@@ -22,7 +22,7 @@ import zlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 
-from snapstore.records.manifest import Entry, packer
+from snapstore.records.manifest import Entry, cut_in_blocks, packer
 from snapstore.records.schema import Put
 from snapstore.storage import chunker, objects
 from snapstore.storage.index_tree import IndexTree
@@ -141,7 +141,7 @@ def encode_chunks(codec: Codec, entries: Sequence[Entry], pack: Callable[[Entry]
     """
     old = codec.entries
     if not codec.chunks:
-        _Cutter(codec).finish_whole(entries, [pack(e) for e in entries])
+        _Cutter(codec).finish_whole(entries, pack)
         codec.changed = None
         codec.kept_prefix = codec.kept_suffix = 0
         return True
@@ -258,8 +258,18 @@ class _Cutter:
         self.fresh.append((first, len(self.chunks)))
         self.k = k_next
 
-    def finish_whole(self, entries: Sequence[Entry], records: list[bytes]) -> None:
-        self.recut(entries, records, 0, 0)
+    def finish_whole(self, entries: Sequence[Entry], pack: Callable[[Entry], bytes]) -> None:
+        """Cut every entry afresh, a block at a time (records.manifest.cut_in_blocks): the
+        records of a whole big tree are never all held at once (~100 bytes a file)."""
+        self.first_fresh, self.size = 0, 0
+        for end, data in cut_in_blocks(entries, pack):
+            cid = objects.chunk_id(data)
+            self.ends.append(end)
+            self.chunks.append(data)
+            self.cids.append(cid)
+            self.leaves.append((cid, len(data)))
+            self.size += len(data)
+        self.fresh.append((0, len(self.chunks)))
         self.finish(entries)
 
     def finish(self, entries: Sequence[Entry]) -> None:
