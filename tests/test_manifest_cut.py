@@ -83,7 +83,7 @@ def test_the_codec_re_encodes_a_changing_manifest_exactly(seed, big):
         stored: dict[bytes, bytes] = {}
         manifest_codec.write_manifest(codec, entries, stored.__setitem__, encode=False)
         expected = _reference(entries)
-        assert codec.chunks == expected, f"step {step}"
+        assert codec.encoded() == expected, f"step {step}"
         for chunk in expected:
             assert stored.get(objects.chunk_id(chunk)) == chunk
         before = entries
@@ -92,7 +92,7 @@ def test_the_codec_re_encodes_a_changing_manifest_exactly(seed, big):
         if codec.changed is not None:  # every entry outside the changed region is the same
             old_part, new_part = codec.changed
             assert {e.path for e in before} - {e.path for e in old_part} == {e.path for e in entries} - {e.path for e in new_part}
-        assert codec.chunks == _reference(entries), f"step {step} (after the edit)"
+        assert codec.encoded() == _reference(entries), f"step {step} (after the edit)"
         if step == 20:
             entries = _entries(rng, 30, big)
 
@@ -124,9 +124,9 @@ def test_a_codecs_first_fill_cut_in_blocks_is_the_whole_list_cut(monkeypatch, bl
     entries = _entries(rng, 300, big)
     codec = Codec()
     manifest_codec.write_manifest(codec, entries, {}.__setitem__, encode=False)
-    assert codec.chunks == _reference(entries)
+    assert codec.encoded() == _reference(entries)
     ends, at = [], 0
-    for chunk in codec.chunks:
+    for chunk in codec.encoded():
         while at < len(entries) and b"".join(_reference(entries[ends[-1] if ends else 0 : at + 1])) != chunk:
             at += 1
         ends.append(at + 1)
@@ -134,7 +134,7 @@ def test_a_codecs_first_fill_cut_in_blocks_is_the_whole_list_cut(monkeypatch, bl
     for step in range(5):
         entries = _mutate(rng, entries, big)
         manifest_codec.write_manifest(codec, entries, {}.__setitem__, encode=False)
-        assert codec.chunks == _reference(entries), f"edit {step}"
+        assert codec.encoded() == _reference(entries), f"edit {step}"
 
 
 @pytest.mark.parametrize("big", [False, True])
@@ -166,7 +166,7 @@ def test_scattered_runs_re_cut_on_their_own_are_the_whole_encoding(seed, big):
         manifest_codec.write_manifest(codec, patched.entries, handed.__setitem__, encode=False, stored=True, span=patched.span)
         stored.update(handed)
         expected = _reference(patched.entries)
-        assert codec.chunks == expected, f"step {step}"
+        assert codec.encoded() == expected, f"step {step}"
         assert all(objects.chunk_id(c) in stored for c in expected)  # (nothing new was withheld)
         if codec.changed is not None:  # (None after an empty manifest: encoded whole)
             old_part, new_part = codec.changed

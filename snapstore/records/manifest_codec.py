@@ -44,7 +44,10 @@ class Codec:
         self.entries: Sequence[Entry] = []
         #: For each chunk, the index in ``entries`` just past its last record.
         self.ends: list[int] = []
-        self.chunks: list[bytes] = []
+        #: Each chunk's bytes while the call that cut it runs; None once handed over (the
+        #: bytes are the entries' records, packed again when asked for: :meth:`chunk`), so a
+        #: long-lived Store does not keep its whole manifest encoded (~70 bytes a file).
+        self.chunks: list[bytes | None] = []
         self.cids: list[bytes] = []
         #: ``(id, size)`` of each chunk, and their total: the index tree's leaves.
         self.leaves: list[tuple[bytes, int]] = []
@@ -62,6 +65,18 @@ class Codec:
         self.index = IndexTree()
         self.kept_prefix = 0
         self.kept_suffix = 0
+
+    def chunk(self, i: int) -> bytes:
+        """Chunk ``i`` of the current encoding (its entries' records packed again if dropped)."""
+        data = self.chunks[i]
+        if data is None:
+            pack = packer()
+            data = b"".join([pack(e) for e in self.entries[self.ends[i - 1] if i else 0 : self.ends[i]]])
+        return data
+
+    def encoded(self) -> list[bytes]:
+        """Every chunk of the current encoding."""
+        return [self.chunk(i) for i in range(len(self.chunks))]
 
     def changes_since(self, mid: bytes) -> tuple[dict[bytes, Entry], dict[bytes, Entry]] | None:
         """``(old, new)`` entries by path that may differ between manifest ``mid`` and the
@@ -97,8 +112,9 @@ def write_manifest(
         whole = encode_chunks(codec, entries, packer(), span) or not stored or previous is None
         for start, stop in [(0, len(codec.chunks))] if whole else codec.fresh:
             for i in range(start, stop):
-                store(codec.cids[i], codec.chunks[i])
+                store(codec.cids[i], codec.chunk(i))
         result = _write_index(codec, store, whole)
+        codec.chunks = [None] * len(codec.chunks)  # (handed over: see Codec.chunks)
     except BaseException:
         codec.__init__()  # type: ignore[misc]  # (possibly half updated: encoded whole next time)
         raise
@@ -140,7 +156,7 @@ def encode_chunks(codec: Codec, entries: Sequence[Entry], pack: Callable[[Entry]
     edits re-cut ~100 regions of a chunk or two, not everything between the first and the last.
     """
     old = codec.entries
-    if not codec.chunks:
+    if not codec.cids:
         _Cutter(codec).finish_whole(entries, pack)
         codec.changed = None
         codec.kept_prefix = codec.kept_suffix = 0
@@ -217,7 +233,7 @@ class _Cutter:
         #: New index minus old index of the unchanged entries being kept.
         self.delta = 0
         self.ends: list[int] = []
-        self.chunks: list[bytes] = []
+        self.chunks: list[bytes | None] = []
         self.cids: list[bytes] = []
         self.leaves: list[tuple[bytes, int]] = []
         self.size = codec.size
