@@ -109,8 +109,9 @@ def write_manifest(
     codec.mid = None  # until this encoding's stream id is known
     store = (lambda cid, plain: put(cid, objects.encode_chunk(plain, level))) if encode else put
     try:
-        whole = encode_chunks(codec, entries, packer(), span) or not stored or previous is None
-        for start, stop in [(0, len(codec.chunks))] if whole else codec.fresh:
+        first = not codec.cids  # (a whole encoding: each chunk handed over as it is cut)
+        whole = encode_chunks(codec, entries, packer(), span, store if first else None) or not stored or previous is None
+        for start, stop in [] if first else [(0, len(codec.chunks))] if whole else codec.fresh:
             for i in range(start, stop):
                 store(codec.cids[i], codec.chunk(i))
         result = _write_index(codec, store, whole)
@@ -146,9 +147,12 @@ Run = tuple[int, int, int, int]
 Span = tuple[Sequence[Entry], list[Run]]
 
 
-def encode_chunks(codec: Codec, entries: Sequence[Entry], pack: Callable[[Entry], bytes], span: Span | None = None) -> bool:
+def encode_chunks(
+    codec: Codec, entries: Sequence[Entry], pack: Callable[[Entry], bytes], span: Span | None = None, emit: Put | None = None
+) -> bool:
     """Cut sorted ``entries`` into chunks: ``codec`` is updated to them (``chunks``, ``cids``,
-    ``leaves``; ``fresh`` says which were cut afresh).  True when all were (no last encoding).
+    ``leaves``; ``fresh`` says which were cut afresh).  True when all were (no last encoding):
+    then, with ``emit``, each chunk is handed to it as it is cut and not kept (Codec.chunks).
 
     Each changed run is re-cut on its own, from the start of the chunk holding its first
     change to the first cut after it that lies on a key-marked record (a cut the old and the
@@ -157,7 +161,7 @@ def encode_chunks(codec: Codec, entries: Sequence[Entry], pack: Callable[[Entry]
     """
     old = codec.entries
     if not codec.cids:
-        _Cutter(codec).finish_whole(entries, pack)
+        _Cutter(codec).finish_whole(entries, pack, emit)
         codec.changed = None
         codec.kept_prefix = codec.kept_suffix = 0
         return True
@@ -274,14 +278,17 @@ class _Cutter:
         self.fresh.append((first, len(self.chunks)))
         self.k = k_next
 
-    def finish_whole(self, entries: Sequence[Entry], pack: Callable[[Entry], bytes]) -> None:
-        """Cut every entry afresh, a block at a time (records.manifest.cut_in_blocks): the
-        records of a whole big tree are never all held at once (~100 bytes a file)."""
+    def finish_whole(self, entries: Sequence[Entry], pack: Callable[[Entry], bytes], emit: Put | None) -> None:
+        """Cut every entry afresh, a block at a time (records.manifest.cut_in_blocks), each
+        chunk handed to ``emit`` (if any) instead of kept: the records of a whole big tree are
+        never all held at once (~100 bytes a file), nor its chunks (~70)."""
         self.first_fresh, self.size = 0, 0
         for end, data in cut_in_blocks(entries, pack):
             cid = objects.chunk_id(data)
             self.ends.append(end)
-            self.chunks.append(data)
+            if emit is not None:
+                emit(cid, data)
+            self.chunks.append(None if emit is not None else data)
             self.cids.append(cid)
             self.leaves.append((cid, len(data)))
             self.size += len(data)

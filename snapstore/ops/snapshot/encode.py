@@ -26,7 +26,8 @@ from snapstore.ops.snapshot.write import lacking
 from snapstore.records import manifest, manifest_codec
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
-from snapstore.storage import packs
+from snapstore.records.schema import Put
+from snapstore.storage import objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.storage.packs import Op
 
@@ -99,8 +100,9 @@ def manifest_of(
     else:
         codec = memo.codec = memo.codec or manifest_codec.Codec()
         stored = parent is not None and codec.mid == parent.manifest  # (the parent's: in the store)
+        put = records.put_manifest if stored or parent is None else _not_in(ctx.backend, parent.manifest, records.put_manifest)
         mid, _, record = manifest_codec.write_manifest(
-            codec, ordered, records.put_manifest, ctx.level, encode=False, stored=stored, span=span
+            codec, ordered, put, ctx.level, encode=False, stored=stored, span=span
         )  # fmt: skip
     memo.entries, memo.mid, memo.ordered = None, None, None  # set again once this snapshot is committed
     if parent is not None and mid == parent.manifest:
@@ -108,6 +110,26 @@ def manifest_of(
     if record is not None:
         records.ops.append(("streams", mid, record))
     return mid, record, fingerprint
+
+
+def _not_in(backend: Backend, manifest_id: bytes, put: Put) -> Put:
+    """``put``, for the chunks that are not the stored manifest ``manifest_id``'s (the codec's
+    first, whole encoding: the parent's chunks are stored, as they are when the codec knows
+    its last encoding is, and its ``stored`` hands over only the new ones).  Otherwise every
+    chunk of a big tree's manifest would be held until the commit (~70 bytes a file)."""
+    from snapstore.errors import CorruptError
+
+    try:
+        with backend.read() as view:
+            known = set(objects.leaf_ids(view.get, manifest_id))
+    except CorruptError:
+        return put  # (every chunk handed over: the counts find the damage and heal it)
+
+    def put_new(cid: bytes, data: bytes) -> None:
+        if cid not in known:
+            put(cid, data)
+
+    return put_new
 
 
 #: Tasks whose last conversation a Store keeps (records.conversation.Memo).

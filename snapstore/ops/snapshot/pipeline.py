@@ -110,7 +110,7 @@ def _take(
     # An unchanged tree mapped little: spare the madvise pass.  (A pooled read emptied
     # ``to_read``: its writer thread released memory after each commit.)
     if tree.to_read or mrecord is not None:
-        release_memory(ctx.backend)
+        release_memory(ctx.backend, trim_heap=True)
     return cp_id, packed, result
 
 
