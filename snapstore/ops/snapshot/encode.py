@@ -121,9 +121,23 @@ def _not_in(backend: Backend, manifest_id: bytes, put: Put) -> Put:
 
     try:
         with backend.read() as view:
-            known = set(objects.leaf_ids(view.get, manifest_id))
+            gets = 0
+
+            def get(table: str, key: bytes) -> bytes | None:
+                # The frames of the index nodes stay mapped (counted in the process's memory):
+                # as large as the manifest, at the service's peak.  Dropped as the walk goes.
+                nonlocal gets
+                gets += 1
+                if not gets % 16:
+                    backend.release_memory()
+                value: bytes | None = view.get(table, key)
+                return value
+
+            known = set(objects.leaf_ids(get, manifest_id))
     except CorruptError:
         return put  # (every chunk handed over: the counts find the damage and heal it)
+    finally:
+        backend.release_memory()
 
     def put_new(cid: bytes, data: bytes) -> None:
         if cid not in known:
