@@ -73,13 +73,13 @@ class Found(NamedTuple):
     target: bytes = b""  # symlink target
 
 
-class Sink(Protocol):
+class FoundSink(Protocol):
     """Where a listing puts the records it makes: a list, or a walk's packed records."""
 
     def append(self, f: Found, /) -> None: ...
 
 
-class WalkSink(Sink, Protocol):
+class WalkSink(FoundSink, Protocol):
     """Where a whole walk puts its records instead of a list (tree.packed.PackedWalk keeps a
     file's record packed as it is found: no record of every file is held as objects)."""
 
@@ -351,7 +351,7 @@ def _listed(report: ScanReport, since: Mark, names: tuple[bytes, ...], scanned: 
     return Listing(rules, names, tuple([d[0] for d in subdirs]), LISTED, notes, rule_notes, special, unreadable)
 
 
-def _add_empty_dirs(order: list[tuple[bytes, Stat]], dir_index: dict[bytes, int], found: Sink) -> None:
+def _add_empty_dirs(order: list[tuple[bytes, Stat]], dir_index: dict[bytes, int], found: FoundSink) -> None:
     # Deepest first (a directory is always listed after its parent): an empty directory makes
     # its parents non-empty, so only the leaves of a chain of empty directories are recorded.
     for rel, dst in reversed(order):
@@ -366,7 +366,7 @@ def scan_dir(
     parent_rules: ignore.Rules,
     excluded: frozenset[bytes],
     report: ScanReport,
-    found: Sink,
+    found: FoundSink,
     rules: ignore.Rules | None = None,
     known: Mapping[bytes, Found] | None = None,
     named: set[bytes] | frozenset[bytes] = frozenset(),
@@ -434,7 +434,7 @@ def scan_dir(
     return Scanned(rules, subdirs, recorded, rule_notes)
 
 
-def _kept(before: Found | None, d: os.DirEntry[str], report: ScanReport, found: Sink) -> bool:
+def _kept(before: Found | None, d: os.DirEntry[str], report: ScanReport, found: FoundSink) -> bool:
     """Whether a file a watching Store found before, listed again with the same inode and named
     by no event, is recorded as it was found (no ``stat``): see :func:`scan_dir`."""
     if (
@@ -468,7 +468,7 @@ def _listing(
     return dirents, rules, rule_notes
 
 
-def _other(fd: int, name: bytes, rel: bytes, st: os.stat_result, found: Sink, report: ScanReport) -> bool:
+def _other(fd: int, name: bytes, rel: bytes, st: os.stat_result, found: FoundSink, report: ScanReport) -> bool:
     """A symlink (recorded: True) or a special file (skipped, said so: False)."""
     if stat.S_ISLNK(st.st_mode):
         try:
@@ -510,7 +510,7 @@ def _unlistable(
     rel_dir: bytes,
     rules: ignore.Rules,
     exc: OSError,
-    found: Sink,
+    found: FoundSink,
     dir_index: dict[bytes, int],
     report: ScanReport,
     listings: Listings | None,
