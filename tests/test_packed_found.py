@@ -76,3 +76,15 @@ def test_a_walk_into_packed_records_finds_what_a_walk_into_a_list_finds(tmp_path
             assert type(into.found._d[b"b/x.txt"]) is bytes  # (kept packed)
     assert walks[0] == walks[1]
     assert [f.path for f in walks[0][0]] == [b".gitignore", b"a/sub/z", b"a/y.sh", b"b/x.txt", b"empty/deeper", b"link"]
+
+
+def test_two_maps_differ_where_their_records_differ():
+    """The periodic check compares the walk's packed map with the state's value by value."""
+    a = packed.FoundMap(RECORDS)
+    b = packed.FoundMap(RECORDS)
+    assert list(a.differing(b)) == []
+    b[b"a/big"] = RECORDS[0]._replace(st=RECORDS[0].st._replace(st_mtime_ns=1))  # type: ignore[union-attr]
+    b[b"a/link"] = RECORDS[2]._replace(target=b"../y")
+    del b[b"empty"]
+    b[b"new"] = RECORDS[1]._replace(path=b"new")
+    assert sorted(a.differing(b)) == [b"a/big", b"a/link", b"empty", b"new"]

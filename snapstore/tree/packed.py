@@ -94,6 +94,14 @@ class FoundMap(MutableMapping[bytes, Found]):
         for path, value in self._d.items():
             yield unpack(path, value)
 
+    def differing(self, other: FoundMap) -> Iterator[bytes]:
+        """The paths whose records differ between the two maps (or are in one only): packed
+        values compared as they are (equal values, equal records)."""
+        a, b = self._d, other._d
+        for path in a.keys() | b.keys():
+            if a.get(path) != b.get(path):
+                yield path
+
     def inodes(self) -> Iterator[int]:
         """The inode number of every file (without making its record)."""
         for value in self._d.values():

@@ -139,8 +139,7 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     found = scan.walk(ctx.root_bytes, ctx.excluded, report, listings, into)
     if into is not None:
         kept, records = into.found, into.records()
-        if ctx.walk_check is not None:
-            incremental.check_walk(ctx, list(into.records()))
+        incremental.check_walk(ctx, kept)
     else:
         kept, records = packed.FoundMap(found), iter(found)
         incremental.check_walk(ctx, found)
