@@ -174,3 +174,22 @@ def test_scattered_runs_re_cut_on_their_own_are_the_whole_encoding(seed, big):
                 p for p in touched if before.get(p) != new.get(p)
             }
         kept = patched
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-fill", "not-stored"])
+def test_chunks_known_stored_are_not_handed_over_again(first):
+    """``skip`` (the parent manifest's chunks, when the codec's last encoding is not it): the
+    same manifest, and only the chunks outside it are handed over."""
+    rng = random.Random(77)
+    parent = _entries(rng, 2000)
+    codec = Codec()
+    if not first:  # a last encoding that is not the parent's (another writer's since)
+        manifest_codec.write_manifest(codec, _mutate(rng, parent), {}.__setitem__, encode=False)
+    skip = frozenset(objects.chunk_id(c) for c in _reference(parent))
+    entries = _mutate(rng, parent)
+    given: dict[bytes, bytes] = {}
+    mid, _, _ = manifest_codec.write_manifest(codec, entries, given.__setitem__, encode=False, skip=skip)
+    expected = {objects.chunk_id(c): c for c in _reference(entries)}
+    assert mid == manifest.write_manifest(entries, {}.__setitem__, encode=False)[0]
+    assert {c: d for c, d in given.items() if c in expected} == {c: d for c, d in expected.items() if c not in skip}
+    assert 0 < len(expected.keys() - skip) < len(expected)

@@ -96,6 +96,7 @@ def write_manifest(
     encode: bool = True,
     stored: bool = False,
     span: Span | None = None,
+    skip: frozenset[bytes] = frozenset(),
 ) -> tuple[bytes, int, bytes | None]:
     """:func:`snapstore.records.manifest.write_manifest` through ``codec``, which holds the last
     encoding (one manifest at a time): a manifest that changed in a few entries re-encodes and
@@ -104,16 +105,20 @@ def write_manifest(
     ``stored``: the codec's last encoding is in the store (the caller's parent manifest), so
     only new chunks and index nodes go to ``put``.  ``span``: ``(base, runs)`` when ``entries``
     are the list ``base`` with only those runs changed (ops.snapshot.ordered knows them):
-    spares comparing every entry, and each run is re-cut on its own."""
+    spares comparing every entry, and each run is re-cut on its own.  ``skip``: ids of chunks
+    known to be stored (the parent manifest's, when the last encoding is not it): never handed
+    over, nor packed again to be."""
     previous = codec.mid
     codec.mid = None  # until this encoding's stream id is known
     store = (lambda cid, plain: put(cid, objects.encode_chunk(plain, level))) if encode else put
+    emit = (lambda cid, plain: None if cid in skip else store(cid, plain)) if skip else store
     try:
         first = not codec.cids  # (a whole encoding: each chunk handed over as it is cut)
-        whole = encode_chunks(codec, entries, packer(), span, store if first else None) or not stored or previous is None
+        whole = encode_chunks(codec, entries, packer(), span, emit if first else None) or not stored or previous is None
         for start, stop in [] if first else [(0, len(codec.chunks))] if whole else codec.fresh:
             for i in range(start, stop):
-                store(codec.cids[i], codec.chunk(i))
+                if codec.cids[i] not in skip:
+                    store(codec.cids[i], codec.chunk(i))
         result = _write_index(codec, store, whole)
         codec.chunks = [None] * len(codec.chunks)  # (handed over: see Codec.chunks)
     except BaseException:

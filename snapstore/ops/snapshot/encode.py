@@ -26,7 +26,6 @@ from snapstore.ops.snapshot.write import lacking
 from snapstore.records import manifest, manifest_codec
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
-from snapstore.records.schema import Put
 from snapstore.storage import objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.storage.packs import Op
@@ -100,9 +99,9 @@ def manifest_of(
     else:
         codec = memo.codec = memo.codec or manifest_codec.Codec()
         stored = parent is not None and codec.mid == parent.manifest  # (the parent's: in the store)
-        put = records.put_manifest if stored or parent is None else _not_in(ctx.backend, parent.manifest, records.put_manifest)
+        skip = frozenset() if stored or parent is None else _leaves(ctx.backend, parent.manifest)
         mid, _, record = manifest_codec.write_manifest(
-            codec, ordered, put, ctx.level, encode=False, stored=stored, span=span
+            codec, ordered, records.put_manifest, ctx.level, encode=False, stored=stored, span=span, skip=skip
         )  # fmt: skip
     memo.entries, memo.mid, memo.ordered = None, None, None  # set again once this snapshot is committed
     if parent is not None and mid == parent.manifest:
@@ -112,11 +111,13 @@ def manifest_of(
     return mid, record, fingerprint
 
 
-def _not_in(backend: Backend, manifest_id: bytes, put: Put) -> Put:
-    """``put``, for the chunks that are not the stored manifest ``manifest_id``'s (the codec's
-    first, whole encoding: the parent's chunks are stored, as they are when the codec knows
-    its last encoding is, and its ``stored`` hands over only the new ones).  Otherwise every
-    chunk of a big tree's manifest would be held until the commit (~70 bytes a file)."""
+def _leaves(backend: Backend, manifest_id: bytes) -> frozenset[bytes]:
+    """The chunk ids of the stored manifest ``manifest_id`` (the parent's), for a codec whose
+    last encoding is not it (its first, whole encoding, or another writer's checkpoint since):
+    those chunks are stored and not handed over again, as when the codec's ``stored`` says its
+    last encoding is the parent's.  Otherwise every chunk of a big tree's manifest would be
+    held until the commit (~70 bytes a file).  Empty when it cannot be read (then every chunk
+    is handed over: the counts find the damage and the commit heals it)."""
     from snapstore.errors import CorruptError
 
     try:
@@ -133,17 +134,11 @@ def _not_in(backend: Backend, manifest_id: bytes, put: Put) -> Put:
                 value: bytes | None = view.get(table, key)
                 return value
 
-            known = set(objects.leaf_ids(get, manifest_id))
+            return frozenset(objects.leaf_ids(get, manifest_id))
     except CorruptError:
-        return put  # (every chunk handed over: the counts find the damage and heal it)
+        return frozenset()
     finally:
         backend.release_memory()
-
-    def put_new(cid: bytes, data: bytes) -> None:
-        if cid not in known:
-            put(cid, data)
-
-    return put_new
 
 
 #: Tasks whose last conversation a Store keeps (records.conversation.Memo).
