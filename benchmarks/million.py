@@ -124,48 +124,7 @@ def markdown(doc: dict) -> str:
         "| what | measured | target |", "| --- | --- | --- |",
     ]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
-    return "\n".join(lines) + "\n" + WHERE_IT_GOES
-
-
-#: What bounds the service's figures (measured apart from this run; see the text's date).
-WHERE_IT_GOES = """
-What bounds these figures (measured 2026-11-28 on the same machine, load 4-6 from other test
-runs, so absolute times are high and swing by ~10 ms between runs of the same code):
-
-- **Service memory.** The watcher's kept state (tracemalloc, `tests/test_watch_million.py`):
-  566 B a file at 30,000 files (962 before), 513 B at 100,000 (907 before). Two changes: the
-  stat cache is no longer held as a dict (~180 B a file): a watched checkpoint reads the
-  table for the paths it examines, and the watching walk pairs the walk with the table in one
-  merge pass as the plain walk does; the walk's records are kept packed (`tree/packed.py`:
-  one 37-byte value a file, ~70 B with its header, instead of a 4-field record, a 5-field
-  stat and their ints, ~250 B). The peak RSS is the service's first checkpoint, its walk:
-  the walk's records as objects (~330 B a file) while the entries (~250 B) are built beside
-  them, plus the stat-cache table's pages; each record is now packed into the state and
-  dropped from the walk's list as the stat cache pairs it, so the two are never all held at
-  once. The portable polling source (no inotify) keeps what it compares for every entry: a
-  packed signature now (701 B a file kept with it, 853 before). Next step to ~0.5 KB of peak:
-  a walk that emits packed records itself (the scan's per-directory loop), and entries kept
-  without a tuple per file (the manifest memo's).
-- **No O(files) or O(directories) step is left on a watched 1-file checkpoint in the watcher's
-  state** (a test counts it: one lstat, no listing, no pass over the records or the
-  directories' listings). The report of what a walk would warn about was rebuilt from every
-  directory's listing at each checkpoint; it is now kept while no directory is listed again.
-  The service's idle sweep of the cyclic collector (`gc.collect` after a second idle) took
-  ~6 s of CPU over the run at a million files before (py-spy, 500 Hz: 3,059 samples), no
-  sample after (the same run, the same rate): the packed state leaves the collector no record
-  and stat tuples per file to walk (the entries' tuples are untracked after one pass).
-- **Where a 1-file checkpoint's time goes now** (cProfile in-process at 1,000,000 files, 5
-  checkpoints, load ~5): reading `/proc/*/maps` fingerprints of every process on the machine
-  (the shared-mapping guarantee, ~107 processes here: ~20 ms; O(processes), not files), the
-  manifest codec and the ordered chunks (~25 ms: lists of one item per manifest chunk or per
-  1,024 entries copied and re-made at each checkpoint, `records/manifest_codec.py` `keep` /
-  `finish`, `ops/snapshot/ordered.py` `Chunked`), the commit (~15 ms: a synced LMDB
-  commit), the store's lookups of the new chunks (~11 ms). The first checkpoint after a walk
-  fills the manifest codec (O(files), once: 6.6 s at a million files under that load).
-- **No-change checkpoint**: nothing is read, nothing is committed; what is left is the client,
-  the request and the `/proc` fingerprints. A consistency walk (every 300 s) costs a whole
-  walk (~20 s at a million files) on the checkpoint that does it.
-"""
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,7 +83,7 @@ def test_the_codec_re_encodes_a_changing_manifest_exactly(seed, big):
         stored: dict[bytes, bytes] = {}
         manifest_codec.write_manifest(codec, entries, stored.__setitem__, encode=False)
         expected = _reference(entries)
-        assert codec.chunks == expected, f"step {step}"
+        assert codec.encoded() == expected, f"step {step}"
         for chunk in expected:
             assert stored.get(objects.chunk_id(chunk)) == chunk
         before = entries
@@ -92,7 +92,7 @@ def test_the_codec_re_encodes_a_changing_manifest_exactly(seed, big):
         if codec.changed is not None:  # every entry outside the changed region is the same
             old_part, new_part = codec.changed
             assert {e.path for e in before} - {e.path for e in old_part} == {e.path for e in entries} - {e.path for e in new_part}
-        assert codec.chunks == _reference(entries), f"step {step} (after the edit)"
+        assert codec.encoded() == _reference(entries), f"step {step} (after the edit)"
         if step == 20:
             entries = _entries(rng, 30, big)
 
@@ -111,6 +111,30 @@ def test_a_whole_manifest_cut_in_blocks_is_the_whole_list_cut(monkeypatch, block
     for chunk in expected:
         assert stored.get(objects.chunk_id(chunk)) == chunk
     assert size == sum(len(c) for c in expected)
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 64])
+@pytest.mark.parametrize("big", [False, True])
+def test_a_codecs_first_fill_cut_in_blocks_is_the_whole_list_cut(monkeypatch, block, big):
+    """A codec's first (whole) encoding is cut a block at a time too (the service's first
+    manifest through it holds no record of every entry): the same chunks, and each chunk's end
+    is where the next encoding's re-cut around an edit starts from."""
+    monkeypatch.setattr(manifest, "_BLOCK", block)
+    rng = random.Random(100 + block * 2 + big)
+    entries = _entries(rng, 300, big)
+    codec = Codec()
+    manifest_codec.write_manifest(codec, entries, {}.__setitem__, encode=False)
+    assert codec.encoded() == _reference(entries)
+    ends, at = [], 0
+    for chunk in codec.encoded():
+        while at < len(entries) and b"".join(_reference(entries[ends[-1] if ends else 0 : at + 1])) != chunk:
+            at += 1
+        ends.append(at + 1)
+    assert codec.ends == ends
+    for step in range(5):
+        entries = _mutate(rng, entries, big)
+        manifest_codec.write_manifest(codec, entries, {}.__setitem__, encode=False)
+        assert codec.encoded() == _reference(entries), f"edit {step}"
 
 
 @pytest.mark.parametrize("big", [False, True])
@@ -142,7 +166,7 @@ def test_scattered_runs_re_cut_on_their_own_are_the_whole_encoding(seed, big):
         manifest_codec.write_manifest(codec, patched.entries, handed.__setitem__, encode=False, stored=True, span=patched.span)
         stored.update(handed)
         expected = _reference(patched.entries)
-        assert codec.chunks == expected, f"step {step}"
+        assert codec.encoded() == expected, f"step {step}"
         assert all(objects.chunk_id(c) in stored for c in expected)  # (nothing new was withheld)
         if codec.changed is not None:  # (None after an empty manifest: encoded whole)
             old_part, new_part = codec.changed
@@ -150,3 +174,22 @@ def test_scattered_runs_re_cut_on_their_own_are_the_whole_encoding(seed, big):
                 p for p in touched if before.get(p) != new.get(p)
             }
         kept = patched
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-fill", "not-stored"])
+def test_chunks_known_stored_are_not_handed_over_again(first):
+    """``skip`` (the parent manifest's chunks, when the codec's last encoding is not it): the
+    same manifest, and only the chunks outside it are handed over."""
+    rng = random.Random(77)
+    parent = _entries(rng, 2000)
+    codec = Codec()
+    if not first:  # a last encoding that is not the parent's (another writer's since)
+        manifest_codec.write_manifest(codec, _mutate(rng, parent), {}.__setitem__, encode=False)
+    skip = frozenset(objects.chunk_id(c) for c in _reference(parent))
+    entries = _mutate(rng, parent)
+    given: dict[bytes, bytes] = {}
+    mid, _, _ = manifest_codec.write_manifest(codec, entries, given.__setitem__, encode=False, skip=skip)
+    expected = {objects.chunk_id(c): c for c in _reference(entries)}
+    assert mid == manifest.write_manifest(entries, {}.__setitem__, encode=False)[0]
+    assert {c: d for c, d in given.items() if c in expected} == {c: d for c, d in expected.items() if c not in skip}
+    assert 0 < len(expected.keys() - skip) < len(expected)

@@ -52,11 +52,39 @@ def test_an_overlay_changes_nothing_below_it():
     assert o[b"a/big"] == RECORDS[0]
 
 
-def test_drain_packs_each_record_and_drops_it_from_the_list():
-    found: list[Found | None] = list(RECORDS)
-    into = packed.FoundMap()
-    seen = []
-    for f in packed.drain(found, into):
-        seen.append(f)
-        assert found[len(seen) - 1] is None and f.path in into
-    assert seen == RECORDS and found == [None] * 5 and list(into.records()) == RECORDS
+def test_a_walk_into_packed_records_finds_what_a_walk_into_a_list_finds(tmp_path):
+    """The watching walk packs each record as it finds it (PackedWalk): the same records in
+    the same order, the same listings and the same report as a walk into a list."""
+    import os
+
+    from snapstore.testing import build_tree
+    from snapstore.tree import scan
+
+    build_tree(tmp_path, {"b/x.txt": b"x", "a/y.sh": b"#!/bin/sh\n", "a/sub/z": b"z", ".gitignore": b"*.log\n", "q.log": b"q"})
+    os.chmod(tmp_path / "a" / "y.sh", 0o755)
+    os.symlink("b/x.txt", tmp_path / "link")
+    os.makedirs(tmp_path / "empty" / "deeper")
+    walks = []
+    for into in (None, packed.PackedWalk()):
+        report, listings = scan.ScanReport(), {}
+        got = scan.walk(os.fsencode(tmp_path), frozenset(), report, listings, into)
+        records = list(into.records()) if into is not None else got
+        assert into is None or got == []
+        walks.append((records, listings, report.warnings, report.links))
+        if into is not None:
+            assert into.paths == [f.path for f in records] and dict(into.found.items()) == {f.path: f for f in records}
+            assert type(into.found._d[b"b/x.txt"]) is bytes  # (kept packed)
+    assert walks[0] == walks[1]
+    assert [f.path for f in walks[0][0]] == [b".gitignore", b"a/sub/z", b"a/y.sh", b"b/x.txt", b"empty/deeper", b"link"]
+
+
+def test_two_maps_differ_where_their_records_differ():
+    """The periodic check compares the walk's packed map with the state's value by value."""
+    a = packed.FoundMap(RECORDS)
+    b = packed.FoundMap(RECORDS)
+    assert list(a.differing(b)) == []
+    b[b"a/big"] = RECORDS[0]._replace(st=RECORDS[0].st._replace(st_mtime_ns=1))  # type: ignore[union-attr]
+    b[b"a/link"] = RECORDS[2]._replace(target=b"../y")
+    del b[b"empty"]
+    b[b"new"] = RECORDS[1]._replace(path=b"new")
+    assert sorted(a.differing(b)) == [b"a/big", b"a/link", b"empty", b"new"]

@@ -3,8 +3,10 @@
 A watching Store (the resident service) keeps the tree's state between checkpoints.  Two bounds
 that do not depend on the machine:
 
-* its memory per file (Python allocations, tracemalloc): what it keeps between checkpoints and
-  the peak of its first (walking) checkpoint.  The stat cache is read for the paths a checkpoint
+* its memory per file (Python allocations, tracemalloc): what it keeps between checkpoints, the
+  peak of its first (walking) checkpoint and of the one after (which fills the manifest codec),
+  and what the walk holds once it is done (each record packed as it is found, no list of
+  every file's record as objects).  The stat cache is read for the paths a checkpoint
   examines, never held whole, and the walk's records are kept packed (tree/packed.py);
 * a 1-file checkpoint does no work per file or per directory of the tree: one lstat, no
   listing, no pass over the kept records or the directories' listings.
@@ -26,11 +28,14 @@ from snapstore.testing import build_tree
 from snapstore.tree import packed, rescan, scan
 
 FILES = 30_000
-#: Measured when written (30,000 files in directories of 1,000): kept ~566 B/file, peak of the
-#: two checkpoints ~690 B/file; before the packed records and the stat cache read on demand,
-#: kept ~962 B/file (and 907 kept, 1,118 peak at 100,000 files).
-KEPT_BYTES_PER_FILE = 650
-PEAK_BYTES_PER_FILE = 800
+#: Measured (30,000 files in directories of 1,000): kept ~450 B/file, peak of the two
+#: checkpoints ~528, the walk's records once it is done ~190 (the walk packs each record as it
+#: finds it; the manifest codec keeps no chunk's bytes and its first fill holds no record or
+#: chunk of every entry).  Before that (main at e1ccf0a): kept ~554, peak ~679, walked ~385;
+#: before the packed records and the stat cache read on demand, kept ~962.
+KEPT_BYTES_PER_FILE = 520
+PEAK_BYTES_PER_FILE = 600
+WALKED_BYTES_PER_FILE = 260
 #: The portable polling source (SNAPSTORE_PLATFORM=portable, or no inotify) keeps what it
 #: compares for every entry between reads: a packed signature and the entry's name (~140 B a
 #: file: kept ~701, peak ~827 B/file when written; 853 kept with a tuple signature).
@@ -52,11 +57,19 @@ for d in range(0, n, 1000):
 Store.init(root, store=store).close()
 with Store.open(root, store=store) as s:  # the initial checkpoint (not measured)
     s.snapshot("initial")
+from snapstore.tree import scan
+real_walk, walk_end = scan.walk, []
+def walk(*a, **k):  # what the walk's records hold once it is done (before the stat cache pairs them)
+    got = real_walk(*a, **k)
+    walk_end.append(tracemalloc.get_traced_memory()[0])
+    return got
+scan.walk = walk
 gc.collect()
 tracemalloc.start()
 base = tracemalloc.get_traced_memory()[0]
 s = Store.open(root, store=store, watch=True)
 s.snapshot("the service's first: a walk", skip_unchanged=True)
+first_peak = tracemalloc.get_traced_memory()[1]
 with open(os.path.join(root, "d0000", "f0000000.txt"), "a") as f:
     f.write("edit\n")
 time.sleep(0.05)
@@ -65,7 +78,8 @@ gc.collect()
 kept, peak = tracemalloc.get_traced_memory()  # (the peak: of both checkpoints)
 tracemalloc.stop()
 assert s.watch_status()["patched"] == 1, s.watch_status()
-print(json.dumps({"kept": (kept - base) / n, "peak": (peak - base) / n}))
+assert len(walk_end) == 1, walk_end
+print(json.dumps({"kept": (kept - base) / n, "peak": (peak - base) / n, "first_peak": (first_peak - base) / n, "walked": (walk_end[0] - base) / n}))
 s.close()
 """
 
@@ -80,6 +94,7 @@ def test_the_watchers_state_memory_per_file(tmp_path: Path):
     print(f"bytes per file: {got}")
     assert got["kept"] <= KEPT_BYTES_PER_FILE + POLLING_BYTES_PER_FILE, got
     assert got["peak"] <= PEAK_BYTES_PER_FILE + POLLING_BYTES_PER_FILE, got
+    assert got["walked"] <= WALKED_BYTES_PER_FILE + POLLING_BYTES_PER_FILE, got
 
 
 class _CountingOs:

@@ -19,7 +19,7 @@ by path), so a changed file rewrites one manifest chunk plus one index node per 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import blake3
@@ -77,8 +77,8 @@ def write_manifest(
     :func:`~snapstore.records.manifest_codec.write_manifest` instead: only the chunks around
     the changed entries are encoded again.
     """
-    listed = entries if isinstance(entries, list) else list(entries)
-    pairs = ((data, objects.chunk_id(data)) for data in _cut_in_blocks(listed, packer()))
+    listed = entries if isinstance(entries, Sequence) else list(entries)
+    pairs = ((data, objects.chunk_id(data)) for _, data in cut_in_blocks(listed, packer()))
     return objects.write_stream_known(pairs, put, level, encode=encode, tree=True)
 
 
@@ -95,8 +95,9 @@ def packer() -> Callable[[Entry], bytes]:
 _BLOCK = 4096
 
 
-def _cut_in_blocks(entries: list[Entry], pack: Callable[[Entry], bytes]) -> Iterator[bytes]:
-    """The chunks of ``entries``, encoded and cut a block at a time.  A block's last chunk is
+def cut_in_blocks(entries: Sequence[Entry], pack: Callable[[Entry], bytes]) -> Iterator[tuple[int, bytes]]:
+    """The chunks of ``entries``, encoded and cut a block at a time, as ``(index in
+    ``entries`` just past the chunk's last record, the chunk)``.  A block's last chunk is
     complete only when its last record ends it by key; otherwise its records start the next
     block's cut (a cut resets all state, so that equals cutting the whole list)."""
     keys: list[bytes] = []
@@ -105,6 +106,7 @@ def _cut_in_blocks(entries: list[Entry], pack: Callable[[Entry], bytes]) -> Iter
         block = entries[start : start + _BLOCK]
         keys += [e.path for e in block]
         records += [pack(e) for e in block]
+        offset = start + len(block) - len(keys)  # (the index of keys[0] in entries)
         last = start + _BLOCK >= len(entries)
         pieces = list(chunker.cut_record_bytes(keys, records))
         if not last and not chunker.ends_chunk(keys[-1]):
@@ -113,8 +115,8 @@ def _cut_in_blocks(entries: list[Entry], pack: Callable[[Entry], bytes]) -> Iter
             keys, records = keys[tail_start:], records[tail_start:]
         else:
             keys, records = [], []
-        for _, data in pieces:
-            yield data
+        for end, data in pieces:
+            yield offset + end, data
 
 
 _KINDS = frozenset(KIND_NAMES)

@@ -22,7 +22,7 @@ import zlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 
-from snapstore.records.manifest import Entry, packer
+from snapstore.records.manifest import Entry, cut_in_blocks, packer
 from snapstore.records.schema import Put
 from snapstore.storage import chunker, objects
 from snapstore.storage.index_tree import IndexTree
@@ -44,7 +44,10 @@ class Codec:
         self.entries: Sequence[Entry] = []
         #: For each chunk, the index in ``entries`` just past its last record.
         self.ends: list[int] = []
-        self.chunks: list[bytes] = []
+        #: Each chunk's bytes while the call that cut it runs; None once handed over (the
+        #: bytes are the entries' records, packed again when asked for: :meth:`chunk`), so a
+        #: long-lived Store does not keep its whole manifest encoded (~70 bytes a file).
+        self.chunks: list[bytes | None] = []
         self.cids: list[bytes] = []
         #: ``(id, size)`` of each chunk, and their total: the index tree's leaves.
         self.leaves: list[tuple[bytes, int]] = []
@@ -62,6 +65,18 @@ class Codec:
         self.index = IndexTree()
         self.kept_prefix = 0
         self.kept_suffix = 0
+
+    def chunk(self, i: int) -> bytes:
+        """Chunk ``i`` of the current encoding (its entries' records packed again if dropped)."""
+        data = self.chunks[i]
+        if data is None:
+            pack = packer()
+            data = b"".join([pack(e) for e in self.entries[self.ends[i - 1] if i else 0 : self.ends[i]]])
+        return data
+
+    def encoded(self) -> list[bytes]:
+        """Every chunk of the current encoding."""
+        return [self.chunk(i) for i in range(len(self.chunks))]
 
     def changes_since(self, mid: bytes) -> tuple[dict[bytes, Entry], dict[bytes, Entry]] | None:
         """``(old, new)`` entries by path that may differ between manifest ``mid`` and the
@@ -81,6 +96,7 @@ def write_manifest(
     encode: bool = True,
     stored: bool = False,
     span: Span | None = None,
+    skip: frozenset[bytes] = frozenset(),
 ) -> tuple[bytes, int, bytes | None]:
     """:func:`snapstore.records.manifest.write_manifest` through ``codec``, which holds the last
     encoding (one manifest at a time): a manifest that changed in a few entries re-encodes and
@@ -89,16 +105,22 @@ def write_manifest(
     ``stored``: the codec's last encoding is in the store (the caller's parent manifest), so
     only new chunks and index nodes go to ``put``.  ``span``: ``(base, runs)`` when ``entries``
     are the list ``base`` with only those runs changed (ops.snapshot.ordered knows them):
-    spares comparing every entry, and each run is re-cut on its own."""
+    spares comparing every entry, and each run is re-cut on its own.  ``skip``: ids of chunks
+    known to be stored (the parent manifest's, when the last encoding is not it): never handed
+    over, nor packed again to be."""
     previous = codec.mid
     codec.mid = None  # until this encoding's stream id is known
     store = (lambda cid, plain: put(cid, objects.encode_chunk(plain, level))) if encode else put
+    emit = (lambda cid, plain: None if cid in skip else store(cid, plain)) if skip else store
     try:
-        whole = encode_chunks(codec, entries, packer(), span) or not stored or previous is None
-        for start, stop in [(0, len(codec.chunks))] if whole else codec.fresh:
+        first = not codec.cids  # (a whole encoding: each chunk handed over as it is cut)
+        whole = encode_chunks(codec, entries, packer(), span, emit if first else None) or not stored or previous is None
+        for start, stop in [] if first else [(0, len(codec.chunks))] if whole else codec.fresh:
             for i in range(start, stop):
-                store(codec.cids[i], codec.chunks[i])
+                if codec.cids[i] not in skip:
+                    store(codec.cids[i], codec.chunk(i))
         result = _write_index(codec, store, whole)
+        codec.chunks = [None] * len(codec.chunks)  # (handed over: see Codec.chunks)
     except BaseException:
         codec.__init__()  # type: ignore[misc]  # (possibly half updated: encoded whole next time)
         raise
@@ -130,9 +152,12 @@ Run = tuple[int, int, int, int]
 Span = tuple[Sequence[Entry], list[Run]]
 
 
-def encode_chunks(codec: Codec, entries: Sequence[Entry], pack: Callable[[Entry], bytes], span: Span | None = None) -> bool:
+def encode_chunks(
+    codec: Codec, entries: Sequence[Entry], pack: Callable[[Entry], bytes], span: Span | None = None, emit: Put | None = None
+) -> bool:
     """Cut sorted ``entries`` into chunks: ``codec`` is updated to them (``chunks``, ``cids``,
-    ``leaves``; ``fresh`` says which were cut afresh).  True when all were (no last encoding).
+    ``leaves``; ``fresh`` says which were cut afresh).  True when all were (no last encoding):
+    then, with ``emit``, each chunk is handed to it as it is cut and not kept (Codec.chunks).
 
     Each changed run is re-cut on its own, from the start of the chunk holding its first
     change to the first cut after it that lies on a key-marked record (a cut the old and the
@@ -140,8 +165,8 @@ def encode_chunks(codec: Codec, entries: Sequence[Entry], pack: Callable[[Entry]
     edits re-cut ~100 regions of a chunk or two, not everything between the first and the last.
     """
     old = codec.entries
-    if not codec.chunks:
-        _Cutter(codec).finish_whole(entries, [pack(e) for e in entries])
+    if not codec.cids:
+        _Cutter(codec).finish_whole(entries, pack, emit)
         codec.changed = None
         codec.kept_prefix = codec.kept_suffix = 0
         return True
@@ -217,7 +242,7 @@ class _Cutter:
         #: New index minus old index of the unchanged entries being kept.
         self.delta = 0
         self.ends: list[int] = []
-        self.chunks: list[bytes] = []
+        self.chunks: list[bytes | None] = []
         self.cids: list[bytes] = []
         self.leaves: list[tuple[bytes, int]] = []
         self.size = codec.size
@@ -258,8 +283,21 @@ class _Cutter:
         self.fresh.append((first, len(self.chunks)))
         self.k = k_next
 
-    def finish_whole(self, entries: Sequence[Entry], records: list[bytes]) -> None:
-        self.recut(entries, records, 0, 0)
+    def finish_whole(self, entries: Sequence[Entry], pack: Callable[[Entry], bytes], emit: Put | None) -> None:
+        """Cut every entry afresh, a block at a time (records.manifest.cut_in_blocks), each
+        chunk handed to ``emit`` (if any) instead of kept: the records of a whole big tree are
+        never all held at once (~100 bytes a file), nor its chunks (~70)."""
+        self.first_fresh, self.size = 0, 0
+        for end, data in cut_in_blocks(entries, pack):
+            cid = objects.chunk_id(data)
+            self.ends.append(end)
+            if emit is not None:
+                emit(cid, data)
+            self.chunks.append(None if emit is not None else data)
+            self.cids.append(cid)
+            self.leaves.append((cid, len(data)))
+            self.size += len(data)
+        self.fresh.append((0, len(self.chunks)))
         self.finish(entries)
 
     def finish(self, entries: Sequence[Entry]) -> None:

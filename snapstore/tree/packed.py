@@ -94,6 +94,14 @@ class FoundMap(MutableMapping[bytes, Found]):
         for path, value in self._d.items():
             yield unpack(path, value)
 
+    def differing(self, other: FoundMap) -> Iterator[bytes]:
+        """The paths whose records differ between the two maps (or are in one only): packed
+        values compared as they are (equal values, equal records)."""
+        a, b = self._d, other._d
+        for path in a.keys() | b.keys():
+            if a.get(path) != b.get(path):
+                yield path
+
     def inodes(self) -> Iterator[int]:
         """The inode number of every file (without making its record)."""
         for value in self._d.values():
@@ -106,16 +114,39 @@ def records_of(found: Mapping[bytes, Found]) -> Iterable[Found]:
     return found.records() if isinstance(found, FoundMap) else found.values()
 
 
-def drain(found: list[Found | None], into: FoundMap) -> Iterator[Found]:
-    """Yield each record of ``found``, packing it into ``into`` and dropping it from the list
-    (set to None): a pass that builds the kept map never holds every record twice."""
-    d = into._d
-    for i, f in enumerate(found):
-        if f is None:
-            continue
-        found[i] = None
-        d[f[0]] = pack(f)
-        yield f
+class PackedWalk:
+    """Where a walk puts its records (:class:`~snapstore.tree.scan.WalkSink`): each packed into
+    :attr:`found` as it is found, its path appended to :attr:`paths` (sorted at the walk's
+    end).  A walk into a list holds every record as objects (~250 bytes a file) until it is
+    done; this holds one packed value a file, and whatever the walk made for a record is
+    freed (and its memory used again) before the next one."""
+
+    __slots__ = ("paths", "found", "_d")
+
+    def __init__(self) -> None:
+        self.paths: list[bytes] = []
+        self.found = FoundMap()
+        self._d = self.found._d
+
+    def append(self, f: Found, /) -> None:
+        path = f[0]
+        self.paths.append(path)
+        self._d[path] = pack(f)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def sort(self) -> None:
+        self.paths.sort()
+
+    def paths_from(self, first: int) -> tuple[bytes, ...]:
+        return tuple(self.paths[first:])
+
+    def records(self) -> Iterator[Found]:
+        """Every record in path order (made again from its packed value, one at a time)."""
+        d = self._d
+        for path in self.paths:
+            yield unpack(path, d[path])
 
 
 class FoundOverlay(MutableMapping[bytes, Found]):

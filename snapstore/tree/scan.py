@@ -18,7 +18,7 @@ import os
 import stat
 import sys
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from snapstore.errors import TreeIOError
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, UNREADABLE
@@ -71,6 +71,25 @@ class Found(NamedTuple):
     kind: int
     st: Stat | None
     target: bytes = b""  # symlink target
+
+
+class FoundSink(Protocol):
+    """Where a listing puts the records it makes: a list, or a walk's packed records."""
+
+    def append(self, f: Found, /) -> None: ...
+
+
+class WalkSink(FoundSink, Protocol):
+    """Where a whole walk puts its records instead of a list (tree.packed.PackedWalk keeps a
+    file's record packed as it is found: no record of every file is held as objects)."""
+
+    def __len__(self) -> int: ...
+
+    def sort(self) -> None:
+        """Put the paths in order (the walk's last step)."""
+
+    def paths_from(self, first: int) -> tuple[bytes, ...]:
+        """The paths of the records appended since there were ``first`` of them."""
 
 
 class ScanReport:
@@ -180,20 +199,27 @@ def notes_since(report: ScanReport, since: Mark) -> tuple[tuple[str, ...] | None
 
 
 def walk(
-    root: bytes, excluded: frozenset[bytes], report: ScanReport, listings: Listings | None = None
+    root: bytes,
+    excluded: frozenset[bytes],
+    report: ScanReport,
+    listings: Listings | None = None,
+    into: WalkSink | None = None,
 ) -> list[Found]:
     """Return everything below ``root`` to snapshot, sorted by path.
 
     ``excluded`` holds root-relative paths never to enter (the store when it lives in the tree).
     A directory appears (as DIR) only when nothing below it is recorded and nothing in it was
     left out (ignored, excluded, special), so restore can recreate empty directories.  With
-    ``listings``, each directory's :class:`Listing` is added to it.
+    ``listings``, each directory's :class:`Listing` is added to it.  With ``into``, the records
+    go there instead, sorted the same (the list returned is empty).
     """
+    found: list[Found] = []
     try:
         root_fd = _open_dir(root)
     except OSError as exc:
         raise TreeIOError(f"cannot open the tree {display(root)}: {exc.strerror}") from exc
-    return _run(root, root_fd, excluded, report, (b"", ignore.NO_RULES), listings)
+    _run(root, root_fd, excluded, report, (b"", ignore.NO_RULES), listings, found if into is None else into)
+    return found
 
 
 def walk_below(
@@ -211,7 +237,9 @@ def walk_below(
     would record it; it is opened from the root (never following a symlink in its last
     component).  Sorted by path.
     """
-    return _run(root, None, excluded, report, (rel, rules), listings)
+    found: list[Found] = []
+    _run(root, None, excluded, report, (rel, rules), listings, found)
+    return found
 
 
 def _run(
@@ -221,11 +249,12 @@ def _run(
     report: ScanReport,
     start: tuple[bytes, ignore.Rules],
     listings: Listings | None,
-) -> list[Found]:
+    found: list[Found] | WalkSink,
+) -> None:
     stack: list[tuple[bytes, ignore.Rules, _Dir | None]] = [(start[0], start[1], None)]
     opened: list[_Dir] = []  # every fd we own, so an exception closes them all
     try:
-        return _walk(root, root_fd, excluded, report, stack, opened, listings)
+        _walk(root, root_fd, excluded, report, stack, opened, listings, found)
     finally:
         for d in opened:
             if d.pending > 0:
@@ -240,8 +269,8 @@ def _walk(
     stack: list[tuple[bytes, ignore.Rules, _Dir | None]],
     opened: list[_Dir],
     listings: Listings | None,
-) -> list[Found]:
-    found: list[Found] = []
+    found: list[Found] | WalkSink,
+) -> None:
     # rel dir -> 0 while nothing below it is recorded (then it is recorded as an empty DIR)
     dir_index: dict[bytes, int] = {}
     order: list[tuple[bytes, Stat]] = []
@@ -295,12 +324,11 @@ def _walk(
             stack.append((rel, rules, holder))
         here.release()  # the listing is done; the fd stays open while subdirs wait for it
         if listings is not None:
-            listings[rel_dir] = _listed(report, since, found[first:], scanned)
+            listings[rel_dir] = _listed(report, since, _paths_from(found, first), scanned)
         if recorded and rel_dir:
             _mark_parents(dir_index, rel_dir + b"/")  # marks rel_dir and every directory above it
     _add_empty_dirs(order, dir_index, found)
     found.sort()  # paths are unique, so tuples order by path alone
-    return found
 
 
 def _skip_store(rel_dir: bytes, rules: ignore.Rules, dir_index: dict[bytes, int], listings: Listings | None) -> None:
@@ -310,15 +338,20 @@ def _skip_store(rel_dir: bytes, rules: ignore.Rules, dir_index: dict[bytes, int]
         listings[rel_dir] = Listing(rules, (), (), STORE)
 
 
-def _listed(report: ScanReport, since: Mark, recorded: list[Found], scanned: Scanned) -> Listing:
+def _paths_from(found: list[Found] | WalkSink, first: int) -> tuple[bytes, ...]:
+    if type(found) is list:
+        return tuple([f[0] for f in found[first:]])
+    return found.paths_from(first)  # type: ignore[union-attr]
+
+
+def _listed(report: ScanReport, since: Mark, names: tuple[bytes, ...], scanned: Scanned) -> Listing:
     """A listed directory's :class:`Listing` (for a watching Store's patches)."""
     rules, subdirs, _, rule_notes = scanned
     notes, special, unreadable = notes_since(report, since)
-    names = tuple([f[0] for f in recorded])
     return Listing(rules, names, tuple([d[0] for d in subdirs]), LISTED, notes, rule_notes, special, unreadable)
 
 
-def _add_empty_dirs(order: list[tuple[bytes, Stat]], dir_index: dict[bytes, int], found: list[Found]) -> None:
+def _add_empty_dirs(order: list[tuple[bytes, Stat]], dir_index: dict[bytes, int], found: FoundSink) -> None:
     # Deepest first (a directory is always listed after its parent): an empty directory makes
     # its parents non-empty, so only the leaves of a chain of empty directories are recorded.
     for rel, dst in reversed(order):
@@ -333,7 +366,7 @@ def scan_dir(
     parent_rules: ignore.Rules,
     excluded: frozenset[bytes],
     report: ScanReport,
-    found: list[Found],
+    found: FoundSink,
     rules: ignore.Rules | None = None,
     known: Mapping[bytes, Found] | None = None,
     named: set[bytes] | frozenset[bytes] = frozenset(),
@@ -401,7 +434,7 @@ def scan_dir(
     return Scanned(rules, subdirs, recorded, rule_notes)
 
 
-def _kept(before: Found | None, d: os.DirEntry[str], report: ScanReport, found: list[Found]) -> bool:
+def _kept(before: Found | None, d: os.DirEntry[str], report: ScanReport, found: FoundSink) -> bool:
     """Whether a file a watching Store found before, listed again with the same inode and named
     by no event, is recorded as it was found (no ``stat``): see :func:`scan_dir`."""
     if (
@@ -435,7 +468,7 @@ def _listing(
     return dirents, rules, rule_notes
 
 
-def _other(fd: int, name: bytes, rel: bytes, st: os.stat_result, found: list[Found], report: ScanReport) -> bool:
+def _other(fd: int, name: bytes, rel: bytes, st: os.stat_result, found: FoundSink, report: ScanReport) -> bool:
     """A symlink (recorded: True) or a special file (skipped, said so: False)."""
     if stat.S_ISLNK(st.st_mode):
         try:
@@ -477,7 +510,7 @@ def _unlistable(
     rel_dir: bytes,
     rules: ignore.Rules,
     exc: OSError,
-    found: list[Found],
+    found: FoundSink,
     dir_index: dict[bytes, int],
     report: ScanReport,
     listings: Listings | None,

@@ -133,6 +133,7 @@ def classify_sorted(
         long_values[ckey] = cvalue
         ckey, cvalue = next(it, end)
     long_present: set[bytes] = set()
+    modes: dict[int, int] = {}
     for f in found:
         path, kind, st, _ = f
         while ckey is not None and ckey < path:
@@ -151,9 +152,8 @@ def classify_sorted(
             if sid is None:
                 misses.append(f)
                 continue
-            mode = st.st_mode
-            if mode & ~MODE_KEEP:
-                mode &= MODE_KEEP
+            mode = st.st_mode & MODE_KEEP
+            mode = modes.get(mode) or modes.setdefault(mode, mode)  # (one int object a mode, not a file)
             entries[path] = new(Entry, (path, kind, mode, st.st_size, st.st_mtime_ns, sid))
         else:
             entries[path] = entry_for(f)

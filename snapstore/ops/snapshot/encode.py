@@ -26,7 +26,7 @@ from snapstore.ops.snapshot.write import lacking
 from snapstore.records import manifest, manifest_codec
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
-from snapstore.storage import packs
+from snapstore.storage import objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.storage.packs import Op
 
@@ -99,8 +99,9 @@ def manifest_of(
     else:
         codec = memo.codec = memo.codec or manifest_codec.Codec()
         stored = parent is not None and codec.mid == parent.manifest  # (the parent's: in the store)
+        skip = frozenset() if stored or parent is None else _leaves(ctx.backend, parent.manifest)
         mid, _, record = manifest_codec.write_manifest(
-            codec, ordered, records.put_manifest, ctx.level, encode=False, stored=stored, span=span
+            codec, ordered, records.put_manifest, ctx.level, encode=False, stored=stored, span=span, skip=skip
         )  # fmt: skip
     memo.entries, memo.mid, memo.ordered = None, None, None  # set again once this snapshot is committed
     if parent is not None and mid == parent.manifest:
@@ -108,6 +109,36 @@ def manifest_of(
     if record is not None:
         records.ops.append(("streams", mid, record))
     return mid, record, fingerprint
+
+
+def _leaves(backend: Backend, manifest_id: bytes) -> frozenset[bytes]:
+    """The chunk ids of the stored manifest ``manifest_id`` (the parent's), for a codec whose
+    last encoding is not it (its first, whole encoding, or another writer's checkpoint since):
+    those chunks are stored and not handed over again, as when the codec's ``stored`` says its
+    last encoding is the parent's.  Otherwise every chunk of a big tree's manifest would be
+    held until the commit (~70 bytes a file).  Empty when it cannot be read (then every chunk
+    is handed over: the counts find the damage and the commit heals it)."""
+    from snapstore.errors import CorruptError
+
+    try:
+        with backend.read() as view:
+            gets = 0
+
+            def get(table: str, key: bytes) -> bytes | None:
+                # The frames of the index nodes stay mapped (counted in the process's memory):
+                # as large as the manifest, at the service's peak.  Dropped as the walk goes.
+                nonlocal gets
+                gets += 1
+                if not gets % 16:
+                    backend.release_memory()
+                value: bytes | None = view.get(table, key)
+                return value
+
+            return frozenset(objects.leaf_ids(get, manifest_id))
+    except CorruptError:
+        return frozenset()
+    finally:
+        backend.release_memory()
 
 
 #: Tasks whose last conversation a Store keeps (records.conversation.Memo).

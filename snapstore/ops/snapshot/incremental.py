@@ -348,9 +348,12 @@ def _links_after(before: set[bytes], patch: rescan.Patch, found: Mapping[bytes, 
     return after
 
 
-def divergences(found: list[scan.Found], expected: Mapping[bytes, scan.Found]) -> list[bytes]:
-    """Paths where a walk and the watcher-kept state disagree."""
-    seen = {f.path: f for f in found}
+def divergences(found: list[scan.Found] | FoundMap, expected: Mapping[bytes, scan.Found]) -> list[bytes]:
+    """Paths where a walk and the watcher-kept state disagree (two packed maps are compared
+    value by value: a file's packed value holds every field compared, and no record is made)."""
+    if isinstance(found, FoundMap) and isinstance(expected, FoundMap):
+        return sorted(found.differing(expected))
+    seen = found if isinstance(found, FoundMap) else {f.path: f for f in found}
     out = []
     for path in seen.keys() | expected.keys():
         a, b = seen.get(path), expected.get(path)
@@ -359,7 +362,7 @@ def divergences(found: list[scan.Found], expected: Mapping[bytes, scan.Found]) -
     return sorted(out)
 
 
-def check_walk(ctx: StageContext, found: list[scan.Found]) -> None:
+def check_walk(ctx: StageContext, found: list[scan.Found] | FoundMap) -> None:
     """After a periodic check's full walk: count (and log) what the watcher's state missed."""
     expected, ctx.walk_check = ctx.walk_check, None
     if expected is None:

@@ -113,8 +113,16 @@ def _take(
     # An unchanged tree mapped little: spare the madvise pass.  (A pooled read emptied
     # ``to_read``: its writer thread released memory after each commit.)
     if tree.to_read or mrecord is not None:
-        release_memory(ctx.backend)
+        release_memory(ctx.backend, trim_heap=_whole(ctx, tree))
     return cp_id, packed, result
+
+
+def _whole(ctx: StageContext, tree: walk.Inputs) -> bool:
+    """Whether this snapshot did work per file (a walk, or the manifest codec's first, whole
+    encoding): then the heap it freed is handed back (malloc_trim), or a watching Store's RSS
+    stays at that peak; after an O(changed) one, trimming costs more than it gives back."""
+    codec = ctx.manifest_memo.codec
+    return tree.touched is None or (codec is not None and codec.changed is None)
 
 
 def _remember(ctx: StageContext, tree: walk.Inputs, reads: read.Reads, mid: bytes, keys: Keys, ordered: Ordered) -> None:

@@ -6,6 +6,8 @@ What the stat cache vouches for becomes an entry at once; the rest is ``to_read`
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from snapstore.errors import CorruptError
 from snapstore.ops.context import Keys, StageContext
 from snapstore.ops.snapshot import incremental
@@ -121,7 +123,7 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
         else:
             found = scan.walk(ctx.root_bytes, ctx.excluded, report)
         with ctx.backend.read() as view:
-            entries, to_read, stale = worktree.classify_sorted(found, view.items("statcache"))
+            entries, to_read, stale = worktree.classify_sorted(found, _released(ctx.backend, view.items("statcache")))
         return Inputs(found if keep_found else [], {}, entries, to_read, stale, None)
     state = ctx.tree_state
     if patched is not None and state is not None:  # (serve --status shows how often each way)
@@ -133,21 +135,24 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
         return out
     watcher.walks += 1
     listings: scan.Listings = {}
-    found = scan.walk(ctx.root_bytes, ctx.excluded, report, listings)
-    incremental.check_walk(ctx, found)
-    kept = packed.FoundMap()
-    # Unless the caller keeps the walk's records, each is packed into the state as the stat
-    # cache pairs it, and dropped from the list: the records as objects (~270 bytes a file) and
-    # the entries are never all held at once (the service's peak at its first checkpoint).
-    records = found if keep_found else packed.drain(found, kept)  # type: ignore[arg-type]
+    # Unless the caller keeps the walk's records, the walk packs each into the state as it
+    # finds it (tree.packed.PackedWalk): the records as objects (~250 bytes a file) are never
+    # all held, beside the entries or otherwise (the service's peak is its first checkpoint).
+    into = None if keep_found else packed.PackedWalk()
+    found = scan.walk(ctx.root_bytes, ctx.excluded, report, listings, into)
+    if into is not None:
+        kept, records = into.found, into.records()
+        incremental.check_walk(ctx, kept)
+    else:
+        kept, records = packed.FoundMap(found), iter(found)
+        incremental.check_walk(ctx, found)
     with ctx.backend.read() as view:  # (the watcher's state does not hold the stat cache)
-        entries, to_read, stale = worktree.classify_sorted(records, view.items("statcache"))
-    if keep_found:
-        kept = packed.FoundMap(found)
+        entries, to_read, stale = worktree.classify_sorted(records, _released(ctx.backend, view.items("statcache")))
+    del into, records  # (the sorted paths: 8 bytes a file)
     incremental.reread_mapped(watcher, kept, entries, to_read)
     watcher.inode_memo.clear()  # (a path may have any inode now)
     watcher.inode_index = None
-    return Inputs(found if keep_found else [], {}, entries, to_read, stale, Walked(kept, listings, report.links))
+    return Inputs(found, {}, entries, to_read, stale, Walked(kept, listings, report.links))
 
 
 def _after_restore(
@@ -185,3 +190,19 @@ def _after_restore(
     out = Inputs(found, {}, entries, to_read, stale, None)
     out.touched, out.base = set(touched), base
     return out
+
+
+
+#: Stat-cache items read between two releases of the store's mapped pages (:func:`_released`).
+RELEASE_EVERY = 1 << 15
+
+
+def _released(backend: Backend, items: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+    """``items`` (a cursor over the stat cache), the store's mapped pages dropped from the
+    process every :data:`RELEASE_EVERY` items: a pass over the whole table would otherwise keep
+    each page it read resident, counted in the process's memory (~100 bytes a file) at the
+    moment its entries peak."""
+    for i, item in enumerate(items, 1):
+        if not i % RELEASE_EVERY:
+            backend.release_memory()
+        yield item
