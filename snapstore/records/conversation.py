@@ -283,16 +283,7 @@ def _load(get: Get, rid: bytes) -> dict[str, Any]:
 
 def chain(get: Get, cid: bytes) -> list[tuple[bytes, dict[str, Any]]]:
     """The records from the full one to ``cid`` (oldest first): the delta chain of ``cid``."""
-    out = []
-    cur: bytes | None = cid
-    while cur is not None:
-        record = _load(get, cur)
-        out.append((cur, record))
-        if len(out) > MAX_DEPTH + 1:
-            raise CorruptError(f"conversation {cid.hex()} has a chain longer than {MAX_DEPTH}")
-        cur = record["base"]
-    out.reverse()
-    return out
+    return _chain_after(get, cid, ())[0]
 
 
 def _chain_after(
