@@ -16,12 +16,11 @@ import pytest
 from helpers import subprocess_env
 from platform_marks import needs_inotify
 
-from snapstore.ops.snapshot.idle_check import IdleCheck, missed_paths
-from snapstore.records.manifest import FILE
+from snapstore.ops.snapshot.idle_check import IdleCheck, excused, gone
 from snapstore.service import daemon
 from snapstore.store import Store
 from snapstore.testing import build_tree
-from snapstore.tree import scan
+from snapstore.tree import ignore, scan
 from snapstore.tree.watcher import IDLE_CHECK_GRACE, Changes
 
 pytest.importorskip("inotify_simple")
@@ -95,15 +94,19 @@ def test_after_an_idle_check_a_checkpoint_does_not_walk_for_it(watched):
     assert watcher.walks == walks + 1
 
 
-def test_which_paths_are_excused():
-    def found(path: bytes, size: int) -> scan.Found:
-        return scan.Found(path, FILE, scan.Stat(0o100644, size, 1, 1, 1))
-
-    walk = [found(p, 2) for p in (b"a", b"d/b", b"e/f/g", b"h", b"link", b"new", b"same")]
-    kept = {p: found(p, 1) for p in (b"a", b"d/b", b"e/f/g", b"h", b"link", b"gone")} | {b"same": found(b"same", 2)}
+def test_which_paths_are_excused_and_which_are_gone():
     since = Changes(full=False, dirs={b"d"}, subtrees={b"e"}, paths={b"h"})
-    assert missed_paths(walk, kept, since, {b"link"}) == [b"a", b"gone", b"new"]
-    assert missed_paths(walk, kept, Changes(full=False, blind={b""}), set()) == []  # all of it blind
+    candidates = [b"a", b"d/b", b"e/f/g", b"h", b"link", b"x/new"]
+    assert [p for p in candidates if not excused(p, since, {b"link"})] == [b"a", b"x/new"]
+    assert not any(excused(p, Changes(full=False), set()) for p in candidates)
+    assert all(excused(p, Changes(full=False, blind={b""}), set()) for p in candidates)  # all of it blind
+
+    def listing(*names: bytes) -> scan.Listing:
+        return scan.Listing(ignore.NO_RULES, names, ())
+
+    kept = {b"": listing(b"a", b"b"), b"d": listing(b"d/x"), b"gone": listing(b"gone/y")}
+    walked = {b"": listing(b"a"), b"d": listing(b"d/x", b"d/new")}
+    assert gone(walked, kept) == {b"b", b"gone/y"}
 
 
 @needs_inotify
@@ -133,3 +136,30 @@ def test_a_service_checks_when_idle(tmp_path: Path):
         assert status["full_rescans"] == 1, status  # the first walk only: no checkpoint walked for a check
     finally:
         daemon.stop(str(root / ".snapstore"))
+
+
+@needs_inotify
+def test_the_idle_walk_holds_no_record_a_file(tmp_path: Path):
+    """On a big tree the check must not raise the service's memory by a walk's records (~250
+    bytes a file): it holds the paths and listings only."""
+    import tracemalloc
+
+    n = 20_000
+    root = tmp_path / "t"
+    build_tree(root, {f"d{i % 100}/f{i}.txt": b"x" for i in range(n)})
+    Store.init(root).close()
+    with Store.open(root, watch=True) as store:
+        store.snapshot("start")
+        check = IdleCheck(store.context)
+        store.context.watcher.consistency_interval = 0
+        tracemalloc.start()
+        try:
+            check.step()
+            while check.walking:
+                time.sleep(0.01)
+                check.step()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert check.passed == 1
+    assert peak / n < 160, peak / n

@@ -11,8 +11,11 @@ that moment. A path that any event named since the walk began (a snapshot took i
 pending) is left out: its state may have moved for a reason the watcher knows. So are the
 files every snapshot re-stats anyway (hard links, files mapped shared). What differs in the rest
 changed without an event: counted as divergences, as a checkpoint's check counts them, and handed
-back to the watcher, so the next checkpoint examines those paths. A check that fails (the walk
-raised, the queue overflowed meanwhile) changes nothing: the next idle time tries again, and a
+back to the watcher, so the next checkpoint examines those paths. The walk keeps no record of
+its own: each is compared with the kept state as it is found (one dictionary lookup), and only
+the paths it finds and each directory's listing are held (~70 bytes a file, against ~250 for a
+walk's records), so the check does not raise the service's memory on a big tree. A check that
+fails (the walk raised, the queue overflowed meanwhile) changes nothing: the next idle time tries again, and a
 checkpoint still walks for it when none passed for several intervals (tree.watcher).
 """
 
@@ -40,7 +43,7 @@ class IdleCheck:
     def __init__(self, ctx: StageContext) -> None:
         self._ctx = ctx
         self._thread: threading.Thread | None = None
-        self._found: list[scan.Found] | None = None
+        self._walked: _Comparing | None = None
         self.passed = 0
         self.missed = 0
 
@@ -54,28 +57,33 @@ class IdleCheck:
         if watcher is None:
             return
         watcher.checks_when_idle = True
+        state = self._ctx.tree_state
         if self._thread is None:
-            if self._ctx.tree_state is None or not watcher.consistency_due():
+            if state is None or not watcher.consistency_due():
                 return
             watcher.mark()
-            self._found = None
-            self._thread = threading.Thread(target=self._walk, name="snapstore idle check", daemon=True)
+            self._walked = None
+            self._thread = threading.Thread(target=self._walk, args=(state.found,), name="snapstore idle check", daemon=True)
             self._thread.start()
             return
         if self._thread.is_alive():
             return
         self._thread = None
         since = watcher.since_mark()
-        state = self._ctx.tree_state
-        if self._found is None or since.full or state is None:
+        walked, self._walked = self._walked, None
+        if walked is None or since.full or state is None:
             return  # (nothing learnt: the next idle time tries again)
-        skip = set(state.links) | watcher.last_mapped
-        missed = missed_paths(self._found, state.found, since, skip)
-        self._found = None
+        candidates = set(walked.differ) | gone(walked.listings, state.listings)
+        missed = sorted(p for p in candidates if not excused(p, since, set(state.links) | watcher.last_mapped))
         watcher.checked()
         self.passed += 1
-        if not missed:
-            return
+        if missed:
+            self._report(missed)
+
+    def _report(self, missed: list[bytes]) -> None:
+        """Count and log what changed without an event, and hand it to the next checkpoint."""
+        watcher = self._ctx.watcher
+        assert watcher is not None
         self.missed += len(missed)
         watcher.divergences += len(missed)
         shown = ", ".join(p.decode("utf-8", "replace") for p in missed[:5])
@@ -86,35 +94,62 @@ class IdleCheck:
         dirs = {p.rsplit(b"/", 1)[0] if b"/" in p else b"" for p in missed}
         watcher.give_back(Changes(full=False, dirs=dirs, paths=set(missed)))
 
-    def _walk(self) -> None:
+    def _walk(self, kept: Mapping[bytes, scan.Found]) -> None:
+        walked = _Comparing(kept)
         try:
-            self._found = scan.walk(self._ctx.root_bytes, self._ctx.excluded, scan.ScanReport())
+            scan.walk(self._ctx.root_bytes, self._ctx.excluded, scan.ScanReport(), walked.listings, walked)
         except Exception as exc:  # (a thread's error must not vanish: the check is retried)
             log.info("idle consistency walk failed: %s", exc)
-            self._found = None
+            return
+        self._walked = walked
 
 
-def missed_paths(
-    found: list[scan.Found], kept: Mapping[bytes, scan.Found], since: Changes, skip: set[bytes]
-) -> list[bytes]:
-    """Paths where the walk and the kept state disagree although no event since the walk began
-    named them (nor a directory above them that appeared or is blind), sorted."""
+class _Comparing:
+    """Where the idle walk puts its records (a :class:`scan.WalkSink`): each compared with the
+    kept state's as it is found and dropped; the paths that differ are kept."""
+
+    __slots__ = ("kept", "paths", "differ", "listings")
+
+    def __init__(self, kept: Mapping[bytes, scan.Found]) -> None:
+        self.kept = kept
+        self.paths: list[bytes] = []
+        self.differ: list[bytes] = []
+        self.listings: scan.Listings = {}
+
+    def append(self, f: scan.Found, /) -> None:
+        self.paths.append(f.path)
+        k = self.kept.get(f.path)
+        if k is None or k.kind != f.kind or k.st != f.st or k.target != f.target:
+            self.differ.append(f.path)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def sort(self) -> None:
+        self.paths.sort()
+
+    def paths_from(self, first: int) -> tuple[bytes, ...]:
+        return tuple(self.paths[first:])
+
+
+def gone(walked: scan.Listings, kept: scan.Listings) -> set[bytes]:
+    """The paths the kept listings hold and the walk's do not (deleted, or no longer recorded)."""
+    out: set[bytes] = set()
+    empty: tuple[bytes, ...] = ()
+    for directory, listing in kept.items():
+        now = walked.get(directory)
+        out.update(set(listing.names) - set(now.names if now is not None else empty))
+    return out
+
+
+def excused(path: bytes, since: Changes, skip: set[bytes]) -> bool:
+    """Whether an event since the walk began (or a re-stat at every snapshot: ``skip``) accounts
+    for ``path``: named itself, its directory listed again, or a directory above it appeared or
+    is blind."""
+    if path in since.paths or path in skip:
+        return True
+    parent = path.rsplit(b"/", 1)[0] if b"/" in path else b""
     whole = since.subtrees | since.blind
-
-    def excused(path: bytes) -> bool:
-        if path in since.paths or path in skip:
-            return True
-        parent = path.rsplit(b"/", 1)[0] if b"/" in path else b""
-        if parent in since.dirs or (b"" in whole):
-            return True
-        return any(p in whole for p in iter_parents(path))
-
-    seen = {f.path: f for f in found}
-    out = []
-    for path in seen.keys() | kept.keys():
-        a, b = seen.get(path), kept.get(path)
-        if a is not None and b is not None and a.kind == b.kind and a.st == b.st and a.target == b.target:
-            continue
-        if not excused(path):
-            out.append(path)
-    return sorted(out)
+    if parent in since.dirs or b"" in whole:
+        return True
+    return any(p in whole for p in iter_parents(path))
