@@ -8,11 +8,15 @@ through seams (``scan.scan_dir``, ``scan.walk``), never timings.
 
 from __future__ import annotations
 
+import mmap
+import os
 import random
 import shutil
+import time
 from pathlib import Path
 
 import pytest
+from platform_marks import needs_proc_maps
 from restore_helpers import read_tree, write_tree
 
 from snapstore.ops.snapshot import incremental
@@ -165,3 +169,135 @@ def test_the_stat_cache_forgets_the_files_a_restore_deleted(tree: Path, watching
     store.snapshot("after", skip_unchanged=True)
     with store.backend.read() as view:
         assert [p for p in extra if view.get("statcache", statcache.key(p)) is not None] == []
+
+
+# -- the shared-mapping scan: the safety checkpoint's serves the record after ---------------------
+
+
+class _Scans:
+    """Counts the watcher's scans for files mapped shared and writable."""
+
+    def __init__(self, store: Store, monkeypatch) -> None:
+        self.n = 0
+        watcher = store.context.watcher
+        assert watcher is not None
+        real = watcher.mapped_for_write
+
+        def counting():
+            self.n += 1
+            return real()
+
+        monkeypatch.setattr(watcher, "mapped_for_write", counting)
+
+
+def _two_states(store: Store, tree: Path) -> None:
+    """Checkpoints A and B, both with the same db.bin (a restore between them leaves it be)."""
+    _lay(tree, _files(b"A", 30) | {"db.bin": bytes(8192)})
+    store.snapshot("A", tags=["A"])
+    _lay(tree, _files(b"B", 40, random.Random(2)) | {"db.bin": bytes(8192)})
+    store.snapshot("B", tags=["B"])
+
+
+def test_the_record_after_a_restore_takes_the_safety_checkpoints_mapping_scan(tree: Path, watching, monkeypatch):
+    """Nothing but the restore's own events since the safety checkpoint scanned the mappings
+    (under the same writer lock): the record after scans none again."""
+    store = watching
+    _two_states(store, tree)
+    scans = _Scans(store, monkeypatch)
+    store.restore("A")
+    assert scans.n == 1  # the safety checkpoint's
+    store.snapshot("next", skip_unchanged=True)
+    assert scans.n == 2  # every checkpoint after scans again
+
+
+def test_another_process_working_during_the_restore_makes_the_record_after_scan(tree: Path, watching, monkeypatch):
+    from snapstore.ops import restore as restore_mod
+
+    store = watching
+    _two_states(store, tree)
+    scans = _Scans(store, monkeypatch)
+
+    def meddle(i: int) -> None:
+        if i == 0:
+            (tree / "d0/keep.txt").write_bytes(b"someone else\n")
+
+    monkeypatch.setattr(restore_mod, "step_hook", meddle)
+    store.restore("A")
+    assert scans.n == 2
+    latest = store.checkpoints(include_safety=True)[0]
+    assert store.read_bytes(latest.id, "d0/keep.txt") == b"someone else\n"
+
+
+@needs_proc_maps
+@pytest.mark.parametrize("unmap", [False, True])
+def test_a_file_mapped_during_a_restore_is_in_the_next_checkpoint(tree: Path, watching, monkeypatch, unmap: bool):
+    """Mapped shared and writable while the restore ran (after the safety checkpoint's scan)
+    and written through the mapping: the next checkpoint has the writes, whether the file is
+    still mapped then (its scan finds it) or was unmapped (its IN_CLOSE_WRITE names it)."""
+    from snapstore.ops import restore as restore_mod
+
+    store = watching
+    _two_states(store, tree)
+    held: list[mmap.mmap] = []
+
+    def meddle(i: int) -> None:
+        if i == 0:
+            fd = os.open(tree / "db.bin", os.O_RDWR)
+            held.append(mmap.mmap(fd, 8192))
+            os.close(fd)  # (no event until the mapping goes)
+            time.sleep(0.02)  # a later clock tick
+            held[0][0:4] = b"w1!!"
+            held[0].flush()
+
+    monkeypatch.setattr(restore_mod, "step_hook", meddle)
+    try:
+        store.restore("A")
+        monkeypatch.setattr(restore_mod, "step_hook", None)
+        time.sleep(0.02)
+        held[0][100:104] = b"w2!!"
+        held[0].flush()
+        if unmap:
+            held.pop().close()
+        cp = store.snapshot("after the mapped writes")
+        data = store.read_bytes(cp.id, "db.bin")
+        assert (data[0:4], data[100:104]) == (b"w1!!", b"w2!!")
+        with Store.open(tree) as plain:
+            assert plain.diff(cp.id) == []
+    finally:
+        for m in held:
+            m.close()
+
+
+@needs_proc_maps
+def test_a_file_mapped_at_the_safety_checkpoint_is_read_again_by_the_record_after(tree: Path, watching, monkeypatch):
+    """Mapped before the restore and written through the mapping while it ran (no event, maybe
+    no new mtime): the record after reads it again, and so does the next checkpoint."""
+    from snapstore.ops import restore as restore_mod
+
+    store = watching
+    _two_states(store, tree)
+    fd = os.open(tree / "db.bin", os.O_RDWR)
+    m = mmap.mmap(fd, 8192)
+    os.close(fd)
+    m[0:4] = bytes(4)  # its content as A has it (the restore leaves it be), its page dirty
+    m.flush()
+
+    def meddle(i: int) -> None:
+        if i == 0:
+            m[0:4] = b"w1!!"  # (the page is dirty already: the mtime may stay)
+            m.flush()
+
+    monkeypatch.setattr(restore_mod, "step_hook", meddle)
+    try:
+        store.restore("A")
+    finally:
+        monkeypatch.setattr(restore_mod, "step_hook", None)
+    try:
+        latest = store.checkpoints(include_safety=True)[0]
+        assert store.read_bytes(latest.id, "db.bin")[0:4] == b"w1!!"
+        m[0:4] = b"w2!!"
+        m.flush()
+        cp = store.snapshot("after")
+        assert store.read_bytes(cp.id, "db.bin")[0:4] == b"w2!!"
+    finally:
+        m.close()
