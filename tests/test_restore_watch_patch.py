@@ -301,3 +301,32 @@ def test_a_file_mapped_at_the_safety_checkpoint_is_read_again_by_the_record_afte
         assert store.read_bytes(cp.id, "db.bin")[0:4] == b"w2!!"
     finally:
         m.close()
+
+
+def test_a_restore_that_removes_directories_lists_none_again(tree: Path, watching, monkeypatch):
+    """A directory (with a subdirectory) whose files the target does not have, and an empty
+    directory the target does not keep: the restore removes them and the state forgets them,
+    listing nothing; a directory that keeps an ignored file stays, and is listed again."""
+    store = watching
+    base = _files(b"A", 20) | {".gitignore": b"*.log\n"}
+    _lay(tree, base)
+    store.snapshot("A", tags=["A"])
+    _lay(tree, base | {"gone/f.txt": b"f\n", "gone/sub/g.txt": b"g\n", "empty": None, "d1/more.txt": b"m\n"})
+    store.snapshot("B", tags=["B"])
+    listed = _Listed(monkeypatch)
+    store.restore("A")
+    assert not (tree / "gone").exists() and not (tree / "empty").exists()
+    assert listed.n == 0
+    _assert_state_is_a_walk(store, tree)
+    listed.n = 0
+    store.restore("B")  # (directories made: the fallback lists them)
+    _assert_state_is_a_walk(store, tree)
+    (tree / "gone/sub/keep.log").write_bytes(b"ignored\n")
+    store.snapshot("B with an ignored file")
+    listed.n = 0
+    store.restore("A")
+    assert (tree / "gone/sub/keep.log").exists()
+    assert listed.n > 0  # gone/sub is still there: listed again
+    _assert_state_is_a_walk(store, tree)
+    with Store.open(tree) as plain:
+        assert plain.diff(store.checkpoints(include_safety=True)[0].id) == []

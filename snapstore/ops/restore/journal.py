@@ -181,7 +181,9 @@ def finish(
         for key, value in (cache or {}).items():
             batch.put("statcache", key, value)
         for path in deleted or ():
-            batch.delete("statcache", statcache.key(path))
+            key = statcache.key(path)
+            if cache is None or key not in cache:  # (not a file written where it was)
+                batch.delete("statcache", key)
         requests.record(batch, request, stage="done", op=seq, kind=op["kind"], changed=changed)
     return seq
 

@@ -61,6 +61,7 @@ def keep_state(
 
 #: What the exact patch handles (the fallback gives the events back for anything else).
 _FILE_ACTIONS = frozenset({"write", "chmod", "delete"})
+_DIR_REMOVALS = frozenset({"rmdir", "prune"})
 
 
 def _patch(
@@ -74,41 +75,47 @@ def _patch(
     if changes.full or changes.subtrees or changes.blind:
         return False
     deleted = [s.path for s in steps if s.action == "delete"]
-    if any(s.action not in _FILE_ACTIONS for s in steps) or len(written) + len(deleted) != len(steps):
-        return False  # directories, symlinks written, or a file the write rule cannot vouch for
+    removed = [s.path for s in steps if s.action in _DIR_REMOVALS]
+    if len(written) + len(deleted) + len(removed) != len(steps) or any(
+        s.action not in _FILE_ACTIONS and s.action not in _DIR_REMOVALS for s in steps
+    ):
+        return False  # directories made, symlinks written, or a file the write rule cannot vouch for
     if any(s.path.rpartition(b"/")[2] in IGNORE_FILES for s in steps):
         return False  # the rules kept in the listings change: a listing says what they hide
-    dirs = {s.path.rpartition(b"/")[0] for s in steps}
+    dirs = {s.path.rpartition(b"/")[0] for s in steps} | set(removed)
     if not _only_ours(changes, steps, dirs):
         return False
-    names = _listings_after(ctx, state, written, deleted)
-    if names is None or not _as_written(ctx.root_bytes, state, written) or not _gone(ctx.root_bytes, deleted):
-        return False
-    # A new entries dict: the old one is also the snapshot's manifest memo (the entries of the
-    # last manifest written), which must keep describing that manifest.
-    base, since = state.carried if state.carried is not None else (state.entries, set())
-    entries = dict(state.entries)
+    after = _listings_after(ctx, state, written, deleted, removed)
+    if after is None or not _as_written(ctx.root_bytes, written) or not _gone(ctx.root_bytes, deleted + removed):
+        return False  # (a directory left in place holds ignored files: a listing says what)
     values: dict[bytes, bytes] = {}
     for p, (st, sid) in written.items():
         value = statcache.written(st, st, sid)
         if value is None:
             return False
         values[p] = value
-    for p, (st, sid) in written.items():
-        kind = EXEC if st.st_mode & 0o100 else FILE
-        state.found[p] = scan.Found(p, kind, scan.compact(st), b"")
-        entries[p] = worktree.file_entry(p, st, sid)
-        state.cache[statcache.key(p)] = values[p]
-    for p in deleted:
+    # A new entries dict: the old one is also the snapshot's manifest memo (the entries of the
+    # last manifest written), which must keep describing that manifest.
+    base, since = state.carried if state.carried is not None else (state.entries, set())
+    entries = dict(state.entries)
+    for p in deleted + removed:  # (a removed directory's record: an empty one's DIR)
         state.found.pop(p, None)
         entries.pop(p, None)
         state.cache.pop(statcache.key(p), None)
         state.links.discard(p)
-    for d, listed in names.items():
-        state.listings[d] = state.listings[d]._replace(names=listed)
+    for p, (st, sid) in written.items():  # (after: a file may replace what was removed)
+        kind = EXEC if st.st_mode & 0o100 else FILE
+        state.found[p] = scan.Found(p, kind, scan.compact(st), b"")
+        entries[p] = worktree.file_entry(p, st, sid)
+        state.cache[statcache.key(p)] = values[p]
+    for d, listing in after.items():
+        if listing is None:
+            del state.listings[d]
+        else:
+            state.listings[d] = listing
     _new_inodes(ctx, written)
     state.entries, state.keys = entries, (state.keys[0], oplog_key)
-    state.carried = (base, since | written.keys() | set(deleted))
+    state.carried = (base, since | written.keys() | set(deleted) | set(removed))
     return True
 
 
@@ -126,11 +133,12 @@ def _only_ours(changes: Changes, steps: list[Step], dirs: set[bytes]) -> bool:
 
 
 def _listings_after(
-    ctx: StageContext, state: TreeState, written: dict[bytes, tuple[os.stat_result, bytes]], deleted: list[bytes]
-) -> dict[bytes, tuple[bytes, ...]] | None:
-    """Each listed directory's names after the restore; None when a walk could find more
-    than the steps say (a new name its rules ignore, a directory left with no record, a
-    directory the state has no listing of, an ignore file, a kind the patch does not make)."""
+    ctx: StageContext, state: TreeState, written: dict[bytes, tuple[os.stat_result, bytes]], deleted: list[bytes],
+    removed: list[bytes],
+) -> dict[bytes, scan.Listing | None] | None:
+    """Each changed directory's listing after the restore (None: the directory is gone); None
+    when a walk could find more than the steps say (a new name its rules ignore, a directory
+    left with no record, one the state has no listing of, a kind the patch does not make)."""
     found, listings = state.found, state.listings
     gained: dict[bytes, list[bytes]] = {}
     lost: dict[bytes, set[bytes]] = {}
@@ -145,27 +153,45 @@ def _listings_after(
         if known is None or known.kind not in (FILE, EXEC, SYMLINK):
             return None
         lost.setdefault(p.rpartition(b"/")[0], set()).add(p)
-    out: dict[bytes, tuple[bytes, ...]] = {}
+    out: dict[bytes, scan.Listing | None] = {}
+    gone = set(removed)
+    for d in removed:
+        listing = listings.get(d)
+        if listing is None or listing.kind != scan.LISTED or not gone.issuperset(listing.subdirs):
+            return None
+        if not lost.get(d, set()).issuperset(listing.names):
+            return None  # it held a record the restore did not delete
+        out[d] = None
+        lost.setdefault(d.rpartition(b"/")[0], set()).add(d)
     for d in gained.keys() | lost.keys():
+        if d in gone:
+            continue
         listing = listings.get(d)
         if listing is None or listing.kind != scan.LISTED or d in found:
             return None  # not listed, or recorded as an empty directory
-        new = gained.get(d, [])
-        for p in new:
-            name = p.rpartition(b"/")[2]
-            if name in scan.ALWAYS_EXCLUDED or name in scan.STORE_MARKERS or p in ctx.excluded:
-                return None
-            if listing.rules and ignore.is_ignored(listing.rules, p, False):
-                return None
-        gone = lost.get(d, set())
-        names = tuple([n for n in listing.names if n not in gone]) + tuple(new)
-        if not names and not listing.subdirs:
+        if not _may_record(ctx, listing, gained.get(d, [])):
+            return None
+        less = lost.get(d, set())
+        names = tuple([n for n in listing.names if n not in less]) + tuple(gained.get(d, []))
+        subdirs = tuple([n for n in listing.subdirs if n not in less])
+        if not names and not subdirs:
             return None  # empty now, or holding only what it ignores: a listing says which
-        out[d] = names
+        out[d] = listing._replace(names=names, subdirs=subdirs)
     return out
 
 
-def _as_written(root: bytes, state: TreeState, written: dict[bytes, tuple[os.stat_result, bytes]]) -> bool:
+def _may_record(ctx: StageContext, listing: scan.Listing, new: list[bytes]) -> bool:
+    """Would a walk record each of ``new`` (files just created in the listing's directory)?"""
+    for p in new:
+        name = p.rpartition(b"/")[2]
+        if name in scan.ALWAYS_EXCLUDED or name in scan.STORE_MARKERS or p in ctx.excluded:
+            return False
+        if listing.rules and ignore.is_ignored(listing.rules, p, False):
+            return False
+    return True
+
+
+def _as_written(root: bytes, written: dict[bytes, tuple[os.stat_result, bytes]]) -> bool:
     """Is every file the restore wrote still as it wrote it (one link)?"""
     for p, (st, _) in written.items():
         try:
