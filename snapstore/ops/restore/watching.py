@@ -7,16 +7,18 @@ restore's safety checkpoint) walk the whole tree.  :func:`keep_state` keeps it i
 of two ways:
 
 * when the restore only wrote, created and deleted files (or deleted symlinks) in directories
-  the state has listed and that keep a record, and every event the watcher queued since the
-  safety checkpoint is one the restore caused (the written and deleted files, our temp files,
-  their directories), the state is patched exactly from the restore's own steps: each file's
-  new stat, stat-cache value and entry, each deleted path's records gone, each directory's
-  listing given the names it gained and lost; the events are consumed, so the next snapshot
-  (the record after the restore) lists nothing again.  A listing's rules and notes stay as
-  they were: a new file is recorded only where its directory's rules do not ignore it (else
-  the fallback below), and regular files add no note;
-* otherwise (directories created or removed, symlinks written, an ignore file, a directory
-  left with no record, another process's work during the restore) the events are given back
+  the state has listed and that keep a record, and removed directories whose every record it
+  deleted, and every event the watcher queued since the safety checkpoint is one the restore
+  caused (the written and deleted paths, our temp files, their directories), the state is
+  patched exactly from the restore's own steps: each file's new stat, stat-cache value and
+  entry, each deleted path's records gone, each directory's listing given the names and
+  subdirectories it gained and lost (a removed directory's listing dropped); the events are
+  consumed, so the next snapshot (the record after the restore) lists nothing again.  A
+  listing's rules and notes stay as they were: a new file is recorded only where its
+  directory's rules do not ignore it (else the fallback below), regular files add no note, and
+  a removed directory's listing must have said nothing;
+* otherwise (directories created, symlinks written, an ignore file, a directory left with no
+  record or left in place, another process's work during the restore) the events are given back
   to the watcher and only the new stat-cache values and the new operation-log key are
   recorded: the next snapshot patches the state from those events (``tree.rescan``: it lists
   again only the directories the restore touched) and the stat cache vouches for every file
@@ -159,6 +161,8 @@ def _listings_after(
         listing = listings.get(d)
         if listing is None or listing.kind != scan.LISTED or not gone.issuperset(listing.subdirs):
             return None
+        if listing.notes != () or listing.special or listing.unreadable:
+            return None  # (a walk's report would lose what it said: the memo of it would not)
         if not lost.get(d, set()).issuperset(listing.names):
             return None  # it held a record the restore did not delete
         out[d] = None
