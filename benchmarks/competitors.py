@@ -74,8 +74,7 @@ def has_watch() -> bool:
 
 def snapstore_argv() -> list[str]:
     if SNAPSTORE_SRC is not None:  # -P: the cwd (the tree, a stdlib copy) must not go on sys.path
-        client = os.path.join(SNAPSTORE_SRC, "snapstore", "service", "client")  # a module, then a package
-        if os.path.exists(client + ".py") or os.path.exists(os.path.join(client, "__init__.py")):
+        if has_service():  # (service/client.py, a package since issue 39: both looked for)
             # what the console script runs: the thin client, which asks a running service
             return [sys.executable, "-P", "-c", "from snapstore.service.client import run; run()"]
         return [sys.executable, "-P", "-m", "snapstore"]

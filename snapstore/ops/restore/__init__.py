@@ -156,7 +156,8 @@ def run(
     warnings.extend(applier.warnings)
     # The tree's new names are durable (execute synced them): the journal may go, and the stat
     # cache learns the files just written, so the next snapshot reads none of them.
-    seq = journal.finish(backend, op, len(changes), applier.cache, ctx.request)
+    deleted = [s.path for s in steps if s.action == "delete"]
+    seq = journal.finish(backend, op, len(changes), applier.cache, ctx.request, deleted)
     watching.keep_state(ctx, steps, applier.written, seq_key(seq))
     if ctx.watcher is None:  # (a watching context keeps its own state: keep_state above)
         from snapstore.ops.restore.after import found_after

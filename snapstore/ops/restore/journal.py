@@ -29,7 +29,7 @@ from snapstore.records.checkpoint import next_seq, seq_key
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, Entry
 from snapstore.records.requests import Request
 from snapstore.storage.backend import JOURNAL_KEY, Backend, ReadView, WriteBatch
-from snapstore.tree import worktree
+from snapstore.tree import statcache, worktree
 from snapstore.tree.paths import display, parents
 
 __all__ = ["JOURNAL_KEY", "Journal", "JournalTables", "clear", "finish", "parse", "pending_ids", "read", "record", "tables"]
@@ -156,11 +156,13 @@ def pending_ids(view: ReadView) -> list[bytes]:
 
 def finish(
     backend: Backend, op: dict[str, Any], changed: int, cache: dict[bytes, bytes] | None = None,
-    request: Request | None = None,
+    request: Request | None = None, deleted: list[bytes] | None = None,
 ) -> int:
     """Clear the journal and log the operation, in one transaction; returns its sequence.
 
-    ``cache`` (statcache key -> value) refreshes the stat cache of the files the restore wrote;
+    ``cache`` (statcache key -> value) refreshes the stat cache of the files the restore wrote,
+    and the values of the files it ``deleted`` go (a watching Store's state forgets them
+    without a listing that would report them gone: :mod:`.watching`);
     ``request`` (the service's) is recorded as done in the same transaction.  Not synced here:
     the record of the tree after the restore follows at once and syncs both as the store's
     durability setting says; should a power failure undo this commit, the journal is still
@@ -178,6 +180,10 @@ def finish(
         batch.put("oplog", seq_key(seq), msgpack.packb(entry, use_bin_type=True))
         for key, value in (cache or {}).items():
             batch.put("statcache", key, value)
+        for path in deleted or ():
+            key = statcache.key(path)
+            if cache is None or key not in cache:  # (not a file written where it was)
+                batch.delete("statcache", key)
         requests.record(batch, request, stage="done", op=seq, kind=op["kind"], changed=changed)
     return seq
 

@@ -115,7 +115,20 @@ def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool
     gone since, and its ``IN_CLOSE_WRITE`` names the name it was made by), which it returns:
     those are read again (:func:`patch`), since a write to a page already dirty (or any
     write after the first on tmpfs) keeps the mtime.  (The directories the watcher cannot see
-    are already in ``changes.blind``.)  ``look``: a read-only look, which remembers nothing."""
+    are already in ``changes.blind``.)  ``look``: a read-only look, which remembers nothing.
+
+    Right after a restore patched the state exactly (``TreeState.carried``, ops.restore.watching)
+    with no event since and no file of more than one link, the record after the restore takes
+    the scan its safety checkpoint made a moment before, under the same writer lock: it reads
+    again what that scan found (kept in ``last_mapped``, so the next checkpoint reads it again
+    too).  A file mapped since, and written through the mapping, is not one this record reads
+    (no event names it): the next checkpoint's scan finds it if it is still mapped, and its
+    ``IN_CLOSE_WRITE`` names it if not."""
+    if not look and state.carried is not None and not state.links and _quiet(changes):
+        mapped = set(watcher.last_mapped)
+        watcher.mapped_restatted += len(mapped)
+        changes.paths |= mapped
+        return mapped
     named, inodes = watcher.mapped_for_write()
     mapped = {p for p in named if p in state.found}  # (not the store's own lock file)
     if inodes:
@@ -129,6 +142,11 @@ def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool
     changes.paths |= state.links
     changes.paths |= mapped
     return mapped
+
+
+def _quiet(changes: Changes) -> bool:
+    """No event at all (the restore's own were consumed by its patch)."""
+    return not (changes.full or changes.paths or changes.dirs or changes.subtrees or changes.blind)
 
 
 def _in_tree(watcher: Watcher, found: Mapping[bytes, scan.Found], inodes: set[int]) -> set[int]:
