@@ -18,7 +18,7 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 
 from snapstore.records.manifest import EXEC
-from snapstore.tree.scan import Found, Stat
+from snapstore.tree.scan import Found, KeptPaths, Stat
 
 #: kind, st_mode, st_ino, st_size, st_mtime_ns, st_ctime_ns (times may be before 1970).
 _RECORD = struct.Struct("<BIQQqq")
@@ -114,17 +114,17 @@ def records_of(found: Mapping[bytes, Found]) -> Iterable[Found]:
     return found.records() if isinstance(found, FoundMap) else found.values()
 
 
-class PackedWalk:
+class PackedWalk(KeptPaths):
     """Where a walk puts its records (:class:`~snapstore.tree.scan.WalkSink`): each packed into
     :attr:`found` as it is found, its path appended to :attr:`paths` (sorted at the walk's
     end).  A walk into a list holds every record as objects (~250 bytes a file) until it is
     done; this holds one packed value a file, and whatever the walk made for a record is
     freed (and its memory used again) before the next one."""
 
-    __slots__ = ("paths", "found", "_d")
+    __slots__ = ("found", "_d")
 
     def __init__(self) -> None:
-        self.paths: list[bytes] = []
+        super().__init__()
         self.found = FoundMap()
         self._d = self.found._d
 
@@ -132,15 +132,6 @@ class PackedWalk:
         path = f[0]
         self.paths.append(path)
         self._d[path] = pack(f)
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def sort(self) -> None:
-        self.paths.sort()
-
-    def paths_from(self, first: int) -> tuple[bytes, ...]:
-        return tuple(self.paths[first:])
 
     def records(self) -> Iterator[Found]:
         """Every record in path order (made again from its packed value, one at a time)."""

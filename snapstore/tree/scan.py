@@ -92,6 +92,25 @@ class WalkSink(FoundSink, Protocol):
         """The paths of the records appended since there were ``first`` of them."""
 
 
+class KeptPaths:
+    """The path keeping every :class:`WalkSink` shares: the paths appended, in order once
+    :meth:`sort` ran (a sink's ``append`` adds to :attr:`paths`)."""
+
+    __slots__ = ("paths",)
+
+    def __init__(self) -> None:
+        self.paths: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def sort(self) -> None:
+        self.paths.sort()
+
+    def paths_from(self, first: int) -> tuple[bytes, ...]:
+        return tuple(self.paths[first:])
+
+
 class ScanReport:
     """What a walk skipped, and why (shown to the user as warnings and counts)."""
 

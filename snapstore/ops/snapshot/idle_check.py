@@ -104,15 +104,15 @@ class IdleCheck:
         self._walked = walked
 
 
-class _Comparing:
+class _Comparing(scan.KeptPaths):
     """Where the idle walk puts its records (a :class:`scan.WalkSink`): each compared with the
     kept state's as it is found and dropped; the paths that differ are kept."""
 
-    __slots__ = ("kept", "paths", "differ", "listings")
+    __slots__ = ("kept", "differ", "listings")
 
     def __init__(self, kept: Mapping[bytes, scan.Found]) -> None:
+        super().__init__()
         self.kept = kept
-        self.paths: list[bytes] = []
         self.differ: list[bytes] = []
         self.listings: scan.Listings = {}
 
@@ -121,15 +121,6 @@ class _Comparing:
         k = self.kept.get(f.path)
         if k is None or k.kind != f.kind or k.st != f.st or k.target != f.target:
             self.differ.append(f.path)
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def sort(self) -> None:
-        self.paths.sort()
-
-    def paths_from(self, first: int) -> tuple[bytes, ...]:
-        return tuple(self.paths[first:])
 
 
 def gone(walked: scan.Listings, kept: scan.Listings) -> set[bytes]:
