@@ -163,3 +163,28 @@ def test_the_idle_walk_holds_no_record_a_file(tmp_path: Path):
             tracemalloc.stop()
         assert check.passed == 1
     assert peak / n < 160, peak / n
+
+
+@pytest.mark.parametrize("bad", ["0", "0.5", "abc", "1e99", "\x01", "9" * 40])
+def test_a_bad_check_interval_is_one_line_and_exit_2(tmp_path: Path, bad: str):
+    root = tmp_path / "t"
+    build_tree(root, {"a.txt": b"a\n"})
+    env = subprocess_env()
+    assert subprocess.run([sys.executable, "-m", "snapstore", "init", "-q"], cwd=root, env=env).returncode == 0
+    done = subprocess.run([sys.executable, "-m", "snapstore", "config", "watch.check-interval", bad],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "watch.check-interval" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@needs_inotify
+def test_a_damaged_check_interval_falls_back_and_the_store_still_watches(tmp_path: Path):
+    root = tmp_path / "t"
+    build_tree(root, {"a.txt": b"a\n"})
+    Store.init(root).close()
+    with Store.open(root) as store, store.backend.write() as batch:
+        batch.put("meta", b"config:watch.check-interval", b"\xff not a number")
+    with Store.open(root, watch=True) as store:
+        assert store.context.watcher is not None
+        assert store.context.watcher.consistency_interval == 300.0
+        store.snapshot("still works")
