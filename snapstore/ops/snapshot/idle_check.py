@@ -45,7 +45,6 @@ class IdleCheck:
         self._thread: threading.Thread | None = None
         self._walked: _Comparing | None = None
         self.passed = 0
-        self.missed = 0
 
     @property
     def walking(self) -> bool:
@@ -82,14 +81,12 @@ class IdleCheck:
 
     def _report(self, missed: list[bytes]) -> None:
         """Count and log what changed without an event, and hand it to the next checkpoint."""
+        from snapstore.ops.snapshot.incremental import note_divergences
+        from snapstore.tree.watcher import Changes
+
         watcher = self._ctx.watcher
         assert watcher is not None
-        self.missed += len(missed)
-        watcher.divergences += len(missed)
-        shown = ", ".join(p.decode("utf-8", "replace") for p in missed[:5])
-        watcher.last_divergence = f"{len(missed)} path(s) changed without an event: {shown}"
-        log.warning("consistency check (idle): %s", watcher.last_divergence)
-        from snapstore.tree.watcher import Changes
+        note_divergences(watcher, missed, "consistency check (idle)")
 
         dirs = {p.rsplit(b"/", 1)[0] if b"/" in p else b"" for p in missed}
         watcher.give_back(Changes(full=False, dirs=dirs, paths=set(missed)))

@@ -386,14 +386,18 @@ def check_walk(ctx: StageContext, found: list[scan.Found] | FoundMap) -> None:
     if expected is None:
         return
     missed = divergences(found, expected)
-    watcher = ctx.watcher
-    if missed and watcher is not None:
-        watcher.divergences += len(missed)
-        shown = ", ".join(p.decode("utf-8", "replace") for p in missed[:5])
-        watcher.last_divergence = f"{len(missed)} path(s) changed without an event: {shown}"
-        import logging  # only when there is something to log: not on every snapshot's import
+    if missed and ctx.watcher is not None:
+        note_divergences(ctx.watcher, missed, "consistency check")
 
-        logging.getLogger("snapstore.watcher").warning("consistency check: %s", watcher.last_divergence)
+
+def note_divergences(watcher: Watcher, missed: list[bytes], what: str) -> None:
+    """Count ``missed`` (paths changed without an event) in ``serve --status`` and log them."""
+    watcher.divergences += len(missed)
+    shown = ", ".join(p.decode("utf-8", "replace") for p in missed[:5])
+    watcher.last_divergence = f"{len(missed)} path(s) changed without an event: {shown}"
+    import logging  # only when there is something to log: not on every snapshot's import
+
+    logging.getLogger("snapstore.watcher").warning("%s: %s", what, watcher.last_divergence)
 
 
 def remember(ctx: StageContext, walked: Walked | None, entries: dict[bytes, Entry], keys: Keys) -> None:
