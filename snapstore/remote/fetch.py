@@ -143,8 +143,13 @@ def fetch_ref(
     ``heads``: each bundle's head is read by range, not its inline data, :mod:`heads`)."""
     out = FetchedRef(name)
     ref, etag = refs.read(transport, name)
+    seen = state.seen_ref(backend, cfg.rid, name)
     if ref is None:
+        if seen is not None:  # deleted: a later push may create it again, timed afresh
+            with lock(), backend.write() as batch:
+                state.drop_seen_ref(batch, cfg.rid, name)
         raise RefError(f"the remote {cfg.name} has no ref {name!r} ('snapstore remote ls {cfg.name}' lists them)")
+    refs.check_not_older(ref, seen, name, cfg.name)
     out.checkpoint, out.bundle = ref.checkpoint.hex(), ref.bundle
     last = None
     pairs: Iterator[tuple[str, layout.Bundle]]
@@ -172,7 +177,7 @@ def fetch_ref(
         with lock(), backend.write() as batch:
             take(batch, cfg, bundle)
     with lock(), backend.write() as batch:
-        state.put_seen_ref(batch, cfg.rid, name, state.SeenRef(ref.checkpoint, etag, ref.bundle))
+        state.put_seen_ref(batch, cfg.rid, name, state.SeenRef(ref.checkpoint, etag, ref.bundle, ref.time_ns))
         if last is not None:
             state.put_listed_until(batch, cfg.rid, name, last)
     return out

@@ -457,12 +457,13 @@ def _move_ref(
 ) -> None:
     """Move the ref to the new head by compare-and-swap, and remember what it was seen as."""
     seen = state.seen_ref(backend, cfg.rid, ns)
-    move = refs.advance(transport, ns, new, descends_from=descends_from, force=force, seen=seen)
+    move = refs.advance(transport, ns, new, descends_from=descends_from, force=force, seen=seen, remote=cfg.name)
     report.ref_outcome, report.ref_rounds = move.outcome, move.rounds
     report.ref_checkpoint = move.ref.checkpoint.hex() if move.ref is not None else None
     if move.ref is not None and move.etag:
         with lock(), backend.write() as batch:
-            state.put_seen_ref(batch, cfg.rid, ns, state.SeenRef(move.ref.checkpoint, move.etag, move.ref.bundle))
+            state.put_seen_ref(batch, cfg.rid, ns, state.SeenRef(
+                move.ref.checkpoint, move.etag, move.ref.bundle, move.ref.time_ns))
 
 
 def _value(get: Callable[[str, bytes], bytes | None], table: str, key: bytes) -> bytes:

@@ -46,32 +46,69 @@ def advance(
     descends_from: Callable[[bytes], bool],
     force: bool = False,
     seen: SeenRef | None = None,
+    remote: str = "",
 ) -> RefMove:
     """Point ref ``name`` at ``new`` by compare-and-swap, re-reading after each lost race.
 
     ``seen`` is the ref as this store last saw or set it: when still current, the swap needs no
-    read first (an incremental push then costs one request for its ref).
+    read first (an incremental push then costs one request for its ref).  The body written is
+    always later than the one it replaces and than ``seen`` (:func:`later`); a ref read older
+    than ``seen`` is an old version put back, refused (:func:`check_not_older`).
     """
     key = layout.ref_key(name)
-    body = layout.encode_ref(new)
+    floor = seen.time_ns if seen is not None else 0
     cur: layout.Ref | None
     if seen is not None and seen.checkpoint != new.checkpoint:
-        cur, etag = layout.Ref(seen.checkpoint, seen.bundle, 0, ""), seen.etag
+        cur, etag = layout.Ref(seen.checkpoint, seen.bundle, seen.time_ns, ""), seen.etag
     else:  # (a ref seen at our checkpoint already is read: "current" must be true now)
         cur, etag = read(transport, name)
+        check_not_older(cur, seen, name, remote)
     for rounds in range(1, MAX_ROUNDS + 1):
         if cur is None:
-            got = transport.put_create(key, body)
+            mine = later(new, floor)
+            got = transport.put_create(key, layout.encode_ref(mine))
         else:
             if cur.checkpoint == new.checkpoint:
                 return RefMove("current", cur, etag, rounds - 1)
             if not force and not descends_from(cur.checkpoint):
                 return RefMove("diverged", cur, etag, rounds - 1)
-            got = transport.put_update(key, body, etag)
+            mine = later(new, max(floor, cur.time_ns))
+            got = transport.put_update(key, layout.encode_ref(mine), etag)
         if got is not None:
-            return RefMove("moved", new, got, rounds)
+            return RefMove("moved", mine, got, rounds)
         cur, etag = read(transport, name)  # lost the race (or our cache was stale)
+        check_not_older(cur, seen, name, remote)
     raise RemoteError(f"the ref {name} kept changing: gave up after {MAX_ROUNDS} attempts")
+
+
+def later(new: layout.Ref, than_ns: int) -> layout.Ref:
+    """``new`` timed after ``than_ns`` (the version it replaces, or the one this store saw).
+
+    Each version of a ref is later than the one before whatever the writers' clocks say, so a
+    reader that saw one version can tell an older one put back (the time is inside the ref's body,
+    which an encrypted remote seals: a writer of the bucket cannot make a later one)."""
+    return new if new.time_ns > than_ns else new._replace(time_ns=than_ns + 1)
+
+
+def check_not_older(ref: layout.Ref | None, seen: SeenRef | None, name: str, remote: str) -> None:
+    """CorruptError when ``ref`` is older than the version of it this store saw (or as old, with
+    another checkpoint): someone who can write the bucket put an old version back."""
+    if ref is None or seen is None or not seen.time_ns:
+        return
+    if ref.time_ns > seen.time_ns or (ref.time_ns == seen.time_ns and ref.checkpoint == seen.checkpoint):
+        return
+    raise CorruptError(
+        f"the remote {remote}'s ref {name} went back: its version of {_when(ref.time_ns)} is older than "
+        f"the one this store saw ({_when(seen.time_ns)}): an old version put back by a writer of the "
+        "bucket; nothing was taken (if the ref was deleted and pushed again since, "
+        f"'snapstore remote remove {remote}' then 'remote add' forgets what this store saw)"
+    )
+
+
+def _when(time_ns: int) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(max(0, time_ns) / 1e9))
 
 
 def first_problem(problems: list[str]) -> CorruptError:

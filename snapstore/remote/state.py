@@ -246,17 +246,22 @@ def put_leaf_objects(batch: WriteBatch, rid: bytes, leaf: bytes, keys: list[str]
 
 
 class SeenRef(NamedTuple):
+    """A ref as this store last read or wrote it.  ``time_ns`` is the ref body's own time: a
+    writer's next version is always later (remote/refs.py), so an older one read afterwards is an
+    old version put back (0: a row written before the time was kept, nothing to compare)."""
+
     checkpoint: bytes
     etag: str
     bundle: str
+    time_ns: int = 0
 
 
 def _parse_seen(raw: bytes) -> SeenRef | None:
     try:
         d = msgpack.unpackb(raw, raw=False)
-        return SeenRef(bytes(d["checkpoint"]), str(d["etag"]), str(d["bundle"]))
-    except (KeyError, ValueError, TypeError, msgpack.UnpackException):
-        return None  # a cache only: a damaged row costs one more request
+        return SeenRef(bytes(d["checkpoint"]), str(d["etag"]), str(d["bundle"]), int(d.get("time_ns", 0)))
+    except (KeyError, ValueError, TypeError, AttributeError, msgpack.UnpackException):
+        return None  # a damaged row costs one more request (and the replay check of that ref)
 
 
 def seen_ref(backend: Backend, rid: bytes, name: str) -> SeenRef | None:
@@ -267,7 +272,12 @@ def seen_ref(backend: Backend, rid: bytes, name: str) -> SeenRef | None:
 
 def put_seen_ref(batch: WriteBatch, rid: bytes, name: str, ref: SeenRef) -> None:
     batch.put(TABLE, b"r" + rid + name.encode("utf-8", "surrogateescape"), msgpack.packb(
-        {"checkpoint": ref.checkpoint, "etag": ref.etag, "bundle": ref.bundle}, use_bin_type=True))
+        {"checkpoint": ref.checkpoint, "etag": ref.etag, "bundle": ref.bundle, "time_ns": ref.time_ns}, use_bin_type=True))
+
+
+def drop_seen_ref(batch: WriteBatch, rid: bytes, name: str) -> None:
+    """Forget how ref ``name`` was seen (the remote no longer has it)."""
+    batch.delete(TABLE, b"r" + rid + name.encode("utf-8", "surrogateescape"))
 
 
 def seen_refs(backend: Backend, rid: bytes) -> dict[str, SeenRef]:
