@@ -50,6 +50,9 @@ def test_an_old_version_put_back_is_refused_by_a_store_that_saw_a_later_one(remo
     with pytest.raises(CorruptError, match="went back"):
         b.pull()
     assert _ids(b) == known  # nothing taken
+    # Nor does it forget pushes counting from the replayed version's checkpoint.
+    with pytest.raises(CorruptError, match="went back"):
+        b.remote_forget(keep_last=1)
     # The pusher that saw the later version does not build on the replayed one either.
     _step(a, tmp_path / "a", "third\n")
     with pytest.raises(CorruptError, match="went back"):

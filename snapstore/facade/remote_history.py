@@ -58,7 +58,7 @@ class RemoteHistoryMixin(StoreBase):
         record per ref (nothing with ``dry_run``); ``remote gc`` then reclaims what only they held."""
         from snapstore.remote import refs as remote_refs
         from snapstore.remote import retention
-        from snapstore.remote.retention import ForgetReport, who
+        from snapstore.remote.retention import ForgetReport
 
         rules = retention.Rules(keep_last, None if keep_within_s is None else int(keep_within_s * 1e9), task)
         rules.check()
@@ -66,7 +66,7 @@ class RemoteHistoryMixin(StoreBase):
         report = ForgetReport(cfg.name, dry_run)
         try:
             for name in list(refs) or remote_refs.names(t):
-                report.refs.append(retention.forget(t, name, rules, writer=cfg.writer, who=who(self.backend), dry_run=dry_run))
+                report.refs.append(retention.forget(t, name, rules, backend=self.backend, cfg=cfg, dry_run=dry_run))
         finally:
             report.requests = t.requests
         self._note_forgotten(cfg, report)

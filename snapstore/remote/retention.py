@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from snapstore.errors import RefError, UsageError
 from snapstore.records.checkpoint import parse_record
-from snapstore.remote import history, layout, refs
+from snapstore.remote import history, layout, refs, state
 from snapstore.remote.transport import Transport
 
 if TYPE_CHECKING:
+    from snapstore.remote.state import RemoteConfig
     from snapstore.storage.backend import Backend
 
 
@@ -101,21 +102,24 @@ def _bundles(transport: Transport, keys: list[str]) -> list[layout.Bundle]:
 
 
 def forget(
-    transport: Transport, name: str, rules: Rules, *, writer: str, who: tuple[str, str], dry_run: bool,
+    transport: Transport, name: str, rules: Rules, *, backend: Backend, cfg: RemoteConfig, dry_run: bool,
 ) -> RefForget:
     """Apply ``rules`` to ref ``name``'s history: read every bundle of it, then (unless
-    ``dry_run``) publish one forget record naming the bundles nothing kept is in."""
+    ``dry_run``) publish one forget record naming the bundles nothing kept is in.  A ref older
+    than the version this store saw is refused (what is kept counts from the ref's checkpoint)."""
     out = RefForget(name)
     ref, _ = refs.read(transport, name)
     if ref is None:
         raise RefError(f"the remote has no ref {name!r} ('snapstore remote ls' lists them)")
+    refs.check_not_older(ref, state.seen_ref(backend, cfg.rid, name), name, cfg.name)
+    writer, by = cfg.writer, who(backend)
     hist = history.read(transport, name)
     keys = list(hist.bundles)
     if ref.bundle not in keys and ref.bundle.startswith(layout.log_prefix(name)):
         keys.append(ref.bundle)
     choose(_bundles(transport, keys), ref.checkpoint, rules, out)
     if out.bundles and not dry_run:
-        out.record = publish(transport, name, out.bundles, writer=writer, who=who)
+        out.record = publish(transport, name, out.bundles, writer=writer, who=by)
     return out
 
 
