@@ -28,16 +28,28 @@ def _clone(remote, where: Path) -> Store:  # noqa: F811
     return Store.open(where)
 
 
+def _pushed(remote, tmp_path: Path) -> Store:  # noqa: F811
+    a = make_store(tmp_path / "a", sample_tree("a"))
+    remote.add_to(a)
+    a.snapshot("first")
+    a.push()
+    return a
+
+
+def _push_a_day_behind(store: Store, monkeypatch: pytest.MonkeyPatch, **kw: bool) -> None:
+    real = push.time.time_ns
+    monkeypatch.setattr(push.time, "time_ns", lambda: real() - 86_400 * 10**9)
+    store.push(**kw)
+    monkeypatch.setattr(push.time, "time_ns", real)
+
+
 def _step(store: Store, root: Path, text: str) -> None:
     (root / "README.md").write_text(text)
     store.snapshot(text)
 
 
 def test_an_old_version_put_back_is_refused_by_a_store_that_saw_a_later_one(remote, tmp_path):  # noqa: F811
-    a = make_store(tmp_path / "a", sample_tree("a"))
-    remote.add_to(a)
-    a.snapshot("first")
-    a.push()
+    a = _pushed(remote, tmp_path)
     old_body = remote.read("refs/default")
     b = _clone(remote, tmp_path / "b")
     _step(a, tmp_path / "a", "second\n")
@@ -65,17 +77,11 @@ def test_an_old_version_put_back_is_refused_by_a_store_that_saw_a_later_one(remo
 
 
 def test_each_version_is_later_than_the_one_it_replaces_whatever_the_clocks_say(remote, tmp_path, monkeypatch):  # noqa: F811
-    a = make_store(tmp_path / "a", sample_tree("a"))
-    remote.add_to(a)
-    a.snapshot("first")
-    a.push()
+    a = _pushed(remote, tmp_path)
     first = layout.parse_ref("refs/default", remote.read("refs/default"))
     b = _clone(remote, tmp_path / "b")
     _step(b, tmp_path / "b", "from b, whose clock is a day behind\n")
-    real = push.time.time_ns
-    monkeypatch.setattr(push.time, "time_ns", lambda: real() - 86_400 * 10**9)
-    b.push()
-    monkeypatch.setattr(push.time, "time_ns", real)
+    _push_a_day_behind(b, monkeypatch)
     second = layout.parse_ref("refs/default", remote.read("refs/default"))
     assert second.time_ns > first.time_ns
     report = a.fetch(["default"])  # a saw the first version: the second is later, taken
@@ -85,10 +91,7 @@ def test_each_version_is_later_than_the_one_it_replaces_whatever_the_clocks_say(
 
 
 def test_a_ref_deleted_and_pushed_again_by_a_writer_with_a_slow_clock_is_taken(remote, tmp_path, monkeypatch):  # noqa: F811
-    a = make_store(tmp_path / "a", sample_tree("a"))
-    remote.add_to(a)
-    a.snapshot("first")
-    a.push()
+    a = _pushed(remote, tmp_path)
     b = _clone(remote, tmp_path / "b")
     a.remote_ref_delete("default")
     with pytest.raises(RefError):
@@ -97,10 +100,7 @@ def test_a_ref_deleted_and_pushed_again_by_a_writer_with_a_slow_clock_is_taken(r
     c = make_store(tmp_path / "c", {"x.txt": b"c's own\n"})
     remote.add_to(c)
     c.snapshot("c")
-    real = push.time.time_ns
-    monkeypatch.setattr(push.time, "time_ns", lambda: real() - 86_400 * 10**9)
-    c.push(force=True)
-    monkeypatch.setattr(push.time, "time_ns", real)
+    _push_a_day_behind(c, monkeypatch, force=True)
     assert b.fetch(["default"]).refs[0].checkpoint == _ids(c)[0]
     for s in (a, b, c):
         s.close()
