@@ -125,7 +125,7 @@ def apply(
             continue  # not walked: ignored, left out, another store's, or gone with its parent
         if target in p.fresh or listing.kind != scan.LISTED:
             p.rewalk(target, _parent_rules(listings, target))
-        elif not p.by_names(target, listing, named_in.get(target, ())) and not p.relist(target, listing):
+        elif not p.by_names(target, listing, named_in.get(target, [])) and not p.relist(target, listing):
             return None
     for path in files:
         parent = parent_of(path)
