@@ -6,9 +6,13 @@ A watching Store keeps, from its last walk, every path found (``found``) and eve
 own per-directory logic (:func:`snapstore.tree.scan.scan_dir`), so the result is what a whole
 walk would find now:
 
-* a directory whose listing changed is listed again (non-recursively): entries that are gone
-  are removed (a subdirectory with everything below it), new ones recorded, and a new
-  subdirectory walked completely (:func:`snapstore.tree.scan.walk_below`);
+* a directory whose listing changed has the entries the events name in it lstat-ed and judged
+  by its kept rules, without listing it (what a checkout or an editor's save does: files
+  created, replaced, deleted); when that cannot say what a walk would (a subdirectory came or
+  went, the directory became or ceased to be empty, a warning a walk would give) it is listed
+  again (non-recursively): entries that are gone are removed (a subdirectory with everything
+  below it), new ones recorded, and a new subdirectory walked completely
+  (:func:`snapstore.tree.scan.walk_below`);
 * a directory the watcher saw appear (a subtree) is forgotten and walked completely;
 * a file whose content or metadata changed is lstat-ed again; any other changed path (a
   symlink, an empty directory, something that changed type) has its directory listed again;
