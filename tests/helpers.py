@@ -10,6 +10,10 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from snapstore.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -220,3 +224,22 @@ def proc_files_opened(monkeypatch) -> list[bytes]:  # type: ignore[no-untyped-de
 
     monkeypatch.setattr(os, "open", counting_open)
     return opened
+
+
+def assert_state_is_a_walk(store: Store, root: Path) -> None:
+    """The watching Store's kept state (records and listings) equals what a full walk of the
+    tree finds now."""
+    from snapstore.ops.snapshot import incremental
+    from snapstore.tree import scan
+
+    state = store.context.tree_state
+    assert state is not None
+    listings: scan.Listings = {}
+    found = scan.walk(bytes(root), store.context.excluded, scan.ScanReport(), listings)
+    assert incremental.divergences(found, state.found) == []
+    assert set(state.listings) == set(listings)
+    for d, walked in listings.items():
+        kept = state.listings[d]
+        assert (set(kept.names), set(kept.subdirs), kept.kind, kept.notes) == (
+            set(walked.names), set(walked.subdirs), walked.kind, walked.notes,
+        ), d  # fmt: skip

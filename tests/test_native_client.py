@@ -70,6 +70,41 @@ def served(root: Path) -> int:
     return int(info["requests"])
 
 
+def _interpreter(binary: Path) -> bool | None:
+    """Whether an ELF binary names a dynamic loader (PT_INTERP); None when it is no 64-bit
+    little-endian ELF (another system: nothing to check)."""
+    import struct
+
+    data = binary.read_bytes()
+    if data[:6] != b"\x7fELF\x02\x01":
+        return None
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    return any(struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 3 for i in range(phnum))
+
+
+def _links_statically(tmp: Path) -> bool:
+    (tmp / "probe.c").write_text("int main(void) { return 0; }\n")
+    cc = native.compiler()
+    assert cc is not None
+    return subprocess.run([cc, "-static", "-o", str(tmp / "probe"), str(tmp / "probe.c")], capture_output=True).returncode == 0
+
+
+def test_the_client_is_linked_statically_where_the_c_library_allows(clients: dict[str, Path], tmp_path: Path):
+    """Each command starts the client: without a dynamic loader to run first where it can."""
+    if not _links_statically(tmp_path) or _interpreter(clients["native"]) is None:
+        pytest.skip("no static C library (or no ELF) here")
+    assert _interpreter(clients["native"]) is False
+    # A compiler that cannot link statically still gives a (dynamic) client that works.
+    cc = tmp_path / "cc-no-static"
+    cc.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -static ] && exit 1; done\nexec {native.compiler()} "$@"\n')
+    cc.chmod(0o755)
+    native.build(str(tmp_path / "snapstore"), str(clients["python"]), cc=str(cc))
+    assert _interpreter(tmp_path / "snapstore") is True
+    done = run(tmp_path / "snapstore", "--version", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith(b"snapstore"), done
+
+
 def test_the_same_bytes_and_codes_as_in_process_through_the_service(clients: dict[str, Path], project: Path):
     daemon.start_detached(str(project / ".snapstore"), 60)
     before = served(project)

@@ -34,6 +34,20 @@ def test_names_that_come_go_and_change_are_events(tmp_path: Path):
     assert all(name != b"sub" for _, _, name in got)  # (a directory's own watch reports its content)
 
 
+def test_a_name_made_and_removed_between_two_reads_names_the_directory(tmp_path: Path):
+    """No entry differs, but the directory's mtime moved: a walk records an empty directory's,
+    so the watcher must look at it again (seen with a checkpoint after such a pair of edits)."""
+    (tmp_path / "empty").mkdir()
+    source = PollingSource()
+    wd = source.add_watch(os.fsencode(tmp_path / "empty"))
+    time.sleep(TICK)
+    assert source.read() == []
+    (tmp_path / "empty" / "tmp").write_bytes(b"gone soon")
+    os.unlink(tmp_path / "empty" / "tmp")
+    assert source.read() == [(wd, ev.MODIFIED, b"")]
+    assert source.read() == []
+
+
 def test_an_entry_replaced_by_another_of_the_same_name_is_deleted_and_created(tmp_path: Path):
     build_tree(tmp_path, {"x": b"file"})
     source, wd = settled(tmp_path)

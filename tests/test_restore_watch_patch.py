@@ -16,29 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import assert_state_is_a_walk as _assert_state_is_a_walk
 from platform_marks import needs_proc_maps
 from restore_helpers import read_tree, write_tree
 
-from snapstore.ops.snapshot import incremental
 from snapstore.store import Store
 from snapstore.tree import scan, statcache
 
 pytest.importorskip("inotify_simple")
-
-
-def _assert_state_is_a_walk(store: Store, root: Path) -> None:
-    """The watching Store's kept state equals what a full walk of the tree finds now."""
-    state = store.context.tree_state
-    assert state is not None
-    listings: scan.Listings = {}
-    found = scan.walk(bytes(root), store.context.excluded, scan.ScanReport(), listings)
-    assert incremental.divergences(found, state.found) == []
-    assert set(state.listings) == set(listings)
-    for d, walked in listings.items():
-        kept = state.listings[d]
-        assert (set(kept.names), set(kept.subdirs), kept.kind, kept.notes) == (
-            set(walked.names), set(walked.subdirs), walked.kind, walked.notes,
-        ), d  # fmt: skip
 
 
 def _lay(root: Path, spec: dict[str, object]) -> None:

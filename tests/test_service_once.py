@@ -396,3 +396,55 @@ def test_a_delete_killed_before_its_write_changed_nothing(project: Path):
     assert done.returncode == STOPPED
     assert b"before delete took effect; nothing was changed" in done.stderr, done.stderr
     assert checkpoints(project) == count
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the mapping scan reads /proc")
+def test_a_checkpoints_mapping_scan_is_made_while_its_client_confirms(project: Path):
+    """The service scans the mappings between its acknowledgement and the client's "go" (the
+    scan overlaps the client's round trip) and the checkpoint takes that scan, not a second
+    one; a request whose client gave up leaves no scan behind for a later checkpoint."""
+    import mmap
+
+    from snapstore.service import protocol
+    from snapstore.service.server import Service
+
+    service = Service(str(project / ".snapstore"), idle_timeout=60)
+    serving = threading.Thread(target=service.serve, daemon=True)
+    serving.start()
+    sock_path = str(project / ".snapstore" / protocol.SOCKET_NAME)
+    try:
+        for _ in range(100):
+            if os.path.exists(sock_path):
+                break
+            time.sleep(0.05)
+        assert client("snapshot", "-q", "-m", "watching", cwd=project).returncode == 0  # (a walk)
+        watcher = service.store.context.watcher
+        assert watcher is not None
+        with open(project / "b.txt", "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+            m[:3] = b"BEE"  # written through a shared mapping: no event names it
+            scans = watcher.mapping_scans
+            with protocol.connect(sock_path, 5) as sock:
+                protocol.send_frame(sock, b"r", protocol.encode_request(_request(project, ["snapshot", "-q", "-m", "mapped"])))
+                ack = protocol.recv_frame(sock)
+                assert ack is not None and ack[0] == b"a"
+                time.sleep(0.5)
+                assert watcher.mapping_scans == scans + 1  # made before the go
+                protocol.send_frame(sock, b"g", b"")
+                frames = []
+                while not frames or frames[-1][0] != b"x":
+                    frame = protocol.recv_frame(sock)
+                    assert frame is not None
+                    frames.append(frame)
+                assert frames[-1] == (b"x", b"0"), frames
+            assert watcher.mapping_scans == scans + 1  # the checkpoint took it
+            with Store.open(project) as store:
+                assert store.read_bytes("latest", "b.txt") == b"BEE\n"
+            with protocol.connect(sock_path, 5) as sock:  # a client that gives up after the ack
+                protocol.send_frame(sock, b"r", protocol.encode_request(_request(project, ["snapshot", "-q", "-m", "never"])))
+                ack = protocol.recv_frame(sock)
+                assert ack is not None and ack[0] == b"a"
+            time.sleep(0.5)
+            assert watcher._prefetched is None and watcher.mapping_scans == scans + 2
+    finally:
+        service._stop = True
+        serving.join(30)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,6 +128,28 @@ def test_a_running_command_sends_heartbeats_while_it_prints_nothing():
             if frame[0] == b"x":
                 break
     assert got[-1] == (b"x", b"0") and got[:-1] == [(b"h", b"")] * (len(got) - 1) and len(got) - 1 >= 2, got
+
+
+def test_one_heartbeat_thread_serves_every_command_and_none_beats_after_its_block():
+    """Starting and joining a thread per request cost every checkpoint a hand-off: one
+    thread of the process sends the heartbeats of whichever command runs."""
+    seen = []
+    for _ in range(3):
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            with Beating(ours) as frames:
+                seen.append([t for t in threading.enumerate() if t.name == "heartbeat"])
+                frames.send(b"x", b"0")
+    assert all(len(s) == 1 for s in seen) and seen[0][0] is seen[1][0] is seen[2][0], seen
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.settimeout(protocol.HEARTBEAT * 2)
+        with Beating(ours) as frames:
+            frames.send(b"x", b"0")
+        time.sleep(protocol.HEARTBEAT * 1.5)  # silent since, but the command's block is left
+        ours.close()
+        assert protocol.recv_frame(theirs) == (b"x", b"0")
+        assert protocol.recv_frame(theirs) is None  # no heartbeat after the block
 
 
 def test_the_native_client_waits_as_long_as_the_python_client():

@@ -17,12 +17,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import FILE_EDITS, edit_file
+from helpers import FILE_EDITS, assert_state_is_a_walk, edit_file
 from platform_marks import needs_inotify
 
 from snapstore.store import Store
 from snapstore.testing import build_tree
-from snapstore.tree import scan, worktree
+from snapstore.tree import rescan, scan, worktree
 
 pytest.importorskip("inotify_simple")
 
@@ -54,9 +54,11 @@ def edit(root: Path, outside: Path, rng: random.Random, i: int) -> str:
         ["write", "append", "same-size", "rename", "rmtree", "mkdir", "mkdir-tree", "symlink",
          "chmod", "file-to-dir", "dir-to-file", "new-file", "new-file", "ignore-file",
          "in-ignored", "move-dir", "move-out", "move-in", "rmdir-empty", "fifo", "delete",
-         "dir-replaced", "file-dir-file", "bad-name"]
+         "dir-replaced", "file-dir-file", "bad-name", "checkout", "checkout", "replace-by-rename",
+         "create-delete", "new-ignored", "hard-link", "setuid"]
     )
-    if op in ("write", "append", "same-size", "rename", "chmod", "file-to-dir", "delete") and not files:
+    if op in ("write", "append", "same-size", "rename", "chmod", "file-to-dir", "delete", "checkout",
+              "replace-by-rename", "hard-link", "setuid") and not files:
         op = "new-file"
     if op == "file-dir-file" and not files:
         op = "new-file"
@@ -137,11 +139,40 @@ def edit(root: Path, outside: Path, rng: random.Random, i: int) -> str:
         empties = [d for d in dirs if not any(d.iterdir())]
         if empties:
             rng.choice(empties).rmdir()
+    elif op in ("checkout", "replace-by-rename", "create-delete", "new-ignored", "hard-link", "setuid"):
+        _edit_names(op, root, files, dirs, rng, i)
     elif op == "fifo":
         os.mkfifo(rng.choice([root, *dirs]) / f"fifo{i}")
     else:
         (rng.choice([root, *dirs]) / f"n{i}.py").write_bytes(b"print(%d)\n" % i)
     return op
+
+
+def _edit_names(op: str, root: Path, files: list[Path], dirs: list[Path], rng: random.Random, i: int) -> None:
+    """Edits that change which names a directory holds and nothing else (the listing is patched
+    from the events' names, without listing the directory again), and a few that must not be."""
+    f = rng.choice(files)
+    if op == "checkout":  # as git's checkout writes: each file unlinked and created again
+        for g in [f, *rng.sample(files, min(len(files), rng.randint(0, 3)))]:
+            if g.exists():
+                g.unlink()
+                g.write_bytes(b"checked out %d %s\n" % (i, os.fsencode(g.name)))
+        if rng.random() < 0.5:
+            (f.parent / f"added{i}.py").write_bytes(b"added\n")
+    elif op == "replace-by-rename":  # an editor's save: a temp file renamed over the old one
+        tmp = f.parent / f".{f.name}.swp{i}"
+        tmp.write_bytes(b"saved %d\n" % i)
+        tmp.replace(f)
+    elif op == "create-delete":  # a name that came and went between two snapshots
+        tmp = rng.choice([root, *dirs]) / f"tmp{i}.txt"
+        tmp.write_bytes(b"gone soon\n")
+        tmp.unlink()
+    elif op == "new-ignored":  # a name the directory's rules ignore
+        (f.parent / f"trace{i}.log").write_bytes(b"ignored\n")
+    elif op == "hard-link":
+        os.link(f, f.parent / f"link{i}.txt")
+    else:  # setuid: a bit never recorded, and counted
+        f.chmod(0o4755)
 
 
 def _same_diff(watched: Store, plain: Store) -> None:
@@ -152,8 +183,11 @@ def _same_diff(watched: Store, plain: Store) -> None:
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_watched_manifests_equal_full_walks(tmp_path: Path, seed: int):
+def test_watched_manifests_equal_full_walks(tmp_path: Path, seed: int, monkeypatch):
     rng = random.Random(seed)
+    by_names: list[bool] = []  # the listings patched from the events' names alone
+    real = rescan._Patcher.by_names
+    monkeypatch.setattr(rescan._Patcher, "by_names", lambda *a: by_names.append(real(*a)) or by_names[-1])
     root, outside = tmp_path / "t", tmp_path / "outside"
     outside.mkdir()
     build_tree(root, START)
@@ -173,6 +207,8 @@ def test_watched_manifests_equal_full_walks(tmp_path: Path, seed: int):
             # what the snapshot reports (skipped FIFOs, bad ignore patterns, ...) is a walk's too
             assert (cp.warnings, cp.stats["skipped"]) == (ref.warnings, ref.stats["skipped"]), (i, ops)
             _same_diff(watched, plain)
+            assert_state_is_a_walk(watched, root)  # the records and every listing
+        assert by_names.count(True) >= 5  # (the fast path was what was tested, and left alone)
         status = watched.watch_status()
         assert status is not None and status["divergences"] == 0
         # The patching was what was tested.  (The polling source names again, by design, a file
@@ -212,14 +248,18 @@ def test_a_new_file_lists_one_directory(tmp_path: Path, monkeypatch):
         (root / "pkg3" / "sub2" / "new.py").write_bytes(b"new\n")
         cp = s.snapshot("a new file")
         assert s.read_bytes(cp.id, "pkg3/sub2/new.py") == b"new\n"
-        assert len(listed) == 1  # pkg3/sub2 alone, not the 61 directories of the tree
+        # not even pkg3/sub2: the entries the events name are lstat-ed, the listing patched
+        assert len(listed) == 0
         os.unlink(root / "pkg3" / "sub2" / "m0.py")
         os.rename(root / "pkg5" / "sub1" / "m1.py", root / "pkg5" / "sub1" / "renamed.py")
         cp = s.snapshot("a deleted and a renamed file")
-        assert len(listed) == 3
+        assert len(listed) == 0
         paths = {e.path for e in s.entries(cp.id)}
         assert b"pkg3/sub2/m0.py" not in paths and b"pkg5/sub1/renamed.py" in paths
         assert b"pkg5/sub1/m1.py" not in paths
+        (root / "pkg5" / "sub1" / "new").mkdir()  # a new subdirectory: its parent is listed
+        s.snapshot("an empty directory")
+        assert len(listed) == 2  # pkg5/sub1 listed again, pkg5/sub1/new walked
 
 
 def test_a_new_directory_walks_only_itself(tmp_path: Path, monkeypatch):
@@ -271,7 +311,7 @@ def test_status_through_the_watcher_does_not_walk_nor_consume(tmp_path: Path, mo
             assert (("M", b"pkg0/sub0/m0.py") in changes and ("A", b"pkg7/sub3/added.py") in changes
                     and ("D", b"pkg9/sub4/m2.py") in changes), changes
             assert len(changes) == 6
-        assert len(listed) == 4  # pkg7/sub3 and pkg9, twice; never the 61 directories
+        assert len(listed) == 2  # pkg9 (a subdirectory gone), twice; never the 61 directories
         cp = s.snapshot("after two looks")  # the changes were still pending for the snapshot
         assert s.read_bytes(cp.id, "pkg7/sub3/added.py") == b"added\n"
         assert s.read_bytes(cp.id, "pkg0/sub0/m0.py") == b"changed\n"

@@ -53,11 +53,12 @@ def _isdir(sig: Sig) -> int:
 
 
 class _Watched:
-    __slots__ = ("entries", "ino", "path", "own")
+    __slots__ = ("entries", "ino", "path", "own", "mtime")
 
     def __init__(self, path: bytes, st: os.stat_result, entries: dict[bytes, Sig]):
         self.path, self.ino, self.entries = path, st.st_ino, entries
         self.own = (st.st_mode, st.st_uid, st.st_gid)
+        self.mtime = st.st_mtime_ns
 
 
 def _listing(path: bytes) -> dict[bytes, Sig]:
@@ -135,6 +136,7 @@ class PollingSource:
         if own != d.own:
             events.append((wd, MODIFIED, b""))
             d.own = own
+        first = len(events)
         before = d.entries
         for name, sig in now.items():
             old = before.get(name)
@@ -150,6 +152,11 @@ class PollingSource:
             if name not in now:
                 events.append((wd, DELETED | _isdir(old), name))
         d.entries = now
+        if st.st_mtime_ns != d.mtime and len(events) == first:
+            # Names made and removed between two reads: no entry differs, but the directory's
+            # mtime moved (a walk records an empty directory's).
+            events.append((wd, MODIFIED, b""))
+        d.mtime = st.st_mtime_ns
 
     def why(self, exc: OSError) -> str:
         return os.strerror(exc.errno or 0)

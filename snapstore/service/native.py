@@ -40,7 +40,9 @@ def compiler() -> str | None:
 
 def build(out: str, python_client: str, cc: str | None = None, tag: str | None = None) -> None:
     """Compile the client to ``out`` (atomically), falling back to ``python_client``; ``tag``
-    (tests) stands for this installation's protocol version tag.
+    (tests) stands for this installation's protocol version tag.  Linked statically when the
+    system's C library can be (every command starts it, and a static binary starts without
+    the dynamic loader), else dynamically.
 
     Raises OSError (no compiler) or subprocess.CalledProcessError (it failed: its output says why).
     """
@@ -56,10 +58,11 @@ def build(out: str, python_client: str, cc: str | None = None, tag: str | None =
             f.write(f"#define SNAPSTORE_VERSION_TAG {json.dumps(tag or version_tag(), ensure_ascii=False)}\n")
             f.write(f"#define SNAPSTORE_PYTHON_CLIENT {json.dumps(os.path.abspath(python_client), ensure_ascii=False)}\n")
         binary = os.path.join(tmp, "snapstore")
-        subprocess.run(
-            [cc, *flags(), "-include", config, "-o", binary, os.path.join(SOURCE_DIR, "snapstore.c")],
-            check=True, capture_output=True, text=True,
-        )
+        argv = [cc, *flags(), "-include", config, "-o", binary, os.path.join(SOURCE_DIR, "snapstore.c")]
+        try:  # linked statically where the C library allows: no dynamic loader at each start
+            subprocess.run([*argv, "-static"], check=True, capture_output=True, text=True)
+        except subprocess.CalledProcessError:  # (no static libc: glibc-static not installed, macOS)
+            subprocess.run(argv, check=True, capture_output=True, text=True)
         staged = out + ".new"
         shutil.copyfile(binary, staged)
         os.chmod(staged, 0o755)

@@ -6,9 +6,13 @@ A watching Store keeps, from its last walk, every path found (``found``) and eve
 own per-directory logic (:func:`snapstore.tree.scan.scan_dir`), so the result is what a whole
 walk would find now:
 
-* a directory whose listing changed is listed again (non-recursively): entries that are gone
-  are removed (a subdirectory with everything below it), new ones recorded, and a new
-  subdirectory walked completely (:func:`snapstore.tree.scan.walk_below`);
+* a directory whose listing changed has the entries the events name in it lstat-ed and judged
+  by its kept rules, without listing it (what a checkout or an editor's save does: files
+  created, replaced, deleted); when that cannot say what a walk would (a subdirectory came or
+  went, the directory became or ceased to be empty, a warning a walk would give) it is listed
+  again (non-recursively): entries that are gone are removed (a subdirectory with everything
+  below it), new ones recorded, and a new subdirectory walked completely
+  (:func:`snapstore.tree.scan.walk_below`);
 * a directory the watcher saw appear (a subtree) is forgotten and walked completely;
 * a file whose content or metadata changed is lstat-ed again; any other changed path (a
   symlink, an empty directory, something that changed type) has its directory listed again;
@@ -32,7 +36,7 @@ import os
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import NamedTuple, Protocol
 
-from snapstore.records.manifest import DIR, EXEC, FILE
+from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK
 from snapstore.tree import ignore, scan
 from snapstore.tree.paths import DIR_FLAGS, iter_parents, open_beneath
 
@@ -116,6 +120,7 @@ def apply(
             files.append(path)
         else:  # a symlink or unreadable entry: its directory says what it is now
             relist.add(parent_of(path))
+    named_in = _children(changes.paths, relist)
     for target in sorted(relist | p.fresh):  # a directory before anything below it
         if p.covered(target):
             continue
@@ -124,7 +129,7 @@ def apply(
             continue  # not walked: ignored, left out, another store's, or gone with its parent
         if target in p.fresh or listing.kind != scan.LISTED:
             p.rewalk(target, _parent_rules(listings, target))
-        elif not p.relist(target, listing):
+        elif not p.by_names(target, listing, named_in.get(target, [])) and not p.relist(target, listing):
             return None
     for path in files:
         parent = parent_of(path)
@@ -145,6 +150,16 @@ def apply(
         return None  # something moved while it was listed: the whole walk decides
     links.update(report.links[links_from:])
     return Patch(p.removed, p.updated, p.listed, links)
+
+
+def _children(paths: Iterable[bytes], dirs: set[bytes]) -> dict[bytes, list[bytes]]:
+    """The paths of ``paths`` directly in one of ``dirs``, by directory."""
+    out: dict[bytes, list[bytes]] = {}
+    for path in paths:
+        parent = parent_of(path)
+        if parent in dirs:
+            out.setdefault(parent, []).append(path)
+    return out
 
 
 def _parent_rules(listings: scan.Listings, rel: bytes) -> ignore.Rules:
@@ -214,6 +229,42 @@ class _Patcher:
         self.updated.extend(got)
         self.walked.add(top)
 
+    def by_names(self, rel: bytes, old: scan.Listing, named: list[bytes]) -> bool:
+        """Patch the listing of ``rel`` from the entries the events name in it, without listing
+        it again; False (nothing changed) when only a listing can say what a walk would report.
+
+        Every name that came or went in a watched directory is named by an event, so the
+        entries no event names are as they were.  This handles what a checkout or an editor's
+        save does (files written, replaced, created, deleted): the named entries are lstat-ed
+        and judged by the walk's rules.  Anything that would change more than the listing's
+        file names (a subdirectory gained or lost, the directory becoming or ceasing to be
+        empty, a warning a walk would give: special, unreadable or set-id entries, an entry
+        that vanishes meanwhile) or that a listing decides (store markers) is left to
+        :meth:`relist`, as is a directory whose listing gave warnings besides its rules'."""
+        if (
+            rel in self.found or old.notes is None or len(old.notes) != old.rule_notes
+            or old.special or old.unreadable or not (old.names or old.subdirs)
+        ):  # fmt: skip
+            return False
+        looked = _look(self.root, rel, old, named, self.excluded)
+        if looked is None:
+            return False
+        now, links = looked
+        names = [n for n in old.names if n not in now]
+        names.extend([n for n, f in now.items() if f is not None])
+        if not names and not old.subdirs:
+            return False  # empty now, or holding only what it ignores: a listing says which
+        found = self.found
+        for path, f in now.items():
+            if f is not None:
+                found[path] = f
+                self.updated.append(f)
+            elif found.pop(path, None) is not None:
+                self.removed.append(path)
+        self.report.links.extend(links)
+        self.listings[rel] = old._replace(names=tuple(names))
+        return True
+
     def relist(self, rel: bytes, old: scan.Listing) -> bool:
         """List the walked directory ``rel`` again; False when only a whole walk can say."""
         found = self.found
@@ -272,3 +323,54 @@ class _Patcher:
         elif found.pop(rel, None) is not None:
             self.removed.append(rel)
         return True
+
+
+def _look(
+    root: bytes, rel: bytes, old: scan.Listing, named: list[bytes], excluded: frozenset[bytes]
+) -> tuple[dict[bytes, scan.Found | None], list[bytes]] | None:
+    """What a walk would record now of each of ``named`` (entries of the directory ``rel``;
+    None: nothing), and which of them have more than one link; None when a listing must say
+    (see :meth:`_Patcher.by_names`)."""
+    now: dict[bytes, scan.Found | None] = {}
+    links: list[bytes] = []
+    subdirs = set(old.subdirs)
+    for path in named:
+        name = path.rpartition(b"/")[2]
+        if not name or name in scan.STORE_MARKERS:
+            return None  # (whether the directory is a store: its whole listing says)
+        if name in scan.ALWAYS_EXCLUDED or path in excluded:
+            continue
+        try:
+            st = os.lstat(root + b"/" + path)
+        except FileNotFoundError:
+            if path in subdirs:
+                return None
+            now[path] = None
+            continue
+        except OSError:
+            return None
+        mode = st.st_mode
+        kind = mode & 0o170000
+        if kind == 0o040000:  # a directory: only one walked before and still there is as it was
+            if path in subdirs:
+                continue
+            if not (old.rules and ignore.is_ignored(old.rules, path, True)):
+                return None  # a new subdirectory (a walk's order of them: a listing says)
+            now[path] = None
+            continue
+        if path in subdirs or mode & 0o7000 or kind not in (0o100000, 0o120000):
+            return None
+        if old.rules and ignore.is_ignored(old.rules, path, False):
+            now[path] = None
+            continue
+        if kind == 0o120000:
+            try:
+                target = os.readlink(root + b"/" + path)
+            except OSError:
+                return None
+            now[path] = scan.Found(path, SYMLINK, scan.compact(st), target)
+            continue
+        if st.st_nlink > 1:
+            links.append(path)
+        now[path] = scan.Found(path, EXEC if mode & 0o100 else FILE, scan.compact(st), b"")
+    return now, links

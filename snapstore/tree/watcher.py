@@ -125,6 +125,9 @@ class Watcher:
         #: (ops.snapshot.incremental keeps it: a patch that lists nothing again reports the same).
         self.report_memo: tuple[Any, tuple[str, ...], int, int] | None = None
         self.last_error: str | None = None
+        #: Mapping scans made (a test's count), and one made ahead for the next checkpoint.
+        self.mapping_scans = 0
+        self._prefetched: tuple[set[bytes], set[int]] | None = None
         self._real_root = os.fsencode(os.path.realpath(root))
         self._maps = MapsCache()
         try:
@@ -321,8 +324,27 @@ class Watcher:
     def mapped_for_write(self) -> tuple[set[bytes], set[int]]:
         """The tree's files that some process maps shared and writable now
         (:func:`snapstore.platform.maps.mapped_for_write`; each process's maps read again only
-        when its mapped size changed)."""
+        when its mapped size changed), or what :meth:`prefetch_mappings` found for this
+        request (once)."""
+        got, self._prefetched = self._prefetched, None
+        if got is not None:
+            return got
+        self.mapping_scans += 1
         return mapped_for_write(self._real_root, self._dev, self._maps)
+
+    def prefetch_mappings(self) -> None:
+        """Scan the mappings now for the checkpoint a request is about to take (the service,
+        while its client confirms the request: the scan overlaps that round trip).  The scan
+        is as good as one at the checkpoint's start: the request came after anything its
+        client wants checkpointed, and a mapping made after the scan is found by the next
+        checkpoint's, as one made after the checkpoint's own scan is.  The service drops an
+        unused one (:meth:`drop_prefetched`) when the request ends."""
+        self.mapping_scans += 1
+        self._prefetched = mapped_for_write(self._real_root, self._dev, self._maps)
+
+    def drop_prefetched(self) -> None:
+        """Forget a :meth:`prefetch_mappings` no checkpoint took."""
+        self._prefetched = None
 
 
 #: add_watch errors that mean the directory is gone or is no longer one (not blindness).

@@ -5,7 +5,8 @@ A Store opened with ``watch=True`` (the resident service always is) keeps an ino
 snapshot it commits, a :class:`~snapstore.ops.context.TreeState` (``ctx.tree_state``): what the
 walk found, each directory's listing, the stat cache and the entries.  The next snapshot then
 patches that state with what the watcher names (:mod:`snapstore.tree.rescan`: changed files are
-lstat-ed again, directories whose listing changed are listed again, new subtrees walked) instead
+lstat-ed again, so are the entries that came or went, a directory is listed again only when
+that cannot say what a walk would, new subtrees are walked) instead
 of walking the tree and loading the whole stat cache.  The state is used only when nothing else
 can have changed the store in between (the newest log and oplog keys are still the ones this
 context wrote).  An overflow, a changed ignore file, a periodic consistency check or any doubt
@@ -61,7 +62,7 @@ class Patched(NamedTuple):
     #: The entries ``touched`` is relative to: the state's, or the dict a restore's patch copied
     #: them from (TreeState.carried); the manifest memo's when they agree.
     base: dict[bytes, Entry]
-    #: Directories listed again and subtrees walked (none: the listings are as they were).
+    #: Directories listed again and subtrees walked (none: the listings' reports are as they were).
     listed: int
 
 

@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("snapstore.service")
 
+#: The commands that take a checkpoint first (a plain snapshot; not a hook event, which often
+#: takes none): the watcher's mapping scan is made while the client confirms the request.
+_CHECKPOINTING = frozenset({"snapshot"})
+
 DEFAULT_IDLE_TIMEOUT = 1800.0
 #: Seconds without a request before the idle maintenance pass (gathering small loose packs).
 MAINTAIN_AFTER = 10.0
@@ -303,6 +307,9 @@ class Service:
             # The ack names this process: a client that loses the answer waits for it to end
             # before reading what the request recorded (service.client.lost).
             protocol.send_frame(conn, b"a", str(os.getpid()).encode())
+            watcher = self.store.context.watcher
+            if watcher is not None and request.get("command") in _CHECKPOINTING:
+                watcher.prefetch_mappings()  # (while the client wakes to confirm)
             # Run only once the client confirms it saw the acknowledgement: a client that gave
             # up waiting (and runs the command itself) closes without confirming.
             go = protocol.recv_frame(conn)
@@ -320,6 +327,9 @@ class Service:
         except (OSError, ValueError) as exc:  # the client went away or sent garbage
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("request failed: %s", self.last_error)
+        finally:
+            if self.store.context.watcher is not None:
+                self.store.context.watcher.drop_prefetched()
 
     def _provide(self, ctx: Ctx) -> Store:
         located = Store.locate(ctx.directory, store=ctx.store_dir)
