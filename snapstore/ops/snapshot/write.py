@@ -16,6 +16,7 @@ held only while it is in flight.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import NamedTuple
 
 from snapstore.storage import entries, objects, packs
@@ -148,8 +149,11 @@ class Writer(threading.Thread):
             self.error = exc
 
 
-#: Where a new chunk's delta base may be: (the file's previous stream id, the chunk's offset).
+#: Where a new chunk's delta base may be: (the file's path, the chunk's offset in it); the
+#: path's previous version is looked up (:class:`Sink`'s ``previous``) only for a new chunk.
 Hint = tuple[bytes, int]
+#: ``previous(path)``: the stream the path's last stored version had, or None.
+Previous = Callable[[bytes], "bytes | None"]
 
 
 class Packing(NamedTuple):  # (not a dataclass: its import would slow every CLI process's start)
@@ -168,10 +172,11 @@ class Sink:
     It is also what makes frames solid: the new chunks of a group are compressed together.
     """
 
-    def __init__(self, dedup: Dedup, writer: Writer, packing: Packing) -> None:
+    def __init__(self, dedup: Dedup, writer: Writer, packing: Packing, previous: Previous | None = None) -> None:
         self.dedup = dedup
         self.writer = writer
         self.packing = packing
+        self.previous = previous
         self.pairs: list[tuple[bytes, bytes | memoryview, Hint | None]] = []
         self.records: list[Op] = []
         self.size = 0
@@ -217,15 +222,18 @@ class Sink:
         there are several, since most of a delta's cost is zstd's (decoding the base's frame,
         compressing against it), which runs outside the GIL.  Each thread makes its share's
         lookups in one read view (:meth:`snapstore.storage.packs.DeltaBases.held`)."""
-        bases, level = self.packing.bases, self.packing.level
-        if bases is None:
+        bases, level, previous = self.packing.bases, self.packing.level, self.previous
+        if bases is None or previous is None:
             return [None] * len(chosen)
 
         def one(item: tuple[bytes, bytes | memoryview, Hint | None]) -> packs.Frame | None:
             cid, data, hint = item
             if hint is None:
                 return None
-            frame = bases.frame(cid, data, hint[0], hint[1], level)
+            prev = previous(hint[0])
+            if prev is None:
+                return None
+            frame = bases.frame(cid, data, prev, hint[1], level)
             # The next version of this file will want this chunk as its delta base: keep it,
             # so a long-lived Store does not decode its frame back.
             entries.remember_chunk(cid, bytes(data))
