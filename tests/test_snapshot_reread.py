@@ -116,3 +116,41 @@ def test_stored_chunks_are_the_chunkers(tmp_path, size):
     assert leaves == expected
     assert ref == objects.chunk_id(data) if len(expected) > 1 else ref == expected[0]
     store.close()
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_delta_bases_in_one_frame_decode_it_once(tmp_path, monkeypatch, pooled):
+    """Edited files whose previous versions share a solid frame: the frame is decoded once
+    for all their delta bases (the base furthest into it first), not once as a prefix and
+    again whole when a later base lies past that prefix."""
+    import zstandard
+
+    from snapstore.storage import entries
+
+    if pooled:
+        monkeypatch.setattr(snapshot_read, "INLINE_FILES", 0)
+    root = tmp_path / "t"
+    names = [f"f{i}.py" for i in range(6)]
+    spec = {name: random_bytes(6000, seed=i + 20) for i, name in enumerate(names)}
+    build_tree(root, spec)
+    store = Store.init(root)
+    store.snapshot("one")  # the six files in one solid frame of 36,000 plain bytes
+    for name in names:
+        data = bytearray(spec[name])
+        data[3000:3004] = b"edit"
+        (root / name).write_bytes(bytes(data))
+    entries.clear_cache()  # as in a new process: no decoded frame, no remembered chunk
+    decoded: list[int] = []
+    real = entries.inflate
+
+    def inflate(cid, frame, *a, **k):
+        if zstandard.frame_content_size(frame) == 6 * 6000:
+            decoded.append(len(frame))
+        return real(cid, frame, *a, **k)
+
+    monkeypatch.setattr(entries, "inflate", inflate)
+    two = store.snapshot("two")
+    assert len(decoded) == 1
+    assert two.stats["new_bytes"] < 6 * 1000  # each file a delta on its previous version
+    assert all(store.read_bytes("latest", n) == (root / n).read_bytes() for n in names)
+    store.close()

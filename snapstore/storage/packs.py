@@ -253,16 +253,41 @@ class DeltaBases:
         """A delta frame for chunk ``cid`` against ``prev`` (a stream) at ``offset``, or None."""
         if self.max_depth < 1 or len(data) < DELTA_MIN:
             return None
+        base = self.base(prev, offset)
+        return None if base is None else self.on(cid, data, base, level)
+
+    def base(self, prev: bytes, offset: int) -> bytes | None:
+        """The chunk stream ``prev`` has at ``offset``: the delta base of a new chunk there
+        (None when ``prev`` cannot be read)."""
         try:
             layout = self._layout(prev)
-            base = None
-            for start, bid in layout:
-                if start > offset:
-                    break
-                base = bid
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
-        return None if base is None else self.on(cid, data, base, level)
+        base = None
+        for start, bid in layout:
+            if start > offset:
+                break
+            base = bid
+        return base
+
+    def decode_groups(self, bases: Sequence[bytes | None]) -> list[list[int]]:
+        """The indices of ``bases`` (None: no base, left out) grouped by the frame that holds
+        each, the chunk furthest into its frame first.  zstd decodes a frame from its start,
+        so that one (prefix) decode, kept in the frame cache, serves the group's other bases;
+        in the order given, a base further in than the cached prefix decoded the frame again.
+        A group is for one thread: two threads would each decode its frame."""
+        groups: dict[tuple[bytes, int], list[tuple[int, int]]] = {}
+        for i, base in enumerate(bases):
+            if base is None:
+                continue
+            value = self._get("chunks", base)
+            try:
+                e = entries.parse(base, value) if entries.is_entry(value) else None
+            except CorruptError:
+                e = None  # (on() finds the damage again and stores the chunk whole)
+            where = (e.pack, e.frame_off) if e is not None else (base, -1)
+            groups.setdefault(where, []).append((-(e.offset + e.size) if e is not None else 0, i))
+        return [[i for _, i in sorted(groups[k])] for k in sorted(groups)]
 
     def on(
         self, cid: bytes, data: bytes | memoryview, base: bytes, level: int, alone: int | None = None

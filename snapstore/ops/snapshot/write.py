@@ -220,36 +220,55 @@ class Sink:
     def _delta_frames(self, chosen: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
         """A delta frame (or None) for each chunk: in :data:`DELTA_THREADS` threads when
         there are several, since most of a delta's cost is zstd's (decoding the base's frame,
-        compressing against it), which runs outside the GIL.  Each thread makes its share's
-        lookups in one read view (:meth:`snapstore.storage.packs.DeltaBases.held`)."""
+        compressing against it), which runs outside the GIL.  The bases are found first and
+        visited frame by frame (:meth:`snapstore.storage.packs.DeltaBases.decode_order`);
+        each thread makes its share's lookups in one read view
+        (:meth:`snapstore.storage.packs.DeltaBases.held`)."""
         bases, level, previous = self.packing.bases, self.packing.level, self.previous
+        frames: list[packs.Frame | None] = [None] * len(chosen)
         if bases is None or previous is None:
-            return [None] * len(chosen)
+            return frames
+        found: list[bytes | None] = []  # each chunk's base
+        versioned: list[int] = []  # the chunks of files with a previous version
+        with bases.held():
+            for i, (_, data, hint) in enumerate(chosen):
+                prev = previous(hint[0]) if hint is not None else None
+                base = None
+                if prev is not None and hint is not None:
+                    versioned.append(i)
+                    if len(data) >= packs.DELTA_MIN and bases.max_depth > 0:
+                        base = bases.base(prev, hint[1])
+                found.append(base)
+            groups = bases.decode_groups(found)
 
-        def one(item: tuple[bytes, bytes | memoryview, Hint | None]) -> packs.Frame | None:
-            cid, data, hint = item
-            if hint is None:
-                return None
-            prev = previous(hint[0])
-            if prev is None:
-                return None
-            frame = bases.frame(cid, data, prev, hint[1], level)
+        def share(part: list[list[int]]) -> None:
+            with bases.held():
+                for group in part:
+                    for i in group:
+                        base = found[i]
+                        if base is not None:
+                            frames[i] = bases.on(chosen[i][0], chosen[i][1], base, level)
+
+        if sum(len(g) for g in groups) < PARALLEL_DELTAS:
+            share(groups)
+        else:
+            from snapstore.ops import workers
+
+            if len(groups) < DELTA_THREADS:
+                # Few frames: decode them here (each group's first base), then share the rest,
+                # whose bases the frame cache now holds.
+                share([g[:1] for g in groups])
+                rest = [i for g in groups for i in g[1:]]
+                size = -(-len(rest) // DELTA_THREADS)
+                groups = [rest[k : k + size] for k in range(0, len(rest), size)]
+            # Whole groups to each thread, in turns: each frame is decoded by one thread.
+            parts = [groups[k::DELTA_THREADS] for k in range(DELTA_THREADS)]
+            list(workers.pool("delta", DELTA_THREADS).map(share, parts))
+        for i in versioned:
             # The next version of this file will want this chunk as its delta base: keep it,
             # so a long-lived Store does not decode its frame back.
-            entries.remember_chunk(cid, bytes(data))
-            return frame
-
-        def share(items: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
-            with bases.held():
-                return [one(item) for item in items]
-
-        if sum(1 for _, _, hint in chosen if hint is not None) < PARALLEL_DELTAS:
-            return share(chosen)
-        from snapstore.ops import workers
-
-        size = -(-len(chosen) // DELTA_THREADS)
-        shares = [chosen[i : i + size] for i in range(0, len(chosen), size)]
-        return [frame for part in workers.pool("delta", DELTA_THREADS).map(share, shares) for frame in part]
+            entries.remember_chunk(chosen[i][0], bytes(chosen[i][1]))
+        return frames
 
 
 def lacking(backend: Backend, plain: dict[bytes, bytes], *, unreadable: bool = False) -> list[tuple[bytes, bytes]]:
