@@ -270,22 +270,27 @@ class DeltaBases:
             base = bid
         return base
 
-    def decode_groups(self, bases: Sequence[bytes | None]) -> list[list[int]]:
-        """The indices of ``bases`` (None: no base, left out) grouped by the frame that holds
-        each, the chunk furthest into its frame first.  zstd decodes a frame from its start,
-        so that one (prefix) decode, kept in the frame cache, serves the group's other bases;
-        in the order given, a base further in than the cached prefix decoded the frame again.
-        A group is for one thread: two threads would each decode its frame."""
+    def decode_groups(self, streams: Sequence[bytes | None]) -> list[list[int]]:
+        """The indices of ``streams`` (previous versions of edited files, whose chunks are
+        delta bases; None left out) grouped by the frame their first decode reads (a one-chunk
+        stream's, or its index root's, which follows its chunks), the furthest into its frame
+        first.  zstd decodes a frame from its start, so that one (prefix) decode, kept in the
+        frame cache, serves the group's other bases; in the order given, a base further in than
+        the cached prefix decoded the frame again.  A group is for one thread: two threads
+        would each decode its frame.  Reads entries only: no frame is decoded here."""
         groups: dict[tuple[bytes, int], list[tuple[int, int]]] = {}
-        for i, base in enumerate(bases):
-            if base is None:
+        for i, sid in enumerate(streams):
+            if sid is None:
                 continue
-            value = self._get("chunks", base)
+            e = None
             try:
-                e = entries.parse(base, value) if entries.is_entry(value) else None
+                record = self._get("streams", sid)
+                first = objects.parse_stream_record(sid, record)[2] if record is not None else sid
+                value = self._get("chunks", first)
+                e = entries.parse(first, value) if entries.is_entry(value) else None
             except CorruptError:
-                e = None  # (on() finds the damage again and stores the chunk whole)
-            where = (e.pack, e.frame_off) if e is not None else (base, -1)
+                pass  # (base() or on() finds the damage again and stores the chunk whole)
+            where = (e.pack, e.frame_off) if e is not None else (sid, -1)
             groups.setdefault(where, []).append((-(e.offset + e.size) if e is not None else 0, i))
         return [[i for _, i in sorted(groups[k])] for k in sorted(groups)]
 

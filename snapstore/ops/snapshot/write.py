@@ -220,34 +220,31 @@ class Sink:
     def _delta_frames(self, chosen: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
         """A delta frame (or None) for each chunk: in :data:`DELTA_THREADS` threads when
         there are several, since most of a delta's cost is zstd's (decoding the base's frame,
-        compressing against it), which runs outside the GIL.  The bases are found first and
-        visited frame by frame (:meth:`snapstore.storage.packs.DeltaBases.decode_order`);
-        each thread makes its share's lookups in one read view
+        compressing against it), which runs outside the GIL.  The files' previous versions are
+        found first and visited frame by frame
+        (:meth:`snapstore.storage.packs.DeltaBases.decode_groups`); each thread makes its share's lookups in one read view
         (:meth:`snapstore.storage.packs.DeltaBases.held`)."""
         bases, level, previous = self.packing.bases, self.packing.level, self.previous
         frames: list[packs.Frame | None] = [None] * len(chosen)
         if bases is None or previous is None:
             return frames
-        found: list[bytes | None] = []  # each chunk's base
-        versioned: list[int] = []  # the chunks of files with a previous version
         with bases.held():
-            for i, (_, data, hint) in enumerate(chosen):
-                prev = previous(hint[0]) if hint is not None else None
-                base = None
-                if prev is not None and hint is not None:
-                    versioned.append(i)
-                    if len(data) >= packs.DELTA_MIN and bases.max_depth > 0:
-                        base = bases.base(prev, hint[1])
-                found.append(base)
-            groups = bases.decode_groups(found)
+            # The previous version of each chunk's file, if any (its delta base is in there).
+            found = [previous(hint[0]) if hint is not None else None for _, _, hint in chosen]
+            groups = bases.decode_groups(
+                [sid if len(data) >= packs.DELTA_MIN and bases.max_depth > 0 else None
+                 for sid, (_, data, _) in zip(found, chosen)]
+            )  # fmt: skip
 
         def share(part: list[list[int]]) -> None:
             with bases.held():
                 for group in part:
                     for i in group:
-                        base = found[i]
+                        cid, data, hint = chosen[i]
+                        prev = found[i]
+                        base = bases.base(prev, hint[1]) if prev is not None and hint is not None else None
                         if base is not None:
-                            frames[i] = bases.on(chosen[i][0], chosen[i][1], base, level)
+                            frames[i] = bases.on(cid, data, base, level)
 
         if sum(len(g) for g in groups) < PARALLEL_DELTAS:
             share(groups)
@@ -264,10 +261,11 @@ class Sink:
             # Whole groups to each thread, in turns: each frame is decoded by one thread.
             parts = [groups[k::DELTA_THREADS] for k in range(DELTA_THREADS)]
             list(workers.pool("delta", DELTA_THREADS).map(share, parts))
-        for i in versioned:
-            # The next version of this file will want this chunk as its delta base: keep it,
-            # so a long-lived Store does not decode its frame back.
-            entries.remember_chunk(chosen[i][0], bytes(chosen[i][1]))
+        for (cid, data, _), prev in zip(chosen, found):
+            if prev is not None:
+                # The next version of this file will want this chunk as its delta base: keep
+                # it, so a long-lived Store does not decode its frame back.
+                entries.remember_chunk(cid, bytes(data))
         return frames
 
 
