@@ -170,6 +170,8 @@ class Sink:
     Grouping matters on small-file trees: one dedup lookup, one compression pass and one queue
     hand-off per GROUP_BYTES instead of per file keeps the threads from ping-ponging the GIL.
     It is also what makes frames solid: the new chunks of a group are compressed together.
+    ``previous`` (path -> its last stored version) is asked only about the paths of new chunks
+    (their hints), for delta bases: content the store has costs no lookup.
     """
 
     def __init__(self, dedup: Dedup, writer: Writer, packing: Packing, previous: Previous | None = None) -> None:
