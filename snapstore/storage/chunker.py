@@ -75,10 +75,16 @@ def _fastcdc() -> FastCDC:
     return cdc
 
 
+def one_chunk(size: int) -> bool:
+    """Whether bytes of this size are one chunk whatever they hold (FastCDC cuts nothing
+    before MIN_SIZE): a reader may then hash them as one, without the chunker."""
+    return size <= MIN_SIZE
+
+
 def cut_buffer(data: bytes | memoryview) -> Iterator[memoryview]:
     """Yield the chunks of an in-memory buffer (views into ``data``)."""
     view = memoryview(data)
-    if len(view) <= MIN_SIZE:
+    if one_chunk(len(view)):
         yield view
         return
     for chunk in _fastcdc().cut_buf(view):

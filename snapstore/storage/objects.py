@@ -268,8 +268,11 @@ class StreamBuilder:
     chunk is named by its tree (:func:`tree_id`, manifests) instead of its content's hash.
     """
 
-    def __init__(self, *, tree: bool = False) -> None:
-        self._hasher = None if tree else blake3.blake3()
+    def __init__(self, *, tree: bool = False, content_id: bytes | None = None) -> None:
+        #: ``content_id``: the content's id, when the caller hashed it whole (a buffer, in one
+        #: call): each chunk's bytes are then hashed for its own id only.
+        self._content_id = content_id
+        self._hasher = None if tree or content_id is not None else blake3.blake3()
         self._leaves: list[Ref] = []
         self._size = 0
 
@@ -294,7 +297,10 @@ class StreamBuilder:
         emit = (lambda nid, plain: put(nid, encode_chunk(plain, level))) if encode else put
         height, root = build_index(self._leaves, emit)
         record = stream_record(self._size, height, root)
-        sid = tree_id(record) if self._hasher is None else self._hasher.digest()
+        if self._content_id is not None:
+            sid = self._content_id
+        else:
+            sid = tree_id(record) if self._hasher is None else self._hasher.digest()
         return sid, self._size, record
 
 

@@ -253,16 +253,46 @@ class DeltaBases:
         """A delta frame for chunk ``cid`` against ``prev`` (a stream) at ``offset``, or None."""
         if self.max_depth < 1 or len(data) < DELTA_MIN:
             return None
+        base = self.base(prev, offset)
+        return None if base is None else self.on(cid, data, base, level)
+
+    def base(self, prev: bytes, offset: int) -> bytes | None:
+        """The chunk stream ``prev`` has at ``offset``: the delta base of a new chunk there
+        (None when ``prev`` cannot be read)."""
         try:
             layout = self._layout(prev)
-            base = None
-            for start, bid in layout:
-                if start > offset:
-                    break
-                base = bid
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
-        return None if base is None else self.on(cid, data, base, level)
+        base = None
+        for start, bid in layout:
+            if start > offset:
+                break
+            base = bid
+        return base
+
+    def decode_groups(self, streams: Sequence[bytes | None]) -> list[list[int]]:
+        """The indices of ``streams`` (previous versions of edited files, whose chunks are
+        delta bases; None left out) grouped by the frame their first decode reads (a one-chunk
+        stream's, or its index root's, which follows its chunks), the furthest into its frame
+        first.  zstd decodes a frame from its start, so that one (prefix) decode, kept in the
+        frame cache, serves the group's other bases; in the order given, a base further in than
+        the cached prefix decoded the frame again.  A group is for one thread: two threads
+        would each decode its frame.  Reads entries only: no frame is decoded here."""
+        groups: dict[tuple[bytes, int], list[tuple[int, int]]] = {}
+        for i, sid in enumerate(streams):
+            if sid is None:
+                continue
+            e = None
+            try:
+                record = self._get("streams", sid)
+                first = objects.parse_stream_record(sid, record)[2] if record is not None else sid
+                value = self._get("chunks", first)
+                e = entries.parse(first, value) if entries.is_entry(value) else None
+            except CorruptError:
+                pass  # (base() or on() finds the damage again and stores the chunk whole)
+            where = (e.pack, e.frame_off) if e is not None else (sid, -1)
+            groups.setdefault(where, []).append((-(e.offset + e.size) if e is not None else 0, i))
+        return [[i for _, i in sorted(groups[k])] for k in sorted(groups)]
 
     def on(
         self, cid: bytes, data: bytes | memoryview, base: bytes, level: int, alone: int | None = None

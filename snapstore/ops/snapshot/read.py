@@ -17,7 +17,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, BinaryIO, Union
 
 from snapstore.errors import TreeIOError
 from snapstore.ops.context import StageContext
@@ -76,7 +76,7 @@ class Reader:
 
     def read_batch(self, files: list[scan.Found]) -> list[tuple[scan.Found, Outcome]]:
         """Read several files; returns ``(file, result or exception)`` for each."""
-        sink = self._local.sink = Sink(self.dedup, self.writer, self.packing)
+        sink = self._local.sink = self._sink()
         out: list[tuple[scan.Found, Outcome]] = []
         try:
             for f in files:
@@ -121,33 +121,66 @@ class Reader:
         sink: Sink | None = getattr(self._local, "sink", None)
         direct = sink is None  # a direct call outside read_batch flushes its own sink
         if sink is None:
-            sink = Sink(self.dedup, self.writer, self.packing)
-        prev = self.previous(rel) if self.previous is not None and self.packing.bases else None
-        offset = 0
-        f = os.fdopen(fd, "rb", buffering=0, closefd=False)
-        builder = objects.StreamBuilder()
+            sink = self._sink()
+        # Where a new chunk's delta base may be: the path's previous version, looked up by the
+        # sink only for chunks the store lacks (a file re-read with stored content costs none).
+        path = rel if self.previous is not None and self.packing.bases else None
         if expected <= WHOLE_READ_MAX:
-            data = f.read(expected + 1)
-            # A file that grew since its stat (or a short read): read to the end, the check
-            # decides.  Not otherwise: each read(1 MiB) allocates 1 MiB, even at the end.
-            while len(data) != expected:
-                more = f.read(1 << 20)
-                if not more:
-                    break
-                data += more
-            for view in chunker.cut_buffer(data):
-                sink.add(builder.add(view), view, (prev, offset) if prev else None)
-                offset += len(view)
+            sid, size = _store_buffer(_read_whole(fd, expected), sink, path)
         else:
-            for chunk in chunker.cut_stream(f):
-                sink.add(builder.add(chunk), chunk, (prev, offset) if prev else None)
-                offset += len(chunk)
-        sid, size, record = builder.finish(sink.add, encode=False)
-        if record is not None:
-            sink.add_record("streams", sid, record)
+            sid, size = _store_stream(os.fdopen(fd, "rb", buffering=0, closefd=False), sink, path)
         if direct:
             sink.flush()
         return sid, size
+
+    def _sink(self) -> Sink:
+        return Sink(self.dedup, self.writer, self.packing, self.previous)
+
+
+def _read_whole(fd: int, expected: int) -> bytes:
+    """The bytes of the file open at ``fd``, which its stat says holds ``expected`` bytes."""
+    data = os.read(fd, expected + 1)
+    # A file that grew since its stat (or a short read): read to the end, the caller's check
+    # decides.  Not otherwise: each read(1 MiB) allocates 1 MiB, even at the end.
+    while len(data) != expected:
+        more = os.read(fd, 1 << 20)
+        if not more:
+            break
+        data += more
+    return data
+
+
+def _store_buffer(data: bytes, sink: Sink, path: bytes | None) -> tuple[bytes, int]:
+    """Hand the chunks of ``data`` to ``sink``; returns ``(stream id, size)``."""
+    views = [memoryview(data)] if chunker.one_chunk(len(data)) else list(chunker.cut_buffer(data))
+    if len(views) == 1:
+        # One chunk (most source files): its id is the stream's, so its bytes are hashed once.
+        cid = objects.chunk_id(data)
+        sink.add(cid, data, (path, 0) if path is not None else None)
+        return cid, len(data)
+    builder = objects.StreamBuilder(content_id=objects.chunk_id(data))
+    offset = 0
+    for view in views:
+        sink.add(builder.add(view), view, (path, offset) if path is not None else None)
+        offset += len(view)
+    return _finish(builder, sink)
+
+
+def _store_stream(f: BinaryIO, sink: Sink, path: bytes | None) -> tuple[bytes, int]:
+    """Hand the chunks read from ``f`` (a file too large to hold whole) to ``sink``."""
+    builder = objects.StreamBuilder()
+    offset = 0
+    for chunk in chunker.cut_stream(f):
+        sink.add(builder.add(chunk), chunk, (path, offset) if path is not None else None)
+        offset += len(chunk)
+    return _finish(builder, sink)
+
+
+def _finish(builder: objects.StreamBuilder, sink: Sink) -> tuple[bytes, int]:
+    sid, size, record = builder.finish(sink.add, encode=False)
+    if record is not None:
+        sink.add_record("streams", sid, record)
+    return sid, size
 
 
 def read_files(

@@ -16,6 +16,7 @@ held only while it is in flight.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import NamedTuple
 
 from snapstore.storage import entries, objects, packs
@@ -148,8 +149,11 @@ class Writer(threading.Thread):
             self.error = exc
 
 
-#: Where a new chunk's delta base may be: (the file's previous stream id, the chunk's offset).
+#: Where a new chunk's delta base may be: (the file's path, the chunk's offset in it); the
+#: path's previous version is looked up (:class:`Sink`'s ``previous``) only for a new chunk.
 Hint = tuple[bytes, int]
+#: ``previous(path)``: the stream the path's last stored version had, or None.
+Previous = Callable[[bytes], "bytes | None"]
 
 
 class Packing(NamedTuple):  # (not a dataclass: its import would slow every CLI process's start)
@@ -166,12 +170,15 @@ class Sink:
     Grouping matters on small-file trees: one dedup lookup, one compression pass and one queue
     hand-off per GROUP_BYTES instead of per file keeps the threads from ping-ponging the GIL.
     It is also what makes frames solid: the new chunks of a group are compressed together.
+    ``previous`` (path -> its last stored version) is asked only about the paths of new chunks
+    (their hints), for delta bases: content the store has costs no lookup.
     """
 
-    def __init__(self, dedup: Dedup, writer: Writer, packing: Packing) -> None:
+    def __init__(self, dedup: Dedup, writer: Writer, packing: Packing, previous: Previous | None = None) -> None:
         self.dedup = dedup
         self.writer = writer
         self.packing = packing
+        self.previous = previous
         self.pairs: list[tuple[bytes, bytes | memoryview, Hint | None]] = []
         self.records: list[Op] = []
         self.size = 0
@@ -215,33 +222,53 @@ class Sink:
     def _delta_frames(self, chosen: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
         """A delta frame (or None) for each chunk: in :data:`DELTA_THREADS` threads when
         there are several, since most of a delta's cost is zstd's (decoding the base's frame,
-        compressing against it), which runs outside the GIL.  Each thread makes its share's
-        lookups in one read view (:meth:`snapstore.storage.packs.DeltaBases.held`)."""
-        bases, level = self.packing.bases, self.packing.level
-        if bases is None:
-            return [None] * len(chosen)
+        compressing against it), which runs outside the GIL.  The files' previous versions are
+        found first and visited frame by frame
+        (:meth:`snapstore.storage.packs.DeltaBases.decode_groups`); each thread makes its share's lookups in one read view
+        (:meth:`snapstore.storage.packs.DeltaBases.held`)."""
+        bases, level, previous = self.packing.bases, self.packing.level, self.previous
+        frames: list[packs.Frame | None] = [None] * len(chosen)
+        if bases is None or previous is None:
+            return frames
+        with bases.held():
+            # The previous version of each chunk's file, if any (its delta base is in there).
+            found = [previous(hint[0]) if hint is not None else None for _, _, hint in chosen]
+            groups = bases.decode_groups(
+                [sid if len(data) >= packs.DELTA_MIN and bases.max_depth > 0 else None
+                 for sid, (_, data, _) in zip(found, chosen)]
+            )  # fmt: skip
 
-        def one(item: tuple[bytes, bytes | memoryview, Hint | None]) -> packs.Frame | None:
-            cid, data, hint = item
-            if hint is None:
-                return None
-            frame = bases.frame(cid, data, hint[0], hint[1], level)
-            # The next version of this file will want this chunk as its delta base: keep it,
-            # so a long-lived Store does not decode its frame back.
-            entries.remember_chunk(cid, bytes(data))
-            return frame
-
-        def share(items: list[tuple[bytes, bytes | memoryview, Hint | None]]) -> list[packs.Frame | None]:
+        def share(part: list[list[int]]) -> None:
             with bases.held():
-                return [one(item) for item in items]
+                for group in part:
+                    for i in group:
+                        cid, data, hint = chosen[i]
+                        prev = found[i]
+                        base = bases.base(prev, hint[1]) if prev is not None and hint is not None else None
+                        if base is not None:
+                            frames[i] = bases.on(cid, data, base, level)
 
-        if sum(1 for _, _, hint in chosen if hint is not None) < PARALLEL_DELTAS:
-            return share(chosen)
-        from snapstore.ops import workers
+        if sum(len(g) for g in groups) < PARALLEL_DELTAS:
+            share(groups)
+        else:
+            from snapstore.ops import workers
 
-        size = -(-len(chosen) // DELTA_THREADS)
-        shares = [chosen[i : i + size] for i in range(0, len(chosen), size)]
-        return [frame for part in workers.pool("delta", DELTA_THREADS).map(share, shares) for frame in part]
+            if len(groups) < DELTA_THREADS:
+                # Few frames: decode them here (each group's first base), then share the rest,
+                # whose bases the frame cache now holds.
+                share([g[:1] for g in groups])
+                rest = [i for g in groups for i in g[1:]]
+                size = -(-len(rest) // DELTA_THREADS)
+                groups = [rest[k : k + size] for k in range(0, len(rest), size)]
+            # Whole groups to each thread, in turns: each frame is decoded by one thread.
+            parts = [groups[k::DELTA_THREADS] for k in range(DELTA_THREADS)]
+            list(workers.pool("delta", DELTA_THREADS).map(share, parts))
+        for (cid, data, _), prev in zip(chosen, found):
+            if prev is not None:
+                # The next version of this file will want this chunk as its delta base: keep
+                # it, so a long-lived Store does not decode its frame back.
+                entries.remember_chunk(cid, bytes(data))
+        return frames
 
 
 def lacking(backend: Backend, plain: dict[bytes, bytes], *, unreadable: bool = False) -> list[tuple[bytes, bytes]]:
