@@ -194,6 +194,9 @@ class Applier:
         self.cache: dict[bytes, bytes] = {}
         #: The files written that the stat cache vouches for: path -> (lstat after the rename, sid).
         self.written: dict[bytes, tuple[os.stat_result, bytes]] = {}
+        #: Each file renamed into place: path -> (inode, mtime) it had (a deferred restore
+        #: journals them: after a power failure they tell its own files from the user's).
+        self.identity: dict[bytes, tuple[int, int]] = {}
 
     def close(self) -> None:
         """Fsync what was written and release the directory handles."""
@@ -347,6 +350,7 @@ class Applier:
             after = os.stat(staged.name, dir_fd=staged.dir_fd, follow_symlinks=False)
         except OSError:
             return  # gone already: the next snapshot sees that
+        self.identity[staged.path] = (after.st_ino, after.st_mtime_ns)
         sid = self.target[staged.path].ref
         value = statcache.written(staged.st, after, sid)
         if value is not None:

@@ -73,14 +73,26 @@ class Run:
     paths: set[bytes] = field(default_factory=set)
 
 
-def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], None] | None, run: Run) -> None:
-    """Carry out ``steps`` (a plan's order) against the tree, durably; see the module doc."""
+def execute(
+    applier: Applier, steps: list[Step], before: Callable[[int, Step], None] | None, run: Run,
+    defer: list[tuple[bytes, int]] | None = None,
+) -> None:
+    """Carry out ``steps`` (a plan's order) against the tree, durably; see the module doc.
+
+    With ``defer`` (a list), the two durability points are left to the caller: no ``syncfs``
+    is made, and one directory per file system written to is appended to ``defer``: its path
+    and an fd of it (a duplicate, the caller's to close).  Only for a caller that keeps the journal until it has synced
+    them (:mod:`.settle`); requires :func:`deferrable`.
+    """
     tree = applier.tree
     removed = {s.path for s in steps if s.action in REMOVALS}
     groups = _groups(applier, [(i, s) for i, s in enumerate(steps) if s.action in ("write", "chmod")])
     staged: dict[int, Staged] = {}
     sync = _sync_fn()
     durable_each = sync is None
+    if defer is not None:
+        assert sync is not None, "deferred syncs need syncfs"
+        sync = _skip
     try:
         early, late = _split_early(applier, groups[0], removed)
         _stage_all(applier, early, staged, durable_each)
@@ -114,8 +126,12 @@ def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], N
         for st in staged.values():
             applier.discard(st)
     if sync is not None and tree.touched:  # (a restore that changed nothing needs no sync)
-        _sync_dirs(sync, tree.fds.values())
-        tree.touched.clear()  # durable now: closing the applier has no directory to fsync
+        if defer is not None:
+            firsts = {fd: rel for rel, fd in tree.fds.items()}
+            defer.extend((firsts[fd], os.dup(fd)) for fd in _one_per_device(tree.fds.values()))
+        else:
+            _sync_dirs(sync, tree.fds.values())
+        tree.touched.clear()  # durable now (or the caller's to sync): no directory to fsync
 
 
 def _groups(applier: Applier, writes: list[tuple[int, Step]]) -> list[list[tuple[int, Step]]]:
@@ -297,8 +313,29 @@ def _in_pool(jobs: list[Callable[[], None]]) -> None:
 
 def _sync_dirs(sync: Callable[[int], None], fds: Iterable[int]) -> None:
     """One ``sync`` per file system among the directories ``fds``."""
+    for fd in _one_per_device(fds):
+        sync(fd)
+
+
+def _one_per_device(fds: Iterable[int]) -> list[int]:
     devices: dict[int, int] = {}
     for fd in fds:
         devices.setdefault(os.fstat(fd).st_dev, fd)
-    for fd in devices.values():
-        sync(fd)
+    return list(devices.values())
+
+
+def _skip(fd: int) -> None:
+    """The durability point of a deferred run: left to the caller."""
+
+
+def deferrable() -> bool:
+    """Whether :func:`execute` can leave its syncs to the caller (there is a ``syncfs`` to
+    make them with later)."""
+    return _sync_fn() is not None
+
+
+def sync_dirs_now(fds: Iterable[int]) -> None:
+    """The deferred durability points: one ``syncfs`` per file system among ``fds``."""
+    sync = _sync_fn()
+    assert sync is not None
+    _sync_dirs(sync, fds)
