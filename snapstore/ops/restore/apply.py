@@ -386,3 +386,22 @@ class Applier:
             return
         os.fchmod(fd, mode)  # through the fd opened with O_NOFOLLOW: never a symlink's target
         self.tree.touched.add(path)
+
+
+def clean_temp_files(tree: DirTree, paths: list[bytes]) -> None:
+    """Remove temp files an interrupted restore left in the directories it was writing to."""
+    for rel in {p.rpartition(b"/")[0] for p in paths}:
+        try:
+            fd = tree.dir_fd(rel, create=False)
+        except (ConflictError, OSError):
+            continue  # no longer a directory (or unreadable): nothing of ours can be in it
+        if fd is None:
+            continue
+        for name in os.listdir(fd):
+            raw = os.fsencode(name)
+            if raw.startswith(TMP_PREFIX):
+                try:
+                    os.unlink(raw, dir_fd=fd)
+                    tree.touched.add(rel)
+                except OSError:
+                    pass

@@ -19,6 +19,9 @@ in this order (each still idempotent, so the journal protocol and recovery are u
    written when the applier is closed), so the new names are on disk before the caller clears
    the journal.
 
+With ``execute(..., defer=[])`` (durability ``normal``: :mod:`.settle`) the two durability
+points are not made here: the caller keeps the journal until one ``syncfs`` later.
+
 Files beyond :data:`GROUP_BYTES` are written, synced and renamed in further groups after the
 first (steps 3-5 again), so the extra disk space a restore needs stays bounded.  The journal was
 made durable before step 1 by the caller.  A crash anywhere leaves every
@@ -88,11 +91,8 @@ def execute(
     removed = {s.path for s in steps if s.action in REMOVALS}
     groups = _groups(applier, [(i, s) for i, s in enumerate(steps) if s.action in ("write", "chmod")])
     staged: dict[int, Staged] = {}
-    sync = _sync_fn()
+    sync = _sync_fn() if defer is None else _skip
     durable_each = sync is None
-    if defer is not None:
-        assert sync is not None, "deferred syncs need syncfs"
-        sync = _skip
     try:
         early, late = _split_early(applier, groups[0], removed)
         _stage_all(applier, early, staged, durable_each)
@@ -126,12 +126,17 @@ def execute(
         for st in staged.values():
             applier.discard(st)
     if sync is not None and tree.touched:  # (a restore that changed nothing needs no sync)
-        if defer is not None:
-            firsts = {fd: rel for rel, fd in tree.fds.items()}
-            defer.extend((firsts[fd], os.dup(fd)) for fd in _one_per_device(tree.fds.values()))
-        else:
-            _sync_dirs(sync, tree.fds.values())
+        _last_point(tree.fds, sync, defer)
         tree.touched.clear()  # durable now (or the caller's to sync): no directory to fsync
+
+
+def _last_point(fds: dict[bytes, int], sync: Callable[[int], None], defer: list[tuple[bytes, int]] | None) -> None:
+    """Durability point 2, or (``defer``) the directories to make it with later."""
+    if defer is None:
+        _sync_dirs(sync, fds.values())
+        return
+    firsts = {fd: rel for rel, fd in fds.items()}
+    defer.extend((firsts[fd], os.dup(fd)) for fd in _one_per_device(fds.values()))
 
 
 def _groups(applier: Applier, writes: list[tuple[int, Step]]) -> list[list[tuple[int, Step]]]:

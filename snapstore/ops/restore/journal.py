@@ -124,27 +124,32 @@ def parse(value: bytes) -> Journal:
                 raise ValueError("a step has no path")
             check_path(path)
             steps.append(Step(action, path))
-        for key in ("target", "before"):
-            if key in rec and not (isinstance(rec[key], bytes) and len(rec[key]) == 32):
-                raise ValueError(f"bad {key}")
-        if "target" not in rec:
-            raise ValueError("no target")
-        if rec.get("kind", "restore") not in ("restore", "undo"):
-            raise ValueError("unknown kind")
-        t = rec.get("time_ns", 0)
-        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < (1 << 63):
-            raise ValueError("bad time")
-        paths = rec.get("paths")
-        if paths is not None and not (isinstance(paths, list) and all(isinstance(p, bytes) for p in paths)):
-            raise ValueError("bad paths")
-        boot = rec.get("boot")
-        if boot is not None and not (isinstance(boot, str) and 0 < len(boot) <= 40):
-            raise ValueError("bad boot id")
-        if "applied" in rec:
-            _check_applied(rec["applied"], len(steps))
+        _check_fields(rec, len(steps))
     except Exception as exc:  # any malformed value, whatever the decoder raises
         raise CorruptError(f"the restore journal is damaged ({exc}); {RECOVER_HINT}") from exc
     return Journal(rec, steps)
+
+
+def _check_fields(rec: dict[str, Any], n_steps: int) -> None:
+    """Raise ValueError unless the journal record's fields (but its steps) are well formed."""
+    for key in ("target", "before"):
+        if key in rec and not (isinstance(rec[key], bytes) and len(rec[key]) == 32):
+            raise ValueError(f"bad {key}")
+    if "target" not in rec:
+        raise ValueError("no target")
+    if rec.get("kind", "restore") not in ("restore", "undo"):
+        raise ValueError("unknown kind")
+    t = rec.get("time_ns", 0)
+    if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < (1 << 63):
+        raise ValueError("bad time")
+    paths = rec.get("paths")
+    if paths is not None and not (isinstance(paths, list) and all(isinstance(p, bytes) for p in paths)):
+        raise ValueError("bad paths")
+    boot = rec.get("boot")
+    if boot is not None and not (isinstance(boot, str) and 0 < len(boot) <= 40):
+        raise ValueError("bad boot id")
+    if "applied" in rec:
+        _check_applied(rec["applied"], n_steps)
 
 
 def _check_applied(applied: Any, n_steps: int) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from snapstore.ops.context import StageContext
 from snapstore.ops.restore import journal
-from snapstore.ops.restore.apply import Applier, getter
+from snapstore.ops.restore.apply import Applier, clean_temp_files, getter
 from snapstore.ops.restore.batch import Run, execute
 from snapstore.ops.restore.journal import Journal, tables
 from snapstore.ops.restore.plan import Step, verify_sources
@@ -100,8 +100,6 @@ def repair(ctx: StageContext, j: Journal, value: bytes, before: dict[bytes, Entr
         return len(redo), warnings
     with tables(ctx.backend).read() as view:
         contents = verify_sources(view.get, target, redo, tables(ctx.backend).read)
-    from snapstore.ops.restore.recovery import clean_temp_files
-
     applier = Applier(ctx.root_bytes, getter(ctx), target, f"{os.getpid()}p")
     applier.contents = contents
     try:

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapstore.errors import ConflictError, CorruptError, SnapstoreError, TreeIOError, UsageError
+from snapstore.errors import CorruptError, SnapstoreError, TreeIOError, UsageError
 from snapstore.ops.context import StageContext
 from snapstore.ops.restore import journal, powerfail, settle
-from snapstore.ops.restore.apply import TMP_PREFIX, Applier, DirTree, getter
+from snapstore.ops.restore.apply import Applier, DirTree, clean_temp_files, getter
 from snapstore.ops.restore.batch import Run, execute
 from snapstore.ops.restore.journal import tables
 from snapstore.ops.restore.plan import REMOVALS, plan
@@ -240,22 +240,3 @@ def _abandon(ctx: StageContext, value: bytes, dry_run: bool, record_tree: Record
         report.safety = record_tree("before abandoning an interrupted restore").id
     journal.clear(ctx.backend)
     return report
-
-
-def clean_temp_files(tree: DirTree, paths: list[bytes]) -> None:
-    """Remove temp files an interrupted restore left in the directories it was writing to."""
-    for rel in {p.rpartition(b"/")[0] for p in paths}:
-        try:
-            fd = tree.dir_fd(rel, create=False)
-        except (ConflictError, OSError):
-            continue  # no longer a directory (or unreadable): nothing of ours can be in it
-        if fd is None:
-            continue
-        for name in os.listdir(fd):
-            raw = os.fsencode(name)
-            if raw.startswith(TMP_PREFIX):
-                try:
-                    os.unlink(raw, dir_fd=fd)
-                    tree.touched.add(rel)
-                except OSError:
-                    pass

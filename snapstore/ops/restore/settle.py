@@ -49,7 +49,7 @@ RETRIES = 20
 step_hook: Callable[[str], None] | None = None
 
 _flusher = Flusher(DELAY)
-_pending: dict[str, Pending] = {}
+_pending: dict[str, UnsyncedRestore] = {}
 _pending_lock = threading.Lock()
 
 
@@ -74,7 +74,7 @@ def applied_value(op: dict[str, object], steps: list[Step], dirs: list[bytes],
     return journal.record({**op, "applied": {"dirs": dirs, "ids": ids}}, steps)
 
 
-class Pending:
+class UnsyncedRestore:
     """An applied restore of this process whose tree waits for its ``syncfs``."""
 
     def __init__(self, store_dir: str, fds: list[int], stamp: bytes) -> None:
@@ -102,19 +102,21 @@ class Pending:
             return self.synced
 
     def flush(self) -> None:
-        """The tree flusher's turn: sync, then clear the journal as a writer would."""
-        if not self.sync_tree():
-            _forget(self)
-            return
-        _hook("synced")
+        """The tree flusher's turn: sync, then clear the journal as a writer would.  Whatever
+        fails leaves the journal to the next writer (the flusher ignores the error)."""
+        again = False
         try:
-            _clear_as_writer(self.store_dir, self.stamp)
+            if self.sync_tree():
+                _hook("synced")
+                _clear_as_writer(self.store_dir, self.stamp)
         except LockedError:
             self.tries += 1
-            if self.tries < RETRIES:
-                _flusher.later(self)  # (a writer holds the lock; it may settle it first)
-                return
-        _forget(self)
+            again = self.tries < RETRIES  # (a writer holds the lock; it may settle it first)
+        finally:
+            if again:
+                _flusher.later(self)
+            else:
+                _forget(self)
 
 
 def later(ctx: StageContext, fds: list[int], stamp: bytes) -> None:
@@ -122,7 +124,7 @@ def later(ctx: StageContext, fds: list[int], stamp: bytes) -> None:
     soon."""
     assert ctx.store_dir is not None
     _hook("applied")
-    p = Pending(os.path.realpath(ctx.store_dir), fds, stamp)
+    p = UnsyncedRestore(os.path.realpath(ctx.store_dir), fds, stamp)
     with _pending_lock:
         old = _pending.pop(p.store_dir, None)
         _pending[p.store_dir] = p
@@ -195,7 +197,7 @@ def _hook(what: str) -> None:
         step_hook(what)
 
 
-def _forget(p: Pending) -> None:
+def _forget(p: UnsyncedRestore) -> None:
     with _pending_lock:
         if _pending.get(p.store_dir) is p:
             del _pending[p.store_dir]
