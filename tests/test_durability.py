@@ -166,8 +166,8 @@ RESTORE_CHILD = r"""
 import os, sys, time
 from snapstore.ops.restore import settle
 from snapstore.store import Store
-mode = sys.argv[1]
-store = Store.open(".", durability=mode)
+mode, watch = sys.argv[1], sys.argv[2] == "watch"
+store = Store.open(".", durability=mode, watch=watch)
 first = store.snapshot("first").id
 for i in range(6):
     with open("f%d.txt" % i, "w") as f:
@@ -181,14 +181,14 @@ os._exit(0)
 """
 
 
-def _syncfs_around_a_restore(root: Path, mode: str) -> tuple[int, int]:
+def _syncfs_around_a_restore(root: Path, mode: str, watch: str) -> tuple[int, int]:
     """A restore in a child under strace: the ``syncfs`` calls it made before it returned, and
     after (within the tree flusher's delay)."""
     for i in range(6):
         (root / f"f{i}.txt").write_text(f"start {i}\n")
     log = root.parent / f"strace-restore-{mode}.log"
     subprocess.run(
-        [STRACE, "-f", "-qq", "-e", "trace=syncfs,write", "-o", str(log), sys.executable, "-c", RESTORE_CHILD, mode],
+        [STRACE, "-f", "-qq", "-e", "trace=syncfs,write", "-o", str(log), sys.executable, "-c", RESTORE_CHILD, mode, watch],
         cwd=root, env=subprocess_env(), check=True, capture_output=True, timeout=120,
     )
     inside, after, where = 0, 0, "before"
@@ -204,8 +204,14 @@ def _syncfs_around_a_restore(root: Path, mode: str) -> tuple[int, int]:
 
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace")
-@pytest.mark.parametrize(("mode", "inline", "later"), [("normal", 0, 1), ("full", 2, 0), ("off", 0, 0)])
-def test_a_normal_restore_makes_no_syncfs_inline_and_one_later(project: Path, mode: str, inline: int, later: int):
-    """``normal``: the tree's syncs are left to the tree flusher (one ``syncfs``, after the
-    restore returned; the journal waits for it); ``full``: both inline; ``off``: none."""
-    assert _syncfs_around_a_restore(project, mode) == (inline, later)
+@pytest.mark.parametrize(
+    ("mode", "watch", "inline", "later"),
+    [("normal", "watch", 0, 1), ("normal", "plain", 2, 0), ("full", "watch", 2, 0), ("off", "watch", 0, 0)],
+)
+def test_a_normal_restore_makes_no_syncfs_inline_and_one_later(
+    project: Path, mode: str, watch: str, inline: int, later: int
+):
+    """``normal`` in a watching (long-lived) Store: the tree's syncs are left to the tree
+    flusher (one ``syncfs``, after the restore returned; the journal waits for it); in a plain
+    Store (a CLI process's, which exits at once) both inline, as ``full``; ``off``: none."""
+    assert _syncfs_around_a_restore(project, mode, watch) == (inline, later)

@@ -40,7 +40,7 @@ def hook(what):
 lmdb_backend.step_hook = hook
 restore.step_hook = hook  # and before each file the restore touches
 settle.step_hook = hook  # and once its journal is marked applied, and between its syncfs and clearing
-store = Store.open(".", durability=mode)
+store = Store.open(".", durability=mode, watch=True)  # (watching: normal defers the tree's syncs)
 first = None
 for i in range(2):
     with open("f%d.txt" % i, "w") as f:

@@ -1,7 +1,7 @@
 """A ``normal`` restore's tree syncs left for later (ops/restore/settle.py, ops/restore/powerfail.py).
 
-The restore's journal stays in the store marked *applied* (with the boot id) until one
-``syncfs`` is made: by the process's tree flusher, the next restore, or the next writer of
+A watching (long-lived) Store's restore leaves its journal in the store marked *applied* (with
+the boot id) until one ``syncfs`` is made: by the process's tree flusher, the next restore, or the next writer of
 another process.  A real child process restores and exits at once (``os._exit``: no flusher
 ran), leaving such a journal; then:
 
@@ -50,7 +50,7 @@ def rename(tmp, name, dir_fd):
     real(tmp, name, dir_fd)
     renamed[0] += 1
 apply.rename = rename
-Store.open(".", durability="normal").restore("A")
+Store.open(".", durability="normal", watch=True).restore("A")  # (a long-lived, watching Store's)
 os._exit(0)  # no flusher, no close: the journal stays applied, the tree unsynced
 """
 

@@ -202,14 +202,15 @@ def test_restore_syncs_twice_and_in_the_journal_protocols_order(
 def test_normal_restore_leaves_its_syncfs_to_the_tree_flusher_and_keeps_the_journal_until_then(
     tree: Path, store: Store, two_states, monkeypatch
 ):
-    """Under ``normal`` the store is synced before the first rename (the user's bytes), no
-    ``syncfs`` is made inline, and the journal stays marked applied until one ``syncfs``
+    """Under ``normal`` a watching Store's restore syncs the store before the first rename (the
+    user's bytes), makes no ``syncfs`` inline, and the journal stays marked applied until one ``syncfs``
     made by the tree flusher (ops/restore/settle.py) is done."""
     import time
 
     from snapstore.ops.restore import journal, settle
 
     store.backend.set_durability("normal")  # type: ignore[attr-defined]
+    store.watch()  # (a long-lived Store's: a plain one, a CLI's, syncs inline)
     events = _events(monkeypatch, store)
     store.restore("A")
     assert read_tree(tree) == two_states

@@ -34,6 +34,9 @@ from snapstore.platform import sync
 from snapstore.records.manifest import EXEC, FILE, Entry
 from snapstore.tree.paths import display
 
+#: More than a tick of the clock the kernel stamps files with (a file written right after a
+#: ``time_ns`` reading may carry a time before it).
+CLOCK_TICK_NS = 100_000_000
 #: The steps that only make, remove or chmod directories: carried out again (idempotent).
 _DIR_STEPS = ("mkdir", "rmdir", "prune", "dirmode")
 
@@ -48,7 +51,8 @@ def written_in_that_boot(j: Journal) -> Callable[[bytes, os.stat_result], bool]:
     before this boot began is the interrupted restore's own (the user's edits since the
     reboot are newer)."""
     start = sync.boot_time_ns()
-    since = int(j.op.get("time_ns", 0))
+    # (file times come from the kernel's coarse clock: they may lag time_ns by a tick)
+    since = int(j.op.get("time_ns", 0)) - CLOCK_TICK_NS
 
     def ours(path: bytes, st: os.stat_result) -> bool:
         return start is not None and since <= st.st_mtime_ns < start

@@ -2,7 +2,7 @@
 
 Whatever the setting, the safety checkpoint and the journal are durable before the first file
 of the tree is touched: the user's bytes are in the store, nothing can be lost.  Under
-``normal`` (:func:`mode` ``"later"``) the restore then makes no ``syncfs``: its temp files,
+``normal``, in a watching (long-lived) context (:func:`mode` ``"later"``), the restore then makes no ``syncfs``: its temp files,
 renames and unlinks sit in the page cache, and the transaction that logs the operation marks
 the journal *applied* (one directory per file system written to, and the inode and mtime of
 each file it renamed into place) instead of clearing it.  The journal already carries the boot
@@ -55,13 +55,21 @@ _pending_lock = threading.Lock()
 
 def mode(ctx: StageContext) -> str:
     """When a restore through ``ctx`` syncs the tree: ``"now"`` (two ``syncfs``, inline),
-    ``"later"`` (this module) or ``"never"`` (durability ``off``)."""
+    ``"later"`` (this module) or ``"never"`` (durability ``off``).
+
+    ``"later"`` only in a watching context (the service, a library loop with ``watch=True``):
+    a process that lives on, so its tree flusher makes the sync soon.  A short-lived process
+    (a CLI without a service) would leave it to the next writer, which would have to sync
+    before its own restore frees the files it replaces: on a file system mounted with
+    ``discard`` freeing a file already written costs a discard each (docs/benchmarks-design.md,
+    Restore), where the inline order frees them before its first sync.
+    """
     durability = getattr(ctx.backend, "durability", "full")
     if ctx.store_dir is None or not batch.deferrable():
         return "now"
     if durability == "off":
         return "never"
-    if durability == "normal" and sync.boot_id() is not None:
+    if durability == "normal" and ctx.watcher is not None and sync.boot_id() is not None:
         return "later"
     return "now"
 
