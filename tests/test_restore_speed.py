@@ -232,6 +232,24 @@ def test_normal_restore_leaves_its_syncfs_to_the_tree_flusher_and_keeps_the_jour
         assert view.get("journal", JOURNAL_KEY) is None
 
 
+@needs_syncfs
+def test_the_next_restore_syncs_an_applied_one_before_it_journals_its_own(tree: Path, store: Store, two_states,
+                                                                          monkeypatch):
+    """A restore right after another (within the tree flusher's delay) needs the journal's key:
+    the first one's ``syncfs`` is made, and its journal cleared, before the second's journal."""
+    store.backend.set_durability("normal")  # type: ignore[attr-defined]
+    store.watch()
+    before_restore = read_tree(tree)
+    events = _events(monkeypatch, store)
+    store.restore("A")
+    assert "syncfs" not in events
+    n = len(events)
+    store.undo()
+    assert read_tree(tree) == before_restore
+    assert events[n:].index("syncfs") < events[n:].index("store-sync:journal")
+    assert events[n:events.index("syncfs", n)].count("store-sync:journal") == 0
+
+
 @pytest.mark.parametrize("missing", ["seam", "libc", "masked"])
 def test_without_syncfs_every_file_is_fsynced_before_its_rename(
     tree: Path, store: Store, two_states, monkeypatch, missing: str
