@@ -14,7 +14,7 @@ The protocol (docs/packages/ops-restore.md):
 4. Apply (:mod:`.batch`, :mod:`.apply`): the new files are written to temp files in parallel;
    deletions deepest first; one ``syncfs`` (the temp files' data is durable); the renames,
    shallowest first; directory modes; one ``syncfs`` again (the new names are durable).  Under
-   durability ``normal`` both ``syncfs`` are left for later (:mod:`.settle`): step 5 then marks
+   durability ``normal`` a watching Store leaves both ``syncfs`` for later (:mod:`.settle`): step 5 then marks
    the journal applied instead of clearing it, and one ``syncfs`` later precedes its clearing.  Before
    each path is touched its lstat is compared with what the plan saw; a difference means
    someone else changed it: the restore rolls back what it did and raises ConflictError naming
