@@ -160,3 +160,58 @@ def test_cli_config_sets_and_shows_durability(project: Path):
     assert proc.returncode == 0 and proc.stdout.strip() == b"storage.durability = full", proc.stderr
     proc = run_snapstore("config", "storage.durability", "sometimes", cwd=root)
     assert proc.returncode == 2 and b"storage.durability" in proc.stderr
+
+
+RESTORE_CHILD = r"""
+import os, sys, time
+from snapstore.ops.restore import settle
+from snapstore.store import Store
+mode, watch = sys.argv[1], sys.argv[2] == "watch"
+store = Store.open(".", durability=mode, watch=watch)
+first = store.snapshot("first").id
+for i in range(6):
+    with open("f%d.txt" % i, "w") as f:
+        f.write("edited %d\n" % i * 40)
+store.snapshot("second")
+os.write(1, b"BEGIN\n")
+store.restore(first)
+os.write(1, b"END\n")
+time.sleep(settle.DELAY + 1.5)  # the tree flusher's turn
+os._exit(0)
+"""
+
+
+def _syncfs_around_a_restore(root: Path, mode: str, watch: str) -> tuple[int, int]:
+    """A restore in a child under strace: the ``syncfs`` calls it made before it returned, and
+    after (within the tree flusher's delay)."""
+    for i in range(6):
+        (root / f"f{i}.txt").write_text(f"start {i}\n")
+    log = root.parent / f"strace-restore-{mode}.log"
+    subprocess.run(
+        [STRACE, "-f", "-qq", "-e", "trace=syncfs,write", "-o", str(log), sys.executable, "-c", RESTORE_CHILD, mode, watch],
+        cwd=root, env=subprocess_env(), check=True, capture_output=True, timeout=120,
+    )
+    inside, after, where = 0, 0, "before"
+    for line in log.read_text().splitlines():
+        if 'write(1, "BEGIN' in line:
+            where = "inside"
+        elif 'write(1, "END' in line:
+            where = "after"
+        elif re.search(r"\bsyncfs\(\d+\) += 0", line):
+            inside += where == "inside"
+            after += where == "after"
+    return inside, after
+
+
+@pytest.mark.skipif(STRACE is None, reason="needs strace")
+@pytest.mark.parametrize(
+    ("mode", "watch", "inline", "later"),
+    [("normal", "watch", 0, 1), ("normal", "plain", 2, 0), ("full", "watch", 2, 0), ("off", "watch", 0, 0)],
+)
+def test_a_normal_restore_makes_no_syncfs_inline_and_one_later(
+    project: Path, mode: str, watch: str, inline: int, later: int
+):
+    """``normal`` in a watching (long-lived) Store: the tree's syncs are left to the tree
+    flusher (one ``syncfs``, after the restore returned; the journal waits for it); in a plain
+    Store (a CLI process's, which exits at once) both inline, as ``full``; ``off``: none."""
+    assert _syncfs_around_a_restore(project, mode, watch) == (inline, later)

@@ -4,7 +4,9 @@ a restore touches).
 
 The child opens the store with the setting, takes checkpoints (printing ``ACK <id>`` when each
 returns) and restores the first one (``RESTORED``).  It is killed at its k-th storage step, for
-every k.  Then the store must open and verify clean, hold every acknowledged checkpoint, and the
+every k (under ``normal`` also once the restore's journal is marked applied, and between the
+deferred ``syncfs`` and the journal's clearing: ops/restore/settle.py).  Then the store must
+open and verify clean, hold every acknowledged checkpoint, and the
 next writer must leave the tree exactly as before the restore or exactly as the restore left it.
 """
 
@@ -20,11 +22,13 @@ import pytest
 from helpers import subprocess_env
 from restore_helpers import read_tree
 
+from snapstore.storage.backend import JOURNAL_KEY
 from snapstore.store import Store
 
 CHILD = r"""
 import os, sys
 from snapstore.ops import restore
+from snapstore.ops.restore import journal, settle
 from snapstore.storage import lmdb_backend
 from snapstore.store import Store
 mode, kill_at = sys.argv[1], int(sys.argv[2])
@@ -35,7 +39,8 @@ def hook(what):
         os.kill(os.getpid(), 9)
 lmdb_backend.step_hook = hook
 restore.step_hook = hook  # and before each file the restore touches
-store = Store.open(".", durability=mode)
+settle.step_hook = hook  # and once its journal is marked applied, and between its syncfs and clearing
+store = Store.open(".", durability=mode, watch=True)  # (watching: normal defers the tree's syncs)
 first = None
 for i in range(2):
     with open("f%d.txt" % i, "w") as f:
@@ -45,6 +50,10 @@ for i in range(2):
     os.write(1, b"ACK " + cp.id.encode() + b"\n")
 store.restore(first)
 os.write(1, b"RESTORED\n")
+with store.backend.read() as view:
+    j = journal.read(view)
+os.write(1, b"APPLIED %d\n" % (j is not None and j.applied is not None))
+store.recover()  # (under normal: the deferred syncfs and the journal's clearing, here, counted)
 os.write(1, b"STEPS %d\n" % steps[0])
 os._exit(0)
 """
@@ -77,6 +86,8 @@ def test_sigkill_at_every_storage_step_loses_nothing(tmp_path: Path, mode: str):
     code, lines = _child(probe, mode, 0)
     assert code == 0, lines
     total = int(lines[-1].split()[1])
+    # Under normal the restore leaves its tree's syncs for later, the journal marked applied.
+    assert f"APPLIED {int(mode == 'normal')}" in lines, lines
     after_restore = read_tree(probe)
     edited = tmp_path / "edited"  # the tree after the child's two edits, before its restore
     shutil.copytree(template, edited)
@@ -93,6 +104,8 @@ def test_sigkill_at_every_storage_step_loses_nothing(tmp_path: Path, mode: str):
         acked = [x.split()[1] for x in lines if x.startswith("ACK ")]
         with Store.open(tree) as store:
             store.recover()  # what the next writer does first
+            with store.backend.read() as view:
+                assert view.get("journal", JOURNAL_KEY) is None, (mode, k)  # settled or finished
             ids = {c.id for c in store.checkpoints()}
             assert set(acked) <= ids, (mode, k)
             assert store.verify().ok, (mode, k)

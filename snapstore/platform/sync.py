@@ -1,7 +1,9 @@
 """Flushing a whole file system at once (Linux's ``syncfs``), or saying there is no such call.
 
 Without it a caller fsyncs each file and directory it wrote (ops.restore.batch): the same
-durability, more calls.
+durability, more calls.  Also what tells a power failure from a process crash: the kernel's
+boot id (:func:`boot_id`) changes only when the kernel restarted, and only then can a write
+the kernel had accepted be missing from the disk.
 """
 
 from __future__ import annotations
@@ -46,3 +48,36 @@ def flush_filesystem(fd: int) -> None:
     if fn(fd) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+#: Test seam: the file holding this boot's id (Linux).
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id() -> str | None:
+    """This boot's id: it changes when the kernel restarts (a power failure, a kernel crash, a
+    reboot), never when a process dies.  None where it cannot be told (not Linux, masked,
+    unreadable): callers then sync what they wrote before relying on it."""
+    if not platform.linux():
+        return None
+    try:
+        with open(BOOT_ID_FILE, "rb") as f:
+            text = f.read(64).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if 8 <= len(text) <= 40 else None
+
+
+def boot_time_ns() -> int | None:
+    """When this boot began (wall clock, ns), or None where it cannot be told: a file written
+    before it was written by an earlier boot."""
+    if not platform.linux():
+        return None
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return int(line.split()[1]) * 1_000_000_000
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

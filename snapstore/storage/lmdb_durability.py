@@ -25,7 +25,10 @@ The three settings (``storage.durability``; ``Store.open(durability=...)``):
 A process crash (SIGKILL, an exception, OOM) loses nothing under any setting: the kernel keeps
 the written pages.  Operations that must be durable whatever the setting (a restore's journal
 and safety checkpoint before the first file of the tree is touched, creating a store) call
-``Backend.barrier``.
+``Backend.barrier``.  A restore's writes to the tree follow the setting too
+(:mod:`snapstore.ops.restore.settle`): ``full`` syncs them inline, ``normal`` within
+:data:`FLUSH_DELAY` through a :class:`Flusher` of their own (its journal kept until then),
+``off`` never.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ The protocol (docs/packages/ops-restore.md):
 3. Journal the plan in the store (:mod:`.journal`; one transaction, flushed to disk).
 4. Apply (:mod:`.batch`, :mod:`.apply`): the new files are written to temp files in parallel;
    deletions deepest first; one ``syncfs`` (the temp files' data is durable); the renames,
-   shallowest first; directory modes; one ``syncfs`` again (the new names are durable).  Before
+   shallowest first; directory modes; one ``syncfs`` again (the new names are durable).  Under
+   durability ``normal`` a watching Store leaves both ``syncfs`` for later (:mod:`.settle`): step 5 then marks
+   the journal applied instead of clearing it, and one ``syncfs`` later precedes its clearing.  Before
    each path is touched its lstat is compared with what the plan saw; a difference means
    someone else changed it: the restore rolls back what it did and raises ConflictError naming
    the file.
@@ -39,7 +41,7 @@ from snapstore.errors import ConflictError, CorruptError, TreeIOError
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change
 from snapstore.ops.restore import batch as batch_mod
-from snapstore.ops.restore import journal, watching
+from snapstore.ops.restore import journal, settle, watching
 from snapstore.ops.restore.apply import Applier, getter
 from snapstore.ops.restore.journal import tables
 from snapstore.ops.restore.plan import Plan, Step, difference, plan, skip_ignored, verify_sources
@@ -52,6 +54,7 @@ from snapstore.ops.restore.safety import (
     under,
 )
 from snapstore.ops.snapshot import current_tree
+from snapstore.platform import sync
 from snapstore.records import manifest, requests
 from snapstore.records.checkpoint import Checkpoint, seq_key
 from snapstore.records.manifest import Entry
@@ -138,6 +141,7 @@ def run(
         target_entries = _load_checked(ctx, target)
         current, found = current_tree.current_state(ctx) or worktree.current_state(ctx)
     else:
+        settle.now(ctx)  # (an earlier restore's tree synced and its journal cleared first)
         with _deferred(backend):  # (the journal's barrier below makes it durable)
             safety, current, found = take_safety(message)
         target_entries, among = _target_from_difference(ctx, safety, target, current)
@@ -151,13 +155,27 @@ def run(
 
     with tables(backend).read() as view:
         contents = verify_sources(view.get, target_entries, steps, tables(backend).read)
-    op = _journal(ctx, target, safety, kind, paths, steps)
-    applier = _apply(ctx, safety, target_entries, contents, steps, found)
+    how = settle.mode(ctx)
+    op = _journal(ctx, target, safety, kind, paths, steps, sync.boot_id() if how == "later" else None)
+    defer: list[tuple[bytes, int]] | None = None if how == "now" else []
+    applier = _apply(ctx, safety, target_entries, contents, steps, found, defer)
     warnings.extend(applier.warnings)
-    # The tree's new names are durable (execute synced them): the journal may go, and the stat
-    # cache learns the files just written, so the next snapshot reads none of them.
+    # The tree's new names are durable (execute synced them), or the journal stays marked
+    # applied until they are (settle): the stat cache learns the files just written, so the
+    # next snapshot reads none of them.
+    keep = None
+    if how == "later" and defer:
+        keep = settle.applied_value(op, steps, [rel for rel, _ in defer], applier.identity)
     deleted = [s.path for s in steps if s.action == "delete"]
-    seq = journal.finish(backend, op, len(changes), applier.cache, ctx.request, deleted)
+    try:
+        seq = journal.finish(backend, op, len(changes), applier.cache, ctx.request, deleted, keep)
+    except BaseException:
+        _close([fd for _, fd in defer or ()])
+        raise
+    if keep is not None:
+        settle.later(ctx, [fd for _, fd in defer or ()], keep)
+    else:
+        _close([fd for _, fd in defer or ()])
     watching.keep_state(ctx, steps, applier.written, seq_key(seq))
     if ctx.watcher is None:  # (a watching context keeps its own state: keep_state above)
         from snapstore.ops.restore.after import found_after
@@ -177,10 +195,11 @@ def _deferred(backend: Any) -> AbstractContextManager[None]:
 
 def _journal(
     ctx: StageContext, target: Checkpoint, safety: Checkpoint, kind: str, paths: Sequence[str | bytes] | None,
-    steps: list[Step],
+    steps: list[Step], boot: str | None,
 ) -> dict[str, Any]:
-    """Journal the operation and its steps, durably, before the tree is touched; its record."""
-    op = {
+    """Journal the operation and its steps, durably, before the tree is touched; its record.
+    ``boot`` (this boot's id) marks a restore whose tree syncs are left for later (settle)."""
+    op: dict[str, Any] = {
         "kind": kind,
         "target": bytes.fromhex(target.id),
         "before": bytes.fromhex(safety.id),
@@ -188,6 +207,8 @@ def _journal(
         "time_ns": time.time_ns(),
         "pid": os.getpid(),
     }
+    if boot is not None:
+        op["boot"] = boot
     with tables(ctx.backend).write() as batch:
         batch.put("journal", journal.JOURNAL_KEY, journal.record(op, steps))
         # A service request that dies from here on is "begun": the next writer finishes it.
@@ -200,10 +221,11 @@ def _journal(
 
 def _apply(
     ctx: StageContext, safety: Checkpoint, target_entries: dict[bytes, Entry], contents: dict[bytes, list[bytes]],
-    steps: list[Step], found: dict[bytes, scan.Found],
+    steps: list[Step], found: dict[bytes, scan.Found], defer: list[tuple[bytes, int]] | None,
 ) -> Applier:
     """Carry out ``steps``, each path checked against what the safety checkpoint saw just
-    before it is touched; a conflict or an I/O error rolls back what was done."""
+    before it is touched; a conflict or an I/O error rolls back what was done (the roll-back
+    syncs, so nothing of a deferred run waits).  ``defer``: see :func:`batch.execute`."""
     applier = Applier(ctx.root_bytes, getter(ctx), target_entries, f"{os.getpid()}")
     applier.contents = contents
     done = batch_mod.Run()
@@ -225,9 +247,10 @@ def _apply(
             )
 
     try:
-        batch_mod.execute(applier, steps, before, done)
+        batch_mod.execute(applier, steps, before, done, defer)
     except BaseException as exc:
         applier.close()
+        _close([fd for _, fd in defer or ()])
         if isinstance(exc, ConflictError | OSError):
             _roll_back_or_keep_journal(ctx, safety, done.done, exc)
             journal.clear(ctx.backend)
@@ -239,6 +262,11 @@ def _apply(
         raise
     applier.close()
     return applier
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _load_checked(ctx: StageContext, target: Checkpoint) -> dict[bytes, Entry]:

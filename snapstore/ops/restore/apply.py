@@ -194,6 +194,9 @@ class Applier:
         self.cache: dict[bytes, bytes] = {}
         #: The files written that the stat cache vouches for: path -> (lstat after the rename, sid).
         self.written: dict[bytes, tuple[os.stat_result, bytes]] = {}
+        #: Each file renamed into place: path -> (inode, mtime) it had (a deferred restore
+        #: journals them: after a power failure they tell its own files from the user's).
+        self.identity: dict[bytes, tuple[int, int]] = {}
 
     def close(self) -> None:
         """Fsync what was written and release the directory handles."""
@@ -347,6 +350,7 @@ class Applier:
             after = os.stat(staged.name, dir_fd=staged.dir_fd, follow_symlinks=False)
         except OSError:
             return  # gone already: the next snapshot sees that
+        self.identity[staged.path] = (after.st_ino, after.st_mtime_ns)
         sid = self.target[staged.path].ref
         value = statcache.written(staged.st, after, sid)
         if value is not None:
@@ -382,3 +386,22 @@ class Applier:
             return
         os.fchmod(fd, mode)  # through the fd opened with O_NOFOLLOW: never a symlink's target
         self.tree.touched.add(path)
+
+
+def clean_temp_files(tree: DirTree, paths: list[bytes]) -> None:
+    """Remove temp files an interrupted restore left in the directories it was writing to."""
+    for rel in {p.rpartition(b"/")[0] for p in paths}:
+        try:
+            fd = tree.dir_fd(rel, create=False)
+        except (ConflictError, OSError):
+            continue  # no longer a directory (or unreadable): nothing of ours can be in it
+        if fd is None:
+            continue
+        for name in os.listdir(fd):
+            raw = os.fsencode(name)
+            if raw.startswith(TMP_PREFIX):
+                try:
+                    os.unlink(raw, dir_fd=fd)
+                    tree.touched.add(rel)
+                except OSError:
+                    pass

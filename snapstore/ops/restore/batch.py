@@ -19,6 +19,9 @@ in this order (each still idempotent, so the journal protocol and recovery are u
    written when the applier is closed), so the new names are on disk before the caller clears
    the journal.
 
+With ``execute(..., defer=[])`` (durability ``normal``: :mod:`.settle`) the two durability
+points are not made here: the caller keeps the journal until one ``syncfs`` later.
+
 Files beyond :data:`GROUP_BYTES` are written, synced and renamed in further groups after the
 first (steps 3-5 again), so the extra disk space a restore needs stays bounded.  The journal was
 made durable before step 1 by the caller.  A crash anywhere leaves every
@@ -73,13 +76,22 @@ class Run:
     paths: set[bytes] = field(default_factory=set)
 
 
-def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], None] | None, run: Run) -> None:
-    """Carry out ``steps`` (a plan's order) against the tree, durably; see the module doc."""
+def execute(
+    applier: Applier, steps: list[Step], before: Callable[[int, Step], None] | None, run: Run,
+    defer: list[tuple[bytes, int]] | None = None,
+) -> None:
+    """Carry out ``steps`` (a plan's order) against the tree, durably; see the module doc.
+
+    With ``defer`` (a list), the two durability points are left to the caller: no ``syncfs``
+    is made, and one directory per file system written to is appended to ``defer``: its path
+    and an fd of it (a duplicate, the caller's to close).  Only for a caller that keeps the journal until it has synced
+    them (:mod:`.settle`); requires :func:`deferrable`.
+    """
     tree = applier.tree
     removed = {s.path for s in steps if s.action in REMOVALS}
     groups = _groups(applier, [(i, s) for i, s in enumerate(steps) if s.action in ("write", "chmod")])
     staged: dict[int, Staged] = {}
-    sync = _sync_fn()
+    sync = _sync_fn() if defer is None else _skip
     durable_each = sync is None
     try:
         early, late = _split_early(applier, groups[0], removed)
@@ -114,8 +126,17 @@ def execute(applier: Applier, steps: list[Step], before: Callable[[int, Step], N
         for st in staged.values():
             applier.discard(st)
     if sync is not None and tree.touched:  # (a restore that changed nothing needs no sync)
-        _sync_dirs(sync, tree.fds.values())
-        tree.touched.clear()  # durable now: closing the applier has no directory to fsync
+        _last_point(tree.fds, sync, defer)
+        tree.touched.clear()  # durable now (or the caller's to sync): no directory to fsync
+
+
+def _last_point(fds: dict[bytes, int], sync: Callable[[int], None], defer: list[tuple[bytes, int]] | None) -> None:
+    """Durability point 2, or (``defer``) the directories to make it with later."""
+    if defer is None:
+        _sync_dirs(sync, fds.values())
+        return
+    firsts = {fd: rel for rel, fd in fds.items()}
+    defer.extend((firsts[fd], os.dup(fd)) for fd in _one_per_device(fds.values()))
 
 
 def _groups(applier: Applier, writes: list[tuple[int, Step]]) -> list[list[tuple[int, Step]]]:
@@ -297,8 +318,32 @@ def _in_pool(jobs: list[Callable[[], None]]) -> None:
 
 def _sync_dirs(sync: Callable[[int], None], fds: Iterable[int]) -> None:
     """One ``sync`` per file system among the directories ``fds``."""
+    for fd in _one_per_device(fds):
+        sync(fd)
+
+
+def _one_per_device(fds: Iterable[int]) -> list[int]:
     devices: dict[int, int] = {}
     for fd in fds:
         devices.setdefault(os.fstat(fd).st_dev, fd)
-    for fd in devices.values():
-        sync(fd)
+    return list(devices.values())
+
+
+def _skip(fd: int) -> None:
+    """The durability point of a deferred run: left to the caller."""
+
+
+def deferrable() -> bool:
+    """Whether :func:`execute` can leave its syncs to the caller (there is a ``syncfs`` to
+    make them with later)."""
+    return _sync_fn() is not None
+
+
+def sync_dirs_now(fds: Iterable[int]) -> None:
+    """The deferred durability points: one ``syncfs`` per file system among ``fds`` (where
+    there is none now, as when the platform layer is masked, every file system: ``sync``)."""
+    sync = _sync_fn()
+    if sync is None:
+        os.sync()
+        return
+    _sync_dirs(sync, fds)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -32,7 +32,10 @@ from snapstore.storage.backend import JOURNAL_KEY, Backend, ReadView, WriteBatch
 from snapstore.tree import statcache, worktree
 from snapstore.tree.paths import display, parents
 
-__all__ = ["JOURNAL_KEY", "Journal", "JournalTables", "clear", "finish", "parse", "pending_ids", "read", "record", "tables"]
+__all__ = [
+    "JOURNAL_KEY", "Journal", "JournalTables", "clear", "clear_if", "finish", "implied_dirs", "matches", "parse", "pending_ids",
+    "read", "record", "tables",
+]
 
 
 class JournalTables(Protocol):
@@ -80,6 +83,20 @@ class Journal:
         """``"restore"`` or ``"undo"``."""
         return str(self.op.get("kind", "restore"))
 
+    @property
+    def boot(self) -> str | None:
+        """The boot id of a restore that left the tree's syncs for later (:mod:`.settle`)."""
+        value = self.op.get("boot")
+        return value if isinstance(value, str) else None
+
+    @property
+    def applied(self) -> dict[str, Any] | None:
+        """Set once such a restore was carried out whole, its tree not yet synced: ``dirs``
+        (one directory per file system written to) and ``ids`` (``[step index, inode,
+        mtime_ns]`` of each file it renamed into place)."""
+        value = self.op.get("applied")
+        return value if isinstance(value, dict) else None
+
 
 def record(op: dict[str, Any], steps: list[Step]) -> bytes:
     """The journal value of operation ``op`` with ``steps``."""
@@ -107,22 +124,52 @@ def parse(value: bytes) -> Journal:
                 raise ValueError("a step has no path")
             check_path(path)
             steps.append(Step(action, path))
-        for key in ("target", "before"):
-            if key in rec and not (isinstance(rec[key], bytes) and len(rec[key]) == 32):
-                raise ValueError(f"bad {key}")
-        if "target" not in rec:
-            raise ValueError("no target")
-        if rec.get("kind", "restore") not in ("restore", "undo"):
-            raise ValueError("unknown kind")
-        t = rec.get("time_ns", 0)
-        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < (1 << 63):
-            raise ValueError("bad time")
-        paths = rec.get("paths")
-        if paths is not None and not (isinstance(paths, list) and all(isinstance(p, bytes) for p in paths)):
-            raise ValueError("bad paths")
+        _check_fields(rec, len(steps))
     except Exception as exc:  # any malformed value, whatever the decoder raises
         raise CorruptError(f"the restore journal is damaged ({exc}); {RECOVER_HINT}") from exc
     return Journal(rec, steps)
+
+
+def _check_fields(rec: dict[str, Any], n_steps: int) -> None:
+    """Raise ValueError unless the journal record's fields (but its steps) are well formed."""
+    for key in ("target", "before"):
+        if key in rec and not (isinstance(rec[key], bytes) and len(rec[key]) == 32):
+            raise ValueError(f"bad {key}")
+    if "target" not in rec:
+        raise ValueError("no target")
+    if rec.get("kind", "restore") not in ("restore", "undo"):
+        raise ValueError("unknown kind")
+    t = rec.get("time_ns", 0)
+    if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < (1 << 63):
+        raise ValueError("bad time")
+    paths = rec.get("paths")
+    if paths is not None and not (isinstance(paths, list) and all(isinstance(p, bytes) for p in paths)):
+        raise ValueError("bad paths")
+    boot = rec.get("boot")
+    if boot is not None and not (isinstance(boot, str) and 0 < len(boot) <= 40):
+        raise ValueError("bad boot id")
+    if "applied" in rec:
+        _check_applied(rec["applied"], n_steps)
+
+
+def _check_applied(applied: Any, n_steps: int) -> None:
+    if not isinstance(applied, dict) or set(applied) != {"dirs", "ids"}:
+        raise ValueError("bad applied mark")
+    dirs, ids = applied["dirs"], applied["ids"]
+    if not isinstance(dirs, list) or not all(isinstance(d, bytes) for d in dirs):
+        raise ValueError("bad applied directories")
+    for d in dirs:
+        if d:
+            check_path(d)
+    if not isinstance(ids, list):
+        raise ValueError("bad applied files")
+    for item in ids:
+        if not (
+            isinstance(item, list) and len(item) == 3
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in item)
+            and 0 <= item[0] < n_steps and 0 <= item[1] < (1 << 64) and abs(item[2]) < (1 << 63)
+        ):
+            raise ValueError("bad applied file")
 
 
 def read(view: ReadView) -> Journal | None:
@@ -142,6 +189,10 @@ def pending_ids(view: ReadView) -> list[bytes]:
         return []
     try:
         j = parse(value)
+        if j.applied is not None:
+            # Logged with the operation, the newest (a restore settles an applied journal before
+            # it journals its own): undo's reach keeps both, and says so.
+            return []
         return [cid for cid in (j.target, j.before) if cid is not None]
     except CorruptError:
         pass
@@ -156,9 +207,12 @@ def pending_ids(view: ReadView) -> list[bytes]:
 
 def finish(
     backend: Backend, op: dict[str, Any], changed: int, cache: dict[bytes, bytes] | None = None,
-    request: Request | None = None, deleted: list[bytes] | None = None,
+    request: Request | None = None, deleted: list[bytes] | None = None, keep: bytes | None = None,
 ) -> int:
     """Clear the journal and log the operation, in one transaction; returns its sequence.
+
+    With ``keep`` (the journal value marked applied: :mod:`.settle`) the journal is replaced by
+    it instead of cleared: the tree's writes are not synced yet.
 
     ``cache`` (statcache key -> value) refreshes the stat cache of the files the restore wrote,
     and the values of the files it ``deleted`` go (a watching Store's state forgets them
@@ -172,11 +226,14 @@ def finish(
     with tables(backend).read() as view:
         last = next(iter(view.items("oplog", reverse=True)), None)
     seq = next_seq(last[0] if last else None)
-    entry = {k: v for k, v in op.items() if k != "pid"}
+    entry = {k: v for k, v in op.items() if k not in ("pid", "boot", "applied")}
     entry["changed"] = changed
     entry["done_ns"] = time.time_ns()
     with tables(backend).write() as batch:
-        batch.delete("journal", JOURNAL_KEY)
+        if keep is None:
+            batch.delete("journal", JOURNAL_KEY)
+        else:
+            batch.put("journal", JOURNAL_KEY, keep)
         batch.put("oplog", seq_key(seq), msgpack.packb(entry, use_bin_type=True))
         for key, value in (cache or {}).items():
             batch.put("statcache", key, value)
@@ -195,10 +252,20 @@ def clear(backend: Backend) -> None:
     backend.sync()
 
 
+def clear_if(backend: Backend, value: bytes) -> bool:
+    """Drop the journal if it is still ``value`` (the caller holds the writer lock); whether
+    it was."""
+    with tables(backend).read() as view:
+        if view.get("journal", JOURNAL_KEY) != value:
+            return False
+    clear(backend)
+    return True
+
+
 # -- checking the tree against the journal -----------------------------------------------------
 
 
-def _matches(root: bytes, path: bytes, st: os.stat_result, entries: dict[bytes, Entry], dirs: set[bytes]) -> bool:
+def matches(root: bytes, path: bytes, st: os.stat_result, entries: dict[bytes, Entry], dirs: set[bytes]) -> bool:
     """Is what lies at ``path`` (lstat ``st``) exactly what ``entries`` records there?"""
     e = entries.get(path)
     if e is None:
@@ -220,7 +287,7 @@ def _matches(root: bytes, path: bytes, st: os.stat_result, entries: dict[bytes, 
     return False  # unreadable: what is there cannot be shown to be recorded
 
 
-def _implied_dirs(entries: dict[bytes, Entry]) -> set[bytes]:
+def implied_dirs(entries: dict[bytes, Entry]) -> set[bytes]:
     out: set[bytes] = set()
     for p in entries:
         out.update(parents(p))
@@ -228,17 +295,21 @@ def _implied_dirs(entries: dict[bytes, Entry]) -> set[bytes]:
 
 
 def conflicts(
-    root: bytes, paths: Iterable[bytes], before: dict[bytes, Entry], after: dict[bytes, Entry]
+    root: bytes, paths: Iterable[bytes], before: dict[bytes, Entry], after: dict[bytes, Entry],
+    ours: Callable[[bytes, os.stat_result], bool] | None = None,
 ) -> list[bytes]:
-    """The paths that are neither absent, nor as ``before`` has them, nor as ``after`` has them."""
-    before_dirs, after_dirs = _implied_dirs(before), _implied_dirs(after)
+    """The paths that are neither absent, nor as ``before`` has them, nor as ``after`` has them
+    (nor, with ``ours``, a file the interrupted restore itself wrote, whatever it holds)."""
+    before_dirs, after_dirs = implied_dirs(before), implied_dirs(after)
     out = []
     for path in sorted(set(paths)):
         try:
             st = os.lstat(os.path.join(root, path))
         except (FileNotFoundError, NotADirectoryError):
             continue  # absent: writing it destroys nothing
-        if _matches(root, path, st, before, before_dirs) or _matches(root, path, st, after, after_dirs):
+        if matches(root, path, st, before, before_dirs) or matches(root, path, st, after, after_dirs):
+            continue
+        if ours is not None and ours(path, st):
             continue
         out.append(path)
     return out

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapstore.errors import ConflictError, CorruptError, SnapstoreError, TreeIOError, UsageError
+from snapstore.errors import CorruptError, SnapstoreError, TreeIOError, UsageError
 from snapstore.ops.context import StageContext
-from snapstore.ops.restore import journal
-from snapstore.ops.restore.apply import TMP_PREFIX, Applier, DirTree, getter
+from snapstore.ops.restore import journal, powerfail, settle
+from snapstore.ops.restore.apply import Applier, DirTree, clean_temp_files, getter
 from snapstore.ops.restore.batch import Run, execute
 from snapstore.ops.restore.journal import tables
 from snapstore.ops.restore.plan import REMOVALS, plan
@@ -84,6 +84,14 @@ def pending(view: ReadView) -> str | None:
         )
     if j is None:
         return None
+    if j.applied is not None:
+        if not powerfail.after_another_boot(j):
+            return None  # done; its tree's sync is on its way
+        return (
+            f"a power failure came soon after a {j.kind} to {j.target.hex()[:12]}: some of its files may "
+            "not have reached the disk; the next writing command checks them and writes them again "
+            "(or run 'snapstore recover')"
+        )
     return (
         f"a {j.kind} to {j.target.hex()[:12]} was interrupted and is not finished; run "
         "'snapstore recover' to finish it (or --back to roll it back)"
@@ -112,6 +120,8 @@ def recover(
     j = journal.parse(value)
     report = RecoverReport(True, mode, dry_run, j.kind, j.target.hex(), j.before.hex() if j.before else None)
     try:
+        if j.applied is not None:
+            return _applied(ctx, j, value, report, leave_own=record_tree is None)
         return _replay(ctx, j, report)
     except SnapstoreError:
         raise
@@ -140,6 +150,29 @@ def _load(ctx: StageContext, cid: bytes | None) -> dict[bytes, Entry]:
         return manifest.load(view.get, cp.manifest)
 
 
+def _applied(
+    ctx: StageContext, j: journal.Journal, value: bytes, report: RecoverReport, leave_own: bool
+) -> RecoverReport:
+    """A restore carried out whole whose tree syncs were left for later (:mod:`.settle`):
+    under this boot, sync and clear (a writer leaves one this process's tree flusher is about
+    to settle); after a power failure, check and repair (:mod:`.powerfail`)."""
+    if report.mode == "back":
+        report.warnings.append(f"the {j.kind} had finished; 'snapstore undo' takes it back")
+    if not powerfail.after_another_boot(j):
+        if leave_own and settle.own(ctx, value):
+            return RecoverReport(False, report.mode, report.dry_run)
+        if not report.dry_run:
+            settle.clear_when_synced(ctx, j, value)
+        return report
+    target = _load(ctx, j.target)
+    check_manifest(target, ctx.excluded)
+    before = _load(ctx, j.before)
+    check_manifest(before, ctx.excluded)
+    report.steps, warnings = powerfail.repair(ctx, j, value, before, target, report.dry_run)
+    report.warnings.extend(warnings)
+    return report
+
+
 def _replay(ctx: StageContext, j: journal.Journal, report: RecoverReport) -> RecoverReport:
     target = _load(ctx, j.target)
     check_manifest(target, ctx.excluded)
@@ -153,7 +186,9 @@ def _replay(ctx: StageContext, j: journal.Journal, report: RecoverReport) -> Rec
             raise CorruptError(
                 f"the restore journal names {display(s.path)}, absent from its target ({journal.RECOVER_HINT})"
             )
-    report.conflicts = journal.conflicts(ctx.root_bytes, paths, before, target)
+    # After a power failure the interrupted restore's own files may be torn (its syncs waited).
+    ours = powerfail.written_in_that_boot(j) if powerfail.after_another_boot(j) else None
+    report.conflicts = journal.conflicts(ctx.root_bytes, paths, before, target, ours)
     if report.mode == "forward":
         entries, steps = target, j.steps
     else:
@@ -199,26 +234,9 @@ def _abandon(ctx: StageContext, value: bytes, dry_run: bool, record_tree: Record
             clean_temp_files(tree, [s.path for s in j.steps])
         finally:
             tree.sync_and_close()
+        if j.applied is not None and not powerfail.after_another_boot(j):
+            settle.sync_dirs_of(ctx.root_bytes, j)  # (its writes reach the disk before it goes)
     if record_tree is not None:
         report.safety = record_tree("before abandoning an interrupted restore").id
     journal.clear(ctx.backend)
     return report
-
-
-def clean_temp_files(tree: DirTree, paths: list[bytes]) -> None:
-    """Remove temp files an interrupted restore left in the directories it was writing to."""
-    for rel in {p.rpartition(b"/")[0] for p in paths}:
-        try:
-            fd = tree.dir_fd(rel, create=False)
-        except (ConflictError, OSError):
-            continue  # no longer a directory (or unreadable): nothing of ours can be in it
-        if fd is None:
-            continue
-        for name in os.listdir(fd):
-            raw = os.fsencode(name)
-            if raw.startswith(TMP_PREFIX):
-                try:
-                    os.unlink(raw, dir_fd=fd)
-                    tree.touched.add(rel)
-                except OSError:
-                    pass
