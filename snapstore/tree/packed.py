@@ -15,9 +15,18 @@ read-only look (``diff`` against the tree) patches instead of copying every reco
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import (
+    Callable,
+    ItemsView,
+    Iterable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    ValuesView,
+)
+from typing import Any
 
-from snapstore.records.manifest import EXEC
+from snapstore.records.manifest import EXEC, Entry
 from snapstore.tree.scan import Found, KeptPaths, Stat
 
 #: kind, st_mode, st_ino, st_size, st_mtime_ns, st_ctime_ns (times may be before 1970).
@@ -179,3 +188,143 @@ class FoundOverlay(MutableMapping[bytes, Found]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+#: An entry's fields after its path: kind, mode, size, mtime; its ref (stream id, link
+#: target's id, or empty) follows as it is.
+_ENTRY = struct.Struct("<BIQq")
+_ENTRY_HEAD = _ENTRY.size
+_entry_pack = _ENTRY.pack
+_entry_head = _ENTRY.unpack_from
+_dict_get = dict.get
+_dict_set: Callable[[dict[bytes, Any], bytes, Any], None] = dict.__setitem__
+_dict_pop = dict.pop
+_MISSING = object()
+
+
+def pack_entry(path: bytes, e: Entry) -> bytes | Entry:
+    """An entry as one packed value (~90 bytes instead of a 6-tuple, its stream id and its
+    mtime's int: ~210); an entry that does not fit the layout as it is."""
+    ref = e[5]
+    if e[0] is path or e[0] == path:
+        try:
+            if type(ref) is bytes:
+                return _entry_pack(e[1], e[2], e[3], e[4]) + ref
+        except struct.error:
+            pass
+    return e
+
+
+def unpack_entry(path: bytes, value: bytes | Entry) -> Entry:
+    """The :class:`Entry` of a value :func:`pack_entry` made for ``path``."""
+    if type(value) is not bytes:
+        return value  # type: ignore[return-value]
+    kind, mode, size, mtime = _entry_head(value)
+    return _new(Entry, (path, kind, mode, size, mtime, value[_ENTRY_HEAD:]))
+
+
+def entry_kind_size(value: bytes | Entry) -> tuple[int, int]:
+    """``(kind, size)`` of a kept value, without making its entry."""
+    if type(value) is bytes:
+        kind, _, size, _ = _entry_head(value)
+        return kind, size
+    return value[1], value[3]
+
+
+class EntryMap(dict[bytes, Entry]):
+    """path -> :class:`Entry`, each kept as one packed value and made again when asked for.
+
+    A watching Store keeps the tree's entries between checkpoints (the resident service, for as
+    long as it runs): as tuples that is ~210 bytes a file beside the path, ~90 packed.  It is a
+    ``dict`` to its users (every method that gives or takes an entry packs or unpacks it);
+    :meth:`raw` gives the packed values themselves (ops.snapshot.ordered keeps those in path
+    order: no entry object a file there either).  ``__iter__`` is defined so that ``dict(m)``
+    and ``d.update(m)`` go through the mapping's methods, never its packed values."""
+
+    __slots__ = ()
+
+    def __init__(self, entries: Mapping[bytes, Entry] | None = None) -> None:
+        super().__init__()
+        if entries:
+            self.update(entries)
+
+    def raw(self, path: bytes) -> bytes | Entry | None:
+        """The kept value of ``path`` (packed, or the entry when it does not pack), or None."""
+        value: bytes | Entry | None = _dict_get(self, path)
+        return value
+
+    def __getitem__(self, path: bytes) -> Entry:
+        return unpack_entry(path, dict.__getitem__(self, path))
+
+    def __setitem__(self, path: bytes, e: Entry) -> None:
+        _dict_set(self, path, pack_entry(path, e))
+
+    def __iter__(self) -> Iterator[bytes]:
+        return dict.__iter__(self)
+
+    def get(self, path: bytes, default: Any = None) -> Any:
+        value = _dict_get(self, path)
+        return default if value is None else unpack_entry(path, value)
+
+    def pop(self, path: bytes, default: Any = _MISSING) -> Any:
+        value = _dict_pop(self, path, None)
+        if value is None:
+            if default is _MISSING:
+                raise KeyError(path)
+            return default
+        return unpack_entry(path, value)
+
+    def setdefault(self, path: bytes, default: Any = None) -> Any:
+        value = _dict_get(self, path)
+        if value is None:
+            self[path] = default
+            return default
+        return unpack_entry(path, value)
+
+    def popitem(self) -> tuple[bytes, Entry]:
+        path, value = dict.popitem(self)
+        return path, unpack_entry(path, value)
+
+    def update(self, *others: Any, **kw: Any) -> None:
+        for other in others:
+            pairs = other.items() if isinstance(other, Mapping) else other
+            for path, e in pairs:
+                _dict_set(self, path, pack_entry(path, e))
+        if kw:
+            raise TypeError("entries are keyed by bytes")
+
+    def values(self) -> ValuesView[Entry]:  # type: ignore[override]
+        return ValuesView(self)  # (through __iter__ and __getitem__: entries, not packed values)
+
+    def items(self) -> ItemsView[bytes, Entry]:  # type: ignore[override]
+        return ItemsView(self)
+
+    def copy(self) -> EntryMap:
+        out = EntryMap()
+        dict.update(out, dict.items(self))  # (the packed values as they are)
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is EntryMap:
+            return dict.__eq__(self, other)  # (packed values: equal bytes, equal entries)
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and all(other.get(p, _MISSING) == unpack_entry(p, v) for p, v in dict.items(self))
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __or__(self, other: Any) -> EntryMap:  # type: ignore[override]
+        out = self.copy()
+        out.update(other)
+        return out
+
+    def __ior__(self, other: Any) -> EntryMap:  # type: ignore[override]
+        self.update(other)
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (EntryMap, (dict(self.items()),))

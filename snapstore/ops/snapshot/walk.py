@@ -147,7 +147,9 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
         kept, records = packed.FoundMap(found), iter(found)
         incremental.check_walk(ctx, found)
     with ctx.backend.read() as view:  # (the watcher's state does not hold the stat cache)
-        entries, to_read, stale = worktree.classify_sorted(records, _released(ctx.backend, view.items("statcache")))
+        entries, to_read, stale = worktree.classify_sorted(
+            records, _released(ctx.backend, view.items("statcache")), packed.EntryMap()
+        )  # (kept packed between checkpoints: tree.packed.EntryMap)
     del into, records  # (the sorted paths: 8 bytes a file)
     incremental.reread_mapped(watcher, kept, entries, to_read)
     watcher.inode_memo.clear()  # (a path may have any inode now)
@@ -175,7 +177,7 @@ def _after_restore(
     keys = {statcache.key(p): p for p in touched}
     with ctx.backend.read() as view:
         cache = {k: v for k in keys if (v := view.get("statcache", k)) is not None}
-    entries = dict(base)
+    entries = base.copy()  # (a copy of the same kind: tree.packed.EntryMap stays packed)
     records: list[scan.Found] = []
     stale: list[bytes] = []
     for key, path in keys.items():
