@@ -59,6 +59,19 @@ def test_an_entry_map_answers_as_a_dict_of_entries(tmp_path):
         assert sys.getsizeof(value) < sys.getsizeof(e) + sys.getsizeof(e.ref) + sys.getsizeof(e.mtime_ns)
 
 
+def test_a_files_entry_is_one_value_of_an_80_byte_block():
+    """A file's entry with a 32-byte stream id: 47 bytes (an 80-byte block of the allocator,
+    which allocates in steps of 16) when its mode fits 16 bits and its size 32; a bigger file's
+    in the wide layout, and both come back as they were."""
+    m = EntryMap()
+    small = Entry(b"a", FILE, 0o100644, 123, -1, b"s" * 32)
+    big = Entry(b"b", EXEC, 0o100755, 1 << 40, 1 << 62, b"b" * 32)
+    m[b"a"], m[b"b"] = small, big
+    assert len(dict.__getitem__(m, b"a")) == 47 and sys.getsizeof(dict.__getitem__(m, b"a")) <= 80
+    assert len(dict.__getitem__(m, b"b")) > 47
+    assert m[b"a"] == small and m[b"b"] == big
+
+
 def test_an_entry_that_does_not_pack_is_kept_as_it_is():
     m = EntryMap()
     odd = [

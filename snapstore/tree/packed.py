@@ -29,11 +29,24 @@ from typing import Any
 from snapstore.records.manifest import EXEC, Entry
 from snapstore.tree.scan import Found, KeptPaths, Stat
 
-#: kind, st_mode, st_ino, st_size, st_mtime_ns, st_ctime_ns (times may be before 1970).
-_RECORD = struct.Struct("<BIQQqq")
+#: kind, st_mode, st_ino, st_size, st_mtime_ns, st_ctime_ns (times may be before 1970): 31
+#: bytes, so the value fits the allocator's 64-byte blocks (it allocates in steps of 16),
+#: when the mode fits 16 bits and the size 32 (nearly every file); else the wide layout (37
+#: bytes, told apart by its length).
+_RECORD = struct.Struct("<BHQIqq")
+_WIDE = struct.Struct("<BIQQqq")
 RECORD_SIZE = _RECORD.size
 _pack = _RECORD.pack
-_unpack = _RECORD.unpack
+_pack_wide = _WIDE.pack
+_unpack_narrow = _RECORD.unpack
+_unpack_wide = _WIDE.unpack
+
+
+def _unpack(value: bytes) -> tuple[int, int, int, int, int, int]:
+    fields: tuple[int, int, int, int, int, int] = (
+        _unpack_narrow(value) if len(value) == RECORD_SIZE else _unpack_wide(value)
+    )
+    return fields
 _new = tuple.__new__  # (a Found or a Stat without the NamedTuple constructor's Python frame)
 
 
@@ -41,7 +54,10 @@ def pack(f: Found) -> bytes | Found:
     """A file's record as one packed value; anything else as it is."""
     kind, st, target = f[1], f[2], f[3]
     if kind <= EXEC and st is not None and not target:
-        return _pack(kind, st[0], st[1], st[2], st[3], st[4])
+        mode, size = st[0], st[2]
+        if mode < 0x10000 and 0 <= size < 0x100000000:
+            return _pack(kind, mode, st[1], size, st[3], st[4])
+        return _pack_wide(kind, mode, st[1], size, st[3], st[4])
     return f
 
 
@@ -191,11 +207,26 @@ class FoundOverlay(MutableMapping[bytes, Found]):
 
 
 #: An entry's fields after its path: kind, mode, size, mtime; its ref (stream id, link
-#: target's id, or empty) follows as it is.
-_ENTRY = struct.Struct("<BIQq")
-_ENTRY_HEAD = _ENTRY.size
+#: target's id, or empty) follows as it is.  15 bytes (with a 32-byte id, the value fits the
+#: allocator's 80-byte blocks) when the mode fits 16 bits and the size 32; else the wide
+#: layout, its kind byte marked with :data:`_WIDE_ENTRY`.
+_ENTRY = struct.Struct("<BHIq")
+_ENTRY_WIDE = struct.Struct("<BIQq")
+_WIDE_ENTRY = 0x80
 _entry_pack = _ENTRY.pack
-_entry_head = _ENTRY.unpack_from
+_entry_pack_wide = _ENTRY_WIDE.pack
+_entry_narrow = _ENTRY.unpack_from
+_entry_wide = _ENTRY_WIDE.unpack_from
+_NARROW_HEAD, _WIDE_HEAD = _ENTRY.size, _ENTRY_WIDE.size
+
+
+def _entry_head(value: bytes) -> tuple[int, int, int, int, int]:
+    """kind, mode, size, mtime and where the ref starts, of a packed entry."""
+    if value[0] & _WIDE_ENTRY:
+        kind, mode, size, mtime = _entry_wide(value)
+        return kind & ~_WIDE_ENTRY, mode, size, mtime, _WIDE_HEAD
+    kind, mode, size, mtime = _entry_narrow(value)
+    return kind, mode, size, mtime, _NARROW_HEAD
 _dict_get = dict.get
 _dict_set: Callable[[dict[bytes, Any], bytes, Any], None] = dict.__setitem__
 _dict_pop = dict.pop
@@ -208,9 +239,11 @@ def pack_entry(path: bytes, e: Entry) -> bytes | Entry:
     ref = e[5]
     if e[0] is path or e[0] == path:
         try:
-            if type(ref) is bytes:
-                return _entry_pack(e[1], e[2], e[3], e[4]) + ref
-        except struct.error:
+            if type(ref) is bytes and 0 <= e[1] < _WIDE_ENTRY:
+                if e[2] < 0x10000 and 0 <= e[3] < 0x100000000:
+                    return _entry_pack(e[1], e[2], e[3], e[4]) + ref
+                return _entry_pack_wide(e[1] | _WIDE_ENTRY, e[2], e[3], e[4]) + ref
+        except (struct.error, TypeError):
             pass
     return e
 
@@ -219,14 +252,14 @@ def unpack_entry(path: bytes, value: bytes | Entry) -> Entry:
     """The :class:`Entry` of a value :func:`pack_entry` made for ``path``."""
     if type(value) is not bytes:
         return value  # type: ignore[return-value]
-    kind, mode, size, mtime = _entry_head(value)
-    return _new(Entry, (path, kind, mode, size, mtime, value[_ENTRY_HEAD:]))
+    kind, mode, size, mtime, head = _entry_head(value)
+    return _new(Entry, (path, kind, mode, size, mtime, value[head:]))
 
 
 def entry_kind_size(value: bytes | Entry) -> tuple[int, int]:
     """``(kind, size)`` of a kept value, without making its entry."""
     if type(value) is bytes:
-        kind, _, size, _ = _entry_head(value)
+        kind, _, size, _, _ = _entry_head(value)
         return kind, size
     return value[1], value[3]
 
