@@ -92,6 +92,8 @@ def test_the_order_holds_the_maps_packed_values_and_edits_them():
     got, want = ordered.full(m), ordered.full(d)
     assert list(got.entries) == list(want.entries) and (got.files, got.size) == (want.files, want.size)
     assert got.entries[5:2600] == want.entries[5:2600] and got.entries[-1] == want.entries[-1]
+    assert got.entries.packed and not want.entries.packed  # (a plain dict's entries given as they are)
+    assert all(v is d[p] for c in want.entries.chunks for p, v in zip(*c, strict=True))
     for chunk_paths, values in got.entries.chunks:  # the map's very values: no entry a file
         assert all(dict.__getitem__(m, p) is v for p, v in zip(chunk_paths, values, strict=True))
     for _ in range(20):

@@ -34,12 +34,14 @@ class Chunked(Sequence[Entry]):
     edit builds a new one sharing every chunk it does not change).  A value is the entry or,
     for entries kept in an :class:`~snapstore.tree.packed.EntryMap`, its packed value (the
     same object the map holds): the entry is made when asked for, so the order holds no entry
-    object a file."""
+    object a file.  ``packed``: whether any value may be packed (else each is its entry, given
+    as it is)."""
 
-    __slots__ = ("chunks", "firsts", "starts", "n")
+    __slots__ = ("chunks", "firsts", "starts", "n", "packed")
 
-    def __init__(self, chunks: list[tuple[list[bytes], list[Value]]]) -> None:
+    def __init__(self, chunks: list[tuple[list[bytes], list[Value]]], packed: bool = False) -> None:
         self.chunks = chunks
+        self.packed = packed
         #: Each chunk's first path (to find a path's chunk), and its index in the whole.
         self.firsts = [c[0][0] for c in chunks]
         self.starts = [0, *accumulate(len(c[0]) for c in chunks)]
@@ -49,8 +51,9 @@ class Chunked(Sequence[Entry]):
         return self.n
 
     def __iter__(self) -> Iterator[Entry]:
-        for paths, values in self.chunks:
-            yield from map(unpack_entry, paths, values)
+        if not self.packed:
+            return chain.from_iterable(c[1] for c in self.chunks)  # type: ignore[misc]
+        return chain.from_iterable(map(unpack_entry, *c) for c in self.chunks)
 
     @overload
     def __getitem__(self, i: int) -> Entry: ...
@@ -66,7 +69,10 @@ class Chunked(Sequence[Entry]):
             while lo < hi and k < len(self.chunks):
                 base = self.starts[k]
                 paths, values = self.chunks[k]
-                out.extend(map(unpack_entry, paths[lo - base : hi - base], values[lo - base : hi - base]))
+                if self.packed:
+                    out.extend(map(unpack_entry, paths[lo - base : hi - base], values[lo - base : hi - base]))
+                else:
+                    out.extend(values[lo - base : hi - base])  # type: ignore[arg-type]
                 lo = base + len(values)
                 k += 1
             return out
@@ -151,7 +157,7 @@ def full(entries: dict[bytes, Entry]) -> Ordered:
         sizes = [e[3] for e in ordered if e[1] <= EXEC]  # files (FILE, EXEC): one pass, no property calls
         files, size = len(sizes), sum(sizes)
     chunks = [(paths[i : i + CHUNK], ordered[i : i + CHUNK]) for i in range(0, len(paths), CHUNK)]
-    return Ordered(Chunked(chunks), files, size)
+    return Ordered(Chunked(chunks, isinstance(entries, EntryMap)), files, size)
 
 
 def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) -> Ordered:
@@ -198,7 +204,8 @@ def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) ->
         elif new is not None:
             centries.insert(j, new)
             cpaths.insert(j, path)
-    return Ordered(Chunked(_tidy(chunks, copied)), files, size, same, (old, runs))
+    packed = old.packed or isinstance(entries, EntryMap)
+    return Ordered(Chunked(_tidy(chunks, copied), packed), files, size, same, (old, runs))
 
 
 def _same(path: bytes, a: Value | None, b: Value | None) -> bool:
