@@ -7,7 +7,8 @@ that do not depend on the machine:
   peak of its first (walking) checkpoint and of the one after (which fills the manifest codec),
   and what the walk holds once it is done (each record packed as it is found, no list of
   every file's record as objects).  The stat cache is read for the paths a checkpoint
-  examines, never held whole, and the walk's records are kept packed (tree/packed.py);
+  examines, never held whole, and the walk's records and the entries are kept packed
+  (tree/packed.py: FoundMap, EntryMap);
 * a 1-file checkpoint does no work per file or per directory of the tree: one lstat, no
   listing, no pass over the kept records or the directories' listings.
 """
