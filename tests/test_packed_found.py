@@ -30,12 +30,15 @@ def test_every_record_comes_back_as_it_was_found():
 
 
 def test_a_file_is_kept_as_one_small_value():
-    m = packed.FoundMap(RECORDS[:1])
-    value = m._d[b"a/big"]
-    assert type(value) is bytes and len(value) == packed.RECORD_SIZE == 37
-    f = RECORDS[0]
+    """31 bytes (a 64-byte block of the allocator, which allocates in steps of 16) when its
+    mode fits 16 bits and its size 32, as nearly every file's do; else 37, and still as found."""
+    m = packed.FoundMap(RECORDS[:2])
+    small, big = m._d[b"a/old"], m._d[b"a/big"]
+    assert type(small) is bytes and len(small) == packed.RECORD_SIZE == 31 and sys.getsizeof(small) <= 64
+    assert type(big) is bytes and len(big) == 37 and m[b"a/big"] == RECORDS[0]  # (2**40 bytes)
+    f = RECORDS[1]
     as_objects = sys.getsizeof(f) + sys.getsizeof(f.st) + sum(sys.getsizeof(x) for x in f.st)
-    assert sys.getsizeof(value) * 3 < as_objects
+    assert sys.getsizeof(small) * 3 < as_objects
 
 
 def test_an_overlay_changes_nothing_below_it():

@@ -10,13 +10,21 @@ import random
 import time
 from pathlib import Path
 
+import pytest
 from platform_marks import needs_inotify
 
-from snapstore.ops.snapshot import ordered
+from snapstore.ops.snapshot import ordered, walk
 from snapstore.store import Store
+from snapstore.tree.packed import EntryMap
 
 
-def test_ordered_entries_and_totals_match_a_full_sort(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("packed", [False, True], ids=["entries", "packed-entries"])
+def test_ordered_entries_and_totals_match_a_full_sort(tmp_path: Path, monkeypatch, packed: bool):
+    """Also with the state's entries kept packed (tree.packed.EntryMap, for big trees: here
+    from the first path on), the order then holding the packed values."""
+    if packed:
+        monkeypatch.setattr(walk, "PACK_ENTRIES_FROM", 0)
+    kinds: set[type] = set()
     seen: list[tuple[list, int, int]] = []
     used = {"patched": 0}
     real = ordered._patched
@@ -24,6 +32,7 @@ def test_ordered_entries_and_totals_match_a_full_sort(tmp_path: Path, monkeypatc
     def checking(kept, entries, touched):
         out = real(kept, entries, touched)
         used["patched"] += 1
+        kinds.add(type(entries))
         fresh = ordered.full(entries)
         agrees = out.same == (fresh.entries == kept.entries)  # "the same entries" only when they are
         seen.append((out.entries == fresh.entries and out.paths == fresh.paths and agrees, out.files - fresh.files, out.size - fresh.size))
@@ -68,6 +77,7 @@ def test_ordered_entries_and_totals_match_a_full_sort(tmp_path: Path, monkeypatc
             assert cp.stats["files"] == len(files_now), step
             assert cp.stats["bytes"] == sum(p.stat().st_size for p in files_now), step
     assert used["patched"] >= 20  # the incremental path ran
+    assert kinds == ({EntryMap} if packed else {dict}), kinds
     assert all(same and df == 0 and ds == 0 for same, df, ds in seen), seen
 
 

@@ -7,7 +7,8 @@ that do not depend on the machine:
   peak of its first (walking) checkpoint and of the one after (which fills the manifest codec),
   and what the walk holds once it is done (each record packed as it is found, no list of
   every file's record as objects).  The stat cache is read for the paths a checkpoint
-  examines, never held whole, and the walk's records are kept packed (tree/packed.py);
+  examines, never held whole, and the walk's records and the entries are kept packed
+  (tree/packed.py: FoundMap, EntryMap);
 * a 1-file checkpoint does no work per file or per directory of the tree: one lstat, no
   listing, no pass over the kept records or the directories' listings.
 """
@@ -28,13 +29,15 @@ from snapstore.testing import build_tree
 from snapstore.tree import packed, rescan, scan
 
 FILES = 30_000
-#: Measured (30,000 files in directories of 1,000): kept ~450 B/file, peak of the two
-#: checkpoints ~528, the walk's records once it is done ~190 (the walk packs each record as it
-#: finds it; the manifest codec keeps no chunk's bytes and its first fill holds no record or
-#: chunk of every entry).  Before that (main at e1ccf0a): kept ~554, peak ~679, walked ~385;
+#: Measured (30,000 files in directories of 1,000): kept ~355 B/file, peak of the two
+#: checkpoints ~441, the walk's records once it is done ~207 (the entries kept packed,
+#: tree.packed.EntryMap, and the ordered entries holding those packed values; the walk packs
+#: each record as it finds it; the manifest codec keeps no chunk's bytes and its first fill
+#: holds no record or chunk of every entry).  Before the packed entries (main at 6f197b9):
+#: kept ~450, peak ~528; before that (main at e1ccf0a): kept ~554, peak ~679, walked ~385;
 #: before the packed records and the stat cache read on demand, kept ~962.
-KEPT_BYTES_PER_FILE = 520
-PEAK_BYTES_PER_FILE = 600
+KEPT_BYTES_PER_FILE = 400
+PEAK_BYTES_PER_FILE = 490
 WALKED_BYTES_PER_FILE = 260
 #: The portable polling source (SNAPSTORE_PLATFORM=portable, or no inotify) keeps what it
 #: compares for every entry between reads: a packed signature and the entry's name (~140 B a

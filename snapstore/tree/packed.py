@@ -10,21 +10,47 @@ it is asked for one; directories, symlinks and unreadable entries (few) are kept
 
 :class:`FoundOverlay` is a map's records with changes of its own, the map untouched: what a
 read-only look (``diff`` against the tree) patches instead of copying every record.
+
+:class:`EntryMap` does the same for the entries a watching Store keeps (the manifest memo's,
+the tree state's): one packed value a path (~80 bytes) instead of an
+:class:`~snapstore.records.manifest.Entry` tuple with its stream id and mtime objects (~210).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import (
+    Callable,
+    ItemsView,
+    Iterable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    ValuesView,
+)
+from typing import Any
 
-from snapstore.records.manifest import EXEC
+from snapstore.records.manifest import EXEC, Entry
 from snapstore.tree.scan import Found, KeptPaths, Stat
 
-#: kind, st_mode, st_ino, st_size, st_mtime_ns, st_ctime_ns (times may be before 1970).
-_RECORD = struct.Struct("<BIQQqq")
+#: kind, st_mode, st_ino, st_size, st_mtime_ns, st_ctime_ns (times may be before 1970): 31
+#: bytes, so the value fits the allocator's 64-byte blocks (it allocates in steps of 16),
+#: when the mode fits 16 bits and the size 32 (nearly every file); else the wide layout (37
+#: bytes, told apart by its length).
+_RECORD = struct.Struct("<BHQIqq")
+_WIDE = struct.Struct("<BIQQqq")
 RECORD_SIZE = _RECORD.size
 _pack = _RECORD.pack
-_unpack = _RECORD.unpack
+_pack_wide = _WIDE.pack
+_unpack_narrow = _RECORD.unpack
+_unpack_wide = _WIDE.unpack
+
+
+def _unpack(value: bytes) -> tuple[int, int, int, int, int, int]:
+    fields: tuple[int, int, int, int, int, int] = (
+        _unpack_narrow(value) if len(value) == RECORD_SIZE else _unpack_wide(value)
+    )
+    return fields
 _new = tuple.__new__  # (a Found or a Stat without the NamedTuple constructor's Python frame)
 
 
@@ -32,7 +58,10 @@ def pack(f: Found) -> bytes | Found:
     """A file's record as one packed value; anything else as it is."""
     kind, st, target = f[1], f[2], f[3]
     if kind <= EXEC and st is not None and not target:
-        return _pack(kind, st[0], st[1], st[2], st[3], st[4])
+        mode, size = st[0], st[2]
+        if mode < 0x10000 and 0 <= size < 0x100000000:
+            return _pack(kind, mode, st[1], size, st[3], st[4])
+        return _pack_wide(kind, mode, st[1], size, st[3], st[4])
     return f
 
 
@@ -179,3 +208,160 @@ class FoundOverlay(MutableMapping[bytes, Found]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+#: An entry's fields after its path: kind, mode, size, mtime; its ref (stream id, link
+#: target's id, or empty) follows as it is.  15 bytes (with a 32-byte id, the value fits the
+#: allocator's 80-byte blocks) when the mode fits 16 bits and the size 32; else the wide
+#: layout, its kind byte marked with :data:`_WIDE_ENTRY`.
+_ENTRY = struct.Struct("<BHIq")
+_ENTRY_WIDE = struct.Struct("<BIQq")
+_WIDE_ENTRY = 0x80
+_entry_pack = _ENTRY.pack
+_entry_pack_wide = _ENTRY_WIDE.pack
+_entry_narrow = _ENTRY.unpack_from
+_entry_wide = _ENTRY_WIDE.unpack_from
+_NARROW_HEAD, _WIDE_HEAD = _ENTRY.size, _ENTRY_WIDE.size
+
+
+def _entry_head(value: bytes) -> tuple[int, int, int, int, int]:
+    """kind, mode, size, mtime and where the ref starts, of a packed entry."""
+    if value[0] & _WIDE_ENTRY:
+        kind, mode, size, mtime = _entry_wide(value)
+        return kind & ~_WIDE_ENTRY, mode, size, mtime, _WIDE_HEAD
+    kind, mode, size, mtime = _entry_narrow(value)
+    return kind, mode, size, mtime, _NARROW_HEAD
+_dict_get = dict.get
+_dict_set: Callable[[dict[bytes, Any], bytes, Any], None] = dict.__setitem__
+_dict_pop = dict.pop
+_MISSING = object()
+
+
+def pack_entry(path: bytes, e: Entry) -> bytes | Entry:
+    """An entry as one packed value (~90 bytes instead of a 6-tuple, its stream id and its
+    mtime's int: ~210); an entry that does not fit the layout as it is."""
+    ref = e[5]
+    if e[0] is path or e[0] == path:
+        try:
+            if type(ref) is bytes and 0 <= e[1] < _WIDE_ENTRY:
+                if e[2] < 0x10000 and 0 <= e[3] < 0x100000000:
+                    return _entry_pack(e[1], e[2], e[3], e[4]) + ref
+                return _entry_pack_wide(e[1] | _WIDE_ENTRY, e[2], e[3], e[4]) + ref
+        except (struct.error, TypeError):
+            pass
+    return e
+
+
+def unpack_entry(path: bytes, value: bytes | Entry) -> Entry:
+    """The :class:`Entry` of a value :func:`pack_entry` made for ``path``."""
+    if type(value) is not bytes:
+        return value  # type: ignore[return-value]
+    kind, mode, size, mtime, head = _entry_head(value)
+    return _new(Entry, (path, kind, mode, size, mtime, value[head:]))
+
+
+def entry_kind_size(value: bytes | Entry) -> tuple[int, int]:
+    """``(kind, size)`` of a kept value, without making its entry."""
+    if type(value) is bytes:
+        kind, _, size, _, _ = _entry_head(value)
+        return kind, size
+    return value[1], value[3]
+
+
+class EntryMap(dict[bytes, Entry]):
+    """path -> :class:`Entry`, each kept as one packed value and made again when asked for.
+
+    A watching Store keeps the tree's entries between checkpoints (the resident service, for as
+    long as it runs): as tuples that is ~210 bytes a file beside the path, ~90 packed.  It is a
+    ``dict`` to its users (every method that gives or takes an entry packs or unpacks it);
+    :meth:`raw` gives the packed values themselves (ops.snapshot.ordered keeps those in path
+    order: no entry object a file there either).  ``__iter__`` is defined so that ``dict(m)``
+    and ``d.update(m)`` go through the mapping's methods, never its packed values."""
+
+    __slots__ = ()
+
+    def __init__(self, entries: Mapping[bytes, Entry] | None = None) -> None:
+        super().__init__()
+        if entries:
+            self.update(entries)
+
+    def raw(self, path: bytes) -> bytes | Entry | None:
+        """The kept value of ``path`` (packed, or the entry when it does not pack), or None."""
+        value: bytes | Entry | None = _dict_get(self, path)
+        return value
+
+    def __getitem__(self, path: bytes) -> Entry:
+        return unpack_entry(path, dict.__getitem__(self, path))
+
+    def __setitem__(self, path: bytes, e: Entry) -> None:
+        _dict_set(self, path, pack_entry(path, e))
+
+    def __iter__(self) -> Iterator[bytes]:
+        return dict.__iter__(self)
+
+    def get(self, path: bytes, default: Any = None) -> Any:
+        value = _dict_get(self, path)
+        return default if value is None else unpack_entry(path, value)
+
+    def pop(self, path: bytes, default: Any = _MISSING) -> Any:
+        value = _dict_pop(self, path, None)
+        if value is None:
+            if default is _MISSING:
+                raise KeyError(path)
+            return default
+        return unpack_entry(path, value)
+
+    def setdefault(self, path: bytes, default: Any = None) -> Any:
+        value = _dict_get(self, path)
+        if value is None:
+            self[path] = default
+            return default
+        return unpack_entry(path, value)
+
+    def popitem(self) -> tuple[bytes, Entry]:
+        path, value = dict.popitem(self)
+        return path, unpack_entry(path, value)
+
+    def update(self, *others: Any, **kw: Any) -> None:
+        for other in others:
+            pairs = other.items() if isinstance(other, Mapping) else other
+            for path, e in pairs:
+                _dict_set(self, path, pack_entry(path, e))
+        if kw:
+            raise TypeError("entries are keyed by bytes")
+
+    def values(self) -> ValuesView[Entry]:  # type: ignore[override]
+        return ValuesView(self)  # (through __iter__ and __getitem__: entries, not packed values)
+
+    def items(self) -> ItemsView[bytes, Entry]:  # type: ignore[override]
+        return ItemsView(self)
+
+    def copy(self) -> EntryMap:
+        out = EntryMap()
+        dict.update(out, dict.items(self))  # (the packed values as they are)
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is EntryMap:
+            return dict.__eq__(self, other)  # (packed values: equal bytes, equal entries)
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and all(other.get(p, _MISSING) == unpack_entry(p, v) for p, v in dict.items(self))
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __or__(self, other: Any) -> EntryMap:  # type: ignore[override]
+        out = self.copy()
+        out.update(other)
+        return out
+
+    def __ior__(self, other: Any) -> EntryMap:  # type: ignore[override]
+        self.update(other)
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (EntryMap, (dict(self.items()),))

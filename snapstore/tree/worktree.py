@@ -108,7 +108,7 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
 
 
 def classify_sorted(
-    found: Iterable[scan.Found], cache_items: Iterable[tuple[bytes, bytes]]
+    found: Iterable[scan.Found], cache_items: Iterable[tuple[bytes, bytes]], into: dict[bytes, Entry] | None = None
 ) -> tuple[dict[bytes, Entry], list[scan.Found], list[bytes]]:
     """:func:`classify` for a walk sorted by path and the stat cache read in key order (an
     LMDB cursor): the same entries and misses, plus the cache keys no found path has (stale),
@@ -116,9 +116,10 @@ def classify_sorted(
 
     Both sides are in bytes order, so one merge pass pairs each path with its cache value; the
     keys of paths longer than MAX_KEY (a NUL and a hash) sort before every path and are read
-    first.
+    first.  ``into``: the (empty) dict to put the entries in (a watching Store's keeps them
+    packed: tree.packed.EntryMap).
     """
-    entries: dict[bytes, Entry] = {}
+    entries: dict[bytes, Entry] = {} if into is None else into
     misses: list[scan.Found] = []
     stale: list[bytes] = []
     lookup = statcache.lookup

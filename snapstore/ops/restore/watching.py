@@ -99,7 +99,7 @@ def _patch(
     # A new entries dict: the old one is also the snapshot's manifest memo (the entries of the
     # last manifest written), which must keep describing that manifest.
     base, since = state.carried if state.carried is not None else (state.entries, set())
-    entries = dict(state.entries)
+    entries = state.entries.copy()  # (of the same kind: tree.packed.EntryMap stays packed)
     for p in deleted + removed:  # (a removed directory's record: an empty one's DIR)
         state.found.pop(p, None)
         entries.pop(p, None)

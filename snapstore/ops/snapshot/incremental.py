@@ -297,7 +297,7 @@ def patch(
         for f in patch.updated:  # an inode answered "not in the tree" may be in it now
             if f.st is not None and memo.get(f.st.st_ino) == ():
                 del memo[f.st.st_ino]  # (an answer with paths is checked when used)
-    entries = state.entries if in_place else dict(state.entries)
+    entries = state.entries if in_place else state.entries.copy()
     stale: list[bytes] = []
     # (a record found again may since have been found once more, or removed: the last one counts)
     changed = list({f.path: f for f in patch.updated if found.get(f.path) == f}.values())

@@ -19,19 +19,29 @@ from itertools import accumulate, chain
 from typing import overload
 
 from snapstore.records.manifest import EXEC, Entry
+from snapstore.tree.packed import EntryMap, entry_kind_size, unpack_entry
+
+#: What a chunk holds for an entry: the entry, or the packed value an
+#: :class:`~snapstore.tree.packed.EntryMap` keeps for it (made into the entry when asked for).
+Value = bytes | Entry
 
 #: Entries a chunk holds after a sort; an edited chunk is split when it doubles.
 CHUNK = 1024
 
 
 class Chunked(Sequence[Entry]):
-    """Entries in path order, in chunks ``(paths, entries)``; never changed once built (an
-    edit builds a new one sharing every chunk it does not change)."""
+    """Entries in path order, in chunks ``(paths, values)``; never changed once built (an
+    edit builds a new one sharing every chunk it does not change).  A value is the entry or,
+    for entries kept in an :class:`~snapstore.tree.packed.EntryMap`, its packed value (the
+    same object the map holds): the entry is made when asked for, so the order holds no entry
+    object a file.  ``packed``: whether any value may be packed (else each is its entry, given
+    as it is)."""
 
-    __slots__ = ("chunks", "firsts", "starts", "n")
+    __slots__ = ("chunks", "firsts", "starts", "n", "packed")
 
-    def __init__(self, chunks: list[tuple[list[bytes], list[Entry]]]) -> None:
+    def __init__(self, chunks: list[tuple[list[bytes], list[Value]]], packed: bool = False) -> None:
         self.chunks = chunks
+        self.packed = packed
         #: Each chunk's first path (to find a path's chunk), and its index in the whole.
         self.firsts = [c[0][0] for c in chunks]
         self.starts = [0, *accumulate(len(c[0]) for c in chunks)]
@@ -41,7 +51,9 @@ class Chunked(Sequence[Entry]):
         return self.n
 
     def __iter__(self) -> Iterator[Entry]:
-        return chain.from_iterable(c[1] for c in self.chunks)
+        if not self.packed:
+            return chain.from_iterable(c[1] for c in self.chunks)  # type: ignore[misc]
+        return chain.from_iterable(map(unpack_entry, *c) for c in self.chunks)
 
     @overload
     def __getitem__(self, i: int) -> Entry: ...
@@ -56,9 +68,12 @@ class Chunked(Sequence[Entry]):
             k = max(bisect_right(self.starts, lo) - 1, 0)
             while lo < hi and k < len(self.chunks):
                 base = self.starts[k]
-                part = self.chunks[k][1][lo - base : hi - base]
-                out.extend(part)
-                lo = base + len(self.chunks[k][1])
+                paths, values = self.chunks[k]
+                if self.packed:
+                    out.extend(map(unpack_entry, paths[lo - base : hi - base], values[lo - base : hi - base]))
+                else:
+                    out.extend(values[lo - base : hi - base])  # type: ignore[arg-type]
+                lo = base + len(values)
                 k += 1
             return out
         if i < 0:
@@ -66,7 +81,8 @@ class Chunked(Sequence[Entry]):
         if not 0 <= i < self.n:
             raise IndexError(i)
         k = bisect_right(self.starts, i) - 1
-        return self.chunks[k][1][i - self.starts[k]]
+        paths, values = self.chunks[k]
+        return unpack_entry(paths[i - self.starts[k]], values[i - self.starts[k]])
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Chunked | list):
@@ -127,14 +143,26 @@ def order(
 
 def full(entries: dict[bytes, Entry]) -> Ordered:
     paths = sorted(entries)
-    ordered = [entries[p] for p in paths]
-    sizes = [e[3] for e in ordered if e[1] <= EXEC]  # files (FILE, EXEC): one pass, no property calls
+    ordered: list[Value]
+    if isinstance(entries, EntryMap):  # (its packed values: no entry object a file)
+        raw = dict.__getitem__
+        ordered = [raw(entries, p) for p in paths]
+        files = size = 0
+        for v in ordered:  # (no list a file beside the order: the service's peak is here)
+            kind, n = entry_kind_size(v)
+            if kind <= EXEC:
+                files, size = files + 1, size + n
+    else:
+        ordered = [entries[p] for p in paths]
+        sizes = [e[3] for e in ordered if e[1] <= EXEC]  # files (FILE, EXEC): one pass, no property calls
+        files, size = len(sizes), sum(sizes)
     chunks = [(paths[i : i + CHUNK], ordered[i : i + CHUNK]) for i in range(0, len(paths), CHUNK)]
-    return Ordered(Chunked(chunks), len(sizes), sum(sizes))
+    return Ordered(Chunked(chunks, isinstance(entries, EntryMap)), files, size)
 
 
 def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) -> Ordered:
     old = kept.entries
+    get = entries.raw if isinstance(entries, EntryMap) else entries.get  # (packed values kept packed)
     chunks = list(old.chunks)  # (one pointer a chunk; a chunk is copied before it is edited)
     copied: set[int] = set()
     files, size = kept.files, kept.size
@@ -152,12 +180,16 @@ def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) ->
         j = bisect_left(cpaths, path)
         i = old.starts[k] + j + _shift(old, chunks, copied, k)
         was = centries[j] if j < len(cpaths) and cpaths[j] == path else None
-        new = entries.get(path)
-        if was is not None and was[1] <= EXEC:
-            files, size = files - 1, size - was[3]
-        if new is not None and new[1] <= EXEC:
-            files, size = files + 1, size + new[3]
-        if was != new:
+        new = get(path)
+        if was is not None:
+            kind, was_size = entry_kind_size(was)
+            if kind <= EXEC:
+                files, size = files - 1, size - was_size
+        if new is not None:
+            kind, new_size = entry_kind_size(new)
+            if kind <= EXEC:
+                files, size = files + 1, size + new_size
+        if not _same(path, was, new):
             same = False
             olo, ohi, nhi = i - delta, i - delta + (was is not None), i + (new is not None)
             if runs and runs[-1][1] == olo:  # (adjacent to the last run: one run)
@@ -172,19 +204,27 @@ def _patched(kept: Ordered, entries: dict[bytes, Entry], touched: set[bytes]) ->
         elif new is not None:
             centries.insert(j, new)
             cpaths.insert(j, path)
-    return Ordered(Chunked(_tidy(chunks, copied)), files, size, same, (old, runs))
+    packed = old.packed or isinstance(entries, EntryMap)
+    return Ordered(Chunked(_tidy(chunks, copied), packed), files, size, same, (old, runs))
 
 
-def _shift(old: Chunked, chunks: list[tuple[list[bytes], list[Entry]]], copied: set[int], k: int) -> int:
+def _same(path: bytes, a: Value | None, b: Value | None) -> bool:
+    """Whether two values are the same entry (a packed one and an entry compared unpacked)."""
+    if type(a) is type(b) or a is None or b is None:
+        return a == b
+    return unpack_entry(path, a) == unpack_entry(path, b)
+
+
+def _shift(old: Chunked, chunks: list[tuple[list[bytes], list[Value]]], copied: set[int], k: int) -> int:
     """How many entries the edits so far added (minus removed) before chunk ``k``."""
     return sum(len(chunks[c][0]) - (old.starts[c + 1] - old.starts[c]) for c in copied if c < k)
 
 
-def _tidy(chunks: list[tuple[list[bytes], list[Entry]]], copied: set[int]) -> list[tuple[list[bytes], list[Entry]]]:
+def _tidy(chunks: list[tuple[list[bytes], list[Value]]], copied: set[int]) -> list[tuple[list[bytes], list[Value]]]:
     """The chunks with the edited ones that emptied dropped and those that doubled split."""
     if all(0 < len(chunks[k][0]) <= 2 * CHUNK for k in copied):
         return chunks
-    out: list[tuple[list[bytes], list[Entry]]] = []
+    out: list[tuple[list[bytes], list[Value]]] = []
     for k, (paths, ents) in enumerate(chunks):
         if k not in copied or 0 < len(paths) <= 2 * CHUNK:
             out.append((paths, ents))

@@ -147,7 +147,9 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
         kept, records = packed.FoundMap(found), iter(found)
         incremental.check_walk(ctx, found)
     with ctx.backend.read() as view:  # (the watcher's state does not hold the stat cache)
-        entries, to_read, stale = worktree.classify_sorted(records, _released(ctx.backend, view.items("statcache")))
+        entries, to_read, stale = worktree.classify_sorted(
+            records, _released(ctx.backend, view.items("statcache")), _kept_entries(len(kept))
+        )
     del into, records  # (the sorted paths: 8 bytes a file)
     incremental.reread_mapped(watcher, kept, entries, to_read)
     watcher.inode_memo.clear()  # (a path may have any inode now)
@@ -175,7 +177,7 @@ def _after_restore(
     keys = {statcache.key(p): p for p in touched}
     with ctx.backend.read() as view:
         cache = {k: v for k in keys if (v := view.get("statcache", k)) is not None}
-    entries = dict(base)
+    entries = base.copy()  # (a copy of the same kind: tree.packed.EntryMap stays packed)
     records: list[scan.Found] = []
     stale: list[bytes] = []
     for key, path in keys.items():
@@ -191,6 +193,17 @@ def _after_restore(
     out.touched, out.base = set(touched), base
     return out
 
+
+
+#: From this many paths on, a watching Store keeps its entries packed (tree.packed.EntryMap):
+#: ~120 bytes a file less, for ~1 microsecond an entry a checkpoint's manifest re-cut makes
+#: again (a few hundred per checkpoint); below it, the memory saved is not worth that time.
+PACK_ENTRIES_FROM = 20_000
+
+
+def _kept_entries(paths: int) -> dict[bytes, Entry]:
+    """The dict a watching Store's walk puts its entries in (see :data:`PACK_ENTRIES_FROM`)."""
+    return packed.EntryMap() if paths >= PACK_ENTRIES_FROM else {}
 
 
 #: Stat-cache items read between two releases of the store's mapped pages (:func:`_released`).
