@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import run_snapstore, subprocess_env
+from platform_marks import needs_syncfs
 
 from snapstore.errors import CorruptError, UsageError
 from snapstore.storage import lmdb_durability
@@ -204,6 +205,7 @@ def _syncfs_around_a_restore(root: Path, mode: str, watch: str) -> tuple[int, in
 
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace")
+@needs_syncfs
 @pytest.mark.parametrize(
     ("mode", "watch", "inline", "later"),
     [("normal", "watch", 0, 1), ("normal", "plain", 2, 0), ("full", "watch", 2, 0), ("off", "watch", 0, 0)],

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_state_is_a_walk as _assert_state_is_a_walk
-from platform_marks import needs_proc_maps
+from platform_marks import needs_inotify, needs_proc_maps
 from restore_helpers import read_tree, write_tree
 
 from snapstore.store import Store
@@ -183,6 +183,7 @@ def _two_states(store: Store, tree: Path) -> None:
     store.snapshot("B", tags=["B"])
 
 
+@needs_proc_maps
 def test_the_record_after_a_restore_takes_the_safety_checkpoints_mapping_scan(tree: Path, watching, monkeypatch):
     """Nothing but the restore's own events since the safety checkpoint scanned the mappings
     (under the same writer lock): the record after scans none again."""
@@ -288,6 +289,7 @@ def test_a_file_mapped_at_the_safety_checkpoint_is_read_again_by_the_record_afte
         m.close()
 
 
+@needs_inotify
 def test_a_restore_that_removes_directories_lists_none_again(tree: Path, watching, monkeypatch):
     """A directory (with a subdirectory) whose files the target does not have, and an empty
     directory the target does not keep: the restore removes them and the state forgets them,

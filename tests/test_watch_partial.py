@@ -20,6 +20,7 @@ import pytest
 from helpers import FILE_EDITS, assert_state_is_a_walk, edit_file
 from platform_marks import needs_inotify
 
+from snapstore.platform import linux
 from snapstore.store import Store
 from snapstore.testing import build_tree
 from snapstore.tree import rescan, scan, worktree
@@ -208,7 +209,8 @@ def test_watched_manifests_equal_full_walks(tmp_path: Path, seed: int, monkeypat
             assert (cp.warnings, cp.stats["skipped"]) == (ref.warnings, ref.stats["skipped"]), (i, ops)
             _same_diff(watched, plain)
             assert_state_is_a_walk(watched, root)  # the records and every listing
-        assert by_names.count(True) >= 5  # (the fast path was what was tested, and left alone)
+        if linux():  # (polling names a directory whose listing it saw change, on its own clock)
+            assert by_names.count(True) >= 5  # (the fast path was what was tested, and left alone)
         status = watched.watch_status()
         assert status is not None and status["divergences"] == 0
         # The patching was what was tested.  (The polling source names again, by design, a file
