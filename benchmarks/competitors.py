@@ -37,6 +37,22 @@ class OpFailed(RuntimeError):
 SNAPSTORE_SRC: str | None = None
 
 
+#: Contestants whose restores leave the tree's ``syncfs`` to a flusher thread within
+#: ``lmdb_durability.FLUSH_DELAY`` (durability ``normal`` in a watching Store: the service, a
+#: library loop with ``watch=True``).
+DEFERS_SYNC = ("snap-svc", "snap-auto", "snap-watch")
+
+
+def let_sync_settle(name: str) -> None:
+    """After a timed restore by ``name``, wait (untimed) for the sync it left for later, so it
+    lands on no other contestant's timed operation (it is off the restore's critical path, not
+    free: an agent's next step, a second later, is what it overlaps in real use)."""
+    if name in DEFERS_SYNC:
+        import time
+
+        time.sleep(1.5)
+
+
 def snap_env() -> dict[str, str]:
     # An installed snapstore runs from cached bytecode (pip compiles it at install time); a
     # machine-wide PYTHONDONTWRITEBYTECODE would make every CLI process recompile every module

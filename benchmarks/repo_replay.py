@@ -143,6 +143,7 @@ def _restores(layout: Layout, contestants: list[Any], ids: dict[str, list[str]],
             layout.checkout(layout.newest)
             seconds, _ = contestant.restore(ids[contestant.name][step])
             out[contestant.name].append(seconds)
+            competitors.let_sync_settle(contestant.name)
     layout.checkout(layout.newest)
     return out
 
@@ -198,7 +199,9 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += ["", "| store | bytes |", "| --- | --- |"] + [f"| {k} | {fmt_bytes(v)} |" for k, v in sz.items()]
     if doc["size_ratio"] is not None:
         lines.append(f"| ratio snap-svc / git gc | {doc['size_ratio']:.2f}x |")
-    lines += ["", f"(snapstore stores: durability `{doc.get('durability', '?')}`, the default; see docs/reliability.md)"]
+    lines += ["", f"(snapstore stores: durability `{doc.get('durability', '?')}`, the default; see docs/reliability.md."
+              f" After each restore by {', '.join(competitors.DEFERS_SYNC)} the harness waits, untimed, for the"
+              " tree sync those restores leave to a flusher within a second, so it lands on no other's timed restore)"]
     if doc["served_by_service"] is not None:
         lines += ["", f"(snap-svc: {doc['served_by_service']} requests answered by the service)"]
     return "\n".join(lines) + "\n"

@@ -228,6 +228,7 @@ class Bench(ServiceScenarios):
                 with open(os.path.join(editor.root, rel), "wb") as f:
                     f.write(data)
             t, rss = c.restore(x_ids[c.name])
+            competitors.let_sync_settle(c.name)
             wrong = 0
             for rel, data in old.items():
                 try:
