@@ -106,3 +106,43 @@ def test_any_exception_while_replaying_is_one_clear_error(tmp_path: Path, monkey
         assert store.recover().pending  # once the cause is gone, recovery finishes
         assert (root / "a.txt").read_bytes() == b"A\n"
         assert store.operations()[0].target == a.id
+
+
+APPLIED_BAD = {
+    "not-a-map": [1, 2],
+    "a-directory-above-the-tree": {"dirs": [b"../outside"], "ids": []},
+    "an-absolute-directory": {"dirs": [b"/etc"], "ids": []},
+    "a-file-index-past-the-steps": {"dirs": [], "ids": [[5, 1, 1]]},
+    "a-wrong-type": {"dirs": [], "ids": [["0", 1, 1]]},
+    "an-extra-field": {"dirs": [], "ids": [], "run": b"rm -rf"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(APPLIED_BAD))
+def test_a_damaged_applied_mark_is_refused_and_touches_nothing(tmp_path: Path, name: str):
+    """The applied mark (ops/restore/settle.py) is store input like the rest of the journal:
+    a damaged one is a clear CorruptError for writers, readers go on, nothing outside moves."""
+    root = tmp_path / "t"
+    root.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x").write_bytes(b"x\n")
+    (root / "a.txt").write_bytes(b"A\n")
+    with Store.init(root) as store:
+        a = store.snapshot("A")
+        (root / "a.txt").write_bytes(b"B\n")
+        b = store.snapshot("B")
+        value = msgpack.packb(
+            {"kind": "restore", "target": bytes.fromhex(a.id), "before": bytes.fromhex(b.id), "paths": None,
+             "time_ns": 1, "pid": 1, "boot": "another-boot", "steps": [["write", b"a.txt"]],
+             "applied": APPLIED_BAD[name]},
+            use_bin_type=True,
+        )
+        with store.backend.write() as batch:
+            batch.put("journal", b"current", value)
+        before = read_tree(root)
+        assert {c.message for c in store.checkpoints()} == {"A", "B"}
+        with pytest.raises(CorruptError):
+            store.snapshot("x")
+        assert read_tree(root) == before
+        assert read_tree(outside) == {"x": ("file", b"x\n", False)}
