@@ -77,6 +77,7 @@ axe: $(STAMP)
 
 test: $(STAMP) $(NATIVE) lint chromium inspector axe
 	$(PY) -m pytest -q -n 2 --dist loadfile
+	SNAPSTORE_PLATFORM=portable $(PY) -m pytest -q -n 2 --dist loadfile $$($(PY) tests/tiers.py portable)
 
 test-fast: $(STAMP) $(NATIVE)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"

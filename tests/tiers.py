@@ -5,6 +5,9 @@ a developer runs after each edit: at most two minutes on the 2-core machine.  A 
 when a ``make test`` run spends more than ~6 s in it (or a quick run under load ~14 s) (killed processes, SeaweedFS, Chromium,
 many replays, big trees), or it is a torture file; ``tests/test_tiers.py`` checks that every
 package of snapstore still has a quick test file, so the quick tier never stops covering one.
+``make test`` then runs the files of ``PORTABLE`` again under ``SNAPSTORE_PLATFORM=portable``
+(the macOS/BSD path: polling watcher, no /proc, no syncfs; ~1 min), so that path cannot drift
+between runs of the whole ``make test-portable``.
 Figures: the per-file times of a ``make test`` run's JUnit report (docs/test-map.md has the map).
 """
 
@@ -37,8 +40,29 @@ HEAVY = frozenset({
     "test_wheel_install.py",
 })  # fmt: skip
 
+#: Run again under SNAPSTORE_PLATFORM=portable by ``make test``: every file that knows a
+#: Linux-only facility (imports tests/platform_marks.py: tests/test_tiers.py checks it), and the
+#: platform layer's own, the watcher's, the service's and restore's core files.
+PORTABLE = frozenset({
+    "test_durability.py", "test_durability_crash.py", "test_hook_cost.py", "test_idle_check.py",
+    "test_mapped_cache.py", "test_mapped_queries.py", "test_native_client.py",
+    "test_platform_layer.py", "test_polling_source.py", "test_restore.py", "test_restore_crash.py",
+    "test_restore_settle.py", "test_restore_speed.py", "test_restore_speed_plan.py",
+    "test_restore_watch_patch.py", "test_service.py", "test_snapshot_memory.py",
+    "test_snapshot_ordered.py", "test_ui_other_user.py", "test_watch_differential.py",
+    "test_watch_partial.py", "test_watch_trust.py", "test_watcher.py",
+})  # fmt: skip
+
 
 def is_heavy(path: str) -> bool:
     """Whether the test file at ``path`` (any form of its path) is left out of the quick tier."""
     parts = path.replace("\\\\", "/").split("/")
     return "torture" in parts[:-1] or parts[-1] in HEAVY
+
+
+if __name__ == "__main__":
+    # ``python tests/tiers.py portable``: the portable pass's files, for the Makefile.
+    import sys
+
+    if sys.argv[1:] == ["portable"]:
+        print(" ".join(f"tests/{name}" for name in sorted(PORTABLE)))
