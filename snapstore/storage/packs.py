@@ -53,6 +53,16 @@ DELTA_DEPTH = 10
 DELTA_DEPTH_KEY = b"config:storage.delta-depth"
 #: Chunks smaller than this are never delta-compressed (the entry's overhead would eat the gain).
 DELTA_MIN = 512
+#: A frame is decoded for delta bases only when that decode (plain bytes out) is at most this
+#: many times the new bytes those bases serve, or at most :data:`DECODE_FLOOR`: a few files
+#: edited deep in a big solid frame (an initial checkpoint's 1 MiB frames) are stored whole
+#: rather than decode most of a MiB each to save a few KB.  Decoding costs about a quarter of
+#: compressing per byte, so the bound keeps a checkpoint's base decodes within about its own
+#: compression's time.  Consolidation (``gc``, the full maintenance pass) puts those versions
+#: side by side again.
+DECODE_RATIO = 4
+#: A decode this small always pays (a later checkpoint's own small frames: the edit loop).
+DECODE_FLOOR = 64 << 10
 
 Op = tuple[str, bytes, bytes]  # (table, key, value) for WriteBatch.put_new
 
@@ -270,29 +280,54 @@ class DeltaBases:
             base = bid
         return base
 
-    def decode_groups(self, streams: Sequence[bytes | None]) -> list[list[int]]:
+    def decode_groups(self, streams: Sequence[bytes | None], sizes: Sequence[int]) -> list[list[int]]:
         """The indices of ``streams`` (previous versions of edited files, whose chunks are
         delta bases; None left out) grouped by the frame their first decode reads (a one-chunk
         stream's, or its index root's, which follows its chunks), the furthest into its frame
         first.  zstd decodes a frame from its start, so that one (prefix) decode, kept in the
         frame cache, serves the group's other bases; in the order given, a base further in than
         the cached prefix decoded the frame again.  A group is for one thread: two threads
-        would each decode its frame.  Reads entries only: no frame is decoded here."""
+        would each decode its frame.
+
+        ``sizes``: the new chunks' sizes.  A group whose decode does not pay for the new bytes
+        it bases (:func:`decode_pays`; a cached frame or chunk costs nothing) is left out: its
+        chunks are stored whole.  Reads entries only: no frame is decoded here."""
         groups: dict[tuple[bytes, int], list[tuple[int, int]]] = {}
+        costs: dict[tuple[bytes, int], int] = {}
+        based: dict[tuple[bytes, int], int] = {}
         for i, sid in enumerate(streams):
             if sid is None:
                 continue
-            e = None
+            first, e = sid, None
             try:
                 record = self._get("streams", sid)
                 first = objects.parse_stream_record(sid, record)[2] if record is not None else sid
                 value = self._get("chunks", first)
                 e = entries.parse(first, value) if entries.is_entry(value) else None
+                cost = self._decode_cost(first, e) if e is not None else 0
             except CorruptError:
-                pass  # (base() or on() finds the damage again and stores the chunk whole)
+                cost = 0  # (base() or on() finds the damage again and stores the chunk whole)
             where = (e.pack, e.frame_off) if e is not None else (sid, -1)
             groups.setdefault(where, []).append((-(e.offset + e.size) if e is not None else 0, i))
-        return [[i for _, i in sorted(groups[k])] for k in sorted(groups)]
+            costs[where] = max(costs.get(where, 0), cost)
+            based[where] = based.get(where, 0) + sizes[i]
+        return [[i for _, i in sorted(groups[k])] for k in sorted(groups) if decode_pays(costs[k], based[k])]
+
+    def _decode_cost(self, cid: bytes, e: PackEntry) -> int:
+        """Plain bytes decoded to read chunk ``cid`` (entry ``e``), its delta chain included,
+        with the process's caches as they are now."""
+        cost = 0
+        for _ in range(entries.MAX_CHAIN + 1):
+            if entries.cached_chunk(cid) is not None or entries.cached_upto(e) >= e.offset + e.size:
+                return cost
+            cost += e.offset + e.size
+            if e.codec != CODEC_DELTA or e.base is None:
+                return cost
+            cid, value = e.base, self._get("chunks", e.base)
+            if not entries.is_entry(value):
+                return cost  # (a format-1 base: one chunk alone, or damage on()'s read finds)
+            e = entries.parse(cid, value)
+        return cost
 
     def on(
         self, cid: bytes, data: bytes | memoryview, base: bytes, level: int, alone: int | None = None
@@ -314,6 +349,11 @@ class DeltaBases:
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
         return delta_frame(cid, data, base, base_plain, depth, level, alone)
+
+
+def decode_pays(cost: int, based: int) -> bool:
+    """Whether decoding ``cost`` plain bytes for delta bases pays for ``based`` new bytes."""
+    return cost <= DECODE_FLOOR or cost <= DECODE_RATIO * based
 
 
 def delta_depth_of(meta: dict[bytes, bytes]) -> int:

@@ -235,7 +235,8 @@ class Sink:
             found = [previous(hint[0]) if hint is not None else None for _, _, hint in chosen]
             groups = bases.decode_groups(
                 [sid if len(data) >= packs.DELTA_MIN and bases.max_depth > 0 else None
-                 for sid, (_, data, _) in zip(found, chosen)]
+                 for sid, (_, data, _) in zip(found, chosen)],
+                [len(data) for _, data, _ in chosen],
             )  # fmt: skip
 
         def share(part: list[list[int]]) -> None:

@@ -1,0 +1,106 @@
+"""What a checkpoint may decode for its delta bases (issue 40: the stdlib 100-file checkpoint).
+
+A base that is not cached costs a decode of its solid frame up to it (up to 1 MiB).  A frame is
+decoded for its bases only when that costs at most ``DECODE_RATIO`` times the new bytes they
+base (or at most ``DECODE_FLOOR``); otherwise the new chunks are stored whole.
+"""
+
+from __future__ import annotations
+
+from snapstore.storage import entries, objects, packs
+from snapstore.store import Store
+from snapstore.testing import build_tree
+from tests.helpers import word_text
+
+WORDS = tuple(w.encode() for w in "import def return class self value frame chunk base store".split())
+
+
+def _entry(store: Store, cid: bytes) -> entries.PackEntry:
+    with store.backend.read() as view:
+        value = view.get("chunks", cid)
+    assert value is not None
+    return entries.parse(cid, value)
+
+
+def _leaf(store: Store, ref: str, path: str) -> bytes:
+    entry = next(e for e in store.entries(ref) if e.path == path.encode())
+    with store.backend.read() as view:
+        leaves = objects.leaf_ids(view.get, entry.ref, distinct=False)
+    assert len(leaves) == 1
+    return leaves[0]
+
+
+def _edit(body: bytes, n: int) -> bytes:
+    return body[: len(body) // 2] + b"# edit %d\n" % n + body[len(body) // 2 :]
+
+
+def _decodes(monkeypatch) -> list[bytes]:
+    """The chunk ids whose frames get decoded from now on."""
+    seen: list[bytes] = []
+    real = entries.inflate
+
+    def counting(cid, *a, **k):  # type: ignore[no-untyped-def]
+        seen.append(cid)
+        return real(cid, *a, **k)
+
+    monkeypatch.setattr(entries, "inflate", counting)
+    return seen
+
+
+def test_bases_deep_in_an_uncached_solid_frame_are_not_decoded_the_edits_stored_whole(tree, store, monkeypatch):
+    """Two files at the end of a 1 MiB frame, edited after the caches are gone (a new process,
+    or evicted): their old frame is not decoded; the new versions are stored whole and every
+    version reads back byte for byte."""
+    old = {f"m{i:03d}.py": word_text(7_500, i, WORDS) for i in range(150)}
+    build_tree(tree, old)
+    a = store.snapshot("a")
+    leaves = {p: _leaf(store, a.id, p) for p in old}
+    by_frame: dict[tuple[bytes, int], list[str]] = {}
+    for p, cid in leaves.items():
+        e = _entry(store, cid)
+        by_frame.setdefault((e.pack, e.frame_off), []).append(p)
+    big = max(by_frame.values(), key=len)
+    deepest = sorted(big, key=lambda p: _entry(store, leaves[p]).offset)[-2:]
+    assert _entry(store, leaves[deepest[0]]).offset > 512 << 10
+    new = {p: _edit(old[p], 1) for p in deepest}
+    build_tree(tree, new)
+    entries.clear_cache()
+    decoded = _decodes(monkeypatch)
+    b = store.snapshot("b")
+    assert not set(decoded) & set(leaves.values()), "an old data frame was decoded for a delta base"
+    for p in deepest:
+        assert _entry(store, _leaf(store, b.id, p)).codec == entries.CODEC_ZSTD
+        assert store.read_bytes(b.id, p) == new[p]
+        assert store.read_bytes(a.id, p) == old[p]
+    assert store.verify().ok
+
+
+def test_a_base_in_a_small_frame_or_cached_is_still_a_delta(tree, store):
+    """What stays a delta: a base whose frame is small (a later checkpoint's own pack: the CLI's
+    edit loop, one process a checkpoint) and a base the process has cached (the service's)."""
+    old = {f"m{i:03d}.py": word_text(7_500, 1000 + i, WORDS) for i in range(150)}
+    build_tree(tree, old)
+    a = store.snapshot("a")
+    p, q = "m148.py", "m149.py"
+    build_tree(tree, {p: _edit(old[p], 1)})
+    store.snapshot("b")
+    entries.clear_cache()
+    build_tree(tree, {p: _edit(_edit(old[p], 1), 2)})
+    c = store.snapshot("c")
+    assert _entry(store, _leaf(store, c.id, p)).codec == entries.CODEC_DELTA
+    entries.clear_cache()
+    assert store.read_bytes(a.id, q) == old[q]  # (a read caches the chunk)
+    build_tree(tree, {q: _edit(old[q], 3)})
+    d = store.snapshot("d")
+    assert _entry(store, _leaf(store, d.id, q)).codec == entries.CODEC_DELTA
+    assert store.read_bytes(d.id, q) == _edit(old[q], 3)
+    assert store.read_bytes(c.id, p) == _edit(_edit(old[p], 1), 2)
+
+
+def test_the_decode_allowed_scales_with_the_bytes_based():
+    """A frame's decode pays when it bases enough new bytes (many files edited in one frame),
+    not for a few files deep in a big frame; a small decode always pays."""
+    assert packs.decode_pays(1 << 20, 40 * 7_500)
+    assert not packs.decode_pays(1 << 20, 2 * 7_500)
+    assert packs.decode_pays(packs.DECODE_FLOOR, 600)
+    assert not packs.decode_pays(packs.DECODE_FLOOR + 1, 600)
