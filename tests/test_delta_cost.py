@@ -104,3 +104,34 @@ def test_the_decode_allowed_scales_with_the_bytes_based():
     assert not packs.decode_pays(1 << 20, 2 * 7_500)
     assert packs.decode_pays(packs.DECODE_FLOOR, 600)
     assert not packs.decode_pays(packs.DECODE_FLOOR + 1, 600)
+
+
+def test_a_checkpoint_of_several_frames_starts_no_thread_once_warm(tree, store, monkeypatch):
+    """A checkpoint whose new chunks fill several solid frames compresses them side by side in
+    the process's pool: after the first, a long-lived Store (the service) starts no thread for it."""
+    import random
+    import threading
+
+    rng = random.Random(7)
+    names = [f"d/f{i:02d}.bin" for i in range(30)]
+
+    def fresh() -> dict[str, bytes]:  # ~3 MiB of new, incompressible chunks: 3 frames or more
+        return {n: rng.randbytes(100_000) for n in names}
+
+    build_tree(tree, fresh())
+    store.snapshot("warm-up")
+    build_tree(tree, fresh())
+    store.snapshot("warm-up 2")
+    started: list[str] = []
+    real = threading.Thread.start
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        started.append(self.name)
+        return real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counting)
+    body = fresh()
+    build_tree(tree, body)
+    c = store.snapshot("measured")
+    assert started == []
+    assert all(store.read_bytes(c.id, n) == body[n] for n in names)

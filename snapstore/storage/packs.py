@@ -27,6 +27,8 @@ from snapstore.storage import entries, objects
 from snapstore.storage.entries import CODEC_DELTA, CODEC_ZSTD, PackEntry
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     import zstandard
 
 #: Plain bytes per solid frame: smaller stores and faster compression than smaller frames
@@ -102,9 +104,12 @@ def solid_frames(
     level: int,
     target: int | None = None,
     breaks: set[bytes] | None = None,
+    pool: Executor | None = None,
 ) -> list[Frame]:
     """Group ``(id, plain)`` chunks, in order, into frames of about ``target`` plain bytes
-    (``breaks``: ids that start a new frame whatever the size)."""
+    (``breaks``: ids that start a new frame whatever the size), compressed in ``pool`` (a
+    long-lived one of :func:`compress_workers` threads: a checkpoint's own would start its
+    threads every time) or in a pool made for the call."""
     target = target or FRAME_TARGET
     groups: list[list[tuple[bytes, bytes | memoryview]]] = []
     group: list[tuple[bytes, bytes | memoryview]] = []
@@ -120,14 +125,17 @@ def solid_frames(
     if len(groups) < 2:
         return [_solid(g, level) for g in groups]
     # zstd releases the GIL while it compresses: frames are independent, so each core takes one.
+    if pool is not None:
+        return list(pool.map(lambda g: _solid(g, level), groups))
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = min(len(groups), _cores())
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapstore-zstd") as pool:
-        return list(pool.map(lambda g: _solid(g, level), groups))
+    workers = min(len(groups), compress_workers())
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapstore-zstd") as own:
+        return list(own.map(lambda g: _solid(g, level), groups))
 
 
-def _cores() -> int:
+def compress_workers() -> int:
+    """Threads that compress frames side by side (the usable cores, at most 8)."""
     from snapstore.platform import files
 
     return max(1, min(8, files.usable_cores()))
@@ -198,8 +206,10 @@ def chunk_ops(
     *,
     packed: bool = True,
     deltas: Sequence[Frame] = (),
+    pool: Executor | None = None,
 ) -> list[Op]:
-    """The ops that store ``chunks`` (plain; ids the store lacks) and ready-made delta frames.
+    """The ops that store ``chunks`` (plain; ids the store lacks) and ready-made delta frames
+    (``pool``: as :func:`solid_frames` takes it).
 
     ``packed`` False writes the format-1 layout (one compressed value per chunk), for a store
     not yet upgraded.
@@ -208,7 +218,7 @@ def chunk_ops(
         if deltas:  # DeltaBases never bases a delta on a format-1 chunk
             raise AssertionError("delta frames for a format-1 store")
         return [("chunks", cid, objects.encode_chunk(data, level)) for cid, data in chunks]
-    return pack_ops([*deltas, *solid_frames(chunks, level)])
+    return pack_ops([*deltas, *solid_frames(chunks, level, pool=pool)])
 
 
 def writes_packs(get: Callable[[str, bytes], bytes | None]) -> bool:
