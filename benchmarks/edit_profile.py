@@ -80,14 +80,16 @@ def report(a, comps, times, start, served) -> None:
             print(f"  {c.name:24s} as left {left / 1e6:6.2f} MB, after gc --compact {c.disk_bytes() / 1e6:6.2f} MB")
 
 
-def decodes(tree: str, store: str, editor: corpora.Editor, work: str) -> None:
-    """One more edit-100, in process on a copy of the store: the frames its bases decode."""
+def decodes(tree: str, store: str, editor: corpora.Editor, work: str, rounds: int = 3) -> None:
+    """More edit-100s, in process on a copy of the store, watched as the service watches: the
+    frames each checkpoint decodes (its delta bases' and its parent manifest's)."""
+    import time
+
     from snapstore import Store
     from snapstore.storage import entries
 
     copy = os.path.join(work, "decodes-store")
     shutil.copytree(store, copy)
-    editor.edit(100)
     seen: list[int] = []
     real = entries.inflate
 
@@ -96,14 +98,21 @@ def decodes(tree: str, store: str, editor: corpora.Editor, work: str) -> None:
         seen.append(len(out))
         return out
 
+    s = Store.open(tree, store=copy, watch=True)
+    s.maintain_after_snapshot = False
     entries.inflate = counting  # type: ignore[assignment]
-    s = Store.open(tree, store=copy)
     try:
-        s.snapshot(message="decodes")
+        s.snapshot(message="settle")
+        for r in range(rounds):
+            editor.edit(100)
+            time.sleep(0.1)  # (the watcher's events)
+            seen.clear()
+            cp = s.snapshot(message=f"decodes {r}")
+            print(f"  in process, edit-100 #{r}: {len(seen)} frame decodes, {sum(seen) / 2**20:.1f} MiB out, "
+                  f"{cp.stats.get('new_bytes', 0) / 1e3:.0f} KB stored")
     finally:
         s.close()
         entries.inflate = real  # type: ignore[assignment]
-    print(f"  in process: {len(seen)} frame decodes, {sum(seen) / 2**20:.1f} MiB out", file=sys.stdout)
 
 
 if __name__ == "__main__":
