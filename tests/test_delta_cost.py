@@ -1,8 +1,9 @@
 """What a checkpoint may decode for its delta bases (issue 40: the stdlib 100-file checkpoint).
 
-A base that is not cached costs a decode of its solid frame up to it (up to 1 MiB).  A frame is
-decoded for its bases only when that costs at most ``DECODE_RATIO`` times the new bytes they
-base (or at most ``DECODE_FLOOR``); otherwise the new chunks are stored whole.
+A base that is not cached costs a decode of its solid frame up to it (up to 1 MiB; 4 MiB once
+consolidated).  A frame is decoded for its bases when that costs at most ``DECODE_RATIO`` times
+the new bytes they base (or at most ``DECODE_FLOOR``), or within ``DECODE_BUDGET`` a batch;
+otherwise the new chunks are stored whole.
 """
 
 from __future__ import annotations
@@ -34,42 +35,51 @@ def _edit(body: bytes, n: int) -> bytes:
     return body[: len(body) // 2] + b"# edit %d\n" % n + body[len(body) // 2 :]
 
 
-def _decodes(monkeypatch) -> list[bytes]:
-    """The chunk ids whose frames get decoded from now on."""
-    seen: list[bytes] = []
+def _decodes(monkeypatch) -> list[tuple[bytes, int]]:
+    """The chunk ids whose frames get decoded from now on, with the plain bytes each decode made."""
+    seen: list[tuple[bytes, int]] = []
     real = entries.inflate
 
     def counting(cid, *a, **k):  # type: ignore[no-untyped-def]
-        seen.append(cid)
-        return real(cid, *a, **k)
+        out = real(cid, *a, **k)
+        seen.append((cid, len(out)))
+        return out
 
     monkeypatch.setattr(entries, "inflate", counting)
     return seen
 
 
-def test_bases_deep_in_an_uncached_solid_frame_are_not_decoded_the_edits_stored_whole(tree, store, monkeypatch):
-    """Two files at the end of a 1 MiB frame, edited after the caches are gone (a new process,
-    or evicted): their old frame is not decoded; the new versions are stored whole and every
-    version reads back byte for byte."""
-    old = {f"m{i:03d}.py": word_text(7_500, i, WORDS) for i in range(150)}
-    build_tree(tree, old)
-    a = store.snapshot("a")
-    leaves = {p: _leaf(store, a.id, p) for p in old}
+def _frames_of(store: Store, leaves: dict[str, bytes]) -> dict[tuple[bytes, int], list[str]]:
     by_frame: dict[tuple[bytes, int], list[str]] = {}
     for p, cid in leaves.items():
         e = _entry(store, cid)
         by_frame.setdefault((e.pack, e.frame_off), []).append(p)
-    big = max(by_frame.values(), key=len)
-    deepest = sorted(big, key=lambda p: _entry(store, leaves[p]).offset)[-2:]
-    assert _entry(store, leaves[deepest[0]]).offset > 512 << 10
+    return by_frame
+
+
+def test_bases_deep_in_uncached_solid_frames_decode_within_the_budget_the_rest_stored_whole(tree, store, monkeypatch):
+    """Two files at the end of each of several 1 MiB frames, edited after the caches are gone
+    (a new process, or evicted): the old frames decoded for their bases produce at most
+    DECODE_BUDGET bytes (they would be ~1 MiB each); the other edits are stored whole, and
+    every version reads back byte for byte."""
+    old = {f"m{i:03d}.py": word_text(7_500, i, WORDS) for i in range(600)}
+    build_tree(tree, old)
+    a = store.snapshot("a")
+    leaves = {p: _leaf(store, a.id, p) for p in old}
+    frames = [ps for ps in _frames_of(store, leaves).values() if len(ps) > 100]
+    assert len(frames) >= 4
+    deepest = [p for ps in frames for p in sorted(ps, key=lambda p: _entry(store, leaves[p]).offset)[-2:]]
+    assert all(_entry(store, leaves[p]).offset > 512 << 10 for p in deepest)
     new = {p: _edit(old[p], 1) for p in deepest}
     build_tree(tree, new)
     entries.clear_cache()
     decoded = _decodes(monkeypatch)
     b = store.snapshot("b")
-    assert not set(decoded) & set(leaves.values()), "an old data frame was decoded for a delta base"
+    olds = set(leaves.values())
+    assert sum(n for cid, n in decoded if cid in olds) <= packs.DECODE_BUDGET
+    codecs = [_entry(store, _leaf(store, b.id, p)).codec for p in deepest]
+    assert codecs.count(entries.CODEC_ZSTD) >= 2
     for p in deepest:
-        assert _entry(store, _leaf(store, b.id, p)).codec == entries.CODEC_ZSTD
         assert store.read_bytes(b.id, p) == new[p]
         assert store.read_bytes(a.id, p) == old[p]
     assert store.verify().ok
@@ -77,7 +87,8 @@ def test_bases_deep_in_an_uncached_solid_frame_are_not_decoded_the_edits_stored_
 
 def test_a_base_in_a_small_frame_or_cached_is_still_a_delta(tree, store):
     """What stays a delta: a base whose frame is small (a later checkpoint's own pack: the CLI's
-    edit loop, one process a checkpoint) and a base the process has cached (the service's)."""
+    edit loop, one process a checkpoint), a base the process has cached (the service's), and a
+    base deep in a big frame when the checkpoint edits only a few files (within the budget)."""
     old = {f"m{i:03d}.py": word_text(7_500, 1000 + i, WORDS) for i in range(150)}
     build_tree(tree, old)
     a = store.snapshot("a")
@@ -95,6 +106,13 @@ def test_a_base_in_a_small_frame_or_cached_is_still_a_delta(tree, store):
     assert _entry(store, _leaf(store, d.id, q)).codec == entries.CODEC_DELTA
     assert store.read_bytes(d.id, q) == _edit(old[q], 3)
     assert store.read_bytes(c.id, p) == _edit(_edit(old[p], 1), 2)
+    entries.clear_cache()
+    # deep in the first checkpoint's 1 MiB frame: one step's edit, within the budget
+    r = max((n for n in old if n not in (p, q)), key=lambda n: _entry(store, _leaf(store, a.id, n)).offset)
+    assert _entry(store, _leaf(store, a.id, r)).offset > 512 << 10
+    build_tree(tree, {r: _edit(old[r], 4)})
+    e = store.snapshot("e")
+    assert _entry(store, _leaf(store, e.id, r)).codec == entries.CODEC_DELTA
 
 
 def test_the_decode_allowed_scales_with_the_bytes_based():

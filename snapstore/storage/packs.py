@@ -18,9 +18,10 @@ keyed by its plain chunk's id like any chunk, so dedup and every reader are unaf
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from snapstore.errors import CorruptError
 from snapstore.storage import entries, objects
@@ -65,6 +66,11 @@ DELTA_MIN = 512
 DECODE_RATIO = 4
 #: A decode this small always pays (a later checkpoint's own small frames: the edit loop).
 DECODE_FLOOR = 64 << 10
+#: Beyond those, the frames that do not pay may still be decoded up to this many plain bytes
+#: a checkpoint (a :class:`DeltaBases`), the cheapest per byte they base first: a checkpoint of a few edited
+#: files (an agent's step) keeps its deltas on bases in big frames (consolidation's 4 MiB ones)
+#: for a bounded decode, so the store as agents leave it stays near its compacted size.
+DECODE_BUDGET = 2 << 20
 
 Op = tuple[str, bytes, bytes]  # (table, key, value) for WriteBatch.put_new
 
@@ -251,6 +257,8 @@ class DeltaBases:
         self.max_depth = max_depth
         self._hold = hold
         self._layouts: dict[bytes, list[tuple[int, bytes]]] = {}
+        self._budget = DECODE_BUDGET
+        self._budget_lock = threading.Lock()
 
     def held(self) -> AbstractContextManager[None]:
         """A block whose lookups (in this thread) ``get`` may serve from one read view (the
@@ -300,8 +308,9 @@ class DeltaBases:
         would each decode its frame.
 
         ``sizes``: the new chunks' sizes.  A group whose decode does not pay for the new bytes
-        it bases (:func:`decode_pays`; a cached frame or chunk costs nothing) is left out: its
-        chunks are stored whole.  Reads entries only: no frame is decoded here."""
+        it bases (:func:`decode_pays`; a cached frame or chunk costs nothing) is left out, its
+        chunks stored whole, unless :data:`DECODE_BUDGET` covers it.  Reads entries only: no
+        frame is decoded here."""
         groups: dict[tuple[bytes, int], list[tuple[int, int]]] = {}
         costs: dict[tuple[bytes, int], int] = {}
         based: dict[tuple[bytes, int], int] = {}
@@ -321,7 +330,9 @@ class DeltaBases:
             groups.setdefault(where, []).append((-(e.offset + e.size) if e is not None else 0, i))
             costs[where] = max(costs.get(where, 0), cost)
             based[where] = based.get(where, 0) + sizes[i]
-        return [[i for _, i in sorted(groups[k])] for k in sorted(groups) if decode_pays(costs[k], based[k])]
+        with self._budget_lock:  # (one budget for every batch of the checkpoint, in any thread)
+            kept, self._budget = within_budget(costs, based, self._budget)
+        return [[i for _, i in sorted(groups[k])] for k in sorted(groups) if k in kept]
 
     def _decode_cost(self, cid: bytes, e: PackEntry) -> int:
         """Plain bytes decoded to read chunk ``cid`` (entry ``e``), its delta chain included,
@@ -361,9 +372,24 @@ class DeltaBases:
         return delta_frame(cid, data, base, base_plain, depth, level, alone)
 
 
+_K = TypeVar("_K")
+
+
 def decode_pays(cost: int, based: int) -> bool:
     """Whether decoding ``cost`` plain bytes for delta bases pays for ``based`` new bytes."""
     return cost <= DECODE_FLOOR or cost <= DECODE_RATIO * based
+
+
+def within_budget(costs: dict[_K, int], based: dict[_K, int], budget: int) -> tuple[set[_K], int]:
+    """The frames (keys of ``costs``: decode cost; ``based``: new bytes served) to decode: those
+    that pay, then the others, cheapest per byte served first, within ``budget`` bytes; and
+    what is left of it."""
+    kept = {k for k in costs if decode_pays(costs[k], based[k])}
+    for k in sorted((k for k in costs if k not in kept), key=lambda k: costs[k] / max(based[k], 1)):
+        if costs[k] <= budget:
+            budget -= costs[k]
+            kept.add(k)
+    return kept, budget
 
 
 def delta_depth_of(meta: dict[bytes, bytes]) -> int:
