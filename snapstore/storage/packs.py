@@ -336,7 +336,9 @@ class DeltaBases:
 
     def _decode_cost(self, cid: bytes, e: PackEntry) -> int:
         """Plain bytes decoded to read chunk ``cid`` (entry ``e``), its delta chain included,
-        with the process's caches as they are now."""
+        with the process's caches as they are now: the prefix up to each chunk (a chunk past
+        :data:`entries.PREFIX_BELOW` of its frame decodes the frame whole, up to 1/0.6 of
+        this; the entry does not say the frame's plain size)."""
         cost = 0
         for _ in range(entries.MAX_CHAIN + 1):
             if entries.cached_chunk(cid) is not None or entries.cached_upto(e) >= e.offset + e.size:
