@@ -149,6 +149,14 @@ def _remember(key: _FrameKey, plain: bytes) -> None:
             _frame_bytes[0] -= len(old)
 
 
+def cached_upto(entry: PackEntry) -> int:
+    """How many plain bytes of ``entry``'s frame the frame cache holds (0: none), without
+    touching its order."""
+    with _frames_lock:
+        plain = _frames.get((entry.pack, entry.frame_off, entry.frame_len, entry.base or b""))
+    return 0 if plain is None else len(plain)
+
+
 def clear_cache() -> None:
     """Forget the decompressed frames and chunks (verify; tests that damage a store)."""
     with _frames_lock:

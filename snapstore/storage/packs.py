@@ -18,15 +18,18 @@ keyed by its plain chunk's id like any chunk, so dedup and every reader are unaf
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from snapstore.errors import CorruptError
 from snapstore.storage import entries, objects
 from snapstore.storage.entries import CODEC_DELTA, CODEC_ZSTD, PackEntry
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     import zstandard
 
 #: Plain bytes per solid frame: smaller stores and faster compression than smaller frames
@@ -53,6 +56,21 @@ DELTA_DEPTH = 10
 DELTA_DEPTH_KEY = b"config:storage.delta-depth"
 #: Chunks smaller than this are never delta-compressed (the entry's overhead would eat the gain).
 DELTA_MIN = 512
+#: A frame is decoded for delta bases only when that decode (plain bytes out) is at most this
+#: many times the new bytes those bases serve, or at most :data:`DECODE_FLOOR`: a few files
+#: edited deep in a big solid frame (an initial checkpoint's 1 MiB frames) are stored whole
+#: rather than decode most of a MiB each to save a few KB.  Decoding costs about a quarter of
+#: compressing per byte, so the bound keeps a checkpoint's base decodes within about its own
+#: compression's time.  Consolidation (``gc``, the full maintenance pass) puts those versions
+#: side by side again.
+DECODE_RATIO = 4
+#: A decode this small always pays (a later checkpoint's own small frames: the edit loop).
+DECODE_FLOOR = 64 << 10
+#: Beyond those, the frames that do not pay may still be decoded up to this many plain bytes
+#: a checkpoint (a :class:`DeltaBases`), the cheapest per byte they base first: a checkpoint of a few edited
+#: files (an agent's step) keeps its deltas on bases in big frames (consolidation's 4 MiB ones)
+#: for a bounded decode, so the store as agents leave it stays near its compacted size.
+DECODE_BUDGET = 2 << 20
 
 Op = tuple[str, bytes, bytes]  # (table, key, value) for WriteBatch.put_new
 
@@ -92,9 +110,12 @@ def solid_frames(
     level: int,
     target: int | None = None,
     breaks: set[bytes] | None = None,
+    pool: Executor | None = None,
 ) -> list[Frame]:
     """Group ``(id, plain)`` chunks, in order, into frames of about ``target`` plain bytes
-    (``breaks``: ids that start a new frame whatever the size)."""
+    (``breaks``: ids that start a new frame whatever the size), compressed in ``pool`` (a
+    long-lived one of :func:`compress_workers` threads: a checkpoint's own would start its
+    threads every time) or in a pool made for the call."""
     target = target or FRAME_TARGET
     groups: list[list[tuple[bytes, bytes | memoryview]]] = []
     group: list[tuple[bytes, bytes | memoryview]] = []
@@ -110,14 +131,17 @@ def solid_frames(
     if len(groups) < 2:
         return [_solid(g, level) for g in groups]
     # zstd releases the GIL while it compresses: frames are independent, so each core takes one.
+    if pool is not None:
+        return list(pool.map(lambda g: _solid(g, level), groups))
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = min(len(groups), _cores())
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapstore-zstd") as pool:
-        return list(pool.map(lambda g: _solid(g, level), groups))
+    workers = min(len(groups), compress_workers())
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapstore-zstd") as own:
+        return list(own.map(lambda g: _solid(g, level), groups))
 
 
-def _cores() -> int:
+def compress_workers() -> int:
+    """Threads that compress frames side by side (the usable cores, at most 8)."""
     from snapstore.platform import files
 
     return max(1, min(8, files.usable_cores()))
@@ -188,8 +212,10 @@ def chunk_ops(
     *,
     packed: bool = True,
     deltas: Sequence[Frame] = (),
+    pool: Executor | None = None,
 ) -> list[Op]:
-    """The ops that store ``chunks`` (plain; ids the store lacks) and ready-made delta frames.
+    """The ops that store ``chunks`` (plain; ids the store lacks) and ready-made delta frames
+    (``pool``: as :func:`solid_frames` takes it).
 
     ``packed`` False writes the format-1 layout (one compressed value per chunk), for a store
     not yet upgraded.
@@ -198,7 +224,7 @@ def chunk_ops(
         if deltas:  # DeltaBases never bases a delta on a format-1 chunk
             raise AssertionError("delta frames for a format-1 store")
         return [("chunks", cid, objects.encode_chunk(data, level)) for cid, data in chunks]
-    return pack_ops([*deltas, *solid_frames(chunks, level)])
+    return pack_ops([*deltas, *solid_frames(chunks, level, pool=pool)])
 
 
 def writes_packs(get: Callable[[str, bytes], bytes | None]) -> bool:
@@ -231,6 +257,8 @@ class DeltaBases:
         self.max_depth = max_depth
         self._hold = hold
         self._layouts: dict[bytes, list[tuple[int, bytes]]] = {}
+        self._budget = DECODE_BUDGET
+        self._budget_lock = threading.Lock()
 
     def held(self) -> AbstractContextManager[None]:
         """A block whose lookups (in this thread) ``get`` may serve from one read view (the
@@ -270,29 +298,59 @@ class DeltaBases:
             base = bid
         return base
 
-    def decode_groups(self, streams: Sequence[bytes | None]) -> list[list[int]]:
+    def decode_groups(self, streams: Sequence[bytes | None], sizes: Sequence[int]) -> list[list[int]]:
         """The indices of ``streams`` (previous versions of edited files, whose chunks are
         delta bases; None left out) grouped by the frame their first decode reads (a one-chunk
         stream's, or its index root's, which follows its chunks), the furthest into its frame
         first.  zstd decodes a frame from its start, so that one (prefix) decode, kept in the
         frame cache, serves the group's other bases; in the order given, a base further in than
         the cached prefix decoded the frame again.  A group is for one thread: two threads
-        would each decode its frame.  Reads entries only: no frame is decoded here."""
+        would each decode its frame.
+
+        ``sizes``: the new chunks' sizes.  A group whose decode does not pay for the new bytes
+        it bases (:func:`decode_pays`; a cached frame or chunk costs nothing) is left out, its
+        chunks stored whole, unless :data:`DECODE_BUDGET` covers it.  Reads entries only: no
+        frame is decoded here."""
         groups: dict[tuple[bytes, int], list[tuple[int, int]]] = {}
+        costs: dict[tuple[bytes, int], int] = {}
+        based: dict[tuple[bytes, int], int] = {}
         for i, sid in enumerate(streams):
             if sid is None:
                 continue
-            e = None
+            first, e = sid, None
             try:
                 record = self._get("streams", sid)
                 first = objects.parse_stream_record(sid, record)[2] if record is not None else sid
                 value = self._get("chunks", first)
                 e = entries.parse(first, value) if entries.is_entry(value) else None
+                cost = self._decode_cost(first, e) if e is not None else 0
             except CorruptError:
-                pass  # (base() or on() finds the damage again and stores the chunk whole)
+                cost = 0  # (base() or on() finds the damage again and stores the chunk whole)
             where = (e.pack, e.frame_off) if e is not None else (sid, -1)
             groups.setdefault(where, []).append((-(e.offset + e.size) if e is not None else 0, i))
-        return [[i for _, i in sorted(groups[k])] for k in sorted(groups)]
+            costs[where] = max(costs.get(where, 0), cost)
+            based[where] = based.get(where, 0) + sizes[i]
+        with self._budget_lock:  # (one budget for every batch of the checkpoint, in any thread)
+            kept, self._budget = within_budget(costs, based, self._budget)
+        return [[i for _, i in sorted(groups[k])] for k in sorted(groups) if k in kept]
+
+    def _decode_cost(self, cid: bytes, e: PackEntry) -> int:
+        """Plain bytes decoded to read chunk ``cid`` (entry ``e``), its delta chain included,
+        with the process's caches as they are now: the prefix up to each chunk (a chunk past
+        :data:`entries.PREFIX_BELOW` of its frame decodes the frame whole, up to 1/0.6 of
+        this; the entry does not say the frame's plain size)."""
+        cost = 0
+        for _ in range(entries.MAX_CHAIN + 1):
+            if entries.cached_chunk(cid) is not None or entries.cached_upto(e) >= e.offset + e.size:
+                return cost
+            cost += e.offset + e.size
+            if e.codec != CODEC_DELTA or e.base is None:
+                return cost
+            cid, value = e.base, self._get("chunks", e.base)
+            if not entries.is_entry(value):
+                return cost  # (a format-1 base: one chunk alone, or damage on()'s read finds)
+            e = entries.parse(cid, value)
+        return cost
 
     def on(
         self, cid: bytes, data: bytes | memoryview, base: bytes, level: int, alone: int | None = None
@@ -314,6 +372,26 @@ class DeltaBases:
         except CorruptError:
             return None  # a damaged base is verify's business: store this chunk whole
         return delta_frame(cid, data, base, base_plain, depth, level, alone)
+
+
+_K = TypeVar("_K")
+
+
+def decode_pays(cost: int, based: int) -> bool:
+    """Whether decoding ``cost`` plain bytes for delta bases pays for ``based`` new bytes."""
+    return cost <= DECODE_FLOOR or cost <= DECODE_RATIO * based
+
+
+def within_budget(costs: dict[_K, int], based: dict[_K, int], budget: int) -> tuple[set[_K], int]:
+    """The frames (keys of ``costs``: decode cost; ``based``: new bytes served) to decode: those
+    that pay, then the others, cheapest per byte served first, within ``budget`` bytes; and
+    what is left of it."""
+    kept = {k for k in costs if decode_pays(costs[k], based[k])}
+    for k in sorted((k for k in costs if k not in kept), key=lambda k: costs[k] / max(based[k], 1)):
+        if costs[k] <= budget:
+            budget -= costs[k]
+            kept.add(k)
+    return kept, budget
 
 
 def delta_depth_of(meta: dict[bytes, bytes]) -> int:

@@ -22,7 +22,7 @@ import blake3
 import msgpack
 
 from snapstore.ops.context import StageContext
-from snapstore.ops.snapshot.write import lacking
+from snapstore.ops.snapshot.write import frame_pool, lacking
 from snapstore.records import manifest, manifest_codec
 from snapstore.records.checkpoint import Checkpoint
 from snapstore.records.manifest import Entry
@@ -206,8 +206,8 @@ def compress_lacking(
         ours, deltas = manifest_deltas.split(ctx, ours, *manifest)
     frames = [
         *deltas,
-        *packs.solid_frames(ours, ctx.level, packs.MANIFEST_FRAME),
-        *packs.solid_frames(others, ctx.level),
+        *packs.solid_frames(ours, ctx.level, packs.MANIFEST_FRAME, pool=frame_pool(len(ours))),
+        *packs.solid_frames(others, ctx.level, pool=frame_pool(len(others))),
     ]
     records.ops.extend(packs.pack_ops(frames))
 

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from snapstore.storage import entries, objects, packs
 from snapstore.storage.backend import Backend
 from snapstore.storage.packs import Op
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
 
 #: Plain bytes per group of new chunks: the unit of dedup lookup, of compression into solid
 #: frames (packs.FRAME_TARGET) and of hand-off to the writer.  Groups several frames large fill
@@ -211,7 +214,8 @@ class Sink:
                     deltas.append(frame)
                 else:
                     plain.append((cid, data))
-            ops = packs.chunk_ops(plain, self.packing.level, packed=self.packing.packed, deltas=deltas)
+            ops = packs.chunk_ops(plain, self.packing.level, packed=self.packing.packed, deltas=deltas,
+                                  pool=frame_pool(len(plain)))
         # Stream records go after their chunks (same writer batch or a later one).
         ops.extend(self.records)
         self.pairs, self.records, self.size = [], [], 0
@@ -235,7 +239,8 @@ class Sink:
             found = [previous(hint[0]) if hint is not None else None for _, _, hint in chosen]
             groups = bases.decode_groups(
                 [sid if len(data) >= packs.DELTA_MIN and bases.max_depth > 0 else None
-                 for sid, (_, data, _) in zip(found, chosen)]
+                 for sid, (_, data, _) in zip(found, chosen)],
+                [len(data) for _, data, _ in chosen],
             )  # fmt: skip
 
         def share(part: list[list[int]]) -> None:
@@ -269,6 +274,16 @@ class Sink:
                 # it, so a long-lived Store does not decode its frame back.
                 entries.remember_chunk(cid, bytes(data))
         return frames
+
+
+def frame_pool(chunks: int) -> Executor | None:
+    """The process's pool that compresses a checkpoint's solid frames side by side (None for
+    fewer than two chunks: one frame, compressed here)."""
+    if chunks < 2:
+        return None
+    from snapstore.ops import workers
+
+    return workers.pool("zstd", packs.compress_workers())
 
 
 def lacking(backend: Backend, plain: dict[bytes, bytes], *, unreadable: bool = False) -> list[tuple[bytes, bytes]]:
