@@ -3,7 +3,7 @@ the two steps every writer may need (finishing an interrupted restore, a safety 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from snapstore.errors import SnapstoreError
@@ -120,11 +120,16 @@ class StoreBase:
         restore.recover(self.context)
         return True
 
-    def _take_safety(self, message: str) -> tuple[Checkpoint, dict[bytes, Entry], dict[bytes, Found]]:
+    def _take_safety(self, message: str) -> tuple[Checkpoint, Mapping[bytes, Entry], Mapping[bytes, Found]]:
         """Record the tree as a safety checkpoint (unless unchanged): it, its entries, what the
         walk found.  The same context as snapshots, so it uses the manifest memo."""
         cp, result = self._record(message)
-        return cp, {e.path: e for e in result.entries}, {f.path: f for f in result.found}
+        found = result.found if isinstance(result.found, Mapping) else {f.path: f for f in result.found}
+        memo = self.context.manifest_memo
+        # The memo's entries are the ones this snapshot recorded (a dict by path already),
+        # kept until the next snapshot, which comes after the restore has used them.
+        entries = memo.entries if memo.mid == result.manifest_id and memo.entries is not None else None
+        return cp, entries if entries is not None else {e.path: e for e in result.entries}, found
 
     def _record_tree(self, message: str) -> Checkpoint:
         """Record the tree as :meth:`_take_safety` does, for a caller that needs only the

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import os
 import stat
+from collections.abc import Mapping
 
 from snapstore.ops.restore.plan import Step
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK
@@ -37,7 +38,7 @@ class After:
         self.touched = touched
 
 
-def found_after(root: bytes, found: dict[bytes, scan.Found], steps: list[Step]) -> After | None:
+def found_after(root: bytes, found: Mapping[bytes, scan.Found], steps: list[Step]) -> After | None:
     """The walk's records after ``steps``, or None when a walk is needed."""
     if any(s.path.rsplit(b"/", 1)[-1] in IGNORE_FILES for s in steps):
         return None
