@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from snapstore.errors import SnapstoreError
 from snapstore.hooks import HookRegistry
 from snapstore.ops.context import StageContext
 from snapstore.records import manifest
@@ -19,11 +18,6 @@ if TYPE_CHECKING:
     from snapstore.ops.snapshot.result import SnapshotResult
     from snapstore.records.oplog import Operation
     from snapstore.tree.scan import Found
-
-
-#: Seconds work left for after the answer waits for the writer lock (held by another process:
-#: that writer's commit then makes the work moot, see :meth:`StoreBase._record_after_later`).
-AFTER_ANSWER_LOCK_WAIT = 1.0
 
 
 class StoreBase:
@@ -43,9 +37,8 @@ class StoreBase:
     context: StageContext
     hooks: HookRegistry
     _lock: Any
-    #: Set (to a list) by a process that answers a command before it is done with it (the
-    #: service): work that must follow a command but not precede its answer is appended here,
-    #: and that process runs it, in order, before it takes the next command.  None: inline.
+    #: A list in a process that answers before it is done (the service): work that must
+    #: follow a command but not precede its answer, run before the next command.  None: inline.
     after_answer: list[Callable[[], str | None]] | None = None
 
     def checkpoints(self, *, task: str | None = None, include_safety: bool = False) -> list[Checkpoint]:
@@ -123,13 +116,10 @@ class StoreBase:
     def _take_safety(self, message: str) -> tuple[Checkpoint, Mapping[bytes, Entry], Mapping[bytes, Found]]:
         """Record the tree as a safety checkpoint (unless unchanged): it, its entries, what the
         walk found.  The same context as snapshots, so it uses the manifest memo."""
+        from snapstore.ops.restore.after import by_path
+
         cp, result = self._record(message)
-        found = result.found if isinstance(result.found, Mapping) else {f.path: f for f in result.found}
-        memo = self.context.manifest_memo
-        # The memo's entries are the ones this snapshot recorded (a dict by path already),
-        # kept until the next snapshot, which comes after the restore has used them.
-        entries = memo.entries if memo.mid == result.manifest_id and memo.entries is not None else None
-        return cp, entries if entries is not None else {e.path: e for e in result.entries}, found
+        return cp, *by_path(self.context, result)
 
     def _record_tree(self, message: str) -> Checkpoint:
         """Record the tree as :meth:`_take_safety` does, for a caller that needs only the
@@ -162,49 +152,13 @@ class StoreBase:
             take_safety=take_safety or self._take_safety,
         )
         if report.op_seq is not None:
-            message = f"after {kind} to {target.short_id}"
-            if self.after_answer is not None:
-                self.after_answer.append(self._record_after_later(message))
-            else:
-                why = self._record_after(message)
-                if why is not None:
-                    report.warnings.append(f"the tree after the {kind} was not recorded: {why}")
+            # The tree as the restore left it, recorded (hidden): the next checkpoint's parent.
+            # Best effort; in the service, after the answer (ops.restore.after.record_after).
+            from snapstore.ops.restore.after import record_after
+
+            label = f"after {kind} to {target.short_id}"
+            why = record_after(self.context, lambda: self._record_tree(label), self._lock, self.after_answer)
+            if why is not None:
+                report.warnings.append(f"the tree after the {kind} was not recorded: {why}")
         report.warnings.extend(self.hooks.after("after_restore", report=report))
         return report
-
-    def _record_after(self, message: str) -> str | None:
-        """The tree as a restore left it, recorded (hidden, like the safety checkpoint before
-        it): the next checkpoint's parent and counts then describe the tree it was taken from,
-        not the one before the restore.  The restore taught the stat cache (and a watcher's
-        state) the files it wrote, so this reads none of them.  Best effort: the restore is
-        done (its journal cleared or marked applied, its operation logged); a store too damaged
-        to record this says why (returned), and without this record the next checkpoint's
-        parent is the safety checkpoint."""
-        try:
-            self._record_tree(message)
-        except SnapstoreError as exc:
-            return str(exc)
-        finally:
-            self.context.found_hint = None  # used by that record or by nothing
-        return None
-
-    def _record_after_later(self, message: str) -> Callable[[], str | None]:
-        """:meth:`_record_after` for after the answer: under the writer lock again, and only
-        if no writer came in between (its record describes the tree, this one would not)."""
-        keys = self._newest_keys()
-
-        def record() -> str | None:
-            with self._lock.held(AFTER_ANSWER_LOCK_WAIT):
-                if self._newest_keys() != keys:
-                    self.context.found_hint = None
-                    return None
-                return self._record_after(message)
-
-        return record
-
-    def _newest_keys(self) -> tuple[bytes | None, bytes | None]:
-        """The newest checkpoint-log and operation-log keys (a writer's commit moves one)."""
-        with self.backend.read() as view:
-            log = next(iter(view.items("log", reverse=True)), None)
-            op = next(iter(view.items("oplog", reverse=True)), None)
-        return (log[0] if log else None, op[0] if op else None)
