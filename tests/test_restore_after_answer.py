@@ -10,27 +10,15 @@ and a next checkpoint that records the tree exactly.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import subprocess_env
+from test_service_once import client, local
 
 from snapstore.service import daemon
 from snapstore.store import Store
 from snapstore.testing import build_tree, read_tree
-
-CLIENT = [sys.executable, "-c", "from snapstore.service.client import run; run()"]
-
-
-def client(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(CLIENT + list(args), cwd=cwd, capture_output=True, env=subprocess_env(**env), timeout=120)
-
-
-def local(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "snapstore", *args], cwd=cwd, capture_output=True, env=subprocess_env(), timeout=120)
 
 
 @pytest.fixture
