@@ -1,12 +1,15 @@
 """Restore-100 only: snapstore CLI vs git CLI, interleaved, and an in-process profile.
 
-``python -m benchmarks.restore_profile [--runs N] [--snapstore-at REV ...] [--service] [--settled] [--profile]``
+``python -m benchmarks.restore_profile [--runs N] [--snapstore-at REV ...] [--service] [--settled] [--profile] [--phases]``
 
 Builds the stdlib corpus, checkpoints it (X), edits 100 files, checkpoints again (Y), then
 alternates: put the tree back at Y (untimed), restore X with each contestant (timed).  Each
 ``--snapstore-at REV`` adds a snapstore contestant measured at that git revision (exported), so
 a before/after comparison runs in the same interleaved session.  ``--profile`` then runs one
 in-process restore under cProfile and prints where the time goes, and the next snapshot's reads.
+``--phases`` then runs ``--runs`` restores in-process through a watching Store (the service's
+path, without the client) with each phase of the restore timed in place, and prints the median
+of each (the record after a restore is what the service makes after its answer).
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     corpora.interleaved_args(p, "/tmp/snapstore-restore-bench")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--phases", action="store_true", help="then time a watching Store's restore phase by phase")
     p.add_argument("--service", action="store_true", help="also each snapstore through its service")
     p.add_argument("--settled", action="store_true",
                    help="sync (untimed) after laying out the tree: the replaced files are on disk, as in a "
@@ -166,7 +170,56 @@ def measure(a, comps, tree, x_ids, y, old, work) -> int:
               f"{med / git:5.2f}x git{via}")
     if a.profile:
         profile(tree, os.path.join(work, "snap-wt"), x_ids["snap(worktree)"], y, old)
+    if a.phases:
+        phases(tree, os.path.join(work, "snap-wt"), x_ids["snap(worktree)"], y, a.runs)
     return 0
+
+
+def phases(tree: str, store: str, x_id: str, y: dict[str, bytes], runs: int) -> None:
+    """Restores of X through a watching Store, each phase timed in place (this process only)."""
+    from snapstore.facade import base
+    from snapstore.ops import restore
+    from snapstore.ops.restore import batch, journal, watching
+    from snapstore.store import Store
+
+    from .loop_phases import Timings, _wrap
+
+    timings: Timings = {}
+    for owner, name, label in (
+        (base.StoreBase, "_take_safety", "safety checkpoint"),
+        (restore, "_target_from_difference", "target (manifest difference)"),
+        (restore, "plan", "plan"),
+        (restore, "skip_ignored", "ignore checks"),
+        (restore, "verify_sources", "chunk verification"),
+        (restore, "_journal", "journal (+ store sync)"),
+        (restore, "_apply", "apply"),
+        (batch, "_stage_all", "  of which: temp files"),
+        (batch, "_set_aside_all", "  of which: set aside + unlink"),
+        (journal, "finish", "operation's commit"),
+        (watching, "keep_state", "watcher state's patch"),
+        (base.StoreBase, "_restore", "whole restore (before the answer)"),
+        (base.StoreBase, "_record_tree", "record after (after the answer)"),
+    ):
+        _wrap(owner, name, label, timings)
+    s = Store.open(tree, store=store, watch=True)
+    s.after_answer = []  # (as the service: the record after runs after the answer)
+    try:
+        for i in range(runs + 1):
+            put(tree, y)
+            time.sleep(1.2)  # (the tree flusher's deferred sync of the last restore, untimed)
+            s.restore(x_id)
+            for work in s.after_answer:
+                work()
+            s.after_answer.clear()
+            if i == 0:  # (the first walks the tree: the service's state is warm)
+                for xs in timings.values():
+                    xs.clear()
+    finally:
+        s.close()
+    print(f"a watching Store's restore-100, {runs} runs, medians (load {os.getloadavg()[0]:.2f}):")
+    for label, xs in timings.items():
+        if xs:
+            print(f"  {label:36s} {statistics.median(xs) * 1000:7.2f} ms")
 
 
 def profile(tree: str, store: str, x_id: str, y: dict[str, bytes], old: dict[str, bytes]) -> None:

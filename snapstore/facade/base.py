@@ -3,9 +3,9 @@ the two steps every writer may need (finishing an interrupted restore, a safety 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from snapstore.errors import SnapstoreError
 from snapstore.hooks import HookRegistry
 from snapstore.ops.context import StageContext
 from snapstore.records import manifest
@@ -37,6 +37,9 @@ class StoreBase:
     context: StageContext
     hooks: HookRegistry
     _lock: Any
+    #: A list in a process that answers before it is done (the service): work that must
+    #: follow a command but not precede its answer, run before the next command.  None: inline.
+    after_answer: list[Callable[[], str | None]] | None = None
 
     def checkpoints(self, *, task: str | None = None, include_safety: bool = False) -> list[Checkpoint]:
         """Checkpoints newest first, as ``list`` shows them (safety ones only if asked)."""
@@ -110,11 +113,13 @@ class StoreBase:
         restore.recover(self.context)
         return True
 
-    def _take_safety(self, message: str) -> tuple[Checkpoint, dict[bytes, Entry], dict[bytes, Found]]:
+    def _take_safety(self, message: str) -> tuple[Checkpoint, Mapping[bytes, Entry], Mapping[bytes, Found]]:
         """Record the tree as a safety checkpoint (unless unchanged): it, its entries, what the
         walk found.  The same context as snapshots, so it uses the manifest memo."""
+        from snapstore.ops.restore.after import by_path
+
         cp, result = self._record(message)
-        return cp, {e.path: e for e in result.entries}, {f.path: f for f in result.found}
+        return cp, *by_path(self.context, result)
 
     def _record_tree(self, message: str) -> Checkpoint:
         """Record the tree as :meth:`_take_safety` does, for a caller that needs only the
@@ -147,16 +152,13 @@ class StoreBase:
             take_safety=take_safety or self._take_safety,
         )
         if report.op_seq is not None:
-            # The tree as the restore left it, recorded (hidden, like the safety checkpoint
-            # before it): the next checkpoint's parent and counts then describe the tree it was
-            # taken from, not the one before the restore.  The restore taught the stat cache
-            # (and a watcher's state) the files it wrote, so this reads none of them.
-            # Best effort: the restore is done, and a store too damaged to record this says so.
-            try:
-                self._record_tree(f"after {kind} to {target.short_id}")
-            except SnapstoreError as exc:
-                report.warnings.append(f"the tree after the {kind} was not recorded: {exc}")
-            finally:
-                self.context.found_hint = None  # used by that record or by nothing
+            # The tree as the restore left it, recorded (hidden): the next checkpoint's parent.
+            # Best effort; in the service, after the answer (ops.restore.after.record_after).
+            from snapstore.ops.restore.after import record_after
+
+            label = f"after {kind} to {target.short_id}"
+            why = record_after(self.context, lambda: self._record_tree(label), self._lock, self.after_answer)
+            if why is not None:
+                report.warnings.append(f"the tree after the {kind} was not recorded: {why}")
         report.warnings.extend(self.hooks.after("after_restore", report=report))
         return report

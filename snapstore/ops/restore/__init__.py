@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -44,7 +44,15 @@ from snapstore.ops.restore import batch as batch_mod
 from snapstore.ops.restore import journal, settle, watching
 from snapstore.ops.restore.apply import Applier, getter
 from snapstore.ops.restore.journal import tables
-from snapstore.ops.restore.plan import Plan, Step, difference, plan, skip_ignored, verify_sources
+from snapstore.ops.restore.plan import (
+    Plan,
+    Step,
+    TargetView,
+    difference,
+    plan,
+    skip_ignored,
+    verify_sources,
+)
 from snapstore.ops.restore.recovery import RecoverReport, pending, recover
 from snapstore.ops.restore.safety import (
     check_difference,
@@ -78,7 +86,7 @@ step_hook: Callable[[int], None] | None = None
 
 #: Records the tree as a safety checkpoint: ``take_safety(message)`` -> (checkpoint, entries,
 #: what the scan found).  The Store provides it (the snapshot stage and its memo are its own).
-TakeSafety = Callable[[str], tuple[Checkpoint, dict[bytes, Entry], dict[bytes, scan.Found]]]
+TakeSafety = Callable[[str], tuple[Checkpoint, Mapping[bytes, Entry], Mapping[bytes, scan.Found]]]
 
 
 @dataclass
@@ -137,6 +145,9 @@ def run(
     backend = ctx.backend
     safety: Checkpoint | None = None
     among: set[bytes] | None = None
+    current: Mapping[bytes, Entry]
+    found: Mapping[bytes, scan.Found]
+    target_entries: Mapping[bytes, Entry]
     if dry_run:
         target_entries = _load_checked(ctx, target)
         current, found = current_tree.current_state(ctx) or worktree.current_state(ctx)
@@ -220,8 +231,8 @@ def _journal(
 
 
 def _apply(
-    ctx: StageContext, safety: Checkpoint, target_entries: dict[bytes, Entry], contents: dict[bytes, list[bytes]],
-    steps: list[Step], found: dict[bytes, scan.Found], defer: list[tuple[bytes, int]] | None,
+    ctx: StageContext, safety: Checkpoint, target_entries: Mapping[bytes, Entry], contents: dict[bytes, list[bytes]],
+    steps: list[Step], found: Mapping[bytes, scan.Found], defer: list[tuple[bytes, int]] | None,
 ) -> Applier:
     """Carry out ``steps``, each path checked against what the safety checkpoint saw just
     before it is touched; a conflict or an I/O error rolls back what was done (the roll-back
@@ -277,8 +288,8 @@ def _load_checked(ctx: StageContext, target: Checkpoint) -> dict[bytes, Entry]:
 
 
 def _target_from_difference(
-    ctx: StageContext, safety: Checkpoint, target: Checkpoint, current: dict[bytes, Entry]
-) -> tuple[dict[bytes, Entry], set[bytes] | None]:
+    ctx: StageContext, safety: Checkpoint, target: Checkpoint, current: Mapping[bytes, Entry]
+) -> tuple[Mapping[bytes, Entry], set[bytes] | None]:
     """The target's entries, and the paths where they may differ from the tree's.
 
     Only the target's entries that differ from the safety checkpoint's are decoded and
@@ -297,10 +308,7 @@ def _target_from_difference(
         return _load_checked(ctx, target), None
     if any(current.get(p) != e for p, e in old.items()):
         return _load_checked(ctx, target), None
-    entries = dict(current)
-    for p in old:
-        del entries[p]
-    entries.update(new)
+    entries = TargetView(current, old, new)
     check_difference(entries, new, current, ctx.excluded)
     return entries, set(old) | set(new)
 

@@ -17,9 +17,14 @@ from __future__ import annotations
 import bisect
 import os
 import stat
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from snapstore.errors import SnapstoreError
+from snapstore.ops.context import StageContext
 from snapstore.ops.restore.plan import Step
-from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK
+from snapstore.ops.snapshot.result import SnapshotResult
+from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, Entry
 from snapstore.tree import scan
 from snapstore.tree.ignore import IGNORE_FILES
 from snapstore.tree.paths import parents
@@ -37,7 +42,7 @@ class After:
         self.touched = touched
 
 
-def found_after(root: bytes, found: dict[bytes, scan.Found], steps: list[Step]) -> After | None:
+def found_after(root: bytes, found: Mapping[bytes, scan.Found], steps: list[Step]) -> After | None:
     """The walk's records after ``steps``, or None when a walk is needed."""
     if any(s.path.rsplit(b"/", 1)[-1] in IGNORE_FILES for s in steps):
         return None
@@ -123,3 +128,66 @@ def _empty_dir_record(root: bytes, d: bytes, out: dict[bytes, scan.Found], paths
     except OSError:
         return False
     return True
+
+
+def by_path(ctx: StageContext, result: SnapshotResult) -> tuple[Mapping[bytes, Entry], Mapping[bytes, scan.Found]]:
+    """A safety checkpoint's entries and walk records by path, as the restore reads them: the
+    manifest memo's entries (the dict this snapshot recorded, kept until the next snapshot,
+    which comes after the restore is done with them) and, after a watcher's patch, the tree
+    state's own map of records; a dict of each otherwise."""
+    found = result.found if isinstance(result.found, Mapping) else {f.path: f for f in result.found}
+    memo = ctx.manifest_memo
+    if memo.mid == result.manifest_id and memo.entries is not None:
+        return memo.entries, found
+    return {e.path: e for e in result.entries}, found
+
+
+#: Seconds the record after the answer waits for the writer lock (another process holds it:
+#: that writer's commit then makes the record moot, see :func:`record_after`).
+AFTER_ANSWER_LOCK_WAIT = 1.0
+
+
+def record_after(
+    ctx: StageContext, record: Callable[[], object], lock: Any, later: list[Callable[[], str | None]] | None
+) -> str | None:
+    """Record the tree as a restore left it (``record``: a hidden checkpoint, so the next
+    checkpoint's parent and counts describe the tree it was taken from); why not, when the
+    store could not (best effort: the restore is done, its journal cleared or marked applied,
+    its operation logged).  The restore taught the stat cache (and a watcher's state) the files
+    it wrote, so this reads none of them.
+
+    With ``later`` (the service's list of work for after the answer) the record is appended
+    there instead: run under the writer ``lock`` again, and only if no writer committed in
+    between (its checkpoint describes the tree; this one would be older).  Without this record
+    (the service killed first) the next checkpoint's parent is the safety checkpoint."""
+    if later is None:
+        return _record(ctx, record)
+    keys = _newest_keys(ctx)
+
+    def run() -> str | None:
+        with lock.held(AFTER_ANSWER_LOCK_WAIT):
+            if _newest_keys(ctx) != keys:
+                ctx.found_hint = None
+                return None
+            return _record(ctx, record)
+
+    later.append(run)
+    return None
+
+
+def _record(ctx: StageContext, record: Callable[[], object]) -> str | None:
+    try:
+        record()
+    except SnapstoreError as exc:
+        return str(exc)
+    finally:
+        ctx.found_hint = None  # used by that record or by nothing
+    return None
+
+
+def _newest_keys(ctx: StageContext) -> tuple[bytes | None, bytes | None]:
+    """The newest checkpoint-log and operation-log keys (every writer's commit moves one)."""
+    with ctx.backend.read() as view:
+        log = next(iter(view.items("log", reverse=True)), None)
+        op = next(iter(view.items("oplog", reverse=True)), None)
+    return (log[0] if log else None, op[0] if op else None)

@@ -15,7 +15,7 @@ import errno
 import itertools
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -180,7 +180,7 @@ def file_mode(e: Entry) -> int:
 class Applier:
     """Carries out steps against the tree; every step is idempotent (journal replay)."""
 
-    def __init__(self, root: bytes, get: Getter, target: dict[bytes, Entry], tag: str):
+    def __init__(self, root: bytes, get: Getter, target: Mapping[bytes, Entry], tag: str):
         self.tree = DirTree(root)
         self.get = get
         self.target = target

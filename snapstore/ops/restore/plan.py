@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -74,8 +74,8 @@ def has_below(keys: list[bytes], d: bytes) -> bool:
 
 
 def plan(
-    current: dict[bytes, Entry],
-    target: dict[bytes, Entry],
+    current: Mapping[bytes, Entry],
+    target: Mapping[bytes, Entry],
     selected: Callable[[bytes], bool],
     among: Iterable[bytes] | None = None,
 ) -> Plan:
@@ -125,7 +125,7 @@ class _Blocked:
     """The paths the safety checkpoint could not record (unreadable), and what they forbid
     touching: themselves, what is below them, and the directories holding them."""
 
-    def __init__(self, current: dict[bytes, Entry]):
+    def __init__(self, current: Mapping[bytes, Entry]):
         self.paths = {p for p, e in current.items() if e.kind == UNREADABLE}
         self.above: dict[bytes, bytes] = {}
         for b in sorted(self.paths, reverse=True):
@@ -157,7 +157,7 @@ def _write_steps(path: bytes, new: Entry, status: str, writes: list[Step], dir_m
 
 
 def _emptied_dirs(
-    removed_parents: set[bytes], target: dict[bytes, Entry], tgt: dict[bytes, Entry], blocked: _Blocked
+    removed_parents: set[bytes], target: Mapping[bytes, Entry], tgt: dict[bytes, Entry], blocked: _Blocked
 ) -> list[Step]:
     """The directories the removals leave empty and the target does not keep."""
     target_keys: list[bytes] = []
@@ -185,15 +185,18 @@ def _emptied_dirs(
 
 
 def skip_ignored(
-    root: bytes, steps: list[Step], found: dict[bytes, Found], warn: Callable[[str], None]
+    root: bytes, steps: list[Step], found: Mapping[bytes, Found], warn: Callable[[str], None]
 ) -> list[Step]:
     """Drop steps that would touch a path the scan did not see (ignored, .git, the store)."""
     found_keys: list[bytes] = []
     hidden_cache: dict[bytes, bool] = {}
+    # The parents of the steps' paths the scan saw: directories it saw, known without sorting
+    # every path it found (the rest are looked up in that sorted list).
+    seen_parents = {d for s in steps if s.path in found for d in parents(s.path)}
 
     def known_dir(rel: bytes) -> bool:
         # The scan saw directory rel: as an (empty) entry, or as the parent of something.
-        if not rel:
+        if not rel or rel in seen_parents:
             return True
         f = found.get(rel)
         if f is not None and f.kind == DIR:
@@ -233,7 +236,7 @@ KEEP_VERIFIED_BYTES = 64 << 20
 
 def verify_sources(
     get: Getter,
-    target: dict[bytes, Entry],
+    target: Mapping[bytes, Entry],
     steps: list[Step],
     reader: Callable[[], AbstractContextManager[ReadView]] | None = None,
 ) -> dict[bytes, list[bytes]]:
@@ -342,3 +345,38 @@ def difference(
         start = end
     chunks = (objects.load_chunk(get, c) for c in theirs if c not in shared)
     return manifest.difference_from_entries(ours, target_mid, chunks)
+
+
+class TargetView(Mapping[bytes, Entry]):
+    """The target's entries as the tree's (``base``, the safety checkpoint's) with the paths of
+    ``old`` gone and those of ``new`` in their place: what :func:`difference` yields, without
+    copying every entry of the tree into a dict of its own.  ``base`` must not change while the
+    view is used (it is the entries the safety checkpoint just recorded)."""
+
+    __slots__ = ("_base", "_old", "_new")
+
+    def __init__(self, base: Mapping[bytes, Entry], old: Iterable[bytes], new: dict[bytes, Entry]):
+        self._base, self._new = base, new
+        self._old = {p for p in old if p not in new}
+
+    def __getitem__(self, path: bytes) -> Entry:
+        e = self._new.get(path)
+        if e is not None:
+            return e
+        if path in self._old:
+            raise KeyError(path)
+        return self._base[path]
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._new or (path not in self._old and path in self._base)
+
+    def __iter__(self) -> Iterator[bytes]:
+        new, old = self._new, self._old
+        yield from new
+        for p in self._base:
+            if p not in new and p not in old:
+                yield p
+
+    def __len__(self) -> int:
+        gone = sum(1 for p in self._old if p in self._base)
+        return len(self._base) - gone + sum(1 for p in self._new if p not in self._base)

@@ -12,7 +12,7 @@ import os
 import re
 import stat
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from snapstore.errors import CorruptError, UnsafePathError
 from snapstore.records.manifest import DIR, EXEC, FILE, KIND_NAMES, SYMLINK, UNREADABLE, Entry
@@ -84,7 +84,7 @@ def check_entry(e: Entry) -> None:
 
 
 def check_manifest(
-    entries: dict[bytes, Entry], excluded: frozenset[bytes], within: dict[bytes, Entry] | None = None
+    entries: dict[bytes, Entry], excluded: frozenset[bytes], within: Mapping[bytes, Entry] | None = None
 ) -> None:
     """Validate every entry of a manifest (and its place in the tree) before any of it is used.
 
@@ -136,7 +136,7 @@ def check_manifest(
 
 
 def check_difference(
-    target: dict[bytes, Entry], new: dict[bytes, Entry], current: dict[bytes, Entry], excluded: frozenset[bytes]
+    target: Mapping[bytes, Entry], new: dict[bytes, Entry], current: Mapping[bytes, Entry], excluded: frozenset[bytes]
 ) -> None:
     """Validate a target known as the tree's own entries (``current``, recorded from the tree
     by this process) with the entries ``new`` in their place: only those are checked, each in

@@ -100,7 +100,8 @@ def run(
                 report.warnings.append(pending)
             report.diffs, report.changes = _diffs(outcomes, current, read)
             return report
-    safety, current, found = take_safety(f"before revert of {what}")
+    safety, recorded, found = take_safety(f"before revert of {what}")
+    current = dict(recorded)  # (the revert's plan edits a copy of the tree's entries)
     outcomes = plan(steps, current, ctx.read_stored, prefer=prefer, markers=markers, choices=choices, unknown=left)
     # (With "refuse", the plan on disk above found no conflict: one now means the tree moved.)
     moved = "the tree changed while the revert was prepared; " if request.conflicts == "refuse" else ""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from snapstore.tree import scan
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from snapstore.records.manifest import Entry
 
@@ -29,7 +29,7 @@ class SnapshotResult:
         manifest_id: bytes,
         conversation_id: bytes | None,
         *,
-        found: list[scan.Found] | None = None,
+        found: list[scan.Found] | Mapping[bytes, scan.Found] | None = None,
         report: scan.ScanReport | None = None,
     ) -> None:
         self.entries = entries
@@ -40,8 +40,9 @@ class SnapshotResult:
         self.reused = False
         #: The parent's manifest could not be read (ops.snapshot.counts.against_parent).
         self.parent_damaged = False
-        #: The walk's records: only for a SAFETY checkpoint or a watching context.
-        self.found: list[scan.Found] = found if found is not None else []
+        #: The walk's records: only for a SAFETY checkpoint or a watching context (after a
+        #: watcher's patch, the tree state's map of them).
+        self.found: list[scan.Found] | Mapping[bytes, scan.Found] = found if found is not None else []
         self.report = report if report is not None else scan.ScanReport()
         #: The paths whose entries differ from the parent's (the ``paths`` index rows).
         self.changed: list[bytes] = []

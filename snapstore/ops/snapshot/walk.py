@@ -6,7 +6,7 @@ What the stat cache vouches for becomes an entry at once; the rest is ``to_read`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from snapstore.errors import CorruptError
 from snapstore.ops.context import Keys, StageContext
@@ -77,7 +77,7 @@ class Inputs:
 
     def __init__(
         self,
-        found: list[scan.Found],
+        found: list[scan.Found] | Mapping[bytes, scan.Found],
         cache: dict[bytes, bytes],
         entries: dict[bytes, Entry],
         to_read: list[scan.Found],
@@ -129,8 +129,10 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     if patched is not None and state is not None:  # (serve --status shows how often each way)
         watcher.patched += 1
         walked = Walked(state.found, state.listings, patched.links)
-        found = list(packed.records_of(patched.found)) if keep_found else []
-        out = Inputs(found, patched.cache, patched.entries, patched.to_read, patched.stale, walked)
+        # (the state's own map, not a list of every record made again: a restore reads it
+        # before anything patches the state again)
+        kept_found: Mapping[bytes, scan.Found] | list[scan.Found] = patched.found if keep_found else []
+        out = Inputs(kept_found, patched.cache, patched.entries, patched.to_read, patched.stale, walked)
         out.touched, out.base = patched.touched, patched.base
         return out
     watcher.walks += 1
