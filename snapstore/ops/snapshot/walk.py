@@ -73,7 +73,7 @@ class Inputs:
     """What a snapshot starts from."""
 
     # (Not a NamedTuple: creating the class would slow the snapshot's import.)
-    __slots__ = ("found", "cache", "entries", "to_read", "stale", "walked", "touched", "base")
+    __slots__ = ("found", "cache", "entries", "to_read", "stale", "walked", "touched", "base", "early")
 
     def __init__(
         self,
@@ -101,6 +101,9 @@ class Inputs:
         #: started from (ops.snapshot.ordered); None after a walk.
         self.touched: set[bytes] | None = None
         self.base: dict[bytes, Entry] | None = None
+        #: After a patch whose mapping scan still runs: the files it re-read for a mapping
+        #: (incremental.settle takes the scan and patches in what else it finds).
+        self.early: frozenset[bytes] | None = None
 
 
 def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: bool) -> Inputs:
@@ -129,9 +132,11 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     if patched is not None and state is not None:  # (serve --status shows how often each way)
         watcher.patched += 1
         walked = Walked(state.found, state.listings, patched.links)
-        found = list(packed.records_of(patched.found)) if keep_found else []
-        out = Inputs(found, patched.cache, patched.entries, patched.to_read, patched.stale, walked)
-        out.touched, out.base = patched.touched, patched.base
+        out = Inputs([], patched.cache, patched.entries, patched.to_read, patched.stale, walked)
+        out.touched, out.base, out.early = patched.touched, patched.base, patched.early
+        if keep_found:  # (the caller uses the records: the scan is taken before they are listed)
+            incremental.settle(ctx, out)
+            out.found = list(packed.records_of(patched.found))
         return out
     watcher.walks += 1
     listings: scan.Listings = {}

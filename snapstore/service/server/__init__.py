@@ -309,7 +309,7 @@ class Service:
             protocol.send_frame(conn, b"a", str(os.getpid()).encode())
             watcher = self.store.context.watcher
             if watcher is not None and request.get("command") in _CHECKPOINTING:
-                watcher.prefetch_mappings()  # (while the client wakes to confirm)
+                watcher.begin_scan()  # (it runs while the client wakes to confirm)
             # Run only once the client confirms it saw the acknowledgement: a client that gave
             # up waiting (and runs the command itself) closes without confirming.
             go = protocol.recv_frame(conn)
@@ -329,7 +329,7 @@ class Service:
             log.warning("request failed: %s", self.last_error)
         finally:
             if self.store.context.watcher is not None:
-                self.store.context.watcher.drop_prefetched()
+                self.store.context.watcher.drop_scan()
 
     def _provide(self, ctx: Ctx) -> Store:
         located = Store.locate(ctx.directory, store=ctx.store_dir)

@@ -1,0 +1,188 @@
+"""A watched checkpoint's shared-mapping scan runs in a thread beside its patch and reads
+(tree/watcher.py ``begin_scan``, ops/snapshot/incremental.py ``settle``).
+
+What must hold: the scan a checkpoint takes is one begun for it (after the call), never one
+left by an earlier checkpoint; a file found mapped only by that scan is re-stat'ed and read
+in the same checkpoint, as with a scan made inline; when such a file cannot be patched in, the
+checkpoint is taken again by a full walk.  Each checkpoint is compared with a full walk of the
+same tree (``plain.diff``), as tests/test_watch_trust.py does.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from platform_marks import needs_proc_maps
+
+from snapstore.store import Store
+from snapstore.testing import build_tree
+
+pytest.importorskip("inotify_simple")
+
+
+def _same(plain: Store, cp_id: str) -> list[tuple[str, bytes]]:
+    """What differs between checkpoint ``cp_id`` and a full walk of the tree now."""
+    return [(c.status, c.path) for c in plain.diff(cp_id)]
+
+
+@pytest.fixture
+def not_racy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file read counts as read well after its last change: the stat cache vouches for
+    any file whose stat did not move, as it would for a file mapped long ago."""
+    from snapstore.tree import statcache
+
+    monkeypatch.setattr(statcache, "now_ns", lambda: time.time_ns() + 10_000_000_000)
+
+
+def _scan_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads each mapping scan ran in (the real scan, recorded)."""
+    from snapstore.tree import watcher
+
+    names: list[str] = []
+    real = watcher.mapped_for_write
+
+    def recorded(*args: Any) -> Any:
+        names.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(watcher, "mapped_for_write", recorded)
+    return names
+
+
+def _map(path: Path, size: int) -> mmap.mmap:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, size)  # MAP_SHARED, writable
+    finally:
+        os.close(fd)  # the mapping keeps the file open: IN_CLOSE_WRITE only comes at munmap
+
+
+@needs_proc_maps
+def test_a_file_mapped_between_two_checkpoints_is_read_by_the_second_from_its_own_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None
+):
+    """Mapped (and written through) after a patched checkpoint: the next checkpoint's patch
+    does not know it (the last scan found nothing), its scan, run in the watcher's thread,
+    finds it, and the checkpoint holds the write."""
+    root = tmp_path / "t"
+    build_tree(root, {"db.bin": bytes(16384), "other.txt": b"o\n"})
+    Store.init(root).close()
+    watched, plain = Store.open(root, watch=True), Store.open(root)
+    threads = _scan_threads(monkeypatch)
+    try:
+        watched.snapshot("start")  # (a walk)
+        watched.snapshot("patched")
+        assert watched.context.watcher is not None
+        assert watched.context.watcher.last_mapped == set()
+        m = _map(root / "db.bin", 16384)
+        try:
+            for i in range(3):
+                time.sleep(0.02)  # a later clock tick (on disk the write stamps a new mtime)
+                m[i * 100 : i * 100 + 6] = b"mmap %d" % i
+                m.flush()  # msync: no write(), no event
+                cp = watched.snapshot(f"mapped write {i}")
+                assert watched.read_bytes(cp.id, "db.bin")[i * 100 : i * 100 + 6] == b"mmap %d" % i, i
+                assert _same(plain, cp.id) == [], i
+        finally:
+            m.close()
+        status = watched.watch_status()
+        assert status is not None and status["walks"] == 1 and status["patched"] == 4
+        assert threads[0] == "MainThread"  # (the first checkpoint walked: its scan is inline)
+        assert threads[1:] and all(name.startswith("snapstore-mapping-scan") for name in threads[1:]), threads
+        assert not watched.context.watcher.scan_begun()
+    finally:
+        watched.close()
+        plain.close()
+
+
+@needs_proc_maps
+def test_a_scan_begun_for_a_checkpoint_that_failed_is_not_taken_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None
+):
+    """A checkpoint that fails after its scan began leaves no scan behind: the next one scans
+    afresh (after the mapping made in between) and holds the write through it."""
+    from snapstore.ops.snapshot import read
+
+    root = tmp_path / "t"
+    build_tree(root, {"db.bin": bytes(16384), "other.txt": b"o\n"})
+    Store.init(root).close()
+    watched, plain = Store.open(root, watch=True), Store.open(root)
+    try:
+        watched.snapshot("start")
+        watched.snapshot("patched")
+        watcher = watched.context.watcher
+        assert watcher is not None
+        real = read.read_changed
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            raise OSError("the disk went away")
+
+        monkeypatch.setattr(read, "read_changed", failing)
+        (root / "other.txt").write_bytes(b"changed\n")
+        scans = watcher.mapping_scans
+        with pytest.raises(Exception, match="disk went away"):
+            watched.snapshot("fails after its scan began")
+        assert watcher.mapping_scans == scans + 1  # (it had begun)
+        assert not watcher.scan_begun()
+        monkeypatch.setattr(read, "read_changed", real)
+        m = _map(root / "db.bin", 16384)
+        try:
+            time.sleep(0.02)
+            m[:6] = b"mapped"
+            m.flush()
+            cp = watched.snapshot("after the failure")
+            assert watched.read_bytes(cp.id, "db.bin")[:6] == b"mapped"
+            assert _same(plain, cp.id) == []
+            assert watcher.mapping_scans == scans + 2  # its own scan, not the failed one's
+        finally:
+            m.close()
+    finally:
+        watched.close()
+        plain.close()
+
+
+@needs_proc_maps
+def test_a_mapped_file_that_is_gone_when_the_scan_is_taken_makes_the_checkpoint_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None
+):
+    """The scan finds a newly mapped file whose name is deleted before the scan is taken
+    (its event still queued): the patch cannot say, so the checkpoint is taken again by a full
+    walk, which equals a walk of the tree."""
+    root = tmp_path / "t"
+    build_tree(root, {"db.bin": bytes(8192), "other.txt": b"o\n"})
+    Store.init(root).close()
+    watched, plain = Store.open(root, watch=True), Store.open(root)
+    try:
+        watched.snapshot("start")
+        watched.snapshot("patched")
+        watcher = watched.context.watcher
+        assert watcher is not None
+        m = _map(root / "db.bin", 8192)
+        try:
+            m[:4] = b"gone"
+            m.flush()
+            real = type(watcher).mapped_for_write
+
+            def then_unlinked(self: Any) -> Any:
+                got = real(self)
+                if (root / "db.bin").exists():
+                    os.unlink(root / "db.bin")  # (after the scan found it, before its patch)
+                return got
+
+            monkeypatch.setattr(type(watcher), "mapped_for_write", then_unlinked)
+            walks = watcher.walks
+            cp = watched.snapshot("mapped, then deleted")
+            assert watcher.walks == walks + 1
+            assert _same(plain, cp.id) == []
+            assert b"db.bin" not in {e.path for e in watched.entries(cp.id)}
+        finally:
+            m.close()
+    finally:
+        watched.close()
+        plain.close()
