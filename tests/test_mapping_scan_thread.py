@@ -186,3 +186,51 @@ def test_a_mapped_file_that_is_gone_when_the_scan_is_taken_makes_the_checkpoint_
     finally:
         watched.close()
         plain.close()
+
+
+@needs_proc_maps
+def test_a_mapped_file_s_one_link_is_stat_ed_once_and_again_after_it_gains_one_in_the_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None
+):
+    """A file mapped by its one name outside the tree is stat'ed by the first scan only
+    (platform.maps: MapsCache.sole); once it gains a link in the tree (an event there, then
+    a walk) the scans stat it again and search the tree for it, so a write through the mapping
+    that moves no mtime (a page already dirty) is in the next checkpoint."""
+    from snapstore.platform import maps
+
+    root = tmp_path / "t"
+    build_tree(root, {"other.txt": b"o\n"})
+    db = tmp_path / "elsewhere.db"
+    db.write_bytes(bytes(8192))
+    Store.init(root).close()
+    watched, plain = Store.open(root, watch=True), Store.open(root)
+    stats: list[bytes] = []
+    real = maps._sole_link
+
+    def counted(path: bytes, dev: int, ino: int) -> bool:
+        if path == os.fsencode(db):
+            stats.append(path)
+        return real(path, dev, ino)
+
+    monkeypatch.setattr(maps, "_sole_link", counted)
+    m = _map(db, 8192)
+    try:
+        watched.snapshot("start")  # (a walk: it forgets what the scans learnt)
+        watched.snapshot("patched")
+        assert stats
+        stated = len(stats)
+        watched.snapshot("patched again")
+        watched.snapshot("and again")
+        assert len(stats) == stated
+        os.link(db, root / "linked.db")
+        m[:6] = b"first!"  # (the first write to the page: a new mtime)
+        cp = watched.snapshot("linked")
+        assert watched.read_bytes(cp.id, "linked.db")[:6] == b"first!"
+        m[6:12] = b"second"  # the page is dirty already: no fault, no new mtime, no event
+        cp = watched.snapshot("written again")
+        assert watched.read_bytes(cp.id, "linked.db")[:12] == b"first!second"
+        assert _same(plain, cp.id) == []
+    finally:
+        m.close()
+        watched.close()
+        plain.close()

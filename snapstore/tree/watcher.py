@@ -328,6 +328,13 @@ class Watcher:
             "last_error": self.last_error,
         }
 
+    def forget_inodes(self) -> None:
+        """After a walk of the tree: forget what was learnt of inode numbers (a path may have
+        any inode now) and which mapped files had one link."""
+        self.inode_memo.clear()
+        self.inode_index = None
+        self._maps.forget_links()
+
     def mapped_for_write(self) -> tuple[set[bytes], set[int]]:
         """The tree's files that some process maps shared and writable now
         (:func:`snapstore.platform.maps.mapped_for_write`), or what the scan :meth:`begin_scan`

@@ -110,6 +110,15 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     return patched
 
 
+def begin_scan(ctx: StageContext) -> None:
+    """Begin the checkpoint's mapping scan now, when a watched state will likely be patched
+    (not right after a restore patched it: that record reads the files its safety checkpoint
+    found mapped, and scans only if an event came since, :func:`blind_spots`)."""
+    state = ctx.tree_state
+    if ctx.watcher is not None and state is not None and state.carried is None:
+        ctx.watcher.begin_scan()
+
+
 class Rewalk(Exception):
     """A file the checkpoint's mapping scan found cannot be patched in (gone, or no longer a
     file, with no event yet): the snapshot is taken again, by a full walk."""

@@ -156,9 +156,8 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
             records, _released(ctx.backend, view.items("statcache")), _kept_entries(len(kept))
         )
     del into, records  # (the sorted paths: 8 bytes a file)
-    incremental.reread_mapped(watcher, kept, entries, to_read)
-    watcher.inode_memo.clear()  # (a path may have any inode now)
-    watcher.inode_index = None
+    incremental.reread_mapped(watcher, kept, entries, to_read)  # (it takes any scan begun)
+    watcher.forget_inodes()
     return Inputs(found, {}, entries, to_read, stale, Walked(kept, listings, report.links))
 
 
