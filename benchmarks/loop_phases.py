@@ -61,7 +61,7 @@ def instrument(timings: Timings) -> None:
         (incremental, "patch", "  of which: patch (rescan)"),
         (read, "read_changed", "read changed files"),
         (write.Sink, "_delta_frames", "  of which: delta frames"),
-        (incremental, "settle", "wait for the mapping scan (its thread)"),
+        (incremental, "settle", "wait for the mapping scan (its thread), patch"),
         (pipeline, "order", "order"),
         (encode, "manifest_of", "manifest"),
         (encode, "compress_lacking", "compress manifest leaves"),

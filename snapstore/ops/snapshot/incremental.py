@@ -32,7 +32,6 @@ from snapstore.tree import rescan, scan, statcache, worktree
 from snapstore.tree.packed import FoundMap, records_of
 
 if TYPE_CHECKING:
-    from snapstore.ops.snapshot.walk import Inputs
     from snapstore.tree.watcher import Changes, Watcher
 
 
@@ -124,37 +123,32 @@ class Rewalk(Exception):
     file, with no event yet): the snapshot is taken again, by a full walk."""
 
 
-def settle(ctx: StageContext, tree: Inputs) -> list[scan.Found]:
-    """Take the checkpoint's mapping scan (begun by :func:`prepare`, run beside the patch and
-    the reads) and patch in the files it finds mapped that the patch did not re-read
-    (``tree.early``: mapped at the last checkpoint's scan): those are re-stat'ed and returned,
-    to be read whatever the stat cache says, as :func:`blind_spots` makes a scan made inline
-    do.  ``tree`` (the state's own maps, patched in place) is updated; :class:`Rewalk` when the
-    patch cannot say."""
-    early, tree.early = tree.early, None
+def settle(ctx: StageContext, early: frozenset[bytes], links: set[bytes]) -> Patched | None:
+    """Take the checkpoint's mapping scan (begun by :func:`begin_scan`, run beside the patch
+    and the reads) and patch in the files it finds mapped besides ``early`` (those the patch
+    re-read: mapped at the last checkpoint's scan), re-stat'ed, to be read whatever the stat
+    cache says, as :func:`blind_spots` makes a scan made inline do; None when there are none.
+    ``links``: the files with more than one link after the patch.  The state's own maps are
+    patched in place; :class:`Rewalk` when the patch cannot say."""
     watcher, state = ctx.watcher, ctx.tree_state
-    if early is None or watcher is None or state is None or tree.walked is None or tree.touched is None:
-        return []
+    if watcher is None or state is None:
+        return None
     mapped = _scanned(watcher, state.found)
     watcher.last_mapped = mapped
     extras = mapped - early
     if not extras:
-        return []
+        return None
     watcher.mapped_restatted += len(extras)
     from snapstore.tree.watcher import Changes
 
     report = scan.ScanReport()
     patched = patch(
         ctx, state, state.found, state.listings, Changes(full=False, paths=set(extras)), report, watcher.watch_tree,
-        extras, in_place=True, links=set(tree.walked.links),
+        extras, in_place=True, links=links,
     )  # fmt: skip
     if patched is None or patched.listed or report.warnings:
         raise Rewalk
-    tree.touched |= patched.touched
-    tree.stale.extend(patched.stale)
-    tree.walked = tree.walked._replace(links=patched.links)
-    tree.to_read.extend(patched.to_read)
-    return patched.to_read
+    return patched
 
 
 #: A file mapped shared and writable up to this size is read again at every snapshot while it

@@ -90,7 +90,7 @@ def _take(
         ctx, tree.to_read, tree.entries, result,
         packed=start.packed, cached=start.cached, progress=progress, workers=workers,
     )  # fmt: skip
-    late = incremental.settle(ctx, tree)  # (the mapping scan, run beside the patch and the reads)
+    late = walk.settle(ctx, tree)  # (the mapping scan, run beside the patch and the reads)
     if late:
         reads.add(read.read_changed(ctx, late, tree.entries, result, packed=start.packed, cached=start.cached,
                                     progress=None, workers=workers))

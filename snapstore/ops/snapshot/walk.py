@@ -135,7 +135,7 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
         out = Inputs([], patched.cache, patched.entries, patched.to_read, patched.stale, walked)
         out.touched, out.base, out.early = patched.touched, patched.base, patched.early
         if keep_found:  # (the caller uses the records: the scan is taken before they are listed)
-            incremental.settle(ctx, out)
+            settle(ctx, out)
             out.found = list(packed.records_of(patched.found))
         return out
     watcher.walks += 1
@@ -159,6 +159,23 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     incremental.reread_mapped(watcher, kept, entries, to_read)  # (it takes any scan begun)
     watcher.forget_inodes()
     return Inputs(found, {}, entries, to_read, stale, Walked(kept, listings, report.links))
+
+
+def settle(ctx: StageContext, tree: Inputs) -> list[scan.Found]:
+    """After a patch whose mapping scan still runs (``tree.early``): take the scan
+    (:func:`incremental.settle`) and add what it patched in to ``tree``; the files to read
+    besides ``tree.to_read`` (added to it too)."""
+    early, tree.early = tree.early, None
+    if early is None or tree.walked is None or tree.touched is None:
+        return []
+    patched = incremental.settle(ctx, early, set(tree.walked.links))
+    if patched is None:
+        return []
+    tree.touched |= patched.touched
+    tree.stale.extend(patched.stale)
+    tree.walked = tree.walked._replace(links=patched.links)
+    tree.to_read.extend(patched.to_read)
+    return patched.to_read
 
 
 def _after_restore(
