@@ -14,6 +14,8 @@ import mmap
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,23 @@ def _scan_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return names
 
 
+@contextmanager
+def _watched(tmp_path: Path, size: int) -> Iterator[tuple[Path, Store, Store]]:
+    """A tree with ``db.bin`` (``size`` zero bytes), a watching Store whose state has been
+    patched once, and a Store that walks; both closed after."""
+    root = tmp_path / "t"
+    build_tree(root, {"db.bin": bytes(size), "other.txt": b"o\n"})
+    Store.init(root).close()
+    watched, plain = Store.open(root, watch=True), Store.open(root)
+    try:
+        watched.snapshot("start")  # (a walk)
+        watched.snapshot("patched")
+        yield root, watched, plain
+    finally:
+        watched.close()
+        plain.close()
+
+
 def _map(path: Path, size: int) -> mmap.mmap:
     fd = os.open(path, os.O_RDWR)
     try:
@@ -70,14 +89,8 @@ def test_a_file_mapped_between_two_checkpoints_is_read_by_the_second_from_its_ow
     """Mapped (and written through) after a patched checkpoint: the next checkpoint's patch
     does not know it (the last scan found nothing), its scan, run in the watcher's thread,
     finds it, and the checkpoint holds the write."""
-    root = tmp_path / "t"
-    build_tree(root, {"db.bin": bytes(16384), "other.txt": b"o\n"})
-    Store.init(root).close()
-    watched, plain = Store.open(root, watch=True), Store.open(root)
     threads = _scan_threads(monkeypatch)
-    try:
-        watched.snapshot("start")  # (a walk)
-        watched.snapshot("patched")
+    with _watched(tmp_path, 16384) as (root, watched, plain):
         assert watched.context.watcher is not None
         assert watched.context.watcher.last_mapped == set()
         m = _map(root / "db.bin", 16384)
@@ -96,9 +109,6 @@ def test_a_file_mapped_between_two_checkpoints_is_read_by_the_second_from_its_ow
         assert threads[0] == "MainThread"  # (the first checkpoint walked: its scan is inline)
         assert threads[1:] and all(name.startswith("snapstore-mapping-scan") for name in threads[1:]), threads
         assert not watched.context.watcher.scan_begun()
-    finally:
-        watched.close()
-        plain.close()
 
 
 @needs_proc_maps
@@ -109,13 +119,7 @@ def test_a_scan_begun_for_a_checkpoint_that_failed_is_not_taken_by_the_next(
     afresh (after the mapping made in between) and holds the write through it."""
     from snapstore.ops.snapshot import read
 
-    root = tmp_path / "t"
-    build_tree(root, {"db.bin": bytes(16384), "other.txt": b"o\n"})
-    Store.init(root).close()
-    watched, plain = Store.open(root, watch=True), Store.open(root)
-    try:
-        watched.snapshot("start")
-        watched.snapshot("patched")
+    with _watched(tmp_path, 16384) as (root, watched, plain):
         watcher = watched.context.watcher
         assert watcher is not None
         real = read.read_changed
@@ -142,9 +146,6 @@ def test_a_scan_begun_for_a_checkpoint_that_failed_is_not_taken_by_the_next(
             assert watcher.mapping_scans == scans + 2  # its own scan, not the failed one's
         finally:
             m.close()
-    finally:
-        watched.close()
-        plain.close()
 
 
 @needs_proc_maps
@@ -154,13 +155,7 @@ def test_a_mapped_file_that_is_gone_when_the_scan_is_taken_makes_the_checkpoint_
     """The scan finds a newly mapped file whose name is deleted before the scan is taken
     (its event still queued): the patch cannot say, so the checkpoint is taken again by a full
     walk, which equals a walk of the tree."""
-    root = tmp_path / "t"
-    build_tree(root, {"db.bin": bytes(8192), "other.txt": b"o\n"})
-    Store.init(root).close()
-    watched, plain = Store.open(root, watch=True), Store.open(root)
-    try:
-        watched.snapshot("start")
-        watched.snapshot("patched")
+    with _watched(tmp_path, 8192) as (root, watched, plain):
         watcher = watched.context.watcher
         assert watcher is not None
         m = _map(root / "db.bin", 8192)
@@ -183,9 +178,6 @@ def test_a_mapped_file_that_is_gone_when_the_scan_is_taken_makes_the_checkpoint_
             assert b"db.bin" not in {e.path for e in watched.entries(cp.id)}
         finally:
             m.close()
-    finally:
-        watched.close()
-        plain.close()
 
 
 @needs_proc_maps
