@@ -226,3 +226,35 @@ def test_a_mapped_file_s_one_link_is_stat_ed_once_and_again_after_it_gains_one_i
         m.close()
         watched.close()
         plain.close()
+
+
+@needs_proc_maps
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_s_scan_runs_in_a_thread_of_its_own(tmp_path: Path):
+    """The scan's thread does not survive a fork: a child that scans with its parent's
+    watcher starts a thread of its own instead of waiting for the parent's forever."""
+    import signal
+
+    from snapstore.tree.watcher import Watcher
+
+    root = tmp_path / "t"
+    build_tree(root, {"db.bin": bytes(4096)})
+    watcher = Watcher(str(root))
+    m = _map(root / "db.bin", 4096)
+    try:
+        watcher.begin_scan()
+        assert watcher.mapped_for_write()[0] == {b"db.bin"}  # (the parent's thread)
+        pid = os.fork()
+        if pid == 0:  # the child: exits 0 once its scan is answered
+            code = 1
+            try:
+                signal.alarm(20)
+                watcher.begin_scan()
+                code = 0 if watcher.mapped_for_write()[0] == {b"db.bin"} else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        m.close()
+        watcher.close()

@@ -131,6 +131,7 @@ class Watcher:
         self.mapping_scans = 0
         self._scan: Future[tuple[set[bytes], set[int]]] | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
         self._real_root = os.fsencode(os.path.realpath(root))
         self._maps = MapsCache()
         try:
@@ -357,10 +358,12 @@ class Watcher:
         a scan never outlives the checkpoint it was begun for.  A scan already begun is kept."""
         if self._scan is not None:
             return
-        if self._pool is None:
+        if self._pool is None or self._pool_pid != os.getpid():
+            # (a forked child has the pool but not its thread: it would wait forever)
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="snapstore-mapping-scan")
+            self._pool_pid = os.getpid()
         self.mapping_scans += 1
         self._scan = self._pool.submit(mapped_for_write, self._real_root, self._dev, self._maps)
 

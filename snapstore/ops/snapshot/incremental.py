@@ -347,7 +347,7 @@ def patch(
     passes an overlay of ``found``, a copy of ``listings`` and no ``watch``, since a look must
     not change what is watched).  The files of ``reread`` (up to MAPPED_REREAD_MAX) are read
     whatever the stat cache says.  The stat cache is read for the paths patched only.
-    ``links``: the files with more than one link before (default: the state's).)"""
+    ``links``: the files with more than one link before (default: the state's)."""
     patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watch)
     if patch is None:
         return None
