@@ -244,17 +244,20 @@ def test_a_forked_child_s_scan_runs_in_a_thread_of_its_own(tmp_path: Path):
     try:
         watcher.begin_scan()
         assert watcher.mapped_for_write()[0] == {b"db.bin"}  # (the parent's thread)
+        watcher.begin_scan()  # (and one begun, still to be taken, when the process forks)
         pid = os.fork()
         if pid == 0:  # the child: exits 0 once its scan is answered
             code = 1
             try:
                 signal.alarm(20)
-                watcher.begin_scan()
                 code = 0 if watcher.mapped_for_write()[0] == {b"db.bin"} else 2
+                watcher.begin_scan()
+                code = code or (0 if watcher.mapped_for_write()[0] == {b"db.bin"} else 3)
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
+        assert watcher.mapped_for_write()[0] == {b"db.bin"}  # (the parent's own, begun before)
     finally:
         m.close()
         watcher.close()

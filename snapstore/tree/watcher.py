@@ -341,7 +341,7 @@ class Watcher:
         (:func:`snapstore.platform.maps.mapped_for_write`), or what the scan :meth:`begin_scan`
         started finds (waited for, and taken once)."""
         scan, self._scan = self._scan, None
-        if scan is not None:
+        if scan is not None and self._pool_pid == os.getpid():  # (else begun before a fork)
             return scan.result()
         self.mapping_scans += 1
         return mapped_for_write(self._real_root, self._dev, self._maps)
@@ -375,7 +375,7 @@ class Watcher:
         """Forget a scan :meth:`begin_scan` started that no checkpoint took (once it has
         ended: the maps cache is its thread's until then)."""
         scan, self._scan = self._scan, None
-        if scan is not None:
+        if scan is not None and self._pool_pid == os.getpid():
             try:
                 scan.result()
             except Exception:  # (its error belongs to no checkpoint now)
