@@ -444,7 +444,7 @@ def test_a_checkpoints_mapping_scan_is_made_while_its_client_confirms(project: P
                 ack = protocol.recv_frame(sock)
                 assert ack is not None and ack[0] == b"a"
             time.sleep(0.5)
-            assert watcher._prefetched is None and watcher.mapping_scans == scans + 2
+            assert not watcher.scan_begun() and watcher.mapping_scans == scans + 2
     finally:
         service._stop = True
         serving.join(30)

@@ -121,6 +121,9 @@ class MapsCache:
 
     def __init__(self, *, queries: bool = True) -> None:
         self.entries: dict[bytes, tuple[bytes, Mappings]] = {}
+        #: Mapped files found to be their file's one and only link (:func:`_sole_link`), as
+        #: ``(major, minor, inode, name)``: not stat'ed again until :meth:`forget_links`.
+        self.sole: set[tuple[int, int, int, bytes]] = set()
         #: How many maps files were read as text (the rest came from the cache): a test's count.
         self.reads = 0
         limit = _held_limit() if platform.linux() else 0
@@ -161,6 +164,11 @@ class MapsCache:
             self.entries[pid] = (mark, found)
         return found
 
+    def forget_links(self) -> None:
+        """Forget which mapped files had one link (after a walk of the tree: a file that gained
+        a link in the tree since gave an event there, which made the walk)."""
+        self.sole.clear()
+
     def forget_all_but(self, pids: list[bytes]) -> None:
         """Drop the processes that are gone (and close their held files)."""
         alive = set(pids)
@@ -182,7 +190,9 @@ def mapped_for_write(
     Processes whose maps this user cannot read (other users', unless root) are not seen, nor,
     without the kernel's queries, names the maps text cannot show (a newline in a name): the
     periodic walk covers those.  ``cache`` (a watcher's) asks the kernel (:mod:`.procmap`), or
-    else skips the maps of processes whose fingerprint did not change.
+    else skips the maps of processes whose fingerprint did not change, and keeps which mapped
+    files have one link (:attr:`MapsCache.sole`: a link made in the tree later gives an event
+    there, whose patch finds the new link and walks; a walk makes the cache forget them).
     """
     prefix = real_root.rstrip(b"/") + b"/"
     paths: set[bytes] = set()
@@ -197,14 +207,20 @@ def mapped_for_write(
         looked = cache.look(pids)
     else:
         looked = [_numbers(_shared_writable(_read(b"/proc/" + pid + b"/maps"))) for pid in pids]
+    sole = cache.sole if cache is not None else set()
+    if len(sole) > 4096:  # (short-lived files mapped elsewhere on the device)
+        sole.clear()
     for found in looked:
-        for major, minor, number, path in found:
+        for mapping in found:
+            major, minor, number, path = mapping
             deleted = path.endswith(b" (deleted)")
             if path.startswith(prefix) and not deleted:
                 paths.add(path[len(prefix) :])
-            if dev is not None and os.makedev(major, minor) == dev:
-                if number not in inodes and (deleted or not _sole_link(path, dev, number)):
+            if dev is not None and number not in inodes and mapping not in sole and os.makedev(major, minor) == dev:
+                if deleted or not _sole_link(path, dev, number):
                     inodes.add(number)  # (its other links in the tree write to it too)
+                else:
+                    sole.add(mapping)
     return paths, inodes
 
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from array import array
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 from snapstore.platform import events, maps
 from snapstore.platform.maps import MapsCache, mapped_for_write
@@ -125,9 +126,12 @@ class Watcher:
         #: (ops.snapshot.incremental keeps it: a patch that lists nothing again reports the same).
         self.report_memo: tuple[Any, tuple[str, ...], int, int] | None = None
         self.last_error: str | None = None
-        #: Mapping scans made (a test's count), and one made ahead for the next checkpoint.
+        #: Mapping scans made or begun (a test's count), the one begun for the checkpoint
+        #: being taken (:meth:`begin_scan`) and the thread it runs in.
         self.mapping_scans = 0
-        self._prefetched: tuple[set[bytes], set[int]] | None = None
+        self._scan: Future[tuple[set[bytes], set[int]]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
         self._real_root = os.fsencode(os.path.realpath(root))
         self._maps = MapsCache()
         try:
@@ -140,6 +144,10 @@ class Watcher:
         return len(self._wd)
 
     def close(self) -> None:
+        self.drop_scan()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self._source.close()
         self._maps.close()
 
@@ -321,30 +329,57 @@ class Watcher:
             "last_error": self.last_error,
         }
 
+    def forget_inodes(self) -> None:
+        """After a walk of the tree: forget what was learnt of inode numbers (a path may have
+        any inode now) and which mapped files had one link."""
+        self.inode_memo.clear()
+        self.inode_index = None
+        self._maps.forget_links()
+
     def mapped_for_write(self) -> tuple[set[bytes], set[int]]:
         """The tree's files that some process maps shared and writable now
-        (:func:`snapstore.platform.maps.mapped_for_write`; each process's maps read again only
-        when its mapped size changed), or what :meth:`prefetch_mappings` found for this
-        request (once)."""
-        got, self._prefetched = self._prefetched, None
-        if got is not None:
-            return got
+        (:func:`snapstore.platform.maps.mapped_for_write`), or what the scan :meth:`begin_scan`
+        started finds (waited for, and taken once)."""
+        scan, self._scan = self._scan, None
+        if scan is not None and self._pool_pid == os.getpid():  # (else begun before a fork)
+            return scan.result()
         self.mapping_scans += 1
         return mapped_for_write(self._real_root, self._dev, self._maps)
 
-    def prefetch_mappings(self) -> None:
-        """Scan the mappings now for the checkpoint a request is about to take (the service,
-        while its client confirms the request: the scan overlaps that round trip).  The scan
-        is as good as one at the checkpoint's start: the request came after anything its
-        client wants checkpointed, and a mapping made after the scan is found by the next
-        checkpoint's, as one made after the checkpoint's own scan is.  The service drops an
-        unused one (:meth:`drop_prefetched`) when the request ends."""
-        self.mapping_scans += 1
-        self._prefetched = mapped_for_write(self._real_root, self._dev, self._maps)
+    def begin_scan(self) -> None:
+        """Start the mapping scan of the checkpoint about to be taken in a thread of its own
+        (it runs beside the checkpoint's patch and reads, or, in the service, while the client
+        confirms the request); :meth:`mapped_for_write` waits for it and takes it.
 
-    def drop_prefetched(self) -> None:
-        """Forget a :meth:`prefetch_mappings` no checkpoint took."""
-        self._prefetched = None
+        The scan is as good as one made when the checkpoint starts: it begins after the request
+        to checkpoint (after anything its caller wants checkpointed), and a mapping made after
+        it is found by the next checkpoint's scan, as one made after a scan made inline is.
+        Whoever begins one takes it or drops it (:meth:`drop_scan`) before its request ends:
+        a scan never outlives the checkpoint it was begun for.  A scan already begun is kept."""
+        if self._scan is not None:
+            return
+        if self._pool is None or self._pool_pid != os.getpid():
+            # (a forked child has the pool but not its thread: it would wait forever)
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="snapstore-mapping-scan")
+            self._pool_pid = os.getpid()
+        self.mapping_scans += 1
+        self._scan = self._pool.submit(mapped_for_write, self._real_root, self._dev, self._maps)
+
+    def scan_begun(self) -> bool:
+        """Whether a scan :meth:`begin_scan` started is still to be taken."""
+        return self._scan is not None
+
+    def drop_scan(self) -> None:
+        """Forget a scan :meth:`begin_scan` started that no checkpoint took (once it has
+        ended: the maps cache is its thread's until then)."""
+        scan, self._scan = self._scan, None
+        if scan is not None and self._pool_pid == os.getpid():
+            try:
+                scan.result()
+            except Exception:  # (its error belongs to no checkpoint now)
+                pass
 
 
 #: add_watch errors that mean the directory is gone or is no longer one (not blindness).

@@ -64,6 +64,9 @@ class Patched(NamedTuple):
     base: dict[bytes, Entry]
     #: Directories listed again and subtrees walked (none: the listings' reports are as they were).
     listed: int
+    #: The files re-read for a mapping while this checkpoint's mapping scan still runs (the
+    #: last one's finds): :func:`settle` takes the scan (None: taken already, or none begun).
+    early: frozenset[bytes] | None = None
 
 
 #: The watcher's reason for a full walk that checks it (tree.watcher.Watcher.take).
@@ -87,7 +90,7 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     check = changes.full and changes.reason == PERIODIC
     if changes.full and not check:
         return None
-    mapped = blind_spots(watcher, state, changes)
+    mapped = blind_spots(watcher, state, changes, late=not check)
     patched = patch(
         ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped,
         in_place=not check,
@@ -101,6 +104,50 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
         if patched is not None:
             ctx.walk_check = state.found
         return None
+    if patched is not None and watcher.scan_begun():  # (blind_spots began it, or the service)
+        return patched._replace(early=frozenset(mapped))
+    return patched
+
+
+def begin_scan(ctx: StageContext) -> None:
+    """Begin the checkpoint's mapping scan now, when a watched state will likely be patched
+    (not right after a restore patched it: that record reads the files its safety checkpoint
+    found mapped, and scans only if an event came since, :func:`blind_spots`)."""
+    state = ctx.tree_state
+    if ctx.watcher is not None and state is not None and state.carried is None:
+        ctx.watcher.begin_scan()
+
+
+class Rewalk(Exception):
+    """A file the checkpoint's mapping scan found cannot be patched in (gone, or no longer a
+    file, with no event yet): the snapshot is taken again, by a full walk."""
+
+
+def settle(ctx: StageContext, early: frozenset[bytes], links: set[bytes]) -> Patched | None:
+    """Take the checkpoint's mapping scan (begun by :func:`begin_scan`, run beside the patch
+    and the reads) and patch in the files it finds mapped besides ``early`` (those the patch
+    re-read: mapped at the last checkpoint's scan), re-stat'ed, to be read whatever the stat
+    cache says, as :func:`blind_spots` makes a scan made inline do; None when there are none.
+    ``links``: the files with more than one link after the patch.  The state's own maps are
+    patched in place; :class:`Rewalk` when the patch cannot say."""
+    watcher, state = ctx.watcher, ctx.tree_state
+    if watcher is None or state is None:
+        return None
+    mapped = _scanned(watcher, state.found)
+    watcher.last_mapped = mapped
+    extras = mapped - early
+    if not extras:
+        return None
+    watcher.mapped_restatted += len(extras)
+    from snapstore.tree.watcher import Changes
+
+    report = scan.ScanReport()
+    patched = patch(
+        ctx, state, state.found, state.listings, Changes(full=False, paths=set(extras)), report, watcher.watch_tree,
+        extras, in_place=True, links=links,
+    )  # fmt: skip
+    if patched is None or patched.listed or report.warnings:
+        raise Rewalk
     return patched
 
 
@@ -109,7 +156,9 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
 MAPPED_REREAD_MAX = 16 << 20
 
 
-def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool = False) -> set[bytes]:
+def blind_spots(
+    watcher: Watcher, state: TreeState, changes: Changes, look: bool = False, late: bool = False
+) -> set[bytes]:
     """Add to ``changes`` the files no event may name: every file with more than one hard link
     (re-stat'ed: a write through another link changes their mtime) and every file mapped
     shared and writable now or at the last snapshot (the mapping may have been written and
@@ -124,24 +173,37 @@ def blind_spots(watcher: Watcher, state: TreeState, changes: Changes, look: bool
     again what that scan found (kept in ``last_mapped``, so the next checkpoint reads it again
     too).  A file mapped since, and written through the mapping, is not one this record reads
     (no event names it): the next checkpoint's scan finds it if it is still mapped, and its
-    ``IN_CLOSE_WRITE`` names it if not."""
+    ``IN_CLOSE_WRITE`` names it if not.
+
+    ``late``: the scan runs in the watcher's thread (:meth:`Watcher.begin_scan`) while the
+    checkpoint patches and reads; only the files mapped at the last scan are added now, and
+    :func:`settle` adds those the scan finds besides."""
     if not look and state.carried is not None and not state.links and _quiet(changes):
         mapped = set(watcher.last_mapped)
         watcher.mapped_restatted += len(mapped)
         changes.paths |= mapped
         return mapped
-    named, inodes = watcher.mapped_for_write()
-    mapped = {p for p in named if p in state.found}  # (not the store's own lock file)
-    if inodes:
-        mapped |= _by_inode(watcher.inode_memo, state.found, _in_tree(watcher, state.found, inodes))
-    if not look:
-        mapped, watcher.last_mapped = mapped | watcher.last_mapped, mapped
+    if late:
+        watcher.begin_scan()
+        mapped = set(watcher.last_mapped)
+    elif not look:
+        now = _scanned(watcher, state.found)
+        mapped, watcher.last_mapped = now | watcher.last_mapped, now
     else:
-        mapped |= watcher.last_mapped
+        mapped = _scanned(watcher, state.found) | watcher.last_mapped
     watcher.links_restatted += len(state.links)
     watcher.mapped_restatted += len(mapped)
     changes.paths |= state.links
     changes.paths |= mapped
+    return mapped
+
+
+def _scanned(watcher: Watcher, found: Mapping[bytes, scan.Found]) -> set[bytes]:
+    """The tree's files some process maps shared and writable now (the watcher's scan)."""
+    named, inodes = watcher.mapped_for_write()
+    mapped = {p for p in named if p in found}  # (not the store's own lock file)
+    if inodes:
+        mapped |= _by_inode(watcher.inode_memo, found, _in_tree(watcher, found, inodes))
     return mapped
 
 
@@ -277,17 +339,19 @@ def patch(
     reread: set[bytes] | frozenset[bytes] = frozenset(),
     *,
     in_place: bool = False,
+    links: set[bytes] | None = None,
 ) -> Patched | None:
     """Apply ``changes`` to ``found`` and ``listings`` and derive the entries: the state's own
     dict edited ``in_place`` (O(changed); the caller drops the state and the memo if the
     snapshot does not complete), else a copy (a look changes nothing: :mod:`.current_tree`
     passes an overlay of ``found``, a copy of ``listings`` and no ``watch``, since a look must
     not change what is watched).  The files of ``reread`` (up to MAPPED_REREAD_MAX) are read
-    whatever the stat cache says.  The stat cache is read for the paths patched only."""
+    whatever the stat cache says.  The stat cache is read for the paths patched only.
+    ``links``: the files with more than one link before (default: the state's)."""
     patch = rescan.apply(ctx.root_bytes, ctx.excluded, found, listings, changes, report, watch)
     if patch is None:
         return None
-    links = _links_after(state.links, patch, found)
+    links = _links_after(state.links if links is None else links, patch, found)
     if links is None:
         return None
     memo = ctx.watcher.inode_memo if ctx.watcher is not None else None

@@ -37,12 +37,20 @@ def take(
     identical to the parent's, nothing is written and the parent's id and record are returned
     (``result.reused``).
     """
+    args = (ctx, message, task, tags, metadata, messages, kind, skip_unchanged, progress, workers)
     with _cyclic_gc_paused():
         try:
-            return _take(ctx, message, task, tags, metadata, messages, kind, skip_unchanged, progress, workers)
+            try:
+                return _take(*args)
+            except incremental.Rewalk:  # (rare: a file newly mapped changed beyond a patch)
+                incremental.forget(ctx)
+                return _take(*args)
         except BaseException:
             incremental.forget(ctx)
             raise
+        finally:
+            if ctx.watcher is not None:
+                ctx.watcher.drop_scan()  # (never left for a later checkpoint)
 
 
 @contextmanager
@@ -71,6 +79,7 @@ def _take(
     workers: int | None,
 ) -> tuple[bytes, bytes, SnapshotResult]:
     """:func:`take`'s phases, in order (each one is its module's)."""
+    incremental.begin_scan(ctx)  # (beside reading the store's keys, the events and the patch)
     start = walk.Start(ctx.backend)
     report = scan.ScanReport()
     # Only a safety checkpoint's caller (restore) and a watching context's next snapshot use
@@ -81,6 +90,10 @@ def _take(
         ctx, tree.to_read, tree.entries, result,
         packed=start.packed, cached=start.cached, progress=progress, workers=workers,
     )  # fmt: skip
+    late = walk.settle(ctx, tree)  # (the mapping scan, run beside the patch and the reads)
+    if late:
+        reads.add(read.read_changed(ctx, late, tree.entries, result, packed=start.packed, cached=start.cached,
+                                    progress=None, workers=workers))
     memo = ctx.manifest_memo
     ordered = order(memo.ordered, memo.entries, tree.entries, tree.touched, tree.base)
     result.entries, result.totals = ordered.entries, (ordered.files, ordered.size)

@@ -405,6 +405,12 @@ class Reads:
         #: Bytes the writer thread added to the store.
         self.inserted = 0
 
+    def add(self, more: Reads) -> None:
+        """Take in what a second reading left (the files a late mapping scan found)."""
+        self.kept.extend(more.kept)
+        self.inline_cache.update(more.inline_cache)
+        self.inserted += more.inserted
+
 
 def read_changed(
     ctx: StageContext,

@@ -73,7 +73,7 @@ class Inputs:
     """What a snapshot starts from."""
 
     # (Not a NamedTuple: creating the class would slow the snapshot's import.)
-    __slots__ = ("found", "cache", "entries", "to_read", "stale", "walked", "touched", "base")
+    __slots__ = ("found", "cache", "entries", "to_read", "stale", "walked", "touched", "base", "early")
 
     def __init__(
         self,
@@ -101,6 +101,9 @@ class Inputs:
         #: started from (ops.snapshot.ordered); None after a walk.
         self.touched: set[bytes] | None = None
         self.base: dict[bytes, Entry] | None = None
+        #: After a patch whose mapping scan still runs: the files it re-read for a mapping
+        #: (incremental.settle takes the scan and patches in what else it finds).
+        self.early: frozenset[bytes] | None = None
 
 
 def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: bool) -> Inputs:
@@ -129,11 +132,13 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
     if patched is not None and state is not None:  # (serve --status shows how often each way)
         watcher.patched += 1
         walked = Walked(state.found, state.listings, patched.links)
-        # (the state's own map, not a list of every record made again: a restore reads it
-        # before anything patches the state again)
-        kept_found: Mapping[bytes, scan.Found] | list[scan.Found] = patched.found if keep_found else []
-        out = Inputs(kept_found, patched.cache, patched.entries, patched.to_read, patched.stale, walked)
-        out.touched, out.base = patched.touched, patched.base
+        out = Inputs([], patched.cache, patched.entries, patched.to_read, patched.stale, walked)
+        out.touched, out.base, out.early = patched.touched, patched.base, patched.early
+        if keep_found:  # (the caller uses the records: the scan is taken before they are handed over)
+            settle(ctx, out)
+            # (the state's own map, its scan's finds patched in, not a list of every record
+            # made again: a restore reads it before anything patches the state again)
+            out.found = patched.found
         return out
     watcher.walks += 1
     listings: scan.Listings = {}
@@ -153,10 +158,26 @@ def inputs(ctx: StageContext, keys: Keys, report: scan.ScanReport, keep_found: b
             records, _released(ctx.backend, view.items("statcache")), _kept_entries(len(kept))
         )
     del into, records  # (the sorted paths: 8 bytes a file)
-    incremental.reread_mapped(watcher, kept, entries, to_read)
-    watcher.inode_memo.clear()  # (a path may have any inode now)
-    watcher.inode_index = None
+    incremental.reread_mapped(watcher, kept, entries, to_read)  # (it takes any scan begun)
+    watcher.forget_inodes()
     return Inputs(found, {}, entries, to_read, stale, Walked(kept, listings, report.links))
+
+
+def settle(ctx: StageContext, tree: Inputs) -> list[scan.Found]:
+    """After a patch whose mapping scan still runs (``tree.early``): take the scan
+    (:func:`incremental.settle`) and add what it patched in to ``tree``; the files to read
+    besides ``tree.to_read`` (added to it too)."""
+    early, tree.early = tree.early, None
+    if early is None or tree.walked is None or tree.touched is None:
+        return []
+    patched = incremental.settle(ctx, early, set(tree.walked.links))
+    if patched is None:
+        return []
+    tree.touched |= patched.touched
+    tree.stale.extend(patched.stale)
+    tree.walked = tree.walked._replace(links=patched.links)
+    tree.to_read.extend(patched.to_read)
+    return patched.to_read
 
 
 def _after_restore(

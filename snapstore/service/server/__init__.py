@@ -316,7 +316,7 @@ class Service:
             protocol.send_frame(conn, b"a", str(os.getpid()).encode())
             watcher = self.store.context.watcher
             if watcher is not None and request.get("command") in _CHECKPOINTING:
-                watcher.prefetch_mappings()  # (while the client wakes to confirm)
+                watcher.begin_scan()  # (it runs while the client wakes to confirm)
             # Run only once the client confirms it saw the acknowledgement: a client that gave
             # up waiting (and runs the command itself) closes without confirming.
             go = protocol.recv_frame(conn)
@@ -336,7 +336,7 @@ class Service:
             log.warning("request failed: %s", self.last_error)
         finally:
             if self.store.context.watcher is not None:
-                self.store.context.watcher.drop_prefetched()
+                self.store.context.watcher.drop_scan()
 
     def _provide(self, ctx: Ctx) -> Store:
         located = Store.locate(ctx.directory, store=ctx.store_dir)
@@ -468,21 +468,29 @@ class Service:
 
     @contextlib.contextmanager
     def _client_context(self, cwd: str, env: dict[str, str]) -> Iterator[None]:
+        """The request's directory and forwarded variables (``TZ`` among them) for the command,
+        the service's own back after it.  (The keys alone are scanned, and ``tzset`` runs only
+        when ``TZ`` changes: this is on every request's path.)"""
         here = os.getcwd()
-        saved = {k: v for k, v in os.environ.items() if k.startswith(protocol.FORWARDED_ENV_PREFIXES)}
+        environ, forwarded = os.environ, protocol.FORWARDED_ENV_PREFIXES
+        saved = {k: environ[k] for k in [k for k in environ if k.startswith(forwarded)]}
+        wanted = {k: str(v) for k, v in env.items() if k.startswith(forwarded)}
         for key in saved:
-            del os.environ[key]
-        os.environ.update({k: str(v) for k, v in env.items() if k.startswith(protocol.FORWARDED_ENV_PREFIXES)})
-        time.tzset()
+            del environ[key]
+        environ.update(wanted)
+        if wanted.get("TZ") != saved.get("TZ"):
+            time.tzset()
         try:
             os.chdir(cwd)
             yield
         finally:
             os.chdir(here)
-            for key in [k for k in os.environ if k.startswith(protocol.FORWARDED_ENV_PREFIXES)]:
-                del os.environ[key]
-            os.environ.update(saved)
-            time.tzset()
+            tz = environ.get("TZ")
+            for key in [k for k in environ if k.startswith(forwarded)]:
+                del environ[key]
+            environ.update(saved)
+            if tz != saved.get("TZ"):
+                time.tzset()
 
     def _refused(self, request: dict[str, Any]) -> None:
         """Count a request refused for its version (``serve --status`` shows it)."""
