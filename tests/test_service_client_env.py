@@ -46,15 +46,15 @@ def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service
 
 
 def test_a_request_runs_in_its_client_s_time_zone_and_the_service_gets_its_own_back(service: Service, tmp_path: Path):
-    here = os.getcwd()
+    here, columns = os.getcwd(), os.environ.get("COLUMNS")  # (another test may have set it)
     assert _clock() == (0, 0)
-    with service._client_context(str(tmp_path), {"TZ": EAST, "COLUMNS": "80", "HOME": "/elsewhere"}):
+    with service._client_context(str(tmp_path), {"TZ": EAST, "COLUMNS": "137", "HOME": "/elsewhere"}):
         assert _clock() == (5, 30)
-        assert os.environ["TZ"] == EAST and os.environ["COLUMNS"] == "80"
+        assert os.environ["TZ"] == EAST and os.environ["COLUMNS"] == "137"
         assert os.environ.get("HOME") != "/elsewhere"  # (not forwarded)
         assert os.getcwd() == str(tmp_path)
     assert _clock() == (0, 0) and os.environ["TZ"] == "UTC0"
-    assert "COLUMNS" not in os.environ or os.environ["COLUMNS"] != "80"
+    assert os.environ.get("COLUMNS") == columns
     assert os.getcwd() == here
 
 
