@@ -103,3 +103,88 @@ def test_the_first_checkpoint_after_the_walk_is_o_changed(tmp_path: Path, monkey
         again = fresh.snapshot("fresh", skip_unchanged=True)
         assert again.manifest == ids[0]
         assert fresh.verify().ok
+
+
+class _CountingList(list):  # type: ignore[type-arg]
+    """A list of the codec's (or its index's) counting what is read of it: items read one at
+    a time, and items read by slices or passes."""
+
+    def __init__(self, items: list[Any]) -> None:
+        super().__init__(list.__iter__(items))
+        self.items_read = 0
+        self.sliced = 0
+
+    def __getitem__(self, i: Any) -> Any:
+        got = super().__getitem__(i)
+        if isinstance(i, slice):
+            self.sliced += len(got)
+        else:
+            self.items_read += 1
+        return got
+
+    def __iter__(self) -> Any:
+        self.sliced += len(self)
+        return super().__iter__()
+
+
+def _counted(codec: manifest_codec.Codec) -> list[_CountingList]:
+    """Put counting lists in place of the codec's chunk lists and its index levels' lists."""
+    out = []
+    for name in ("ends", "chunks", "cids", "leaves"):
+        counting = _CountingList(getattr(codec, name))
+        setattr(codec, name, counting)
+        out.append(counting)
+    for level in codec.index.levels:
+        for name in ("ends", "parents", "plains"):
+            counting = _CountingList(getattr(level, name))
+            setattr(level, name, counting)
+            out.append(counting)
+    return out
+
+
+#: List items a 1-file checkpoint may read by slices of one of the codec's lists: the chunks
+#: re-cut and, in the index, the nodes re-cut (up to index_tree.NODE_MAX refs each) on each level.
+SLICED_MAX = 200
+
+
+def test_a_one_file_checkpoint_edits_the_codec_where_it_changed(tmp_path: Path):
+    """The codec keeps a list item a manifest chunk (~30,000 at a million files) and its index a
+    few more: a 1-file checkpoint edits them where they change, it does not copy them (a copy
+    touches every chunk's objects at each checkpoint, and its time then depends on what of the
+    service's memory the machine keeps warm)."""
+    files = PACK_ENTRIES_FROM + 10_000
+    root = tmp_path / "t"
+    build_tree(root, {f"d{i // 500:03d}/f{i:06d}.txt": b"%d\n" % i for i in range(files)})
+    Store.init(root).close()
+    names = ("ends", "chunks", "cids", "leaves")
+    steps = [
+        ("edit", "d001/f000600.txt"),
+        ("edit", "d030/f015001.txt"),
+        ("add", "d020/new.txt"),  # (the chunks after it: their ends move by one)
+        ("remove", "d040/f020017.txt"),
+    ]
+    with Store.open(root, watch=True) as s:
+        s.snapshot("the walk")
+        codec = s.context.manifest_memo.codec
+        assert codec is not None and len(codec.cids) >= 4 * SLICED_MAX  # (a copy would show)
+        for k, (how, name) in enumerate(steps):
+            if how == "remove":
+                (root / name).unlink()
+            else:
+                (root / name).write_bytes(b"edit %d, a longer record\n" % k)
+            time.sleep(0.05)
+            lists = _counted(codec)
+            cp = s.snapshot(f"one file {k}")
+            assert s.context.manifest_memo.codec is codec
+            assert all(getattr(codec, n) is lists[i] for i, n in enumerate(names)), k  # edited, not replaced
+            assert max(c.sliced for c in lists[:4]) <= SLICED_MAX, (k, [c.sliced for c in lists])  # not every chunk
+            # The index's levels (a node a ~16 chunks): edited in place, no slice read of where
+            # the nodes end or of their bytes (their ids are the next level's refs: a re-cut
+            # node reads up to 64 of them).
+            index = [c for i, c in enumerate(lists[4:]) if i % 3 != 1]
+            assert sum(c.sliced for c in index) == 0, (k, [c.sliced for c in lists])
+            if how != "remove":
+                assert s.read_bytes(cp.id, name) == b"edit %d, a longer record\n" % k
+        assert s.watch_status()["walks"] == 1
+    with Store.open(root) as fresh:  # the same manifest as a store without a codec
+        assert fresh.snapshot("fresh", skip_unchanged=True).manifest == cp.manifest
