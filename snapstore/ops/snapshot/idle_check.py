@@ -17,13 +17,20 @@ the paths it finds and each directory's listing are held (~70 bytes a file, agai
 walk's records), so the check does not raise the service's memory on a big tree. A check that
 fails (the walk raised, the queue overflowed meanwhile) changes nothing: the next idle time tries again, and a
 checkpoint still walks for it when none passed for several intervals (tree.watcher).
+
+The walk holds the interpreter most of the time it runs (~20 s at a million files): a request
+served beside it waits for the interpreter at each system call it makes (a 1-file checkpoint at
+a million files took 2.5 times as long, up to ~0.5 s).  So the service holds the walk while it
+serves a request (:meth:`IdleCheck.held`): the walk stops at its next file until the request is
+answered.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from snapstore.tree import scan
@@ -45,6 +52,19 @@ class IdleCheck:
         self._thread: threading.Thread | None = None
         self._walked: _Comparing | None = None
         self.passed = 0
+        #: Set while the walk may go on (cleared while a request is served: :meth:`held`).
+        self._go = threading.Event()
+        self._go.set()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the walk (if one runs) while the caller serves a request: it stops at its next
+        file and goes on once the request is answered."""
+        self._go.clear()
+        try:
+            yield
+        finally:
+            self._go.set()
 
     @property
     def walking(self) -> bool:
@@ -92,7 +112,7 @@ class IdleCheck:
         watcher.give_back(Changes(full=False, dirs=dirs, paths=set(missed)))
 
     def _walk(self, kept: Mapping[bytes, scan.Found]) -> None:
-        walked = _Comparing(kept)
+        walked = _Comparing(kept, self._go)
         try:
             scan.walk(self._ctx.root_bytes, self._ctx.excluded, scan.ScanReport(), walked.listings, walked)
         except Exception as exc:  # (a thread's error must not vanish: the check is retried)
@@ -105,15 +125,20 @@ class _Comparing(scan.KeptPaths):
     """Where the idle walk puts its records (a :class:`scan.WalkSink`): each compared with the
     kept state's as it is found and dropped; the paths that differ are kept."""
 
-    __slots__ = ("kept", "differ", "listings")
+    __slots__ = ("kept", "differ", "listings", "go")
 
-    def __init__(self, kept: Mapping[bytes, scan.Found]) -> None:
+    def __init__(self, kept: Mapping[bytes, scan.Found], go: threading.Event | None = None) -> None:
         super().__init__()
         self.kept = kept
         self.differ: list[bytes] = []
         self.listings: scan.Listings = {}
+        #: Cleared while the walk must wait (IdleCheck.held).
+        self.go = go
 
     def append(self, f: scan.Found, /) -> None:
+        go = self.go
+        if go is not None and not go.is_set():
+            go.wait()  # (a request is being served: let it have the interpreter)
         self.paths.append(f.path)
         k = self.kept.get(f.path)
         if k is None or k.kind != f.kind or k.st != f.st or k.target != f.target:
