@@ -8,9 +8,10 @@ the manifest's id, cheapest first:
 1. the context's memo (:class:`~snapstore.ops.context.ManifestMemo`) holds the parent's manifest
    and its entries are these: one dict comparison;
 2. a context's first snapshot (a CLI process takes only one) compares the entries' fingerprint
-   with the one stored with the last manifest (:data:`LAST_MANIFEST`);
+   with the one stored with the last manifest (:data:`LAST_MANIFEST`), unless it watches;
 3. the manifest is encoded: whole on a context's first snapshot, through the memo's codec
-   (only the chunks around the changes) on later ones.
+   (only the chunks around the changes) on later ones; a watching context's first snapshot
+   fills the codec (a whole encoding, kept).
 """
 
 from __future__ import annotations
