@@ -111,6 +111,7 @@ def test_the_idle_walk_waits_while_a_request_is_served(watched):
     assert store.watch_status()["divergences"] == 0
 
 
+@needs_inotify
 def test_the_kept_listings_are_compared_in_the_walks_thread(watched, monkeypatch):
     """What the walk did not find is computed beside the walk (a pass over every name: ~0.2 s
     at a million files), not by the step that runs between requests; a path deleted with its
