@@ -138,3 +138,41 @@ def test_a_one_file_change_copies_a_chunk_not_the_whole_order():
     assert out.files == n + 1 and out.size == kept.size - entries[path].size + 5 + 7
     assert list(kept.entries) == before  # (the kept order is as it was)
     assert not out.same and out.span is not None and out.span[0] is kept.entries
+
+
+def test_an_edit_that_moves_no_chunk_shares_the_index_lists():
+    """A modified file (no chunk's length or first path changed) keeps the kept order's
+    ``firsts`` and ``starts`` (one item a chunk: ~1,000 at a million files), the very lists;
+    an added, a removed or a first path changed makes them what building the order gives."""
+    from snapstore.records.manifest import FILE, Entry
+
+    def entry(path: bytes, size: int) -> Entry:
+        return Entry(path, FILE, 0o644, size, 0, b"r" * 32)
+
+    n = 20_000
+    entries = {p: entry(p, 1) for p in (f"d{i // 1000:02d}/f{i:06d}".encode() for i in range(n))}
+    kept = ordered.full(entries)
+    steps: list[tuple[str, bytes]] = [
+        ("modify", b"d03/f003500"),
+        ("modify", b"d00/f000000"),  # (the first path of a chunk, its entry changed only)
+        ("add", b"d07/f007000a"),
+        ("remove", b"d11/f011000"),
+        ("add", b"0first"),  # (before every path: the first chunk's first path changes)
+        ("modify", b"d19/f019999"),
+    ]
+    for how, path in steps:
+        patched = dict(entries)
+        if how == "remove":
+            del patched[path]
+        else:
+            patched[path] = entry(path, 7)
+        out = ordered.order(kept, entries, patched, {path}, entries).entries
+        fresh = ordered.Chunked(out.chunks, out.packed)  # (its lists made from its chunks)
+        assert out.firsts == fresh.firsts and out.starts == fresh.starts and len(out) == len(patched), how
+        assert list(out) == list(ordered.full(patched).entries), how
+        if how == "modify":
+            assert out.firsts is kept.entries.firsts and out.starts is kept.entries.starts, path
+        else:
+            assert out.starts is not kept.entries.starts, path
+        kept = ordered.Ordered(out, 0, 0)
+        entries = patched

@@ -36,7 +36,7 @@ HEAVY = frozenset({
     "test_textdiff_ends.py", "test_ui_access.py", "test_ui_bounded.py", "test_ui_browser.py",
     "test_ui_browser_flows.py", "test_ui_browser_lazy.py", "test_ui_other_user.py",
     "test_ui_remote.py", "test_ui_undo_since.py", "test_watch_differential.py",
-    "test_watch_million.py", "test_watch_partial.py", "test_watch_trust.py",
+    "test_watch_first_checkpoint.py", "test_watch_million.py", "test_watch_partial.py", "test_watch_trust.py",
     "test_wheel_install.py",
 })  # fmt: skip
 

@@ -120,7 +120,8 @@ def write_manifest(
                 if codec.cids[i] not in skip:
                     store(codec.cids[i], codec.chunk(i))
         result = _write_index(codec, store, whole)
-        codec.chunks = [None] * len(codec.chunks)  # (handed over: see Codec.chunks)
+        for start, stop in codec.fresh:  # (handed over: see Codec.chunks)
+            codec.chunks[start:stop] = [None] * (stop - start)
     except BaseException:
         codec.__init__()  # type: ignore[misc]  # (possibly half updated: encoded whole next time)
         raise
@@ -217,7 +218,7 @@ def encode_chunks(
     codec.changed = (before, after)
     codec.kept_prefix = cut.first_fresh
     codec.kept_suffix = cut.kept_after
-    cut.finish(entries)
+    cut.apply(entries)
     return False
 
 
@@ -231,9 +232,17 @@ def _one_run(old: Sequence[Entry], new: Sequence[Entry]) -> list[Run]:
 
 
 class _Cutter:
-    """The new encoding, built left to right from old chunks kept and regions cut afresh."""
+    """The new encoding, from old chunks kept and regions cut afresh, left to right.
 
-    __slots__ = ("codec", "k", "delta", "ends", "chunks", "cids", "leaves", "size", "fresh", "first_fresh", "kept_after")
+    The codec's lists are edited where they change, never copied (a copy of a million-file
+    tree's ~30,000 chunks touches every chunk's objects, their reference counts, at each
+    checkpoint): :meth:`keep` and :meth:`recut` only note what to do, reading the old lists,
+    and :meth:`apply` does it."""
+
+    __slots__ = (
+        "codec", "k", "delta", "shift", "edits", "shifts",
+        "ends", "chunks", "cids", "leaves", "size", "fresh", "first_fresh", "kept_after",
+    )  # fmt: skip
 
     def __init__(self, codec: Codec) -> None:
         self.codec = codec
@@ -241,6 +250,14 @@ class _Cutter:
         self.k = 0
         #: New index minus old index of the unchanged entries being kept.
         self.delta = 0
+        #: New index minus old index of the chunks being kept (the regions' chunks added, less
+        #: those they replace, so far).
+        self.shift = 0
+        #: Regions to put in place of old chunks: ``(first, stop, ends, chunks, cids, leaves)``.
+        self.edits: list[tuple[int, int, list[int], list[bytes | None], list[bytes], list[tuple[bytes, int]]]] = []
+        #: Old chunks kept whose end moves: ``(first, stop, by)``.
+        self.shifts: list[tuple[int, int, int]] = []
+        #: The whole encoding's lists (:meth:`finish_whole`).
         self.ends: list[int] = []
         self.chunks: list[bytes | None] = []
         self.cids: list[bytes] = []
@@ -252,36 +269,53 @@ class _Cutter:
         self.kept_after = 0
 
     def keep(self, k_stop: int) -> None:
-        """Keep the old chunks ``k`` to ``k_stop`` as they are."""
-        codec, k, delta = self.codec, self.k, self.delta
-        if k_stop > k:
-            tail = codec.ends[k:k_stop]
-            self.ends.extend([e + delta for e in tail] if delta else tail)
-            self.chunks.extend(codec.chunks[k:k_stop])
-            self.cids.extend(codec.cids[k:k_stop])
-            self.leaves.extend(codec.leaves[k:k_stop])
-        self.kept_after = k_stop - k
+        """Keep the old chunks ``k`` to ``k_stop`` as they are (their ends moved by ``delta``)."""
+        if k_stop > self.k and self.delta:
+            self.shifts.append((self.k, k_stop, self.delta))
+        self.kept_after = k_stop - self.k
         self.k = k_stop
 
     def recut(self, entries: Sequence[Entry], pieces: list[bytes], start_new: int, k_next: int) -> None:
         """Cut ``pieces`` (the records of new entries from ``start_new``) afresh, in place of
         the old chunks up to ``k_next``."""
+        first = self.k + self.shift
         if self.first_fresh < 0:
-            self.first_fresh = len(self.chunks)
-        first = len(self.chunks)
+            self.first_fresh = first
         # (The size is the old one, less the chunks replaced, plus the new: no sum over the
         # chunks kept, which are nearly all of a big tree's.)
         self.size -= sum(size for _, size in self.codec.leaves[self.k : k_next])
         keys = [e.path for e in entries[start_new : start_new + len(pieces)]]
+        ends: list[int] = []
+        chunks: list[bytes | None] = []
+        cids: list[bytes] = []
+        leaves: list[tuple[bytes, int]] = []
         for end, data in chunker.cut_record_bytes(keys, pieces):
             cid = objects.chunk_id(data)
-            self.ends.append(start_new + end)
-            self.chunks.append(data)
-            self.cids.append(cid)
-            self.leaves.append((cid, len(data)))
+            ends.append(start_new + end)
+            chunks.append(data)
+            cids.append(cid)
+            leaves.append((cid, len(data)))
             self.size += len(data)
-        self.fresh.append((first, len(self.chunks)))
+        self.edits.append((self.k, k_next, ends, chunks, cids, leaves))
+        self.fresh.append((first, first + len(ends)))
+        self.shift += len(ends) - (k_next - self.k)
         self.k = k_next
+
+    def apply(self, entries: Sequence[Entry]) -> None:
+        """Edit the codec's lists as :meth:`keep` and :meth:`recut` noted."""
+        codec = self.codec
+        ends = codec.ends
+        for first, stop, by in self.shifts:  # (old indexes: before any region is put in)
+            for i in range(first, stop):
+                ends[i] += by
+        for first, stop, new_ends, chunks, cids, leaves in reversed(self.edits):
+            ends[first:stop] = new_ends
+            codec.chunks[first:stop] = chunks
+            codec.cids[first:stop] = cids
+            codec.leaves[first:stop] = leaves
+        codec.entries, codec.size, codec.fresh = entries, self.size, self.fresh
+        if self.first_fresh < 0:  # (nothing changed: every chunk kept)
+            codec.kept_prefix, codec.kept_suffix = len(codec.chunks), 0
 
     def finish_whole(self, entries: Sequence[Entry], pack: Callable[[Entry], bytes], emit: Put | None) -> None:
         """Cut every entry afresh, a block at a time (records.manifest.cut_in_blocks), each

@@ -39,12 +39,14 @@ def _node(children: list[Ref]) -> tuple[bytes, bytes, int]:
 
 
 class _IndexLevel:
-    """The nodes built over one level's refs: where each ends, their refs and plain bytes."""
+    """The nodes built over one level's refs: where each ends, their refs and plain bytes, and
+    how many refs they were cut over (``n``: the refs' list may be the caller's, edited in place
+    since, as the manifest codec's leaves and the level below's parents are)."""
 
-    __slots__ = ("refs", "ends", "parents", "plains")
+    __slots__ = ("n", "ends", "parents", "plains")
 
     def __init__(self, refs: list[Ref], ends: list[int], parents: list[Ref], plains: list[bytes]) -> None:
-        self.refs, self.ends, self.parents, self.plains = refs, ends, parents, plains
+        self.n, self.ends, self.parents, self.plains = len(refs), ends, parents, plains
 
 
 def _cut(refs: list[Ref], start: int, resync: Callable[[int], bool] | None) -> tuple[list[int], list[Ref], list[bytes], int]:
@@ -107,7 +109,7 @@ class IndexTree:
         refs = leaves
         h = 0
         while len(refs) > 1:
-            if h >= len(self.levels) or len(self.levels[h].refs) < 2:
+            if h >= len(self.levels) or self.levels[h].n < 2:
                 del self.levels[h:]
                 return self._grow(refs, h, emit)
             level = self.levels[h]
@@ -136,8 +138,9 @@ class IndexTree:
 
 def _update_level(level: _IndexLevel, refs: list[Ref], prefix: int, suffix: int, emit: Emit) -> tuple[int, int]:
     """Re-cut ``level`` (in place) for its new ``refs``; returns the parents' common prefix and
-    suffix with the old parents."""
-    old_n, n = len(level.refs), len(refs)
+    suffix with the old parents.  The level's lists are edited where they changed, not copied:
+    a copy touches every node's objects (their reference counts), O(leaves) a checkpoint."""
+    old_n, n = level.n, len(refs)
     delta = n - old_n
     ends = level.ends
     prefix = min(prefix, old_n, n)
@@ -160,15 +163,15 @@ def _update_level(level: _IndexLevel, refs: list[Ref], prefix: int, suffix: int,
         emit(nid, plain)
     if j < n:
         k1 = bisect_left(ends, j - delta) + 1  # the old node that starts at j - delta
-        kept_ends = [e + delta for e in ends[k1:]] if delta else ends[k1:]
-        parents = level.parents[:k0] + fresh_parents + level.parents[k1:]
-        plains = level.plains[:k0] + fresh_plains + level.plains[k1:]
         new_suffix = len(level.parents) - k1
+        if delta:
+            for i in range(k1, len(ends)):
+                ends[i] += delta
     else:
-        kept_ends = []
-        parents = level.parents[:k0] + fresh_parents
-        plains = level.plains[:k0] + fresh_plains
+        k1 = len(ends)
         new_suffix = 0
-    level.refs, level.ends = refs, ends[:k0] + fresh_ends + kept_ends
-    level.parents, level.plains = parents, plains
+    ends[k0:k1] = fresh_ends
+    level.parents[k0:k1] = fresh_parents
+    level.plains[k0:k1] = fresh_plains
+    level.n = n
     return k0, new_suffix

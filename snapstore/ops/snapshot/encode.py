@@ -8,9 +8,10 @@ the manifest's id, cheapest first:
 1. the context's memo (:class:`~snapstore.ops.context.ManifestMemo`) holds the parent's manifest
    and its entries are these: one dict comparison;
 2. a context's first snapshot (a CLI process takes only one) compares the entries' fingerprint
-   with the one stored with the last manifest (:data:`LAST_MANIFEST`);
+   with the one stored with the last manifest (:data:`LAST_MANIFEST`), unless it watches;
 3. the manifest is encoded: whole on a context's first snapshot, through the memo's codec
-   (only the chunks around the changes) on later ones.
+   (only the chunks around the changes) on later ones; a watching context's first snapshot
+   fills the codec (a whole encoding, kept).
 """
 
 from __future__ import annotations
@@ -87,14 +88,17 @@ def manifest_of(
     if parent is not None and memo.mid == parent.manifest and same:
         return parent.manifest, None, None
     record = fingerprint = None
-    if memo.mid is None:  # this context's first snapshot (a CLI process takes only one)
+    # A context's first snapshot (a CLI process takes only one) recognises the last record's
+    # entries by their fingerprint, else encodes them whole without keeping a codec.  A
+    # watching context is long-lived: its first snapshot (a walk, O(files) anyway) fills the
+    # codec instead, for about the fingerprint's work, so its next one is O(changed) already
+    # (the agent's first tool call after the Store opened; tests/test_watch_first_checkpoint.py).
+    cli = memo.mid is None and ctx.watcher is None
+    if cli:
         fingerprint = _fingerprint(ordered)
     if parent is not None and fingerprint is not None and _last_manifest(ctx.backend) == fingerprint + parent.manifest:
         mid = parent.manifest  # the entries of the parent's manifest: nothing to encode
-    elif memo.mid is None:
-        # A context's first snapshot keeps no codec: a CLI process takes only one, and the
-        # codec holds every entry's encoding (~230 bytes a file).  A long-lived Store fills
-        # it on its second snapshot and saves from the third on.
+    elif cli:
         mid, _, record = manifest.write_manifest(ordered, records.put_manifest, ctx.level, encode=False)
     else:
         codec = memo.codec = memo.codec or manifest_codec.Codec()

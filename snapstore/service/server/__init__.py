@@ -192,10 +192,11 @@ class Service:
                     served = self.requests
                     if ready_sock is listener:
                         conn, _ = listener.accept()
-                        with conn:
+                        with conn, self.idle_check.held():  # (an idle check's walk waits meanwhile)
                             self._handle(conn)
                     elif web is not None:  # complete hook events, read by the endpoint's threads
-                        web.run_pending(self._run_http_hook)
+                        with self.idle_check.held():
+                            web.run_pending(self._run_http_hook)
                     self._after_answer()
                     if self.requests != served:  # status requests do not keep it alive
                         last = time.monotonic()
