@@ -74,6 +74,9 @@ class Run:
 
     done: list[Step] = field(default_factory=list)
     paths: set[bytes] = field(default_factory=set)
+    #: When a list: the files set aside are left there for the caller to unlink (after the
+    #: service's answer: :mod:`.settle`) instead of being unlinked by the pool.
+    aside: list[Aside] | None = None
 
 
 def execute(
@@ -224,7 +227,10 @@ def _set_aside_all(
             except OSError:
                 applier.drop_aside(moved)  # its bytes are in the safety checkpoint
         raise
-    _in_pool([functools.partial(applier.drop_aside, moved) for moved in aside])
+    if run.aside is not None:
+        run.aside.extend(aside)
+    else:
+        in_pool([functools.partial(applier.drop_aside, moved) for moved in aside])
     return cleared
 
 
@@ -293,10 +299,10 @@ def _stage_all(
 
         return run
 
-    _in_pool([one(item) for item in items])
+    in_pool([one(item) for item in items])
 
 
-def _in_pool(jobs: list[Callable[[], None]]) -> None:
+def in_pool(jobs: list[Callable[[], None]]) -> None:
     """Run ``jobs`` in the restore's writer pool (in this thread when they are few); wait for
     every one, so none is left running after an error, then raise the first error."""
     if len(jobs) < POOL_MIN_FILES:
