@@ -23,9 +23,6 @@ from snapstore.ops.restore.plan import Step
 from snapstore.store import Store
 from snapstore.testing import build_tree, read_tree
 
-pytestmark = needs_syncfs
-
-
 def _set_aside(root: Path) -> list[bytes]:
     return sorted(p for p in read_tree(root) if p.rpartition(b"/")[2].startswith(TMP_PREFIX))
 
@@ -44,6 +41,7 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
+@needs_syncfs
 @needs_inotify
 def test_a_service_store_unlinks_after_the_answer_and_the_watcher_reports_none_of_it(project: Path):
     with Store.open(project, durability="normal", watch=True) as s:
@@ -65,6 +63,7 @@ def test_a_service_store_unlinks_after_the_answer_and_the_watcher_reports_none_o
         assert s.diff("latest~2") == []
 
 
+@needs_syncfs
 def test_a_library_store_unlinks_before_it_returns(project: Path):
     with Store.open(project, durability="normal", watch=True) as s:
         s.restore("latest~1")
