@@ -23,6 +23,7 @@ from snapstore.ops.restore.plan import Step
 from snapstore.store import Store
 from snapstore.testing import build_tree, read_tree
 
+
 def _set_aside(root: Path) -> list[bytes]:
     return sorted(p for p in read_tree(root) if p.rpartition(b"/")[2].startswith(TMP_PREFIX))
 
