@@ -1,12 +1,13 @@
-"""The files a service's restore replaces or deletes are unlinked after its answer.
+"""The files a service's restore replaces are unlinked after its answer.
 
 In a watching Store whose restore leaves its tree syncs for later (ops/restore/settle.py) and
 that has work for after the answer (the service: ``Store.after_answer``), the files the restore
-replaces or deletes are set aside (renamed to temp names) before the answer and unlinked after
+replaces are set aside (renamed to temp names) before the answer and unlinked after
 it; the journal's applied mark names them until then (a SIGKILL in between:
 tests/test_restore_after_answer.py).  Their deletions are kept out of the watcher's changes, so
 the next checkpoint lists nothing again for them.  A Store with no work for after the answer (a
-library loop, a CLI process) unlinks them before it returns, as before.
+library loop, a CLI process) unlinks them before it returns, as before; the files a restore
+deletes are unlinked before the answer in every case (their directory may be removed next).
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def run(
 ) -> RestoreReport:
     """Carry out the protocol above; the caller holds the writer lock.  ``after_answer`` (the
     service's work for after its answer): where the tree's syncs wait (:mod:`.settle`), the
-    files the restore replaces or deletes are unlinked there, not before the answer."""
+    files the restore replaces are unlinked there, not before the answer."""
     backend = ctx.backend
     safety: Checkpoint | None = None
     among: set[bytes] | None = None

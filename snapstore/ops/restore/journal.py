@@ -97,7 +97,7 @@ class Journal:
         """Set once such a restore was carried out whole, its tree not yet synced: ``dirs``
         (one directory per file system written to), ``ids`` (``[step index, inode,
         mtime_ns]`` of each file it renamed into place) and, optionally, ``aside`` (``[directory,
-        temp name]`` of each file it replaced or deleted, set aside and not yet unlinked: the
+        temp name]`` of each file it replaced, set aside and not yet unlinked: the
         service unlinks them after its answer; whoever clears the journal first unlinks them)."""
         value = self.op.get("applied")
         return value if isinstance(value, dict) else None
