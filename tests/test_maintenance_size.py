@@ -113,6 +113,19 @@ def test_automatic_compaction_is_bounded_by_the_file_size():
     assert not maintenance_due.compaction_due(10 << 20, 95 * (1 << 20) // 10)  # (5% free)
 
 
+def test_the_growth_base_is_the_compacted_size_plus_the_threshold_where_compaction_may_run():
+    """A pass that left free pages below the compaction threshold must not raise the base by
+    them: from the base, a file grown a quarter has enough free pages to compact."""
+    small, used = 256 << 10, 100 << 10
+    base = maintenance_due.growth_base(small, used)
+    assert base == used + maintenance_due.COMPACT_ABOVE
+    grown = int(maintenance_due.GROWTH * base) + 4096
+    assert maintenance_due.compaction_due(grown, used)
+    assert maintenance_due.growth_base(used, used) == used  # (never above the file)
+    big = maintenance_due.COMPACT_MAX + 4096  # (not compacted automatically: the file's own size)
+    assert maintenance_due.growth_base(big, big // 2) == big
+
+
 def test_a_grown_file_makes_maintenance_due_and_a_maintained_one_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The check after a snapshot: due once the file outgrew GROWTH x its size at the last
     maintenance, whatever ``maintenance.checkpoints`` says; the pass records the new size."""
@@ -129,5 +142,7 @@ def test_a_grown_file_makes_maintenance_due_and_a_maintained_one_not(tmp_path: P
             assert n < 500
         with store.backend.read() as view:
             recorded = view.get("meta", maintenance_due.SIZE_KEY)
-        assert recorded is not None and int(recorded) > maintenance_due.GROWTH_FLOOR  # the check ran, by size
+        assert recorded is not None  # the check ran, by size
+        # (its base: the tables' pages plus COMPACT_ABOVE, at most the file's size)
+        assert int(recorded) <= store.backend.disk_size()
         assert not maintenance_due.grown(int(recorded), recorded)

@@ -8,8 +8,8 @@ from __future__ import annotations
 #: ``Store.maintain`` compacts the store file after a pass that leaves more than this fraction
 #: of it free pages (LMDB reuses them but never shrinks the file)...
 FREE_COMPACT = 0.1
-#: ...when at least this many bytes are free (a few pages are not worth a copy)...
-COMPACT_ABOVE = 64 << 10
+#: ...when at least this many bytes are free (a page or two is not worth a copy)...
+COMPACT_ABOVE = 16 << 10
 #: ...and the file is at most this large: compaction copies the file under the writer lock,
 #: so this bounds how long a checkpoint can wait for automatic maintenance (larger stores are
 #: compacted by ``gc --compact``).
@@ -20,7 +20,8 @@ COMPACT_MAX = 256 << 20
 #: compacted size.
 GROWTH = 1.25
 GROWTH_FLOOR = 64 << 10
-#: The meta key holding the store file's size at the end of the last maintenance.
+#: The meta key holding the base of the growth rule (:func:`growth_base`), set at the end of
+#: the last maintenance.
 SIZE_KEY = b"maintenance:size"
 
 
@@ -40,3 +41,17 @@ def grown(file_size: int, raw_base: bytes | None) -> bool:
     except ValueError:
         base = 0
     return file_size > GROWTH * max(base, GROWTH_FLOOR)
+
+
+def growth_base(file_size: int, used: int) -> int:
+    """The growth rule's base after maintenance, for a store file of ``file_size`` bytes whose
+    tables take ``used``: the size a compacted file would have, plus :data:`COMPACT_ABOVE`,
+    where automatic maintenance may compact it (the file's own size otherwise).
+
+    Not the file's size: a pass that found too few free pages to compact left them, and the
+    checkpoints after it add theirs; grown a quarter past that, the file held up to twice its
+    contents, unnoticed (a small store, whose passes race its checkpoints).  From this base a
+    grown file always has enough free pages for :func:`compaction_due`."""
+    if file_size > COMPACT_MAX:
+        return file_size
+    return min(file_size, used + COMPACT_ABOVE)

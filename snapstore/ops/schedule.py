@@ -151,13 +151,15 @@ def _file_grown(backend: Backend, raw_size: bytes | None) -> bool:
 
 def maintained(backend: Backend, count: int | None = None) -> None:
     """Record that maintenance ran: the log's record count (``count``, after a snapshot's
-    check) and the store file's size (the base of the growth rule)."""
+    check) and the base of the growth rule (:func:`snapstore.ops.maintenance_due.growth_base`)."""
     from snapstore.ops import maintenance_due
+    from snapstore.storage.backend import TABLES
 
+    base = maintenance_due.growth_base(backend.disk_size(), sum(backend.table_pages(t) for t in TABLES))
     with backend.write() as batch:
         if count is not None:
             batch.put("meta", b"maintenance:at", str(count).encode())  # (maintenance.SEQ_KEY)
-        batch.put("meta", maintenance_due.SIZE_KEY, str(backend.disk_size()).encode())
+        batch.put("meta", maintenance_due.SIZE_KEY, str(base).encode())
 
 
 def start_detached(backend: Backend, values: dict[str, str], store_dir: str | None, root: str) -> bool:
