@@ -1,10 +1,11 @@
-"""The service records the tree after a restore once the client has its answer.
+"""The service's work after a restore's answer, and what stays before it.
 
-The record of the tree as a restore left it (a hidden checkpoint: the next checkpoint's parent)
-is no part of what the client waits for.  The service makes it after sending the answer and
-before it reads the next request, so the next command sees it; a service SIGKILLed in between
-(the seam ``SNAPSTORE_TEST_KILL_SERVICE=after-answer``) leaves a finished restore, a sound store,
-and a next checkpoint that records the tree exactly.
+The files a restore replaced (set aside) are unlinked after the answer, before the service
+reads the next request; a service SIGKILLed in between (the seam
+``SNAPSTORE_TEST_KILL_SERVICE=after-answer``) leaves a finished restore, a sound store, and a
+next checkpoint that records the tree exactly.  The record of the tree as the restore left it (a
+hidden checkpoint: the next checkpoint's parent) is made before the answer: made after it, it
+took in an edit made as soon as the answer was out, which the next checkpoint then lacked.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def test_a_service_killed_after_answering_a_restore_lost_nothing(project: Path, 
     assert list(_set_aside(killed).values()) == [b"two\n"]  # (a.txt's; c.txt, deleted, went at once)
     assert {p: d for p, d in killed.items() if p not in _set_aside(killed)} == first
     # The answer went out before the record after: the kill left none.
-    assert _records_after(project) == []
+    assert len(_records_after(project)) == 1  # (made before the answer)
     assert local("verify", cwd=project).returncode == 0
     if settle_with == "recover":
         assert local("recover", cwd=project).returncode == 0
@@ -97,6 +98,19 @@ def test_the_next_command_sees_the_record_after_a_restore(project: Path):
     with Store.open(project) as s:
         newest = s.checkpoints(include_safety=True)[0]
         assert newest.message.startswith("after restore") and s.diff(newest.id) == []
+
+
+def test_an_edit_right_after_a_restore_s_answer_belongs_to_the_next_checkpoint(project: Path):
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    for n in range(3):
+        assert client("restore", "latest~1" if n % 2 == 0 else "latest~2", "-q", cwd=project).returncode == 0
+        (project / f"mine{n}.txt").write_bytes(b"the user's\n")  # as soon as the answer is out
+        assert client("snapshot", "-m", f"mine {n}", "-q", cwd=project).returncode == 0
+        with Store.open(project) as s:
+            newest = s.checkpoints()[0]
+            assert newest.message == f"mine {n}"
+            added = [c.path for c in s.diff(newest.parent, newest.id)]
+            assert f"mine{n}.txt".encode() in added, added
 
 
 def test_a_plain_store_records_the_tree_after_a_restore_before_it_returns(project: Path):

@@ -153,11 +153,13 @@ class StoreBase:
         )
         if report.op_seq is not None:
             # The tree as the restore left it, recorded (hidden): the next checkpoint's parent.
-            # Best effort; in the service, after the answer (ops.restore.after.record_after).
+            # Best effort, and before the answer, in the service too: made after it, the
+            # record took in what the user changed once the answer was out, and the next
+            # checkpoint (an agent's tool call, a person's edit) no longer showed it.
             from snapstore.ops.restore.after import record_after
 
             label = f"after {kind} to {target.short_id}"
-            why = record_after(self.context, lambda: self._record_tree(label), self._lock, self.after_answer)
+            why = record_after(self.context, lambda: self._record_tree(label), self._lock, None)
             if why is not None:
                 report.warnings.append(f"the tree after the {kind} was not recorded: {why}")
         report.warnings.extend(self.hooks.after("after_restore", report=report))

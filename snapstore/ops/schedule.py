@@ -149,13 +149,18 @@ def _file_grown(backend: Backend, raw_size: bytes | None) -> bool:
     return maintenance_due.grown(size, raw_size)
 
 
-def maintained(backend: Backend, count: int | None = None) -> None:
+def maintained(backend: Backend, count: int | None = None, *, compacting: bool = False) -> None:
     """Record that maintenance ran: the log's record count (``count``, after a snapshot's
-    check) and the base of the growth rule (:func:`snapstore.ops.maintenance_due.growth_base`)."""
+    check) and the base of the growth rule: the file's size, or after a pass that could
+    compact it (``compacting``) :func:`snapstore.ops.maintenance_due.growth_base` (a snapshot's
+    check that compacts nothing must not find the file grown again at the next checkpoint)."""
     from snapstore.ops import maintenance_due
-    from snapstore.storage.backend import TABLES
 
-    base = maintenance_due.growth_base(backend.disk_size(), sum(backend.table_pages(t) for t in TABLES))
+    base = backend.disk_size()
+    if compacting:
+        from snapstore.storage.backend import TABLES
+
+        base = maintenance_due.growth_base(base, sum(backend.table_pages(t) for t in TABLES))
     with backend.write() as batch:
         if count is not None:
             batch.put("meta", b"maintenance:at", str(count).encode())  # (maintenance.SEQ_KEY)
@@ -245,7 +250,7 @@ def every_pass(
                 reports[-1].compacted = compacted
         if compacted and store_dir is not None:
             drop_old_generations(backend, store_dir, locked)
-        maintained(backend)
+        maintained(backend, compacting=True)
         return reports
 
 
