@@ -171,15 +171,15 @@ def measure(a, comps, tree, x_ids, y, old, work) -> int:
     if a.profile:
         profile(tree, os.path.join(work, "snap-wt"), x_ids["snap(worktree)"], y, old)
     if a.phases:
-        phases(tree, os.path.join(work, "snap-wt"), x_ids["snap(worktree)"], y, a.runs, a.settled)
+        phases(tree, os.path.join(work, "snap-wt"), x_ids["snap(worktree)"], y, a.runs)
     return 0
 
 
-def phases(tree: str, store: str, x_id: str, y: dict[str, bytes], runs: int, settled: bool = False) -> None:
+def phases(tree: str, store: str, x_id: str, y: dict[str, bytes], runs: int) -> None:
     """Restores of X through a watching Store, each phase timed in place (this process only)."""
     from snapstore.facade import base
     from snapstore.ops import restore
-    from snapstore.ops.restore import batch, journal, settle, watching
+    from snapstore.ops.restore import batch, journal, watching
     from snapstore.store import Store
 
     from .loop_phases import Timings, _wrap
@@ -198,19 +198,15 @@ def phases(tree: str, store: str, x_id: str, y: dict[str, bytes], runs: int, set
         (journal, "finish", "operation's commit"),
         (watching, "keep_state", "watcher state's patch"),
         (base.StoreBase, "_restore", "whole restore (before the answer)"),
-        (settle, "unlink_after_answer", "unlinks (after the answer)"),
         (base.StoreBase, "_record_tree", "record after (after the answer)"),
     ):
-        if hasattr(owner, name):  # (an older revision's: the phases it has)
-            _wrap(owner, name, label, timings)
+        _wrap(owner, name, label, timings)
     s = Store.open(tree, store=store, watch=True)
     s.after_answer = []  # (as the service: the record after runs after the answer)
     try:
         for i in range(runs + 1):
             put(tree, y)
             time.sleep(1.2)  # (the tree flusher's deferred sync of the last restore, untimed)
-            if settled:
-                os.sync()
             s.restore(x_id)
             for work in s.after_answer:
                 work()

@@ -149,7 +149,7 @@ class StoreBase:
 
         report = restore.run(
             self.context, target, paths, dry_run=dry_run, kind=kind, message=message,
-            take_safety=take_safety or self._take_safety, after_answer=self.after_answer,
+            take_safety=take_safety or self._take_safety,
         )
         if report.op_seq is not None:
             # The tree as the restore left it, recorded (hidden): the next checkpoint's parent.

@@ -30,7 +30,6 @@ the journal and finishes (or rolls back) the restore (:func:`recover`).
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,7 +42,7 @@ from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Change
 from snapstore.ops.restore import batch as batch_mod
 from snapstore.ops.restore import journal, settle, watching
-from snapstore.ops.restore.apply import Applier, Aside, getter
+from snapstore.ops.restore.apply import Applier, getter
 from snapstore.ops.restore.journal import tables
 from snapstore.ops.restore.plan import (
     Plan,
@@ -141,11 +140,8 @@ def run(
     kind: str,
     message: str,
     take_safety: TakeSafety,
-    after_answer: list[Callable[[], str | None]] | None = None,
 ) -> RestoreReport:
-    """Carry out the protocol above; the caller holds the writer lock.  ``after_answer`` (the
-    service's work for after its answer): where the tree's syncs wait (:mod:`.settle`), the
-    files the restore replaces are unlinked there, not before the answer."""
+    """Carry out the protocol above; the caller holds the writer lock."""
     backend = ctx.backend
     safety: Checkpoint | None = None
     among: set[bytes] | None = None
@@ -173,28 +169,23 @@ def run(
     how = settle.mode(ctx)
     op = _journal(ctx, target, safety, kind, paths, steps, sync.boot_id() if how == "later" else None)
     defer: list[tuple[bytes, int]] | None = None if how == "now" else []
-    aside: list[Aside] | None = [] if how == "later" and after_answer is not None else None
-    applier = _apply(ctx, safety, target_entries, contents, steps, found, defer, aside)
+    applier = _apply(ctx, safety, target_entries, contents, steps, found, defer)
     warnings.extend(applier.warnings)
     # The tree's new names are durable (execute synced them), or the journal stays marked
     # applied until they are (settle): the stat cache learns the files just written, so the
     # next snapshot reads none of them.
     keep = None
     if how == "later" and defer:
-        keep = settle.applied_value(op, steps, [rel for rel, _ in defer], applier.identity, aside)
+        keep = settle.applied_value(op, steps, [rel for rel, _ in defer], applier.identity)
     deleted = [s.path for s in steps if s.action == "delete"]
     try:
         seq = journal.finish(backend, op, len(changes), applier.cache, ctx.request, deleted, keep)
     except BaseException:
         _close([fd for _, fd in defer or ()])
-        settle.unlink_aside(ctx.root_bytes, [(a.parent, a.tmp) for a in aside or ()])
         raise
     if keep is not None:
-        pending = settle.later(ctx, [fd for _, fd in defer or ()], keep, aside)
-        if aside and after_answer is not None:
-            after_answer.insert(0, functools.partial(_unlink_after_answer, ctx, pending))
+        settle.later(ctx, [fd for _, fd in defer or ()], keep)
     else:
-        settle.unlink_aside(ctx.root_bytes, [(a.parent, a.tmp) for a in aside or ()])
         _close([fd for _, fd in defer or ()])
     watching.keep_state(ctx, steps, applier.written, seq_key(seq))
     if ctx.watcher is None:  # (a watching context keeps its own state: keep_state above)
@@ -205,11 +196,6 @@ def run(
         # the restore left alone from the manifest memo it left, when that is still this one)
         ctx.found_hint = (seq_key(seq), after.records, after.touched, safety.manifest) if after is not None else None
     return RestoreReport(kind, target, safety, changes, False, warnings, seq, p.unrecorded)
-
-
-def _unlink_after_answer(ctx: StageContext, pending: settle.UnsyncedRestore) -> str | None:
-    settle.unlink_after_answer(ctx, pending)
-    return None
 
 
 def _deferred(backend: Any) -> AbstractContextManager[None]:
@@ -247,15 +233,13 @@ def _journal(
 def _apply(
     ctx: StageContext, safety: Checkpoint, target_entries: Mapping[bytes, Entry], contents: dict[bytes, list[bytes]],
     steps: list[Step], found: Mapping[bytes, scan.Found], defer: list[tuple[bytes, int]] | None,
-    aside: list[Aside] | None = None,
 ) -> Applier:
     """Carry out ``steps``, each path checked against what the safety checkpoint saw just
     before it is touched; a conflict or an I/O error rolls back what was done (the roll-back
-    syncs, so nothing of a deferred run waits).  ``defer``: see :func:`batch.execute`; with
-    ``aside`` (a list) the files set aside are left there, to unlink after the answer."""
+    syncs, so nothing of a deferred run waits).  ``defer``: see :func:`batch.execute`."""
     applier = Applier(ctx.root_bytes, getter(ctx), target_entries, f"{os.getpid()}")
     applier.contents = contents
-    done = batch_mod.Run(aside=aside)
+    done = batch_mod.Run()
 
     def before(i: int, s: Step) -> None:
         if step_hook is not None:
@@ -276,8 +260,6 @@ def _apply(
     try:
         batch_mod.execute(applier, steps, before, done, defer)
     except BaseException as exc:
-        for moved in done.aside or ():
-            applier.drop_aside(moved)  # (what the roll-back writes again is in the safety checkpoint)
         applier.close()
         _close([fd for _, fd in defer or ()])
         if isinstance(exc, ConflictError | OSError):

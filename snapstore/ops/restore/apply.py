@@ -22,13 +22,14 @@ from typing import NamedTuple
 from snapstore.errors import ConflictError, TreeIOError
 from snapstore.ops.context import StageContext
 from snapstore.ops.diff import Getter
-from snapstore.ops.restore.journal import TMP_PREFIX as TMP_PREFIX
 from snapstore.ops.restore.journal import tables
 from snapstore.ops.restore.plan import Step
 from snapstore.records.manifest import EXEC, Entry, exact_mode
 from snapstore.storage import objects
 from snapstore.tree import statcache
 from snapstore.tree.paths import display
+
+TMP_PREFIX = b".snapstore-tmp."
 
 #: Test seam: how the applier writes a block of a file (tests patch this, never ``os.write``).
 write: Callable[[int, memoryview], int] = os.write
@@ -63,8 +64,6 @@ class Aside(NamedTuple):
     dir_fd: int
     name: bytes
     tmp: bytes
-    #: The directory (below the root) it is in.
-    parent: bytes = b""
 
 
 def getter(ctx: StageContext) -> Getter:
@@ -322,7 +321,7 @@ class Applier:
             return None
         if stat.S_ISDIR(st.st_mode):
             return None
-        aside = Aside(dir_fd, name, self._tmp_name(), parent)
+        aside = Aside(dir_fd, name, self._tmp_name())
         try:
             os.rename(name, aside.tmp, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except FileNotFoundError:

@@ -74,11 +74,6 @@ class Run:
 
     done: list[Step] = field(default_factory=list)
     paths: set[bytes] = field(default_factory=set)
-    #: When a list: the files the new files replace, set aside, are left there for the caller
-    #: to unlink (after the service's answer: :mod:`.settle`) instead of being unlinked by the
-    #: pool.  (The files the plan deletes are unlinked at once: a removal of their directory
-    #: may follow.)
-    aside: list[Aside] | None = None
 
 
 def execute(
@@ -179,7 +174,7 @@ def _clear_replaced(
     accepts (its bytes are in the durable safety checkpoint).
     """
     items = [(i, s, staged[i].dir_fd, staged[i].parent, staged[i].name) for i, s in group]
-    return _set_aside_all(applier, items, before, run, run.aside)
+    return _set_aside_all(applier, items, before, run)
 
 
 def _delete_files(applier: Applier, steps: list[Step], before: Callable[[int, Step], None] | None, run: Run) -> set[int]:
@@ -194,17 +189,16 @@ def _delete_files(applier: Applier, steps: list[Step], before: Callable[[int, St
         st = None if fd is None else applier.tree.lstat(s.path)
         if fd is not None and st is not None and not stat.S_ISDIR(st.st_mode):
             items.append((i, s, fd, parent, name))
-    done = _set_aside_all(applier, items, before, run, None)  # (unlinked now: their directories may go next)
+    done = _set_aside_all(applier, items, before, run)
     return {i for i, s, *_ in items if s.path in done}
 
 
 def _set_aside_all(
     applier: Applier, items: list[tuple[int, Step, int, bytes, bytes]],
-    before: Callable[[int, Step], None] | None, run: Run, keep: list[Aside] | None,
+    before: Callable[[int, Step], None] | None, run: Run,
 ) -> set[bytes]:
     """Rename each file of ``items`` to a temp name right after its check, then unlink them
-    all in the writer pool (or, with ``keep``, append them there: :attr:`Run.aside`); the
-    paths cleared.
+    all in the writer pool; the paths cleared.
 
     Freeing a file whose data had reached the disk waits on the disk (a synchronous discard
     per file on file systems mounted with ``discard``): those waits overlap in the pool.  A
@@ -230,10 +224,7 @@ def _set_aside_all(
             except OSError:
                 applier.drop_aside(moved)  # its bytes are in the safety checkpoint
         raise
-    if keep is not None:
-        keep.extend(aside)
-    else:
-        in_pool([functools.partial(applier.drop_aside, moved) for moved in aside])
+    _in_pool([functools.partial(applier.drop_aside, moved) for moved in aside])
     return cleared
 
 
@@ -302,10 +293,10 @@ def _stage_all(
 
         return run
 
-    in_pool([one(item) for item in items])
+    _in_pool([one(item) for item in items])
 
 
-def in_pool(jobs: list[Callable[[], None]]) -> None:
+def _in_pool(jobs: list[Callable[[], None]]) -> None:
     """Run ``jobs`` in the restore's writer pool (in this thread when they are few); wait for
     every one, so none is left running after an error, then raise the first error."""
     if len(jobs) < POOL_MIN_FILES:

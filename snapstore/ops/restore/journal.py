@@ -33,7 +33,7 @@ from snapstore.tree import statcache, worktree
 from snapstore.tree.paths import display, parents
 
 __all__ = [
-    "JOURNAL_KEY", "TMP_PREFIX", "Journal", "JournalTables", "clear", "clear_if", "finish", "implied_dirs", "matches", "parse", "pending_ids",
+    "JOURNAL_KEY", "Journal", "JournalTables", "clear", "clear_if", "finish", "implied_dirs", "matches", "parse", "pending_ids",
     "read", "record", "tables",
 ]
 
@@ -54,9 +54,6 @@ def tables(backend: Backend) -> JournalTables:
     """``backend`` seen through :class:`JournalTables` (the same object)."""
     return cast(JournalTables, backend)
 
-
-#: The name prefix of every temp file a restore makes in the tree (:mod:`.apply`).
-TMP_PREFIX = b".snapstore-tmp."
 
 #: What every message about a journal that cannot be finished points to.
 RECOVER_HINT = "see 'snapstore recover --help'"
@@ -95,10 +92,8 @@ class Journal:
     @property
     def applied(self) -> dict[str, Any] | None:
         """Set once such a restore was carried out whole, its tree not yet synced: ``dirs``
-        (one directory per file system written to), ``ids`` (``[step index, inode,
-        mtime_ns]`` of each file it renamed into place) and, optionally, ``aside`` (``[directory,
-        temp name]`` of each file it replaced, set aside and not yet unlinked: the
-        service unlinks them after its answer; whoever clears the journal first unlinks them)."""
+        (one directory per file system written to) and ``ids`` (``[step index, inode,
+        mtime_ns]`` of each file it renamed into place)."""
         value = self.op.get("applied")
         return value if isinstance(value, dict) else None
 
@@ -158,9 +153,8 @@ def _check_fields(rec: dict[str, Any], n_steps: int) -> None:
 
 
 def _check_applied(applied: Any, n_steps: int) -> None:
-    if not isinstance(applied, dict) or set(applied) - {"aside"} != {"dirs", "ids"}:
+    if not isinstance(applied, dict) or set(applied) != {"dirs", "ids"}:
         raise ValueError("bad applied mark")
-    _check_aside(applied.get("aside", []))
     dirs, ids = applied["dirs"], applied["ids"]
     if not isinstance(dirs, list) or not all(isinstance(d, bytes) for d in dirs):
         raise ValueError("bad applied directories")
@@ -176,20 +170,6 @@ def _check_applied(applied: Any, n_steps: int) -> None:
             and 0 <= item[0] < n_steps and 0 <= item[1] < (1 << 64) and abs(item[2]) < (1 << 63)
         ):
             raise ValueError("bad applied file")
-
-
-def _check_aside(aside: Any) -> None:
-    """``[directory, name]`` pairs, each name one of a restore's temp names (never a path)."""
-    if not isinstance(aside, list):
-        raise ValueError("bad set-aside files")
-    for item in aside:
-        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, bytes) for x in item)):
-            raise ValueError("bad set-aside file")
-        rel, name = item
-        if rel:
-            check_path(rel)
-        if not name.startswith(TMP_PREFIX) or b"/" in name or b"\0" in name:
-            raise ValueError("bad set-aside name")
 
 
 def read(view: ReadView) -> Journal | None:

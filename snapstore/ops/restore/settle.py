@@ -24,7 +24,6 @@ and were the restore's own (or are as before the restore, or absent).  ``full`` 
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from collections.abc import Callable
 from snapstore.errors import ConflictError, LockedError
 from snapstore.ops.context import StageContext
 from snapstore.ops.restore import batch, journal
-from snapstore.ops.restore.apply import Aside, DirTree
+from snapstore.ops.restore.apply import DirTree
 from snapstore.ops.restore.journal import Journal, tables
 from snapstore.ops.restore.plan import Step
 from snapstore.platform import sync
@@ -76,39 +75,24 @@ def mode(ctx: StageContext) -> str:
 
 
 def applied_value(op: dict[str, object], steps: list[Step], dirs: list[bytes],
-                  identity: dict[bytes, tuple[int, int]], aside: list[Aside] | None = None) -> bytes:
-    """The journal value of ``op`` marked applied: ``dirs`` to sync, the files' identities,
-    and the files set aside that wait to be unlinked (:func:`unlink_after_answer`)."""
+                  identity: dict[bytes, tuple[int, int]]) -> bytes:
+    """The journal value of ``op`` marked applied: ``dirs`` to sync, the files' identities."""
     index = {s.path: i for i, s in enumerate(steps)}
     ids = [[index[p], ino, mtime] for p, (ino, mtime) in identity.items() if p in index]
-    mark: dict[str, object] = {"dirs": dirs, "ids": ids}
-    if aside:
-        mark["aside"] = [[a.parent, a.tmp] for a in aside]
-    return journal.record({**op, "applied": mark}, steps)
+    return journal.record({**op, "applied": {"dirs": dirs, "ids": ids}}, steps)
 
 
 class UnsyncedRestore:
     """An applied restore of this process whose tree waits for its ``syncfs``."""
 
-    def __init__(self, store_dir: str, fds: list[int], stamp: bytes, root: bytes = b"",
-                 aside: list[Aside] | None = None) -> None:
+    def __init__(self, store_dir: str, fds: list[int], stamp: bytes) -> None:
         self.store_dir = store_dir
         self.fds = fds
-        self.root = root
-        #: The files set aside, not yet unlinked: ``(directory, temp name)``.
-        self.aside = [(a.parent, a.tmp) for a in aside or ()]
         #: The journal value marked applied: cleared only while the journal is still it.
         self.stamp = stamp
         self.mutex = threading.Lock()
         self.synced = False
         self.tries = 0
-
-    def drop_aside(self) -> list[tuple[bytes, bytes]]:
-        """Unlink the files set aside (once); the ones this call unlinked."""
-        with self.mutex:
-            todo, self.aside = self.aside, []
-        unlink_aside(self.root, todo)
-        return todo
 
     def sync_tree(self) -> bool:
         """The ``syncfs`` (once); whether the tree is synced.  The fds are closed either way."""
@@ -130,7 +114,6 @@ class UnsyncedRestore:
         fails leaves the journal to the next writer (the flusher ignores the error)."""
         again = False
         try:
-            self.drop_aside()  # (before the sync: the unlinks reach the disk with it)
             if self.sync_tree():
                 _hook("synced")
                 _clear_as_writer(self.store_dir, self.stamp)
@@ -144,64 +127,18 @@ class UnsyncedRestore:
                 _forget(self)
 
 
-def later(ctx: StageContext, fds: list[int], stamp: bytes, aside: list[Aside] | None = None) -> UnsyncedRestore:
+def later(ctx: StageContext, fds: list[int], stamp: bytes) -> None:
     """Have this process sync ``fds`` (it closes them) and clear the applied journal ``stamp``
-    soon (unlinking the files ``aside`` first, unless :func:`unlink_after_answer` did)."""
+    soon."""
     assert ctx.store_dir is not None
     _hook("applied")
-    p = UnsyncedRestore(os.path.realpath(ctx.store_dir), fds, stamp, ctx.root_bytes, aside)
+    p = UnsyncedRestore(os.path.realpath(ctx.store_dir), fds, stamp)
     with _pending_lock:
         old = _pending.pop(p.store_dir, None)
         _pending[p.store_dir] = p
     if old is not None:
-        old.drop_aside()
         old.sync_tree()
     _flusher.later(p)
-    return p
-
-
-def unlink_after_answer(ctx: StageContext, p: UnsyncedRestore) -> None:
-    """The service's work after a restore's answer: unlink the files it set aside, and keep
-    their deletions out of the watcher's changes (they are our temp names: the next snapshot
-    would list their directories again for nothing)."""
-    watcher = ctx.watcher
-    seen = watcher.peek() if watcher is not None else None
-    dropped = p.drop_aside()
-    if watcher is None or seen is None or not dropped:
-        return
-    ours = {rel + b"/" + name if rel else name for rel, name in dropped}
-    changes = watcher.take()
-    changes.paths -= ours
-    still = {q.rpartition(b"/")[0] if b"/" in q else b"" for q in changes.paths}
-    changes.dirs = {d for d in changes.dirs if d in seen.dirs or d in still}
-    watcher.give_back(changes)
-
-
-def unlink_aside(root: bytes, aside: list[tuple[bytes, bytes]]) -> None:
-    """Unlink each ``(directory, temp name)`` below ``root`` (directories opened without
-    following links; a name gone already, or a directory, is left), several at once."""
-    if not aside:
-        return
-    tree = DirTree(root)
-    try:
-        jobs: list[Callable[[], None]] = []
-        for rel, name in aside:
-            try:
-                fd = tree.dir_fd(rel, create=False)
-            except (ConflictError, OSError):  # no longer a directory: nothing of ours in it
-                continue
-            if fd is not None:
-                jobs.append(functools.partial(_unlink, name, fd))
-        batch.in_pool(jobs)
-    finally:
-        tree.sync_and_close()  # (nothing touched: no fsync, the handles closed)
-
-
-def _unlink(name: bytes, fd: int) -> None:
-    try:
-        os.unlink(name, dir_fd=fd)
-    except OSError:
-        pass  # gone already (another settler), or a directory: not ours
 
 
 def own(ctx: StageContext, value: bytes) -> bool:
@@ -237,8 +174,6 @@ def clear_when_synced(ctx: StageContext, j: Journal, value: bytes) -> None:
                 p = None
     if p is not None:
         _flusher.forget(p)
-        p.drop_aside()
-    unlink_aside(ctx.root_bytes, [(rel, name) for rel, name in (j.applied or {}).get("aside", [])])
     if p is None or not p.sync_tree():
         sync_dirs_of(ctx.root_bytes, j)
     _hook("synced")

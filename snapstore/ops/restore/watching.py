@@ -31,7 +31,7 @@ import os
 from typing import TYPE_CHECKING
 
 from snapstore.ops.context import StageContext, TreeState
-from snapstore.ops.restore.journal import TMP_PREFIX
+from snapstore.ops.restore.apply import TMP_PREFIX
 from snapstore.ops.restore.plan import Step
 from snapstore.records.manifest import EXEC, FILE, SYMLINK
 from snapstore.tree import ignore, scan, statcache, worktree
