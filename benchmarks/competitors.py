@@ -221,13 +221,6 @@ class SnapSvc(SnapCLI):
                              capture_output=True, text=True)
         return json.loads(res.stdout) if res.returncode == 0 and res.stdout.strip() else {}
 
-    def until_free(self) -> float:
-        """Seconds of a ``list -n 1`` sent at once (through the native client, as every command
-        here): the service reads it after its work for after its last answer (a restore's
-        record of the tree, its set-aside files' unlinks), so a restore's time plus this is
-        when a next command would have its answer."""
-        return run(self._cmd("list", "-n", "1"), cwd=self.tree, env=snap_env()).seconds
-
     def requests(self) -> int | None:
         doc = self.service_status()
         return int(doc["requests"]) if "requests" in doc else None

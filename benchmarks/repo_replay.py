@@ -132,10 +132,6 @@ def replay(repo: str, commits: int, restores: int, seed: int) -> dict[str, Any]:
     return _report(repo, shas, times, restore_times, sizes, served)
 
 
-#: The restore row of snap-svc's answer plus an immediate ``list -n 1`` (competitors.SnapSvc.until_free).
-FREE = "snap-svc + a list at once"
-
-
 def _restores(layout: Layout, contestants: list[Any], ids: dict[str, list[str]], k: int, seed: int) -> dict[str, list[float]]:
     """``k`` random commits restored by every contestant, the order alternating, each from the
     newest commit's tree (laid out untimed)."""
@@ -147,8 +143,6 @@ def _restores(layout: Layout, contestants: list[Any], ids: dict[str, list[str]],
             layout.checkout(layout.newest)
             seconds, _ = contestant.restore(ids[contestant.name][step])
             out[contestant.name].append(seconds)
-            if contestant.name == "snap-svc":  # (the answer, then when the service is free again)
-                out.setdefault(FREE, []).append(seconds + contestant.until_free())
             competitors.let_sync_settle(contestant.name)
     layout.checkout(layout.newest)
     return out
@@ -163,7 +157,7 @@ def _sizes(contestants: list[Any]) -> dict[str, int]:
 def _report(repo: str, shas: list[str], times: dict[str, list[float]], restores: dict[str, list[float]],
             sizes: dict[str, int], served: int | None) -> dict[str, Any]:
     med = {k: statistics.median(v) for k, v in times.items() if v}
-    peer = {"snap-cli": "git-cli", "snap-auto": "git-cli", "snap-svc": "git-cli", "snap-watch": "pygit2", FREE: "git-cli"}
+    peer = {"snap-cli": "git-cli", "snap-auto": "git-cli", "snap-svc": "git-cli", "snap-watch": "pygit2"}
     rows = [{"contestant": k, "median_ms": med[k] * 1000, "p95_ms": p95(times[k]) * 1000,
              "vs": peer.get(k), "ratio": med[k] / med[peer[k]] if k in peer and med.get(peer[k]) else None}
             for k in med]
@@ -207,9 +201,7 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append(f"| ratio snap-svc / git gc | {doc['size_ratio']:.2f}x |")
     lines += ["", f"(snapstore stores: durability `{doc.get('durability', '?')}`, the default; see docs/reliability.md."
               f" After each restore by {', '.join(competitors.DEFERS_SYNC)} the harness waits, untimed, for the"
-              " tree sync those restores leave to a flusher within a second, so it lands on no other's timed restore."
-              f" {FREE}: snap-svc's restore plus a `list -n 1` sent at once, which the service reads after"
-              " its work for after the answer: the record of the tree, the set-aside files' unlinks)"]
+              " tree sync those restores leave to a flusher within a second, so it lands on no other's timed restore)"]
     if doc["served_by_service"] is not None:
         lines += ["", f"(snap-svc: {doc['served_by_service']} requests answered by the service)"]
     return "\n".join(lines) + "\n"

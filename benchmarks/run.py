@@ -11,7 +11,6 @@ import argparse
 import datetime
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -223,15 +222,12 @@ class Bench(ServiceScenarios):
                      diff_op, runs=runs)
 
         bad: list[str] = []
-        free: list[float] = []  # snap-svc's restore plus a list sent at once (SnapSvc.until_free)
 
         def restore_op(c, i, ctx):
             for rel, data in y_contents.items():  # the tree is at Y again (untimed)
                 with open(os.path.join(editor.root, rel), "wb") as f:
                     f.write(data)
             t, rss = c.restore(x_ids[c.name])
-            if c.name == "snap-svc" and i >= 0:
-                free.append(t + c.until_free())
             competitors.let_sync_settle(c.name)
             wrong = 0
             for rel, data in old.items():
@@ -252,10 +248,6 @@ class Bench(ServiceScenarios):
                 f.write(data)
         if bad:
             self.notes.append("RESTORE CHECK FAILED: " + "; ".join(bad))
-        if free:
-            self.notes.append(f"{corpus} restore-100: snap-svc's restore plus a `list -n 1` sent at once (the service"
-                              " reads it after its work for after the answer: the record of the tree, the set-aside"
-                              f" files' unlinks): median {statistics.median(free) * 1000:.1f} ms (n={len(free)})")
 
     def bigfile(self, comps, editor, runs) -> None:
         editor.write_bigfile()

@@ -3,7 +3,7 @@ the two steps every writer may need (finishing an interrupted restore, a safety 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from snapstore.hooks import HookRegistry
@@ -37,10 +37,6 @@ class StoreBase:
     context: StageContext
     hooks: HookRegistry
     _lock: Any
-    #: A list in a process that answers before it is done (the service): work that must
-    #: follow a command but not precede its answer, run before the next command.  None: inline.
-    after_answer: list[Callable[[], str | None]] | None = None
-
     def checkpoints(self, *, task: str | None = None, include_safety: bool = False) -> list[Checkpoint]:
         """Checkpoints newest first, as ``list`` shows them (safety ones only if asked)."""
         all_, _ = self._load()
@@ -159,7 +155,7 @@ class StoreBase:
             from snapstore.ops.restore.after import record_after
 
             label = f"after {kind} to {target.short_id}"
-            why = record_after(self.context, lambda: self._record_tree(label), self._lock, None)
+            why = record_after(self.context, lambda: self._record_tree(label))
             if why is not None:
                 report.warnings.append(f"the tree after the {kind} was not recorded: {why}")
         report.warnings.extend(self.hooks.after("after_restore", report=report))

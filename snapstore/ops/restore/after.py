@@ -18,7 +18,6 @@ import bisect
 import os
 import stat
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from snapstore.errors import SnapstoreError
 from snapstore.ops.context import StageContext
@@ -142,37 +141,15 @@ def by_path(ctx: StageContext, result: SnapshotResult) -> tuple[Mapping[bytes, E
     return {e.path: e for e in result.entries}, found
 
 
-#: Seconds the record after the answer waits for the writer lock (another process holds it:
-#: that writer's commit then makes the record moot, see :func:`record_after`).
-AFTER_ANSWER_LOCK_WAIT = 1.0
-
-
-def record_after(
-    ctx: StageContext, record: Callable[[], object], lock: Any, later: list[Callable[[], str | None]] | None
-) -> str | None:
+def record_after(ctx: StageContext, record: Callable[[], object]) -> str | None:
     """Record the tree as a restore left it (``record``: a hidden checkpoint, so the next
     checkpoint's parent and counts describe the tree it was taken from); why not, when the
     store could not (best effort: the restore is done, its journal cleared or marked applied,
     its operation logged).  The restore taught the stat cache (and a watcher's state) the files
-    it wrote, so this reads none of them.
-
-    With ``later`` (the service's list of work for after the answer) the record is appended
-    there instead: run under the writer ``lock`` again, and only if no writer committed in
-    between (its checkpoint describes the tree; this one would be older).  Without this record
-    (the service killed first) the next checkpoint's parent is the safety checkpoint."""
-    if later is None:
-        return _record(ctx, record)
-    keys = _newest_keys(ctx)
-
-    def run() -> str | None:
-        with lock.held(AFTER_ANSWER_LOCK_WAIT):
-            if _newest_keys(ctx) != keys:
-                ctx.found_hint = None
-                return None
-            return _record(ctx, record)
-
-    later.append(run)
-    return None
+    it wrote, so this reads none of them.  Made before the restore returns (in the service:
+    before its answer): made after, it would take in what the user changed once the answer
+    was out, which the next checkpoint would then lack."""
+    return _record(ctx, record)
 
 
 def _record(ctx: StageContext, record: Callable[[], object]) -> str | None:
@@ -185,9 +162,3 @@ def _record(ctx: StageContext, record: Callable[[], object]) -> str | None:
     return None
 
 
-def _newest_keys(ctx: StageContext) -> tuple[bytes | None, bytes | None]:
-    """The newest checkpoint-log and operation-log keys (every writer's commit moves one)."""
-    with ctx.backend.read() as view:
-        log = next(iter(view.items("log", reverse=True)), None)
-        op = next(iter(view.items("oplog", reverse=True)), None)
-    return (log[0] if log else None, op[0] if op else None)

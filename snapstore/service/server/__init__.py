@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import select
-import signal
 import socket
 import sys
 import time
@@ -98,10 +97,6 @@ class Service:
         self.idle_timeout = idle_timeout
         self.store = Store.open(store=self.store_dir, watch=True)
         self.store.maintain_after_snapshot = False  # (done when idle: _maintain)
-        # The record of the tree after a restore is made once the client has its answer, before
-        # the next request is taken (_after_answer): the next command sees it done.
-        self.store.after_answer = []
-        self._kill_after_answer = False  # (crash tests: the seam "after-answer")
         self.idle_check = IdleCheck(self.store.context)  # (the watcher's check, when idle)
         self.started = time.time()
         self.requests = 0
@@ -197,7 +192,6 @@ class Service:
                     elif web is not None:  # complete hook events, read by the endpoint's threads
                         with self.idle_check.held():
                             web.run_pending(self._run_http_hook)
-                    self._after_answer()
                     if self.requests != served:  # status requests do not keep it alive
                         last = time.monotonic()
                     gc.freeze()
@@ -209,7 +203,6 @@ class Service:
                     log.info("the tree %s is gone or was replaced: exiting", self.store.root)
                     break
         finally:
-            self._after_answer()
             with contextlib.suppress(OSError):  # through the directory: the tree may have moved
                 os.unlink(protocol.SOCKET_NAME, dir_fd=self._dir_fd)
             os.close(self._dir_fd)
@@ -396,9 +389,6 @@ class Service:
                 if rid is not None:
                     self._record_outcome(rid, command, code)
                     requests.seam(self.store.context.request, "after-command")
-                    self._kill_after_answer = bool(self.store.after_answer) and (
-                        os.environ.get("SNAPSTORE_TEST_KILL_SERVICE") == "after-answer"
-                    )
             finally:
                 self.store.context.request = None
                 self.store.backend.stamp = None
@@ -408,27 +398,6 @@ class Service:
                 sys.stdin.close()
                 sys.stdout, sys.stderr, sys.stdin = saved
         return code
-
-    def _after_answer(self) -> None:
-        """Run the work the last command left for after its answer (the record of the tree
-        after a restore), before the next request is read.  A failure is logged: the command
-        is done and answered (see :meth:`snapstore.facade.base.StoreBase._record_after`)."""
-        from snapstore.errors import SnapstoreError
-
-        pending = self.store.after_answer
-        if not pending:
-            return
-        if self._kill_after_answer:  # (crash tests: answered, the work not done)
-            os.kill(os.getpid(), signal.SIGKILL)
-        work = list(pending)
-        pending.clear()
-        for fn in work:
-            try:
-                why = fn()
-            except SnapstoreError as exc:
-                why = str(exc)
-            if why is not None:
-                log.warning("after the answer: %s", why)
 
     def _begin_request(self, rid: bytes, command: str) -> None:
         """Every transaction the request makes carries its id (its stages add what they did:
