@@ -197,20 +197,16 @@ def phases(tree: str, store: str, x_id: str, y: dict[str, bytes], runs: int) -> 
         (batch, "_set_aside_all", "  of which: set aside + unlink"),
         (journal, "finish", "operation's commit"),
         (watching, "keep_state", "watcher state's patch"),
-        (base.StoreBase, "_restore", "whole restore (before the answer)"),
-        (base.StoreBase, "_record_tree", "record after (after the answer)"),
+        (base.StoreBase, "_restore", "whole restore"),
+        (base.StoreBase, "_record_tree", "  of which: record after"),
     ):
         _wrap(owner, name, label, timings)
     s = Store.open(tree, store=store, watch=True)
-    s.after_answer = []  # (as the service: the record after runs after the answer)
     try:
         for i in range(runs + 1):
             put(tree, y)
             time.sleep(1.2)  # (the tree flusher's deferred sync of the last restore, untimed)
             s.restore(x_id)
-            for work in s.after_answer:
-                work()
-            s.after_answer.clear()
             if i == 0:  # (the first walks the tree: the service's state is warm)
                 for xs in timings.values():
                     xs.clear()

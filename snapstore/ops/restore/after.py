@@ -149,10 +149,6 @@ def record_after(ctx: StageContext, record: Callable[[], object]) -> str | None:
     it wrote, so this reads none of them.  Made before the restore returns (in the service:
     before its answer): made after, it would take in what the user changed once the answer
     was out, which the next checkpoint would then lack."""
-    return _record(ctx, record)
-
-
-def _record(ctx: StageContext, record: Callable[[], object]) -> str | None:
     try:
         record()
     except SnapstoreError as exc:
