@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -180,3 +181,37 @@ def test_a_power_failure_while_the_restore_ran_rewrites_its_torn_files_and_refus
 
 def test_journal_key_is_the_one_recovery_reads():
     assert JOURNAL_KEY == journal.JOURNAL_KEY
+
+
+@needs_syncfs
+def test_sync_pending_syncs_a_waiting_tree_once_and_the_flusher_then_only_clears(tree: Path, states, monkeypatch):
+    """``settle.sync_pending`` (the suite's fixture calls it after each test) makes the waiting
+    ``syncfs`` at once, in the calling thread; the flusher's turn later syncs nothing again and
+    clears the journal."""
+    from snapstore.ops.restore import batch, settle
+
+    real = batch.syncfs
+    assert real is not None
+    calls: list[str] = []
+
+    def syncfs(fd):
+        calls.append(threading.current_thread().name)
+        real(fd)
+
+    with Store.open(tree, durability="normal", watch=True) as store:
+        store.restore("A")
+        assert store.pending_restore() is None
+        monkeypatch.setattr(batch, "syncfs", syncfs)
+        settle.sync_pending()
+        assert calls == [threading.current_thread().name]
+        with store.backend.read() as view:  # type: ignore[attr-defined]
+            assert view.get("journal", JOURNAL_KEY) is not None  # (applied, not yet cleared)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with store.backend.read() as view:  # type: ignore[attr-defined]
+                if view.get("journal", JOURNAL_KEY) is None:
+                    break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the flusher never cleared the applied journal")
+    assert calls == [threading.current_thread().name]

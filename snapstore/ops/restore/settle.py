@@ -205,6 +205,16 @@ def _hook(what: str) -> None:
         step_hook(what)
 
 
+def sync_pending() -> None:
+    """Sync now the tree of every restore of this process still waiting for its ``syncfs``
+    (their journals are then cleared by the flusher, or by the next writer).  For a caller
+    that must not have the flusher thread sync later, such as a test patching the seam."""
+    with _pending_lock:
+        waiting = list(_pending.values())
+    for p in waiting:
+        p.sync_tree()
+
+
 def _forget(p: UnsyncedRestore) -> None:
     with _pending_lock:
         if _pending.get(p.store_dir) is p:
