@@ -18,8 +18,8 @@
  * Portable C11 and POSIX (built with -std=c11 -Wpedantic): the few calls systems differ in are
  * each behind one #if: the peer's uid (SO_PEERCRED on Linux, getpeereid on macOS and the BSDs,
  * elsewhere the socket file's owner alone: docs/platforms.md) and random bytes (arc4random_buf
- * where the C library has it, else /dev/urandom).  SNAPSTORE_PORTABLE (SNAPSTORE_PLATFORM=portable
- * builds) takes the portable branches on Linux too.
+ * where the C library has it, getrandom with glibc on Linux, else /dev/urandom).
+ * SNAPSTORE_PORTABLE (SNAPSTORE_PLATFORM=portable builds) takes the portable branches on Linux too.
  */
 #if defined(__APPLE__)
 #define _DARWIN_C_SOURCE /* (POSIX plus getpeereid and arc4random_buf) */
@@ -46,6 +46,14 @@
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#if defined(__linux__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 25)) && \
+    !defined(SNAPSTORE_PORTABLE)
+#include <sys/random.h>
+#define SNAPSTORE_GETRANDOM 1
+#else
+#define SNAPSTORE_GETRANDOM 0
+#endif
 
 #include "frames.h"
 
@@ -191,6 +199,9 @@ static int random_bytes(uint8_t *out, size_t n) {
     arc4random_buf(out, n);
     return 1;
 #else
+#if SNAPSTORE_GETRANDOM
+    if (getrandom(out, n, 0) == (ssize_t)n) return 1; /* one system call (else the device below) */
+#endif
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
     size_t got = 0;
@@ -257,9 +268,28 @@ static int forwarded(const char *entry) {
     return 0;
 }
 
+/* The LC_CTYPE locale name the environment gives setlocale(LC_CTYPE, ""): LC_ALL, else
+ * LC_CTYPE, else LANG (an empty value counts as unset); "" when none is set. */
+static const char *ctype_name(void) {
+    static const char *const vars[] = {"LC_ALL", "LC_CTYPE", "LANG", NULL};
+    for (const char *const *v = vars; *v; v++) {
+        const char *value = getenv(*v);
+        if (value && *value) return value;
+    }
+    return "";
+}
+
 /* What Python would choose for sys.stdout: (encoding, errors); 0 when not certain. */
 static int stdout_encoding(const char **encoding, const char **errors) {
     if (getenv("PYTHONIOENCODING") || getenv("PYTHONUTF8") || getenv("PYTHONLEGACYWINDOWSSTDIO")) return 0;
+    const char *name = ctype_name();
+    if (!*name || !strcmp(name, "C") || !strcmp(name, "POSIX") || !strcmp(name, "C.UTF-8") || !strcmp(name, "C.utf8")) {
+        /* The C locale, or C.UTF-8 (installed or not): what the code below finds for these
+         * without loading the locale database (the C locale is coerced by Python, PEP 538). */
+        *encoding = "utf-8";
+        *errors = "surrogateescape";
+        return 1;
+    }
     const char *locale = setlocale(LC_CTYPE, "");
     const char *codeset = locale ? nl_langinfo(CODESET) : "ANSI_X3.4-1968";
     *encoding = "utf-8";
