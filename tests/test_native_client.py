@@ -260,3 +260,31 @@ def test_the_c_locale_settles_the_output_encoding_without_the_locale_files(clien
         opened = trace.read_text(errors="replace")
         assert not re.search(r"/locale/|locale-archive|locale\.alias|gconv", opened), opened
     assert not (project.parent / "fallback.log").exists()  # the native client answered, through the service
+
+
+def test_a_hook_event_the_service_takes_is_kept_in_memory_and_replayed_whole_when_it_is_not(clients: dict[str, Path],
+                                                                                              project: Path):
+    """Every tool call of an agent runs the client with its event on stdin: read into memory, it
+    goes to the service without a temporary file; only when the Python client takes over (here: a
+    service of another version refuses it) is the event replayed to it, every byte."""
+    strace = shutil.which("strace")
+    if strace is None or subprocess.run([strace, "-o", os.devnull, "true"], capture_output=True).returncode != 0:
+        pytest.skip("no working strace here")
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    before, trace, log = served(project), project.parent / "trace", project.parent / "fallback.log"
+    for client, session in (("native", "n-mem"), ("other", "n-replayed")):
+        event = {"hook_event_name": "PostToolUse", "session_id": session, "tool_name": "Bash", "tool_use_id": "t",
+                 "tool_input": {"command": f"touch {session}.txt"}, "transcript_path": "", "cwd": str(project)}
+        (project / f"{session}.txt").write_bytes(b"")
+        done = subprocess.run([strace, "-qq", "-e", "trace=openat,open", "-o", str(trace), str(clients[client]), "hook",
+                               "claude-code"], cwd=project, input=json.dumps(event).encode(), capture_output=True,
+                              env=subprocess_env(CLAUDE_PROJECT_DIR=str(project), FALLBACK_LOG=str(log)), timeout=120)
+        assert done.returncode == 0 and done.stdout == b"", done.stderr
+        if client == "native":
+            assert not re.search(r"O_TMPFILE|/tmpf", trace.read_text()), trace.read_text()  # (glibc's tmpfile)
+            assert not log.exists()
+    assert log.read_text() == "ran\n"  # the other version's client handed over, once
+    assert served(project) == before + 2  # (the native one, then the Python client: refused first)
+    with Store.open(project) as s:
+        assert [c.message for c in s.checkpoints(task="n-mem")] == ["after Bash: touch n-mem.txt"]
+        assert [c.message for c in s.checkpoints(task="n-replayed")] == ["after Bash: touch n-replayed.txt"]
