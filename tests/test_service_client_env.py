@@ -82,3 +82,19 @@ def test_a_command_that_changes_the_time_zone_leaves_the_service_s_after_it(serv
         os.environ["SNAPSTORE_SET_BY_THE_COMMAND"] = "1"
     assert "SNAPSTORE_SET_BY_THE_COMMAND" not in os.environ
     assert _clock() == (0, 0)
+
+
+def test_the_switch_decodes_the_forwarded_names_alone(service: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """On every request's path: the other variables of the service's environment are not
+    decoded one by one to find the forwarded ones (service/server/environment.py)."""
+    for i in range(200):
+        monkeypatch.setenv(f"UNRELATED_{i}", "x")
+    monkeypatch.setenv("SNAPSTORE_OWN", "service")
+    decoded: list[bytes] = []
+    real = os.environ.decodekey  # type: ignore[attr-defined]
+    monkeypatch.setattr(os.environ, "decodekey", lambda key: (decoded.append(key), real(key))[1])
+    with service._client_context(str(tmp_path), {"TZ": EAST, "SNAPSTORE_X": "1", "UNRELATED_7": "client"}):
+        assert os.environ["SNAPSTORE_X"] == "1" and "SNAPSTORE_OWN" not in os.environ
+        assert os.environ["UNRELATED_7"] == "x"  # (not forwarded: the service's own)
+    assert os.environ["SNAPSTORE_OWN"] == "service" and "SNAPSTORE_X" not in os.environ
+    assert len(decoded) < 10, len(decoded)

@@ -24,7 +24,7 @@ import select
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from snapstore.errors import LockedError, TreeIOError
@@ -33,7 +33,7 @@ from snapstore.ops.snapshot.idle_check import IdleCheck
 from snapstore.platform import unix
 from snapstore.records import requests
 from snapstore.service import http_hooks, protocol
-from snapstore.service.server import http_endpoint
+from snapstore.service.server import environment, http_endpoint
 from snapstore.service.server.heartbeat import Beating
 from snapstore.store import Store
 
@@ -465,31 +465,10 @@ class Service:
         except SnapstoreError as exc:  # the store cannot take it: the answer still goes out
             log.warning("cannot record request %s: %s", rid.hex(), exc)
 
-    @contextlib.contextmanager
-    def _client_context(self, cwd: str, env: dict[str, str]) -> Iterator[None]:
+    def _client_context(self, cwd: str, env: dict[str, str]) -> contextlib.AbstractContextManager[None]:
         """The request's directory and forwarded variables (``TZ`` among them) for the command,
-        the service's own back after it.  (The keys alone are scanned, and ``tzset`` runs only
-        when ``TZ`` changes: this is on every request's path.)"""
-        here = os.getcwd()
-        environ, forwarded = os.environ, protocol.FORWARDED_ENV_PREFIXES
-        saved = {k: environ[k] for k in [k for k in environ if k.startswith(forwarded)]}
-        wanted = {k: str(v) for k, v in env.items() if k.startswith(forwarded)}
-        for key in saved:
-            del environ[key]
-        environ.update(wanted)
-        if wanted.get("TZ") != saved.get("TZ"):
-            time.tzset()
-        try:
-            os.chdir(cwd)
-            yield
-        finally:
-            os.chdir(here)
-            tz = environ.get("TZ")
-            for key in [k for k in environ if k.startswith(forwarded)]:
-                del environ[key]
-            environ.update(saved)
-            if tz != saved.get("TZ"):
-                time.tzset()
+        the service's own back after it (:mod:`.environment`)."""
+        return environment.client_context(cwd, env)
 
     def _refused(self, request: dict[str, Any]) -> None:
         """Count a request refused for its version (``serve --status`` shows it)."""
