@@ -18,8 +18,8 @@
  * Portable C11 and POSIX (built with -std=c11 -Wpedantic): the few calls systems differ in are
  * each behind one #if: the peer's uid (SO_PEERCRED on Linux, getpeereid on macOS and the BSDs,
  * elsewhere the socket file's owner alone: docs/platforms.md) and random bytes (arc4random_buf
- * where the C library has it, getrandom with glibc on Linux, else /dev/urandom).
- * SNAPSTORE_PORTABLE (SNAPSTORE_PLATFORM=portable builds) takes the portable branches on Linux too.
+ * where the C library has it, else /dev/urandom).  SNAPSTORE_PORTABLE (SNAPSTORE_PLATFORM=portable
+ * builds) takes the portable branches on Linux too.
  */
 #if defined(__APPLE__)
 #define _DARWIN_C_SOURCE /* (POSIX plus getpeereid and arc4random_buf) */
@@ -46,14 +46,6 @@
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#if defined(__linux__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 25)) && \
-    !defined(SNAPSTORE_PORTABLE)
-#include <sys/random.h>
-#define SNAPSTORE_GETRANDOM 1
-#else
-#define SNAPSTORE_GETRANDOM 0
-#endif
 
 #include "frames.h"
 
@@ -208,9 +200,6 @@ static int random_bytes(uint8_t *out, size_t n) {
     arc4random_buf(out, n);
     return 1;
 #else
-#if SNAPSTORE_GETRANDOM
-    if (getrandom(out, n, 0) == (ssize_t)n) return 1; /* one system call (else the device below) */
-#endif
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
     size_t got = 0;

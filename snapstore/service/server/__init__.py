@@ -215,8 +215,7 @@ class Service:
                 http_hooks.SERVING.pop(self.store_dir, None)
             http_hooks.NOT_SERVING.pop(self.store_dir, None)
             self.store.close()
-            if self._null_stdin is not None:
-                self._null_stdin.close()
+            self._no_stdin().close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
 
