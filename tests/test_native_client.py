@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -227,3 +229,62 @@ def test_an_endless_hook_stdin_is_read_to_a_bound_not_to_its_end(clients: dict[s
     assert "over snapstore's limits" in json.loads(done.stdout)["systemMessage"]
     assert "over snapstore's limits" in (project / ".snapstore" / "hook.log").read_text()
     assert protocol.MAX_STDIN == 128 << 20
+
+
+#: Environments that name the C locale (or C.UTF-8) for LC_CTYPE: LC_ALL, then LC_CTYPE, then LANG.
+C_LOCALES = [{}, {"LC_ALL": "C"}, {"LANG": "POSIX"}, {"LANG": "C.UTF-8"}, {"LC_CTYPE": "C.utf8", "LANG": "xx_YY.UTF-8"},
+             {"LC_ALL": "", "LANG": "C"}]
+
+
+@pytest.mark.parametrize("names", C_LOCALES, ids=lambda names: ",".join(f"{k}={v}" for k, v in names.items()) or "unset")
+def test_the_c_locale_settles_the_output_encoding_without_the_locale_files(clients: dict[str, Path], project: Path,
+                                                                           names: dict[str, str]):
+    """The client starts for every command: when the environment names the C locale (or
+    C.UTF-8), it opens none of the locale database's files, and prints what the Python client
+    prints (a name that is not UTF-8 included)."""
+    strace = shutil.which("strace")
+    if strace is None or subprocess.run([strace, "-o", os.devnull, "true"], capture_output=True).returncode != 0:
+        pytest.skip("no working strace here")
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    env = subprocess_env(FALLBACK_LOG=str(project.parent / "fallback.log"))
+    for name in ("LC_ALL", "LC_CTYPE", "LANG", "PYTHONIOENCODING", "PYTHONUTF8"):
+        env.pop(name, None)
+    env.update(names)
+    odd = os.fsdecode(b"caf\xe9.txt")
+    trace = project.parent / "trace"
+    for argv in (["list"], ["cat", "latest", odd]):
+        via = subprocess.run([strace, "-f", "-qq", "-e", "trace=%file", "-o", str(trace), str(clients["native"]), *argv],
+                             cwd=project, capture_output=True, env=env, timeout=120)
+        here = subprocess.run([sys.executable, "-m", "snapstore", *argv], cwd=project, capture_output=True, env=env, timeout=120)
+        assert (via.stdout, via.returncode, via.stderr) == (here.stdout, here.returncode, here.stderr), argv
+        opened = trace.read_text(errors="replace")
+        assert not re.search(r"/locale/|locale-archive|locale\.alias|gconv", opened), opened
+    assert not (project.parent / "fallback.log").exists()  # the native client answered, through the service
+
+
+def test_a_hook_event_the_service_takes_is_kept_in_memory_and_replayed_whole_when_it_is_not(clients: dict[str, Path],
+                                                                                              project: Path):
+    """Every tool call of an agent runs the client with its event on stdin: read into memory, it
+    goes to the service without a temporary file; only when the Python client takes over (here: a
+    service of another version refuses it) is the event replayed to it, every byte."""
+    strace = shutil.which("strace")
+    if strace is None or subprocess.run([strace, "-o", os.devnull, "true"], capture_output=True).returncode != 0:
+        pytest.skip("no working strace here")
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    before, trace, log = served(project), project.parent / "trace", project.parent / "fallback.log"
+    for client, session in (("native", "n-mem"), ("other", "n-replayed")):
+        event = {"hook_event_name": "PostToolUse", "session_id": session, "tool_name": "Bash", "tool_use_id": "t",
+                 "tool_input": {"command": f"touch {session}.txt"}, "transcript_path": "", "cwd": str(project)}
+        (project / f"{session}.txt").write_bytes(b"")
+        done = subprocess.run([strace, "-qq", "-e", "trace=openat,open", "-o", str(trace), str(clients[client]), "hook",
+                               "claude-code"], cwd=project, input=json.dumps(event).encode(), capture_output=True,
+                              env=subprocess_env(CLAUDE_PROJECT_DIR=str(project), FALLBACK_LOG=str(log)), timeout=120)
+        assert done.returncode == 0 and done.stdout == b"", done.stderr
+        if client == "native":
+            assert not re.search(r"O_TMPFILE|/tmpf", trace.read_text()), trace.read_text()  # (glibc's tmpfile)
+            assert not log.exists()
+    assert log.read_text() == "ran\n"  # the other version's client handed over, once
+    assert served(project) == before + 2  # (the native one, then the Python client: refused first)
+    with Store.open(project) as s:
+        assert [c.message for c in s.checkpoints(task="n-mem")] == ["after Bash: touch n-mem.txt"]
+        assert [c.message for c in s.checkpoints(task="n-replayed")] == ["after Bash: touch n-replayed.txt"]

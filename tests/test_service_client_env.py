@@ -82,3 +82,4 @@ def test_a_command_that_changes_the_time_zone_leaves_the_service_s_after_it(serv
         os.environ["SNAPSTORE_SET_BY_THE_COMMAND"] = "1"
     assert "SNAPSTORE_SET_BY_THE_COMMAND" not in os.environ
     assert _clock() == (0, 0)
+

@@ -50,11 +50,16 @@ MAX_FRAME = 1 << 26
 MAX_STDIN = 128 << 20
 
 
+_TAG: list[str] = []  # (computed once: the service compares it on every request)
+
+
 def version_tag() -> str:
     """What must be equal on both sides: the package version, protocol and install path."""
-    from snapstore import __version__
+    if not _TAG:
+        from snapstore import __version__
 
-    return f"{__version__}/{PROTOCOL}/{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}"
+        _TAG.append(f"{__version__}/{PROTOCOL}/{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}")
+    return _TAG[0]
 
 
 def encode_request(request: dict[str, Any]) -> bytes:

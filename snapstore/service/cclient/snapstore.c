@@ -73,10 +73,11 @@ static const char *const FORWARDED_PREFIXES[] = {"SNAPSTORE_", "TZ", "CLAUDE_PRO
 #define EXIT_SERVICE_STOPPED 12
 
 static char **g_argv;
-/* stdin read for the service (a hook's event): all of it in a temporary file (replayed to the Python
- * client if it runs; -1 when not read), and in memory when it fits a request. */
+/* stdin read for the service (a hook's event): in memory while it fits a request, else (past
+ * that) in a temporary file; either is replayed to the Python client if it runs. */
 static int g_stdin_fd = -1;
 static struct buf g_stdin;
+static int g_stdin_read; /* whether stdin was read (then the Python client gets it replayed) */
 
 static int in_list(const char *s, const char *const *list) {
     for (; *list; list++)
@@ -92,10 +93,18 @@ static int names_remote(int argc, char **argv) {
     return 0;
 }
 
-/* Run the Python client with the same arguments (and the stdin this process consumed, kept in
- * a temporary file: replayed from its start). */
+static int spill_stdin(void);
+static int pipe_stdin(void);
+
+/* Run the Python client with the same arguments (and the stdin this process consumed, replayed
+ * from its start: from a temporary file, or a pipe when no file can be made and it fits one). */
 static void exec_python(const char *lost) {
-    if (g_stdin_fd >= 0 && (lseek(g_stdin_fd, 0, SEEK_SET) != 0 || dup2(g_stdin_fd, 0) != 0)) goto fail;
+    int piped = 0;
+    if (g_stdin_read && g_stdin_fd < 0 && !spill_stdin()) {
+        if (!pipe_stdin()) goto fail;
+        piped = 1;
+    }
+    if (g_stdin_fd >= 0 && ((!piped && lseek(g_stdin_fd, 0, SEEK_SET) != 0) || dup2(g_stdin_fd, 0) != 0)) goto fail;
     if (lost) setenv("SNAPSTORE_LOST_REQUEST", lost, 1);
     g_argv[0] = (char *)SNAPSTORE_PYTHON_CLIENT;
     execv(SNAPSTORE_PYTHON_CLIENT, g_argv);
@@ -257,9 +266,28 @@ static int forwarded(const char *entry) {
     return 0;
 }
 
+/* The LC_CTYPE locale name the environment gives setlocale(LC_CTYPE, ""): LC_ALL, else
+ * LC_CTYPE, else LANG (an empty value counts as unset); "" when none is set. */
+static const char *ctype_name(void) {
+    static const char *const vars[] = {"LC_ALL", "LC_CTYPE", "LANG", NULL};
+    for (const char *const *v = vars; *v; v++) {
+        const char *value = getenv(*v);
+        if (value && *value) return value;
+    }
+    return "";
+}
+
 /* What Python would choose for sys.stdout: (encoding, errors); 0 when not certain. */
 static int stdout_encoding(const char **encoding, const char **errors) {
     if (getenv("PYTHONIOENCODING") || getenv("PYTHONUTF8") || getenv("PYTHONLEGACYWINDOWSSTDIO")) return 0;
+    const char *name = ctype_name();
+    if (!*name || !strcmp(name, "C") || !strcmp(name, "POSIX") || !strcmp(name, "C.UTF-8") || !strcmp(name, "C.utf8")) {
+        /* The C locale, or C.UTF-8 (installed or not): what the code below finds for these
+         * without loading the locale database (the C locale is coerced by Python, PEP 538). */
+        *encoding = "utf-8";
+        *errors = "surrogateescape";
+        return 1;
+    }
     const char *locale = setlocale(LC_CTYPE, "");
     const char *codeset = locale ? nl_langinfo(CODESET) : "ANSI_X3.4-1968";
     *encoding = "utf-8";
@@ -275,50 +303,55 @@ static int stdout_encoding(const char **encoding, const char **errors) {
     return 0;
 }
 
-/* Copy ``fd`` into a new unnamed temporary file (g_stdin_fd): to its end, or MAX_STDIN + 1
- * bytes at most (the hook refuses a larger event unread: an endless stdin must not fill the
- * disk or memory); 0 on an error. */
-static int keep_stdin(int fd) {
-    FILE *kept = tmpfile(); /* (never closed: this process execs or exits) */
+static int write_all(int fd, const char *data, size_t len);
+
+/* A new unnamed temporary file (g_stdin_fd) holding the stdin read so far (g_stdin); 0 on an
+ * error.  (Never closed: this process execs or exits.) */
+static int spill_stdin(void) {
+    FILE *kept = tmpfile();
     if (!kept) return 0;
     g_stdin_fd = fileno(kept);
-    if (!cloexec(g_stdin_fd)) return 0;
+    return cloexec(g_stdin_fd) && write_all(g_stdin_fd, g_stdin.data ? g_stdin.data : "", g_stdin.len);
+}
+
+/* The stdin read so far (g_stdin) in a pipe's buffer (g_stdin_fd: its read end), when it fits
+ * without a reader; 0 otherwise. */
+static int pipe_stdin(void) {
+    int ends[2];
+    if (pipe(ends) != 0) return 0;
+    int ok = fcntl(ends[1], F_SETFL, O_NONBLOCK) == 0 && write_all(ends[1], g_stdin.data ? g_stdin.data : "", g_stdin.len);
+    close(ends[1]);
+    if (!ok) {
+        close(ends[0]);
+        return 0;
+    }
+    g_stdin_fd = ends[0];
+    return 1;
+}
+
+/* Read ``fd`` to its end, or MAX_STDIN + 1 bytes at most (the hook refuses a larger event unread:
+ * an endless stdin must not fill the disk or memory): in memory (g_stdin) while it fits a
+ * request, past that in a temporary file (g_stdin_fd).  1 when it is all in memory (a request
+ * can carry it), 0 otherwise (too large, or an error: the Python client reads it). */
+static int keep_stdin(int fd) {
     char chunk[65536];
     uint64_t total = 0;
+    g_stdin_read = 1;
     for (;;) {
         uint64_t room = (uint64_t)MAX_STDIN + 1 - total;
-        if (room == 0) return 1;
+        if (room == 0) return g_stdin_fd < 0;
         ssize_t n = read(fd, chunk, room < sizeof chunk ? (size_t)room : sizeof chunk);
         if (n < 0) {
             if (errno == EINTR) continue;
             return 0;
         }
-        if (n == 0) return 1;
-        for (ssize_t off = 0; off < n;) {
-            ssize_t w = write(g_stdin_fd, chunk + off, (size_t)(n - off));
-            if (w < 0) {
-                if (errno == EINTR) continue;
-                return 0;
-            }
-            off += w;
-        }
-        total += (uint64_t)n;
-    }
-}
-
-/* The kept stdin in memory, when it leaves room in a request frame; 0 otherwise. */
-static int load_stdin(void) {
-    off_t size = lseek(g_stdin_fd, 0, SEEK_END);
-    if (size < 0 || (uint64_t)size > MAX_FRAME / 2 || lseek(g_stdin_fd, 0, SEEK_SET) != 0) return 0;
-    char chunk[65536];
-    for (;;) {
-        ssize_t n = read(g_stdin_fd, chunk, sizeof chunk);
-        if (n < 0) {
-            if (errno == EINTR) continue;
+        if (n == 0) return g_stdin_fd < 0;
+        if (g_stdin_fd < 0 && g_stdin.len + (size_t)n <= MAX_FRAME / 2) {
+            if (!buf_add(&g_stdin, chunk, (size_t)n)) return 0;
+        } else if ((g_stdin_fd < 0 && !spill_stdin()) || !write_all(g_stdin_fd, chunk, (size_t)n)) {
             return 0;
         }
-        if (n == 0) return 1;
-        if (!buf_add(&g_stdin, chunk, (size_t)n)) return 0;
+        total += (uint64_t)n;
     }
 }
 
@@ -348,7 +381,7 @@ static int build_request(struct buf *r, const char *rid, const char *command, in
     ok = ok && m_str(r, "store") && m_str(r, store_dir);
     ok = ok && m_str(r, "encoding") && m_str(r, encoding);
     ok = ok && m_str(r, "errors") && m_str(r, errors);
-    if (ok && g_stdin_fd >= 0) ok = m_str(r, "stdin") && m_strn(r, g_stdin.data ? g_stdin.data : "", g_stdin.len);
+    if (ok && g_stdin_read) ok = m_str(r, "stdin") && m_strn(r, g_stdin.data ? g_stdin.data : "", g_stdin.len);
     return ok && buf_byte(r, '0');
 }
 
@@ -427,7 +460,7 @@ int main(int argc, char **argv) {
     }
     int fd = connect_socket(store_dir);
     if (fd < 0) exec_python(NULL);
-    if (stdin_command && (!keep_stdin(0) || !load_stdin())) {
+    if (stdin_command && !keep_stdin(0)) {
         close(fd);
         exec_python(NULL); /* (a huge or unreadable event: the Python client reads it) */
     }

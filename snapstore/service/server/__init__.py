@@ -24,7 +24,7 @@ import select
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from snapstore.errors import LockedError, TreeIOError
@@ -33,7 +33,7 @@ from snapstore.ops.snapshot.idle_check import IdleCheck
 from snapstore.platform import unix
 from snapstore.records import requests
 from snapstore.service import http_hooks, protocol
-from snapstore.service.server import http_endpoint
+from snapstore.service.server import environment, http_endpoint
 from snapstore.service.server.heartbeat import Beating
 from snapstore.store import Store
 
@@ -111,7 +111,10 @@ class Service:
         self.http_port: int | None = None
         self.http_refused: str | None = None
         self._lock_fd: int | None = None
+        self._null_stdin: IO[str] | None = None
         self._dir_fd = os.open(self.store_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        st = os.fstat(self._dir_fd)
+        self._store_id = (st.st_dev, st.st_ino)
         st = os.stat(self.store.root)
         self._tree_id = (st.st_dev, st.st_ino)
 
@@ -212,6 +215,7 @@ class Service:
                 http_hooks.SERVING.pop(self.store_dir, None)
             http_hooks.NOT_SERVING.pop(self.store_dir, None)
             self.store.close()
+            self._no_stdin().close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
 
@@ -302,7 +306,7 @@ class Service:
                 protocol.send_frame(conn, b"a", b"")
                 protocol.send_frame(conn, b"x", b"0")
                 return
-            if os.path.realpath(str(request.get("store", ""))) != self.store_dir or "cwd" not in request:
+            if not self._is_mine(str(request.get("store", ""))) or "cwd" not in request:
                 protocol.send_frame(conn, b"n", b"store")
                 return
             # The ack names this process: a client that loses the answer waits for it to end
@@ -323,8 +327,7 @@ class Service:
             self.clients[client] = self.clients.get(client, 0) + 1
             self.last_client = client
             with Beating(conn) as frames:  # (a client takes a silent service for stopped)
-                code = self._run(frames, request)
-                frames.send(b"x", str(code).encode())
+                self._run(frames, request)
         except (OSError, ValueError) as exc:  # the client went away or sent garbage
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("request failed: %s", self.last_error)
@@ -332,9 +335,18 @@ class Service:
             if self.store.context.watcher is not None:
                 self.store.context.watcher.drop_scan()
 
+    def _is_mine(self, path: str) -> bool:
+        """Whether ``path`` names this service's store directory: the same directory (one
+        ``stat`` on every request's path, where resolving the name took one per component)."""
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            return False
+        return (st.st_dev, st.st_ino) == self._store_id
+
     def _provide(self, ctx: Ctx) -> Store:
         located = Store.locate(ctx.directory, store=ctx.store_dir)
-        if os.path.realpath(located) != self.store_dir:
+        if not self._is_mine(located):
             return Store.find(ctx.directory, store=ctx.store_dir, lock_timeout=ctx.lock_timeout)
         if ctx.store_dir is not None:
             self.store.check_tree(ctx.directory)
@@ -342,6 +354,8 @@ class Service:
         return cast(Store, _Borrowed(self.store))
 
     def _run(self, frames: Beating, request: dict[str, Any]) -> int:
+        """Run the request's command; its exit code goes out (``x``) as soon as its output and
+        outcome are, before the service takes its own directory and environment back."""
         encoding = str(request.get("encoding") or "utf-8")
         errors = str(request.get("errors") or "strict")
         out = io.TextIOWrapper(io.BufferedWriter(_FrameWriter(frames, b"o"), 1 << 16), encoding=encoding, errors=errors)
@@ -350,6 +364,7 @@ class Service:
         return self._invoke(
             [str(a) for a in request.get("argv", [])], str(request["cwd"]), dict(request.get("env", {})),
             stdin if isinstance(stdin, str) else None, out, err, str(request.get("command") or ""), _request_id(request),
+            answer=lambda code: frames.send(b"x", str(code).encode()),
         )
 
     def _run_http_hook(self, agent: str, body: str) -> str:
@@ -362,8 +377,11 @@ class Service:
 
     def _invoke(
         self, argv: list[str], cwd: str, env: dict[str, str], stdin: str | None, out: Any, err: Any,
-        command: str, rid: bytes | None,
+        command: str, rid: bytes | None, answer: Callable[[int], None] | None = None,
     ) -> int:
+        """Run one command line as the client's; ``answer`` gets the exit code once the
+        command's output is flushed and its outcome recorded, and before the client's directory
+        and environment are swapped back for the service's (off the answer's path)."""
         from snapstore.cli import lean
         from snapstore.cli import main as cli_main
 
@@ -372,8 +390,8 @@ class Service:
             sys.stdout, sys.stderr = out, err
             if stdin is not None:
                 sys.stdin = io.StringIO(stdin)
-            else:
-                sys.stdin = open(os.devnull)  # noqa: SIM115 - closed below; commands reading stdin run locally
+            else:  # (commands that read stdin run in the client's process)
+                sys.stdin = self._no_stdin()
             if rid is not None:
                 self._begin_request(rid, command)
             try:
@@ -395,9 +413,19 @@ class Service:
                 for stream in (out, err):
                     with contextlib.suppress(OSError, ValueError):
                         stream.flush()
-                sys.stdin.close()
+                if sys.stdin is not self._null_stdin:
+                    sys.stdin.close()
                 sys.stdout, sys.stderr, sys.stdin = saved
+            if answer is not None:
+                answer(code)
         return code
+
+    def _no_stdin(self) -> IO[str]:
+        """The empty stdin of a request without one: one ``/dev/null`` kept open across requests
+        (reopened if a command closed it)."""
+        if self._null_stdin is None or self._null_stdin.closed:
+            self._null_stdin = open(os.devnull)  # noqa: SIM115 - kept for the next requests
+        return self._null_stdin
 
     def _begin_request(self, rid: bytes, command: str) -> None:
         """Every transaction the request makes carries its id (its stages add what they did:
@@ -436,31 +464,10 @@ class Service:
         except SnapstoreError as exc:  # the store cannot take it: the answer still goes out
             log.warning("cannot record request %s: %s", rid.hex(), exc)
 
-    @contextlib.contextmanager
-    def _client_context(self, cwd: str, env: dict[str, str]) -> Iterator[None]:
+    def _client_context(self, cwd: str, env: dict[str, str]) -> contextlib.AbstractContextManager[None]:
         """The request's directory and forwarded variables (``TZ`` among them) for the command,
-        the service's own back after it.  (The keys alone are scanned, and ``tzset`` runs only
-        when ``TZ`` changes: this is on every request's path.)"""
-        here = os.getcwd()
-        environ, forwarded = os.environ, protocol.FORWARDED_ENV_PREFIXES
-        saved = {k: environ[k] for k in [k for k in environ if k.startswith(forwarded)]}
-        wanted = {k: str(v) for k, v in env.items() if k.startswith(forwarded)}
-        for key in saved:
-            del environ[key]
-        environ.update(wanted)
-        if wanted.get("TZ") != saved.get("TZ"):
-            time.tzset()
-        try:
-            os.chdir(cwd)
-            yield
-        finally:
-            os.chdir(here)
-            tz = environ.get("TZ")
-            for key in [k for k in environ if k.startswith(forwarded)]:
-                del environ[key]
-            environ.update(saved)
-            if tz != saved.get("TZ"):
-                time.tzset()
+        the service's own back after it (:mod:`.environment`)."""
+        return environment.client_context(cwd, env)
 
     def _refused(self, request: dict[str, Any]) -> None:
         """Count a request refused for its version (``serve --status`` shows it)."""
