@@ -393,3 +393,21 @@ def test_a_small_delta_is_kept_without_compressing_its_chunk_alone(monkeypatch):
     other = text(40_000, 8)
     assert packs.delta_frame(b"c" * 32, other, b"b" * 32, base, 1, 3) is None
     assert calls == [3]
+
+
+def test_a_delta_of_an_eighth_of_its_chunk_is_kept_without_compressing_it_alone(monkeypatch):
+    """An edit that rewrites a few KB of a 40 KB text makes a delta between 1/32 and 1/8 of the
+    chunk: it pays unless the chunk compressed alone more than 4:1 (text does not), so it is
+    kept after one compression; and a rewrite whose delta is larger is still weighed."""
+    base = text(40_000, 7)
+    edited = base[:16_000] + text(8_000, 9) + base[24_000:]
+    calls = []
+    real = objects._compressor
+    monkeypatch.setattr(objects, "_compressor", lambda level: (calls.append(level), real(level))[1])
+    frame = packs.delta_frame(b"c" * 32, edited, b"b" * 32, base, 1, 3)
+    assert frame is not None
+    assert len(edited) // 32 < len(frame.data) <= len(edited) // 8
+    assert calls == []
+    rewritten = base[:2_000] + text(36_000, 10) + base[38_000:]
+    packs.delta_frame(b"d" * 32, rewritten, b"b" * 32, base, 1, 3)
+    assert calls == [3]

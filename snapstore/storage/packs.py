@@ -19,7 +19,6 @@ keyed by its plain chunk's id like any chunk, so dedup and every reader are unaf
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, TypeVar
@@ -48,19 +47,11 @@ PACK_TARGET = 1 << 20
 DELTA_GAIN = 0.5
 #: A delta of at most 1/DELTA_SURE of the chunk's plain size is kept without compressing the
 #: chunk alone to compare (half a snapshot's compression work when it edits many files): the
-#: chunk would have to compress more than 16:1 alone for it not to pay, and then it is bytes.
-DELTA_SURE = 32
-#: A chunk's compressed-alone size (the other side of :data:`DELTA_GAIN`'s weighing) is
-#: estimated from its delta base's, when this process weighed that base (or its ancestors) and
-#: the delta is clearly on one side of the line: within ALONE_MARGIN of it, the chunk is
-#: compressed alone to decide.  An agent editing a file again and again so compresses each
-#: version once (its delta), not twice.
-ALONE_MARGIN = 0.25
-#: An estimate carried over this many versions is measured again (a file's compressibility
-#: drifts as it is rewritten).
-ALONE_AGE = 8
-#: Chunks whose alone ratio the process keeps (oldest forgotten first): ~100 bytes each.
-ALONE_KEEP = 4096
+#: chunk would have to compress more than 4:1 alone for it not to pay (source code compresses
+#: 2-4:1 at level 3), and then the delta is still at most 1/8 of its plain bytes.  Replaying
+#: this project's own history (150 commits, ~1,600 deltas) compressed ~460 chunks alone at 1/32
+#: and ~100 at 1/8, the same deltas kept either way (docs/benchmarks-design.md).
+DELTA_SURE = 8
 #: Default longest delta chain (config key ``storage.delta-depth``; 0 turns deltas off).
 DELTA_DEPTH = 10
 #: The meta key of that config (``ops.retention.config_key``'s, written here so that opening a
@@ -181,49 +172,12 @@ def delta_frame(
         return None
     delta = _compressor(level, base_plain).compress(data)
     if alone is None:
-        known = _alone_of(base)
-        sure = len(delta) * DELTA_SURE <= len(data)
-        if not sure and known is not None:
-            line = DELTA_GAIN * known[0] * len(data)
-            if not (1 - ALONE_MARGIN) * line < len(delta) <= (1 + ALONE_MARGIN) * line:
-                _carry(cid, known)
-                return None if len(delta) > line else Frame(CODEC_DELTA, delta, [(cid, 0, len(data))], base, depth)
-        elif sure:
-            if known is not None:
-                _carry(cid, known)
+        if len(delta) * DELTA_SURE <= len(data):
             return Frame(CODEC_DELTA, delta, [(cid, 0, len(data))], base, depth)
         alone = len(_compressor(level).compress(data))
-        _carry(cid, (alone / len(data), -1))
     if len(delta) > DELTA_GAIN * alone:
         return None
     return Frame(CODEC_DELTA, delta, [(cid, 0, len(data))], base, depth)
-
-
-# Chunk id -> (compressed-alone size / plain size, versions it was carried over), for
-# delta_frame's estimate; shared by the process's threads, ALONE_KEEP entries at most.
-_alone: OrderedDict[bytes, tuple[float, int]] = OrderedDict()
-_alone_lock = threading.Lock()
-
-
-def _alone_of(cid: bytes) -> tuple[float, int] | None:
-    """The alone ratio this process knows for chunk ``cid`` (None: none, or too old)."""
-    with _alone_lock:
-        known = _alone.get(cid)
-    return known if known is not None and known[1] < ALONE_AGE else None
-
-
-def _carry(cid: bytes, known: tuple[float, int]) -> None:
-    """Remember chunk ``cid``'s alone ratio, one version older than ``known`` (its base's)."""
-    with _alone_lock:
-        _alone[cid] = (known[0], known[1] + 1)
-        _alone.move_to_end(cid)
-        while len(_alone) > ALONE_KEEP:
-            _alone.popitem(last=False)
-
-
-def alone_known() -> int:
-    """How many chunks' alone ratios the process holds (at most :data:`ALONE_KEEP`)."""
-    return len(_alone)
 
 
 def pack_ops(frames: Iterable[Frame], head: bytes = b"") -> list[Op]:
