@@ -375,7 +375,8 @@ def test_a_checkpoint_of_many_edited_files_makes_their_deltas_in_threads(tree, s
     for n in names:
         assert any(entry_of(store, c).codec == entries.CODEC_DELTA for c in file_leaves(store, b.id, n.encode()))
         assert store.read_bytes(b.id, n) == new[n] and store.read_bytes(a.id, n) == old[n]
-    assert b.stats["new_bytes"] < 200 * len(names)
+    # (a one-line edit of a 12 KB file: a delta of ~40-140 bytes, the file alone ~3 KB)
+    assert b.stats["new_bytes"] < 300 * len(names)
     assert store.verify().ok
 
 

@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, TypeVar
 
 from snapstore.errors import CorruptError
-from snapstore.storage import entries, objects
+from snapstore.storage import entries, objects, patchfrom
 from snapstore.storage.entries import CODEC_DELTA, CODEC_ZSTD, PackEntry
 
 if TYPE_CHECKING:
@@ -99,13 +99,8 @@ class Frame:
         self.depth = depth
 
 
-def _compressor(level: int, dictionary: bytes | None = None) -> zstandard.ZstdCompressor:
-    import zstandard  # here, not at import: a no-change snapshot never needs it
-
-    if dictionary is None:
-        return objects._compressor(level)
-    d = zstandard.ZstdCompressionDict(dictionary, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-    return zstandard.ZstdCompressor(level=level, dict_data=d, write_checksum=False)
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    return objects._compressor(level)
 
 
 def solid_frames(
@@ -170,7 +165,7 @@ def delta_frame(
     caller knows it well enough, sparing a second compression)."""
     if len(data) < DELTA_MIN:
         return None
-    delta = _compressor(level, base_plain).compress(data)
+    delta = patchfrom.compress(data, base_plain, level)
     if alone is None:
         if len(delta) * DELTA_SURE <= len(data):
             return Frame(CODEC_DELTA, delta, [(cid, 0, len(data))], base, depth)

@@ -1,0 +1,78 @@
+"""Delta frames through zstd's one-shot dictionary call (storage/patchfrom.py): standard frames
+that the reader decodes with the base as before, no dictionary object built per delta, and the
+compressor API where the one-shot call is not available."""
+
+from __future__ import annotations
+
+import threading
+
+import zstandard
+
+from snapstore.storage import packs, patchfrom
+from tests.test_packs import text
+
+
+def _read(frame: bytes, base: bytes) -> bytes:
+    d = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    out: bytes = zstandard.ZstdDecompressor(dict_data=d).decompress(frame)
+    return out
+
+
+def _edits() -> list[tuple[bytes, bytes]]:
+    base = text(30_000, 3)
+    return [
+        (base, base[:12_000] + b"an inserted line\n" + base[12_000:]),
+        (base, base[:5_000] + base[9_000:]),
+        (base, text(2_000, 4) + base),
+        (text(700, 5), text(700, 5) + b"x" * 100),
+    ]
+
+
+def test_a_delta_is_a_standard_frame_read_back_with_its_base():
+    assert patchfrom.loaded()
+    for base, new in _edits():
+        frame = patchfrom.compress(new, base, 3)
+        assert _read(frame, base) == new
+        assert zstandard.get_frame_parameters(frame).content_size == len(new)
+        assert not zstandard.get_frame_parameters(frame).has_checksum
+        assert len(frame) < len(new) // 4 or len(new) < 1_000
+        # (a memoryview, as the readers hand chunks cut from a file)
+        assert _read(patchfrom.compress(memoryview(new), base, 3), base) == new
+
+
+def test_no_dictionary_object_is_built_per_delta(monkeypatch):
+    """The base goes straight into a context the thread keeps: zstandard's dictionary object
+    (a digested dictionary, every position of the base hashed) is not built."""
+    built = []
+    real = zstandard.ZstdCompressionDict
+    monkeypatch.setattr(zstandard, "ZstdCompressionDict", lambda *a, **k: (built.append(1), real(*a, **k))[1])
+    base, new = _edits()[0]
+    frame = packs.delta_frame(b"c" * 32, new, b"b" * 32, base, 1, 3)
+    assert frame is not None and built == []
+    monkeypatch.undo()
+    assert _read(frame.data, base) == new
+
+
+def test_the_compressor_api_serves_where_the_one_shot_call_does_not_load(monkeypatch):
+    monkeypatch.setattr(patchfrom, "_api", [False])
+    assert not patchfrom.loaded()
+    for base, new in _edits():
+        assert _read(patchfrom.compress(new, base, 3), base) == new
+
+
+def test_threads_keep_their_own_context():
+    """Deltas made side by side (the snapshot's delta threads) each use their own context."""
+    pairs = _edits() * 8
+    out: list[bytes | None] = [None] * len(pairs)
+
+    def work(k: int) -> None:
+        for i in range(k, len(pairs), 4):
+            out[i] = patchfrom.compress(pairs[i][1], pairs[i][0], 3)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(_read(f, b) == n for f, (b, n) in zip(out, pairs) if f is not None)
+    assert None not in out
