@@ -297,6 +297,10 @@ class DeltaBases:
         return base
 
     def decode_groups(self, streams: Sequence[bytes | None], sizes: Sequence[int]) -> list[list[int]]:
+        """:meth:`decode_plan`'s groups."""
+        return self.decode_plan(streams, sizes)[0]
+
+    def decode_plan(self, streams: Sequence[bytes | None], sizes: Sequence[int]) -> tuple[list[list[int]], int]:
         """The indices of ``streams`` (previous versions of edited files, whose chunks are
         delta bases; None left out) grouped by the frame their first decode reads (a one-chunk
         stream's, or its index root's, which follows its chunks), the furthest into its frame
@@ -308,7 +312,7 @@ class DeltaBases:
         ``sizes``: the new chunks' sizes.  A group whose decode does not pay for the new bytes
         it bases (:func:`decode_pays`; a cached frame or chunk costs nothing) is left out, its
         chunks stored whole, unless :data:`DECODE_BUDGET` covers it.  Reads entries only: no
-        frame is decoded here."""
+        frame is decoded here.  Also returned: the plain bytes the kept groups decode."""
         groups: dict[tuple[bytes, int], list[tuple[int, int]]] = {}
         costs: dict[tuple[bytes, int], int] = {}
         based: dict[tuple[bytes, int], int] = {}
@@ -330,7 +334,8 @@ class DeltaBases:
             based[where] = based.get(where, 0) + sizes[i]
         with self._budget_lock:  # (one budget for every batch of the checkpoint, in any thread)
             kept, self._budget = within_budget(costs, based, self._budget)
-        return [[i for _, i in sorted(groups[k])] for k in sorted(groups) if k in kept]
+        plan = [[i for _, i in sorted(groups[k])] for k in sorted(groups) if k in kept]
+        return plan, sum(costs[k] for k in kept)
 
     def _decode_cost(self, cid: bytes, e: PackEntry) -> int:
         """Plain bytes decoded to read chunk ``cid`` (entry ``e``), its delta chain included,
