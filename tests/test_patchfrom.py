@@ -76,3 +76,23 @@ def test_threads_keep_their_own_context():
         t.join()
     assert all(_read(f, b) == n for f, (b, n) in zip(out, pairs) if f is not None)
     assert None not in out
+
+
+def test_the_context_a_thread_keeps_is_bounded_by_the_largest_chunk():
+    """A thread keeps one context whatever it compressed; its size follows the largest base
+    and chunk (at most chunker.MAX_SIZE each), within level 3's tables: under 2 MiB."""
+    from snapstore.storage import chunker
+
+    sizes = []
+
+    def work() -> None:
+        for size in (4_000, chunker.MAX_SIZE, 20_000):
+            base = text(size, 11)
+            new = base[: size // 2] + b"an edit\n" + base[size // 2 :]
+            assert _read(patchfrom.compress(new, base, 3), base) == new
+            sizes.append(patchfrom.context_bytes())
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert 0 < sizes[0] <= sizes[1] == sizes[2] < 2 << 20

@@ -70,6 +70,14 @@ def _by_compressor(data: bytes | memoryview, base: bytes, level: int) -> bytes:
     return out
 
 
+def context_bytes() -> int:
+    """The bytes of the context this thread keeps (0: none yet).  zstd sizes it for the
+    largest base and chunk it compressed, within the level's tables (~1.3 MB at level 3 for
+    chunks of up to 128 KiB: chunker.MAX_SIZE)."""
+    cctx = getattr(_local, "cctx", None)
+    return 0 if cctx is None else int(_cffi()[1].ZSTD_sizeof_CCtx(cctx))
+
+
 def loaded() -> bool:
     """Whether deltas go through the one-shot call (the cffi module loaded)."""
     return bool(_cffi())
