@@ -96,3 +96,52 @@ def test_the_context_a_thread_keeps_is_bounded_by_the_largest_chunk():
     t.start()
     t.join()
     assert 0 < sizes[0] <= sizes[1] == sizes[2] < 2 << 20
+
+
+def test_a_delta_is_decoded_with_its_base_and_damage_is_an_error(monkeypatch):
+    """Decoding goes the same one-shot way (no dictionary object per decode); a damaged frame,
+    a wrong base or a frame larger than its size say so (ValueError: the reader's CorruptError)."""
+    import pytest
+
+    built = []
+    real = zstandard.ZstdCompressionDict
+    for base, new in _edits():
+        frame = patchfrom.compress(new, base, 3)
+        monkeypatch.setattr(zstandard, "ZstdCompressionDict", lambda *a, **k: (built.append(1), real(*a, **k))[1])
+        assert patchfrom.decompress(frame, base, len(new)) == new
+        monkeypatch.undo()
+        with pytest.raises(ValueError):
+            patchfrom.decompress(frame, base, len(new) - 1)
+        damaged = frame[:-3] + bytes(b ^ 0xFF for b in frame[-3:])
+        try:
+            assert patchfrom.decompress(damaged, base, len(new)) != new
+        except ValueError:
+            pass
+    assert built == []
+    base, new = _edits()[0]
+    frame = patchfrom.compress(new, base, 3)
+    try:
+        assert patchfrom.decompress(frame, text(30_000, 99), len(new)) != new
+    except ValueError:
+        pass
+    monkeypatch.setattr(patchfrom, "_api", [False])
+    assert patchfrom.decompress(frame, base, len(new)) == new
+    with pytest.raises(ValueError):
+        patchfrom.decompress(frame, base, len(new) - 1)
+
+
+def test_the_reader_decodes_a_delta_frame_without_a_dictionary_object(monkeypatch):
+    from snapstore.errors import CorruptError
+    from snapstore.storage import entries
+
+    base, new = _edits()[0]
+    frame = patchfrom.compress(new, base, 3)
+    built = []
+    real = zstandard.ZstdCompressionDict
+    monkeypatch.setattr(zstandard, "ZstdCompressionDict", lambda *a, **k: (built.append(1), real(*a, **k))[1])
+    assert entries.inflate(b"c" * 32, frame, len(new), base) == new
+    assert built == []
+    import pytest
+
+    with pytest.raises(CorruptError):
+        entries.inflate(b"c" * 32, frame[:-3] + bytes(b ^ 0xFF for b in frame[-3:]), len(new), base)

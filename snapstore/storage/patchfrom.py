@@ -1,4 +1,4 @@
-"""Delta compression: new bytes compressed with their base as zstd's raw-content dictionary.
+"""Delta frames: new bytes compressed, and read back, with their base as zstd's raw-content dictionary.
 
 zstandard's compressor API takes a dictionary as an object it turns into a digested dictionary
 (a ``ZSTD_CDict``: every position of the base hashed into both of level 3's tables) inside a
@@ -52,6 +52,34 @@ def compress(data: bytes | memoryview, base: bytes, level: int) -> bytes:
         if not lib.ZSTD_isError(size):
             return bytes(ffi.buffer(out, size))
     return _by_compressor(data, base, level)
+
+
+def decompress(frame: bytes, base: bytes, size: int) -> bytes:
+    """The plain bytes of delta ``frame`` (at most ``size``: its header's content size),
+    decoded with ``base`` as its raw-content dictionary, through zstd's one-shot call on a
+    context this thread keeps (the decompressor API otherwise).  ValueError when the frame does
+    not decode (damage, a wrong base, more than ``size`` bytes)."""
+    api = _cffi()
+    if not api:
+        import zstandard
+
+        d = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+        try:
+            out: bytes = zstandard.ZstdDecompressor(dict_data=d).decompress(frame, max_output_size=max(size, 1))
+        except zstandard.ZstdError as exc:
+            raise ValueError(str(exc)) from None
+        if len(out) > size:
+            raise ValueError(f"the frame holds {len(out)} bytes, more than {size}")
+        return out
+    ffi, lib = api
+    dctx = getattr(_local, "dctx", None)
+    if dctx is None:
+        dctx = _local.dctx = ffi.gc(lib.ZSTD_createDCtx(), lib.ZSTD_freeDCtx)
+    buf = _new(ffi)("char[]", max(size, 1))
+    got = lib.ZSTD_decompress_usingDict(dctx, buf, size, ffi.from_buffer(frame), len(frame), ffi.from_buffer(base), len(base))
+    if lib.ZSTD_isError(got):
+        raise ValueError(ffi.string(lib.ZSTD_getErrorName(got)).decode(errors="replace"))
+    return bytes(ffi.buffer(buf, got))
 
 
 def _new(ffi: Any) -> Any:
