@@ -30,7 +30,10 @@ def _cffi() -> Any:
         try:
             from zstandard import _cffi  # type: ignore[attr-defined]
 
-            _api[0] = (_cffi.ffi, _cffi.lib)
+            lib = _cffi.lib
+            for name in ("ZSTD_compress_usingDict", "ZSTD_decompress_usingDict", "ZSTD_sizeof_CCtx"):
+                getattr(lib, name)  # (an older build without one: AttributeError)
+            _api[0] = (_cffi.ffi, lib)
         except Exception:  # (an install without it: the compressor API serves)
             _api[0] = False
     return _api[0]
