@@ -4,8 +4,10 @@
 of each of the last N first-parent commits of PATH is laid out in a scratch directory (as
 ``benchmarks.replay --repo`` does), and one process checkpoints it with ``Store(watch=True)``
 and with pygit2 (``index.add_all`` + ``write_tree`` + ``create_commit``), the order alternating.
-Printed: both medians and their ratio, then the median and mean of each phase of the
-snapshot (the functions of ``snapstore.ops.snapshot`` timed in place).
+Printed: both medians and their ratio, the median CPU time of the process (all its threads)
+a snapshot took (steadier than the wall clock on a shared machine, for A/B runs), then the
+median and mean of each phase of the snapshot (the functions of ``snapstore.ops.snapshot``
+timed in place).
 Medians of phases do not add up to the median of the whole (each is over its own calls).
 
 Both contestants run in this one process, so the shared-mapping scan reads this process's
@@ -115,14 +117,17 @@ def main() -> int:
         for xs in timings.values():
             xs.clear()
         snap: list[float] = []
+        cpu: list[float] = []
         git: list[float] = []
         for i, sha in enumerate(shas[1:]):
             layout.checkout(sha)
             for which in (0, 1) if i % 2 else (1, 0):
                 t0 = time.perf_counter()
                 if which == 0:
+                    c0 = time.process_time()
                     store.snapshot(f"commit {sha[:12]}")
                     snap.append(time.perf_counter() - t0)
+                    cpu.append(time.process_time() - c0)
                 else:
                     git_checkpoint(f"commit {sha[:12]}")
                     git.append(time.perf_counter() - t0)
@@ -131,7 +136,8 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     ms, mg = statistics.median(snap) * 1e3, statistics.median(git) * 1e3
     print(f"{len(snap)} commits, load {os.getloadavg()[0]:.1f}: snap-watch {ms:.2f} ms, pygit2 {mg:.2f} ms, "
-          f"ratio {ms / mg:.2f} (durability {args.durability or 'the store default'})")
+          f"ratio {ms / mg:.2f} (durability {args.durability or 'the store default'}); "
+          f"snap-watch CPU {statistics.median(cpu) * 1e3:.2f} ms")
     for label, xs in timings.items():  # (in the order instrument() names them)
         if not xs:
             continue

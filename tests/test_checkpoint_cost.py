@@ -121,3 +121,20 @@ def test_the_read_views_of_a_checkpoint_do_not_grow_with_the_files_it_reads(tmp_
     # load; main's code took 14 against 56, ~3 a file)
     assert sixteen["read views"] <= two["read views"] + 6, (two, sixteen)
     assert sixteen["gets"] >= two["gets"] + 14 * 2, (two, sixteen)  # (a stat-cache entry and a base a file, at least)
+
+
+def test_the_snapshot_start_reads_the_store_in_one_view(tmp_path: Path, monkeypatch):
+    """The newest log and oplog keys, the format, the meta flags and the parent checkpoint's
+    record: one read transaction (each costs a begin, an end and CURRENT's lstat)."""
+    from snapstore.ops.snapshot import walk
+
+    tree = tmp_path / "start"
+    _tree(tree, 20)
+    Store.init(tree).close()
+    with Store.open(tree) as store:
+        parent = store.snapshot("first")
+        with monkeypatch.context() as m:
+            counts = _counting(m)
+            start = walk.Start(store.backend)
+        assert counts["read views"] == 1, counts
+        assert start.parent is not None and start.parent.id == parent.id

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import pytest
 
@@ -354,28 +355,45 @@ def test_a_frame_decoded_by_one_thread_serves_the_others(tree, store, monkeypatc
     assert calls == []
 
 
-def test_a_checkpoint_of_many_edited_files_makes_their_deltas_in_threads(tree, store, monkeypatch):
-    """Past PARALLEL_DELTAS files with a base, the deltas are made in the delta pool: each edited
-    file is still a delta on its previous version, the frames in the chunks' order (the same
-    packs as made one by one), and every version reads back."""
+def _edit_in_one_checkpoint(tree, store, monkeypatch, names: list[str], seed: int) -> tuple[list[str], Any]:
+    """Snapshot ``names`` (12 KB texts), edit one line of each, snapshot again with the pools it
+    asks for recorded; checks that each file is a delta on its previous version and that both
+    versions read back.  Returns the pools asked for and the second checkpoint."""
     from snapstore.ops import workers
-    from snapstore.ops.snapshot import write
 
-    names = [f"src/m{i:02d}.py" for i in range(3 * write.PARALLEL_DELTAS)]
-    old = {n: text(12_000, 100 + i) for i, n in enumerate(names)}
+    old = {n: text(12_000, seed + i) for i, n in enumerate(names)}
     build_tree(tree, old)
     a = store.snapshot("a")
     new = {n: body[:6_000] + b"# an edit\n" + body[6_000:] for n, body in old.items()}
     build_tree(tree, new)
-    pools = []
+    pools: list[str] = []
     real = workers.pool
     monkeypatch.setattr(workers, "pool", lambda name, n: (pools.append(name), real(name, n))[1])
     b = store.snapshot("b")
-    assert pools == ["delta"]
     for n in names:
         assert any(entry_of(store, c).codec == entries.CODEC_DELTA for c in file_leaves(store, b.id, n.encode()))
         assert store.read_bytes(b.id, n) == new[n] and store.read_bytes(a.id, n) == old[n]
-    assert b.stats["new_bytes"] < 200 * len(names)
+    return pools, b
+
+
+def test_a_checkpoint_of_a_few_edited_files_makes_their_deltas_in_the_calling_thread(tree, store, monkeypatch):
+    """An agent's step (a few edited files, their bases in one frame) makes its deltas where
+    it reads: a delta costs less than the hand-off to the delta pool and the wait for a core."""
+    pools, _ = _edit_in_one_checkpoint(tree, store, monkeypatch, [f"src/f{i}.py" for i in range(8)], 200)
+    assert "delta" not in pools
+
+
+def test_a_checkpoint_of_many_edited_files_makes_their_deltas_in_threads(tree, store, monkeypatch):
+    """Past PARALLEL_DELTAS files with a base, the deltas are made in the delta pool: each edited
+    file is still a delta on its previous version, the frames in the chunks' order (the same
+    packs as made one by one), and every version reads back."""
+    from snapstore.ops.snapshot import write
+
+    names = [f"src/m{i:02d}.py" for i in range(3 * write.PARALLEL_DELTAS)]
+    pools, b = _edit_in_one_checkpoint(tree, store, monkeypatch, names, 100)
+    assert pools.count("delta") == 1  # (and the manifest's new leaves, several now, the frame pool)
+    # (a one-line edit of a 12 KB file: a delta of ~40-140 bytes, the file alone ~3 KB)
+    assert b.stats["new_bytes"] < 300 * len(names)
     assert store.verify().ok
 
 
@@ -392,4 +410,22 @@ def test_a_small_delta_is_kept_without_compressing_its_chunk_alone(monkeypatch):
     assert calls == []
     other = text(40_000, 8)
     assert packs.delta_frame(b"c" * 32, other, b"b" * 32, base, 1, 3) is None
+    assert calls == [3]
+
+
+def test_a_delta_of_an_eighth_of_its_chunk_is_kept_without_compressing_it_alone(monkeypatch):
+    """An edit that rewrites a few KB of a 40 KB text makes a delta between 1/32 and 1/8 of the
+    chunk: it pays unless the chunk compressed alone more than 4:1 (text does not), so it is
+    kept after one compression; and a rewrite whose delta is larger is still weighed."""
+    base = text(40_000, 7)
+    edited = base[:16_000] + text(8_000, 9) + base[24_000:]
+    calls = []
+    real = objects._compressor
+    monkeypatch.setattr(objects, "_compressor", lambda level: (calls.append(level), real(level))[1])
+    frame = packs.delta_frame(b"c" * 32, edited, b"b" * 32, base, 1, 3)
+    assert frame is not None
+    assert len(edited) // 32 < len(frame.data) <= len(edited) // 8
+    assert calls == []
+    rewritten = base[:2_000] + text(36_000, 10) + base[38_000:]
+    packs.delta_frame(b"d" * 32, rewritten, b"b" * 32, base, 1, 3)
     assert calls == [3]

@@ -282,14 +282,11 @@ def inflate(
         if upto is not None and dictionary is None and upto < PREFIX_BELOW * claimed:
             return _prefix(frame, upto)
         if dictionary is None:
-            d = zstandard.ZstdDecompressor()
+            plain: bytes = zstandard.ZstdDecompressor().decompress(frame, max_output_size=max(limit, 1))
         else:
-            d = zstandard.ZstdDecompressor(
-                dict_data=zstandard.ZstdCompressionDict(
-                    dictionary, dict_type=zstandard.DICT_TYPE_RAWCONTENT
-                )
-            )
-        plain: bytes = d.decompress(frame, max_output_size=max(limit, 1))
+            from snapstore.storage import patchfrom
+
+            plain = patchfrom.decompress(frame, dictionary, claimed)
     except (zstandard.ZstdError, ValueError) as exc:
         raise CorruptError(f"chunk {cid.hex()}: its frame does not decompress ({exc})") from exc
     if len(plain) != claimed:

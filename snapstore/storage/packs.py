@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, TypeVar
 
 from snapstore.errors import CorruptError
-from snapstore.storage import entries, objects
+from snapstore.storage import entries, objects, patchfrom
 from snapstore.storage.entries import CODEC_DELTA, CODEC_ZSTD, PackEntry
 
 if TYPE_CHECKING:
@@ -47,8 +47,11 @@ PACK_TARGET = 1 << 20
 DELTA_GAIN = 0.5
 #: A delta of at most 1/DELTA_SURE of the chunk's plain size is kept without compressing the
 #: chunk alone to compare (half a snapshot's compression work when it edits many files): the
-#: chunk would have to compress more than 16:1 alone for it not to pay, and then it is bytes.
-DELTA_SURE = 32
+#: chunk would have to compress more than 4:1 alone for it not to pay (source code compresses
+#: 2-4:1 at level 3), and then the delta is still at most 1/8 of its plain bytes.  Replaying
+#: this project's own history (150 commits, ~1,600 deltas) compressed ~460 chunks alone at 1/32
+#: and ~100 at 1/8, the same deltas kept either way (docs/benchmarks-design.md).
+DELTA_SURE = 8
 #: Default longest delta chain (config key ``storage.delta-depth``; 0 turns deltas off).
 DELTA_DEPTH = 10
 #: The meta key of that config (``ops.retention.config_key``'s, written here so that opening a
@@ -96,13 +99,8 @@ class Frame:
         self.depth = depth
 
 
-def _compressor(level: int, dictionary: bytes | None = None) -> zstandard.ZstdCompressor:
-    import zstandard  # here, not at import: a no-change snapshot never needs it
-
-    if dictionary is None:
-        return objects._compressor(level)
-    d = zstandard.ZstdCompressionDict(dictionary, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-    return zstandard.ZstdCompressor(level=level, dict_data=d, write_checksum=False)
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    return objects._compressor(level)
 
 
 def solid_frames(
@@ -167,7 +165,7 @@ def delta_frame(
     caller knows it well enough, sparing a second compression)."""
     if len(data) < DELTA_MIN:
         return None
-    delta = _compressor(level, base_plain).compress(data)
+    delta = patchfrom.compress(data, base_plain, level)
     if alone is None:
         if len(delta) * DELTA_SURE <= len(data):
             return Frame(CODEC_DELTA, delta, [(cid, 0, len(data))], base, depth)
@@ -299,6 +297,10 @@ class DeltaBases:
         return base
 
     def decode_groups(self, streams: Sequence[bytes | None], sizes: Sequence[int]) -> list[list[int]]:
+        """:meth:`decode_plan`'s groups."""
+        return self.decode_plan(streams, sizes)[0]
+
+    def decode_plan(self, streams: Sequence[bytes | None], sizes: Sequence[int]) -> tuple[list[list[int]], int]:
         """The indices of ``streams`` (previous versions of edited files, whose chunks are
         delta bases; None left out) grouped by the frame their first decode reads (a one-chunk
         stream's, or its index root's, which follows its chunks), the furthest into its frame
@@ -310,7 +312,7 @@ class DeltaBases:
         ``sizes``: the new chunks' sizes.  A group whose decode does not pay for the new bytes
         it bases (:func:`decode_pays`; a cached frame or chunk costs nothing) is left out, its
         chunks stored whole, unless :data:`DECODE_BUDGET` covers it.  Reads entries only: no
-        frame is decoded here."""
+        frame is decoded here.  Also returned: the plain bytes the kept groups decode."""
         groups: dict[tuple[bytes, int], list[tuple[int, int]]] = {}
         costs: dict[tuple[bytes, int], int] = {}
         based: dict[tuple[bytes, int], int] = {}
@@ -332,7 +334,8 @@ class DeltaBases:
             based[where] = based.get(where, 0) + sizes[i]
         with self._budget_lock:  # (one budget for every batch of the checkpoint, in any thread)
             kept, self._budget = within_budget(costs, based, self._budget)
-        return [[i for _, i in sorted(groups[k])] for k in sorted(groups) if k in kept]
+        plan = [[i for _, i in sorted(groups[k])] for k in sorted(groups) if k in kept]
+        return plan, sum(costs[k] for k in kept)
 
     def _decode_cost(self, cid: bytes, e: PackEntry) -> int:
         """Plain bytes decoded to read chunk ``cid`` (entry ``e``), its delta chain included,

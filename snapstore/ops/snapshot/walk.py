@@ -22,7 +22,7 @@ from snapstore.records.checkpoint import (
 )
 from snapstore.records.manifest import Entry
 from snapstore.storage import packs
-from snapstore.storage.backend import Backend
+from snapstore.storage.backend import Backend, ReadView
 from snapstore.tree import packed, scan, worktree
 
 
@@ -44,28 +44,28 @@ class Start:
             self.cached = next(iter(view.items("statcache")), None) is not None
             self.indexed = view.get("meta", TASK_INDEX_META) is not None
             self.paths_indexed = view.get("meta", PATHS_INDEX_META) is not None
-        newest = newest_readable(backend, last_item[1]) if last_item else None
+            newest = newest_readable(view, last_item[1]) if last_item else None
         self.parent: Checkpoint | None = newest[0] if newest else None
         self.parent_record = newest[1] if newest else b""
         #: The new checkpoint's sequence number.
         self.seq = next_seq(self.keys[0])
 
 
-def newest_readable(backend: Backend, latest: bytes) -> tuple[Checkpoint, bytes] | None:
+def newest_readable(view: ReadView, latest: bytes) -> tuple[Checkpoint, bytes] | None:
     """The newest checkpoint whose record reads back (the parent of a new one) and its packed
-    record; a damaged latest record (verify reports it) must not stop every later snapshot."""
-    with backend.read() as view:
-        packed = view.get("checkpoints", latest)
-        if packed is not None:
-            try:
-                return parse_record(latest, packed), packed
-            except CorruptError:
-                pass
-        readable = load_all(view)
-        if not readable:
-            return None
-        newest = readable[-1]
-        packed = view.get("checkpoints", bytes.fromhex(newest.id))
+    record; a damaged latest record (verify reports it) must not stop every later snapshot.
+    ``view``: the read view the snapshot's start reads the store in (one transaction)."""
+    packed = view.get("checkpoints", latest)
+    if packed is not None:
+        try:
+            return parse_record(latest, packed), packed
+        except CorruptError:
+            pass
+    readable = load_all(view)
+    if not readable:
+        return None
+    newest = readable[-1]
+    packed = view.get("checkpoints", bytes.fromhex(newest.id))
     return (newest, packed) if packed is not None else None
 
 

@@ -33,8 +33,13 @@ GROUP_BYTES = 4 << 20
 BATCH_FILES = 256
 QUEUE_ITEMS = 4  # x GROUP_BYTES: what is in flight to the writer
 #: Delta frames are made in DELTA_THREADS threads once a group has this many chunks with a
-#: base (each base is decoded from its own frame: worth a second thread).
-PARALLEL_DELTAS = 4
+#: base, or its bases decode this many plain bytes from two frames or more (zstd, outside the
+#: GIL: worth a second thread).  A delta on a base at hand costs ~30 us (storage/patchfrom.py): for an
+#: agent's few edited files, the hand-off to the pool and the wait for a core cost more than
+#: they save (the replay's delta frames at load 5-6: 1.3-1.8 ms a checkpoint with 4, 0.6-0.8
+#: with 16; docs/benchmarks-design.md).
+PARALLEL_DELTAS = 16
+PARALLEL_DECODE = 256 << 10
 DELTA_THREADS = 2
 #: Bytes per writer transaction.  The writer holds a batch twice while committing it (its
 #: values, and LMDB's dirty copies), so smaller batches hold less memory, at the same speed
@@ -237,7 +242,7 @@ class Sink:
         with bases.held():
             # The previous version of each chunk's file, if any (its delta base is in there).
             found = [previous(hint[0]) if hint is not None else None for _, _, hint in chosen]
-            groups = bases.decode_groups(
+            groups, decode = bases.decode_plan(
                 [sid if len(data) >= packs.DELTA_MIN and bases.max_depth > 0 else None
                  for sid, (_, data, _) in zip(found, chosen)],
                 [len(data) for _, data, _ in chosen],
@@ -253,7 +258,8 @@ class Sink:
                         if base is not None:
                             frames[i] = bases.on(cid, data, base, level)
 
-        if sum(len(g) for g in groups) < PARALLEL_DELTAS:
+        # (frames to decode side by side: one frame's decode cannot be split)
+        if sum(len(g) for g in groups) < PARALLEL_DELTAS and (decode < PARALLEL_DECODE or len(groups) < DELTA_THREADS):
             share(groups)
         else:
             from snapstore.ops import workers
