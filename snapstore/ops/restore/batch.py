@@ -51,7 +51,6 @@ WORKERS = 4
 #: New file bytes staged before a sync and their renames: bounds the extra disk space a restore
 #: needs (a new file and the one it replaces exist side by side until the rename).
 GROUP_BYTES = 256 << 20
-SHARED = True
 
 
 def _syncfs(fd: int) -> None:
@@ -310,17 +309,6 @@ def _in_pool(jobs: list[Callable[[], None]]) -> None:
         return
     from snapstore.ops.workers import pool  # only for restores of many files
 
-    if not SHARED:
-        error: BaseException | None = None
-        writers = pool("restore", WORKERS)
-        for fut in [writers.submit(job) for job in jobs]:
-            try:
-                fut.result()
-            except BaseException as exc:
-                error = error or exc
-        if error is not None:
-            raise error
-        return
     errors: list[BaseException] = []
     todo = iter(jobs)
 
