@@ -5,7 +5,9 @@
 Builds the stdlib corpus, checkpoints it (X), edits 100 files, checkpoints again (Y), then
 alternates: put the tree back at Y (untimed), restore X with each contestant (timed).  Each
 ``--snapstore-at REV`` adds a snapstore contestant measured at that git revision (exported), so
-a before/after comparison runs in the same interleaved session.  ``--profile`` then runs one
+a before/after comparison runs in the same interleaved session; with ``--service`` too, this
+checkout is also measured through the Python client (``svc(worktree, py client)``), as the
+revisions' services are answered by theirs: compare those two, not the native client's side.  ``--profile`` then runs one
 in-process restore under cProfile and prints where the time goes, and the next snapshot's reads.
 ``--phases`` then runs ``--runs`` restores in-process through a watching Store (the service's
 path, without the client) with each phase of the restore timed in place, and prints the median
@@ -95,6 +97,15 @@ def export(rev: str, work: str) -> str:
     return src
 
 
+def export_worktree(work: str) -> str:
+    """This checkout's package as it is (uncommitted edits too), for a contestant run like the
+    exported revisions: through the Python client, as ``--snapstore-at`` sides are."""
+    src = os.path.join(work, "src-worktree")
+    shutil.copytree(os.path.join(os.path.dirname(HERE), "snapstore"), os.path.join(src, "snapstore"),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    return src
+
+
 def put(root: str, contents: dict[str, bytes]) -> None:
     for rel, data in contents.items():
         with open(os.path.join(root, rel), "wb") as f:
@@ -119,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         comps.append(SnapAt(tree, os.path.join(work, f"snap-{rev}"), f"snap({rev})", src))
     if a.service:
         comps.append(SvcAt(tree, os.path.join(work, "svc-wt"), "svc(worktree)", None))
+        if srcs:  # (the revisions' services answer their Python client: this one's too, to compare)
+            comps.append(SvcAt(tree, os.path.join(work, "svc-wt-py"), "svc(worktree, py client)", export_worktree(work)))
         for rev, src in srcs.items():
             comps.append(SvcAt(tree, os.path.join(work, f"svc-{rev}"), f"svc({rev})", src))
     comps.append(GitCLI(tree, os.path.join(work, "git")))

@@ -156,3 +156,25 @@ def test_old_manifests_keep_their_informational_modes(tmp_path: Path):
         store.restore(old)
         assert _mode(root / "f.txt") == 0o600  # untouched: not a change under the old rule
         assert (root / "d").is_dir() and _mode(root / "d") == 0o755  # as before: not applied
+
+
+def test_modes_the_umask_would_take_are_restored_exactly(tmp_path: Path):
+    """A restored file is created with its mode: what the umask takes away is put back."""
+    root = tmp_path / "t"
+    root.mkdir()
+    wanted = {"g664.txt": 0o664, "w666.txt": 0o666, "x775.sh": 0o775, "p644.txt": 0o644, "r444.txt": 0o444}
+    for name, mode in wanted.items():
+        (root / name).write_bytes(name.encode())
+        os.chmod(root / name, mode)
+    old = os.umask(0o077)
+    try:
+        with Store.init(root) as store:
+            store.snapshot("A", tags=["A"])
+            for name in wanted:  # (each replaced: the restore writes every one)
+                (root / name).unlink()
+                (root / name).write_bytes(b"changed")
+            store.restore("A")
+            assert {name: _mode(root / name) for name in wanted} == wanted
+            assert (root / "r444.txt").read_bytes() == b"r444.txt"
+    finally:
+        os.umask(old)

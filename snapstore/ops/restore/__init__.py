@@ -241,7 +241,7 @@ def _apply(
     applier.contents = contents
     done = batch_mod.Run()
 
-    def before(i: int, s: Step) -> None:
+    def before(i: int, s: Step) -> os.stat_result | None:
         if step_hook is not None:
             step_hook(i)
         if i == len(steps) // 2:
@@ -250,12 +250,15 @@ def _apply(
         # checked one by one instead.  A directory to create may already exist implicitly
         # (it held files that earlier steps removed): creating it is idempotent.
         implicit = s.action in ("prune", "rmdir", "mkdir", "dirmode") and s.path not in found
-        check = not implicit and s.path not in done.paths
-        if check and not same_as_seen(applier.tree.lstat(s.path), found.get(s.path)):
+        if implicit or s.path in done.paths:
+            return None
+        st = applier.tree.lstat(s.path)
+        if not same_as_seen(st, found.get(s.path)):
             raise ConflictError(
                 f"{display(s.path)} changed while the restore ran; the restore was rolled back "
                 "(nothing was lost)"
             )
+        return st
 
     try:
         batch_mod.execute(applier, steps, before, done, defer)

@@ -281,11 +281,14 @@ class Applier:
         :meth:`commit`.
         """
         e = self.target[path]
+        mode = file_mode(e)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         while True:
             tmp = self._tmp_name()
             try:
-                out = os.open(tmp, flags, 0o600, dir_fd=fd)
+                # (created with its mode: the umask may take bits away, put back below; the
+                # creating descriptor writes whatever the mode says)
+                out = os.open(tmp, flags, mode, dir_fd=fd)
                 break
             except FileExistsError:
                 continue  # a name left by a killed restore (or planted): never reuse it
@@ -296,10 +299,11 @@ class Applier:
                 while view:
                     n = write(out, view)
                     view = view[n:]
-            os.fchmod(out, file_mode(e))  # the new inode only, before it gets its name
+            st = os.fstat(out)
+            if stat.S_IMODE(st.st_mode) != mode:  # (the umask took some: the new inode only)
+                os.fchmod(out, mode)  # (ctime only: the stat-cache value keeps to ino, size, mtime)
             if durable:
                 os.fsync(out)
-            st = os.fstat(out)
         except BaseException:
             os.close(out)
             try:
@@ -310,15 +314,18 @@ class Applier:
         os.close(out)
         return Staged(path, fd, parent, tmp, name, st)
 
-    def set_aside(self, dir_fd: int, parent: bytes, name: bytes) -> Aside | None:
+    def set_aside(self, dir_fd: int, parent: bytes, name: bytes, seen: os.stat_result | None = None) -> Aside | None:
         """Rename the file or symlink ``name`` (in directory ``dir_fd``, the tree's ``parent``)
         to a temp name beside it; None when nothing was moved (absent, or a directory: that
-        stays, for its step to meet).  Renaming is quick where freeing a file's blocks may
-        wait on the disk: :meth:`drop_aside` frees them, many at once."""
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return None
+        stays, for its step to meet).  ``seen``: its lstat, just taken (the caller's check),
+        else it is taken here.  Renaming is quick where freeing a file's blocks may wait on
+        the disk: :meth:`drop_aside` frees them, many at once."""
+        st = seen
+        if st is None:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
         if stat.S_ISDIR(st.st_mode):
             return None
         aside = Aside(dir_fd, name, self._tmp_name())

@@ -68,6 +68,11 @@ def _sync_fn() -> Callable[[int], None] | None:
     return syncfs
 
 
+#: Runs right before step ``i`` touches the tree (the concurrent-edit check); returns the lstat
+#: it checked the path with, or None when it checked none.
+Before = Callable[[int, Step], "os.stat_result | None"]
+
+
 @dataclass
 class Run:
     """What :func:`execute` did so far (read after an error, for the roll-back)."""
@@ -77,7 +82,7 @@ class Run:
 
 
 def execute(
-    applier: Applier, steps: list[Step], before: Callable[[int, Step], None] | None, run: Run,
+    applier: Applier, steps: list[Step], before: Before | None, run: Run,
     defer: list[tuple[bytes, int]] | None = None,
 ) -> None:
     """Carry out ``steps`` (a plan's order) against the tree, durably; see the module doc.
@@ -154,7 +159,7 @@ def _groups(applier: Applier, writes: list[tuple[int, Step]]) -> list[list[tuple
     return groups
 
 
-def _touch(applier: Applier, i: int, s: Step, before: Callable[[int, Step], None] | None, run: Run) -> None:
+def _touch(applier: Applier, i: int, s: Step, before: Before | None, run: Run) -> None:
     if before is not None:
         before(i, s)
     applier.apply(s)
@@ -164,7 +169,7 @@ def _touch(applier: Applier, i: int, s: Step, before: Callable[[int, Step], None
 
 def _clear_replaced(
     applier: Applier, group: list[tuple[int, Step]], staged: dict[int, Staged],
-    before: Callable[[int, Step], None] | None, run: Run,
+    before: Before | None, run: Run,
 ) -> set[bytes]:
     """Clear the paths of the files the group's temp files replace, each checked unchanged
     first, before the data sync (:func:`_set_aside_all`); the paths cleared.
@@ -177,7 +182,7 @@ def _clear_replaced(
     return _set_aside_all(applier, items, before, run)
 
 
-def _delete_files(applier: Applier, steps: list[Step], before: Callable[[int, Step], None] | None, run: Run) -> set[int]:
+def _delete_files(applier: Applier, steps: list[Step], before: Before | None, run: Run) -> set[int]:
     """Delete the files (and symlinks) the plan deletes, together (:func:`_set_aside_all`); the
     indices of the steps done (a directory, or a path below a non-directory, is left to its
     step, in the plan's order)."""
@@ -195,7 +200,7 @@ def _delete_files(applier: Applier, steps: list[Step], before: Callable[[int, St
 
 def _set_aside_all(
     applier: Applier, items: list[tuple[int, Step, int, bytes, bytes]],
-    before: Callable[[int, Step], None] | None, run: Run,
+    before: Before | None, run: Run,
 ) -> set[bytes]:
     """Rename each file of ``items`` to a temp name right after its check, then unlink them
     all in the writer pool; the paths cleared.
@@ -209,9 +214,8 @@ def _set_aside_all(
     aside: list[Aside] = []
     try:
         for i, s, fd, parent, name in items:
-            if before is not None:
-                before(i, s)
-            moved = applier.set_aside(fd, parent, name)
+            seen = before(i, s) if before is not None else None
+            moved = applier.set_aside(fd, parent, name, seen)
             if moved is not None:
                 aside.append(moved)
                 cleared.add(s.path)
@@ -305,15 +309,20 @@ def _in_pool(jobs: list[Callable[[], None]]) -> None:
         return
     from snapstore.ops.workers import pool  # only for restores of many files
 
-    error: BaseException | None = None
-    writers = pool("restore", WORKERS)
-    for fut in [writers.submit(job) for job in jobs]:
-        try:
-            fut.result()
-        except BaseException as exc:
-            error = error or exc
-    if error is not None:
-        raise error
+    errors: list[BaseException] = []
+    todo = iter(jobs)
+
+    def drain() -> None:
+        for job in todo:  # (one iterator shared by the workers: each takes the next job)
+            try:
+                job()
+            except BaseException as exc:
+                errors.append(exc)
+
+    for fut in [pool("restore", WORKERS).submit(drain) for _ in range(min(WORKERS, len(jobs)))]:
+        fut.result()
+    if errors:
+        raise errors[0]
 
 
 def _sync_dirs(sync: Callable[[int], None], fds: Iterable[int]) -> None:
