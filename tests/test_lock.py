@@ -95,3 +95,27 @@ def test_two_lock_objects_conflict_in_one_process(tmp_path):
         assert f"process {os.getpid()}" in str(info.value)
     with second.held():  # free again
         pass
+
+
+def test_a_waiter_tries_again_soon_then_backs_off_to_the_poll(tmp_path, monkeypatch):
+    """A lock held for a moment costs its waiter about that moment: the first retry comes after
+    a millisecond, the pauses then double up to POLL (never more), and the last one ends at the
+    deadline."""
+    from snapstore.storage import lock as lock_mod
+
+    path = str(tmp_path / "lock")
+    holder = WriterLock(path)
+    pauses: list[float] = []
+    clock = [1000.0]
+    monkeypatch.setattr(lock_mod.time, "monotonic", lambda: clock[0])
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(lock_mod.time, "sleep", sleep)
+    with holder.held(), pytest.raises(LockedError):
+        WriterLock(path).held(timeout=0.1).__enter__()
+    assert pauses[:6] == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.016, 0.02])
+    assert max(pauses) <= lock_mod.POLL
+    assert sum(pauses) == pytest.approx(0.1)
