@@ -288,3 +288,22 @@ def test_a_hook_event_the_service_takes_is_kept_in_memory_and_replayed_whole_whe
     with Store.open(project) as s:
         assert [c.message for c in s.checkpoints(task="n-mem")] == ["after Bash: touch n-mem.txt"]
         assert [c.message for c in s.checkpoints(task="n-replayed")] == ["after Bash: touch n-replayed.txt"]
+
+
+def test_an_event_is_replayed_through_a_pipe_where_no_temporary_file_can_be_made(clients: dict[str, Path],
+                                                                                   project: Path):
+    """The Python client takes over an event the native client read (a service of another
+    version refuses it) with ``$TMPDIR`` unusable: the event, larger than a pipe's buffer, still
+    reaches it whole through a pipe (a child process writes what the buffer did not take)."""
+    daemon.start_detached(str(project / ".snapstore"), 60)
+    event = {"hook_event_name": "PostToolUse", "session_id": "n-pipe", "tool_name": "Bash", "tool_use_id": "t",
+             "tool_input": {"command": "touch piped.txt", "padding": "x" * (1 << 20)}, "transcript_path": "",
+             "cwd": str(project)}
+    (project / "piped.txt").write_bytes(b"")
+    log = project.parent / "fallback.log"
+    done = run(clients["other"], "hook", "claude-code", cwd=project, stdin=json.dumps(event).encode(),
+               CLAUDE_PROJECT_DIR=str(project), FALLBACK_LOG=str(log), TMPDIR=str(project.parent / "no-such-dir"))
+    assert done.returncode == 0 and done.stdout == b"", done.stderr[-500:]
+    assert log.read_text() == "ran\n"
+    with Store.open(project) as s:
+        assert [c.message for c in s.checkpoints(task="n-pipe")] == ["after Bash: touch piped.txt"]

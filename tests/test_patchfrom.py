@@ -145,3 +145,30 @@ def test_the_reader_decodes_a_delta_frame_without_a_dictionary_object(monkeypatc
 
     with pytest.raises(CorruptError):
         entries.inflate(b"c" * 32, frame[:-3] + bytes(b ^ 0xFF for b in frame[-3:]), len(new), base)
+
+
+def test_a_base_that_starts_like_a_zstd_dictionary_is_still_plain_content(tmp_path):
+    """zstd's one-shot calls read a base that starts with the dictionary magic as a formatted
+    dictionary; any file can start so (a trained ``*.dict`` file does, and so may a stray
+    one).  Its deltas are still raw-content frames: read back here and by the public API, and
+    a checkpoint of an edit to such a file reads back whole."""
+    from snapstore.store import Store
+
+    magic = b"\x37\xa4\x30\xec"
+    base = magic + text(11_000, seed=5)
+    new = base[:5000] + b"an edit" + base[5000:]
+    frame = patchfrom.compress(new, base, 3)
+    assert zstandard.get_frame_parameters(frame).dict_id == 0
+    assert patchfrom.decompress(frame, base, len(new)) == new
+    d = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    assert zstandard.ZstdDecompressor(dict_data=d).decompress(frame) == new
+    tree = tmp_path / "t"
+    tree.mkdir()
+    (tree / "model.dict").write_bytes(base)
+    with Store.init(tree) as store:
+        store.snapshot("one")
+        (tree / "model.dict").write_bytes(new)
+        store.snapshot("two")
+        report = store.verify()
+        assert report.ok, report.problems
+        assert store.read_bytes("latest", "model.dict") == new

@@ -178,3 +178,34 @@ def test_modes_the_umask_would_take_are_restored_exactly(tmp_path: Path):
             assert (root / "r444.txt").read_bytes() == b"r444.txt"
     finally:
         os.umask(old)
+
+
+def test_no_temp_file_is_writable_by_group_or_others_while_its_bytes_go_in(tmp_path: Path, monkeypatch):
+    """Under a umask of 000, a file whose mode lets group and others write it: while the restore
+    writes its temp file, nobody else may (a write of theirs landing then would be tied to the
+    checkpoint's content in the stat cache); it gets its mode once its bytes are in."""
+    from snapstore.ops.restore import apply
+
+    root = tmp_path / "t"
+    root.mkdir()
+    (root / "shared.txt").write_bytes(b"A" * 1000)
+    os.chmod(root / "shared.txt", 0o666)
+    modes: list[int] = []
+    real = apply.write
+
+    def write(fd: int, data: memoryview) -> int:
+        modes.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        return real(fd, data)
+
+    old = os.umask(0)
+    try:
+        with Store.init(root) as store:
+            store.snapshot("A", tags=["A"])
+            (root / "shared.txt").unlink()
+            (root / "shared.txt").write_bytes(b"changed")
+            monkeypatch.setattr(apply, "write", write)
+            store.restore("A")
+    finally:
+        os.umask(old)
+    assert modes and all(m & 0o022 == 0 for m in modes), [oct(m) for m in modes]
+    assert _mode(root / "shared.txt") == 0o666

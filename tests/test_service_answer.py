@@ -1,7 +1,8 @@
 """The service's answer (issue 40: the fixed cost of a command through the service): the exit
 code goes out once the command's output is flushed and its outcome recorded, and the service
 takes its own directory and environment back after it, off the answer's path; a request is
-served only for the store directory itself (the same directory, not the same name)."""
+served only for the store directory itself (the same directory, not the same name), and only
+while the service's own store path and root still name its store and tree."""
 
 from __future__ import annotations
 
@@ -89,8 +90,20 @@ def test_a_request_is_served_for_the_store_directory_itself_not_for_its_former_n
     (tree.parent / "link").symlink_to(store)
     assert svc._is_mine(str(tree.parent / "link"))  # another name of the same directory
     assert not svc._is_mine(str(tree)) and not svc._is_mine("") and not svc._is_mine("nul\0byte")
-    # Moved away and another directory made under its name: that one is another store.
+    # Moved away and another directory made under its name: that one is another store, and
+    # the moved one is refused too (the service's paths, its lock's among them, name the new one).
     store.rename(tree / "moved")
     store.mkdir()
     assert not svc._is_mine(str(store))
-    assert svc._is_mine(str(tree / "moved"))
+    assert not svc._is_mine(str(tree / "moved"))
+
+
+def test_a_request_through_a_moved_tree_is_refused(service: tuple[Service, Path]):
+    """A tree moved away (another tree made at its old name, say): a request naming the moved
+    store is not served against the service's root, which now names the other tree."""
+    svc, tree = service
+    moved = tree.parent / "old"
+    tree.rename(moved)
+    assert not svc._is_mine(str(moved / ".snapstore"))
+    build_tree(tree, {"a.txt": b"precious\n"})
+    assert not svc._is_mine(str(moved / ".snapstore"))

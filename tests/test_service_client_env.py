@@ -83,3 +83,11 @@ def test_a_command_that_changes_the_time_zone_leaves_the_service_s_after_it(serv
     assert "SNAPSTORE_SET_BY_THE_COMMAND" not in os.environ
     assert _clock() == (0, 0)
 
+
+
+def test_a_forwarded_value_the_environment_refuses_leaves_the_service_s_own(service: Service, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SNAPSTORE_OWN", "service")
+    with pytest.raises(ValueError), service._client_context(str(tmp_path), {"SNAPSTORE_X": "a\0b"}):
+        pass
+    assert os.environ["SNAPSTORE_OWN"] == "service" and "SNAPSTORE_X" not in os.environ

@@ -9,6 +9,10 @@ history (351 consecutive versions of its files, median 12 KB) a delta took 28-33
 116-118 us under load, its frame ~4% larger (367 vs 354 bytes on average).  The frame is the
 same standard zstd frame (content size, no checksum, no dictionary id), read back as before.
 
+zstd's one-shot calls read a base that starts with the dictionary magic as a formatted
+dictionary (the frame would then name it, or not decode): such a base, which any file can be,
+goes through the public API, which is told it is raw content, on both sides.
+
 The one-shot call comes from the zstandard package's own cffi module (``zstandard._cffi``,
 part of its wheels, which exposes zstd's C API); where that module does not load, deltas are
 made through the compressor API, as before.
@@ -20,6 +24,8 @@ import threading
 from typing import Any
 
 _local = threading.local()
+#: What a formatted zstd dictionary starts with (``ZSTD_MAGIC_DICTIONARY``).
+_DICT_MAGIC = b"\x37\xa4\x30\xec"
 # None: not tried yet; False: the cffi module does not load here.
 _api: list[Any] = [None]
 
@@ -43,7 +49,7 @@ def compress(data: bytes | memoryview, base: bytes, level: int) -> bytes:
     """``data`` as one zstd frame compressed with ``base`` as its raw-content dictionary
     (decoded by any zstd decoder given ``base`` as such a dictionary)."""
     api = _cffi()
-    if api:
+    if api and base[:4] != _DICT_MAGIC:
         ffi, lib = api
         cctx = getattr(_local, "cctx", None)
         if cctx is None:
@@ -63,7 +69,7 @@ def decompress(frame: bytes, base: bytes, size: int) -> bytes:
     context this thread keeps (the decompressor API otherwise).  ValueError when the frame does
     not decode (damage, a wrong base, more than ``size`` bytes)."""
     api = _cffi()
-    if not api:
+    if not api or base[:4] == _DICT_MAGIC:
         import zstandard
 
         d = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)

@@ -286,9 +286,10 @@ class Applier:
         while True:
             tmp = self._tmp_name()
             try:
-                # (created with its mode: the umask may take bits away, put back below; the
+                # (created with its mode, but no write access for group or others until its
+                # bytes are in: the umask may take bits away too, both put back below; the
                 # creating descriptor writes whatever the mode says)
-                out = os.open(tmp, flags, mode, dir_fd=fd)
+                out = os.open(tmp, flags, mode & ~0o022, dir_fd=fd)
                 break
             except FileExistsError:
                 continue  # a name left by a killed restore (or planted): never reuse it
@@ -300,8 +301,9 @@ class Applier:
                     n = write(out, view)
                     view = view[n:]
             st = os.fstat(out)
-            if stat.S_IMODE(st.st_mode) != mode:  # (the umask took some: the new inode only)
-                os.fchmod(out, mode)  # (ctime only: the stat-cache value keeps to ino, size, mtime)
+            if stat.S_IMODE(st.st_mode) != mode:  # (the new inode only)
+                os.fchmod(out, mode)
+                st = os.fstat(out)
             if durable:
                 os.fsync(out)
         except BaseException:

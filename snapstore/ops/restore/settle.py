@@ -206,13 +206,15 @@ def _hook(what: str) -> None:
 
 
 def sync_pending() -> None:
-    """Sync now the tree of every restore of this process still waiting for its ``syncfs``
-    (their journals are then cleared by the flusher, or by the next writer).  For a caller
-    that must not have the flusher thread sync later, such as a test patching the seam."""
+    """Settle now, in this thread, every restore of this process still waiting for its
+    ``syncfs``: the flusher's turn (the sync, then the journal's clearing, or, when a writer
+    holds the lock, the flusher's retry).  For a caller that must not have the flusher thread
+    act later, such as a test patching the seams."""
     with _pending_lock:
         waiting = list(_pending.values())
     for p in waiting:
-        p.sync_tree()
+        _flusher.forget(p)
+        p.flush()
 
 
 def _forget(p: UnsyncedRestore) -> None:

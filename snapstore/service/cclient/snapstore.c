@@ -305,21 +305,45 @@ static int stdout_encoding(const char **encoding, const char **errors) {
 
 static int write_all(int fd, const char *data, size_t len);
 
-/* A new unnamed temporary file (g_stdin_fd) holding the stdin read so far (g_stdin); 0 on an
- * error.  (Never closed: this process execs or exits.) */
+/* A new temporary file (g_stdin_fd; in $TMPDIR, else /tmp; unlinked at once) holding the stdin
+ * read so far (g_stdin); 0 on an error.  (Never closed: this process execs or exits.) */
 static int spill_stdin(void) {
-    FILE *kept = tmpfile();
-    if (!kept) return 0;
-    g_stdin_fd = fileno(kept);
-    return cloexec(g_stdin_fd) && write_all(g_stdin_fd, g_stdin.data ? g_stdin.data : "", g_stdin.len);
+    const char *dir = getenv("TMPDIR");
+    char path[PATH_MAX];
+    if (!dir || !*dir) dir = "/tmp";
+    int n = snprintf(path, sizeof path, "%s/snapstore-stdin.XXXXXX", dir);
+    if (n < 0 || (size_t)n >= sizeof path) return 0;
+    int fd = mkstemp(path);
+    if (fd < 0) return 0;
+    unlink(path);
+    g_stdin_fd = fd;
+    return cloexec(fd) && write_all(fd, g_stdin.data ? g_stdin.data : "", g_stdin.len);
 }
 
-/* The stdin read so far (g_stdin) in a pipe's buffer (g_stdin_fd: its read end), when it fits
- * without a reader; 0 otherwise. */
+/* The stdin read so far (g_stdin) through a pipe (g_stdin_fd: its read end), where no temporary
+ * file can be made: what the pipe's buffer takes goes in now, the rest is written by a child
+ * process as the reader takes it (it ends when all is written, or when the reader is gone). */
 static int pipe_stdin(void) {
     int ends[2];
     if (pipe(ends) != 0) return 0;
-    int ok = fcntl(ends[1], F_SETFL, O_NONBLOCK) == 0 && write_all(ends[1], g_stdin.data ? g_stdin.data : "", g_stdin.len);
+    const char *data = g_stdin.data ? g_stdin.data : "";
+    size_t len = g_stdin.len, put = 0;
+    int ok = fcntl(ends[1], F_SETFL, O_NONBLOCK) == 0;
+    while (ok && put < len) {
+        ssize_t n = write(ends[1], data + put, len - put);
+        if (n > 0) put += (size_t)n;
+        else if (n < 0 && errno == EINTR) continue;
+        else break; /* (full: EAGAIN) */
+    }
+    if (ok && put < len) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(ends[0]);
+            signal(SIGPIPE, SIG_DFL);
+            _exit(fcntl(ends[1], F_SETFL, 0) == 0 && write_all(ends[1], data + put, len - put) ? 0 : 1);
+        }
+        ok = pid > 0;
+    }
     close(ends[1]);
     if (!ok) {
         close(ends[0]);

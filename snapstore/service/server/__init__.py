@@ -336,13 +336,16 @@ class Service:
                 self.store.context.watcher.drop_scan()
 
     def _is_mine(self, path: str) -> bool:
-        """Whether ``path`` names this service's store directory: the same directory (one
-        ``stat`` on every request's path, where resolving the name took one per component)."""
+        """Whether ``path`` names this service's store directory, still at the names the
+        service works with: the same directory at ``path``, at the service's store path, and
+        its tree at the service's root (three ``stat`` calls on every request's path, where
+        resolving the name took one per component).  A store or tree moved away is refused,
+        so no request runs against paths that now name something else; the loop then exits."""
         try:
-            st = os.stat(path)
+            st, own = os.stat(path), os.stat(self.store_dir)
         except (OSError, ValueError):
             return False
-        return (st.st_dev, st.st_ino) == self._store_id
+        return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino) == self._store_id and self._tree_still_there()
 
     def _provide(self, ctx: Ctx) -> Store:
         located = Store.locate(ctx.directory, store=ctx.store_dir)

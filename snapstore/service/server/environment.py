@@ -33,12 +33,12 @@ def client_context(cwd: str, env: dict[str, str]) -> Iterator[None]:
     environ = os.environ
     saved = forwarded(environ)
     wanted = {k: str(v) for k, v in env.items() if k.startswith(_PREFIXES)}
-    for key in saved:
-        del environ[key]
-    environ.update(wanted)
-    if wanted.get("TZ") != saved.get("TZ"):
-        time.tzset()
-    try:
+    try:  # (a value the environment refuses, a NUL in it, still leaves the service's own back)
+        for key in saved:
+            del environ[key]
+        environ.update(wanted)
+        if wanted.get("TZ") != saved.get("TZ"):
+            time.tzset()
         os.chdir(cwd)
         yield
     finally:
