@@ -214,7 +214,10 @@ def sync_pending() -> None:
         waiting = list(_pending.values())
     for p in waiting:
         _flusher.forget(p)
-        p.flush()
+        try:
+            p.flush()
+        except Exception:  # noqa: BLE001 - as in the flusher's turn: the next writer settles it
+            pass
 
 
 def _forget(p: UnsyncedRestore) -> None:
