@@ -50,7 +50,7 @@ MAX_FRAME = 1 << 26
 MAX_STDIN = 128 << 20
 
 
-_TAG: list[str] = []  # (computed once: the service compares it on every request)
+_TAG: list[str] = []  # (computed once: the service compares it on every request; no functools: the client's start-up)
 
 
 def version_tag() -> str:

@@ -1,6 +1,6 @@
 """A request's directory and forwarded environment, switched in for its command and back after.
 
-The service runs each command in its own process, so the client's working directory and the
+The service runs every client's command in its one process, so the client's working directory and the
 variables it forwards (``protocol.FORWARDED_ENV_PREFIXES``: ``SNAPSTORE_*``, ``TZ``, the agents'
 project variables, ``COLUMNS``) are set for the command and the service's own put back after it.
 This is on every request's path: the names alone are scanned, and ``tzset`` runs only when
