@@ -14,7 +14,7 @@ imports) depends on nothing above it: the snapshot, restore and facade modules a
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING
 
 from snapstore.storage.backend import Backend
@@ -93,7 +93,7 @@ class StageContext:
     # (A plain class, not a dataclass: importing dataclasses would slow every CLI process's start.)
     __slots__ = (
         "backend", "root", "excluded", "level", "store_dir", "delta_depth",
-        "manifest_memo", "watcher", "tree_state", "walk_check", "request", "found_hint",
+        "manifest_memo", "watcher", "tree_state", "walk_check", "request", "found_hint", "after_answer",
         "conversation_memos",
     )  # fmt: skip
 
@@ -138,6 +138,10 @@ class StageContext:
         #: checkpoint's manifest id).  Used once, only while nothing else was recorded since;
         #: cleared by whoever set it.
         self.found_hint: tuple[bytes, list[Found], dict[bytes, Found | None], bytes] | None = None
+        #: Inside a service request: work the command leaves for after its answer (the service
+        #: runs each in turn once the exit code is out, before it takes the next request);
+        #: None elsewhere (the work is done before the command returns).
+        self.after_answer: list[Callable[[], None]] | None = None
 
     @property
     def root_bytes(self) -> bytes:

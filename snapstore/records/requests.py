@@ -88,7 +88,8 @@ def seam(request: Request | None, point: str) -> None:
     ``SNAPSTORE_TEST_KILL_SERVICE`` names it.  Points: ``before-<what>`` (as a transaction
     recording ``checkpoint``, ``safety``, ``begun``, ``done``, ``writing``, ``reverted``,
     ``writes`` or ``exit`` is about to commit), ``mid-restore`` (half of a restore's steps
-    done), ``after-command`` (everything recorded, the answer not sent).  Never in-process:
+    done), ``after-command`` (everything recorded, the answer not sent), ``after-answer`` (the answer sent, the
+    work left for after it, a restore's record of the tree, not done).  Never in-process:
     only a request run by the service has a ``request``."""
     if request is not None and os.environ.get("SNAPSTORE_TEST_KILL_SERVICE") == point:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -14,6 +14,9 @@ phase::
                        v
     commit: checkpoint + log + tags + stat cache + paths index in ONE transaction, then fsync.
 
+(:func:`take_later` stops after the reads; the rest runs when its caller says: the record of
+the tree a restore left, written after the service's answer.)
+
 A snapshot killed at any moment leaves at most unreferenced chunks (garbage for gc), never a
 checkpoint that points at something missing.  The stage is given a
 :class:`~snapstore.ops.context.StageContext`, not the Store; it returns the checkpoint's id and
@@ -29,13 +32,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from snapstore.ops.snapshot.pipeline import take
+    from snapstore.ops.snapshot.pipeline import take, take_later
     from snapstore.ops.snapshot.read import FileChanged, FileGone
     from snapstore.ops.snapshot.result import SnapshotResult
 
-__all__ = ["FileChanged", "FileGone", "SnapshotResult", "take"]
+__all__ = ["FileChanged", "FileGone", "SnapshotResult", "take", "take_later"]
 
-_HOME = {"take": "pipeline", "FileChanged": "read", "FileGone": "read", "SnapshotResult": "result"}
+_HOME = {"take": "pipeline", "take_later": "pipeline", "FileChanged": "read", "FileGone": "read", "SnapshotResult": "result"}
 
 
 def __getattr__(name: str) -> Any:

@@ -37,20 +37,70 @@ def take(
     identical to the parent's, nothing is written and the parent's id and record are returned
     (``result.reused``).
     """
-    args = (ctx, message, task, tags, metadata, messages, kind, skip_unchanged, progress, workers)
     with _cyclic_gc_paused():
+        gathered = _gathered(ctx, kind, progress, workers)
         try:
-            try:
-                return _take(*args)
-            except incremental.Rewalk:  # (rare: a file newly mapped changed beyond a patch)
-                incremental.forget(ctx)
-                return _take(*args)
+            return _write(ctx, gathered, message, task, tags, metadata, messages, kind, skip_unchanged)
         except BaseException:
             incremental.forget(ctx)
             raise
-        finally:
-            if ctx.watcher is not None:
-                ctx.watcher.drop_scan()  # (never left for a later checkpoint)
+
+
+class Later:
+    """A snapshot whose tree is fixed and whose record is not yet written (:func:`take_later`)."""
+
+    __slots__ = ("_ctx", "_gathered", "_message", "_kind", "_skip")
+
+    def __init__(self, ctx: StageContext, gathered: _Gathered, message: str, kind: str, skip: bool) -> None:
+        self._ctx, self._gathered, self._message, self._kind, self._skip = ctx, gathered, message, kind, skip
+
+    def write(self) -> tuple[bytes, bytes, SnapshotResult] | None:
+        """Record it (the caller holds the writer lock again); None, recording nothing, when
+        the store took another record since the tree was read (a writer of another process
+        came between): that record's tree is newer than this one."""
+        ctx = self._ctx
+        if walk.Start(ctx.backend).keys != self._gathered.start.keys:
+            self.drop()
+            return None
+        with _cyclic_gc_paused():
+            try:
+                return _write(ctx, self._gathered, self._message, None, None, None, None, self._kind, self._skip)
+            except BaseException:
+                incremental.forget(ctx)
+                raise
+
+    def drop(self) -> None:
+        """Record nothing.  The watcher's state was patched with the tree this snapshot read,
+        which no record now describes: it is dropped (the next snapshot walks)."""
+        incremental.forget(self._ctx)
+
+
+def take_later(ctx: StageContext, *, message: str = "", kind: str = USER, skip_unchanged: bool = False) -> Later:
+    """:func:`take` in two steps: the tree is read now (the watcher's events drained, changed
+    files read and their chunks stored), the checkpoint written by :meth:`Later.write`.  The
+    service answers in between (a restore's record of the tree it left): what changes in the
+    tree once the answer is out is not in this record, and the next snapshot finds it.  The
+    caller holds the writer lock now and at the write; this context takes no other snapshot in
+    between (the service runs one request at a time)."""
+    with _cyclic_gc_paused():
+        return Later(ctx, _gathered(ctx, kind, None, None), message, kind, skip_unchanged)
+
+
+def _gathered(ctx: StageContext, kind: str, progress: Progress | None, workers: int | None) -> _Gathered:
+    """:func:`_gather`, once more by a full walk when the mapping scan found what a patch
+    cannot take; the state dropped on any failure."""
+    try:
+        try:
+            return _gather(ctx, kind, progress, workers)
+        except incremental.Rewalk:  # (rare: a file newly mapped changed beyond a patch)
+            incremental.forget(ctx)
+            return _gather(ctx, kind, progress, workers)
+    except BaseException:
+        incremental.forget(ctx)
+        raise
+    finally:
+        if ctx.watcher is not None:
+            ctx.watcher.drop_scan()  # (never left for a later checkpoint)
 
 
 @contextmanager
@@ -66,19 +116,18 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _take(
-    ctx: StageContext,
-    message: str,
-    task: str | None,
-    tags: list[str] | None,
-    metadata: dict[str, Any] | None,
-    messages: Any,
-    kind: str,
-    skip_unchanged: bool,
-    progress: Progress | None,
-    workers: int | None,
-) -> tuple[bytes, bytes, SnapshotResult]:
-    """:func:`take`'s phases, in order (each one is its module's)."""
+class _Gathered:
+    """The tree as a snapshot read it: the store's state then, the inputs, the reads."""
+
+    __slots__ = ("start", "tree", "result", "reads")
+
+    def __init__(self, start: walk.Start, tree: walk.Inputs, result: SnapshotResult, reads: read.Reads) -> None:
+        self.start, self.tree, self.result, self.reads = start, tree, result, reads
+
+
+def _gather(ctx: StageContext, kind: str, progress: Progress | None, workers: int | None) -> _Gathered:
+    """The snapshot's first phases: the store's keys, the walk or the watcher's patch, the
+    reads of what changed (their chunks stored), the mapping scan's late finds."""
     incremental.begin_scan(ctx)  # (beside reading the store's keys, the events and the patch)
     start = walk.Start(ctx.backend)
     report = scan.ScanReport()
@@ -94,6 +143,24 @@ def _take(
     if late:
         reads.add(read.read_changed(ctx, late, tree.entries, result, packed=start.packed, cached=start.cached,
                                     progress=None, workers=workers))
+    return _Gathered(start, tree, result, reads)
+
+
+def _write(
+    ctx: StageContext,
+    gathered: _Gathered,
+    message: str,
+    task: str | None,
+    tags: list[str] | None,
+    metadata: dict[str, Any] | None,
+    messages: Any,
+    kind: str,
+    skip_unchanged: bool,
+) -> tuple[bytes, bytes, SnapshotResult]:
+    """The snapshot's last phases: the order, the manifest, the counts, the conversation, the
+    compression, the commit (or the parent's reuse), the memo."""
+    start, tree, result, reads = gathered.start, gathered.tree, gathered.result, gathered.reads
+    report = result.report
     memo = ctx.manifest_memo
     ordered = order(memo.ordered, memo.entries, tree.entries, tree.touched, tree.base)
     result.entries, result.totals = ordered.entries, (ordered.files, ordered.size)

@@ -388,6 +388,9 @@ class Service:
         from snapstore.cli import lean
         from snapstore.cli import main as cli_main
 
+        context = self.store.context
+        context.after_answer = []
+        request = None
         with self._client_context(cwd, env):
             saved = sys.stdout, sys.stderr, sys.stdin
             sys.stdout, sys.stderr = out, err
@@ -411,7 +414,7 @@ class Service:
                     self._record_outcome(rid, command, code)
                     requests.seam(self.store.context.request, "after-command")
             finally:
-                self.store.context.request = None
+                request, context.request = context.request, None
                 self.store.backend.stamp = None
                 for stream in (out, err):
                     with contextlib.suppress(OSError, ValueError):
@@ -421,7 +424,22 @@ class Service:
                 sys.stdout, sys.stderr, sys.stdin = saved
             if answer is not None:
                 answer(code)
+            self._after_answer(request)  # (in the client's environment, as the command ran)
         return code
+
+    def _after_answer(self, request: requests.Request | None) -> None:
+        """The work the command left for after its answer (``StageContext.after_answer``: the
+        record of the tree a restore left), in order, before the next request is taken.  The
+        client has its answer: a failure goes to the service's log."""
+        context = self.store.context
+        work, context.after_answer = context.after_answer or [], None
+        if work:
+            requests.seam(request, "after-answer")
+        for job in work:
+            try:
+                job()
+            except Exception as exc:  # noqa: BLE001 - logged: nobody waits for this answer
+                log.warning("after the answer: %s", exc)
 
     def _no_stdin(self) -> IO[str]:
         """The empty stdin of a request without one: one ``/dev/null`` kept open across requests
