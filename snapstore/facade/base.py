@@ -3,7 +3,7 @@ the two steps every writer may need (finishing an interrupted restore, a safety 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from snapstore.hooks import HookRegistry
@@ -12,11 +12,6 @@ from snapstore.records import manifest
 from snapstore.records.checkpoint import Checkpoint, load_all, parse_record
 from snapstore.records.manifest import Entry
 from snapstore.storage.backend import JOURNAL_KEY, Backend
-
-#: Seconds the record of a restored tree, left for after the service's answer, waits for the
-#: writer lock before it is dropped: the service takes no request meanwhile, and the record is
-#: best effort (without it the next checkpoint's parent is the restore's safety checkpoint).
-LATER_LOCK_WAIT = 0.5
 
 if TYPE_CHECKING:
     from snapstore.ops.restore import RestoreReport, TakeSafety
@@ -127,24 +122,6 @@ class StoreBase:
         checkpoint (not every entry and walk record by path: two dicts of the whole tree)."""
         return self._record(message)[0]
 
-    def _record_later(self, message: str) -> Callable[[], None]:
-        """Read the tree as :meth:`_record_tree` does; the function returned records it (under
-        the writer lock, taken again: ``ops.snapshot.pipeline.take_later``)."""
-        from snapstore.ops import snapshot
-        from snapstore.records.checkpoint import SAFETY
-
-        later = snapshot.take_later(self.context, message=message, kind=SAFETY, skip_unchanged=True)
-
-        def write() -> None:
-            try:
-                with self._lock.held(timeout=LATER_LOCK_WAIT):
-                    later.write()
-            except BaseException:
-                later.drop()
-                raise
-
-        return write
-
     def _record(self, message: str) -> tuple[Checkpoint, SnapshotResult]:
         from snapstore.ops import snapshot
         from snapstore.records.checkpoint import SAFETY
@@ -171,18 +148,12 @@ class StoreBase:
             take_safety=take_safety or self._take_safety,
         )
         if report.op_seq is not None:
-            # The tree as the restore left it, recorded (hidden): the next checkpoint's parent.
-            # Best effort, and before the answer, in the service too: made after it, the
-            # record took in what the user changed once the answer was out, and the next
-            # checkpoint (an agent's tool call, a person's edit) no longer showed it.
+            # The tree as the restore left it, recorded (hidden): the next checkpoint's parent
+            # (in the service: the tree read before the answer, the record written after it).
             from snapstore.ops.restore.after import record_after
 
             label = f"after {kind} to {target.short_id}"
-            later = self.context.after_answer
-            if later is None:
-                why = record_after(self.context, lambda: self._record_tree(label))
-            else:  # (the tree read now; its record written once the service's answer is out)
-                why = record_after(self.context, lambda: later.append(self._record_later(label)))
+            why = record_after(self.context, lambda: self._record_tree(label), self._lock, label)
             if why is not None:
                 report.warnings.append(f"the tree after the {kind} was not recorded: {why}")
         report.warnings.extend(self.hooks.after("after_restore", report=report))

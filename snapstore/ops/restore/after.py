@@ -24,6 +24,7 @@ from snapstore.ops.context import StageContext
 from snapstore.ops.restore.plan import Step
 from snapstore.ops.snapshot.result import SnapshotResult
 from snapstore.records.manifest import DIR, EXEC, FILE, SYMLINK, Entry
+from snapstore.storage.lock import WriterLock
 from snapstore.tree import scan
 from snapstore.tree.ignore import IGNORE_FILES
 from snapstore.tree.paths import parents
@@ -141,16 +142,27 @@ def by_path(ctx: StageContext, result: SnapshotResult) -> tuple[Mapping[bytes, E
     return {e.path: e for e in result.entries}, found
 
 
-def record_after(ctx: StageContext, record: Callable[[], object]) -> str | None:
+#: Seconds the record of a restored tree, left for after the service's answer, waits for the
+#: writer lock before it is dropped: the service takes no request meanwhile, and the record is
+#: best effort (without it the next checkpoint's parent is the restore's safety checkpoint).
+LATER_LOCK_WAIT = 0.5
+
+
+def record_after(ctx: StageContext, record: Callable[[], object], lock: WriterLock, message: str) -> str | None:
     """Record the tree as a restore left it (``record``: a hidden checkpoint, so the next
     checkpoint's parent and counts describe the tree it was taken from); why not, when the
     store could not (best effort: the restore is done, its journal cleared or marked applied,
     its operation logged).  The restore taught the stat cache (and a watcher's state) the files
-    it wrote, so this reads none of them.  Made before the restore returns (in the service:
-    before its answer): made after, it would take in what the user changed once the answer
-    was out, which the next checkpoint would then lack."""
+    it wrote, so this reads none of them.
+
+    In a service request (``ctx.after_answer``) the tree is read now and the record written
+    once the answer is out (:func:`_later`).  Wholly after the answer it would take in what
+    the user changed once the answer was out, which the next checkpoint would then lack."""
     try:
-        record()
+        if ctx.after_answer is None:
+            record()
+        else:
+            ctx.after_answer.append(_later(ctx, lock, message))
     except SnapstoreError as exc:
         return str(exc)
     finally:
@@ -158,3 +170,21 @@ def record_after(ctx: StageContext, record: Callable[[], object]) -> str | None:
     return None
 
 
+def _later(ctx: StageContext, lock: WriterLock, message: str) -> Callable[[], None]:
+    """Read the tree for its record now (the caller holds the writer lock); the function
+    returned writes the record, under the lock taken again
+    (:func:`snapstore.ops.snapshot.pipeline.take_later`)."""
+    from snapstore.ops import snapshot
+    from snapstore.records.checkpoint import SAFETY
+
+    later = snapshot.take_later(ctx, message=message, kind=SAFETY, skip_unchanged=True)
+
+    def write() -> None:
+        try:
+            with lock.held(timeout=LATER_LOCK_WAIT):
+                later.write()
+        except BaseException:
+            later.drop()
+            raise
+
+    return write
