@@ -1,7 +1,8 @@
 """The record of the tree as a restore left it (a hidden checkpoint: the next checkpoint's
-parent) is made before the restore's answer, in the service too.  Made after the answer (as one
-change of this session tried, to answer sooner), it took in an edit made as soon as the answer
-was out, which the next checkpoint (an agent's tool call) then lacked.
+parent).  In the service the tree is read for it before the restore's answer and the record
+written after it.  Made wholly after the answer (as one change tried, to answer sooner), it took
+in an edit made as soon as the answer was out, which the next checkpoint (an agent's tool call)
+then lacked.
 """
 
 from __future__ import annotations
