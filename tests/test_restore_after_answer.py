@@ -7,13 +7,16 @@ then lacked.
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
 import pytest
 from test_service_once import client
 
+from snapstore.errors import LockedError
 from snapstore.service import daemon
+from snapstore.service.server import Service
 from snapstore.store import Store
 from snapstore.testing import build_tree
 
@@ -104,17 +107,74 @@ def test_an_edit_between_the_answer_and_the_record_is_not_in_the_record(project:
         assert {c.path for c in s.diff(newest.parent, newest.id)} == {b"b.txt", b"mine.txt"}
 
 
-def test_a_record_left_for_later_is_dropped_when_another_writer_came_first(project: Path):
+def test_no_other_writer_comes_between_the_answer_and_the_record(project: Path):
+    # (a gc in between would sweep the chunks the record's reads stored and it then names)
     with Store.open(project, watch=True) as s:
         later = _restore_answered(s, "latest~1")
-        (project / "mine.txt").write_bytes(b"the user's file\n")
-        with Store.open(project) as other:  # another process's writer, between answer and record
-            other.snapshot("theirs")
+        with Store.open(project) as other:
+            with pytest.raises(LockedError):
+                with other._lock.held(timeout=0):
+                    pass
+            later[0]()
+            with other._lock.held(timeout=0):  # (free once the record is written)
+                pass
+        assert len(_records_after(project)) == 1
+
+
+@pytest.mark.parametrize("watch", [True, False])
+def test_a_checkpoint_taken_before_the_record_is_written_is_the_restored_tree(project: Path, watch: bool):
+    """A plugin's after_restore hook checkpoints between the record's two steps: it must not
+    patch the state the record read (it walks), and the record then stands aside."""
+    with Store.open(project, watch=watch) as s:
+        s.hooks.register("after_restore", lambda store, **kw: store.snapshot("by the hook"))
+        later = _restore_answered(s, "latest~1")
         later[0]()
-        assert _records_after(project) == []  # the newer record describes a newer tree
-        s.snapshot("next")  # (the watcher's state was dropped: this one walks, and is right)
-        with Store.open(project) as fresh:
-            assert fresh.diff("latest") == []
+        hooked = [c for c in s.checkpoints(include_safety=True) if c.message == "by the hook"]
+        assert len(hooked) == 1
+        (project / "b.txt").write_bytes(b"the user's edit\n")
+        s.snapshot("next")
+    with Store.open(project) as fresh:
+        assert fresh.diff(hooked[0].id, "latest~1") == [] or fresh.diff("latest") == []
+        assert [c.path for c in fresh.diff(hooked[0].id, "latest")] == [b"b.txt"]
+        assert fresh.diff("latest") == []
+
+
+@pytest.fixture
+def service(project: Path):  # type: ignore[no-untyped-def]
+    """The service's request runner, in this process (no socket)."""
+    svc = Service(str(project / ".snapstore"), idle_timeout=60)
+    try:
+        yield svc
+    finally:
+        svc.store.close()
+        os.close(svc._dir_fd)
+
+
+def _run(svc: Service, root: Path, *argv: str, answer=None) -> int:  # type: ignore[no-untyped-def]
+    err = io.StringIO()
+    code = svc._invoke(list(argv), str(root), {}, None, io.StringIO(), err, argv[0], os.urandom(16),
+                       answer=answer or (lambda code: None))
+    assert code == 0, err.getvalue()
+    return code
+
+
+def _gone(code: int) -> None:
+    raise BrokenPipeError(32, "Broken pipe")  # (frames.send to a client that went away)
+
+
+def test_a_client_gone_before_the_restore_s_answer_still_gets_the_tree_recorded(service: Service, project: Path):
+    with pytest.raises(OSError):
+        _run(service, project, "restore", "latest~1", "-q", answer=_gone)
+    assert service.store.context.after_answer is None  # the record's work was not left behind
+    assert len(_records_after(project)) == 1
+    (project / "b.txt").write_bytes(b"the user's edit\n")
+    _run(service, project, "snapshot", "-m", "next", "-q")
+    with Store.open(project) as fresh:
+        assert fresh.diff("latest") == []
+        newest = fresh.checkpoints()[0]
+        assert [c.path for c in fresh.diff(newest.parent, newest.id)] == [b"b.txt"]
+    _run(service, project, "restore", "latest~1", "-q")  # back to "second"
+    assert (project / "a.txt").read_bytes() == b"two\n"
 
 
 def test_a_service_killed_after_a_restore_s_answer_leaves_a_store_that_goes_on(project: Path):

@@ -18,6 +18,7 @@ import bisect
 import os
 import stat
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 
 from snapstore.errors import SnapstoreError
 from snapstore.ops.context import StageContext
@@ -142,12 +143,6 @@ def by_path(ctx: StageContext, result: SnapshotResult) -> tuple[Mapping[bytes, E
     return {e.path: e for e in result.entries}, found
 
 
-#: Seconds the record of a restored tree, left for after the service's answer, waits for the
-#: writer lock before it is dropped: the service takes no request meanwhile, and the record is
-#: best effort (without it the next checkpoint's parent is the restore's safety checkpoint).
-LATER_LOCK_WAIT = 0.5
-
-
 def record_after(ctx: StageContext, record: Callable[[], object], lock: WriterLock, message: str) -> str | None:
     """Record the tree as a restore left it (``record``: a hidden checkpoint, so the next
     checkpoint's parent and counts describe the tree it was taken from); why not, when the
@@ -171,20 +166,23 @@ def record_after(ctx: StageContext, record: Callable[[], object], lock: WriterLo
 
 
 def _later(ctx: StageContext, lock: WriterLock, message: str) -> Callable[[], None]:
-    """Read the tree for its record now (the caller holds the writer lock); the function
-    returned writes the record, under the lock taken again
-    (:func:`snapstore.ops.snapshot.pipeline.take_later`)."""
+    """Read the tree for its record now; the function returned writes the record
+    (:func:`snapstore.ops.snapshot.pipeline.take_later`).  The writer lock stays held from
+    here to that write, a few milliseconds after the service's answer: no other process
+    records, or collects garbage, in between."""
     from snapstore.ops import snapshot
     from snapstore.records.checkpoint import SAFETY
 
-    later = snapshot.take_later(ctx, message=message, kind=SAFETY, skip_unchanged=True)
+    held = ExitStack()
+    held.enter_context(lock.held())
+    try:
+        later = snapshot.take_later(ctx, message=message, kind=SAFETY, skip_unchanged=True)
+    except BaseException:
+        held.close()
+        raise
 
     def write() -> None:
-        try:
-            with lock.held(timeout=LATER_LOCK_WAIT):
-                later.write()
-        except BaseException:
-            later.drop()
-            raise
+        with held:
+            later.write()
 
     return write

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from snapstore.ops.context import Keys, StageContext
+from snapstore.ops.context import Keys, StageContext, TreeState
 from snapstore.ops.snapshot import commit, counts, encode, incremental, read, walk
 from snapstore.ops.snapshot.ordered import Ordered, order
 from snapstore.ops.snapshot.read import Progress
@@ -47,21 +47,33 @@ def take(
 
 
 class Later:
-    """A snapshot whose tree is fixed and whose record is not yet written (:func:`take_later`)."""
+    """A snapshot whose tree is read and whose record is not yet written (:func:`take_later`).
 
-    __slots__ = ("_ctx", "_gathered", "_message", "_kind", "_skip")
+    It holds the watcher's state and the manifest memo the gather patched (the context keeps
+    neither meanwhile): a snapshot taken in between (an ``after_restore`` hook's) walks, and
+    a record never written leaves nothing behind that a later snapshot could take for the
+    tree's state."""
+
+    __slots__ = ("_ctx", "_gathered", "_message", "_kind", "_skip", "_state", "_memo")
 
     def __init__(self, ctx: StageContext, gathered: _Gathered, message: str, kind: str, skip: bool) -> None:
         self._ctx, self._gathered, self._message, self._kind, self._skip = ctx, gathered, message, kind, skip
+        memo = ctx.manifest_memo
+        self._state: TreeState | None = ctx.tree_state
+        self._memo: tuple[Any, Any, bytes | None] | None = (memo.entries, memo.ordered, memo.mid)
+        ctx.tree_state = None
+        memo.entries = memo.ordered = memo.mid = None
 
     def write(self) -> tuple[bytes, bytes, SnapshotResult] | None:
-        """Record it (the caller holds the writer lock again); None, recording nothing, when
-        the store took another record since the tree was read (a writer of another process
-        came between): that record's tree is newer than this one."""
-        ctx = self._ctx
-        if walk.Start(ctx.backend).keys != self._gathered.start.keys:
-            self.drop()
+        """Record it (the writer lock held since the gather); None, recording nothing, when
+        this context took another snapshot since or the store has another record (their
+        tree is newer)."""
+        ctx, memo, state, kept = self._ctx, self._ctx.manifest_memo, self._state, self._memo
+        self.drop()
+        if kept is None or self._overtaken():
             return None
+        ctx.tree_state = state
+        memo.entries, memo.ordered, memo.mid = kept
         with _cyclic_gc_paused():
             try:
                 return _write(ctx, self._gathered, self._message, None, None, None, None, self._kind, self._skip)
@@ -70,9 +82,16 @@ class Later:
                 raise
 
     def drop(self) -> None:
-        """Record nothing.  The watcher's state was patched with the tree this snapshot read,
-        which no record now describes: it is dropped (the next snapshot walks)."""
-        incremental.forget(self._ctx)
+        """Record nothing (the next snapshot walks, unless one took the tree since)."""
+        self._state = self._memo = None
+
+    def _overtaken(self) -> bool:
+        """Whether this context took a snapshot since the gather (it kept a state or a memo
+        again), or the store has a record the gather did not see."""
+        ctx = self._ctx
+        if ctx.tree_state is not None or ctx.manifest_memo.mid is not None:
+            return True
+        return walk.Start(ctx.backend).keys != self._gathered.start.keys
 
 
 def take_later(ctx: StageContext, *, message: str = "", kind: str = USER, skip_unchanged: bool = False) -> Later:
@@ -80,8 +99,8 @@ def take_later(ctx: StageContext, *, message: str = "", kind: str = USER, skip_u
     files read and their chunks stored), the checkpoint written by :meth:`Later.write`.  The
     service answers in between (a restore's record of the tree it left): what changes in the
     tree once the answer is out is not in this record, and the next snapshot finds it.  The
-    caller holds the writer lock now and at the write; this context takes no other snapshot in
-    between (the service runs one request at a time)."""
+    caller holds the writer lock from now until the write (the chunks read now are named by
+    nothing until then: a gc in between would sweep them)."""
     with _cyclic_gc_paused():
         return Later(ctx, _gathered(ctx, kind, None, None), message, kind, skip_unchanged)
 

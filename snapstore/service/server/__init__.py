@@ -390,7 +390,7 @@ class Service:
 
         context = self.store.context
         context.after_answer = []
-        request = None
+        request = None  # (the request's, kept for the kill seam after the answer)
         with self._client_context(cwd, env):
             saved = sys.stdout, sys.stderr, sys.stdin
             sys.stdout, sys.stderr = out, err
@@ -422,9 +422,11 @@ class Service:
                 if sys.stdin is not self._null_stdin:
                     sys.stdin.close()
                 sys.stdout, sys.stderr, sys.stdin = saved
-            if answer is not None:
-                answer(code)
-            self._after_answer(request)  # (in the client's environment, as the command ran)
+            try:
+                if answer is not None:
+                    answer(code)
+            finally:  # (a client gone before its answer too: the work holds the writer lock)
+                self._after_answer(request)  # (in the client's environment, as the command ran)
         return code
 
     def _after_answer(self, request: requests.Request | None) -> None:
