@@ -79,7 +79,6 @@ def _take(
     workers: int | None,
 ) -> tuple[bytes, bytes, SnapshotResult]:
     """:func:`take`'s phases, in order (each one is its module's)."""
-    incremental.begin_scan(ctx)  # (beside reading the store's keys, the events and the patch)
     start = walk.Start(ctx.backend)
     report = scan.ScanReport()
     # Only a safety checkpoint's caller (restore) and a watching context's next snapshot use
