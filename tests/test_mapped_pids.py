@@ -5,8 +5,9 @@ process created since the last look is found from the last pid the kernel handed
 (``/proc/loadavg``) and ``pidfd_open``, a thread is not taken for a process, a pid not found
 is asked once more (a ``fork`` half-way is not visible yet), exited processes are forgotten,
 and ``/proc`` is listed again past :data:`~snapstore.platform.pids.RELIST` seconds or
-:data:`~snapstore.platform.pids.MAX_NEW` new pids.  A write through a mapping made by a
-process created after the last checkpoint is in the next one."""
+:data:`~snapstore.platform.pids.MAX_NEW` new pids.  (A write through a mapping made by a
+process created after the last checkpoint is in the next one, with no listing:
+tests/test_mapped_queries.py.)"""
 
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import listings_of_proc
 from platform_marks import needs_proc_maps
+from test_mapped_queries import _mapper
 
 from snapstore.platform import pids, procmap
 from snapstore.platform.maps import MapsCache, mapped_for_write
-from snapstore.store import Store
 from snapstore.testing import build_tree
 
 pytestmark = [
@@ -30,34 +32,6 @@ pytestmark = [
     pytest.mark.skipif(not procmap.supported(), reason="the kernel does not answer PROCMAP_QUERY (before Linux 6.11)"),
     pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfd_open"),
 ]
-
-
-def _listings(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Records each listing of ``/proc`` from now on."""
-    seen: list[bytes] = []
-    real = os.listdir
-
-    def counted(path: bytes | str = ".") -> list:  # type: ignore[type-arg]
-        if os.fsencode(path) == b"/proc":
-            seen.append(b"/proc")
-        return real(path)
-
-    monkeypatch.setattr(os, "listdir", counted)
-    return seen
-
-
-def _mapper(path: Path) -> str:
-    """A child that maps ``path`` shared and writable, says so, then writes through the
-    mapping for each line it reads."""
-    return (
-        "import mmap, os, sys\n"
-        f"fd = os.open({str(path)!r}, os.O_RDWR)\n"
-        "m = mmap.mmap(fd, 4096); os.close(fd)\n"
-        "sys.stdout.write('mapped\\n'); sys.stdout.flush()\n"
-        "for i, line in enumerate(sys.stdin):\n"
-        "    m[i * 8 : i * 8 + 8] = b'write %02d' % i; m.flush()\n"
-        "    sys.stdout.write('wrote\\n'); sys.stdout.flush()\n"
-    )
 
 
 def _start(path: Path) -> subprocess.Popen[bytes]:
@@ -77,7 +51,7 @@ def test_a_process_created_between_two_looks_is_found_without_listing_proc(tmp_p
     cache = MapsCache()
     try:
         assert mapped_for_write(os.fsencode(root), None, cache)[0] == set()
-        listings = _listings(monkeypatch)
+        listings = listings_of_proc(monkeypatch)
         child = _start(root / "db.bin")
         try:
             assert mapped_for_write(os.fsencode(root), None, cache)[0] == {b"db.bin"}
@@ -133,7 +107,7 @@ def test_a_pid_not_found_is_asked_once_more_at_the_next_look(tmp_path: Path, mon
 
     try:
         mapped_for_write(os.fsencode(root), None, cache)
-        listings = _listings(monkeypatch)
+        listings = listings_of_proc(monkeypatch)
         monkeypatch.setattr(os, "pidfd_open", not_yet)
         child = _start(root / "db.bin")
         hidden.add(child.pid)
@@ -151,7 +125,7 @@ def test_proc_is_listed_again_past_relist_seconds_or_max_new_pids(tmp_path: Path
     cache = MapsCache()
     try:
         mapped_for_write(os.fsencode(tmp_path), None, cache)
-        listings = _listings(monkeypatch)
+        listings = listings_of_proc(monkeypatch)
         mapped_for_write(os.fsencode(tmp_path), None, cache)
         assert listings == []
         monkeypatch.setattr(pids, "RELIST", 0.0)
@@ -165,35 +139,3 @@ def test_proc_is_listed_again_past_relist_seconds_or_max_new_pids(tmp_path: Path
         assert len(listings) == 2
     finally:
         cache.close()
-
-
-def test_a_write_through_a_mapping_of_a_process_created_since_the_last_checkpoint_is_in_the_next(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    """A watched Store's checkpoints list /proc once; a process started after them maps a file
-    of the tree and writes through it (no event): the next checkpoint holds the bytes."""
-    from snapstore.tree import statcache
-
-    monkeypatch.setattr(statcache, "now_ns", lambda: time.time_ns() + 10_000_000_000)
-    root = tmp_path / "t"
-    build_tree(root, {"db.bin": bytes(4096), "other.txt": b"o\n"})
-    Store.init(root).close()
-    watched = Store.open(root, watch=True)
-    child = None
-    try:
-        watched.snapshot("start")
-        watched.snapshot("patched")
-        listings = _listings(monkeypatch)
-        child = _start(root / "db.bin")
-        assert child.stdin is not None and child.stdout is not None
-        for i in range(2):
-            child.stdin.write(b"w\n")
-            child.stdin.flush()
-            assert child.stdout.readline() == b"wrote\n"
-            cp = watched.snapshot(f"write {i}")
-            assert watched.read_bytes(cp.id, "db.bin")[: i * 8 + 8] == b"".join(b"write %02d" % k for k in range(i + 1)), i
-        assert listings == []
-    finally:
-        if child is not None:
-            _stop(child)
-        watched.close()

@@ -85,13 +85,16 @@ def _map(path: Path, size: int) -> mmap.mmap:
 
 
 @needs_proc_maps
-def test_a_library_checkpoint_scans_inline_and_reads_a_file_mapped_since_the_last(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None
+@pytest.mark.parametrize("begun", [False, True], ids=["library", "service"])
+def test_a_file_mapped_between_two_checkpoints_is_read_by_the_second_from_its_own_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None, begun: bool
 ):
-    """``Store(watch=True)`` outside the service: each checkpoint makes its mapping scan in the
-    calling thread (a scan thread competes with the checkpoint for the interpreter and made
-    the library loop slower), and a file mapped and written through since the last
-    checkpoint is in the next one."""
+    """Mapped (and written through) after a patched checkpoint: the next checkpoint's patch
+    does not know it (the last scan found nothing), its own scan finds it, and the checkpoint
+    holds the write.  ``Store(watch=True)`` outside the service makes each scan inline, in the
+    calling thread (a scan thread competed with the checkpoint for the interpreter and made
+    the library loop slower); a scan ``begun`` before the checkpoint, as the service begins
+    it, runs in the watcher's thread and is taken after the reads."""
     threads = _scan_threads(monkeypatch)
     with _watched(tmp_path, 16384) as (root, watched, plain):
         watcher = watched.context.watcher
@@ -102,6 +105,8 @@ def test_a_library_checkpoint_scans_inline_and_reads_a_file_mapped_since_the_las
                 time.sleep(0.02)  # a later clock tick (on disk the write stamps a new mtime)
                 m[i * 100 : i * 100 + 6] = b"mmap %d" % i
                 m.flush()  # msync: no write(), no event
+                if begun:
+                    watcher.begin_scan()
                 cp = watched.snapshot(f"mapped write {i}")
                 assert watched.read_bytes(cp.id, "db.bin")[i * 100 : i * 100 + 6] == b"mmap %d" % i, i
                 assert _same(plain, cp.id) == [], i
@@ -109,39 +114,12 @@ def test_a_library_checkpoint_scans_inline_and_reads_a_file_mapped_since_the_las
             m.close()
         status = watched.watch_status()
         assert status is not None and status["walks"] == 1 and status["patched"] == 4
-        assert len(threads) == 5 and set(threads) == {"MainThread"}, threads
-        assert not [t.name for t in threading.enumerate() if t.name.startswith("snapstore-mapping-scan")]
-
-
-@needs_proc_maps
-def test_a_file_mapped_between_two_checkpoints_is_read_by_the_second_from_its_own_scan(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None
-):
-    """Mapped (and written through) after a patched checkpoint: the next checkpoint's patch
-    does not know it (the last scan found nothing), its scan, begun in the watcher's thread
-    before the checkpoint (as the service begins it), finds it, and the checkpoint holds the
-    write."""
-    threads = _scan_threads(monkeypatch)
-    with _watched(tmp_path, 16384) as (root, watched, plain):
-        watcher = watched.context.watcher
-        assert watcher is not None
-        assert watcher.last_mapped == set()
-        m = _map(root / "db.bin", 16384)
-        try:
-            for i in range(3):
-                time.sleep(0.02)  # a later clock tick (on disk the write stamps a new mtime)
-                m[i * 100 : i * 100 + 6] = b"mmap %d" % i
-                m.flush()  # msync: no write(), no event
-                watcher.begin_scan()
-                cp = watched.snapshot(f"mapped write {i}")
-                assert watched.read_bytes(cp.id, "db.bin")[i * 100 : i * 100 + 6] == b"mmap %d" % i, i
-                assert _same(plain, cp.id) == [], i
-        finally:
-            m.close()
-        status = watched.watch_status()
-        assert status is not None and status["walks"] == 1 and status["patched"] == 4
-        assert threads[:2] == ["MainThread"] * 2  # (the walk's and the first patch's: inline)
-        assert threads[2:] and all(name.startswith("snapstore-mapping-scan") for name in threads[2:]), threads
+        assert len(threads) == 5 and threads[:2] == ["MainThread"] * 2, threads  # (the walk's, the first patch's)
+        if begun:
+            assert all(name.startswith("snapstore-mapping-scan") for name in threads[2:]), threads
+        else:
+            assert set(threads) == {"MainThread"}, threads
+            assert not [t.name for t in threading.enumerate() if t.name.startswith("snapstore-mapping-scan")]
         assert not watcher.scan_begun()
 
 
