@@ -139,3 +139,26 @@ def test_proc_is_listed_again_past_relist_seconds_or_max_new_pids(tmp_path: Path
         assert len(listings) == 2
     finally:
         cache.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_lists_proc_at_its_first_look(tmp_path: Path):
+    """A forked child starts with a copy of its parent's list (and the parent's pids asked
+    once more): its first look lists ``/proc`` afresh instead of trusting that copy."""
+    cache = MapsCache()
+    try:
+        mapped_for_write(os.fsencode(tmp_path), None, cache)
+        listed = cache.pids.listings
+        pid = os.fork()
+        if pid == 0:  # the child: exits 0 when its look listed /proc and found itself
+            code = 1
+            try:
+                mapped_for_write(os.fsencode(tmp_path), None, cache)
+                ok = cache.pids.listings == listed + 1 and str(os.getpid()).encode() in cache.pids.listed
+                code = 0 if ok else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        cache.close()
