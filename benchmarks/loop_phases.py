@@ -10,8 +10,8 @@ median and mean of each phase of the snapshot (the functions of ``snapstore.ops.
 timed in place).
 Medians of phases do not add up to the median of the whole (each is over its own calls).
 
-Both contestants run in this one process, so the shared-mapping scan reads this process's
-maps at every checkpoint (a busy process, as an agent's is).  The automatic maintenance pass
+Both contestants run in this one process, so the shared-mapping scan (made inline, in
+``blind_spots``) asks about this busy process at every checkpoint, as an agent's is.  The automatic maintenance pass
 is off (it runs now and then, not per checkpoint).
 """
 
@@ -59,11 +59,11 @@ def instrument(timings: Timings) -> None:
         (walk, "Start", "start (parent, keys)"),
         (walk, "inputs", "inputs (watcher + patch)"),
         (watcher.Watcher, "take", "  of which: drain events"),
-        (incremental, "blind_spots", "  of which: links, last scan's mapped files"),
+        (incremental, "blind_spots", "  of which: links, the mapping scan"),
         (incremental, "patch", "  of which: patch (rescan)"),
         (read, "read_changed", "read changed files"),
         (write.Sink, "_delta_frames", "  of which: delta frames"),
-        (incremental, "settle", "wait for the mapping scan (its thread), patch"),
+        (incremental, "settle", "wait for a scan the service began, patch"),
         (pipeline, "order", "order"),
         (encode, "manifest_of", "manifest"),
         (encode, "compress_lacking", "compress manifest leaves"),

@@ -1,11 +1,13 @@
-"""A watched checkpoint's shared-mapping scan runs in a thread beside its patch and reads
-(tree/watcher.py ``begin_scan``, ops/snapshot/incremental.py ``settle``).
+"""A watched checkpoint's shared-mapping scan: made inline by a library checkpoint, or taken
+from a thread the service began it in before the checkpoint (tree/watcher.py ``begin_scan``,
+ops/snapshot/incremental.py ``settle``).
 
-What must hold: the scan a checkpoint takes is one begun for it (after the call), never one
+What must hold: the scan a checkpoint takes is one begun for it (after the request), never one
 left by an earlier checkpoint; a file found mapped only by that scan is re-stat'ed and read
 in the same checkpoint, as with a scan made inline; when such a file cannot be patched in, the
 checkpoint is taken again by a full walk.  Each checkpoint is compared with a full walk of the
-same tree (``plain.diff``), as tests/test_watch_trust.py does.
+same tree (``plain.diff``), as tests/test_watch_trust.py does.  The tests of the threaded scan
+begin it as the service does (``watcher.begin_scan()`` just before the checkpoint).
 """
 
 from __future__ import annotations
@@ -83,22 +85,28 @@ def _map(path: Path, size: int) -> mmap.mmap:
 
 
 @needs_proc_maps
+@pytest.mark.parametrize("begun", [False, True], ids=["library", "service"])
 def test_a_file_mapped_between_two_checkpoints_is_read_by_the_second_from_its_own_scan(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None, begun: bool
 ):
     """Mapped (and written through) after a patched checkpoint: the next checkpoint's patch
-    does not know it (the last scan found nothing), its scan, run in the watcher's thread,
-    finds it, and the checkpoint holds the write."""
+    does not know it (the last scan found nothing), its own scan finds it, and the checkpoint
+    holds the write.  ``Store(watch=True)`` outside the service makes each scan inline, in the
+    calling thread (a scan thread competed with the checkpoint for the interpreter and made
+    the library loop slower); a scan ``begun`` before the checkpoint, as the service begins
+    it, runs in the watcher's thread and is taken after the reads."""
     threads = _scan_threads(monkeypatch)
     with _watched(tmp_path, 16384) as (root, watched, plain):
-        assert watched.context.watcher is not None
-        assert watched.context.watcher.last_mapped == set()
+        watcher = watched.context.watcher
+        assert watcher is not None and watcher.last_mapped == set()
         m = _map(root / "db.bin", 16384)
         try:
             for i in range(3):
                 time.sleep(0.02)  # a later clock tick (on disk the write stamps a new mtime)
                 m[i * 100 : i * 100 + 6] = b"mmap %d" % i
                 m.flush()  # msync: no write(), no event
+                if begun:
+                    watcher.begin_scan()
                 cp = watched.snapshot(f"mapped write {i}")
                 assert watched.read_bytes(cp.id, "db.bin")[i * 100 : i * 100 + 6] == b"mmap %d" % i, i
                 assert _same(plain, cp.id) == [], i
@@ -106,17 +114,22 @@ def test_a_file_mapped_between_two_checkpoints_is_read_by_the_second_from_its_ow
             m.close()
         status = watched.watch_status()
         assert status is not None and status["walks"] == 1 and status["patched"] == 4
-        assert threads[0] == "MainThread"  # (the first checkpoint walked: its scan is inline)
-        assert threads[1:] and all(name.startswith("snapstore-mapping-scan") for name in threads[1:]), threads
-        assert not watched.context.watcher.scan_begun()
+        assert len(threads) == 5 and threads[:2] == ["MainThread"] * 2, threads  # (the walk's, the first patch's)
+        if begun:
+            assert all(name.startswith("snapstore-mapping-scan") for name in threads[2:]), threads
+        else:
+            assert set(threads) == {"MainThread"}, threads
+            assert not [t.name for t in threading.enumerate() if t.name.startswith("snapstore-mapping-scan")]
+        assert not watcher.scan_begun()
 
 
 @needs_proc_maps
 def test_a_scan_begun_for_a_checkpoint_that_failed_is_not_taken_by_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None
 ):
-    """A checkpoint that fails after its scan began leaves no scan behind: the next one scans
-    afresh (after the mapping made in between) and holds the write through it."""
+    """A checkpoint that fails after its scan began (as the service begins it) leaves no scan
+    behind: the next one scans afresh (after the mapping made in between) and holds the write
+    through it."""
     from snapstore.ops.snapshot import read
 
     with _watched(tmp_path, 16384) as (root, watched, plain):
@@ -130,6 +143,7 @@ def test_a_scan_begun_for_a_checkpoint_that_failed_is_not_taken_by_the_next(
         monkeypatch.setattr(read, "read_changed", failing)
         (root / "other.txt").write_bytes(b"changed\n")
         scans = watcher.mapping_scans
+        watcher.begin_scan()
         with pytest.raises(Exception, match="disk went away"):
             watched.snapshot("fails after its scan began")
         assert watcher.mapping_scans == scans + 1  # (it had begun)

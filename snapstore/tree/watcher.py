@@ -348,8 +348,9 @@ class Watcher:
 
     def begin_scan(self) -> None:
         """Start the mapping scan of the checkpoint about to be taken in a thread of its own
-        (it runs beside the checkpoint's patch and reads, or, in the service, while the client
-        confirms the request); :meth:`mapped_for_write` waits for it and takes it.
+        (the service begins it when it acknowledges a checkpointing request: it runs while the
+        client confirms, then beside the checkpoint's patch and reads; a library checkpoint
+        scans inline); :meth:`mapped_for_write` waits for it and takes it.
 
         The scan is as good as one made when the checkpoint starts: it begins after the request
         to checkpoint (after anything its caller wants checkpointed), and a mapping made after

@@ -90,7 +90,8 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     check = changes.full and changes.reason == PERIODIC
     if changes.full and not check:
         return None
-    mapped = blind_spots(watcher, state, changes, late=not check)
+    late = not check and watcher.scan_begun()  # (the service began it while its client confirmed)
+    mapped = blind_spots(watcher, state, changes, late=late)
     patched = patch(
         ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped,
         in_place=not check,
@@ -104,18 +105,9 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
         if patched is not None:
             ctx.walk_check = state.found
         return None
-    if patched is not None and watcher.scan_begun():  # (blind_spots began it, or the service)
+    if patched is not None and late:
         return patched._replace(early=frozenset(mapped))
     return patched
-
-
-def begin_scan(ctx: StageContext) -> None:
-    """Begin the checkpoint's mapping scan now, when a watched state will likely be patched
-    (not right after a restore patched it: that record reads the files its safety checkpoint
-    found mapped, and scans only if an event came since, :func:`blind_spots`)."""
-    state = ctx.tree_state
-    if ctx.watcher is not None and state is not None and state.carried is None:
-        ctx.watcher.begin_scan()
 
 
 class Rewalk(Exception):
@@ -124,8 +116,8 @@ class Rewalk(Exception):
 
 
 def settle(ctx: StageContext, early: frozenset[bytes], links: set[bytes]) -> Patched | None:
-    """Take the checkpoint's mapping scan (begun by :func:`begin_scan`, run beside the patch
-    and the reads) and patch in the files it finds mapped besides ``early`` (those the patch
+    """Take the checkpoint's mapping scan (begun by the service before the checkpoint,
+    :meth:`Watcher.begin_scan`, and run beside the patch and the reads) and patch in the files it finds mapped besides ``early`` (those the patch
     re-read: mapped at the last checkpoint's scan), re-stat'ed, to be read whatever the stat
     cache says, as :func:`blind_spots` makes a scan made inline do; None when there are none.
     ``links``: the files with more than one link after the patch.  The state's own maps are
@@ -175,16 +167,18 @@ def blind_spots(
     (no event names it): the next checkpoint's scan finds it if it is still mapped, and its
     ``IN_CLOSE_WRITE`` names it if not.
 
-    ``late``: the scan runs in the watcher's thread (:meth:`Watcher.begin_scan`) while the
-    checkpoint patches and reads; only the files mapped at the last scan are added now, and
-    :func:`settle` adds those the scan finds besides."""
+    ``late``: the scan runs in the watcher's thread (begun by the service while its client
+    confirms the request, :meth:`Watcher.begin_scan`) while the checkpoint patches and reads;
+    only the files mapped at the last scan are added now, and :func:`settle` adds those the
+    scan finds besides.  Otherwise the scan is made here, in the calling thread: a library
+    checkpoint has no idle moment to hide it in, and a scan thread beside its patch and reads
+    competed with them for the interpreter (docs/benchmarks-design.md, Watching)."""
     if not look and state.carried is not None and not state.links and _quiet(changes):
         mapped = set(watcher.last_mapped)
         watcher.mapped_restatted += len(mapped)
         changes.paths |= mapped
         return mapped
     if late:
-        watcher.begin_scan()
         mapped = set(watcher.last_mapped)
     elif not look:
         now = _scanned(watcher, state.found)

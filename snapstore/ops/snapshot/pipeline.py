@@ -147,7 +147,6 @@ class _Gathered:
 def _gather(ctx: StageContext, kind: str, progress: Progress | None, workers: int | None) -> _Gathered:
     """The snapshot's first phases: the store's keys, the walk or the watcher's patch, the
     reads of what changed (their chunks stored), the mapping scan's late finds."""
-    incremental.begin_scan(ctx)  # (beside reading the store's keys, the events and the patch)
     start = walk.Start(ctx.backend)
     report = scan.ScanReport()
     # Only a safety checkpoint's caller (restore) and a watching context's next snapshot use
