@@ -226,20 +226,6 @@ def proc_files_opened(monkeypatch) -> list[bytes]:  # type: ignore[no-untyped-de
     return opened
 
 
-def listings_of_proc(monkeypatch) -> list[bytes]:  # type: ignore[no-untyped-def]
-    """Records each listing of ``/proc`` (``os.listdir``) from now on."""
-    seen: list[bytes] = []
-    real = os.listdir
-
-    def counted(path=".", *args, **kwargs):  # type: ignore[no-untyped-def]
-        if os.fsencode(path) == b"/proc":
-            seen.append(b"/proc")
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "listdir", counted)
-    return seen
-
-
 def assert_state_is_a_walk(store: Store, root: Path) -> None:
     """The watching Store's kept state (records and listings) equals what a full walk of the
     tree finds now."""

@@ -166,9 +166,9 @@ def test_a_scan_begun_for_a_checkpoint_that_failed_is_not_taken_by_the_next(
 def test_a_mapped_file_that_is_gone_when_the_scan_is_taken_makes_the_checkpoint_walk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_racy: None
 ):
-    """The scan finds a newly mapped file whose name is deleted before the scan is taken
-    (its event still queued): the patch cannot say, so the checkpoint is taken again by a full
-    walk, which equals a walk of the tree."""
+    """The scan finds a newly mapped file whose name is deleted once the events are read
+    (its event still queued; the scan is made before the read): the patch cannot say, so the
+    checkpoint is taken again by a full walk, which equals a walk of the tree."""
     with _watched(tmp_path, 8192) as (root, watched, plain):
         watcher = watched.context.watcher
         assert watcher is not None
@@ -176,15 +176,15 @@ def test_a_mapped_file_that_is_gone_when_the_scan_is_taken_makes_the_checkpoint_
         try:
             m[:4] = b"gone"
             m.flush()
-            real = type(watcher).mapped_for_write
+            real = type(watcher).take
 
             def then_unlinked(self: Any) -> Any:
                 got = real(self)
                 if (root / "db.bin").exists():
-                    os.unlink(root / "db.bin")  # (after the scan found it, before its patch)
+                    os.unlink(root / "db.bin")  # (after the scan found it and the events were read)
                 return got
 
-            monkeypatch.setattr(type(watcher), "mapped_for_write", then_unlinked)
+            monkeypatch.setattr(type(watcher), "take", then_unlinked)
             walks = watcher.walks
             cp = watched.snapshot("mapped, then deleted")
             assert watcher.walks == walks + 1

@@ -45,7 +45,7 @@ HEAVY = frozenset({
 #: platform layer's own, the watcher's, the service's and restore's core files.
 PORTABLE = frozenset({
     "test_durability.py", "test_durability_crash.py", "test_hook_cost.py", "test_idle_check.py",
-    "test_mapped_cache.py", "test_mapped_pids.py", "test_mapped_queries.py", "test_mapping_scan_thread.py", "test_native_client.py",
+    "test_mapped_cache.py", "test_mapped_queries.py", "test_mapping_scan_thread.py", "test_native_client.py",
     "test_platform_layer.py", "test_polling_source.py", "test_restore.py", "test_restore_crash.py",
     "test_restore_settle.py", "test_restore_speed.py", "test_restore_speed_plan.py",
     "test_restore_watch_patch.py", "test_service.py", "test_snapshot_memory.py",

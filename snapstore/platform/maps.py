@@ -33,9 +33,6 @@ Where the kernel answers ``PROCMAP_QUERY`` (Linux 6.11+), none of that is needed
 :mod:`snapstore.platform.procmap` asks each process for its shared writable file mappings
 directly, one call for a process that has none, so a busy process costs no more than an idle
 one and the answer is never a fingerprint's guess.  The fingerprints above are the fallback.
-There the processes are kept between looks too (:mod:`snapstore.platform.pids`): ``/proc`` is
-listed again only when a process may have been created that the last pid handed out does not
-account for, the new ones being asked one by one.
 """
 
 from __future__ import annotations
@@ -137,30 +134,18 @@ class MapsCache:
             procmap.Queries(limit) if queries and platform.linux() and procmap.supported() else None
         )
         self.stats = StatFiles(limit if self.queries is None else 0)
-        from snapstore.platform.pids import Pids
-
-        #: The processes to look at, ``/proc`` listed only when one may be new (:mod:`.pids`).
-        self.pids = Pids()
 
     def close(self) -> None:
         """Close the held files (a later look opens them again)."""
         self.stats.close()
-        self.pids.close()
         if self.queries is not None:
             self.queries.close()
-
-    def processes(self) -> list[bytes]:
-        """The pids to look at: kept between the kernel's answers (:mod:`.pids`, which the
-        look tells of the processes gone), else listed from ``/proc`` every time."""
-        return self.pids.now() if self.queries is not None else _listed()
 
     def look(self, pids: list[bytes]) -> list[Mappings]:
         """Each listed process's shared writable mappings (the kernel's answers, or the maps
         text of the processes whose fingerprint changed); forgets the processes not listed."""
         if self.queries is not None:
-            out = self.queries.look(pids)
-            self.pids.gone(self.queries.gone)
-            return out
+            return self.queries.look(pids)
         out = [self.mappings(pid) for pid in pids]
         self.forget_all_but(pids)
         return out
@@ -215,7 +200,7 @@ def mapped_for_write(
     if not platform.linux():
         return paths, inodes
     try:
-        pids = cache.processes() if cache is not None else _listed()
+        pids = [p for p in os.listdir(b"/proc") if p.isdigit()]
     except OSError:
         return paths, inodes
     if cache is not None:
@@ -263,11 +248,6 @@ def own_ranges(path: str) -> list[tuple[int, int]]:
             start, _, end = line.split(b" ", 1)[0].partition(b"-")
             out.append((int(start, 16), int(end, 16)))
     return out
-
-
-def _listed() -> list[bytes]:
-    """The pids of ``/proc``'s entries."""
-    return [p for p in os.listdir(b"/proc") if p.isdigit()]
 
 
 def _numbers(found: tuple[tuple[bytes, bytes, bytes, bytes], ...]) -> Mappings:

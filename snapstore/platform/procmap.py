@@ -64,9 +64,6 @@ class Queries:
         self._idle_pids: dict[int, bytes] = {}
         self._exits = select.poll()
         self.limit = limit
-        #: The listed processes the last look found exited (:meth:`Pids.gone
-        #: <snapstore.platform.pids.Pids.gone>` forgets them).
-        self.gone: list[bytes] = []
         #: How many ``maps`` files were opened, and how many calls made: a test's counts.
         self.opened = 0
         self.calls = 0
@@ -79,7 +76,6 @@ class Queries:
     def look(self, pids: list[bytes]) -> list[Mappings]:
         """Each listed process's shared writable file mappings now (none for a process gone,
         not ours, or with no address space); the held files of processes not listed are closed."""
-        self.gone = []
         if self.idle:
             for fd, _ in self._exits.poll(0):  # kernel threads that exited since the last look
                 self._forget_idle(self._idle_pids[fd])
@@ -111,9 +107,7 @@ class Queries:
     def _fresh(self, pid: bytes, again: bool = True) -> Mappings:
         try:
             fd = os.open(b"/proc/" + pid + b"/maps", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ESRCH):
-                self.gone.append(pid)
+        except OSError:
             return ()  # gone, or not ours to read (as the maps text would be)
         self.opened += 1
         keep = len(self.maps) + len(self.idle) < self.limit

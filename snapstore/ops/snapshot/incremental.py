@@ -83,15 +83,21 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
     watcher = ctx.watcher
     if watcher is None:
         return None
-    changes = watcher.take()
     state = ctx.tree_state
+    scanned = None
+    if state is not None and state.keys == keys and state.carried is None and not watcher.scan_begun():
+        # The scan before the events: a process that maps and writes a file, then goes away
+        # after the events are read, has its close event after that read and its mapping
+        # gone from a scan made after it (a library checkpoint's inline scan, blind_spots).
+        scanned = _scanned(watcher, state.found)
+    changes = watcher.take()
     if state is None or state.keys != keys:
         return None
     check = changes.full and changes.reason == PERIODIC
     if changes.full and not check:
         return None
     late = not check and watcher.scan_begun()  # (the service began it while its client confirmed)
-    mapped = blind_spots(watcher, state, changes, late=late)
+    mapped = blind_spots(watcher, state, changes, late=late, scanned=scanned)
     patched = patch(
         ctx, state, state.found, state.listings, changes, scan.ScanReport(), watcher.watch_tree, mapped,
         in_place=not check,
@@ -149,7 +155,8 @@ MAPPED_REREAD_MAX = 16 << 20
 
 
 def blind_spots(
-    watcher: Watcher, state: TreeState, changes: Changes, look: bool = False, late: bool = False
+    watcher: Watcher, state: TreeState, changes: Changes, look: bool = False, late: bool = False,
+    scanned: set[bytes] | None = None,
 ) -> set[bytes]:
     """Add to ``changes`` the files no event may name: every file with more than one hard link
     (re-stat'ed: a write through another link changes their mtime) and every file mapped
@@ -170,9 +177,10 @@ def blind_spots(
     ``late``: the scan runs in the watcher's thread (begun by the service while its client
     confirms the request, :meth:`Watcher.begin_scan`) while the checkpoint patches and reads;
     only the files mapped at the last scan are added now, and :func:`settle` adds those the
-    scan finds besides.  Otherwise the scan is made here, in the calling thread: a library
-    checkpoint has no idle moment to hide it in, and a scan thread beside its patch and reads
-    competed with them for the interpreter (docs/benchmarks-design.md, Watching)."""
+    scan finds besides.  Otherwise the scan is made in the calling thread (``scanned``: made
+    already, before the events were read, by :func:`prepare`; else here): a library checkpoint
+    has no idle moment to hide it in, and a scan thread beside its patch and reads competed
+    with them for the interpreter (docs/benchmarks-design.md, Watching)."""
     if not look and state.carried is not None and not state.links and _quiet(changes):
         mapped = set(watcher.last_mapped)
         watcher.mapped_restatted += len(mapped)
@@ -181,7 +189,7 @@ def blind_spots(
     if late:
         mapped = set(watcher.last_mapped)
     elif not look:
-        now = _scanned(watcher, state.found)
+        now = _scanned(watcher, state.found) if scanned is None else scanned
         mapped, watcher.last_mapped = now | watcher.last_mapped, now
     else:
         mapped = _scanned(watcher, state.found) | watcher.last_mapped
