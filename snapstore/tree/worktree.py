@@ -87,7 +87,7 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
     """Entries for everything the stat cache vouches for, and the files that must be read."""
     entries: dict[bytes, Entry] = {}
     misses: list[scan.Found] = []
-    lookup = statcache.lookup
+    lookup = statcache.lookup_entry
     get = cache.get
     max_key = statcache.MAX_KEY
     new = tuple.__new__  # Entry(...) without the NamedTuple constructor's Python frame
@@ -97,11 +97,12 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
             value = get(path)
             if value is None and len(path) > max_key:  # rare: keyed by its hash
                 value = get(statcache.long_key(path))
-            sid = lookup(value, st)
-            if sid is None:
+            known = lookup(value, st)
+            if known is None:
                 misses.append(f)
                 continue
-            entries[path] = new(Entry, (path, kind, st.st_mode & MODE_KEEP, st.st_size, st.st_mtime_ns, sid))
+            # (the mtime the cache keeps: the file's, or its parent entry's when it was touched)
+            entries[path] = new(Entry, (path, kind, st.st_mode & MODE_KEEP, st.st_size, known[1], known[0]))
         else:
             entries[path] = entry_for(f)
     return entries, misses
@@ -122,7 +123,7 @@ def classify_sorted(
     entries: dict[bytes, Entry] = {} if into is None else into
     misses: list[scan.Found] = []
     stale: list[bytes] = []
-    lookup = statcache.lookup
+    lookup = statcache.lookup_entry
     max_key = statcache.MAX_KEY
     new = tuple.__new__
     end = (None, b"")
@@ -149,13 +150,13 @@ def classify_sorted(
             long_present.add(hashed)
             value = long_values.get(hashed)
         if kind <= EXEC and st is not None:  # FILE or EXEC: the hot path, once per file
-            sid = lookup(value, st)
-            if sid is None:
+            known = lookup(value, st)
+            if known is None:
                 misses.append(f)
                 continue
             mode = st.st_mode & MODE_KEEP
             mode = modes.get(mode) or modes.setdefault(mode, mode)  # (one int object a mode, not a file)
-            entries[path] = new(Entry, (path, kind, mode, st.st_size, st.st_mtime_ns, sid))
+            entries[path] = new(Entry, (path, kind, mode, st.st_size, known[1], known[0]))
         else:
             entries[path] = entry_for(f)
     while ckey is not None:
