@@ -288,8 +288,12 @@ def find_many(get: Get, mid: bytes, paths: Sequence[bytes]) -> dict[bytes, Entry
 
 
 def _in_leaf_many(mid: bytes, data: bytes, paths: Sequence[bytes]) -> dict[bytes, Entry]:
-    wanted = set(paths)
-    return {e.path: e for e in iter_entries_of_chunks(mid, [data]) if e.path in wanted}
+    """The entries of ``paths`` in one leaf: only their records are made entries (and checked)."""
+    raw = _raw_records(mid, [data])
+    try:
+        return {p: _check(r) for p in paths if (r := raw.get(p)) is not None}
+    except (ValueError, TypeError) as exc:
+        raise CorruptError(f"manifest {mid.hex()} is damaged: {exc}") from exc
 
 
 def _child_for(
