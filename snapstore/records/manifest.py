@@ -10,7 +10,10 @@ Each entry is one msgpack array ``[path, kind, mode, size, mtime_ns, ref]``:
   them exactly (owner, setuid, setgid and sticky are never recorded).  Entries written before
   this rule hold only ``S_IMODE`` (no file type bits): their mode is informational, as it was
   then, and restore applies only the exec bit (:func:`exact_mode` tells the two apart);
-* ``size``, ``mtime_ns``: as seen at snapshot time (mtime is informational and not compared);
+* ``size``, ``mtime_ns``: as seen at snapshot time, but a file whose kind, mode, size and ``ref``
+  equal its parent checkpoint's entry (rewritten with the same bytes: a touch) is recorded as that
+  entry, mtime included (ops.snapshot.keep): a manifest records content changes, not touches.
+  Directories and symlinks keep the mtime as seen.  mtime is informational and not compared;
 * ``ref``: the content's stream id for files, the link target for symlinks, empty otherwise.
 
 Entries are sorted by path bytes and cut into chunks between records (chunker.cut_records, keyed
