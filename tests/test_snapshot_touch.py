@@ -31,6 +31,14 @@ def _settled(monkeypatch):
     monkeypatch.setattr(statcache, "RACY_MARGIN_NS", 0)
 
 
+def _tree(tmp_path: Path) -> Path:
+    """The tree of :data:`SPEC`, with a store."""
+    root = tmp_path / "t"
+    build_tree(root, SPEC)
+    Store.init(root).close()
+    return root
+
+
 def _touch(root: Path, *names: str) -> None:
     """Rewrite each file in place with its own bytes (a new mtime and ctime, the same content)."""
     time.sleep(0.01)  # (a new mtime whatever the file system's clock granularity)
@@ -75,9 +83,7 @@ def test_a_touched_file_keeps_its_parents_entry_through_the_cli(tmp_path: Path, 
 
 @pytest.mark.parametrize("watch", [False, True])
 def test_an_agents_checkpoint_after_a_touch_records_nothing(tmp_path: Path, watch: bool):
-    root = tmp_path / "t"
-    build_tree(root, SPEC)
-    Store.init(root).close()
+    root = _tree(tmp_path)
     with Store.open(root, watch=watch) as s:
         one = s.snapshot("one")
         _touch(root, "a.txt", "docs/r.md")
@@ -93,9 +99,7 @@ def test_the_stat_cache_learns_the_new_stat(tmp_path: Path, monkeypatch, watch: 
     mtime survives the next snapshots (through the pool and its writer thread too)."""
     if pooled:
         monkeypatch.setattr(snapshot_read, "INLINE_FILES", 0)
-    root = tmp_path / "t"
-    build_tree(root, SPEC)
-    Store.init(root).close()
+    root = _tree(tmp_path)
     with Store.open(root, watch=watch) as s:
         one = s.snapshot("one")
         _touch(root, "a.txt", "src/m1.py", "src/m4.py")
@@ -114,9 +118,7 @@ def test_the_stat_cache_learns_the_new_stat(tmp_path: Path, monkeypatch, watch: 
 
 @pytest.mark.parametrize("watch", [False, True])
 def test_a_same_size_content_change_is_recorded(tmp_path: Path, watch: bool):
-    root = tmp_path / "t"
-    build_tree(root, SPEC)
-    Store.init(root).close()
+    root = _tree(tmp_path)
     with Store.open(root, watch=watch) as s:
         one = s.snapshot("one")
         time.sleep(0.01)
@@ -134,9 +136,7 @@ def test_a_same_size_content_change_is_recorded(tmp_path: Path, watch: bool):
 @pytest.mark.parametrize("touched", [False, True])
 def test_a_mode_change_is_recorded(tmp_path: Path, watch: bool, touched: bool):
     """A chmod (with the same bytes written again, or not) records the new mode."""
-    root = tmp_path / "t"
-    build_tree(root, SPEC)
-    Store.init(root).close()
+    root = _tree(tmp_path)
     with Store.open(root, watch=watch) as s:
         one = s.snapshot("one")
         if touched:
@@ -181,9 +181,7 @@ def test_watched_and_walked_snapshots_record_the_same_manifest(tmp_path: Path):
 
 @pytest.mark.parametrize("watch", [False, True])
 def test_a_restores_safety_checkpoint_after_a_same_content_rewrite_is_the_latest(tmp_path: Path, watch: bool):
-    root = tmp_path / "t"
-    build_tree(root, SPEC)
-    Store.init(root).close()
+    root = _tree(tmp_path)
     with Store.open(root, watch=watch) as s:
         x = s.snapshot("X")
         time.sleep(0.01)

@@ -245,19 +245,7 @@ def find(get: Get, mid: bytes, path: bytes) -> Entry | None:
     ~height x log2(fanout) chunks where a scan decoded every entry, and a walk of the whole index
     every node.
     """
-    record = get("streams", mid)
-    if record is None:  # a one-chunk manifest
-        return _in_leaf(mid, objects.load_chunk(get, mid), path)
-    size, height, root = objects.parse_stream_record(mid, record)
-    if size > objects.MAX_STREAM_BYTES:
-        raise CorruptError(f"stream {mid.hex()} claims {size} bytes, more than any stream may hold")
-    firsts: dict[bytes, bytes] = {}
-    node, h = (root, size), height
-    while h > 0:
-        children = objects.index_children(get, node[0], node[1])
-        node = children[_child_for(get, mid, children, h - 1, path, firsts)]
-        h -= 1
-    return _in_leaf(mid, _leaf(get, *node), path)
+    return find_many(get, mid, [path]).get(path)
 
 
 def find_many(get: Get, mid: bytes, paths: Sequence[bytes]) -> dict[bytes, Entry]:
@@ -378,13 +366,6 @@ def _first_path(get: Get, mid: bytes, node: tuple[bytes, int], height: int, firs
         raise CorruptError(f"manifest {mid.hex()} is damaged: an empty chunk in its index")
     firsts[node[0]] = first.path
     return first.path
-
-
-def _in_leaf(mid: bytes, data: bytes, path: bytes) -> Entry | None:
-    for e in iter_entries_of_chunks(mid, [data]):
-        if e.path >= path:
-            return e if e.path == path else None
-    return None
 
 
 def _leaf(get: Get, cid: bytes, size: int) -> bytes:
