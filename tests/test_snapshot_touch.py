@@ -82,7 +82,12 @@ def test_a_touched_file_keeps_its_parents_entry_through_the_cli(tmp_path: Path, 
 
 
 @pytest.mark.parametrize("watch", [False, True])
-def test_an_agents_checkpoint_after_a_touch_records_nothing(tmp_path: Path, watch: bool):
+@pytest.mark.parametrize("pooled", [False, True])
+def test_an_agents_checkpoint_after_a_touch_records_nothing(tmp_path: Path, monkeypatch, watch: bool, pooled: bool):
+    """Nothing recorded, and the stat cache learnt the new stats all the same (the next
+    checkpoint reads nothing)."""
+    if pooled:
+        monkeypatch.setattr(snapshot_read, "INLINE_FILES", 0)
     root = _tree(tmp_path)
     with Store.open(root, watch=watch) as s:
         one = s.snapshot("one")
@@ -90,6 +95,9 @@ def test_an_agents_checkpoint_after_a_touch_records_nothing(tmp_path: Path, watc
         again = s.snapshot("after a tool call", skip_unchanged=True)
         assert again.reused and again.id == one.id
         assert [c.id for c in s.checkpoints()] == [one.id]
+    opened = _reads(monkeypatch)
+    with Store.open(root) as s:  # (a walk: the stat cache read from the table)
+        assert s.snapshot("after the next one", skip_unchanged=True).reused and opened == []
 
 
 @pytest.mark.parametrize("watch", [False, True])
