@@ -97,25 +97,13 @@ def _write_settled(mtime: int, ctime: int) -> bool:
 
 def lookup(value: bytes | None, st: os.stat_result | Stat) -> bytes | None:
     """The cached stream id for a file whose lstat is ``st``, or None when it must be read."""
-    found = lookup_entry(value, st)
-    return found[0] if found is not None else None
-
-
-def lookup_entry(value: bytes | None, st: os.stat_result | Stat) -> tuple[bytes, int] | None:
-    """``(stream id, the mtime its entry records)`` for a file whose lstat is ``st`` (the
-    mtime is ``st``'s unless the value keeps another: :func:`encode`), or None when it must
-    be read."""
     if value is None:
         return None
     try:
-        fields = _unpack(value)
-        if len(fields) == 7:
-            size, mtime, ctime, ino, mode, sid, recorded = fields
-            kept = mtime
-        else:
-            size, mtime, ctime, ino, mode, sid, recorded, kept = fields
+        size, mtime, ctime, ino, mode, sid, recorded = _unpack(value)
     except (ValueError, TypeError, msgpack.UnpackException):
-        return None  # a damaged cache entry only costs a re-read
+        # (a value that keeps an mtime has eight items: rare, so not in the way of the others)
+        return _lookup_kept(value, st) if value[:1] == KEPT_HEADER else None  # else damaged: a re-read
     if (size, mtime, ctime, ino, mode) != (
         st.st_size,
         st.st_mtime_ns,
@@ -129,9 +117,41 @@ def lookup_entry(value: bytes | None, st: os.stat_result | Stat) -> tuple[bytes,
             return None
     elif (mtime if mtime > ctime else ctime) >= recorded - RACY_MARGIN_NS:
         return None
-    if type(sid) is not bytes or len(sid) != 32 or type(kept) is not int:
+    if type(sid) is not bytes or len(sid) != 32:
         return None
-    return sid, kept
+    return sid
+
+
+#: The first byte of a value that keeps an mtime (a msgpack array of eight items).
+KEPT_HEADER = b"\x98"
+
+
+def _lookup_kept(value: bytes, st: os.stat_result | Stat) -> bytes | None:
+    """:func:`lookup` of a value with a kept mtime: the same rules for its first seven items."""
+    try:
+        fields = _unpack(value)
+        if len(fields) != 8 or type(fields[7]) is not int:
+            return None
+        return lookup(msgpack.packb(fields[:7]), st)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+
+
+def kept_mtime(value: bytes) -> int:
+    """The mtime a value whose :func:`lookup` gave a stream id keeps (its first byte is
+    :data:`KEPT_HEADER`)."""
+    mtime: int = _unpack(value)[7]
+    return mtime
+
+
+def lookup_entry(value: bytes | None, st: os.stat_result | Stat) -> tuple[bytes, int] | None:
+    """``(stream id, the mtime its entry records)`` for a file whose lstat is ``st`` (the
+    mtime is ``st``'s unless the value keeps another: :func:`encode`), or None when it must
+    be read.  (worktree.classify makes the same pair inline.)"""
+    sid = lookup(value, st)
+    if sid is None or value is None:
+        return None
+    return sid, kept_mtime(value) if value[:1] == KEPT_HEADER else st.st_mtime_ns
 
 
 _unpack = msgpack.unpackb

@@ -87,7 +87,8 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
     """Entries for everything the stat cache vouches for, and the files that must be read."""
     entries: dict[bytes, Entry] = {}
     misses: list[scan.Found] = []
-    lookup = statcache.lookup_entry
+    lookup = statcache.lookup
+    kept, kept_mtime = statcache.KEPT_HEADER[0], statcache.kept_mtime
     get = cache.get
     max_key = statcache.MAX_KEY
     new = tuple.__new__  # Entry(...) without the NamedTuple constructor's Python frame
@@ -97,12 +98,13 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
             value = get(path)
             if value is None and len(path) > max_key:  # rare: keyed by its hash
                 value = get(statcache.long_key(path))
-            known = lookup(value, st)
-            if known is None:
+            sid = lookup(value, st)
+            if sid is None:
                 misses.append(f)
                 continue
-            # (the mtime the cache keeps: the file's, or its parent entry's when it was touched)
-            entries[path] = new(Entry, (path, kind, st.st_mode & MODE_KEEP, st.st_size, known[1], known[0]))
+            # (the mtime the value keeps, when the file was touched: its parent entry's)
+            mtime = st.st_mtime_ns if value is None or value[0] != kept else kept_mtime(value)
+            entries[path] = new(Entry, (path, kind, st.st_mode & MODE_KEEP, st.st_size, mtime, sid))
         else:
             entries[path] = entry_for(f)
     return entries, misses
@@ -123,7 +125,8 @@ def classify_sorted(
     entries: dict[bytes, Entry] = {} if into is None else into
     misses: list[scan.Found] = []
     stale: list[bytes] = []
-    lookup = statcache.lookup_entry
+    lookup = statcache.lookup
+    kept, kept_mtime = statcache.KEPT_HEADER[0], statcache.kept_mtime
     max_key = statcache.MAX_KEY
     new = tuple.__new__
     end = (None, b"")
@@ -150,13 +153,14 @@ def classify_sorted(
             long_present.add(hashed)
             value = long_values.get(hashed)
         if kind <= EXEC and st is not None:  # FILE or EXEC: the hot path, once per file
-            known = lookup(value, st)
-            if known is None:
+            sid = lookup(value, st)
+            if sid is None:
                 misses.append(f)
                 continue
             mode = st.st_mode & MODE_KEEP
             mode = modes.get(mode) or modes.setdefault(mode, mode)  # (one int object a mode, not a file)
-            entries[path] = new(Entry, (path, kind, mode, st.st_size, known[1], known[0]))
+            mtime = st.st_mtime_ns if value is None or value[0] != kept else kept_mtime(value)
+            entries[path] = new(Entry, (path, kind, mode, st.st_size, mtime, sid))
         else:
             entries[path] = entry_for(f)
     while ckey is not None:
