@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, BinaryIO, Union
 from snapstore.errors import TreeIOError
 from snapstore.ops.context import StageContext
 from snapstore.ops.snapshot import write
-from snapstore.ops.snapshot.keep import Keeper
+from snapstore.ops.snapshot.keep import Keeper, Read
 from snapstore.ops.snapshot.result import SnapshotResult
 from snapstore.ops.snapshot.write import Dedup, Packing, Sink, Writer
 from snapstore.records.manifest import UNREADABLE, Entry
@@ -43,8 +43,8 @@ READ_ATTEMPTS = 3
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 Progress = Callable[[int, int], None]
-#: What reading one file gave: (stream id, the stat it was read under, when), or why it failed.
-Read = tuple[bytes, scan.Stat, int]
+#: What reading one file gave: (stream id, the stat it was read under, when: :data:`.keep.Read`),
+#: or why it failed.
 Outcome = Union[Read, "FileGone", "FileChanged", OSError]
 
 # Seam for tests: how a file is opened (patch this, not os.open, to fail one path).
