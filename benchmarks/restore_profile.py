@@ -11,7 +11,10 @@ revisions' services are answered by theirs: compare those two, not the native cl
 in-process restore under cProfile and prints where the time goes, and the next snapshot's reads.
 ``--phases`` then runs ``--runs`` restores in-process through a watching Store (the service's
 path, without the client) with each phase of the restore timed in place, and prints the median
-of each (the record after a restore is what the service makes after its answer).
+of each (the record after a restore is what the service makes after its answer).  With
+``--relayout`` those restores alternate between X and Y, each after the 100 files were written
+again with the bytes they hold (a checkout or a formatter laying out the same content): the
+safety checkpoint's tree is then the latest checkpoint's.
 """
 
 from __future__ import annotations
@@ -117,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     corpora.interleaved_args(p, "/tmp/snapstore-restore-bench")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--phases", action="store_true", help="then time a watching Store's restore phase by phase")
+    p.add_argument("--relayout", action="store_true",
+                   help="--phases: write the 100 files again with their own bytes before each restore, "
+                        "restoring X and Y in turn")
     p.add_argument("--service", action="store_true", help="also each snapstore through its service")
     p.add_argument("--settled", action="store_true",
                    help="sync (untimed) after laying out the tree: the replaced files are on disk, as in a "
@@ -184,12 +190,13 @@ def measure(a, comps, tree, x_ids, y, old, work) -> int:
     if a.profile:
         profile(tree, os.path.join(work, "snap-wt"), x_ids["snap(worktree)"], y, old)
     if a.phases:
-        phases(tree, os.path.join(work, "snap-wt"), x_ids["snap(worktree)"], y, a.runs)
+        phases(tree, os.path.join(work, "snap-wt"), x_ids["snap(worktree)"], y, a.runs, a.relayout)
     return 0
 
 
-def phases(tree: str, store: str, x_id: str, y: dict[str, bytes], runs: int) -> None:
-    """Restores of X through a watching Store, each phase timed in place (this process only)."""
+def phases(tree: str, store: str, x_id: str, y: dict[str, bytes], runs: int, relayout: bool = False) -> None:
+    """Restores of X through a watching Store, each phase timed in place (this process only);
+    with ``relayout``, of X and Y in turn, each after the files were written again as they are."""
     from snapstore.facade import base
     from snapstore.ops import restore
     from snapstore.ops.restore import batch, journal, watching
@@ -215,17 +222,26 @@ def phases(tree: str, store: str, x_id: str, y: dict[str, bytes], runs: int) -> 
     ):
         _wrap(owner, name, label, timings)
     s = Store.open(tree, store=store, watch=True)
+    safety_kept = 0
     try:
+        y_id = s.checkpoints()[0].id
         for i in range(runs + 1):
-            put(tree, y)
+            if relayout:
+                put(tree, {rel: open(os.path.join(tree, rel), "rb").read() for rel in y})
+            else:
+                put(tree, y)
             time.sleep(1.2)  # (the tree flusher's deferred sync of the last restore, untimed)
-            s.restore(x_id)
+            latest = s.checkpoints(include_safety=True)[0].id
+            report = s.restore(y_id if relayout and i % 2 else x_id)
+            safety_kept += report.safety is not None and report.safety.id == latest
             if i == 0:  # (the first walks the tree: the service's state is warm)
                 for xs in timings.values():
                     xs.clear()
     finally:
         s.close()
-    print(f"a watching Store's restore-100, {runs} runs, medians (load {os.getloadavg()[0]:.2f}):")
+    how = ", the files written again as they were before each" if relayout else ""
+    print(f"a watching Store's restore-100, {runs} runs{how}, medians (load {os.getloadavg()[0]:.2f}; "
+          f"{safety_kept} of {runs + 1} safety checkpoints were the latest one):")
     for label, xs in timings.items():
         if xs:
             print(f"  {label:36s} {statistics.median(xs) * 1000:7.2f} ms")

@@ -94,3 +94,35 @@ def test_a_damaged_chunk_hides_only_its_own_paths(damaged_at):
             assert manifest.find(get, mid, e.path) == e
             found += 1
     assert found == len(entries) - len(lost) and lost
+
+
+@pytest.mark.parametrize("n,seed", [(0, 0), (1, 1), (40, 2), (6000, 3)])
+def test_find_many_gives_what_find_gives(n, seed):
+    mid, entries, table = _stored(n, seed)
+    get = lambda t, k: table.get((t, k))  # noqa: E731
+    rng = random.Random(seed)
+    wanted = sorted({e.path for e in rng.sample(entries, min(n, 300))} | {b"", b"a/", b"zzz", b"\xff"})
+    wanted += [] if not entries else [entries[-1].path + b"x"]
+    wanted.sort()
+    assert manifest.find_many(get, mid, wanted) == {p: e for p in wanted if (e := manifest.find(get, mid, p)) is not None}
+    assert manifest.find_many(get, mid, [e.path for e in entries]) == {e.path: e for e in entries}
+
+
+def test_find_many_reads_each_chunk_once_and_no_more_than_finds_would():
+    mid, entries, table = _stored(20000, 4)
+    reads: list[bytes] = []
+
+    def get(t: str, k: bytes) -> bytes | None:
+        if t == "chunks":
+            reads.append(k)
+        return table.get((t, k))
+
+    for count in (1, 20, 200):
+        picked = sorted(e.path for e in random.Random(count).sample(entries, count))
+        reads.clear()
+        assert set(manifest.find_many(get, mid, picked)) == set(picked)
+        many = list(reads)
+        reads.clear()
+        for p in picked:
+            manifest.find(get, mid, p)
+        assert len(set(many)) <= len(set(reads)) and len(many) <= 2 * len(set(many))

@@ -66,9 +66,14 @@ def test_rereading_stored_content_hashes_each_byte_once_and_looks_up_no_base(tmp
     _rewrite_same(root, spec)
     counter = _CountingBlake3(objects.blake3)
     monkeypatch.setattr(objects, "blake3", counter)
-    lookups: list[str] = []
-    real_get = snapshot_read.Lookups.get
-    monkeypatch.setattr(snapshot_read.Lookups, "get", lambda self, t, k: lookups.append(t) or real_get(self, t, k))
+    bases: list[bytes] = []  # the readers' look-ups of a file's previous version (a delta base)
+    real_previous = snapshot_read.previous_streams
+
+    def counted(lookups):  # type: ignore[no-untyped-def]
+        previous = real_previous(lookups)
+        return lambda path: bases.append(path) or previous(path)
+
+    monkeypatch.setattr(snapshot_read, "previous_streams", counted)
     stored: list[int] = []  # chunks the readers' sinks compressed and stored
     real_ops = packs.chunk_ops
     monkeypatch.setattr(packs, "chunk_ops", lambda c, *a, **k: stored.append(len(c) + len(k.get("deltas", ()))) or real_ops(c, *a, **k))
@@ -79,7 +84,7 @@ def test_rereading_stored_content_hashes_each_byte_once_and_looks_up_no_base(tmp
     # A small file is one chunk: its bytes hashed once (its chunk's id is its stream's);
     # a big file's twice (its chunks, and the whole for its stream id), and its index node.
     assert small + 2 * big <= counter.hashed < small + 2 * big + 4096
-    assert "statcache" not in lookups  # no previous version looked up: nothing to delta
+    assert bases == []  # no previous version looked up: nothing to delta
     assert not any(stored)  # no chunk compressed or stored again
     store.close()
 

@@ -194,3 +194,19 @@ def test_statcache_forgets_deleted_paths(tree, store):
     store.snapshot("two")
     with store.backend.read() as view:
         assert [k for k, _ in view.items("statcache")] == [b"keep"]
+
+
+def test_a_value_keeps_the_mtime_its_entry_records():
+    """A touched file's value (ops.snapshot.keep) holds the parent entry's mtime beside the
+    stat: the entry made from it records that mtime; a plain value records the file's."""
+    st = _stat()
+    kept = st.st_mtime_ns - 5_000_000_000
+    value = statcache.encode(st, SID, NOW, kept)
+    assert statcache.lookup_entry(value, st) == (SID, kept)
+    assert statcache.lookup(value, st) == SID
+    assert statcache.known(value) == (SID, kept)
+    plain = statcache.encode(st, SID, NOW)
+    assert statcache.lookup_entry(plain, st) == (SID, st.st_mtime_ns) and statcache.known(plain) == (SID, st.st_mtime_ns)
+    assert statcache.encode(st, SID, NOW, st.st_mtime_ns) == plain  # (nothing kept: the stat's own)
+    assert statcache.stream_id(value) == SID  # (gc reads values of either shape)
+    assert statcache.lookup_entry(value, _stat(mtime=st.st_mtime_ns + 1)) is None  # the stat rules still hold

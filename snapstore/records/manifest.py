@@ -10,7 +10,10 @@ Each entry is one msgpack array ``[path, kind, mode, size, mtime_ns, ref]``:
   them exactly (owner, setuid, setgid and sticky are never recorded).  Entries written before
   this rule hold only ``S_IMODE`` (no file type bits): their mode is informational, as it was
   then, and restore applies only the exec bit (:func:`exact_mode` tells the two apart);
-* ``size``, ``mtime_ns``: as seen at snapshot time (mtime is informational and not compared);
+* ``size``, ``mtime_ns``: as seen at snapshot time, but a file whose kind, mode, size and ``ref``
+  equal its parent checkpoint's entry (rewritten with the same bytes: a touch) is recorded as that
+  entry, mtime included (ops.snapshot.keep): a manifest records content changes, not touches.
+  Directories and symlinks keep the mtime as seen.  mtime is informational and not compared;
 * ``ref``: the content's stream id for files, the link target for symlinks, empty otherwise.
 
 Entries are sorted by path bytes and cut into chunks between records (chunker.cut_records, keyed
@@ -242,19 +245,46 @@ def find(get: Get, mid: bytes, path: bytes) -> Entry | None:
     ~height x log2(fanout) chunks where a scan decoded every entry, and a walk of the whole index
     every node.
     """
+    return find_many(get, mid, [path]).get(path)
+
+
+def find_many(get: Get, mid: bytes, paths: Sequence[bytes]) -> dict[bytes, Entry]:
+    """The entries of ``paths`` (sorted) that manifest ``mid`` holds, by path: :func:`find`
+    for several paths at once, each index node and leaf read once (the first paths the
+    descents compare with are shared), so its cost grows with the leaves that hold them, never
+    beyond a decode of the whole manifest."""
     record = get("streams", mid)
     if record is None:  # a one-chunk manifest
-        return _in_leaf(mid, objects.load_chunk(get, mid), path)
+        return _in_leaf_many(mid, objects.load_chunk(get, mid), paths)
     size, height, root = objects.parse_stream_record(mid, record)
     if size > objects.MAX_STREAM_BYTES:
         raise CorruptError(f"stream {mid.hex()} claims {size} bytes, more than any stream may hold")
     firsts: dict[bytes, bytes] = {}
-    node, h = (root, size), height
-    while h > 0:
-        children = objects.index_children(get, node[0], node[1])
-        node = children[_child_for(get, mid, children, h - 1, path, firsts)]
-        h -= 1
-    return _in_leaf(mid, _leaf(get, *node), path)
+    out: dict[bytes, Entry] = {}
+    level: list[tuple[tuple[bytes, int], list[bytes]]] = [((root, size), list(paths))]
+    for h in range(height, 0, -1):  # (each level's nodes, each with the paths under it, in order)
+        below: list[tuple[tuple[bytes, int], list[bytes]]] = []
+        for node, under in level:
+            children = objects.index_children(get, node[0], node[1])
+            for path in under:
+                child = children[_child_for(get, mid, children, h - 1, path, firsts)]
+                if below and below[-1][0] == child:
+                    below[-1][1].append(path)
+                else:
+                    below.append((child, [path]))
+        level = below
+    for leaf, under in level:
+        out.update(_in_leaf_many(mid, _leaf(get, *leaf), under))
+    return out
+
+
+def _in_leaf_many(mid: bytes, data: bytes, paths: Sequence[bytes]) -> dict[bytes, Entry]:
+    """The entries of ``paths`` in one leaf: only their records are made entries (and checked)."""
+    raw = _raw_records(mid, [data])
+    try:
+        return {p: _check(r) for p in paths if (r := raw.get(p)) is not None}
+    except (ValueError, TypeError) as exc:
+        raise CorruptError(f"manifest {mid.hex()} is damaged: {exc}") from exc
 
 
 def _child_for(
@@ -336,13 +366,6 @@ def _first_path(get: Get, mid: bytes, node: tuple[bytes, int], height: int, firs
         raise CorruptError(f"manifest {mid.hex()} is damaged: an empty chunk in its index")
     firsts[node[0]] = first.path
     return first.path
-
-
-def _in_leaf(mid: bytes, data: bytes, path: bytes) -> Entry | None:
-    for e in iter_entries_of_chunks(mid, [data]):
-        if e.path >= path:
-            return e if e.path == path else None
-    return None
 
 
 def _leaf(get: Get, cid: bytes, size: int) -> bytes:

@@ -17,6 +17,10 @@ and the mtime has sub-second precision: the file system's clock then had already
 mtime, so any later write stamps a newer mtime, which the stat comparison catches.  (Without
 sub-second mtimes, as on FAT or ext3, a later write in the same second could keep the mtime: the
 entry is not trusted and the file is read by the next snapshot, as before.)
+
+A file rewritten with its own bytes (a touch) keeps its parent checkpoint's entry, mtime
+included (ops.snapshot.keep): its value then also holds that mtime (:func:`encode`'s ``kept``),
+which the entry made from it (:func:`lookup_entry`) records instead of the file's.
 """
 
 from __future__ import annotations
@@ -55,11 +59,14 @@ def long_key(path: bytes) -> bytes:
     return b"\x00" + blake3.blake3(path).digest()
 
 
-def encode(st: os.stat_result | Stat, sid: bytes, recorded_ns: int) -> bytes:
-    """The cache value of a file read under ``st`` at ``recorded_ns`` with stream id ``sid``."""
-    packed: bytes = msgpack.packb(
-        [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, sid, recorded_ns]
-    )
+def encode(st: os.stat_result | Stat, sid: bytes, recorded_ns: int, kept: int | None = None) -> bytes:
+    """The cache value of a file read under ``st`` at ``recorded_ns`` with stream id ``sid``.
+    ``kept``: the mtime the checkpoint records for the file when it is not ``st``'s (its
+    parent's entry, kept: the file was touched, not changed)."""
+    fields = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, sid, recorded_ns]
+    if kept is not None and kept != st.st_mtime_ns:
+        fields.append(kept)
+    packed: bytes = msgpack.packb(fields)
     return packed
 
 
@@ -95,7 +102,8 @@ def lookup(value: bytes | None, st: os.stat_result | Stat) -> bytes | None:
     try:
         size, mtime, ctime, ino, mode, sid, recorded = _unpack(value)
     except (ValueError, TypeError, msgpack.UnpackException):
-        return None  # a damaged cache entry only costs a re-read
+        # (a value that keeps an mtime has eight items: rare, so not in the way of the others)
+        return _lookup_kept(value, st) if value[:1] == KEPT_HEADER else None  # else damaged: a re-read
     if (size, mtime, ctime, ino, mode) != (
         st.st_size,
         st.st_mtime_ns,
@@ -114,7 +122,50 @@ def lookup(value: bytes | None, st: os.stat_result | Stat) -> bytes | None:
     return sid
 
 
+#: The first byte of a value that keeps an mtime (a msgpack array of eight items).
+KEPT_HEADER = b"\x98"
+
+
+def _lookup_kept(value: bytes, st: os.stat_result | Stat) -> bytes | None:
+    """:func:`lookup` of a value with a kept mtime: the same rules for its first seven items."""
+    try:
+        fields = _unpack(value)
+        if len(fields) != 8 or type(fields[7]) is not int:
+            return None
+        return lookup(msgpack.packb(fields[:7]), st)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+
+
+def kept_mtime(value: bytes) -> int:
+    """The mtime a value whose :func:`lookup` gave a stream id keeps (its first byte is
+    :data:`KEPT_HEADER`)."""
+    mtime: int = _unpack(value)[7]
+    return mtime
+
+
+def lookup_entry(value: bytes | None, st: os.stat_result | Stat) -> tuple[bytes, int] | None:
+    """``(stream id, the mtime its entry records)`` for a file whose lstat is ``st`` (the
+    mtime is ``st``'s unless the value keeps another: :func:`encode`), or None when it must
+    be read.  (worktree.classify makes the same pair inline.)"""
+    sid = lookup(value, st)
+    if sid is None or value is None:
+        return None
+    return sid, kept_mtime(value) if value[:1] == KEPT_HEADER else st.st_mtime_ns
+
+
 _unpack = msgpack.unpackb
+
+
+def known(value: bytes) -> tuple[bytes, int] | None:
+    """``(stream id, the mtime its entry records)`` of a cache value, whatever its age and
+    whatever the file's stat is now; None when the value is damaged."""
+    try:
+        fields = _unpack(value)
+        sid, mtime = fields[5], fields[7] if len(fields) > 7 else fields[1]
+    except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException):
+        return None
+    return (sid, mtime) if type(sid) is bytes and type(mtime) is int else None
 
 
 def stream_id(value: bytes) -> bytes | None:

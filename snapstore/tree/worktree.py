@@ -88,6 +88,7 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
     entries: dict[bytes, Entry] = {}
     misses: list[scan.Found] = []
     lookup = statcache.lookup
+    kept, kept_mtime = statcache.KEPT_HEADER[0], statcache.kept_mtime
     get = cache.get
     max_key = statcache.MAX_KEY
     new = tuple.__new__  # Entry(...) without the NamedTuple constructor's Python frame
@@ -101,7 +102,9 @@ def classify(found: list[scan.Found], cache: dict[bytes, bytes]) -> tuple[dict[b
             if sid is None:
                 misses.append(f)
                 continue
-            entries[path] = new(Entry, (path, kind, st.st_mode & MODE_KEEP, st.st_size, st.st_mtime_ns, sid))
+            # (the mtime the value keeps, when the file was touched: its parent entry's)
+            mtime = st.st_mtime_ns if value is None or value[0] != kept else kept_mtime(value)
+            entries[path] = new(Entry, (path, kind, st.st_mode & MODE_KEEP, st.st_size, mtime, sid))
         else:
             entries[path] = entry_for(f)
     return entries, misses
@@ -123,6 +126,7 @@ def classify_sorted(
     misses: list[scan.Found] = []
     stale: list[bytes] = []
     lookup = statcache.lookup
+    kept, kept_mtime = statcache.KEPT_HEADER[0], statcache.kept_mtime
     max_key = statcache.MAX_KEY
     new = tuple.__new__
     end = (None, b"")
@@ -155,7 +159,8 @@ def classify_sorted(
                 continue
             mode = st.st_mode & MODE_KEEP
             mode = modes.get(mode) or modes.setdefault(mode, mode)  # (one int object a mode, not a file)
-            entries[path] = new(Entry, (path, kind, mode, st.st_size, st.st_mtime_ns, sid))
+            mtime = st.st_mtime_ns if value is None or value[0] != kept else kept_mtime(value)
+            entries[path] = new(Entry, (path, kind, mode, st.st_size, mtime, sid))
         else:
             entries[path] = entry_for(f)
     while ckey is not None:

@@ -107,6 +107,15 @@ class Chunked(Sequence[Entry]):
         """Every path, in order (a new list)."""
         return list(chain.from_iterable(c[0] for c in self.chunks))
 
+    def find(self, path: bytes) -> Entry | None:
+        """The entry of ``path``, or None (a bisection of the chunks' first paths, then of
+        the chunk's)."""
+        if not self.chunks:
+            return None
+        paths, values = self.chunks[max(bisect_right(self.firsts, path) - 1, 0)]
+        j = bisect_left(paths, path)
+        return unpack_entry(path, values[j]) if j < len(paths) and paths[j] == path else None
+
 
 class Ordered:
     """Entries in path order, and the count and total size of the files."""

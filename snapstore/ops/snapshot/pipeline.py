@@ -155,12 +155,12 @@ def _gather(ctx: StageContext, kind: str, progress: Progress | None, workers: in
     result = SnapshotResult(entries=[], manifest_id=b"", conversation_id=None, report=report, found=tree.found)
     reads = read.read_changed(
         ctx, tree.to_read, tree.entries, result,
-        packed=start.packed, cached=start.cached, progress=progress, workers=workers,
+        packed=start.packed, cached=start.cached, progress=progress, workers=workers, parent=start.parent,
     )  # fmt: skip
     late = walk.settle(ctx, tree)  # (the mapping scan, run beside the patch and the reads)
     if late:
         reads.add(read.read_changed(ctx, late, tree.entries, result, packed=start.packed, cached=start.cached,
-                                    progress=None, workers=workers))
+                                    progress=None, workers=workers, parent=start.parent))
     return _Gathered(start, tree, result, reads)
 
 

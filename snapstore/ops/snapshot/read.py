@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, BinaryIO, Union
 from snapstore.errors import TreeIOError
 from snapstore.ops.context import StageContext
 from snapstore.ops.snapshot import write
+from snapstore.ops.snapshot.keep import Keeper, Read
 from snapstore.ops.snapshot.result import SnapshotResult
 from snapstore.ops.snapshot.write import Dedup, Packing, Sink, Writer
 from snapstore.records.manifest import UNREADABLE, Entry
@@ -34,14 +35,16 @@ from snapstore.tree.paths import display, open_beneath
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
+    from snapstore.records.checkpoint import Checkpoint
+
 WHOLE_READ_MAX = 4 << 20
 READ_ATTEMPTS = 3
 
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 Progress = Callable[[int, int], None]
-#: What reading one file gave: (stream id, the stat it was read under, when), or why it failed.
-Read = tuple[bytes, scan.Stat, int]
+#: What reading one file gave: (stream id, the stat it was read under, when: :data:`.keep.Read`),
+#: or why it failed.
 Outcome = Union[Read, "FileGone", "FileChanged", OSError]
 
 # Seam for tests: how a file is opened (patch this, not os.open, to fail one path).
@@ -422,10 +425,13 @@ def read_changed(
     cached: bool,
     progress: Progress | None,
     workers: int | None,
+    parent: Checkpoint | None = None,
 ) -> Reads:
     """Read ``to_read`` (inline or in the pool, :func:`reads_inline`) and record each file's
     entry in ``entries`` (or a warning in ``result``).  ``packed``: the store writes packs;
-    ``cached``: it has a stat cache (else no file has a previous version to look up)."""
+    ``cached``: it has a stat cache (else no file has a previous version to look up).  A file
+    read with the content, kind and mode ``parent`` recorded (touched, not changed) keeps
+    that entry (:mod:`.keep`)."""
     reads = Reads()
     if not to_read:  # an unchanged tree needs no reader pool and no writer thread
         return reads
@@ -433,28 +439,49 @@ def read_changed(
     lookups = Lookups(backend)
     how = packing(ctx, packed, lookups)
     previous = previous_streams(lookups) if cached else None
+    keeper = None
+    if parent is not None:
+        keeper = Keeper((lambda path: lookups.get("statcache", statcache.key(path))) if cached else None)
     if reads_inline(to_read):
         with lookups.held():  # (no writer thread here: the ops are written with the checkpoint)
             outcomes, reads.kept = read_inline(ctx.root_bytes, backend, how, to_read, previous)
-        inline_cache = reads.inline_cache
-        for f, outcome in outcomes:
-            record(f, outcome, entries, inline_cache, result)
+            for f, outcome in outcomes:
+                record(f, outcome, entries, reads.inline_cache, result, keeper)
         if progress:
             total = sum(f.st.st_size for f, _ in outcomes if f.st is not None)
             progress(total, total)
-        return reads
-    writer = Writer(backend)
+    else:
+        reads.inserted = _read_pooled(ctx, how, to_read, entries, result, progress, workers, previous, keeper)
+    if keeper is not None and parent is not None:
+        keeper.apply(ctx, parent.manifest, entries, reads.inline_cache)
+    return reads
+
+
+def _read_pooled(
+    ctx: StageContext,
+    how: Packing,
+    to_read: list[scan.Found],
+    entries: dict[bytes, Entry],
+    result: SnapshotResult,
+    progress: Progress | None,
+    workers: int | None,
+    previous: Callable[[bytes], bytes | None] | None,
+    keeper: Keeper | None,
+) -> int:
+    """:func:`read_changed` through the reader pool and the writer thread; the bytes it added."""
+    writer = Writer(ctx.backend)
     writer.start()
     try:
-        for f, outcome in read_files(ctx.root_bytes, backend, how, to_read, writer, progress, workers, previous):
-            record(f, outcome, entries, None, result)
+        for f, outcome in read_files(ctx.root_bytes, ctx.backend, how, to_read, writer, progress, workers, previous):
+            # (the file's new stat-cache value is queued only once this returns: the keeper
+            # still reads the one before)
+            record(f, outcome, entries, None, result, keeper)
     finally:
         writer.queue.put(None)
         writer.join()
     if writer.error is not None:
         raise _as_store_error(writer.error)
-    reads.inserted = writer.inserted
-    return reads
+    return writer.inserted
 
 
 def record(
@@ -463,8 +490,10 @@ def record(
     entries: dict[bytes, Entry],
     cache_updates: dict[bytes, bytes] | None,
     result: SnapshotResult,
+    keeper: Keeper | None = None,
 ) -> None:
-    """Turn one file's read outcome into its entry (or a warning)."""
+    """Turn one file's read outcome into its entry (or a warning); a file read is noted to
+    ``keeper`` (it may keep its parent's entry)."""
     if isinstance(outcome, FileGone):
         result.report.vanished += 1
         result.report.warn(f"{display(f.path)} {outcome}; not recorded")
@@ -484,6 +513,8 @@ def record(
         result.bytes_read += st.st_size
         if cache_updates is not None:  # (the writer has stored it already)
             cache_updates[statcache.key(f.path)] = statcache.encode(st, sid, recorded)
+        if keeper is not None:
+            keeper.note(f.path, outcome)
 
 
 def _as_store_error(exc: BaseException) -> BaseException:
