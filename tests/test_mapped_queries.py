@@ -8,11 +8,13 @@ through a mapping another process made since the last checkpoint is in the next 
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -170,11 +172,23 @@ def test_writes_through_another_process_s_mapping_are_in_the_next_checkpoint(tmp
     """Another process maps a file of the tree after the watcher's first checkpoint and writes
     through it (no ``write()``, no event, the same page twice); each next checkpoint holds the
     bytes, asked of the kernel or read from the maps text."""
-    from snapstore.tree import statcache
-
     if not queries:
         monkeypatch.setattr(procmap, "supported", lambda: False)
-    monkeypatch.setattr(statcache, "now_ns", lambda: time.time_ns() + 10_000_000_000)
+    with _mapped_by_another_process(tmp_path, monkeypatch) as (watched, child):
+        for i in range(3):
+            _write_through(child)
+            cp = watched.snapshot(f"write {i}")
+            assert watched.read_bytes(cp.id, "db.bin")[: i * 8 + 8] == b"".join(b"write %02d" % k for k in range(i + 1)), i
+        assert (watched.context.watcher._maps.queries is not None) == queries  # type: ignore[union-attr]
+
+
+@contextlib.contextmanager
+def _mapped_by_another_process(tmp_path: Path, monkeypatch) -> Iterator[tuple[Store, subprocess.Popen[bytes]]]:  # type: ignore[no-untyped-def]
+    """A watching Store past its first patched checkpoint, and a process that has mapped the
+    tree's ``db.bin`` shared and writable since (``_write_through`` makes it write)."""
+    from snapstore.tree import statcache
+
+    monkeypatch.setattr(statcache, "now_ns", lambda: time.time_ns() + 10_000_000_000)  # (no racy re-reads)
     root = tmp_path / "t"
     build_tree(root, {"db.bin": bytes(4096), "other.txt": b"o\n"})
     Store.init(root).close()
@@ -184,20 +198,21 @@ def test_writes_through_another_process_s_mapping_are_in_the_next_checkpoint(tmp
         watched.snapshot("start")
         watched.snapshot("patched")
         child = subprocess.Popen([sys.executable, "-c", _mapper(root / "db.bin")], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout is not None
         assert child.stdout.readline() == b"mapped\n"
-        for i in range(3):
-            child.stdin.write(b"w\n")
-            child.stdin.flush()
-            assert child.stdout.readline() == b"wrote\n"
-            cp = watched.snapshot(f"write {i}")
-            assert watched.read_bytes(cp.id, "db.bin")[: i * 8 + 8] == b"".join(b"write %02d" % k for k in range(i + 1)), i
-        assert (watched.context.watcher._maps.queries is not None) == queries  # type: ignore[union-attr]
+        yield watched, child
     finally:
-        if child is not None:
+        if child is not None and child.poll() is None:
             child.kill()
             child.wait()
         watched.close()
+
+
+def _write_through(child: subprocess.Popen[bytes]) -> None:
+    assert child.stdout is not None and child.stdin is not None
+    child.stdin.write(b"w\n")
+    child.stdin.flush()
+    assert child.stdout.readline() == b"wrote\n"
 
 
 def test_a_mapped_name_with_a_newline_is_found(tmp_path: Path):
@@ -265,24 +280,10 @@ def test_a_mapping_gone_while_a_library_checkpoint_reads_its_events_is_still_sca
     """A write made through another process's mapping before ``snapshot()`` is called; the
     process goes away right after the checkpoint reads the watcher's events (its close event
     comes after that read): the checkpoint's scan, made before the read, found the mapping."""
-    from snapstore.tree import statcache
     from snapstore.tree.watcher import Watcher
 
-    monkeypatch.setattr(statcache, "now_ns", lambda: time.time_ns() + 10_000_000_000)  # (no racy re-reads)
-    root = tmp_path / "t"
-    build_tree(root, {"db.bin": bytes(4096), "other.txt": b"o\n"})
-    Store.init(root).close()
-    watched = Store.open(root, watch=True)
-    child = None
-    try:
-        watched.snapshot("start")
-        watched.snapshot("patched")
-        child = subprocess.Popen([sys.executable, "-c", _mapper(root / "db.bin")], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline() == b"mapped\n"
-        child.stdin.write(b"w\n")
-        child.stdin.flush()
-        assert child.stdout.readline() == b"wrote\n"
+    with _mapped_by_another_process(tmp_path, monkeypatch) as (watched, child):
+        _write_through(child)
         real_take = Watcher.take
 
         def take_then_exit(self: Watcher):  # type: ignore[no-untyped-def]
@@ -295,8 +296,3 @@ def test_a_mapping_gone_while_a_library_checkpoint_reads_its_events_is_still_sca
         monkeypatch.setattr(Watcher, "take", take_then_exit)
         cp = watched.snapshot("after the write")
         assert watched.read_bytes(cp.id, "db.bin")[:8] == b"write 00"
-    finally:
-        if child is not None and child.poll() is None:
-            child.kill()
-            child.wait()
-        watched.close()
