@@ -161,15 +161,17 @@ def test_a_consolidated_pack_starts_with_a_skippable_frame_no_entry_points_at(tr
 
 
 def test_a_small_tree_history_takes_at_most_1_10x_its_payload_after_gc_compact(tree, store):
-    """Random chunk ids fill B-tree pages about half; the compaction's copy fills them (the
-    allowance: a page or two per table, whatever the store's size)."""
+    """Random chunk ids fill B-tree pages about half; the compaction's copy fills them.  The
+    allowance is what does not grow with the store: LMDB's meta and main-database pages, each
+    table's partly filled last leaf and its branch pages, ~1,200 records' node headers (86-92 KB
+    measured on this history: a store half filled would be ~2x its payload, far above)."""
     from snapstore.storage.backend import TABLES
 
     history(tree, store, steps=150, files=40)
     store.gc(compact=True)
     with store.backend.read() as view:
         payload = sum(len(k) + len(v) for t in TABLES for k, v in view.items(t))
-    assert store.backend.disk_size() <= 1.10 * payload + 64 * 1024, (store.backend.disk_size(), payload)
+    assert store.backend.disk_size() <= 1.10 * payload + 96 * 1024, (store.backend.disk_size(), payload)
 
 
 def frame_plain_sizes(store: Store) -> list[int]:
