@@ -86,10 +86,11 @@ def _look(
         last_op = next(iter(view.items("oplog", reverse=True)), None)
     if state.keys != (last_item[0] if last_item else None, last_op[0] if last_op else None):
         return None
+    scanned = incremental.scanned_now(watcher, state.found)  # (before the events: as a snapshot's)
     changes = watcher.peek()
     if changes.full:
         return None
-    mapped = incremental.blind_spots(watcher, state, changes, look=True)
+    mapped = incremental.blind_spots(watcher, state, changes, look=True, scanned=scanned)
     found = FoundOverlay(state.found)  # (the state's records, untouched: no copy of them)
     report = scan.ScanReport()
     # No watch is added: a read-only look must not change what is watched (the next

@@ -89,7 +89,7 @@ def prepare(ctx: StageContext, keys: Keys, report: scan.ScanReport | None = None
         # The scan before the events: a process that maps and writes a file, then goes away
         # after the events are read, has its close event after that read and its mapping
         # gone from a scan made after it (a library checkpoint's inline scan, blind_spots).
-        scanned = _scanned(watcher, state.found)
+        scanned = scanned_now(watcher, state.found)
     changes = watcher.take()
     if state is None or state.keys != keys:
         return None
@@ -131,7 +131,7 @@ def settle(ctx: StageContext, early: frozenset[bytes], links: set[bytes]) -> Pat
     watcher, state = ctx.watcher, ctx.tree_state
     if watcher is None or state is None:
         return None
-    mapped = _scanned(watcher, state.found)
+    mapped = scanned_now(watcher, state.found)
     watcher.last_mapped = mapped
     extras = mapped - early
     if not extras:
@@ -189,10 +189,10 @@ def blind_spots(
     if late:
         mapped = set(watcher.last_mapped)
     elif not look:
-        now = _scanned(watcher, state.found) if scanned is None else scanned
+        now = scanned_now(watcher, state.found) if scanned is None else scanned
         mapped, watcher.last_mapped = now | watcher.last_mapped, now
     else:
-        mapped = _scanned(watcher, state.found) | watcher.last_mapped
+        mapped = (scanned_now(watcher, state.found) if scanned is None else scanned) | watcher.last_mapped
     watcher.links_restatted += len(state.links)
     watcher.mapped_restatted += len(mapped)
     changes.paths |= state.links
@@ -200,8 +200,9 @@ def blind_spots(
     return mapped
 
 
-def _scanned(watcher: Watcher, found: Mapping[bytes, scan.Found]) -> set[bytes]:
-    """The tree's files some process maps shared and writable now (the watcher's scan)."""
+def scanned_now(watcher: Watcher, found: Mapping[bytes, scan.Found]) -> set[bytes]:
+    """The tree's files some process maps shared and writable now (the watcher's scan); made
+    before the watcher's events are read, then given to :func:`blind_spots`."""
     named, inodes = watcher.mapped_for_write()
     mapped = {p for p in named if p in found}  # (not the store's own lock file)
     if inodes:
