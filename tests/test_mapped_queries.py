@@ -280,38 +280,33 @@ def test_a_mapping_gone_while_a_library_checkpoint_reads_its_events_is_still_sca
     """A write made through another process's mapping before ``snapshot()`` is called; the
     process goes away right after the checkpoint reads the watcher's events (its close event
     comes after that read): the checkpoint's scan, made before the read, found the mapping."""
-    from snapstore.tree.watcher import Watcher
-
     with _mapped_by_another_process(tmp_path, monkeypatch) as (watched, child):
         _write_through(child)
-        real_take = Watcher.take
-
-        def take_then_exit(self: Watcher):  # type: ignore[no-untyped-def]
-            out = real_take(self)
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-            return out
-
-        monkeypatch.setattr(Watcher, "take", take_then_exit)
+        _exit_after(monkeypatch, "take", child)
         cp = watched.snapshot("after the write")
         assert watched.read_bytes(cp.id, "db.bin")[:8] == b"write 00"
 
 
 def test_a_mapping_gone_while_a_diff_reads_the_events_is_still_scanned(tmp_path: Path, monkeypatch):
     """The same for a read-only look (``diff`` against the tree, from the watcher's state)."""
-    from snapstore.tree.watcher import Watcher
-
     with _mapped_by_another_process(tmp_path, monkeypatch) as (watched, child):
         _write_through(child)
-        real_peek = Watcher.peek
-
-        def peek_then_exit(self: Watcher):  # type: ignore[no-untyped-def]
-            out = real_peek(self)
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-            return out
-
-        monkeypatch.setattr(Watcher, "peek", peek_then_exit)
+        _exit_after(monkeypatch, "peek", child)
         assert [c.path for c in watched.diff("latest")] == [b"db.bin"]
+
+
+def _exit_after(monkeypatch, method: str, child: subprocess.Popen[bytes]) -> None:  # type: ignore[no-untyped-def]
+    """The mapping process exits right after the watcher's ``method`` (``take``, ``peek``)
+    has read the events."""
+    from snapstore.tree.watcher import Watcher
+
+    real = getattr(Watcher, method)
+
+    def then_exit(self: Watcher):  # type: ignore[no-untyped-def]
+        out = real(self)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        return out
+
+    monkeypatch.setattr(Watcher, method, then_exit)
